@@ -1,0 +1,29 @@
+# The two commands a new user needs: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install migrate bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "idemdash needs Python 3.11, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: migrate
+	$(BIN)/python manage.py ensure_admin
+	$(BIN)/python manage.py runserver 127.0.0.1:8000
+
+clean:
+	rm -rf $(VENV) var

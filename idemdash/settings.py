@@ -1,0 +1,216 @@
+"""idemdash settings, read from the environment.
+
+Every variable is documented in the README. A value that cannot be parsed raises
+ImproperlyConfigured naming the variable, so a typo in a deployment fails at start-up
+instead of silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("IDEMDASH_VAR_DIR", BASE_DIR / "var"))
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false, yes/no), got {raw!r}")
+
+
+def envint(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = envbool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and envbool("IDEMDASH_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set when IDEMDASH_REQUIRE_SECRET_KEY is on")
+    # A development key: fine for `make demo` and tests, refused by `check --deploy`.
+    SECRET_KEY = "django-insecure-idemdash-development-key-change-me"
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_q",
+    "receipts",
+    "webhooks",
+    "idemdash",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "idemdash.urls"
+WSGI_APPLICATION = "idemdash.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+# PostgreSQL in production (DATABASE_URL); an embedded SQLite file otherwise, so a fresh
+# checkout runs with no server. SQLite is set up for several writer processes: WAL lets
+# readers proceed during a write, IMMEDIATE transactions take the write lock up front (so
+# two writers queue on the busy timeout instead of failing with "database is locked" when
+# they upgrade a read lock), and the busy timeout is how long they queue.
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+TEST_DB_SUFFIX = os.environ.get("IDEMDASH_TEST_DB_SUFFIX", "").strip()
+if DATABASE_URL:
+    try:
+        _db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0))
+    except Exception as exc:  # dj-database-url raises several types for bad URLs
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    if _db.get("ENGINE") not in {
+        "django.db.backends.postgresql",
+        "django.db.backends.sqlite3",
+    }:
+        raise ImproperlyConfigured("DATABASE_URL must point to PostgreSQL (postgres://) or SQLite (sqlite:///)")
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        _db.setdefault("OPTIONS", {})
+        _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
+        _db["TEST"] = {"NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}"}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": VAR_DIR / "idemdash.sqlite3",
+    }
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": envint("SQLITE_BUSY_TIMEOUT", 30, minimum=1),
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not the in-memory default: the concurrency tests open the test database
+    # from several OS processes.
+    _db["TEST"] = {"NAME": str(VAR_DIR / f"test{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}.sqlite3")}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# --- Email (outbox email.send, alert notifications) --------------------------------------
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "idemdash@localhost")
+
+# --- Receipts: operation policies ---------------------------------------------------------
+# Patterns are matched with fnmatch against the operation name, first match wins.
+RECEIPTS = {
+    "DEFAULT_TTL_SECONDS": envint("RECEIPTS_DEFAULT_TTL", 24 * 3600, minimum=1),
+    "FINANCIAL_TTL_SECONDS": envint("RECEIPTS_FINANCIAL_TTL", 7 * 24 * 3600, minimum=1),
+    "LEASE_SECONDS": envint("RECEIPTS_LEASE_SECONDS", 30, minimum=1),
+    "MAX_WAIT_SECONDS": envint("RECEIPTS_MAX_WAIT_SECONDS", 30, minimum=0),
+    "OPERATIONS": {
+        "payment.*": {"financial": True},
+        "refund.*": {"financial": True},
+        "payout.*": {"financial": True},
+        "charge.*": {"financial": True},
+    },
+}
+
+# --- Background work: django-q2 -----------------------------------------------------------
+# The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below
+# `retry` so the broker never hands a task that is still running to a second worker.
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+Q_CLUSTER = {
+    "name": "idemdash",
+    "workers": envint("Q_WORKERS", 2, minimum=1),
+    "timeout": 60,
+    "retry": 120,
+    "max_attempts": 1,
+    "ack_failures": True,
+    "catch_up": False,
+    "poll": 0.5,
+    "save_limit": 1000,
+    "label": "Background tasks",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,53 @@
+"""Request fingerprints: the same intent must hash the same however it is serialised."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import rfc8785
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 (JCS) bytes: key order and whitespace do not change the result.
+
+    JCS refuses some values JSON allows (integers beyond 2**53, NaN); those fall back to a
+    sorted, compact dump, which is still stable for one value.
+    """
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def fingerprint_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def fingerprint_http(method: str, path: str, body: bytes, content_type: str) -> str:
+    """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise."""
+    digest = hashlib.sha256()
+    digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
+    parsed = parse_json_body(body, content_type)
+    if parsed is not _NOT_JSON:
+        digest.update(b"json\n" + canonical_json(parsed))
+    else:
+        digest.update(b"raw\n" + body)
+    return digest.hexdigest()
+
+
+_NOT_JSON = object()
+
+
+def parse_json_body(body: bytes, content_type: str) -> Any:
+    if not body or "json" not in (content_type or "").lower():
+        return _NOT_JSON
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return _NOT_JSON
+
+
+def is_json(value: Any) -> bool:
+    return value is not _NOT_JSON

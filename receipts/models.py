@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Receipt(models.Model):
+    """One intent, identified by (scope, key): the idempotency log's unit."""
+
+    class Status(models.TextChoices):
+        PROCESSING = "processing"
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    scope = models.CharField(max_length=255, help_text="The principal: API client or user.")
+    key = models.CharField(max_length=255)
+    operation = models.CharField(max_length=100)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of the canonical request.")
+    request = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROCESSING)
+    retryable = models.BooleanField(
+        default=True, help_text="For a failed receipt: may the next claim run it again?"
+    )
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_content_type = models.CharField(max_length=255, blank=True)
+    response_body = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    fencing_token = models.PositiveBigIntegerField(default=1)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    user_id = models.CharField(max_length=255, blank=True)
+    session_id = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="receipt_scope_key_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="receipt_status_age"),
+            models.Index(fields=["expires_at"], name="receipt_expiry"),
+            models.Index(fields=["operation", "created_at"], name="receipt_operation_age"),
+            models.Index(fields=["created_at", "id"], name="receipt_created_id"),
+            # The sweeper and the "stuck" tile only ever ask about processing rows.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="receipt_processing_lease",
+                condition=Q(status="processing"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key} ({self.status})"
+
+
+class Attempt(models.Model):
+    """Every request that touched a key, with what it got. Feeds charts and timelines.
+
+    Scope, key and operation are copied so that the log outlives the receipt it refers to.
+    """
+
+    class Outcome(models.TextChoices):
+        CLAIMED = "claimed"
+        REPLAYED = "replayed"
+        IN_PROGRESS = "in_progress"
+        MISMATCH = "mismatch"
+        RETRIED_AFTER_FAILURE = "retried_after_failure"
+        LEASE_TAKEOVER = "lease_takeover"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        RELEASED = "released"
+        STALE_TOKEN = "stale_token"
+
+    # Outcomes that are a caller's claim request (the denominator of the duplicate rate).
+    CLAIM_OUTCOMES = (
+        Outcome.CLAIMED,
+        Outcome.REPLAYED,
+        Outcome.IN_PROGRESS,
+        Outcome.MISMATCH,
+        Outcome.RETRIED_AFTER_FAILURE,
+        Outcome.LEASE_TAKEOVER,
+    )
+
+    receipt = models.ForeignKey(
+        Receipt, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempt_log"
+    )
+    scope = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)
+    operation = models.CharField(max_length=100)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices)
+    fencing_token = models.PositiveBigIntegerField(null=True, blank=True)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    # Only for a mismatch: the rejected request, so the dashboard can diff it.
+    request = models.JSONField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+    actor = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["outcome", "created_at"], name="attempt_outcome_age"),
+            models.Index(fields=["receipt", "created_at"], name="attempt_receipt_age"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.outcome}"
+
+
+class ApiClient(models.Model):
+    """A caller of the JSON API. The token is shown once; only its sha256 is stored."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def scope(self) -> str:
+        return f"client:{self.name}"
+
+
+class AuditEntry(models.Model):
+    """Who did what to which object: every operator action and every manual repair."""
+
+    created_at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=255)
+    action = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=255)
+    status_before = models.CharField(max_length=32, blank=True)
+    status_after = models.CharField(max_length=32, blank=True)
+    detail = models.TextField(blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object")]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.object_type}:{self.object_id}"

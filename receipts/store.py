@@ -1,0 +1,416 @@
+"""The receipt state machine: claim, complete, fail, release.
+
+Every transition is settled by the database, never by a read followed by a blind write:
+a new key is a unique insert, and every change of an existing receipt is a conditional
+UPDATE guarded by the fencing token (and status) the caller last saw, with a rowcount
+check. Two callers that race on one receipt both issue the UPDATE; exactly one matches.
+This holds on PostgreSQL (row locks, READ COMMITTED re-check) and on SQLite (one writer).
+
+Each successful ownership change bumps the fencing token, so a worker whose lease was
+taken over holds a stale token and can no longer complete or fail the receipt.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from receipts import waiting
+from receipts.conf import Policy, policy_for, setting
+from receipts.fingerprint import fingerprint_json
+from receipts.models import Attempt, AuditEntry, Receipt
+
+Outcome = Attempt.Outcome
+Status = Receipt.Status
+
+KEY_RE = re.compile(r"^[\x20-\x7e]{1,255}$")
+OPERATION_RE = re.compile(r"^[A-Za-z0-9_.:\-/]{1,100}$")
+
+# Outcomes after which the caller owns the receipt and must complete, fail or release it.
+OWNING_OUTCOMES = frozenset({Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER})
+
+
+class InvalidKey(ValueError):
+    pass
+
+
+class InvalidOperation(ValueError):
+    pass
+
+
+class StaleToken(Exception):
+    """The caller no longer owns the receipt: its lease was taken over, or it was settled."""
+
+
+class NotReleasable(Exception):
+    pass
+
+
+@dataclass
+class ClaimResult:
+    outcome: str
+    receipt: Receipt
+    token: int | None = None
+
+    @property
+    def owned(self) -> bool:
+        return self.outcome in OWNING_OUTCOMES
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds a 409'd caller should wait: what is left of the lease, 1 to 10."""
+        lease = self.receipt.lease_expires_at
+        if lease is None:
+            return 1
+        left = (lease - timezone.now()).total_seconds()
+        return int(max(1, min(10, left + 0.999)))
+
+
+def validate_key(key: Any) -> str:
+    if not isinstance(key, str) or not KEY_RE.fullmatch(key):
+        raise InvalidKey("An idempotency key is 1 to 255 printable ASCII characters.")
+    return key
+
+
+def validate_operation(operation: Any) -> str:
+    if not isinstance(operation, str) or not OPERATION_RE.fullmatch(operation):
+        raise InvalidOperation(
+            "An operation is 1 to 100 characters of letters, digits and . _ : - /"
+        )
+    return operation
+
+
+def claim(
+    scope: str,
+    key: str,
+    operation: str,
+    request: Any = None,
+    *,
+    fingerprint: str | None = None,
+    lease_seconds: int | None = None,
+    wait_seconds: float = 0,
+    user_id: str = "",
+    session_id: str = "",
+) -> ClaimResult:
+    """Claim (scope, key) for one execution of `operation`.
+
+    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
+    lease_takeover) and must settle it with its token; or it must not run (replayed,
+    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
+    (woken by its completion, not by polling in a tight loop) and its result replayed.
+    """
+    validate_key(key)
+    validate_operation(operation)
+    policy = policy_for(operation)
+    lease = _lease_length(policy, lease_seconds)
+    fp = fingerprint or fingerprint_json(request)
+    wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("MAX_WAIT_SECONDS"))))
+    deadline = time.monotonic() + wait_seconds
+    # Subscribed before the first look, so a completion between a look and the wait that
+    # follows it still wakes us.
+    with waiting.subscription(scope, key) as wakeup:
+        while True:
+            result = _claim_once(scope, key, operation, request, fp, policy, lease, user_id, session_id)
+            left = deadline - time.monotonic()
+            if result.outcome != Outcome.IN_PROGRESS or left <= 0:
+                _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+                return result
+            # Wake on completion, or when the lease runs out (we may then take over).
+            lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
+            wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
+
+
+def _lease_length(policy: Policy, lease_seconds: int | None) -> timedelta:
+    if lease_seconds is None:
+        return policy.lease
+    return timedelta(seconds=max(1, min(int(lease_seconds), setting("MAX_LEASE_SECONDS"))))
+
+
+def _claim_once(
+    scope: str,
+    key: str,
+    operation: str,
+    request: Any,
+    fp: str,
+    policy: Policy,
+    lease: timedelta,
+    user_id: str,
+    session_id: str,
+) -> ClaimResult:
+    # Bounded: each lost race means another caller changed the row, which we then re-read.
+    for _ in range(50):
+        now = timezone.now()
+        try:
+            with transaction.atomic():
+                receipt = Receipt.objects.create(
+                    scope=scope,
+                    key=key,
+                    operation=operation,
+                    fingerprint=fp,
+                    request=request,
+                    status=Status.PROCESSING,
+                    fencing_token=1,
+                    attempts=1,
+                    lease_expires_at=now + lease,
+                    created_at=now,
+                    updated_at=now,
+                    expires_at=now + policy.ttl,
+                    user_id=user_id,
+                    session_id=session_id,
+                )
+            return ClaimResult(Outcome.CLAIMED, receipt, token=1)
+        except IntegrityError:
+            pass  # the key exists: decide from its state below
+
+        receipt = Receipt.objects.filter(scope=scope, key=key).first()
+        if receipt is None:
+            continue  # purged between our insert and our read; insert again
+
+        if receipt.expires_at <= now:
+            # An expired receipt counts as absent: start a new life on the same row.
+            won = _transition(
+                receipt,
+                now,
+                expect_status=receipt.status,
+                operation=operation,
+                fingerprint=fp,
+                request=request,
+                status=Status.PROCESSING,
+                retryable=True,
+                response_status=None,
+                response_content_type="",
+                response_body="",
+                error="",
+                attempts=1,
+                lease_expires_at=now + lease,
+                created_at=now,
+                completed_at=None,
+                expires_at=now + policy.ttl,
+                user_id=user_id,
+                session_id=session_id,
+            )
+            if won:
+                return ClaimResult(Outcome.CLAIMED, won, token=won.fencing_token)
+            continue
+
+        if receipt.fingerprint != fp:
+            return ClaimResult(Outcome.MISMATCH, receipt)
+
+        if receipt.status == Status.COMPLETED:
+            return ClaimResult(Outcome.REPLAYED, receipt)
+
+        if receipt.status == Status.FAILED:
+            if not receipt.retryable:
+                return ClaimResult(Outcome.REPLAYED, receipt)  # the key was burned
+            won = _transition(
+                receipt,
+                now,
+                expect_status=Status.FAILED,
+                status=Status.PROCESSING,
+                attempts=receipt.attempts + 1,
+                lease_expires_at=now + lease,
+                error="",
+            )
+            if won:
+                return ClaimResult(Outcome.RETRIED_AFTER_FAILURE, won, token=won.fencing_token)
+            continue
+
+        # processing
+        if receipt.lease_expires_at and receipt.lease_expires_at > now:
+            return ClaimResult(Outcome.IN_PROGRESS, receipt)
+        won = _transition(
+            receipt,
+            now,
+            expect_status=Status.PROCESSING,
+            attempts=receipt.attempts + 1,
+            lease_expires_at=now + lease,
+        )
+        if won:
+            return ClaimResult(Outcome.LEASE_TAKEOVER, won, token=won.fencing_token)
+    raise RuntimeError(f"claim of {scope}/{key} lost 50 races in a row")  # pragma: no cover
+
+
+def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **changes: Any) -> Receipt | None:
+    """Compare-and-set on (id, fencing token, status); bumps the token. None if we lost."""
+    updated = Receipt.objects.filter(
+        pk=receipt.pk, fencing_token=receipt.fencing_token, status=expect_status
+    ).update(fencing_token=F("fencing_token") + 1, updated_at=now, **changes)
+    if updated != 1:
+        return None
+    for name, value in changes.items():
+        setattr(receipt, name, value)
+    receipt.fencing_token += 1
+    receipt.updated_at = now
+    return receipt
+
+
+def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
+    r = result.receipt
+    Attempt.objects.create(
+        receipt=r,
+        scope=r.scope,
+        key=r.key,
+        operation=r.operation,
+        outcome=result.outcome,
+        fencing_token=result.token,
+        fingerprint=fp,
+        request=rejected_request,
+        created_at=timezone.now(),
+    )
+
+
+def _settle(
+    scope: str, key: str, token: int, outcome: str, detail: str = "", **changes: Any
+) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Receipt.objects.filter(
+            scope=scope, key=key, fencing_token=token, status=Status.PROCESSING
+        ).update(updated_at=now, lease_expires_at=None, **changes)
+        receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
+        Attempt.objects.create(
+            receipt=receipt,
+            scope=scope,
+            key=key,
+            operation=receipt.operation if receipt else "",
+            outcome=outcome if updated else Outcome.STALE_TOKEN,
+            fencing_token=token,
+            detail=detail,
+            created_at=now,
+        )
+        if updated:
+            waiting.notify(scope, key)
+    if not updated:
+        raise StaleToken(f"token {token} no longer owns {key!r}")
+
+
+def complete(
+    scope: str,
+    key: str,
+    token: int,
+    *,
+    response_status: int | None = None,
+    content_type: str = "",
+    body: str = "",
+) -> None:
+    """Store the result. Refused (StaleToken) unless `token` still owns a processing receipt."""
+    _settle(
+        scope,
+        key,
+        token,
+        Outcome.COMPLETED,
+        status=Status.COMPLETED,
+        response_status=response_status,
+        response_content_type=content_type,
+        response_body=body,
+        completed_at=timezone.now(),
+    )
+
+
+def fail(
+    scope: str,
+    key: str,
+    token: int,
+    *,
+    error: str,
+    retryable: bool | None = None,
+    response_status: int | None = None,
+    content_type: str = "",
+    body: str = "",
+) -> None:
+    """Mark the attempt failed. Retryable by default; an operation may burn the key instead."""
+    receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
+    if retryable is None:
+        retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
+    _settle(
+        scope,
+        key,
+        token,
+        Outcome.FAILED,
+        detail=error[:2000],
+        status=Status.FAILED,
+        retryable=retryable,
+        error=error,
+        response_status=response_status,
+        response_content_type=content_type,
+        response_body=body,
+    )
+
+
+def release(
+    receipt: Receipt,
+    *,
+    token: int | None = None,
+    actor: str = "",
+    reason: str = "",
+    user: Any = None,
+) -> Receipt:
+    """Give the key back so that the caller's next attempt runs.
+
+    A worker releases with its token (e.g. when a response must not be stored, such as a
+    401). An operator releases a stuck or failed receipt without one; that bumps the fencing
+    token, so the worker that was stuck can no longer write, and is written to the audit log.
+    """
+    now = timezone.now()
+    status_before = receipt.status
+    if status_before == Status.COMPLETED:
+        raise NotReleasable("A completed receipt keeps its result until it expires.")
+    filters: dict[str, Any] = {"pk": receipt.pk, "status": status_before}
+    filters["fencing_token"] = receipt.fencing_token if token is None else token
+    with transaction.atomic():
+        updated = Receipt.objects.filter(**filters).update(
+            status=Status.FAILED,
+            retryable=True,
+            error=reason or "released",
+            lease_expires_at=None,
+            fencing_token=F("fencing_token") + 1,
+            updated_at=now,
+        )
+        if updated != 1:
+            raise StaleToken(f"{receipt.key!r} changed before it could be released")
+        Attempt.objects.create(
+            receipt=receipt,
+            scope=receipt.scope,
+            key=receipt.key,
+            operation=receipt.operation,
+            outcome=Outcome.RELEASED,
+            fencing_token=token,
+            detail=reason,
+            actor=actor,
+            created_at=now,
+        )
+        if actor:
+            audit(actor, "receipt.release", receipt, status_before, Status.FAILED, reason, user=user)
+        waiting.notify(receipt.scope, receipt.key)
+    receipt.refresh_from_db()
+    return receipt
+
+
+def audit(
+    actor: str,
+    action: str,
+    obj: Any,
+    status_before: str = "",
+    status_after: str = "",
+    detail: str = "",
+    *,
+    user: Any = None,
+) -> AuditEntry:
+    return AuditEntry.objects.create(
+        created_at=timezone.now(),
+        actor=actor,
+        action=action,
+        object_type=obj._meta.label_lower,
+        object_id=str(obj.pk),
+        status_before=status_before,
+        status_after=status_after,
+        detail=detail,
+        user=user if getattr(user, "pk", None) else None,
+    )

@@ -1,0 +1,127 @@
+"""Wake callers that wait (`Prefer: wait=N`, `wait_seconds`) for an in-flight first attempt.
+
+A waiter subscribes to its key and sleeps on a threading.Event. Settling a receipt wakes
+the waiters of its key:
+- in this process, through `transaction.on_commit`, so nobody wakes before the result is
+  visible;
+- in other processes on PostgreSQL, through NOTIFY, which the server delivers at commit.
+  One daemon thread per process LISTENs on one connection and sets the local events.
+Nothing depends on a notification arriving: a waiter also wakes on a slow, growing timer
+and looks again, so a lost notification (or SQLite, which has none across processes)
+costs latency, never correctness. That timer starts at 50 ms and doubles to 1 s, so a
+waiter reads the database a handful of times, not in a tight loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator
+
+from django.db import connection, transaction
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "idemdash_receipts"
+
+_lock = threading.Lock()
+_waiters: dict[str, set[threading.Event]] = {}
+_listener: threading.Thread | None = None
+_stop = threading.Event()
+
+
+def _topic(scope: str, key: str) -> str:
+    return hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()[:20]
+
+
+class _Wakeup:
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.event = threading.Event()
+        self.interval = 0.05
+
+    def wait(self, timeout: float) -> bool:
+        _ensure_listener()
+        woke = self.event.wait(min(timeout, self.interval))
+        self.interval = min(self.interval * 2, 1.0)
+        self.event.clear()
+        return woke
+
+
+@contextlib.contextmanager
+def subscription(scope: str, key: str) -> Iterator[_Wakeup]:
+    wakeup = _Wakeup(_topic(scope, key))
+    with _lock:
+        _waiters.setdefault(wakeup.topic, set()).add(wakeup.event)
+    try:
+        yield wakeup
+    finally:
+        with _lock:
+            events = _waiters.get(wakeup.topic)
+            if events is not None:
+                events.discard(wakeup.event)
+                if not events:
+                    del _waiters[wakeup.topic]
+
+
+def _wake(topic: str) -> None:
+    with _lock:
+        for event in _waiters.get(topic, ()):
+            event.set()
+
+
+def notify(scope: str, key: str) -> None:
+    """Call inside the transaction that settles the receipt."""
+    topic = _topic(scope, key)
+    transaction.on_commit(lambda: _wake(topic))
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, topic])
+
+
+def _ensure_listener() -> None:
+    global _listener
+    if connection.vendor != "postgresql":
+        return
+    with _lock:
+        if _listener is not None and _listener.is_alive():
+            return
+        params = dict(connection.settings_dict)
+        _stop.clear()
+        _listener = threading.Thread(target=_listen, args=(params,), name="receipts-listen", daemon=True)
+        _listener.start()
+
+
+def _listen(settings_dict: dict) -> None:
+    import psycopg
+
+    conninfo = {
+        "dbname": settings_dict["NAME"],
+        "user": settings_dict.get("USER") or None,
+        "password": settings_dict.get("PASSWORD") or None,
+        "host": settings_dict.get("HOST") or None,
+        "port": settings_dict.get("PORT") or None,
+        "connect_timeout": 5,
+    }
+    conninfo = {k: v for k, v in conninfo.items() if v is not None}
+    while not _stop.is_set():
+        try:
+            with psycopg.connect(autocommit=True, **conninfo) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                while not _stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        _wake(note.payload)
+        except Exception:  # the fallback timer keeps waiters correct meanwhile
+            log.warning("receipt LISTEN connection lost; reconnecting", exc_info=True)
+            _stop.wait(1)
+
+
+def stop_listener() -> None:
+    """Close the LISTEN connection (before a test database is dropped, or at shutdown)."""
+    global _listener
+    _stop.set()
+    thread, _listener = _listener, None
+    if thread is not None:
+        thread.join(timeout=5)

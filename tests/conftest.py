@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`postgres` tests run only on PostgreSQL. Under .ci/run's PostgreSQL pass
+    (IDEMDASH_REQUIRE_POSTGRES=1) a database that is not PostgreSQL is an error, not a skip."""
+    from django.conf import settings
+
+    on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    if os.environ.get("IDEMDASH_REQUIRE_POSTGRES") == "1" and not on_postgres:
+        raise pytest.UsageError("IDEMDASH_REQUIRE_POSTGRES=1 but DATABASE_URL is not PostgreSQL")
+    if on_postgres:
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://...")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_listener(django_db_setup, django_db_blocker):
+    """The receipts LISTEN connection must be closed before the test database is dropped."""
+    yield
+    from receipts import waiting
+
+    waiting.stop_listener()
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"

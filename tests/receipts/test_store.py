@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from receipts import store
+from receipts.models import Attempt, Receipt
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = "client:test"
+
+
+def outcomes(key: str) -> list[str]:
+    return list(Attempt.objects.filter(key=key).order_by("id").values_list("outcome", flat=True))
+
+
+def test_a_new_key_is_claimed_with_a_lease_and_a_fencing_token():
+    result = store.claim(SCOPE, "k1", "email.send", {"to": "a@example.com"})
+    assert result.outcome == "claimed" and result.owned
+    assert result.token == 1
+    r = Receipt.objects.get(key="k1")
+    assert r.status == "processing"
+    assert r.lease_expires_at > timezone.now()
+    assert r.expires_at - r.created_at == timedelta(hours=24)
+
+
+def test_a_completed_key_replays_its_stored_result():
+    first = store.claim(SCOPE, "k2", "email.send", {"a": 1, "b": 2})
+    store.complete(SCOPE, "k2", first.token, response_status=201, content_type="application/json", body='{"id":7}')
+    again = store.claim(SCOPE, "k2", "email.send", {"b": 2, "a": 1})  # same JSON, other key order
+    assert again.outcome == "replayed" and not again.owned
+    assert again.receipt.response_status == 201
+    assert again.receipt.response_body == '{"id":7}'
+    assert outcomes("k2") == ["claimed", "completed", "replayed"]
+
+
+def test_a_processing_key_with_a_live_lease_is_in_progress():
+    store.claim(SCOPE, "k3", "email.send", {})
+    second = store.claim(SCOPE, "k3", "email.send", {})
+    assert second.outcome == "in_progress"
+    assert 1 <= second.retry_after <= 10
+
+
+def test_reusing_a_key_with_a_different_request_is_a_mismatch_and_keeps_the_rejected_request():
+    store.claim(SCOPE, "k4", "email.send", {"to": "a"})
+    second = store.claim(SCOPE, "k4", "email.send", {"to": "b"})
+    assert second.outcome == "mismatch"
+    rejected = Attempt.objects.get(key="k4", outcome="mismatch")
+    assert rejected.request == {"to": "b"}
+
+
+def test_a_failed_key_is_retried_by_the_next_claim_with_a_new_token():
+    first = store.claim(SCOPE, "k5", "email.send", {})
+    store.fail(SCOPE, "k5", first.token, error="smtp down")
+    second = store.claim(SCOPE, "k5", "email.send", {})
+    assert second.outcome == "retried_after_failure"
+    assert second.token == first.token + 1
+    assert second.receipt.attempts == 2
+
+
+def test_a_burning_operation_replays_its_failure(settings):
+    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    first = store.claim(SCOPE, "k6", "ledger.post", {})
+    store.fail(SCOPE, "k6", first.token, error="rejected by ledger")
+    second = store.claim(SCOPE, "k6", "ledger.post", {})
+    assert second.outcome == "replayed"
+    assert second.receipt.status == "failed" and second.receipt.error == "rejected by ledger"
+
+
+def test_financial_operations_live_seven_days():
+    result = store.claim(SCOPE, "k7", "payment.capture", {})
+    assert result.receipt.expires_at - result.receipt.created_at == timedelta(days=7)
+
+
+def test_an_expired_lease_is_taken_over_and_the_slow_worker_is_refused():
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        slow = store.claim(SCOPE, "k8", "email.send", {}, lease_seconds=30)
+        traveller.shift(timedelta(seconds=31))
+        fast = store.claim(SCOPE, "k8", "email.send", {})
+        assert fast.outcome == "lease_takeover"
+        assert fast.token == slow.token + 1
+        store.complete(SCOPE, "k8", fast.token, body="fast")
+        with pytest.raises(store.StaleToken):
+            store.complete(SCOPE, "k8", slow.token, body="slow")
+        with pytest.raises(store.StaleToken):
+            store.fail(SCOPE, "k8", slow.token, error="slow")
+    r = Receipt.objects.get(key="k8")
+    assert (r.status, r.response_body) == ("completed", "fast")
+    assert outcomes("k8") == ["claimed", "lease_takeover", "completed", "stale_token", "stale_token"]
+
+
+def test_an_expired_receipt_counts_as_absent():
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim(SCOPE, "k9", "email.send", {"v": 1})
+        store.complete(SCOPE, "k9", first.token, body="one")
+        traveller.shift(timedelta(hours=24, seconds=1))
+        again = store.claim(SCOPE, "k9", "email.send", {"v": 2})  # even a new request
+        assert again.outcome == "claimed"
+        assert again.token == first.token + 1
+        assert again.receipt.attempts == 1
+
+
+def test_keys_of_different_scopes_never_collide():
+    assert store.claim("client:a", "same", "email.send", {}).outcome == "claimed"
+    assert store.claim("client:b", "same", "email.send", {}).outcome == "claimed"
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "caf\u00e9", "tab\there", "nl\n"])
+def test_malformed_keys_are_refused(key):
+    with pytest.raises(store.InvalidKey):
+        store.claim(SCOPE, key, "email.send", {})
+    assert not Receipt.objects.exists()
+
+
+def test_release_by_an_operator_makes_a_stuck_key_claimable_and_fences_the_worker():
+    stuck = store.claim(SCOPE, "k10", "email.send", {})
+    store.release(stuck.receipt, actor="alice", reason="customer retried")
+    again = store.claim(SCOPE, "k10", "email.send", {})
+    assert again.outcome == "retried_after_failure"
+    with pytest.raises(store.StaleToken):
+        store.complete(SCOPE, "k10", stuck.token, body="late")
+    assert outcomes("k10") == ["claimed", "released", "retried_after_failure", "stale_token"]
+
+
+def test_a_completed_receipt_cannot_be_released():
+    r = store.claim(SCOPE, "k11", "email.send", {})
+    store.complete(SCOPE, "k11", r.token)
+    with pytest.raises(store.NotReleasable):
+        store.release(Receipt.objects.get(key="k11"), actor="bob")

@@ -1,0 +1,1 @@
+"""Webhook endpoints, deliveries and events (filled in by the webhooks issue)."""
