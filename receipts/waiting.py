@@ -31,6 +31,10 @@ _waiters: dict[str, set[threading.Event]] = {}
 _listener: threading.Thread | None = None
 _stop = threading.Event()
 
+# The fallback timer: first look again after FIRST_INTERVAL, doubling up to MAX_INTERVAL.
+FIRST_INTERVAL = 0.05
+MAX_INTERVAL = 1.0
+
 
 def _topic(scope: str, key: str) -> str:
     return hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()[:20]
@@ -40,12 +44,12 @@ class _Wakeup:
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.event = threading.Event()
-        self.interval = 0.05
+        self.interval = FIRST_INTERVAL
 
     def wait(self, timeout: float) -> bool:
         _ensure_listener()
         woke = self.event.wait(min(timeout, self.interval))
-        self.interval = min(self.interval * 2, 1.0)
+        self.interval = min(self.interval * 2, MAX_INTERVAL)
         self.event.clear()
         return woke
 

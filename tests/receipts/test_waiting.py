@@ -1,0 +1,73 @@
+"""`wait_seconds` / `Prefer: wait`: the waiter is woken by the first attempt's completion,
+not by a tight polling loop on the database."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from receipts import store, waiting
+
+SCOPE = "client:wait"
+
+
+def _complete_later(key: str, token: int, delay: float) -> None:
+    time.sleep(delay)
+    try:
+        store.complete(SCOPE, key, token, body="done")
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_gets_the_replay_and_reads_the_database_only_a_few_times():
+    first = store.claim(SCOPE, "w1", "email.send", {}, lease_seconds=60)
+    worker = threading.Thread(target=_complete_later, args=("w1", first.token, 1.5))
+    worker.start()
+    with CaptureQueriesContext(connection) as queries:
+        result = store.claim(SCOPE, "w1", "email.send", {}, wait_seconds=20)
+    worker.join()
+    assert result.outcome == "replayed"
+    assert result.receipt.response_body == "done"
+    receipt_reads = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    # A tight loop would read hundreds of times in 1.5 s; the growing timer reads a handful.
+    assert len(receipt_reads) <= 10, len(receipt_reads)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_gives_up_with_in_progress_after_its_wait():
+    store.claim(SCOPE, "w2", "email.send", {}, lease_seconds=60)
+    result = store.claim(SCOPE, "w2", "email.send", {}, wait_seconds=0.3)
+    assert result.outcome == "in_progress"
+
+
+def _complete_in_child(key: str, token: int) -> None:
+    time.sleep(1.0)
+    store.complete(SCOPE, key, token, body="from another process")
+    connections.close_all()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(monkeypatch):
+    # With the fallback timer pushed past the wait, only NOTIFY can wake the waiter early.
+    monkeypatch.setattr(waiting, "FIRST_INTERVAL", 30.0)
+    monkeypatch.setattr(waiting, "MAX_INTERVAL", 30.0)
+    first = store.claim(SCOPE, "w3", "email.send", {}, lease_seconds=60)
+    waiting._ensure_listener()
+    time.sleep(0.5)  # let the listener connect before the notification is sent
+    connections.close_all()
+    child = multiprocessing.get_context("fork").Process(target=_complete_in_child, args=("w3", first.token))
+    child.start()
+    started = time.monotonic()
+    result = store.claim(SCOPE, "w3", "email.send", {}, wait_seconds=25)
+    waited = time.monotonic() - started
+    child.join(10)
+    assert result.outcome == "replayed"
+    assert result.receipt.response_body == "from another process"
+    assert waited < 15, f"woken by the timer after {waited:.1f}s, not by NOTIFY"
