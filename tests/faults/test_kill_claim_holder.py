@@ -1,0 +1,85 @@
+"""SIGKILL a worker that holds claims mid-operation, again and again.
+
+The worker's side effect is a row written in the same transaction that completes the
+receipt (as the @idempotent decorator does), so a kill either loses both or keeps both.
+After the leases of killed workers expire, later workers take the keys over; in the end
+every key is completed exactly once, with exactly one side effect, and nothing is left
+processing. Real processes, real SIGKILL, a real database; bounded in rounds and time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import pytest
+from django.db import connection, connections, transaction
+
+from receipts import store
+from receipts.models import Attempt, Receipt
+
+SCOPE = "client:kill"
+KEYS = [f"charge-{i}" for i in range(12)]
+LEASE = 1
+
+
+def _worker(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = KEYS[:]
+    rng.shuffle(keys)
+    for _ in range(3):  # a few passes, so a worker also picks up keys whose lease ran out
+        for key in keys:
+            result = store.claim(SCOPE, key, "payment.capture", {"key": key}, lease_seconds=LEASE)
+            if not result.owned:
+                continue
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("INSERT INTO fault_effects (k, pid) VALUES (%s, %s)", [key, os.getpid()])
+                time.sleep(rng.uniform(0.02, 0.12))  # the kill often lands in here
+                store.complete(SCOPE, key, result.token, body=f"captured {key}")
+        time.sleep(LEASE + 0.1)
+    connections.close_all()
+
+
+def _all_settled() -> bool:
+    return Receipt.objects.filter(scope=SCOPE, status="completed").count() == len(KEYS)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killed_claim_holders_leave_every_key_completed_exactly_once():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE fault_effects (k varchar(64) NOT NULL, pid integer NOT NULL)")
+    try:
+        ctx = multiprocessing.get_context("fork")
+        rng = random.Random(7)
+        kills = 0
+        deadline = time.monotonic() + 90
+        for round_no in range(40):
+            if _all_settled() or time.monotonic() > deadline:
+                break
+            connections.close_all()
+            worker = ctx.Process(target=_worker, args=(round_no,))
+            worker.start()
+            # The first rounds' workers are killed at a random moment, usually mid-operation.
+            if round_no < 6:
+                time.sleep(rng.uniform(0.2, 0.8))
+                os.kill(worker.pid, signal.SIGKILL)
+                kills += 1
+            worker.join(30)
+        assert kills >= 3
+        # Killed holders' claims were taken over after their leases ran out.
+        assert Attempt.objects.filter(scope=SCOPE, outcome="lease_takeover").count() >= 2
+        assert _all_settled(), list(Receipt.objects.filter(scope=SCOPE).values_list("key", "status"))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT k, COUNT(*) FROM fault_effects GROUP BY k")
+            effects = dict(cursor.fetchall())
+        assert effects == {key: 1 for key in KEYS}
+        assert not Receipt.objects.filter(scope=SCOPE, status="processing").exists()
+        completions = Attempt.objects.filter(scope=SCOPE, outcome="completed")
+        assert sorted(completions.values_list("key", flat=True)) == sorted(KEYS)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE fault_effects")
