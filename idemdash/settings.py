@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so that it sees exceptions from views (process_exception runs bottom-up).
+    "idemdash.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "idemdash.urls"
