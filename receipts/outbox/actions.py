@@ -11,6 +11,7 @@ the message to be performed again.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
@@ -89,6 +90,17 @@ def registered() -> list[str]:
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
+_client: tuple[int, httpx.Client] | None = None
+
+
+def http_client() -> httpx.Client:
+    """One client per process: building one loads the CA bundle (tens of milliseconds), and
+    a client must not cross a fork, whose child would share its sockets."""
+    global _client
+    if _client is None or _client[0] != os.getpid():
+        _client = (os.getpid(), httpx.Client(follow_redirects=False))
+    return _client[1]
+
 
 def _validate_http_post(payload: Any) -> None:
     if not isinstance(payload, dict):
@@ -127,7 +139,7 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     """
     headers = {**payload.get("headers", {}), "Idempotency-Key": ctx.key, "User-Agent": "idemdash-outbox"}
     try:
-        response = httpx.post(
+        response = http_client().post(
             payload["url"], json=payload.get("json", {}), headers=headers, timeout=ctx.timeout
         )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
