@@ -66,7 +66,7 @@ def declared_schedules() -> Declared:
 
 
 def install_schedules(declared: Declared | None = None) -> InstallResult:
-    declared = declared or declared_schedules()
+    declared = declared_schedules() if declared is None else declared
     result = InstallResult()
     with transaction.atomic():
         for entry in declared.schedules:
