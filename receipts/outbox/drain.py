@@ -97,13 +97,15 @@ def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
             store.mark_sent(message, status_code=status_code, duration_ms=duration_ms, drainer=drainer)
             report.sent += 1
             return
-        permanent = isinstance(error, (PermanentError, UnknownAction))
-        if not isinstance(error, (PermanentError, RetryableError, UnknownAction)):
+        # An unknown action is retried, not dead: during a deployment, a drainer still on
+        # the old code may meet a message that the new code enqueued.
+        expected = isinstance(error, (PermanentError, RetryableError))
+        if not expected and not isinstance(error, UnknownAction):
             log.warning("outbox action %s raised for %s", message.action, message.key, exc_info=error)
         status = store.mark_failed(
             message,
-            f"{type(error).__name__}: {error}" if not isinstance(error, (PermanentError, RetryableError)) else str(error),
-            permanent=permanent,
+            str(error) if expected else f"{type(error).__name__}: {error}",
+            permanent=isinstance(error, PermanentError),
             retry_after=getattr(error, "retry_after", None),
             status_code=getattr(error, "status_code", None),
             duration_ms=duration_ms,

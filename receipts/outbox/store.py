@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from receipts.fingerprint import fingerprint_json
@@ -92,9 +92,9 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
     return Enqueued(message, created=False)
 
 
-def _due(now: datetime) -> Q:
+def _due(now: datetime, max_attempts: int) -> Q:
     return Q(status__in=[Status.PENDING, Status.RETRY], next_attempt_at__lte=now) | Q(
-        status=Status.IN_FLIGHT, lease_expires_at__lte=now
+        status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__lt=max_attempts
     )
 
 
@@ -109,25 +109,23 @@ def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: f
     with transaction.atomic():
         # A message whose drainers kept dying while holding it (a poison message that
         # crashes the process, say) is not claimed forever: it dies at the attempt limit.
-        OutboxMessage.objects.filter(
-            status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__gte=max_attempts
-        ).update(
-            status=Status.DEAD,
-            lease_expires_at=None,
-            last_error="The drainer's lease ran out on the last allowed attempt.",
-            updated_at=now,
-        )
-        ids = list(
-            OutboxMessage.objects.select_for_update(skip_locked=True)
-            .filter(_due(now))
-            .order_by("next_attempt_at", "id")
-            .values_list("id", flat=True)[:batch_size]
-        )
+        # Rows are locked (skipping those another drainer holds) before the UPDATE, so two
+        # drainers never lock the same rows in different orders and deadlock.
+        exhausted = Q(status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__gte=max_attempts)
+        exhausted_ids = _lock_ids(OutboxMessage.objects.filter(exhausted), batch_size)
+        if exhausted_ids:
+            OutboxMessage.objects.filter(exhausted, id__in=exhausted_ids).update(
+                status=Status.DEAD,
+                lease_expires_at=None,
+                last_error="The drainer's lease ran out on the last allowed attempt.",
+                updated_at=now,
+            )
+        ids = _lock_ids(OutboxMessage.objects.filter(_due(now, max_attempts)), batch_size)
         if not ids:
             return []
         # The due condition is repeated in the UPDATE so that the claim stays a
         # compare-and-set even where the SELECT took no lock.
-        OutboxMessage.objects.filter(_due(now), id__in=ids).update(
+        OutboxMessage.objects.filter(_due(now, max_attempts), id__in=ids).update(
             status=Status.IN_FLIGHT,
             claim_token=F("claim_token") + 1,
             attempts=F("attempts") + 1,
@@ -140,6 +138,17 @@ def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: f
                 id__in=ids, status=Status.IN_FLIGHT, claimed_by=drainer, lease_expires_at=now + lease
             ).order_by("next_attempt_at", "id")
         )
+
+
+def _lock_ids(queryset: QuerySet, limit: int) -> list[int]:
+    """Ids of up to `limit` rows, oldest due first, locked for this transaction on
+    PostgreSQL (rows other transactions hold are skipped). On SQLite select_for_update is
+    a no-op and the IMMEDIATE transaction already excludes every other writer."""
+    return list(
+        queryset.select_for_update(skip_locked=True)
+        .order_by("next_attempt_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
 
 
 def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -> bool:

@@ -215,3 +215,16 @@ def test_the_messages_of_a_drainer_killed_mid_batch_are_sent_after_its_lease_exp
     # the second delivery carried the same key, so the receiver can tell.
     assert receiver.requests == {"msg-0000": 2, "msg-0001": 1, "msg-0002": 1, "msg-0003": 1}
     assert OutboxMessage.objects.get(key="msg-0000").attempts == 2
+
+
+@pytest.mark.django_db
+def test_a_message_for_an_action_this_drainer_does_not_know_is_retried():
+    from receipts.outbox import actions
+
+    actions.outbox_action("test.newer")(lambda payload, ctx: None)
+    try:
+        store.enqueue("test.newer", {}, "from-new-code")
+    finally:
+        actions._registry.pop("test.newer")
+    assert drain().retried == 1
+    assert "No outbox action" in OutboxMessage.objects.get().last_error
