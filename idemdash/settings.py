@@ -194,6 +194,8 @@ OUTBOX_BACKOFF_CAP_SECONDS = envint("OUTBOX_BACKOFF_CAP_SECONDS", 3600, minimum=
 OUTBOX_LEASE_SECONDS = envint("OUTBOX_LEASE_SECONDS", 60, minimum=2)
 OUTBOX_BATCH_SIZE = envint("OUTBOX_BATCH_SIZE", 20, minimum=1)
 OUTBOX_HTTP_TIMEOUT_SECONDS = envint("OUTBOX_HTTP_TIMEOUT_SECONDS", 10, minimum=1)
+# Hosts http.post may reach (comma-separated); empty allows any, as in the demo.
+OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
 # How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
 OUTBOX_DRAIN_SECONDS = envint("OUTBOX_DRAIN_SECONDS", 45, minimum=1)
 OUTBOX_SENT_RETENTION_DAYS = envint("OUTBOX_SENT_RETENTION_DAYS", 7, minimum=1)

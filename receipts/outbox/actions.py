@@ -23,6 +23,8 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
+from receipts.outbox.conf import setting
+
 Perform = Callable[[Any, "ActionContext"], "int | None"]
 Validate = Callable[[Any], None]
 
@@ -107,8 +109,13 @@ def _validate_http_post(payload: Any) -> None:
         raise ValueError("http.post needs a payload object with a url.")
     url = payload.get("url")
     parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("http.post needs `url`, an http or https URL.")
+    allowed = setting("OUTBOX_HTTP_ALLOWED_HOSTS")
+    # Without a list any host goes (the demo); with one, an API client cannot make the
+    # server post to an internal address such as a metadata service.
+    if allowed and parts.hostname.lower() not in {host.lower() for host in allowed}:
+        raise ValueError(f"http.post may not post to {parts.hostname!r}: not in OUTBOX_HTTP_ALLOWED_HOSTS.")
     headers = payload.get("headers", {})
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ValueError("http.post `headers` must be an object of strings.")
@@ -137,6 +144,10 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
     other status (other 4xx, and redirects, which are not followed) is permanent.
     """
+    try:
+        _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
+    except ValueError as exc:
+        raise PermanentError(str(exc)) from exc
     headers = {**payload.get("headers", {}), "Idempotency-Key": ctx.key, "User-Agent": "idemdash-outbox"}
     try:
         response = http_client().post(

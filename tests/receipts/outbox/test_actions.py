@@ -97,3 +97,18 @@ def test_a_project_registers_its_own_action():
         assert "test.record" in actions.registered()
     finally:
         actions._registry.pop("test.record")
+
+
+def test_http_post_reaches_only_allowed_hosts_when_a_list_is_set(settings):
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["hooks.example.com"]
+    actions.get_action("http.post").validate({"url": "https://HOOKS.example.com/x"})
+    with pytest.raises(ValueError, match="not in OUTBOX_HTTP_ALLOWED_HOSTS"):
+        actions.get_action("http.post").validate({"url": "http://169.254.169.254/latest/meta-data"})
+
+
+def test_a_message_to_a_host_removed_from_the_list_is_permanent(settings):
+    with running_receiver() as receiver:
+        settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["hooks.example.com"]
+        with pytest.raises(PermanentError):
+            actions.http_post({"url": receiver.url}, CTX)
+    assert not receiver.requests

@@ -91,9 +91,9 @@ def test_a_requeued_dead_message_is_sent_by_the_next_drain():
 
 @pytest.mark.django_db
 def test_a_drain_out_of_time_releases_what_it_claimed_but_did_not_start():
-    with running_receiver(lambda key, nth, body: (200, {}, 0.3)) as receiver:
+    with running_receiver(lambda key, nth, body: (200, {}, 0.6)) as receiver:
         enqueue_posts(receiver.url, 4)
-        report = drain(max_seconds=0.1, batch_size=4)
+        report = drain(max_seconds=0.5, batch_size=4)
     assert report.sent == 1 and report.released == 3
     assert sorted(statuses().values()) == ["pending", "pending", "pending", "sent"]
 
