@@ -114,11 +114,26 @@ def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: f
         exhausted = Q(status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__gte=max_attempts)
         exhausted_ids = _lock_ids(OutboxMessage.objects.filter(exhausted), batch_size)
         if exhausted_ids:
+            error = "The drainer's lease ran out on the last allowed attempt."
             OutboxMessage.objects.filter(exhausted, id__in=exhausted_ids).update(
-                status=Status.DEAD,
-                lease_expires_at=None,
-                last_error="The drainer's lease ran out on the last allowed attempt.",
-                updated_at=now,
+                status=Status.DEAD, lease_expires_at=None, last_error=error, updated_at=now
+            )
+            # Logged like any other ending, so that counts of dead messages drawn from
+            # the attempt log include these.
+            OutboxAttempt.objects.bulk_create(
+                OutboxAttempt(
+                    message=m,
+                    scope=m.scope,
+                    key=m.key,
+                    action=m.action,
+                    number=m.attempts,
+                    claim_token=m.claim_token,
+                    outcome=Outcome.DEAD,
+                    error=error,
+                    drainer=m.claimed_by,
+                    created_at=now,
+                )
+                for m in OutboxMessage.objects.filter(id__in=exhausted_ids, status=Status.DEAD)
             )
         ids = _lock_ids(OutboxMessage.objects.filter(_due(now, max_attempts)), batch_size)
         if not ids:

@@ -166,6 +166,8 @@ def test_a_message_whose_drainers_keep_dying_dies_at_the_attempt_limit(settings)
         traveller.shift(timedelta(seconds=61))
         assert store.claim_batch("d2") == []
     assert OutboxMessage.objects.get(key="k15").status == "dead"
+    logged = OutboxAttempt.objects.get(key="k15")
+    assert (logged.outcome, logged.number, logged.drainer) == ("dead", 1, "d1")
 
 
 def test_requeue_dead_gives_fresh_attempts_and_is_audited(admin_user):
@@ -223,3 +225,35 @@ def test_a_released_message_is_due_again_and_its_claim_does_not_count():
     assert store.release(m)
     again = claim_one()
     assert again.attempts == 1 and again.claim_token == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_from_threads_take_disjoint_batches():
+    import threading
+
+    from django.db import connections
+
+    for n in range(60):
+        post(f"t-{n}", n)
+    claimed: dict[str, list[str]] = {}
+    start = threading.Barrier(6)
+
+    def drainer(name: str) -> None:
+        try:
+            start.wait(10)
+            mine: list[str] = []
+            while batch := store.claim_batch(name, batch_size=4):
+                mine += [m.key for m in batch]
+            claimed[name] = mine
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=drainer, args=(f"d{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    keys = [key for mine in claimed.values() for key in mine]
+    assert len(claimed) == 6
+    assert sorted(keys) == sorted(f"t-{n}" for n in range(60))  # each exactly once
+    assert set(OutboxMessage.objects.values_list("claim_token", flat=True)) == {1}
