@@ -90,6 +90,12 @@ def deliver_stripe(client: Client, slug: str, payload: Any, secret: str = STRIPE
     return deliver(client, slug, body, stripe_headers(body, secret, **kw))
 
 
+@pytest.fixture(autouse=True)
+def _no_env_secrets(settings):
+    """A developer's own *_WEBHOOK_SECRET must not leak into the tests."""
+    settings.STRIPE_WEBHOOK_SECRET = settings.SHOPIFY_WEBHOOK_SECRET = settings.STANDARD_WEBHOOK_SECRET = ""
+
+
 @pytest.fixture
 def registry():
     """Register handlers for one test only."""

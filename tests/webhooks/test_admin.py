@@ -82,3 +82,25 @@ def test_the_event_page_lists_its_deliveries(admin_client, client, endpoint):
     page = admin_client.get(f"/admin/webhooks/webhookevent/{event.pk}/change/")
     assert page.status_code == 200
     assert page.content.decode().count(f"delivery of {event.pk} at") == 2
+
+
+def test_an_endpoint_and_its_secret_are_added_in_the_admin(admin_client):
+    response = admin_client.post(
+        "/admin/webhooks/webhookendpoint/add/",
+        {
+            "slug": "billing",
+            "provider": "stripe",
+            "description": "",
+            "secrets-TOTAL_FORMS": "1",
+            "secrets-INITIAL_FORMS": "0",
+            "secrets-MIN_NUM_FORMS": "0",
+            "secrets-MAX_NUM_FORMS": "1000",
+            "secrets-0-secret": "whsec_added_through_admin_9876",
+            "secrets-0-active": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    secret = WebhookSecret.objects.get(endpoint__slug="billing")
+    assert secret.secret == "whsec_added_through_admin_9876" and secret.active
+    page = admin_client.get(f"/admin/webhooks/webhookendpoint/{secret.endpoint_id}/change/").content.decode()
+    assert "whsec_added_through_admin_9876" not in page and "whsec_…9876" in page

@@ -26,7 +26,8 @@ def test_making_env_endpoints_twice_changes_nothing(settings):
     settings.STRIPE_WEBHOOK_SECRET = "whsec_from_env_0000000000"
     endpoints.ensure_env_endpoints()
     endpoints.ensure_env_endpoints()
-    assert WebhookEndpoint.objects.count() == 1 and WebhookSecret.objects.count() == 1
+    assert WebhookEndpoint.objects.filter(slug="stripe").count() == 1
+    assert WebhookSecret.objects.filter(endpoint__slug="stripe").count() == 1
 
 
 def test_a_changed_env_secret_replaces_the_env_secret_only(settings):
