@@ -164,6 +164,8 @@ class RejectedDelivery(models.Model):
         NO_ACTIVE_SECRET = "no_active_secret"
         INVALID_JSON = "invalid_json"
         MISSING_ID = "missing_id"
+        INVALID_ID = "invalid_id"
+        UNSTORABLE_PAYLOAD = "unstorable_payload"
         BODY_TOO_LARGE = "body_too_large"
 
     endpoint = models.ForeignKey(

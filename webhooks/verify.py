@@ -21,6 +21,9 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError as StandardVerificationError
 
 
+MAX_KEY_LENGTH = 500  # WebhookEvent.dedupe_key holds 512
+
+
 class VerificationError(Exception):
     def __init__(self, cause: str, detail: str) -> None:
         super().__init__(detail)
@@ -54,14 +57,18 @@ def verify_delivery(
     now = time.time() if now is None else now
     if provider == "stripe":
         index = verify_stripe(body, headers, secrets, tolerance=stripe_tolerance, now=now)
-        return _stripe_identity(index, _parse_json(body))
-    if provider == "shopify":
+        verified = _stripe_identity(index, _parse_json(body))
+    elif provider == "shopify":
         index = verify_shopify(body, headers, secrets)
-        return _shopify_identity(index, _parse_json(body), headers)
-    if provider == "standard":
+        verified = _shopify_identity(index, _parse_json(body), headers)
+    elif provider == "standard":
         index = verify_standard(body, headers, secrets, tolerance=standard_tolerance, now=now)
-        return _standard_identity(index, _parse_json(body), headers)
-    raise ValueError(f"unknown provider {provider!r}")
+        verified = _standard_identity(index, _parse_json(body), headers)
+    else:
+        raise ValueError(f"unknown provider {provider!r}")
+    if len(verified.dedupe_key) > MAX_KEY_LENGTH:
+        raise VerificationError("invalid_id", f"The event id is longer than {MAX_KEY_LENGTH} characters.")
+    return verified
 
 
 # --- Stripe ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -86,6 +86,11 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
 
     try:
         stored = store_delivery(endpoint, verified, secrets[verified.secret_index][0])
+    except DataError:
+        # Valid JSON the database refuses (PostgreSQL jsonb has no \u0000): a client error.
+        detail = "The payload cannot be stored (for example a \\u0000 in a string)."
+        _reject(endpoint, "unstorable_payload", detail, body, request)
+        return problem(400, "webhook-rejected", "Webhook delivery rejected", detail, cause="unstorable_payload")
     except DATABASE_DOWN:
         log.warning("webhook delivery to %r not stored: database unavailable", slug)
         return _unavailable()

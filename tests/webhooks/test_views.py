@@ -282,3 +282,22 @@ def test_an_unreachable_database_gets_503(client, settings):
         connection.settings_dict["PORT"] = real_port
     assert response.status_code == 503
     assert not WebhookEvent.objects.exists()
+
+
+def test_an_overlong_event_id_is_rejected_not_a_500(client):
+    make_endpoint("std", "standard", STANDARD_SECRET)
+    body = b'{"type": "a"}'
+    response = deliver(client, "std", body, standard_headers(body, STANDARD_SECRET, msg_id="m" * 600))
+    assert response.status_code == 400 and problem_of(response)["cause"] == "invalid_id"
+    assert not WebhookEvent.objects.exists()
+
+
+def test_a_payload_the_database_cannot_store_is_rejected_not_a_500(client, on_postgres):
+    make_endpoint("shop", "stripe", STRIPE_SECRET)
+    response = deliver_stripe(client, "shop", stripe_event({"name": "nul\u0000byte"}, "a.b"))
+    if on_postgres:  # jsonb refuses \u0000; SQLite stores it
+        assert response.status_code == 400 and problem_of(response)["cause"] == "unstorable_payload"
+        assert RejectedDelivery.objects.get().cause == "unstorable_payload"
+        assert not WebhookEvent.objects.exists()
+    else:
+        assert response.status_code == 200
