@@ -301,3 +301,15 @@ def test_a_payload_the_database_cannot_store_is_rejected_not_a_500(client, on_po
         assert not WebhookEvent.objects.exists()
     else:
         assert response.status_code == 200
+
+
+def test_no_secret_reaches_a_log_line(client, caplog, settings):
+    caplog.set_level("DEBUG")
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_env_secret_never_logged"
+    make_endpoint("shop", "stripe", STRIPE_SECRET)
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"), secret="whsec_wrong_wrong_wrong_00")
+    deliver_stripe(client, "stripe", stripe_event({}, "a.b"), secret="whsec_env_secret_never_logged")
+    deliver(client, "shop", b"{}", {})
+    assert caplog.records  # the requests were logged (django.request, django.db) ...
+    assert STRIPE_SECRET not in caplog.text and "whsec_env_secret_never_logged" not in caplog.text
