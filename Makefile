@@ -24,7 +24,7 @@ test: install
 demo: migrate
 	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	$(BIN)/honcho start
 
 clean:
 	rm -rf $(VENV) var
