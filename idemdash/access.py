@@ -7,9 +7,14 @@ database flushed between tests.
 
 from __future__ import annotations
 
+from functools import wraps
 from typing import Any, Callable
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 
@@ -36,10 +41,25 @@ def ensure_groups() -> None:
         group.permissions.add(*(perms[c] for c in codenames))
 
 
+def _login_required(view: Callable[..., Any]) -> Callable[..., Any]:
+    """login_required, except that an htmx request (a poll after the session expired) is
+    told to load the login page as a whole page instead of swapping it into a fragment."""
+    plain = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if getattr(request, "htmx", False) and not request.user.is_authenticated:
+            next_url = urlencode({"next": request.htmx.current_url_abs_path or "/"})
+            return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{next_url}")
+        return plain(request, *args, **kwargs)
+
+    return wrapper
+
+
 def viewer_required(view: Callable[..., Any]) -> Callable[..., Any]:
     """Anonymous users go to the login page; logged-in users without the permission get 403."""
-    return login_required(permission_required(VIEW, raise_exception=True)(view))
+    return _login_required(permission_required(VIEW, raise_exception=True)(view))
 
 
 def operator_required(view: Callable[..., Any]) -> Callable[..., Any]:
-    return login_required(permission_required(OPERATE, raise_exception=True)(view))
+    return _login_required(permission_required(OPERATE, raise_exception=True)(view))

@@ -46,3 +46,9 @@ def test_logout_is_a_post(viewer_client):
     assert viewer_client.get("/accounts/logout/").status_code == 405
     assert viewer_client.post("/accounts/logout/").status_code == 302
     assert viewer_client.get("/").status_code == 302
+
+
+def test_an_htmx_poll_after_the_session_ended_is_sent_to_the_login_page_whole(client):
+    response = client.get("/?window=1h", headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/?window=1h"})
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fwindow%3D1h"
