@@ -4,10 +4,13 @@ import base64
 from datetime import datetime
 
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
-from receipts.models import Receipt
+from receipts.models import Attempt, Receipt
+
+# "Which keys got 409s / 422s?": receipts with at least one such attempt.
+CONFLICTS = {"409": Attempt.Outcome.IN_PROGRESS, "422": Attempt.Outcome.MISMATCH}
 
 SORTS = {
     "-created": ("created_at", True),
@@ -45,6 +48,9 @@ class ReceiptFilter(forms.Form):
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Receipt.Status.choices])
     operation = forms.CharField(required=False, max_length=100)
     scope = forms.CharField(required=False, max_length=255)
+    conflict = forms.ChoiceField(
+        required=False, choices=[("", "Any"), ("409", "Had a 409 (in progress)"), ("422", "Had a 422 (mismatch)")]
+    )
     since = forms.DateTimeField(required=False, label="Created from")
     until = forms.DateTimeField(required=False, label="Created until")
     sort = forms.ChoiceField(
@@ -61,6 +67,9 @@ class ReceiptFilter(forms.Form):
         for name in ("status", "operation", "scope"):
             if data.get(name):
                 qs = qs.filter(**{name: data[name]})
+        if data.get("conflict"):
+            outcome = CONFLICTS[data["conflict"]]
+            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome=outcome)))
         if data.get("since"):
             qs = qs.filter(created_at__gte=data["since"])
         if data.get("until"):
@@ -71,7 +80,7 @@ class ReceiptFilter(forms.Form):
         return SORTS[self.cleaned_data.get("sort") or "-created"]
 
     def is_filtered(self) -> bool:
-        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "since", "until"))
+        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "conflict", "since", "until"))
 
 
 def keyset_page(qs: QuerySet[Receipt], field: str, descending: bool, after: str | None) -> tuple[list[Receipt], str | None]:

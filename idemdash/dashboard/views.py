@@ -106,16 +106,25 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
+# A retry storm can leave thousands of 409s on one key; the page shows the latest ones.
+TIMELINE_LIMIT = 300
+CONFLICT_LIMIT = 20
+
+
 def _detail_context(receipt: Receipt) -> dict[str, Any]:
-    timeline = list(Attempt.objects.filter(receipt=receipt).order_by("created_at", "id"))
+    attempts = Attempt.objects.filter(receipt=receipt)
+    timeline = list(attempts.order_by("-created_at", "-id")[:TIMELINE_LIMIT])[::-1]
+    rejected = attempts.filter(outcome=Attempt.Outcome.MISMATCH).order_by("-created_at", "-id")[:CONFLICT_LIMIT]
     mismatches = [
         {"attempt": a, "differences": conflicts.diff_requests(receipt.request, a.request),
          "pretty": _pretty(a.request)}
-        for a in timeline if a.outcome == Attempt.Outcome.MISMATCH
+        for a in reversed(rejected)
     ]
     return {
         "receipt": receipt,
         "timeline": timeline,
+        "timeline_total": attempts.count() if len(timeline) == TIMELINE_LIMIT else len(timeline),
+        "mismatch_total": attempts.filter(outcome=Attempt.Outcome.MISMATCH).count() if len(mismatches) == CONFLICT_LIMIT else len(mismatches),
         "mismatches": mismatches,
         "request_pretty": _pretty(receipt.request),
         "response_pretty": _pretty(receipt.response_body),

@@ -51,3 +51,16 @@ def test_a_stuck_receipt_is_flagged(viewer_client):
 
 def test_an_unknown_receipt_is_404(viewer_client):
     assert viewer_client.get("/receipts/999999/").status_code == 404
+
+
+def test_a_retry_storm_shows_the_latest_attempts_and_the_true_count(viewer_client, monkeypatch):
+    from idemdash.dashboard import views
+    from receipts import store
+
+    monkeypatch.setattr(views, "TIMELINE_LIMIT", 5)
+    r = stuck("storm", minutes_ago=0)  # claimed now: its lease is live, so claims are 409s
+    for _ in range(9):
+        store.claim("client:shop", "storm", "payment.create", {"key": "storm"})
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "The latest 5 of 10 attempts" in html
+    assert html.count("badge-outcome-in_progress") == 5 and "badge-outcome-claimed" not in html

@@ -106,3 +106,15 @@ def test_operators_see_bulk_retry_for_failed_receipts_and_viewers_do_not(viewer_
 def test_a_stuck_receipt_is_listed_as_processing(viewer_client):
     stuck("k1")
     assert "badge-processing" in viewer_client.get("/receipts/").content.decode()
+
+
+def test_it_filters_keys_that_got_409s_or_422s(viewer_client):
+    from tests.dashboard.build import mismatched
+
+    mismatched("got-422", {"a": 1}, {"a": 2})
+    busy = store.claim("client:shop", "got-409", "email.send", {})
+    store.claim("client:shop", "got-409", "email.send", {})
+    store.complete("client:shop", "got-409", busy.token)
+    completed("calm")
+    assert keys(viewer_client.get("/receipts/?conflict=422")) == ["got-422"]
+    assert keys(viewer_client.get("/receipts/?conflict=409")) == ["got-409"]
