@@ -210,6 +210,17 @@ def test_an_exception_rolls_back_marks_the_receipt_failed_and_is_reraised(client
 
 
 @pytest.mark.django_db
+def test_an_http404_raised_by_the_view_is_not_a_failure_and_is_not_stored(client, settings):
+    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"email.*": {"on_failure": "burn"}}}
+    assert post(client, "/missing").status_code == 404
+    receipt = Receipt.objects.get()
+    assert receipt.status == "failed" and receipt.retryable and receipt.error == "Http404: not stored"
+    assert rows("k-1") == 0
+    assert post(client, "/missing").status_code == 404
+    assert Receipt.objects.get().attempts == 2
+
+
+@pytest.mark.django_db
 def test_a_burning_operation_replays_its_exception_as_a_500_problem(client, settings):
     settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
     with pytest.raises(RuntimeError):

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import include, path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -66,6 +66,13 @@ def explode(request: HttpRequest) -> HttpResponse:
 
 @csrf_exempt
 @idempotent("email.send")
+def missing(request: HttpRequest) -> HttpResponse:
+    side_effect(request.headers.get("Idempotency-Key", ""))
+    raise Http404("no such order")
+
+
+@csrf_exempt
+@idempotent("email.send")
 def stream(request: HttpRequest) -> HttpResponse:
     side_effect(request.headers.get("Idempotency-Key", ""))
     return StreamingHttpResponse(iter([b"a", b"b"]), content_type="text/plain")
@@ -114,6 +121,7 @@ urlpatterns = [
     path("capture", capture),
     path("optional", optional),
     path("explode", explode),
+    path("missing", missing),
     path("stream", stream),
     path("binary", binary),
     path("redirect", redirect),
