@@ -368,6 +368,14 @@ def test_a_body_over_the_upload_limit_is_413(client, settings):
 
 
 @pytest.mark.django_db
+def test_a_body_nested_too_deep_for_json_is_handled_as_raw_text(client):
+    body = "[" * 100_000
+    deep = client.post("/capture", body, content_type="application/json", headers={"Idempotency-Key": "deep2"})
+    assert deep.status_code == 201
+    assert Receipt.objects.get(key="deep2").request["body"] == body[:4096]
+
+
+@pytest.mark.django_db
 def test_a_request_with_nul_characters_is_stored_without_them(client):
     post(client, "/capture", body={"note": "a\x00b"})
     assert Receipt.objects.get().request["body"] == {"note": "a\ufffdb"}
