@@ -197,7 +197,8 @@ class IdempotencyClient:
         returned to every later call. If fn raises, the receipt is marked failed (so the
         next call runs fn again, unless the operation burns keys) and the error re-raised.
         While another worker holds the key, waits up to `max_in_progress_retries` times,
-        honouring Retry-After, then raises InProgress.
+        honouring Retry-After, then raises InProgress. LeaseLost from completing means fn
+        ran but outlived its lease and another worker took over: its result was not stored.
         """
         claim = self._claim_patiently(key, operation, request, lease_seconds)
         if claim.replayed:

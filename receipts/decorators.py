@@ -20,7 +20,7 @@ from typing import Any
 
 from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponseBase
 
 from receipts import responses, store
 from receipts.auth import client_for_request
