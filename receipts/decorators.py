@@ -217,7 +217,7 @@ def _refusal(result: store.ClaimResult) -> HttpResponseBase:
             f"This key was first used for {receipt.operation} with another method, path or body.",
         )
     # Replayed: the stored result, or a burned failure's stored response.
-    if receipt.response_status is not None:
+    if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
         response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)
     else:
         response = problem(

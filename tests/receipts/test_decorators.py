@@ -77,6 +77,14 @@ def test_a_repeat_with_the_same_json_in_another_key_order_is_replayed(client):
 
 
 @pytest.mark.django_db
+def test_a_completed_receipt_without_a_status_replays_as_200(client):
+    first = post(client, "/capture")
+    Receipt.objects.update(response_status=None)  # as completed by a caller that stores no status
+    again = post(client, "/capture")
+    assert again.status_code == 200 and again.content == first.content
+
+
+@pytest.mark.django_db
 def test_a_quoted_structured_field_key_is_the_same_key_as_the_bare_one(client):
     post(client, "/capture", key='"order-7"')
     again = post(client, "/capture", key="order-7")
