@@ -21,12 +21,13 @@ from typing import Any
 from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
+from django.utils import timezone
 
 from receipts import responses, store
 from receipts.auth import client_for_request
 from receipts.conf import setting
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
-from receipts.models import Receipt
+from receipts.models import Attempt, Receipt
 from receipts.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from receipts.problems import problem
 
@@ -260,7 +261,9 @@ def _run(
             )
             return response
     except store.StaleToken:
-        # Our lease was taken over while the view ran: its writes were rolled back above.
+        # Our lease was taken over while the view ran: its writes were rolled back above,
+        # and with them the store's own record of the refusal, so log it again here.
+        _record_lease_lost(scope, key, token)
         return problem(
             409,
             "lease-lost",
@@ -315,6 +318,20 @@ def _fail(
             )
     except store.StaleToken:
         log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)
+
+
+def _record_lease_lost(scope: str, key: str, token: int) -> None:
+    receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
+    Attempt.objects.create(
+        receipt=receipt,
+        scope=scope,
+        key=key,
+        operation=receipt.operation if receipt else "",
+        outcome=Attempt.Outcome.STALE_TOKEN,
+        fencing_token=token,
+        detail="lease lost while the view ran; its writes were rolled back",
+        created_at=timezone.now(),
+    )
 
 
 def _release_quietly(scope: str, key: str, token: int, reason: str) -> None:

@@ -300,6 +300,7 @@ def test_a_takeover_during_the_view_rolls_back_its_writes_and_answers_409_lease_
     # the takeover too; the PostgreSQL test below keeps the takeover on its own connection.
     assert rows("k-1") == 0
     assert Receipt.objects.get().status == "processing"
+    assert Attempt.objects.get(outcome="stale_token").fencing_token == 1
 
 
 @pytest.mark.postgres
@@ -333,6 +334,8 @@ def test_a_takeover_on_another_connection_wins_and_the_slow_views_writes_roll_ba
     assert rows("k-1") == 0
     receipt = Receipt.objects.get()
     assert receipt.status == "completed" and receipt.response_body == "other"
+    lost = Attempt.objects.get(outcome="stale_token")
+    assert lost.fencing_token == 1 and "rolled back" in lost.detail
     assert post(client, "/capture")["Idempotent-Replayed"] == "true"
 
 
