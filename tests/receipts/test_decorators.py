@@ -11,9 +11,11 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 
 from receipts import store
 from receipts.auth import create_token
+from receipts.decorators import idempotent
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls
 
@@ -417,6 +419,15 @@ def test_the_decorator_does_not_exempt_a_session_view_from_csrf():
     assert not Receipt.objects.exists() and rows("k-1") == 0
 
 
+def test_csrf_exemption_survives_the_decorator_in_either_order():
+    def view(request):
+        return None
+
+    assert idempotent("email.send")(csrf_exempt(view)).csrf_exempt is True
+    assert csrf_exempt(idempotent("email.send")(view)).csrf_exempt is True
+    assert not getattr(idempotent("email.send")(view), "csrf_exempt", False)
+
+
 @pytest.mark.django_db
 def test_a_session_view_with_its_csrf_token_is_served():
     user = User.objects.create_user("ada", password="pw-123456")
@@ -521,3 +532,8 @@ def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
         assert all(r.content == ran[0].content for r in replayed)
         assert len(ran) + len(replayed) + statuses.count(409) == callers
     assert Receipt.objects.filter(status="completed").count() == 10
+
+
+def test_a_malformed_operation_is_refused_when_the_view_is_decorated():
+    with pytest.raises(store.InvalidOperation):
+        idempotent("has spaces")
