@@ -483,6 +483,8 @@ def test_prefer_wait_waits_for_the_first_attempt_and_replays_it(live_server):
         if Receipt.objects.filter(key="slow").exists():
             break
         threading.Event().wait(0.02)
+    # Still running (it sleeps 1 s): without the wait preference this would be a 409.
+    assert Receipt.objects.get(key="slow").status == "processing"
     waited = httpx.post(url, content=b"{}", headers={**headers, "Prefer": "wait=10"}, timeout=30)
     worker.join()
     assert first["r"].status_code == 201
