@@ -6,9 +6,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_problem_type_used_by_the_receipts_app_is_in_the_readme_table():
+# The HTTP contract and the JSON API; other modules document their problems in their own
+# README sections.
+MODULES = ("receipts/decorators.py", "receipts/api.py", "receipts/auth.py")
+
+
+def test_every_problem_type_of_the_http_contract_and_the_api_is_in_the_readme_table():
     used: set[str] = set()
-    for source in (ROOT / "receipts").rglob("*.py"):
+    for source in (ROOT / name for name in MODULES):
         text = source.read_text()
         used |= set(re.findall(r'problem\(\s*\d{3},\s*"([a-z-]+)"', text))
         used |= set(re.findall(r'urn:idemdash:problem:([a-z-]+)', text))
