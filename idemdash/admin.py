@@ -20,7 +20,7 @@ def _actor(request: HttpRequest) -> str:
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ("name", "metric", "comparison", "threshold", "window_minutes", "channel", "target", "enabled")
+    list_display = ("name", "metric", "comparison", "threshold", "window_minutes", "channel", "target_display", "enabled")
     list_filter = ("enabled", "metric", "channel")
     search_fields = ("name",)
     readonly_fields = ("created_by", "created_at", "updated_at")

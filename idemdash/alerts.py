@@ -393,7 +393,7 @@ def save_rule(rule: AlertRule, *, actor: str, user: Any = None, before: str = ""
         rule.save()
         audit(actor, "alert_rule.create" if created else "alert_rule.update", rule,
               status_before=before, status_after=_rule_state(rule),
-              detail=f"{rule.condition}; notify by {rule.channel} {rule.target}", user=user)
+              detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
     return rule
 
 

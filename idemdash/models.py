@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -25,7 +27,7 @@ class AlertRule(models.Model):
     """A threshold on one dashboard figure over a window; `idemdash.alerts.evaluate` watches it."""
 
     class Metric(models.TextChoices):
-        DUPLICATE_RATE = "duplicate_rate", "Duplicate rate (0 to 1)"
+        DUPLICATE_RATE = "duplicate_rate", "Duplicate rate"
         IN_PROGRESS_CONFLICTS = "in_progress_conflicts", "409 in-progress conflicts"
         MISMATCH_CONFLICTS = "mismatch_conflicts", "422 mismatches"
         FAILING_KEYS = "failing_keys", "Keys failing repeatedly"
@@ -81,6 +83,16 @@ class AlertRule(models.Model):
         from idemdash.alerts import window_label
 
         return window_label(self.window_minutes)
+
+    @property
+    def target_display(self) -> str:
+        """The target as pages, the audit log and log lines show it. A webhook URL is masked:
+        a Slack incoming webhook's path is its credential, and viewers see these pages."""
+        if self.channel != self.Channel.WEBHOOK:
+            return self.target
+        parts = urlsplit(self.target)
+        host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or "")
+        return f"{parts.scheme}://{host}/…{self.target[-4:]}"
 
     @property
     def span_text(self) -> str:

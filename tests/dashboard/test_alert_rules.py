@@ -161,3 +161,12 @@ def test_anonymous_users_go_to_the_login_page_and_outsiders_get_403(client, outs
 def test_an_unknown_rule_is_404(operator_client):
     assert operator_client.get("/alerts/rules/999/").status_code == 404
     assert operator_client.post("/alerts/rules/999/delete/").status_code == 404
+
+
+def test_a_webhook_url_is_masked_on_the_page_and_in_the_audit_log(operator_client, viewer_client):
+    url = "https://hooks.slack.com/services/T000/B000/SECRETxyz9"
+    operator_client.post("/alerts/rules/new/", {**VALID, "channel": "webhook", "target": url})
+    html = viewer_client.get("/alerts/rules/").content.decode()
+    assert "https://hooks.slack.com/…xyz9" in html and "SECRET" not in html
+    assert "SECRET" not in AuditEntry.objects.get().detail
+    assert "SECRET" not in viewer_client.get("/audit/").content.decode()

@@ -279,7 +279,7 @@ def test_a_webhook_rule_posts_slack_compatible_json_with_the_figures():
     assert message.action == "http.post"
     assert message.payload["url"] == "https://hooks.slack.com/services/T/B/X"
     body = message.payload["json"]
-    assert body["text"] == f"[FIRING] {r.name}: Duplicate rate (0 to 1) is 55.56% (> 0.2 over 1h)"
+    assert body["text"] == f"[FIRING] {r.name}: Duplicate rate is 55.56% (> 0.2 over 1h)"
     assert body["alert"] == {
         "alert_id": alert.pk, "rule": r.name, "state": "firing", "metric": "duplicate_rate", "comparison": ">",
         "threshold": 0.2, "window_minutes": 60, "value": 0.5556, "resolved_value": None,
