@@ -340,19 +340,24 @@ def test_the_drain_sends_the_fired_and_resolved_emails_once_each(settings):
 
 
 @pytest.mark.django_db
-def test_the_drain_posts_the_webhook_notification_to_a_receiver_once():
+def test_the_drain_posts_the_fired_and_resolved_webhook_notifications_to_a_receiver_once_each():
     with running_receiver() as receiver:
         r = rule(Metric.STUCK_ROWS, 0, channel="webhook", target=receiver.url)
-        stuck("r1")
+        receipt = stuck("r1")
         alerts.evaluate()
         alerts.evaluate()
-        report = drain()
+        fired_report = drain()
+        store.release(receipt, actor="otto")
+        alerts.evaluate()
+        alerts.evaluate()
+        resolved_report = drain()
         alert = Alert.objects.get()
-    assert report.sent == 1
-    key = f"idemdash:alert:{alert.pk}:fired"
-    assert receiver.requests == {key: 1}
-    (body,) = [b for b, keys in receiver.keys_by_body.items() if key in keys]
-    assert f'"text": "[FIRING] {r.name}: Stuck rows' in body and '"alert_id": %d' % alert.pk in body
+    assert (fired_report.sent, resolved_report.sent) == (1, 1)
+    fired, resolved = f"idemdash:alert:{alert.pk}:fired", f"idemdash:alert:{alert.pk}:resolved"
+    assert receiver.requests == {fired: 1, resolved: 1}
+    bodies = {key: body for body, keys in receiver.keys_by_body.items() for key in keys}
+    assert f'"text": "[FIRING] {r.name}: Stuck rows' in bodies[fired] and '"alert_id": %d' % alert.pk in bodies[fired]
+    assert f'"text": "[RESOLVED] {r.name}: Stuck rows' in bodies[resolved] and '"state": "resolved"' in bodies[resolved]
 
 
 # --- evaluators racing ------------------------------------------------------------------------
