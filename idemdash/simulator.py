@@ -179,13 +179,16 @@ class Receiver:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status = receiver._answer(self.headers.get("Idempotency-Key", ""))
                 body = json.dumps({"ok": status == 200}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                if status == 503:
-                    self.send_header("Retry-After", "1")
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    if status == 503:
+                        self.send_header("Retry-After", "1")
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the drainer gave up on a slow answer (its timeout): it will retry
 
             def do_GET(self) -> None:
                 self.send_response(204)
@@ -389,6 +392,7 @@ class Simulator:
         self.receiver.start()
         try:
             self.wait_for_server()
+            self._started = time.monotonic()
             skipped = [name for name, on in (("Stripe", cfg.stripe_secret), ("Shopify", cfg.shopify_secret)) if not on]
             self.write(
                 f"simulating {cfg.rate:g} actions/s against {self.base_url}/ (run {self.run_id}"
