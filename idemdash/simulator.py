@@ -250,7 +250,7 @@ class Config:
     receiver_slow: float = 0.1
     receiver_slow_seconds: float = 2.0
     crash_lease_seconds: int = 5
-    say_every: float = 5.0  # at most one line per kind of traffic this often
+    say_every: float = 10.0  # at most one line per kind of traffic this often
     summary_every: float = 15.0
     wait_for_server: float = 120.0
     max_in_flight: int = 16
@@ -427,6 +427,8 @@ class Simulator:
                 try:
                     fn()
                 except Exception as exc:  # one action's failure must not stop the simulation
+                    if self.stopping.is_set():
+                        return  # cut short by the stop (the demo's server may stop first)
                     self.count("errors")
                     self.say(f"error:{type(exc).__name__}", f"{what}: {type(exc).__name__}: {str(exc)[:200]}")
                 finally:

@@ -35,6 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("--receiver-failures", type=_share, default=0.3, help="share of posts answered 503 (0.3)")
         parser.add_argument("--receiver-slow", type=_share, default=0.1, help="share of posts answered after 2 s (0.1)")
         parser.add_argument("--crash-lease", type=int, default=5, help="lease seconds of claims whose agent crashes (5)")
+        parser.add_argument("--say-every", type=float, default=10.0, help="seconds between two lines about one kind of traffic (10)")
         parser.add_argument("--summary-every", type=float, default=15.0, help="seconds between summary lines (15)")
         parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the server to answer (120)")
         parser.add_argument(
@@ -65,6 +66,7 @@ class Command(BaseCommand):
             receiver_failures=options["receiver_failures"],
             receiver_slow=options["receiver_slow"],
             crash_lease_seconds=options["crash_lease"],
+            say_every=options["say_every"],
             summary_every=options["summary_every"],
             wait_for_server=options["wait"],
         )
