@@ -44,6 +44,8 @@ from receipts.client import IdempotencyClient, InProgress, KeyMismatch
 from webhooks.verify import shopify_signature
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# The suite's own small fixtures: one copy of the Stripe and Shopify objects for the tests
+# and the demo alike (the simulator runs from a checkout, as `make demo` does).
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "webhooks" / "fixtures"
 
 # One shuffled deck is dealt per round, so that every kind of traffic appears in every
@@ -257,7 +259,7 @@ class Config:
 
 
 @dataclass
-class Stripe:
+class StripePayment:
     """One payment's two Stripe events, kept so they can be delivered again later."""
 
     events: list[dict[str, Any]]
@@ -293,7 +295,7 @@ class Simulator:
         self._later: list[tuple[float, int, str, Callable[[], None]]] = []
         self._last_said: dict[str, float] = {}
         self._hushed: Counter[str] = Counter()
-        self._stripe_sent: deque[Stripe] = deque(maxlen=40)
+        self._stripe_sent: deque[StripePayment] = deque(maxlen=40)
         self._shopify_sent: deque[tuple[bytes, dict[str, str], float]] = deque(maxlen=40)
         self._deck: list[str] = []
         self._warned: set[str] = set()
@@ -334,6 +336,15 @@ class Simulator:
                 return
             self._warned.add(topic)
         self.write(f"! {text}")
+
+    def _remember(self, sent: deque, item: Any) -> None:
+        with self._lock:
+            sent.append(item)
+
+    def _earlier(self, sent: deque) -> list[Any]:
+        """What was sent before the newest delivery: redelivering it is out of order."""
+        with self._lock:
+            return list(sent)[:-1]
 
     def later(self, delay: float, what: str, fn: Callable[[], None]) -> None:
         with self._lock:
@@ -643,7 +654,7 @@ class Simulator:
             events.reverse()
         for event in events:
             self._stripe_send(event)
-        self._stripe_sent.append(Stripe(events, time.monotonic()))
+        self._remember(self._stripe_sent, StripePayment(events, time.monotonic()))
         order = "payment_intent.succeeded before checkout.session.completed" if out_of_order else "checkout.session.completed, payment_intent.succeeded"
         self.say("stripe_payment", f"stripe: payment {events[0]['data']['object']['id'].replace('cs_', 'pi_')}: {order}")
 
@@ -670,9 +681,10 @@ class Simulator:
         )
 
     def _stripe_redelivery(self, n: int, rng: random.Random) -> None:
-        if len(self._stripe_sent) < 2:
+        earlier = self._earlier(self._stripe_sent)
+        if not earlier:
             return self._stripe_payment(n, rng)
-        old = rng.choice(list(self._stripe_sent)[:-1])  # not the newest: out of order
+        old = rng.choice(earlier)
         event = rng.choice(old.events)
         reply = self._stripe_send(event)
         self.say(
@@ -704,13 +716,14 @@ class Simulator:
             "X-Shopify-API-Version": "2025-01",
         }
         self._shopify_send(body, headers)
-        self._shopify_sent.append((body, headers, time.monotonic()))
+        self._remember(self._shopify_sent, (body, headers, time.monotonic()))
         self.say("shopify_order", f"shopify: orders/create {order['name']} ({total} EUR)")
 
     def _shopify_redelivery(self, n: int, rng: random.Random) -> None:
-        if len(self._shopify_sent) < 2:
+        earlier = self._earlier(self._shopify_sent)
+        if not earlier:
             return self._shopify_order(n, rng)
-        body, headers, sent_at = rng.choice(list(self._shopify_sent)[:-1])
+        body, headers, sent_at = rng.choice(earlier)
         reply = self._shopify_send(body, headers)
         self.say(
             "shopify_redelivery",
