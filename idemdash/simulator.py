@@ -244,6 +244,7 @@ class Config:
     token: str
     rate: float = 4.0
     duration: float | None = None  # seconds; None runs until stop() is called
+    actions: int | None = None  # deal this many, finish their follow-ups, and stop
     seed: int | None = None
     stripe_secret: str = ""
     shopify_secret: str = ""
@@ -342,9 +343,10 @@ class Simulator:
             sent.append(item)
 
     def _earlier(self, sent: deque) -> list[Any]:
-        """What was sent before the newest delivery: redelivering it is out of order."""
+        """What was sent before the newest delivery (redelivering it is out of order), or
+        the only one sent so far."""
         with self._lock:
-            return list(sent)[:-1]
+            return list(sent)[:-1] or list(sent)
 
     def later(self, delay: float, what: str, fn: Callable[[], None]) -> None:
         with self._lock:
@@ -374,8 +376,8 @@ class Simulator:
             f"outbox: {t['outbox.enqueued']} enqueued ({t['outbox.again']} again by key); receiver: "
             f"{r['posts']} posts, {r['refused']} x 503, {r['slow']} slow, {r['repeats']} repeats"
         )
-        if t["errors"] or t["skipped"]:
-            parts.append(f"{t['errors']} errors, {t['skipped']} skipped (server busy)")
+        if t["errors"] or t["busy"]:
+            parts.append(f"{t['errors']} errors, {t['busy']} times all {self.config.max_in_flight} actions in flight (server busy)")
         return " | ".join(parts)
 
     # --- running ----------------------------------------------------------------------------
@@ -429,10 +431,12 @@ class Simulator:
         in_flight = threading.BoundedSemaphore(cfg.max_in_flight)
         pool = ThreadPoolExecutor(max_workers=cfg.max_in_flight + 4, thread_name_prefix="simulator")
 
-        def submit(what: str, fn: Callable[[], None], *, required: bool = False) -> None:
-            if not in_flight.acquire(blocking=required):
-                self.count("skipped")
-                return
+        dealt = 0
+        active = [0]  # jobs submitted and not finished, follow-ups included
+
+        def submit(what: str, fn: Callable[[], None], *, slot: bool) -> None:
+            with self._lock:
+                active[0] += 1
 
             def job() -> None:
                 try:
@@ -443,7 +447,10 @@ class Simulator:
                     self.count("errors")
                     self.say(f"error:{type(exc).__name__}", f"{what}: {type(exc).__name__}: {str(exc)[:200]}")
                 finally:
-                    in_flight.release()
+                    with self._lock:
+                        active[0] -= 1
+                    if slot:
+                        in_flight.release()
 
             pool.submit(job)
 
@@ -452,27 +459,39 @@ class Simulator:
                 now = time.monotonic()
                 if end is not None and now >= end:
                     break
+                if cfg.actions is not None and dealt >= cfg.actions:
+                    with self._lock:
+                        if not active[0] and not self._later:
+                            break  # every action dealt and every story it began is told
+                    next_action = float("inf")
                 while True:
                     with self._lock:
                         if not self._later or self._later[0][0] > now:
                             break
                         _, _, what, fn = heapq.heappop(self._later)
-                    submit(what, fn, required=True)
+                    # Follow-ups (takeovers, retries) finish stories already begun: never dropped.
+                    submit(what, fn, slot=False)
                 if now >= next_action:
-                    kind = self._deal()
-                    # Numbers and randomness are drawn here, in deal order, so that a seed
-                    # gives the same traffic whatever the threads' timing.
-                    action, n, rng = getattr(self, f"_{kind}"), next(self._numbers), random.Random(self.rng.getrandbits(64))
-                    submit(kind, functools.partial(action, n, rng))
+                    if in_flight.acquire(blocking=False):
+                        kind = self._deal()
+                        # Numbers and randomness are drawn here, in deal order, so that a seed
+                        # gives the same traffic whatever the threads' timing.
+                        action, n = getattr(self, f"_{kind}"), next(self._numbers)
+                        submit(kind, functools.partial(action, n, random.Random(self.rng.getrandbits(64))), slot=True)
+                        dealt += 1
+                    else:
+                        # A slow server: the next card waits for a free slot, so the rate
+                        # drops but every kind of traffic still comes in its turn.
+                        self.count("busy")
                     next_action += interval
-                    if next_action < now - 1:  # fell behind (a slow server): do not burst
+                    if next_action < now - 1:  # fell behind: do not burst to catch up
                         next_action = now + interval
                 if now >= next_summary:
                     self.write(self.summary())
                     next_summary += cfg.summary_every
                 with self._lock:
                     next_later = self._later[0][0] if self._later else next_action
-                wake = min(next_action, next_summary, next_later, end if end is not None else next_action)
+                wake = min(next_action, next_summary, next_later, end if end is not None else next_summary)
                 self.stopping.wait(max(0.005, min(0.5, wake - time.monotonic())))
         finally:
             # In-flight actions are short (at most a few seconds) and finish what they started.

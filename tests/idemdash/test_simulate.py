@@ -15,7 +15,7 @@ def test_it_refuses_to_drive_a_server_on_another_host(url, tmp_path):
         call_command("simulate", "--base-url", url, "--token-file", str(tmp_path / "t"))
 
 
-@pytest.mark.parametrize("args", [["--rate", "0"], ["--rate", "lots"], ["--duration", "0"],
+@pytest.mark.parametrize("args", [["--rate", "0"], ["--rate", "lots"], ["--duration", "0"], ["--actions", "0"],
                                   ["--receiver-failures", "0.8", "--receiver-slow", "0.5"]])
 def test_it_refuses_bad_settings_before_sending_anything(args, tmp_path):
     with pytest.raises(CommandError):

@@ -125,7 +125,8 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
             base_url=live_server.url,
             token=token,
             rate=25,
-            duration=6,
+            actions=2 * sum(simulator.DECK.values()),  # every kind of traffic twice, however slow the server
+            duration=120,  # a cap, never reached unless something hangs
             seed=7,
             stripe_secret=STRIPE_SECRET,
             shopify_secret=SHOPIFY_SECRET,

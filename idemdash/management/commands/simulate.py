@@ -27,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--base-url", default=f"http://127.0.0.1:{port}", help="the server to drive (loopback only)")
         parser.add_argument("--rate", default="4/s", help="actions per second, e.g. 4 or 4/s (default 4/s)")
         parser.add_argument("--duration", type=float, default=None, help="seconds to run; default: until stopped")
+        parser.add_argument("--actions", type=int, default=None, help="deal this many actions, finish them, and stop")
         parser.add_argument("--seed", type=int, default=None, help="seed for the traffic's choices")
         parser.add_argument(
             "--receiver-port", type=int, default=int(os.environ.get("IDEMDASH_RECEIVER_PORT", "8108")),
@@ -51,6 +52,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if options["duration"] is not None and options["duration"] <= 0:
             raise CommandError("--duration must be a positive number of seconds")
+        if options["actions"] is not None and options["actions"] <= 0:
+            raise CommandError("--actions must be a positive number")
         if options["receiver_failures"] + options["receiver_slow"] > 1:
             raise CommandError("--receiver-failures and --receiver-slow add up to more than 1")
 
@@ -59,6 +62,7 @@ class Command(BaseCommand):
             token=simulator.simulator_token(options["token_file"]),
             rate=rate,
             duration=options["duration"],
+            actions=options["actions"],
             seed=options["seed"],
             stripe_secret=settings.STRIPE_WEBHOOK_SECRET,
             shopify_secret=settings.SHOPIFY_WEBHOOK_SECRET,
