@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from receipts import store
 from receipts.auth import client_for_request
 from receipts.conf import setting
-from receipts.fingerprint import fingerprint_json
+from receipts.fingerprint import fingerprint_json, nesting_depth
 from receipts.models import ApiClient, Receipt
 from receipts.problems import problem
 
@@ -95,16 +95,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _check_depth(value: Any, depth: int = 0) -> None:
+def _check_depth(value: Any) -> None:
     # Deeper bodies would exhaust the recursion of canonicalisation: refuse them up front.
-    if depth > MAX_DEPTH:
+    if nesting_depth(value) > MAX_DEPTH:
         raise _Invalid("body", f"JSON nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_depth(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_depth(item, depth + 1)
 
 
 def _has_nul(value: Any) -> bool:
