@@ -51,9 +51,10 @@ def view_row(key: str) -> AuditEntry:
 @csrf_exempt
 @idempotent("payment.capture")
 def capture(request: HttpRequest) -> HttpResponse:
-    """Writes one row, then (with ?lose=1) loses its database connection before answering."""
+    """Writes one row, then (with `X-Fault: lose-db`, a header, so that the retry without it
+    has the same fingerprint) loses its database connection before answering."""
     row = view_row(request.headers.get("Idempotency-Key", ""))
-    if request.GET.get("lose") == "1":
+    if request.headers.get("X-Fault") == "lose-db":
         terminate_own_backend()
     return JsonResponse({"row": row.pk}, status=201)
 
