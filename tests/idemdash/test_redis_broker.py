@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import stripe
 from django.db import connection
 from django_q.models import OrmQ
 
-from tests.webhooks.test_tasks import _database_url
+from tests.qcluster import database_url, start_qcluster, stop_qcluster
 from webhooks.models import Fulfilment, WebhookEvent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,15 +44,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueued_in_redis():
@@ -69,7 +59,7 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         if not k.endswith("_WEBHOOK_SECRET") and k not in {"IDEMDASH_TEST_DB_SUFFIX", "Q_CLUSTER_NAME"}
     }
     env.update(
-        DATABASE_URL=_database_url(),
+        DATABASE_URL=database_url(),
         REDIS_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
         Q_CLUSTER_NAME=queue,
         STRIPE_WEBHOOK_SECRET=SECRET,
@@ -110,11 +100,7 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         assert OrmQ.objects.count() == 0
         assert WebhookEvent.objects.get(pk=event_id).status == "received"
 
-        with open(worker_log, "wb") as out:
-            started.append(subprocess.Popen(
-                [sys.executable, "manage.py", "qcluster"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+        started.append(start_qcluster(worker_log, **{k: env[k] for k in ("REDIS_URL", "Q_CLUSTER_NAME", "STRIPE_WEBHOOK_SECRET")}))
         deadline = time.monotonic() + 60
         status = None
         while time.monotonic() < deadline and started[-1].poll() is None:
@@ -127,6 +113,6 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         assert queued.llen(f"django_q:{queue}:q") == 0
     finally:
         for process in reversed(started):
-            _stop(process)
+            stop_qcluster(process)  # SIGTERM, then SIGKILL of the process group
         queued.delete(f"django_q:{queue}:q")
         connection.close()
