@@ -25,5 +25,10 @@ demo: migrate
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
+# `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
+# and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs.
+bench: install
+	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick)
+
 clean:
 	rm -rf $(VENV) var

@@ -9,6 +9,7 @@ the wall time of the run.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import threading
 import time
@@ -59,7 +60,7 @@ def percentile_ms(latencies: list[float], p: float) -> float:
     if not latencies:
         return 0.0
     ordered = sorted(latencies)
-    rank = max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))
     return ordered[rank] * 1000
 
 
