@@ -22,6 +22,7 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: migrate
+	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_q",
     "receipts",
+    "receipts.outbox",
     "webhooks",
     "idemdash",
 ]
@@ -84,6 +85,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so that it sees exceptions from views (process_exception runs bottom-up).
+    "idemdash.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "idemdash.urls"
@@ -182,6 +185,25 @@ RECEIPTS = {
         "charge.*": {"financial": True},
     },
 }
+
+# --- Outbox & retention -------------------------------------------------------------------
+OUTBOX_MAX_ATTEMPTS = envint("OUTBOX_MAX_ATTEMPTS", 10, minimum=1)
+OUTBOX_BACKOFF_BASE_SECONDS = envint("OUTBOX_BACKOFF_BASE_SECONDS", 2, minimum=1)
+OUTBOX_BACKOFF_CAP_SECONDS = envint("OUTBOX_BACKOFF_CAP_SECONDS", 3600, minimum=1)
+# The lease must outlast one action: an action's timeout is kept below it.
+OUTBOX_LEASE_SECONDS = envint("OUTBOX_LEASE_SECONDS", 60, minimum=2)
+OUTBOX_BATCH_SIZE = envint("OUTBOX_BATCH_SIZE", 20, minimum=1)
+OUTBOX_HTTP_TIMEOUT_SECONDS = envint("OUTBOX_HTTP_TIMEOUT_SECONDS", 10, minimum=1)
+# Hosts http.post may reach (comma-separated); empty allows any, as in the demo.
+OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
+# How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
+OUTBOX_DRAIN_SECONDS = envint("OUTBOX_DRAIN_SECONDS", 45, minimum=1)
+OUTBOX_SENT_RETENTION_DAYS = envint("OUTBOX_SENT_RETENTION_DAYS", 7, minimum=1)
+OUTBOX_DEAD_RETENTION_DAYS = envint("OUTBOX_DEAD_RETENTION_DAYS", 30, minimum=1)
+# Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
+OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
+RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
+RETENTION_BATCH_SIZE = envint("RETENTION_BATCH_SIZE", 1000, minimum=1)
 
 # --- Background work: django-q2 -----------------------------------------------------------
 # The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below

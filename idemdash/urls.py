@@ -4,4 +4,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/receipts/", include("receipts.urls")),
+    path("api/v1/outbox", include("receipts.outbox.urls")),
 ]

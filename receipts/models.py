@@ -149,3 +149,44 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.object_type}:{self.object_id}"
+
+
+class ArchivedReceipt(models.Model):
+    """A financial receipt kept after its expiry, copied in the transaction that deletes it.
+
+    A key can live several lives (an expired key may be claimed again), so the archive may
+    hold several rows for one (scope, key); `original_id` and `created_at` tell them apart.
+    """
+
+    original_id = models.BigIntegerField()
+    scope = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)
+    operation = models.CharField(max_length=100)
+    fingerprint = models.CharField(max_length=64)
+    request = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16)
+    retryable = models.BooleanField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_content_type = models.CharField(max_length=255, blank=True)
+    response_body = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField()
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    user_id = models.CharField(max_length=255, blank=True)
+    session_id = models.CharField(max_length=255, blank=True)
+    archived_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["scope", "key"], name="archived_receipt_scope_key")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key} (archived)"
+
+    # The fields copied from Receipt, in one place for the archiver.
+    COPIED = (
+        "scope", "key", "operation", "fingerprint", "request", "status", "retryable",
+        "response_status", "response_content_type", "response_body", "error", "attempts",
+        "created_at", "completed_at", "expires_at", "user_id", "session_id",
+    )

@@ -1,0 +1,218 @@
+"""What an outbox message does: a registry of named actions, and the two built-ins.
+
+An action is `perform(payload, ctx) -> int | None` (an HTTP-like status code to log, if it
+has one). It signals failure by raising RetryableError (with an optional retry_after) or
+PermanentError; any other exception counts as retryable. Every action receives the
+message's idempotency key in `ctx.key` and must pass it downstream, because delivery is
+at least once: a drainer that dies after the side effect but before recording it leaves
+the message to be performed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone as dt_timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.core.mail import EmailMessage
+
+from receipts.outbox.conf import setting
+
+Perform = Callable[[Any, "ActionContext"], "int | None"]
+Validate = Callable[[Any], None]
+
+
+class RetryableError(Exception):
+    def __init__(self, message: str, *, retry_after: float | None = None, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status_code = status_code
+
+
+class PermanentError(Exception):
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class UnknownAction(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    key: str
+    scope: str
+    attempt: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    perform: Perform
+    validator: Validate | None = None
+
+    def validate(self, payload: Any) -> None:
+        """Refuse a payload at enqueue time (ValueError) rather than at its first attempt."""
+        if self.validator is not None:
+            self.validator(payload)
+
+
+_registry: dict[str, Action] = {}
+
+
+def outbox_action(name: str, *, validate: Validate | None = None) -> Callable[[Perform], Perform]:
+    def register(perform: Perform) -> Perform:
+        _registry[name] = Action(name, perform, validate)
+        return perform
+
+    return register
+
+
+def get_action(name: str) -> Action:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownAction(f"No outbox action is registered as {name!r}.") from None
+
+
+def registered() -> list[str]:
+    return sorted(_registry)
+
+
+# --- http.post --------------------------------------------------------------------------
+
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+
+_client: tuple[int, httpx.Client] | None = None
+
+
+def http_client() -> httpx.Client:
+    """One client per process: building one loads the CA bundle (tens of milliseconds), and
+    a client must not cross a fork, whose child would share its sockets."""
+    global _client
+    if _client is None or _client[0] != os.getpid():
+        _client = (os.getpid(), httpx.Client(follow_redirects=False))
+    return _client[1]
+
+
+def _validate_http_post(payload: Any) -> None:
+    if not isinstance(payload, dict):
+        raise ValueError("http.post needs a payload object with a url.")
+    url = payload.get("url")
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("http.post needs `url`, an http or https URL.")
+    allowed = setting("OUTBOX_HTTP_ALLOWED_HOSTS")
+    # Without a list any host goes (the demo); with one, an API client cannot make the
+    # server post to an internal address such as a metadata service.
+    if allowed and parts.hostname.lower() not in {host.lower() for host in allowed}:
+        raise ValueError(f"http.post may not post to {parts.hostname!r}: not in OUTBOX_HTTP_ALLOWED_HOSTS.")
+    headers = payload.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ValueError("http.post `headers` must be an object of strings.")
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt_timezone.utc)
+    return max(0.0, (when - (now or datetime.now(dt_timezone.utc))).total_seconds())
+
+
+@outbox_action("http.post", validate=_validate_http_post)
+def http_post(payload: dict, ctx: ActionContext) -> int:
+    """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key.
+
+    2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
+    other status (other 4xx, and redirects, which are not followed) is permanent.
+    """
+    try:
+        _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
+    except ValueError as exc:
+        raise PermanentError(str(exc)) from exc
+    headers = {**payload.get("headers", {}), "Idempotency-Key": ctx.key, "User-Agent": "idemdash-outbox"}
+    try:
+        response = http_client().post(
+            payload["url"], json=payload.get("json", {}), headers=headers, timeout=ctx.timeout
+        )
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+    except httpx.HTTPError as exc:  # timeouts, refused connections, resets
+        raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
+    status = response.status_code
+    if 200 <= status < 300:
+        return status
+    detail = f"HTTP {status}: {response.text[:500]}"
+    if status in RETRYABLE_STATUSES or status >= 500:
+        raise RetryableError(
+            detail, retry_after=parse_retry_after(response.headers.get("Retry-After")), status_code=status
+        )
+    raise PermanentError(detail, status_code=status)
+
+
+# --- email.send -------------------------------------------------------------------------
+
+
+def _addresses(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError("email.send addresses are a string or a list of strings.")
+
+
+def _validate_email_send(payload: Any) -> None:
+    if not isinstance(payload, dict):
+        raise ValueError("email.send needs a payload object with to, subject and body.")
+    if not _addresses(payload.get("to")):
+        raise ValueError("email.send needs at least one address in `to`.")
+    for field in ("subject", "body"):
+        if not isinstance(payload.get(field), str):
+            raise ValueError(f"email.send needs `{field}`, a string.")
+
+
+def message_id_for(key: str) -> str:
+    """The same key always gives the same Message-ID, so that a mail system (or a person)
+    can recognise a message sent twice by an at-least-once drain."""
+    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2] or "localhost"
+    return f"<outbox.{hashlib.sha256(key.encode()).hexdigest()[:32]}@{domain}>"
+
+
+@outbox_action("email.send", validate=_validate_email_send)
+def email_send(payload: dict, ctx: ActionContext) -> None:
+    """Send through Django's email backend, with a Message-ID derived from the key."""
+    import smtplib
+
+    email = EmailMessage(
+        subject=payload["subject"],
+        body=payload["body"],
+        from_email=payload.get("from") or settings.DEFAULT_FROM_EMAIL,
+        to=_addresses(payload["to"]),
+        cc=_addresses(payload.get("cc", [])),
+        headers={"Message-ID": message_id_for(ctx.key), "X-Idempotency-Key": ctx.key},
+    )
+    try:
+        email.send(fail_silently=False)
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
+        raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+    except (smtplib.SMTPException, OSError) as exc:
+        raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
+    return None

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from receipts.outbox import store
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+
+
+class OutboxAttemptInline(admin.TabularInline):
+    model = OutboxAttempt
+    fields = ("number", "outcome", "status_code", "duration_ms", "error", "drainer", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-created_at",)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, repair, label: str) -> None:
+    done, refused = 0, 0
+    for message in queryset:
+        try:
+            repair(message, actor=f"admin:{request.user.get_username()}", user=request.user)
+            done += 1
+        except store.InvalidTransition:
+            refused += 1
+    modeladmin.message_user(request, f"{label}: {done} message(s).", messages.SUCCESS)
+    if refused:
+        modeladmin.message_user(request, f"{refused} message(s) were not in a state that allows it.", messages.WARNING)
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(admin.ModelAdmin):
+    list_display = ("key", "scope", "action", "status", "attempts", "next_attempt_at", "sent_at")
+    list_filter = ("status", "action")
+    search_fields = ("key",)
+    ordering = ("-created_at",)
+    inlines = [OutboxAttemptInline]
+    actions = ["retry_now", "requeue_dead"]
+    # Everything is read-only: a message changes only through the drain and the audited
+    # repairs below.
+    readonly_fields = [f.name for f in OutboxMessage._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Retry now", permissions=["change"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.retry_now, "Due now")
+
+    @admin.action(description="Requeue dead", permissions=["change"])
+    def requeue_dead(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.requeue_dead, "Requeued")

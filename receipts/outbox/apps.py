@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class OutboxConfig(AppConfig):
+    name = "receipts.outbox"
+    label = "outbox"
+    verbose_name = "Outbox"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Built-in actions first, then each installed app's `outbox_actions` module, so a
+        # project registers its own actions by writing `<app>/outbox_actions.py`.
+        from receipts.outbox import actions  # noqa: F401
+
+        autodiscover_modules("outbox_actions")

@@ -1,0 +1,120 @@
+"""The drain: claim a batch, perform each message outside any transaction, record the result.
+
+Run it from as many processes as you like. Claims are disjoint (see store.claim_batch),
+and a drainer renews a message's lease just before performing it, so the lease covers
+the action itself; the action's timeout is kept below the lease so that a send cannot
+outlive its claim. A drainer that dies loses nothing: its messages become claimable again
+when their leases run out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from receipts.outbox import store
+from receipts.outbox.actions import ActionContext, PermanentError, RetryableError, UnknownAction, get_action
+from receipts.outbox.conf import setting
+from receipts.outbox.models import OutboxMessage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DrainReport:
+    claimed: int = 0
+    sent: int = 0
+    retried: int = 0
+    dead: int = 0
+    stale: int = 0
+    released: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def drainer_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def drain(
+    *,
+    max_seconds: float | None = None,
+    idle_wait: float = 0,
+    batch_size: int | None = None,
+    drainer: str | None = None,
+) -> DrainReport:
+    """Send due messages until none is due, or, with `idle_wait`, keep looking every
+    `idle_wait` seconds until `max_seconds` have passed.
+
+    Messages claimed but not started when time runs out are released, not left to wait
+    for their lease.
+    """
+    drainer = drainer or drainer_name()
+    report = DrainReport()
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    while deadline is None or time.monotonic() < deadline:
+        batch = store.claim_batch(drainer, batch_size=batch_size)
+        report.claimed += len(batch)
+        if not batch:
+            if idle_wait <= 0 or deadline is None:
+                break
+            time.sleep(min(idle_wait, max(0.0, deadline - time.monotonic())))
+            continue
+        for message in batch:
+            if deadline is not None and time.monotonic() >= deadline:
+                report.released += store.release(message)
+                continue
+            perform(message, drainer, report)
+    return report
+
+
+def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
+    lease = float(setting("OUTBOX_LEASE_SECONDS"))
+    if not store.renew_lease(message, lease_seconds=lease):
+        report.stale += 1
+        return
+    ctx = ActionContext(
+        key=message.key,
+        scope=message.scope,
+        attempt=message.attempts,
+        timeout=max(0.5, min(float(setting("OUTBOX_HTTP_TIMEOUT_SECONDS")), lease - 1)),
+    )
+    started = time.monotonic()
+    status_code: int | None = None
+    error: Exception | None = None
+    try:
+        status_code = get_action(message.action).perform(message.payload, ctx)
+    except Exception as exc:  # every failure is recorded on the message, never raised
+        error = exc
+    duration_ms = int((time.monotonic() - started) * 1000)
+    try:
+        if error is None:
+            store.mark_sent(message, status_code=status_code, duration_ms=duration_ms, drainer=drainer)
+            report.sent += 1
+            return
+        # An unknown action is retried, not dead: during a deployment, a drainer still on
+        # the old code may meet a message that the new code enqueued.
+        expected = isinstance(error, (PermanentError, RetryableError))
+        if not expected and not isinstance(error, UnknownAction):
+            log.warning("outbox action %s raised for %s", message.action, message.key, exc_info=error)
+        status = store.mark_failed(
+            message,
+            str(error) if expected else f"{type(error).__name__}: {error}",
+            permanent=isinstance(error, PermanentError),
+            retry_after=getattr(error, "retry_after", None),
+            status_code=getattr(error, "status_code", None),
+            duration_ms=duration_ms,
+            drainer=drainer,
+        )
+        if status == OutboxMessage.Status.DEAD:
+            report.dead += 1
+        else:
+            report.retried += 1
+    except store.StaleClaim:
+        log.warning("outbox message %s was re-claimed while %s performed it", message.key, drainer)
+        report.stale += 1

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxMessage(models.Model):
+    """A side effect to perform once, written in the same transaction as the change it follows.
+
+    Identified by (scope, key): in-process callers use the empty scope, API clients their
+    own (`client:<name>`), so two clients can never collide on a key. The key itself goes
+    downstream unchanged (Idempotency-Key header, Message-ID).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        IN_FLIGHT = "in_flight"
+        SENT = "sent"
+        RETRY = "retry"
+        DEAD = "dead"
+
+    scope = models.CharField(max_length=255, blank=True, default="")
+    key = models.CharField(max_length=255)
+    action = models.CharField(max_length=100)
+    payload = models.JSONField(default=dict, blank=True)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of action and payload.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0, help_text="Claims so far, including one in flight.")
+    next_attempt_at = models.DateTimeField()
+    # Fencing: every claim bumps the token, and a drainer may settle a message only with the
+    # token it claimed it with, so a drainer whose lease ran out cannot overwrite the result
+    # of the drainer that took the message over.
+    claim_token = models.PositiveBigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=255, blank=True)
+    last_error = models.TextField(blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="outbox_scope_key_uniq"),
+        ]
+        indexes = [
+            # The drain asks for due messages of these two kinds only.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="outbox_due",
+                condition=Q(status__in=["pending", "retry"]),
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="outbox_inflight_lease",
+                condition=Q(status="in_flight"),
+            ),
+            models.Index(fields=["status", "updated_at"], name="outbox_status_age"),
+            models.Index(fields=["action", "created_at"], name="outbox_action_age"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.key} ({self.status})"
+
+
+class OutboxAttempt(models.Model):
+    """One try at performing a message: what came back and how long it took.
+
+    Scope, key and action are copied so that the log (and the charts built on it) outlive
+    the message when retention deletes it.
+    """
+
+    class Outcome(models.TextChoices):
+        SENT = "sent"
+        RETRY = "retry"
+        DEAD = "dead"
+        # The action ran, but the drainer had lost its claim meanwhile: a possible duplicate
+        # downstream, which the idempotency key lets the receiver absorb.
+        STALE = "stale"
+
+    message = models.ForeignKey(
+        OutboxMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempt_log"
+    )
+    scope = models.CharField(max_length=255, blank=True)
+    key = models.CharField(max_length=255)
+    action = models.CharField(max_length=100)
+    number = models.PositiveIntegerField(help_text="Which attempt of the message this was.")
+    claim_token = models.PositiveBigIntegerField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    drainer = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["outcome", "created_at"], name="outbox_attempt_outcome_age"),
+            models.Index(fields=["message", "created_at"], name="outbox_attempt_message_age"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} #{self.number}: {self.outcome}"

@@ -1,0 +1,25 @@
+"""What retention may delete from the outbox (see receipts/retention.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import QuerySet
+
+from receipts.outbox.conf import setting
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+
+
+def due_sent(now: datetime) -> QuerySet:
+    days = setting("OUTBOX_SENT_RETENTION_DAYS")
+    return OutboxMessage.objects.filter(status=OutboxMessage.Status.SENT, sent_at__lt=now - timedelta(days=days))
+
+
+def due_dead(now: datetime) -> QuerySet:
+    days = setting("OUTBOX_DEAD_RETENTION_DAYS")
+    return OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD, updated_at__lt=now - timedelta(days=days))
+
+
+def due_attempts(now: datetime) -> QuerySet:
+    days = setting("OUTBOX_ATTEMPT_RETENTION_DAYS")
+    return OutboxAttempt.objects.filter(created_at__lt=now - timedelta(days=days))

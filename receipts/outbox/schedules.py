@@ -1,0 +1,3 @@
+SCHEDULES = [
+    {"name": "outbox.drain", "func": "receipts.outbox.tasks.drain", "schedule_type": "I", "minutes": 1},
+]

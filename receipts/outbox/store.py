@@ -1,0 +1,356 @@
+"""The outbox state machine: enqueue, claim, and settle (sent, retry, dead), plus the two
+operator repairs (retry now, requeue dead).
+
+Like receipts/store.py, every transition is a conditional UPDATE with a rowcount check.
+A claim bumps the message's claim token; settling requires the token the drainer claimed
+with, so a drainer whose lease ran out (and whose message another drainer re-claimed)
+cannot write its result over the newer one.
+
+Claiming takes a batch in one short transaction. On PostgreSQL the candidate rows are
+locked with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent drainers take disjoint
+batches without waiting for each other; on SQLite the IMMEDIATE transaction holds the one
+write lock, so drainers claim one after another. Actions run outside any transaction.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from receipts.fingerprint import fingerprint_json
+from receipts.outbox.actions import get_action
+from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.store import audit, validate_key
+
+Status = OutboxMessage.Status
+Outcome = OutboxAttempt.Outcome
+
+ACTION_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
+
+class KeyReused(ValueError):
+    """The key names a message with another action or payload."""
+
+
+class StaleClaim(Exception):
+    """The drainer no longer owns the message: its lease ran out and it was re-claimed."""
+
+
+class InvalidTransition(Exception):
+    """An operator repair does not apply to the message's current status."""
+
+
+@dataclass
+class Enqueued:
+    message: OutboxMessage
+    created: bool
+
+
+def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued:
+    """Add a message, inside the caller's transaction when there is one.
+
+    Repeating it with the same key and the same action and payload is harmless: it returns
+    the existing message with `created=False`. The same key with a different message raises
+    KeyReused. An unknown action or a payload its action refuses raises ValueError
+    (UnknownAction, or the validator's own), before anything is written.
+    """
+    validate_key(key)
+    if not isinstance(action, str) or not ACTION_RE.fullmatch(action):
+        raise ValueError("An action is 1 to 100 characters of letters, digits and . _ : -")
+    get_action(action).validate(payload)
+    fingerprint = fingerprint_json({"action": action, "payload": payload})
+    now = timezone.now()
+    try:
+        # A savepoint inside the caller's transaction: a duplicate key rolls back only
+        # this insert, never the caller's own writes.
+        with transaction.atomic():
+            message = OutboxMessage.objects.create(
+                scope=scope,
+                key=key,
+                action=action,
+                payload=payload,
+                fingerprint=fingerprint,
+                status=Status.PENDING,
+                next_attempt_at=now,
+                created_at=now,
+                updated_at=now,
+            )
+        return Enqueued(message, created=True)
+    except IntegrityError:
+        pass
+    message = OutboxMessage.objects.get(scope=scope, key=key)
+    if message.fingerprint != fingerprint:
+        raise KeyReused(f"The key {key!r} was used for another message.")
+    return Enqueued(message, created=False)
+
+
+def _due(now: datetime, max_attempts: int) -> Q:
+    return Q(status__in=[Status.PENDING, Status.RETRY], next_attempt_at__lte=now) | Q(
+        status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__lt=max_attempts
+    )
+
+
+def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: float | None = None) -> list[OutboxMessage]:
+    """Claim up to `batch_size` due messages for `drainer`: due retries and pending
+    messages, and in-flight ones whose drainer's lease ran out. Each claimed message is
+    in flight with a fresh lease, a new claim token and its attempt counted."""
+    batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
+    lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
+    max_attempts = setting("OUTBOX_MAX_ATTEMPTS")
+    now = timezone.now()
+    with transaction.atomic():
+        # A message whose drainers kept dying while holding it (a poison message that
+        # crashes the process, say) is not claimed forever: it dies at the attempt limit.
+        # Rows are locked (skipping those another drainer holds) before the UPDATE, so two
+        # drainers never lock the same rows in different orders and deadlock.
+        exhausted = Q(status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__gte=max_attempts)
+        exhausted_ids = _lock_ids(OutboxMessage.objects.filter(exhausted), batch_size)
+        if exhausted_ids:
+            error = "The drainer's lease ran out on the last allowed attempt."
+            OutboxMessage.objects.filter(exhausted, id__in=exhausted_ids).update(
+                status=Status.DEAD, lease_expires_at=None, last_error=error, updated_at=now
+            )
+            # Logged like any other ending, so that counts of dead messages drawn from
+            # the attempt log include these.
+            OutboxAttempt.objects.bulk_create(
+                OutboxAttempt(
+                    message=m,
+                    scope=m.scope,
+                    key=m.key,
+                    action=m.action,
+                    number=m.attempts,
+                    claim_token=m.claim_token,
+                    outcome=Outcome.DEAD,
+                    error=error,
+                    drainer=m.claimed_by,
+                    created_at=now,
+                )
+                for m in OutboxMessage.objects.filter(id__in=exhausted_ids, status=Status.DEAD)
+            )
+        ids = _lock_ids(OutboxMessage.objects.filter(_due(now, max_attempts)), batch_size)
+        if not ids:
+            return []
+        # The due condition is repeated in the UPDATE so that the claim stays a
+        # compare-and-set even where the SELECT took no lock.
+        OutboxMessage.objects.filter(_due(now, max_attempts), id__in=ids).update(
+            status=Status.IN_FLIGHT,
+            claim_token=F("claim_token") + 1,
+            attempts=F("attempts") + 1,
+            lease_expires_at=now + lease,
+            claimed_by=drainer,
+            updated_at=now,
+        )
+        return list(
+            OutboxMessage.objects.filter(
+                id__in=ids, status=Status.IN_FLIGHT, claimed_by=drainer, lease_expires_at=now + lease
+            ).order_by("next_attempt_at", "id")
+        )
+
+
+def _lock_ids(queryset: QuerySet, limit: int) -> list[int]:
+    """Ids of up to `limit` rows, oldest due first, locked for this transaction on
+    PostgreSQL (rows other transactions hold are skipped). On SQLite select_for_update is
+    a no-op and the IMMEDIATE transaction already excludes every other writer."""
+    return list(
+        queryset.select_for_update(skip_locked=True)
+        .order_by("next_attempt_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -> bool:
+    """Extend the lease just before performing the message; False if it was lost."""
+    lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
+    now = timezone.now()
+    updated = OutboxMessage.objects.filter(
+        pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
+    ).update(lease_expires_at=now + lease, updated_at=now)
+    if updated:
+        message.lease_expires_at = now + lease
+    return updated == 1
+
+
+def backoff_seconds(attempts: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with jitter, never shorter than what the server asked for.
+
+    The jitter takes a random point in the upper half of the exponential step ("equal
+    jitter"): the delay still grows with each attempt, and drainers that failed together
+    do not come back together.
+    """
+    base = float(setting("OUTBOX_BACKOFF_BASE_SECONDS"))
+    cap = float(setting("OUTBOX_BACKOFF_CAP_SECONDS"))
+    step = min(cap, base * 2 ** max(0, attempts - 1))
+    delay = random.uniform(step / 2, step)
+    if retry_after is not None:
+        delay = max(delay, min(float(retry_after), RETRY_AFTER_MAX_SECONDS))
+    return delay
+
+
+def _settle(
+    message: OutboxMessage,
+    outcome: str,
+    *,
+    status_code: int | None,
+    error: str,
+    duration_ms: int | None,
+    drainer: str,
+    **changes: Any,
+) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        updated = OutboxMessage.objects.filter(
+            pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
+        ).update(
+            lease_expires_at=None,
+            last_status_code=status_code,
+            last_error=error,
+            updated_at=now,
+            **changes,
+        )
+        OutboxAttempt.objects.create(
+            message=message,
+            scope=message.scope,
+            key=message.key,
+            action=message.action,
+            number=message.attempts,
+            claim_token=message.claim_token,
+            outcome=outcome if updated else Outcome.STALE,
+            status_code=status_code,
+            error=error[:2000],
+            duration_ms=duration_ms,
+            drainer=drainer,
+            created_at=now,
+        )
+    if not updated:
+        raise StaleClaim(f"claim {message.claim_token} no longer owns outbox message {message.key!r}")
+    for name, value in changes.items():
+        setattr(message, name, value)
+
+
+def mark_sent(
+    message: OutboxMessage, *, status_code: int | None = None, duration_ms: int | None = None, drainer: str = ""
+) -> None:
+    _settle(
+        message,
+        Outcome.SENT,
+        status_code=status_code,
+        error="",
+        duration_ms=duration_ms,
+        drainer=drainer,
+        status=Status.SENT,
+        sent_at=timezone.now(),
+    )
+
+
+def mark_failed(
+    message: OutboxMessage,
+    error: str,
+    *,
+    permanent: bool = False,
+    retry_after: float | None = None,
+    status_code: int | None = None,
+    duration_ms: int | None = None,
+    drainer: str = "",
+) -> str:
+    """Schedule a retry with backoff, or mark the message dead when the error is permanent
+    or this was the last allowed attempt. Returns the new status."""
+    if permanent or message.attempts >= setting("OUTBOX_MAX_ATTEMPTS"):
+        _settle(
+            message,
+            Outcome.DEAD,
+            status_code=status_code,
+            error=error,
+            duration_ms=duration_ms,
+            drainer=drainer,
+            status=Status.DEAD,
+        )
+        return Status.DEAD
+    delay = backoff_seconds(message.attempts, retry_after)
+    _settle(
+        message,
+        Outcome.RETRY,
+        status_code=status_code,
+        error=error,
+        duration_ms=duration_ms,
+        drainer=drainer,
+        status=Status.RETRY,
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+    )
+    return Status.RETRY
+
+
+def release(message: OutboxMessage) -> bool:
+    """Hand back a claimed message that was not performed (the drain ran out of time):
+    due at once, and the claim does not count as an attempt."""
+    now = timezone.now()
+    updated = OutboxMessage.objects.filter(
+        pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
+    ).update(
+        status=Status.PENDING if message.attempts <= 1 else Status.RETRY,
+        attempts=F("attempts") - 1,
+        lease_expires_at=None,
+        next_attempt_at=now,
+        updated_at=now,
+    )
+    return updated == 1
+
+
+def _repair(
+    message: OutboxMessage,
+    *,
+    allowed: tuple[str, ...],
+    action: str,
+    actor: str,
+    user: Any,
+    reason: str,
+    **changes: Any,
+) -> OutboxMessage:
+    now = timezone.now()
+    status_before = message.status
+    if status_before not in allowed:
+        raise InvalidTransition(f"{action} applies to {', '.join(allowed)} messages, not {status_before}")
+    with transaction.atomic():
+        # Guarded by the status and claim token we looked at: if a drainer claimed the
+        # message meanwhile, the repair is refused rather than racing the drainer.
+        updated = OutboxMessage.objects.filter(
+            pk=message.pk, status=status_before, claim_token=message.claim_token
+        ).update(next_attempt_at=now, updated_at=now, **changes)
+        if updated != 1:
+            raise InvalidTransition(f"outbox message {message.key!r} changed; look again")
+        message.refresh_from_db()
+        audit(actor, action, message, status_before, message.status, reason, user=user)
+    return message
+
+
+def retry_now(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+    """Make a waiting message (pending or retry) due now instead of at its backoff time."""
+    return _repair(
+        message,
+        allowed=(Status.PENDING, Status.RETRY),
+        action="outbox.retry_now",
+        actor=actor,
+        user=user,
+        reason=reason,
+    )
+
+
+def requeue_dead(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+    """Give a dead message a fresh set of attempts, due now."""
+    return _repair(
+        message,
+        allowed=(Status.DEAD,),
+        action="outbox.requeue_dead",
+        actor=actor,
+        user=user,
+        reason=reason,
+        status=Status.PENDING,
+        attempts=0,
+    )

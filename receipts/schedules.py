@@ -1,0 +1,3 @@
+SCHEDULES = [
+    {"name": "receipts.purge", "func": "receipts.tasks.purge", "schedule_type": "H"},
+]

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django_q.models import Schedule
+
+from idemdash.scheduling import Declared, declared_schedules, install_schedules
+
+pytestmark = pytest.mark.django_db
+
+
+def test_every_app_declares_its_periodic_work():
+    names = {entry["name"] for entry in declared_schedules().schedules}
+    assert {"outbox.drain", "receipts.purge"} <= names
+
+
+def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():
+    first = install_schedules()
+    declared = {entry["name"] for entry in declared_schedules().schedules}
+    assert set(first.created) == declared
+    snapshot = list(Schedule.objects.order_by("name").values())
+    second = install_schedules()
+    assert (second.created, second.updated, second.removed) == ([], [], [])
+    assert list(Schedule.objects.order_by("name").values()) == snapshot
+    for name in declared:
+        assert Schedule.objects.filter(name=name).count() == 1
+    drain = Schedule.objects.get(name="outbox.drain")
+    assert (drain.func, drain.schedule_type, drain.minutes) == ("receipts.outbox.tasks.drain", "I", 1)
+
+
+def test_a_changed_declaration_updates_its_schedule():
+    install_schedules()
+    declared = declared_schedules()
+    for entry in declared.schedules:
+        if entry["name"] == "outbox.drain":
+            entry["minutes"] = 5
+    result = install_schedules(declared)
+    assert result.updated == ["outbox.drain"]
+    assert Schedule.objects.get(name="outbox.drain").minutes == 5
+
+
+def test_a_schedule_no_longer_declared_is_removed_but_an_operators_own_is_kept():
+    Schedule.objects.create(name="outbox.retired", func="receipts.outbox.tasks.drain")
+    Schedule.objects.create(name="nightly-report", func="receipts.tasks.purge")
+    Schedule.objects.create(name="receipts.purge", func="receipts.tasks.purge")  # a hand-made
+    Schedule.objects.create(name="receipts.purge", func="receipts.tasks.purge")  # duplicate pair
+    result = install_schedules()
+    assert "outbox.retired" in result.removed
+    assert not Schedule.objects.filter(name="outbox.retired").exists()
+    assert Schedule.objects.filter(name="nightly-report").exists()
+    assert Schedule.objects.filter(name="receipts.purge").count() == 1
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "elsewhere.job", "func": "receipts.tasks.purge"},
+        {"name": "outbox.typo", "func": "receipts.tasks.no_such_task"},
+    ],
+)
+def test_a_bad_declaration_fails_loudly(monkeypatch, entry):
+    from receipts.outbox import schedules
+
+    monkeypatch.setattr(schedules, "SCHEDULES", [*schedules.SCHEDULES, entry])
+    with pytest.raises(ImproperlyConfigured):
+        declared_schedules()
+
+
+def test_the_command_installs_and_reports():
+    out = StringIO()
+    call_command("install_schedules", stdout=out)
+    assert "created:" in out.getvalue() and "outbox.drain" in out.getvalue()
+    out = StringIO()
+    call_command("install_schedules", stdout=out)
+    assert "created" not in out.getvalue() and "unchanged:" in out.getvalue()
+
+
+def test_an_empty_declaration_installs_nothing():
+    assert install_schedules(Declared()).created == []

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone as dt_timezone
+from email.utils import format_datetime
+
+import pytest
+from django.core import mail
+
+from receipts.outbox import actions
+from receipts.outbox.actions import ActionContext, PermanentError, RetryableError
+
+from .receiver import running_receiver
+
+CTX = ActionContext(key="order-42", scope="", attempt=1, timeout=2)
+
+
+def respond(status: int, headers: dict | None = None, hold: float = 0.0):
+    return lambda key, nth, body: (status, headers or {}, hold)
+
+
+def test_http_post_sends_json_with_the_idempotency_key():
+    with running_receiver() as receiver:
+        status = actions.http_post({"url": receiver.url, "json": {"a": 1}, "headers": {"X-Trace": "t"}}, CTX)
+    assert status == 200
+    assert receiver.requests == {"order-42": 1}
+    (headers,) = receiver.headers
+    assert headers["X-Trace"] == "t" and headers["Content-Type"] == "application/json"
+
+
+def test_http_post_lets_no_payload_header_replace_the_key():
+    with running_receiver() as receiver:
+        actions.http_post({"url": receiver.url, "headers": {"Idempotency-Key": "forged"}}, CTX)
+    assert list(receiver.requests) == ["order-42"]
+
+
+@pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503])
+def test_http_post_retries_transient_statuses(status):
+    with running_receiver(respond(status)) as receiver, pytest.raises(RetryableError) as caught:
+        actions.http_post({"url": receiver.url}, CTX)
+    assert caught.value.status_code == status
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 410, 422, 301])
+def test_http_post_gives_up_on_other_statuses(status):
+    with running_receiver(respond(status, {"Location": "/x"} if status == 301 else {})) as receiver:
+        with pytest.raises(PermanentError) as caught:
+            actions.http_post({"url": receiver.url}, CTX)
+    assert caught.value.status_code == status
+
+
+def test_http_post_passes_retry_after_seconds_on():
+    with running_receiver(respond(503, {"Retry-After": "17"})) as receiver, pytest.raises(RetryableError) as caught:
+        actions.http_post({"url": receiver.url}, CTX)
+    assert caught.value.retry_after == 17
+
+
+def test_retry_after_may_be_an_http_date():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=dt_timezone.utc)
+    assert actions.parse_retry_after(format_datetime(now + timedelta(seconds=90), usegmt=True), now) == 90
+    assert actions.parse_retry_after("garbage", now) is None
+
+
+def test_http_post_retries_a_timeout():
+    ctx = ActionContext(key="slow", scope="", attempt=1, timeout=0.2)
+    with running_receiver(respond(200, hold=1.0)) as receiver, pytest.raises(RetryableError, match="Timeout"):
+        actions.http_post({"url": receiver.url}, ctx)
+
+
+def test_http_post_retries_a_refused_connection():
+    with running_receiver() as receiver:
+        url = receiver.url
+    with pytest.raises(RetryableError):
+        actions.http_post({"url": url}, CTX)
+
+
+def test_email_send_uses_a_message_id_derived_from_the_key(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    payload = {"to": "a@example.com", "subject": "Receipt", "body": "Thanks"}
+    actions.email_send(payload, CTX)
+    actions.email_send(payload, CTX)  # an at-least-once resend
+    first, second = mail.outbox
+    assert first.extra_headers["Message-ID"] == second.extra_headers["Message-ID"] == actions.message_id_for("order-42")
+    assert first.message()["Message-ID"] == actions.message_id_for("order-42")
+    assert actions.message_id_for("order-43") != actions.message_id_for("order-42")
+
+
+def test_a_project_registers_its_own_action():
+    seen = []
+
+    @actions.outbox_action("test.record")
+    def record(payload, ctx):
+        seen.append((payload, ctx.key))
+
+    try:
+        actions.get_action("test.record").perform({"x": 1}, CTX)
+        assert seen == [({"x": 1}, "order-42")]
+        assert "test.record" in actions.registered()
+    finally:
+        actions._registry.pop("test.record")
+
+
+def test_http_post_reaches_only_allowed_hosts_when_a_list_is_set(settings):
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["hooks.example.com"]
+    actions.get_action("http.post").validate({"url": "https://HOOKS.example.com/x"})
+    with pytest.raises(ValueError, match="not in OUTBOX_HTTP_ALLOWED_HOSTS"):
+        actions.get_action("http.post").validate({"url": "http://169.254.169.254/latest/meta-data"})
+
+
+def test_a_message_to_a_host_removed_from_the_list_is_permanent(settings):
+    with running_receiver() as receiver:
+        settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["hooks.example.com"]
+        with pytest.raises(PermanentError):
+            actions.http_post({"url": receiver.url}, CTX)
+    assert not receiver.requests

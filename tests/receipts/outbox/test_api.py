@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from receipts.auth import create_token
+from receipts.outbox.models import OutboxMessage
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/outbox"
+MESSAGE = {"key": "order-42-receipt", "action": "http.post", "payload": {"url": "https://example.com/hook", "json": {"order": 42}}}
+
+
+@pytest.fixture
+def token() -> str:
+    return create_token("shop")[1]
+
+
+def post(client, body, token: str | None, content_type: str = "application/json"):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return client.post(URL, data=data, content_type=content_type, **headers)
+
+
+def assert_problem(response, status: int, slug: str) -> dict:
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["type"] == f"urn:idemdash:problem:{slug}" and body["title"]
+    return body
+
+
+def test_a_new_message_is_created_with_201_in_the_clients_scope(client, token):
+    response = post(client, MESSAGE, token)
+    assert response.status_code == 201
+    assert response.json()["status"] == "pending" and response.json()["key"] == "order-42-receipt"
+    m = OutboxMessage.objects.get()
+    assert (m.scope, m.action, m.payload) == ("client:shop", "http.post", MESSAGE["payload"])
+
+
+def test_the_same_message_again_is_200_and_adds_nothing(client, token):
+    first = post(client, MESSAGE, token).json()
+    again = post(client, MESSAGE, token)
+    assert again.status_code == 200 and again.json()["id"] == first["id"]
+    assert OutboxMessage.objects.count() == 1
+
+
+def test_the_same_key_for_another_message_is_422(client, token):
+    post(client, MESSAGE, token)
+    other = {**MESSAGE, "payload": {**MESSAGE["payload"], "json": {"order": 43}}}
+    assert_problem(post(client, other, token), 422, "key-reused")
+
+
+def test_another_client_may_use_the_same_key(client, token):
+    post(client, MESSAGE, token)
+    assert post(client, MESSAGE, create_token("crm")[1]).status_code == 201
+
+
+def test_it_requires_a_bearer_token(client):
+    response = post(client, MESSAGE, None)
+    assert_problem(response, 401, "unauthorized")
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert_problem(post(client, MESSAGE, "idem_wrong"), 401, "unauthorized")
+    assert not OutboxMessage.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body,status,slug",
+    [
+        ("{not json", 400, "malformed-json"),
+        ([1, 2], 400, "invalid-body"),
+        ({**MESSAGE, "key": ""}, 422, "invalid-message"),
+        ({**MESSAGE, "key": None}, 422, "invalid-message"),
+        ({**MESSAGE, "action": "rm.rf"}, 422, "invalid-message"),
+        ({**MESSAGE, "action": 7}, 422, "invalid-message"),
+        ({**MESSAGE, "payload": {"url": "file:///etc/passwd"}}, 422, "invalid-message"),
+        ({**MESSAGE, "payload": "text"}, 422, "invalid-message"),
+    ],
+)
+def test_bad_input_is_a_problem_and_writes_nothing(client, token, body, status, slug):
+    assert_problem(post(client, body, token), status, slug)
+    assert not OutboxMessage.objects.exists()
+
+
+def test_it_accepts_only_json(client, token):
+    assert_problem(post(client, "key=a", token, content_type="application/x-www-form-urlencoded"), 415, "unsupported-media-type")
+
+
+def test_it_accepts_only_post(client, token):
+    response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert_problem(response, 405, "method-not-allowed")
+    assert response["Allow"] == "POST"
+
+
+def test_a_body_over_the_upload_limit_is_413(client, token, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    big = {**MESSAGE, "payload": {"url": "https://example.com/", "json": "x" * 200}}
+    assert_problem(post(client, big, token), 413, "too-large")

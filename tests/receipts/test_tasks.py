@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from receipts import store, tasks
+from receipts.models import Receipt
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_scheduled_purge_runs_every_purger():
+    with time_machine.travel(timezone.now() - timedelta(days=3), tick=False):
+        store.claim("client:t", "k", "email.send", {})
+    results = {r["name"]: r for r in tasks.purge()}
+    assert results["receipts.expired"]["deleted"] == 1
+    assert {"receipts.attempts", "outbox.sent", "outbox.dead", "outbox.attempts"} <= set(results)
+    assert not Receipt.objects.exists()
