@@ -68,7 +68,8 @@ class Process:
         self.log.close()
 
     def tail(self, chars: int = 2000) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")[-chars:]
 
 

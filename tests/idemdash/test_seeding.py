@@ -83,3 +83,26 @@ def test_delete_removes_seeded_rows_and_nothing_else():
 def test_it_refuses_negative_counts():
     with pytest.raises(CommandError):
         call_command("seed", receipts=-1)
+
+
+def test_it_seeds_outbox_messages_with_their_attempts():
+    from receipts.outbox.models import OutboxAttempt, OutboxMessage
+
+    call_command("seed", outbox=300, batch=100, random_seed=6)
+    messages = seeding.seeded_outbox()
+    assert messages.count() == 300
+    statuses = Counter(messages.values_list("status", flat=True))
+    assert statuses["sent"] > 200 and statuses["dead"] + statuses["retry"] > 0
+    for message in messages.filter(status="sent")[:50]:
+        log = list(OutboxAttempt.objects.filter(message=message).order_by("number"))
+        assert len(log) == message.attempts and log[-1].outcome == "sent"
+    call_command("seed", delete=True)
+    assert not OutboxMessage.objects.exists() and not OutboxAttempt.objects.exists()
+
+
+def test_the_purge_deletes_seeded_expired_receipts():
+    from receipts import retention
+
+    call_command("seed", receipts=100, expired=True)
+    retention.purge()
+    assert not seeding.seeded_receipts().exists()
