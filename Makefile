@@ -24,7 +24,7 @@ test: install
 demo: migrate
 	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	$(BIN)/honcho start
 
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs.

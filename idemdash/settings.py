@@ -234,3 +234,22 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Webhooks -----------------------------------------------------------------------------
+# A secret set here creates the endpoint /webhooks/<provider>/ with no manual step. Secrets
+# are read only by webhooks.endpoints and never logged.
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "").strip()
+SHOPIFY_WEBHOOK_SECRET = os.environ.get("SHOPIFY_WEBHOOK_SECRET", "").strip()
+STANDARD_WEBHOOK_SECRET = os.environ.get("STANDARD_WEBHOOK_SECRET", "").strip()
+WEBHOOKS_MAX_BODY_BYTES = envint("WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024, minimum=1)
+WEBHOOKS_STRIPE_TOLERANCE = envint("WEBHOOKS_STRIPE_TOLERANCE", 300, minimum=1)
+WEBHOOKS_MAX_ATTEMPTS = envint("WEBHOOKS_MAX_ATTEMPTS", 8, minimum=1)
+WEBHOOKS_BACKOFF_BASE = envint("WEBHOOKS_BACKOFF_BASE", 30, minimum=1)  # seconds, doubled per attempt
+WEBHOOKS_BACKOFF_CAP = envint("WEBHOOKS_BACKOFF_CAP", 6 * 3600, minimum=1)
+# Longer than Q_CLUSTER["timeout"]: a task the cluster has not yet killed still owns its event.
+WEBHOOKS_LEASE_SECONDS = envint("WEBHOOKS_LEASE_SECONDS", Q_CLUSTER["timeout"] + 30, minimum=1)
+# A due event not picked up this long after it was enqueued is enqueued again by the sweeper.
+WEBHOOKS_REQUEUE_AFTER_SECONDS = envint("WEBHOOKS_REQUEUE_AFTER_SECONDS", 120, minimum=1)
+WEBHOOKS_EVENT_RETENTION_DAYS = envint("WEBHOOKS_EVENT_RETENTION_DAYS", 30, minimum=1)
+WEBHOOKS_REJECTED_RETENTION_DAYS = envint("WEBHOOKS_REJECTED_RETENTION_DAYS", 7, minimum=1)
+WEBHOOKS_REJECTED_MAX_ROWS = envint("WEBHOOKS_REJECTED_MAX_ROWS", 10_000, minimum=1)

@@ -5,4 +5,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/receipts/", include("receipts.urls")),
     path("api/v1/outbox", include("receipts.outbox.urls")),
+    path("webhooks/", include("webhooks.urls")),
 ]

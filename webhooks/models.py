@@ -1,1 +1,219 @@
-"""Webhook endpoints, deliveries and events (filled in by the webhooks issue)."""
+"""Webhook endpoints, the events they receive, every delivery of each event, and rejections.
+
+An event is stored once per (endpoint, dedupe key); every delivery of it, the first and
+each provider retry, is a WebhookDelivery row, so the dashboard can chart deliveries against
+unique events. Processing state lives on the event and moves only by conditional UPDATEs
+in `webhooks.processing`.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+def mask_secret(secret: str) -> str:
+    """`whsec_…a1b2`: enough to tell two secrets apart, useless for signing."""
+    if not secret:
+        return ""
+    prefix = secret.split("_", 1)[0] + "_" if "_" in secret[:12] else ""
+    tail = secret[-4:] if len(secret) >= 12 else ""
+    return f"{prefix}…{tail}"
+
+
+class WebhookEndpoint(models.Model):
+    class Provider(models.TextChoices):
+        STRIPE = "stripe"
+        SHOPIFY = "shopify"
+        STANDARD = "standard", "Standard Webhooks"
+
+    slug = models.SlugField(max_length=64, unique=True, help_text="POST /webhooks/<slug>/")
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    paused = models.BooleanField(
+        default=False, help_text="Deliveries are still verified and stored, but held until resumed."
+    )
+    description = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.slug} ({self.provider})"
+
+
+class WebhookSecret(models.Model):
+    """A signing secret. Stored in clear because HMAC needs it; shown only masked.
+
+    An endpoint may have several active secrets at once, so that a provider-side rotation
+    (Stripe rolls a secret with an overlap window) loses no delivery.
+    """
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="secrets")
+    secret = models.CharField(max_length=255)
+    active = models.BooleanField(default=True)
+    from_env = models.BooleanField(
+        default=False, help_text="Kept in step with the *_WEBHOOK_SECRET environment variable."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint"], condition=Q(from_env=True), name="webhook_secret_one_env_per_endpoint"
+            ),
+        ]
+
+    @property
+    def masked(self) -> str:
+        return mask_secret(self.secret)
+
+    def __str__(self) -> str:
+        return self.masked
+
+    def __repr__(self) -> str:
+        return f"<WebhookSecret {self.pk} {self.masked}>"
+
+
+class WebhookEvent(models.Model):
+    class Status(models.TextChoices):
+        HELD = "held"  # received while the endpoint was paused
+        RECEIVED = "received"
+        PROCESSING = "processing"
+        RETRY = "retry"
+        COMPLETED = "completed"
+        IGNORED = "ignored"  # no handler for its type
+        DEAD = "dead"  # out of attempts; kept with its traceback
+
+    FINISHED = (Status.COMPLETED, Status.IGNORED, Status.DEAD)
+    CLAIMABLE = (Status.RECEIVED, Status.RETRY)
+
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="events")
+    provider = models.CharField(max_length=16)
+    dedupe_key = models.CharField(max_length=512)
+    event_type = models.CharField(max_length=255, blank=True)
+    provider_event_id = models.CharField(
+        max_length=255, blank=True, help_text="Stripe event id, X-Shopify-Event-Id, or webhook-id."
+    )
+    account = models.CharField(
+        max_length=255, blank=True, help_text="Stripe Connect account or Shopify shop domain."
+    )
+    payload = models.JSONField()
+    payload_sha256 = models.CharField(max_length=64, help_text="sha256 of the canonical JSON payload.")
+    payload_mismatch = models.BooleanField(
+        default=False, help_text="A redelivery carried a different payload than the stored one."
+    )
+    status = models.CharField(max_length=16, choices=Status.choices)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claim_token = models.UUIDField(null=True, blank=True, help_text="Fences the worker holding the lease.")
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    stuck_recoveries = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    delivery_count = models.PositiveIntegerField(default=1)
+    received_at = models.DateTimeField()
+    last_delivery_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "dedupe_key"], name="webhook_event_dedupe"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="webhook_event_due"),
+            models.Index(fields=["received_at"], name="webhook_event_received"),
+            models.Index(fields=["provider", "event_type"], name="webhook_event_type"),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="webhook_event_processing_lease",
+                condition=Q(status="processing"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.event_type} {self.provider_event_id or self.dedupe_key} ({self.status})"
+
+
+class WebhookDelivery(models.Model):
+    """One HTTP delivery of an event: the first, or a provider retry."""
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
+    received_at = models.DateTimeField()
+    duplicate = models.BooleanField(default=False)
+    payload_matches = models.BooleanField(default=True)
+    secret = models.ForeignKey(
+        WebhookSecret, null=True, blank=True, on_delete=models.SET_NULL, help_text="The secret that verified it."
+    )
+
+    class Meta:
+        verbose_name_plural = "webhook deliveries"
+        indexes = [models.Index(fields=["received_at"], name="webhook_delivery_received")]
+
+    def __str__(self) -> str:
+        return f"delivery of {self.event_id} at {self.received_at:%Y-%m-%d %H:%M:%S}"
+
+
+class RejectedDelivery(models.Model):
+    """A delivery that failed verification. Only an excerpt of the body is kept, and the
+    table is capped (WEBHOOKS_REJECTED_MAX_ROWS) so a flood cannot fill the disk."""
+
+    class Cause(models.TextChoices):
+        MISSING_HEADER = "missing_header"
+        MALFORMED_HEADER = "malformed_header"
+        STALE_TIMESTAMP = "stale_timestamp"
+        FUTURE_TIMESTAMP = "future_timestamp"
+        NO_MATCHING_SIGNATURE = "no_matching_signature"
+        NO_ACTIVE_SECRET = "no_active_secret"
+        INVALID_JSON = "invalid_json"
+        MISSING_ID = "missing_id"
+        INVALID_ID = "invalid_id"
+        UNSTORABLE_PAYLOAD = "unstorable_payload"
+        BODY_TOO_LARGE = "body_too_large"
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="rejections"
+    )
+    provider = models.CharField(max_length=16)
+    cause = models.CharField(max_length=32, choices=Cause.choices)
+    detail = models.CharField(max_length=500, blank=True)
+    body_excerpt = models.CharField(max_length=512, blank=True)
+    body_size = models.PositiveIntegerField(default=0)
+    remote_addr = models.CharField(max_length=64, blank=True)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name_plural = "rejected deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.cause}"
+
+
+class Fulfilment(models.Model):
+    """Demo side effect: one per Stripe payment, however many events announce it."""
+
+    payment_id = models.CharField(max_length=255, unique=True)
+    amount = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=8, blank=True)
+    source_event = models.ForeignKey(WebhookEvent, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"fulfilment of {self.payment_id}"
+
+
+class ShopifyOrder(models.Model):
+    """Demo side effect: one per Shopify order, however many times orders/create arrives."""
+
+    shop_domain = models.CharField(max_length=255)
+    order_id = models.CharField(max_length=64)
+    name = models.CharField(max_length=64, blank=True)
+    total_price = models.CharField(max_length=32, blank=True)
+    currency = models.CharField(max_length=8, blank=True)
+    source_event = models.ForeignKey(WebhookEvent, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["shop_domain", "order_id"], name="shopify_order_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.shop_domain} order {self.order_id}"

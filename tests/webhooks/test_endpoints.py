@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from receipts.models import AuditEntry
+from tests.webhooks.conftest import STRIPE_SECRET, deliver_stripe, make_endpoint, stripe_event
+from webhooks import endpoints, processing
+from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
+
+pytestmark = pytest.mark.django_db
+
+
+def test_env_secrets_create_their_endpoints(settings):
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_from_env_0000000000"
+    settings.STANDARD_WEBHOOK_SECRET = "whsec_c3RhbmRhcmQtc2VjcmV0LWZyb20tZW52"
+    made = endpoints.ensure_env_endpoints()
+    assert sorted(e.slug for e in made) == ["standard", "stripe"]
+    stripe = WebhookEndpoint.objects.get(slug="stripe")
+    assert stripe.provider == "stripe"
+    assert list(stripe.secrets.values_list("secret", "from_env")) == [("whsec_from_env_0000000000", True)]
+
+
+def test_making_env_endpoints_twice_changes_nothing(settings):
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_from_env_0000000000"
+    endpoints.ensure_env_endpoints()
+    endpoints.ensure_env_endpoints()
+    assert WebhookEndpoint.objects.filter(slug="stripe").count() == 1
+    assert WebhookSecret.objects.filter(endpoint__slug="stripe").count() == 1
+
+
+def test_a_changed_env_secret_replaces_the_env_secret_only(settings):
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_from_env_0000000000"
+    (endpoint,) = endpoints.ensure_env_endpoints()
+    endpoint.secrets.create(secret="whsec_added_in_admin_00000")
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_rotated_env_1111111"
+    endpoints.ensure_env_endpoints()
+    assert set(endpoint.secrets.values_list("secret", flat=True)) == {"whsec_rotated_env_1111111", "whsec_added_in_admin_00000"}
+
+
+def test_migrate_creates_the_env_endpoints(settings):
+    settings.SHOPIFY_WEBHOOK_SECRET = "shopify-env-secret-0000000"
+    call_command("migrate", verbosity=0)
+    assert WebhookEndpoint.objects.get(slug="shopify").provider == "shopify"
+
+
+def test_an_env_endpoint_is_served_with_no_manual_step(client, settings):
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_from_env_0000000000"
+    response = deliver_stripe(client, "stripe", stripe_event({}, "a.b"), secret="whsec_from_env_0000000000")
+    assert response.status_code == 200
+
+
+def test_a_paused_endpoint_holds_events_until_it_is_resumed(client, django_capture_on_commit_callbacks):
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    assert endpoints.pause(endpoint, actor="ops") is True
+    assert endpoints.pause(endpoint, actor="ops") is False  # already paused
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"held"}
+    assert processing.sweep().enqueued == 0  # held events are not processed
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert endpoints.resume(endpoint, actor="ops") == 2
+    assert len(callbacks) == 2
+    assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"received"}
+    event = WebhookEvent.objects.first()
+    assert processing.process_event(event.pk) == "ignored"
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
+    assert actions == ["webhook_endpoint.pause", "webhook_endpoint.resume"]

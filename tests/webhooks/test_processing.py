@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from receipts.models import AuditEntry
+from tests.webhooks.conftest import make_endpoint
+from webhooks import processing
+from webhooks.models import Fulfilment, WebhookEvent
+from webhooks.receive import store_delivery
+from webhooks.verify import VerifiedDelivery
+
+pytestmark = pytest.mark.django_db
+
+
+def make_event(event_type: str = "thing.happened", *, slug: str = "ep", payload: dict | None = None) -> WebhookEvent:
+    endpoint = make_endpoint(slug, "stripe", "whsec_processing_tests_0000")
+    key = f"evt_{WebhookEvent.objects.count() + 1}"
+    payload = payload or {"id": key, "type": event_type}
+    verified = VerifiedDelivery(0, payload, key, event_type, key, "")
+    return store_delivery(endpoint, verified).event
+
+
+def queued_event_ids() -> list[int]:
+    return [q.task["args"][0] for q in OrmQ.objects.all() if q.task.get("func") == processing.TASK]
+
+
+def boom(event: WebhookEvent) -> None:
+    raise RuntimeError("downstream is down")
+
+
+def test_a_claim_admits_one_worker_and_starts_a_lease():
+    event = make_event()
+    first = processing.claim_event(event.pk)
+    assert first is not None and first.status == "processing" and first.attempts == 1
+    assert first.lease_expires_at > timezone.now()
+    assert processing.claim_event(event.pk) is None
+
+
+def test_a_handled_event_is_completed(registry):
+    seen = []
+    registry("stripe", "thing.happened", seen.append)
+    event = make_event()
+    assert processing.process_event(event.pk) == "completed"
+    event.refresh_from_db()
+    assert event.status == "completed" and event.finished_at and event.claim_token is None
+    assert [e.pk for e in seen] == [event.pk]
+    assert processing.process_event(event.pk) == "not_claimed"
+    assert len(seen) == 1
+
+
+def test_an_event_without_handler_is_ignored():
+    event = make_event("nobody.listens")
+    assert processing.process_event(event.pk) == "ignored"
+    assert WebhookEvent.objects.get(pk=event.pk).status == "ignored"
+
+
+def test_a_failure_is_retried_with_exponential_backoff_and_jitter(registry, settings):
+    settings.WEBHOOKS_BACKOFF_BASE = 30
+    settings.WEBHOOKS_BACKOFF_CAP = 200
+    registry("stripe", "thing.happened", boom)
+    event = make_event()
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        for attempt, ceiling in [(1, 30), (2, 60), (3, 120), (4, 200), (5, 200)]:
+            assert processing.process_event(event.pk) == "retry"
+            event.refresh_from_db()
+            delay = (event.next_attempt_at - timezone.now()).total_seconds()
+            assert event.attempts == attempt
+            assert ceiling / 2 <= delay <= ceiling
+            assert "downstream is down" in event.last_error
+            # not due before its time ...
+            assert processing.process_event(event.pk) == "not_claimed"
+            traveller.shift(timedelta(seconds=delay - 1))
+            assert processing.process_event(event.pk) == "not_claimed"
+            # ... and due at it
+            traveller.shift(timedelta(seconds=1))
+
+
+def test_backoff_delays_are_jittered():
+    delays = {processing.backoff_delay(3).total_seconds() for _ in range(20)}
+    assert len(delays) > 1
+
+
+def test_an_event_out_of_attempts_is_dead_and_keeps_its_traceback(registry, settings):
+    settings.WEBHOOKS_MAX_ATTEMPTS = 3
+    registry("stripe", "thing.happened", boom)
+    event = make_event()
+    outcomes = []
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        for _ in range(3):
+            outcomes.append(processing.process_event(event.pk))
+            traveller.shift(timedelta(hours=7))
+    assert outcomes == ["retry", "retry", "dead"]
+    event.refresh_from_db()
+    assert event.status == "dead" and event.attempts == 3
+    assert "Traceback" in event.last_error and "RuntimeError: downstream is down" in event.last_error
+
+
+def test_a_worker_whose_lease_was_taken_over_cannot_settle_the_event():
+    event = make_event()
+    slow = processing.claim_event(event.pk)
+    later = timezone.now() + timedelta(seconds=3600)
+    assert processing.sweep(later).stuck_recovered == 1
+    fast = processing.claim_event(event.pk, now=later)
+    assert fast is not None and fast.claim_token != slow.claim_token
+    assert processing.complete_event(slow) is False
+    assert processing.fail_event(slow, "late") is None
+    assert processing.complete_event(fast) is True
+    assert WebhookEvent.objects.get(pk=event.pk).status == "completed"
+
+
+def test_a_handler_whose_completion_is_refused_leaves_no_writes(registry):
+    def fulfil_then_lose_the_lease(event: WebhookEvent) -> None:
+        Fulfilment.objects.create(payment_id="pi_lost", source_event=event)
+        # What a sweeper and another worker would have done meanwhile:
+        WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)
+
+    registry("stripe", "thing.happened", fulfil_then_lose_the_lease)
+    event = make_event()
+    assert processing.process_event(event.pk) == "lease_lost"
+    assert not Fulfilment.objects.exists()
+
+
+def test_the_sweeper_returns_a_stuck_event_to_retry_and_enqueues_it():
+    event = make_event()
+    processing.claim_event(event.pk)
+    OrmQ.objects.all().delete()
+    assert processing.sweep().stuck_recovered == 0  # the lease is still running
+    later = timezone.now() + timedelta(seconds=3600)
+    result = processing.sweep(later)
+    assert result.stuck_recovered == 1 and result.enqueued == 1
+    event.refresh_from_db()
+    assert event.status == "retry" and event.stuck_recoveries == 1
+    assert "lease expired" in event.last_error
+    assert queued_event_ids() == [event.pk]
+
+
+def test_a_stuck_event_out_of_attempts_is_dead(settings):
+    settings.WEBHOOKS_MAX_ATTEMPTS = 1
+    event = make_event()
+    processing.claim_event(event.pk)
+    assert processing.sweep(timezone.now() + timedelta(hours=1)).stuck_dead == 1
+    assert WebhookEvent.objects.get(pk=event.pk).status == "dead"
+
+
+def test_the_sweeper_enqueues_a_due_event_whose_enqueue_was_lost():
+    event = make_event()
+    OrmQ.objects.all().delete()  # the broker lost it
+    assert processing.sweep().enqueued == 0  # recently enqueued: give the worker time
+    much_later = timezone.now() + timedelta(minutes=10)
+    assert processing.sweep(much_later).enqueued == 1
+    assert queued_event_ids() == [event.pk]
+    assert processing.sweep(much_later + timedelta(seconds=1)).enqueued == 0  # not twice
+
+
+def test_the_sweeper_enqueues_a_retry_when_it_is_due(registry):
+    registry("stripe", "thing.happened", boom)
+    event = make_event()
+    processing.process_event(event.pk)
+    OrmQ.objects.all().delete()
+    assert processing.sweep().enqueued == 0
+    event.refresh_from_db()
+    assert processing.sweep(event.next_attempt_at).enqueued == 1
+    assert queued_event_ids() == [event.pk]
+
+
+def test_reprocessing_by_hand_runs_a_finished_event_again_and_is_audited(registry, django_capture_on_commit_callbacks):
+    seen = []
+    registry("stripe", "thing.happened", seen.append)
+    event = make_event()
+    processing.process_event(event.pk)
+    event.refresh_from_db()
+    user = get_user_model().objects.create_user("operator")
+    with django_capture_on_commit_callbacks(execute=True):
+        again = processing.reprocess(event, actor="operator", user=user, reason="handler fixed")
+    assert again.status == "received" and again.attempts == 0
+    assert queued_event_ids() == [event.pk]  # enqueued on commit (the first receipt was not: not committed)
+    assert processing.process_event(event.pk) == "completed"
+    assert len(seen) == 2
+    entry = AuditEntry.objects.get(action="webhook_event.reprocess")
+    assert (entry.actor, entry.user, entry.status_before, entry.status_after) == ("operator", user, "completed", "received")
+    assert entry.object_id == str(event.pk) and entry.detail == "handler fixed"
+
+
+def test_an_event_being_processed_cannot_be_reprocessed():
+    event = make_event()
+    claimed = processing.claim_event(event.pk)
+    with pytest.raises(processing.NotReprocessable):
+        processing.reprocess(claimed, actor="operator")
+
+
+def test_reprocessing_a_stale_copy_is_refused():
+    event = make_event()
+    stale = WebhookEvent.objects.get(pk=event.pk)
+    processing.process_event(event.pk)  # ignored meanwhile
+    stale.status = "dead"
+    with pytest.raises(processing.NotReprocessable):
+        processing.reprocess(stale, actor="operator")
+    assert not AuditEntry.objects.exists()
+
+
+def test_the_sweeper_releases_events_held_by_an_endpoint_that_is_no_longer_paused():
+    event = make_event()
+    WebhookEvent.objects.filter(pk=event.pk).update(status="held", enqueued_at=None)
+    assert processing.sweep().released_held == 1
+    assert WebhookEvent.objects.get(pk=event.pk).status == "received"

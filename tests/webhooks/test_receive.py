@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections
+from django.test import Client
+
+from receipts.models import AuditEntry
+from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, stripe_event, stripe_headers
+from webhooks import processing
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
+from webhooks.receive import record_rejection, store_delivery
+from webhooks.verify import VerifiedDelivery
+
+PROCESSES = 4
+THREADS = 4
+
+
+def verified(key: str, payload: dict) -> VerifiedDelivery:
+    return VerifiedDelivery(0, payload, key, "a.b", key, "")
+
+
+@pytest.mark.django_db
+def test_the_first_delivery_inserts_and_the_next_ones_count():
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    first = store_delivery(endpoint, verified("evt_1", {"id": "evt_1"}))
+    second = store_delivery(endpoint, verified("evt_1", {"id": "evt_1"}))
+    assert first.created and not second.created
+    assert second.event.pk == first.event.pk and second.event.delivery_count == 2
+    assert second.event.last_delivery_at >= first.event.received_at
+
+
+@pytest.mark.django_db
+def test_the_same_key_on_two_endpoints_is_two_events():
+    a = make_endpoint("a", "stripe", STRIPE_SECRET)
+    b = make_endpoint("b", "stripe", STRIPE_SECRET)
+    store_delivery(a, verified("evt_1", {}))
+    store_delivery(b, verified("evt_1", {}))
+    assert WebhookEvent.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_rejection_keeps_a_printable_excerpt_only():
+    rejection = record_rejection(None, "stripe", "invalid_json", "bad", b"\x00\x01abc\xff" + b"z" * 10_000)
+    assert rejection.body_size == 10_006
+    assert len(rejection.body_excerpt) == 256
+    assert rejection.body_excerpt.startswith("  abc")
+
+
+def _storm_worker(slug: str, deliveries: list[tuple[int, bytes]], results) -> None:
+    """One OS process: several threads, each with its own connection, delivering its share
+    and then trying to process the event at once, like a worker racing the others."""
+    statuses: Counter = Counter()
+    lock = threading.Lock()
+
+    def run(share: list[tuple[int, bytes]]) -> None:
+        client = Client()
+        try:
+            for _, body in share:
+                # Signed at send time, as Stripe signs each retry anew: same body, new header.
+                headers = stripe_headers(body, STRIPE_SECRET)
+                response = client.post(f"/webhooks/{slug}/", data=body, content_type="application/json", headers=headers)
+                with lock:
+                    statuses[response.status_code] += 1
+                if response.status_code == 200:
+                    processing.process_event(response.json()["event"])
+        finally:
+            connection.close()
+
+    try:
+        threads = [threading.Thread(target=run, args=(deliveries[n::THREADS],)) for n in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        results.put(dict(statuses))  # always, so the parent never waits for a dead child
+
+
+def run_storm(tmp_path: Path, registry, events: int, repeats: int) -> None:
+    runs_file = tmp_path / "handler-runs.log"
+
+    def handle(event: WebhookEvent) -> None:
+        # Two witnesses: a file line per run (even a run that rolled back), and a row.
+        fd = os.open(runs_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            os.write(fd, f"{event.pk}\n".encode())
+        finally:
+            os.close(fd)
+        AuditEntry.objects.create(created_at=event.received_at, actor="handler", action="storm", object_type="e", object_id=str(event.pk))
+
+    registry("stripe", "storm.event", handle)
+    make_endpoint("storm", "stripe", STRIPE_SECRET)
+    deliveries = []
+    for n in range(events):
+        body = json.dumps(stripe_event({"id": f"pi_{n}", "object": "payment_intent"}, "storm.event", event_id=f"evt_storm_{n}")).encode()
+        deliveries.extend([(n, body)] * repeats)
+    random.Random(20240601).shuffle(deliveries)
+
+    connections.close_all()
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_storm_worker, args=("storm", deliveries[p::PROCESSES], results)) for p in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    statuses: Counter = Counter()
+    for _ in procs:
+        statuses.update(results.get(timeout=270))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+
+    assert statuses == {200: events * repeats}
+    assert WebhookEvent.objects.count() == events
+    assert set(WebhookEvent.objects.values_list("delivery_count", flat=True)) == {repeats}
+    assert WebhookDelivery.objects.count() == events * repeats
+    assert WebhookDelivery.objects.filter(duplicate=False).count() == events
+    assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"completed"}
+    runs = Counter(runs_file.read_text().split())
+    assert len(runs) == events and set(runs.values()) == {1}
+    assert AuditEntry.objects.filter(action="storm").count() == events
+    assert not RejectedDelivery.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_storm_stores_each_event_once_counts_every_delivery_and_runs_each_handler_once(tmp_path, registry):
+    """200 events delivered 10 times each, shuffled, from 4 processes x 4 threads."""
+    run_storm(tmp_path, registry, events=200, repeats=10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_small_retry_storm_holds_on_either_database(tmp_path, registry):
+    run_storm(tmp_path, registry, events=20, repeats=5)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.webhooks.conftest import make_endpoint
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
+from webhooks.receive import record_rejection, store_delivery
+from webhooks.retention import due_events, due_rejections
+from webhooks.verify import VerifiedDelivery
+
+pytestmark = pytest.mark.django_db
+
+
+def event_at(endpoint, key: str, when, status: str) -> WebhookEvent:
+    event = store_delivery(endpoint, VerifiedDelivery(0, {}, key, "a.b", key, ""), now=when).event
+    WebhookEvent.objects.filter(pk=event.pk).update(status=status)
+    return event
+
+
+def test_finished_events_past_retention_are_due_and_others_are_not(settings):
+    settings.WEBHOOKS_EVENT_RETENTION_DAYS = 30
+    endpoint = make_endpoint("ep", "stripe", "whsec_retention_000000000")
+    now = timezone.now()
+    old = now - timedelta(days=31)
+    done = event_at(endpoint, "old-done", old, "completed")
+    dead = event_at(endpoint, "old-dead", old, "dead")
+    event_at(endpoint, "old-retry", old, "retry")  # unfinished: kept
+    event_at(endpoint, "new-done", now - timedelta(days=29), "completed")
+    redelivered = event_at(endpoint, "old-redelivered", old, "completed")
+    store_delivery(endpoint, VerifiedDelivery(0, {}, "old-redelivered", "a.b", "", ""), now=now - timedelta(days=1))
+    assert set(due_events(now)) == {done, dead}
+    assert redelivered not in due_events(now)
+    due_events(now).delete()
+    assert WebhookDelivery.objects.filter(event_id__in=[done.pk, dead.pk]).count() == 0
+
+
+def test_rejections_past_their_retention_are_due(settings):
+    settings.WEBHOOKS_REJECTED_RETENTION_DAYS = 7
+    now = timezone.now()
+    old = record_rejection(None, "stripe", "missing_header", "", b"", now=now - timedelta(days=8))
+    record_rejection(None, "stripe", "missing_header", "", b"", now=now - timedelta(days=6))
+    assert list(due_rejections(now)) == [old]
+    assert RejectedDelivery.objects.count() == 2

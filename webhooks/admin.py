@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from webhooks import endpoints, processing
+from webhooks.models import (
+    Fulfilment,
+    RejectedDelivery,
+    ShopifyOrder,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+    WebhookSecret,
+)
+
+
+class SecretForm(forms.ModelForm):
+    """The secret is write-only: typed once, never rendered back (the field stays empty
+    on edit, and an empty field keeps the stored secret)."""
+
+    secret = forms.CharField(
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        help_text="Paste a new secret to set it. The stored one is never shown.",
+    )
+
+    class Meta:
+        model = WebhookSecret
+        fields = ["secret", "active"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial["secret"] = ""
+
+    def clean_secret(self) -> str:
+        value = self.cleaned_data.get("secret", "").strip()
+        if not value:
+            if self.instance.pk:
+                return self.instance.secret
+            raise forms.ValidationError("A new secret needs a value.")
+        return value
+
+
+class SecretInline(admin.TabularInline):
+    model = WebhookSecret
+    form = SecretForm
+    extra = 1
+    fields = ["masked", "secret", "active", "from_env", "created_at"]
+    readonly_fields = ["masked", "from_env", "created_at"]
+
+    @admin.display(description="secret (masked)")
+    def masked(self, obj: WebhookSecret) -> str:
+        return obj.masked if obj.pk else ""
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    list_display = ["slug", "provider", "paused", "active_secrets", "created_at"]
+    list_filter = ["provider", "paused"]
+    fields = ["slug", "provider", "description", "paused"]
+    readonly_fields = ["paused"]  # changed only by the actions, which release held events
+    inlines = [SecretInline]
+    actions = ["pause_endpoints", "resume_endpoints"]
+
+    @admin.display(description="active secrets")
+    def active_secrets(self, obj: WebhookEndpoint) -> str:
+        return ", ".join(s.masked for s in obj.secrets.all() if s.active)
+
+    @admin.action(description="Pause (store deliveries as held)")
+    def pause_endpoints(self, request: HttpRequest, queryset: QuerySet) -> None:
+        n = sum(endpoints.pause(e, actor=request.user.get_username(), user=request.user) for e in queryset)
+        self.message_user(request, f"{n} endpoint(s) paused.")
+
+    @admin.action(description="Resume (process held deliveries)")
+    def resume_endpoints(self, request: HttpRequest, queryset: QuerySet) -> None:
+        released = 0
+        for endpoint in queryset:
+            released += endpoints.resume(endpoint, actor=request.user.get_username(), user=request.user)
+        self.message_user(request, f"Resumed; {released} held event(s) released to processing.")
+
+
+class DeliveryInline(admin.TabularInline):
+    model = WebhookDelivery
+    extra = 0
+    can_delete = False
+    fields = ["received_at", "duplicate", "payload_matches", "secret"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(WebhookEvent)
+class WebhookEventAdmin(admin.ModelAdmin):
+    list_display = [
+        "id", "provider", "event_type", "provider_event_id", "status", "attempts",
+        "delivery_count", "payload_mismatch", "received_at",
+    ]
+    list_filter = ["status", "provider", "payload_mismatch"]
+    search_fields = ["dedupe_key", "provider_event_id", "event_type"]
+    date_hierarchy = "received_at"
+    inlines = [DeliveryInline]
+    actions = ["reprocess_events"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Reprocess")
+    def reprocess_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        done = 0
+        for event in queryset:
+            try:
+                processing.reprocess(event, actor=request.user.get_username(), user=request.user)
+                done += 1
+            except processing.NotReprocessable as exc:
+                self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
+        self.message_user(request, f"{done} event(s) queued for reprocessing.")
+
+
+@admin.register(RejectedDelivery)
+class RejectedDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["received_at", "provider", "endpoint", "cause", "body_size", "remote_addr"]
+    list_filter = ["cause", "provider"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(Fulfilment)
+class FulfilmentAdmin(admin.ModelAdmin):
+    list_display = ["payment_id", "amount", "currency", "source_event", "created_at"]
+
+
+@admin.register(ShopifyOrder)
+class ShopifyOrderAdmin(admin.ModelAdmin):
+    list_display = ["shop_domain", "order_id", "name", "total_price", "currency", "created_at"]

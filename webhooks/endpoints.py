@@ -1,0 +1,103 @@
+"""Endpoints: the quick-start ones from the environment, pausing and resuming.
+
+The environment endpoints are materialised after `migrate` (post_migrate) and on the first
+webhook request of each process, never in AppConfig.ready (no database access at import).
+Both paths are race-safe: the slug is unique, and at most one secret per endpoint comes from
+the environment (a partial unique constraint).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from receipts.store import audit
+from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
+from webhooks.processing import enqueue_on_commit
+
+log = logging.getLogger(__name__)
+
+ENV_SECRETS = {
+    "stripe": "STRIPE_WEBHOOK_SECRET",
+    "shopify": "SHOPIFY_WEBHOOK_SECRET",
+    "standard": "STANDARD_WEBHOOK_SECRET",
+}
+
+_synced = False
+
+
+def ensure_env_endpoints(using: str = "default") -> list[WebhookEndpoint]:
+    """Create /webhooks/<provider>/ for each provider whose secret is set in the environment,
+    and keep its environment secret equal to the variable (so rotating the variable and
+    restarting rotates the secret; add a second secret in the admin for an overlap)."""
+    made = []
+    for provider, name in ENV_SECRETS.items():
+        secret = getattr(settings, name, "")
+        if not secret:
+            continue
+        endpoint, _ = WebhookEndpoint.objects.using(using).get_or_create(
+            slug=provider, defaults={"provider": provider, "description": f"from {name}"}
+        )
+        if endpoint.provider != provider:
+            log.warning("endpoint %r exists for provider %s; %s not applied", provider, endpoint.provider, name)
+            continue
+        env_secrets = WebhookSecret.objects.using(using).filter(endpoint=endpoint, from_env=True)
+        if env_secrets.exclude(secret=secret).update(secret=secret, active=True):
+            log.info("endpoint %r: secret replaced from %s", provider, name)
+        elif not env_secrets.exists():
+            try:
+                with transaction.atomic(using=using):
+                    WebhookSecret.objects.using(using).create(endpoint=endpoint, secret=secret, from_env=True)
+            except IntegrityError:
+                pass  # another process created it first
+        made.append(endpoint)
+    return made
+
+
+def ensure_env_endpoints_once() -> None:
+    global _synced
+    if not _synced:
+        ensure_env_endpoints()
+        _synced = True
+
+
+def _forget_sync(*, setting: str, **kwargs: Any) -> None:
+    global _synced
+    if setting in ENV_SECRETS.values():
+        _synced = False
+
+
+setting_changed.connect(_forget_sync)
+
+
+def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> bool:
+    """Stop processing: deliveries are still verified, stored (as held) and answered 200."""
+    with transaction.atomic():
+        if WebhookEndpoint.objects.filter(pk=endpoint.pk, paused=False).update(paused=True) != 1:
+            return False
+        audit(actor, "webhook_endpoint.pause", endpoint, "active", "paused", user=user)
+    endpoint.paused = True
+    return True
+
+
+def resume(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> int:
+    """Resume and release the held events to processing. Returns how many were released."""
+    now = timezone.now()
+    with transaction.atomic():
+        if WebhookEndpoint.objects.filter(pk=endpoint.pk, paused=True).update(paused=False) != 1:
+            return 0
+        held = WebhookEvent.objects.filter(endpoint=endpoint, status=WebhookEvent.Status.HELD)
+        ids = list(held.values_list("pk", flat=True))
+        released = held.filter(pk__in=ids).update(
+            status=WebhookEvent.Status.RECEIVED, next_attempt_at=now, enqueued_at=now
+        )
+        audit(actor, "webhook_endpoint.resume", endpoint, "paused", "active", f"{released} held events released", user=user)
+        for event_id in ids:
+            enqueue_on_commit(event_id)
+    endpoint.paused = False
+    return released

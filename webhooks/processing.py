@@ -1,0 +1,220 @@
+"""Processing of stored events: claim, complete, retry, dead letter, sweep, reprocess.
+
+An event moves only through conditional UPDATEs with a rowcount check:
+    received/retry --claim--> processing --complete--> completed | ignored
+                                         --fail-----> retry (backoff) | dead
+A claim writes a fresh claim token and a lease. Completing or failing requires that token
+and status `processing`, so a worker whose lease expired and was recovered by the sweeper
+(or whose event was claimed again) cannot mark the event done: its handler's writes roll
+back with the refused completion.
+
+Enqueueing is best-effort by design: a lost enqueue, a lost broker message or a dead worker
+is repaired by `sweep`, which runs every minute and enqueues every due event that nobody
+has picked up. A duplicate enqueue is harmless because the claim admits one worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from receipts.store import audit
+from webhooks.handlers import handler_for
+from webhooks.models import WebhookEvent
+
+log = logging.getLogger(__name__)
+
+Status = WebhookEvent.Status
+TASK = "webhooks.tasks.process_event"
+
+
+class LeaseLost(Exception):
+    """The worker no longer owns the event; its handler's writes are rolled back."""
+
+
+class NotReprocessable(Exception):
+    pass
+
+
+def enqueue(event_id: int) -> None:
+    """Hand the event to django-q2. Failures are logged, not raised: the sweeper retries."""
+    from django_q.tasks import async_task
+
+    try:
+        async_task(TASK, event_id, group="webhooks")
+    except Exception:
+        log.warning("could not enqueue webhook event %s; the sweeper will", event_id, exc_info=True)
+
+
+def enqueue_on_commit(event_id: int) -> None:
+    transaction.on_commit(lambda: enqueue(event_id))
+
+
+def backoff_delay(attempt: int) -> timedelta:
+    """Exponential from WEBHOOKS_BACKOFF_BASE, capped, with jitter over its upper half so
+    that events that failed together (a handler's dependency was down) do not retry together."""
+    ceiling = min(settings.WEBHOOKS_BACKOFF_CAP, settings.WEBHOOKS_BACKOFF_BASE * 2 ** max(0, attempt - 1))
+    return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
+
+
+def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | None:
+    """Take the event if it is due; None if another worker has it or it is not due."""
+    now = now or timezone.now()
+    token = uuid.uuid4()
+    claimed = WebhookEvent.objects.filter(
+        pk=event_id, status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now
+    ).update(
+        status=Status.PROCESSING,
+        attempts=F("attempts") + 1,
+        lease_expires_at=now + timedelta(seconds=settings.WEBHOOKS_LEASE_SECONDS),
+        claim_token=token,
+    )
+    if claimed != 1:
+        return None
+    # Our token is on the row, so this read sees our claim (nobody else can claim it now).
+    return WebhookEvent.objects.filter(pk=event_id, claim_token=token).first()
+
+
+def _settle(event: WebhookEvent, **changes: Any) -> bool:
+    updated = WebhookEvent.objects.filter(
+        pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token
+    ).update(lease_expires_at=None, claim_token=None, **changes)
+    return updated == 1
+
+
+def complete_event(event: WebhookEvent, status: str = Status.COMPLETED) -> bool:
+    """Mark a claimed event completed (or ignored). False if the claim was lost."""
+    return _settle(event, status=status, finished_at=timezone.now(), last_error="")
+
+
+def fail_event(event: WebhookEvent, error: str) -> str | None:
+    """Schedule a retry with backoff, or after WEBHOOKS_MAX_ATTEMPTS a dead letter that keeps
+    the traceback. Returns the new status, or None if the claim was lost."""
+    now = timezone.now()
+    if event.attempts >= settings.WEBHOOKS_MAX_ATTEMPTS:
+        won = _settle(event, status=Status.DEAD, finished_at=now, last_error=error)
+        status = Status.DEAD
+    else:
+        won = _settle(
+            event,
+            status=Status.RETRY,
+            next_attempt_at=now + backoff_delay(event.attempts),
+            enqueued_at=None,  # the sweeper enqueues it when it is due
+            last_error=error,
+        )
+        status = Status.RETRY
+    return status if won else None
+
+
+def process_event(event_id: int) -> str:
+    """Claim, run the handler, settle. Returns what happened, for the task result."""
+    event = claim_event(event_id)
+    if event is None:
+        return "not_claimed"
+    handler = handler_for(event.provider, event.event_type)
+    try:
+        with transaction.atomic():
+            if handler is not None:
+                handler(event)
+            if not complete_event(event, Status.COMPLETED if handler else Status.IGNORED):
+                raise LeaseLost(f"webhook event {event_id} was taken over")
+    except LeaseLost:
+        log.warning("webhook event %s: lease lost, handler's writes rolled back", event_id)
+        return "lease_lost"
+    except Exception:
+        status = fail_event(event, traceback.format_exc())
+        log.warning("webhook event %s failed on attempt %s -> %s", event_id, event.attempts, status)
+        return status or "lease_lost"
+    return Status.COMPLETED if handler else Status.IGNORED
+
+
+@dataclass
+class SweepResult:
+    stuck_recovered: int = 0
+    stuck_dead: int = 0
+    released_held: int = 0
+    enqueued: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
+    """Repair what a lost worker or a lost message left behind. Safe to run concurrently."""
+    now = now or timezone.now()
+    result = SweepResult()
+    stuck = WebhookEvent.objects.filter(status=Status.PROCESSING, lease_expires_at__lt=now)
+    lost = "lease expired: the worker died or exceeded its timeout"
+    result.stuck_dead = stuck.filter(attempts__gte=settings.WEBHOOKS_MAX_ATTEMPTS).update(
+        status=Status.DEAD,
+        finished_at=now,
+        lease_expires_at=None,
+        claim_token=None,
+        stuck_recoveries=F("stuck_recoveries") + 1,
+        last_error=lost,
+    )
+    result.stuck_recovered = stuck.filter(attempts__lt=settings.WEBHOOKS_MAX_ATTEMPTS).update(
+        status=Status.RETRY,
+        next_attempt_at=now,
+        enqueued_at=None,
+        lease_expires_at=None,
+        claim_token=None,
+        stuck_recoveries=F("stuck_recoveries") + 1,
+        last_error=lost,
+    )
+    # A delivery stored as held just as its endpoint was resumed is released here.
+    result.released_held = WebhookEvent.objects.filter(status=Status.HELD, endpoint__paused=False).update(
+        status=Status.RECEIVED, next_attempt_at=now, enqueued_at=None
+    )
+    not_queued = Q(enqueued_at=None) | Q(
+        enqueued_at__lt=now - timedelta(seconds=settings.WEBHOOKS_REQUEUE_AFTER_SECONDS)
+    )
+    due = WebhookEvent.objects.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).filter(
+        not_queued
+    )
+    for event_id in list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:batch]):
+        # Marked before enqueueing, conditionally, so two sweepers do not both enqueue it.
+        if due.filter(pk=event_id).update(enqueued_at=now) == 1:
+            enqueue(event_id)
+            result.enqueued += 1
+    if any(asdict(result).values()):
+        log.info("webhook sweep: %s", result.as_dict())
+    return result
+
+
+def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = "") -> WebhookEvent:
+    """Run a finished (or waiting) event again, by hand, recorded in the audit log.
+
+    The attempt budget starts afresh. A processing event is refused (its worker still holds
+    the lease), and so is a held one (resume its endpoint instead).
+    """
+    before = event.status
+    if before in (Status.PROCESSING, Status.HELD):
+        raise NotReprocessable(f"A {before} event cannot be reprocessed.")
+    now = timezone.now()
+    with transaction.atomic():
+        updated = WebhookEvent.objects.filter(pk=event.pk, status=before).update(
+            status=Status.RECEIVED,
+            attempts=0,
+            next_attempt_at=now,
+            enqueued_at=now,
+            finished_at=None,
+            lease_expires_at=None,
+            claim_token=None,
+        )
+        if updated != 1:
+            raise NotReprocessable("The event changed before it could be reprocessed; reload it.")
+        audit(actor, "webhook_event.reprocess", event, before, Status.RECEIVED, reason, user=user)
+        enqueue_on_commit(event.pk)
+    event.refresh_from_db()
+    return event

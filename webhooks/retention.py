@@ -1,0 +1,26 @@
+"""What the `purge` command may delete from this app."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from webhooks.models import RejectedDelivery, WebhookEvent
+
+
+def due_events(now: datetime) -> QuerySet[WebhookEvent]:
+    """Finished events whose last delivery is older than WEBHOOKS_EVENT_RETENTION_DAYS.
+
+    Counted from the last delivery, not the first: an event that a provider still redelivers
+    must stay, or the redelivery would be stored and processed as new. Deleting an event
+    deletes its deliveries.
+    """
+    cutoff = now - timedelta(days=settings.WEBHOOKS_EVENT_RETENTION_DAYS)
+    return WebhookEvent.objects.filter(status__in=WebhookEvent.FINISHED, last_delivery_at__lt=cutoff)
+
+
+def due_rejections(now: datetime) -> QuerySet[RejectedDelivery]:
+    cutoff = now - timedelta(days=settings.WEBHOOKS_REJECTED_RETENTION_DAYS)
+    return RejectedDelivery.objects.filter(received_at__lt=cutoff)

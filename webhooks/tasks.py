@@ -1,0 +1,13 @@
+"""django-q2 entry points, referred to by dotted path. The logic is in webhooks.processing."""
+
+from __future__ import annotations
+
+from webhooks import processing
+
+
+def process_event(event_id: int) -> str:
+    return processing.process_event(event_id)
+
+
+def sweep() -> dict[str, int]:
+    return processing.sweep().as_dict()

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import DataError, InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from receipts.problems import problem
+from webhooks import endpoints
+from webhooks.models import WebhookEndpoint
+from webhooks.receive import record_rejection, store_delivery
+from webhooks.verify import VerificationError, verify_delivery
+
+log = logging.getLogger(__name__)
+
+DATABASE_DOWN = (OperationalError, InterfaceError)
+
+
+def _unavailable() -> HttpResponse:
+    # Never a 2xx for a delivery that was not stored: the provider must retry it.
+    return problem(
+        503,
+        "webhook-unavailable",
+        "Webhook storage unavailable",
+        "The delivery was not stored; retry later.",
+        headers={"Retry-After": "30"},
+    )
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes | None:
+    """The raw body, or None when it is over the limit (checked before reading it all)."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        return None
+    body = request.read(limit + 1)
+    return None if len(body) > limit else body
+
+
+def _reject(endpoint: WebhookEndpoint, cause: str, detail: str, body: bytes, request: HttpRequest, **kw) -> None:
+    try:
+        record_rejection(
+            endpoint, endpoint.provider, cause, detail, body, remote_addr=request.META.get("REMOTE_ADDR", ""), **kw
+        )
+    except DATABASE_DOWN:
+        log.warning("could not record a rejected %s delivery: database unavailable", endpoint.provider)
+
+
+@csrf_exempt
+def receive(request: HttpRequest, slug: str) -> HttpResponse:
+    try:
+        endpoints.ensure_env_endpoints_once()
+        endpoint = WebhookEndpoint.objects.filter(slug=slug).first()
+        if endpoint is None:
+            return problem(404, "webhook-endpoint-not-found", "Unknown webhook endpoint", f"No endpoint {slug!r}.")
+        if request.method != "POST":
+            return problem(
+                405, "method-not-allowed", "Method not allowed", "Deliver webhooks with POST.", headers={"Allow": "POST"}
+            )
+        secrets = list(endpoint.secrets.filter(active=True).order_by("-created_at", "-pk").values_list("pk", "secret"))
+    except DATABASE_DOWN:
+        return _unavailable()
+
+    limit = settings.WEBHOOKS_MAX_BODY_BYTES
+    body = _read_body(request, limit)
+    if body is None:
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+        _reject(endpoint, "body_too_large", f"The body is over {limit} bytes.", b"", request, body_size=size)
+        return problem(413, "webhook-body-too-large", "Body too large", f"A delivery may be at most {limit} bytes.")
+
+    try:
+        verified = verify_delivery(
+            endpoint.provider,
+            body,
+            request.headers,
+            [secret for _, secret in secrets],
+            stripe_tolerance=settings.WEBHOOKS_STRIPE_TOLERANCE,
+        )
+    except VerificationError as exc:
+        _reject(endpoint, exc.cause, exc.detail, body, request)
+        return problem(400, "webhook-rejected", "Webhook delivery rejected", exc.detail, cause=exc.cause)
+
+    try:
+        stored = store_delivery(endpoint, verified, secrets[verified.secret_index][0])
+    except DataError:
+        # Valid JSON the database refuses (PostgreSQL jsonb has no \u0000): a client error.
+        detail = "The payload cannot be stored (for example a \\u0000 in a string)."
+        _reject(endpoint, "unstorable_payload", detail, body, request)
+        return problem(400, "webhook-rejected", "Webhook delivery rejected", detail, cause="unstorable_payload")
+    except DATABASE_DOWN:
+        log.warning("webhook delivery to %r not stored: database unavailable", slug)
+        return _unavailable()
+
+    event = stored.event
+    if stored.created:
+        return JsonResponse({"received": True, "event": event.pk, "status": event.status})
+    return JsonResponse(
+        {
+            "duplicate": True,
+            "event": event.pk,
+            "status": event.status,
+            "deliveries": event.delivery_count,
+            "payload_matches": stored.payload_matches,
+        }
+    )
