@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
 from idemdash import seeding
 from idemdash.bench import loadgen, servers
@@ -171,18 +172,48 @@ API_FIGURES = [
 ]
 
 
+def routes(path: str) -> bool:
+    from django.urls import Resolver404, resolve
+
+    try:
+        resolve(path)
+        return True
+    except Resolver404:
+        return False
+
+
+def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
+    """Claim a fresh key, then complete it with the token the claim returned."""
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        key = f"{prefix}-{n}"
+        claimed = client.post("/api/v1/receipts/claim", headers=headers,
+                              json={"key": key, "operation": "bench.api", "request": {"n": n}})
+        if claimed.status_code != 201:
+            return claimed
+        return client.post("/api/v1/receipts/complete", headers=headers,
+                           json={"key": key, "token": claimed.json()["token"], "response": {"ok": True}})
+    return request
+
+
 def claim_api(b: Bench) -> list[Figure]:
-    return unavailable(API_FIGURES, S3, "the JSON API (/api/v1/receipts/claim|complete) is not in this build")
+    if not routes("/api/v1/receipts/claim"):
+        return unavailable(API_FIGURES, S3, "the JSON API (/api/v1/receipts/claim|complete) is not in this build")
+    from receipts.auth import create_token
 
-
-WEBHOOK_FIGURES = [
-    ("webhook.new_ratio", "new deliveries / bare insert throughput", "x", ">=", 0.7),
-    ("webhook.dup_ratio", "duplicate deliveries / bare insert throughput", "x", ">=", 0.7),
-    ("webhook.new_rps", "new deliveries throughput", "req/s", None, None),
-    ("webhook.dup_rps", "duplicate deliveries throughput", "req/s", None, None),
-    ("webhook.new_p99", "new deliveries p99", "ms", "<=", 50),
-    ("webhook.dup_p99", "duplicate deliveries p99", "ms", "<=", 50),
-]
+    _, token = create_token(f"bench-{b.run_id}")
+    connection.close()
+    name = "API claim + complete"
+    comparison = loadgen.compare(
+        {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))}, b.sizes.rounds
+    )
+    b.record(S3, comparison)
+    return [
+        Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
+        Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
+        Figure("api.p99", S3, "round trip p99", comparison.median(name, "p99"), "ms"),
+    ]
 
 
 BENCH_ENDPOINT = "bench-stripe"
@@ -454,6 +485,8 @@ def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
     bars: list[tqdm] = []
 
     def progress(name: str, total: int):
+        for done in bars:
+            done.close()
         bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr)
         bars.append(bar)
         return bar.update
@@ -515,8 +548,12 @@ def reset_bench_rows() -> None:
     """Start each run from the same bench tables: the rows earlier runs' requests made."""
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
-    Attempt.objects.filter(scope="bench")._raw_delete(Attempt.objects.db)
-    Receipt.objects.filter(scope="bench")._raw_delete(Receipt.objects.db)
+    from receipts.models import ApiClient
+
+    for scope in (Q(scope="bench"), Q(scope__startswith="client:bench-")):
+        Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
+        Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
+    ApiClient.objects.filter(name__startswith="bench-").delete()
 
 
 def warm_up(b: Bench) -> None:
@@ -528,6 +565,8 @@ def meta(quick: bool, started: datetime) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         pg = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        sync_commit = cursor.fetchone()[0]
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=settings.BASE_DIR,
                                 capture_output=True, text=True, timeout=5).stdout.strip()
@@ -536,7 +575,7 @@ def meta(quick: bool, started: datetime) -> dict[str, Any]:
     return {
         "mode": "quick" if quick else "full", "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
         "cores": os.cpu_count(), "load_average_at_start": os.getloadavg(), "python": platform.python_version(),
-        "postgresql": pg, "gunicorn_workers": servers.GUNICORN_WORKERS, "worker_class": "sync",
+        "postgresql": pg, "synchronous_commit": sync_commit, "gunicorn_workers": servers.GUNICORN_WORKERS, "worker_class": "sync",
         "clients": CLIENTS, "commit": commit,
     }
 

@@ -36,6 +36,8 @@ class Command(BaseCommand):
         def progress(name: str, total: int):
             # The raw stream: Django's OutputWrapper adds a newline per write, which would
             # break tqdm's carriage-return redraws.
+            for done in bars:
+                done.close()  # one bar at a time: the tables load one after another
             bar = tqdm(total=total, desc=name, unit="row", unit_scale=True, file=self.stderr._out)
             bars.append(bar)
             return bar.update
