@@ -8,8 +8,9 @@ request is using; on SQLite the IMMEDIATE transaction serialises it with other w
 The delete repeats the "due" condition, so a row that stopped being due between the
 SELECT and the DELETE (an expired receipt claimed again, say) is kept.
 
-To purge something new, add one line to PURGERS: a name and a function `due(now)` that
-returns the queryset of rows to delete.
+Every installed app may have a `retention` module with a `PURGERS` list (a name and a
+function `due(now)` returning the queryset of rows to delete); `installed_purgers()`
+collects them, so this app never imports the apps it purges for.
 
 The dashboard's charts count Attempt and OutboxAttempt rows, which keep scope, key and
 operation of their own and only lose their link when a receipt or message goes. They are
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
@@ -30,7 +33,6 @@ from django.utils import timezone
 
 from receipts.conf import policy_for
 from receipts.models import ArchivedReceipt, Attempt, Receipt
-from receipts.outbox import retention as outbox_retention
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
@@ -78,10 +80,21 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
 PURGERS: list[Purger] = [
     Purger("receipts.expired", due_receipts, archive=archive_financial_receipts, order_by="expires_at"),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
-    Purger("outbox.sent", outbox_retention.due_sent),
-    Purger("outbox.dead", outbox_retention.due_dead),
-    Purger("outbox.attempts", outbox_retention.due_attempts),
 ]
+
+
+def installed_purgers() -> list[Purger]:
+    """The PURGERS of every installed app's `retention` module, in INSTALLED_APPS order."""
+    found: list[Purger] = []
+    for config in apps.get_app_configs():
+        try:
+            module = import_module(f"{config.name}.retention")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{config.name}.retention":
+                raise
+            continue
+        found.extend(getattr(module, "PURGERS", []))
+    return found
 
 
 @dataclass
@@ -145,7 +158,7 @@ def purge(
     now = now or timezone.now()
     batch_size = batch_size or getattr(settings, "RETENTION_BATCH_SIZE", 1000)
     results = []
-    for purger in purgers if purgers is not None else PURGERS:
+    for purger in purgers if purgers is not None else installed_purgers():
         due_count = purger.due(now).count()
         if dry_run:
             results.append(PurgeResult(purger.name, due=due_count))

@@ -414,3 +414,35 @@ def audit(
         detail=detail,
         user=user if getattr(user, "pk", None) else None,
     )
+
+
+@dataclass
+class BulkResult:
+    released: int = 0
+    skipped: int = 0  # changed by someone else between the preview and the release
+
+
+# A bulk retry runs inside one web request; past this many rows, run it again.
+BULK_LIMIT = 5000
+
+
+def release_many(
+    receipts: Any, *, actor: str, reason: str = "", user: Any = None, limit: int = BULK_LIMIT
+) -> BulkResult:
+    """Release every failed receipt in `receipts` (a queryset), each through `release`.
+
+    Each row goes through the same compare-and-set as a single release, so each gets its
+    own Attempt and AuditEntry, and a row that a caller retried or an operator released in
+    the meantime is skipped rather than overwritten. Processing and completed rows in the
+    queryset are left alone: a bulk retry is for failed keys only.
+    """
+    result = BulkResult()
+    failed = receipts.filter(status=Status.FAILED).order_by("id")[:limit]
+    for receipt in failed.iterator(chunk_size=500):
+        try:
+            release(receipt, actor=actor, reason=reason, user=user)
+        except (StaleToken, NotReleasable):
+            result.skipped += 1
+        else:
+            result.released += 1
+    return result

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import QuerySet
 
+from receipts.retention import Purger
 from webhooks.models import RejectedDelivery, WebhookEvent
 
 
@@ -24,3 +25,9 @@ def due_events(now: datetime) -> QuerySet[WebhookEvent]:
 def due_rejections(now: datetime) -> QuerySet[RejectedDelivery]:
     cutoff = now - timedelta(days=settings.WEBHOOKS_REJECTED_RETENTION_DAYS)
     return RejectedDelivery.objects.filter(received_at__lt=cutoff)
+
+
+PURGERS = [
+    Purger("webhooks.events", due_events),
+    Purger("webhooks.rejections", due_rejections),
+]

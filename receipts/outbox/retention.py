@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from receipts.outbox.conf import setting
+from receipts.retention import Purger
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 
@@ -23,3 +24,10 @@ def due_dead(now: datetime) -> QuerySet:
 def due_attempts(now: datetime) -> QuerySet:
     days = setting("OUTBOX_ATTEMPT_RETENTION_DAYS")
     return OutboxAttempt.objects.filter(created_at__lt=now - timedelta(days=days))
+
+
+PURGERS = [
+    Purger("outbox.sent", due_sent),
+    Purger("outbox.dead", due_dead),
+    Purger("outbox.attempts", due_attempts),
+]

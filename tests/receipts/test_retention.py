@@ -32,7 +32,7 @@ def expired_receipts(count: int, operation: str = "email.send", prefix: str = "o
 
 
 def only(name: str) -> list[retention.Purger]:
-    return [p for p in retention.PURGERS if p.name == name]
+    return [p for p in retention.installed_purgers() if p.name == name]
 
 
 def attempts_per_outcome_last_week() -> Counter:

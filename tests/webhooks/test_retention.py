@@ -44,3 +44,19 @@ def test_rejections_past_their_retention_are_due(settings):
     record_rejection(None, "stripe", "missing_header", "", b"", now=now - timedelta(days=6))
     assert list(due_rejections(now)) == [old]
     assert RejectedDelivery.objects.count() == 2
+
+
+def test_the_purge_command_deletes_due_events_and_rejections_and_keeps_the_rest(settings):
+    from django.core.management import call_command
+
+    settings.WEBHOOKS_EVENT_RETENTION_DAYS = 30
+    settings.WEBHOOKS_REJECTED_RETENTION_DAYS = 7
+    endpoint = make_endpoint("ep", "stripe", "whsec_retention_000000000")
+    now = timezone.now()
+    event_at(endpoint, "old-done", now - timedelta(days=31), "completed")
+    kept = event_at(endpoint, "new-done", now - timedelta(days=2), "completed")
+    record_rejection(None, "stripe", "missing_header", "", b"", now=now - timedelta(days=8))
+    fresh = record_rejection(None, "stripe", "missing_header", "", b"", now=now - timedelta(days=1))
+    call_command("purge", "--batch-size", "1")
+    assert list(WebhookEvent.objects.all()) == [kept]
+    assert list(RejectedDelivery.objects.all()) == [fresh]

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+
+from django import forms
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils.dateparse import parse_datetime
+
+from receipts.models import Attempt, Receipt
+
+# "Which keys got 409s / 422s?": receipts with at least one such attempt.
+CONFLICTS = {"409": Attempt.Outcome.IN_PROGRESS, "422": Attempt.Outcome.MISMATCH}
+
+SORTS = {
+    "-created": ("created_at", True),
+    "created": ("created_at", False),
+    "-updated": ("updated_at", True),
+    "updated": ("updated_at", False),
+}
+PAGE_SIZE = 50
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def encode_cursor(moment: datetime, pk: int) -> str:
+    return base64.urlsafe_b64encode(f"{moment.isoformat()}|{pk}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(raw: str) -> tuple[datetime, int]:
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+        moment_text, _, pk_text = text.rpartition("|")
+        moment = parse_datetime(moment_text)
+        if moment is None:
+            raise ValueError
+        return moment, int(pk_text)
+    except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise BadCursor("The page cursor is not valid; start from the first page.") from exc
+
+
+class ReceiptFilter(forms.Form):
+    """The receipts list's filters. The same form scopes the bulk-retry preview."""
+
+    q = forms.CharField(required=False, max_length=255, label="Key starts with")
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Receipt.Status.choices])
+    operation = forms.CharField(required=False, max_length=100)
+    scope = forms.CharField(required=False, max_length=255)
+    conflict = forms.ChoiceField(
+        required=False, choices=[("", "Any"), ("409", "Had a 409 (in progress)"), ("422", "Had a 422 (mismatch)")]
+    )
+    since = forms.DateTimeField(required=False, label="Created from")
+    until = forms.DateTimeField(required=False, label="Created until")
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[("-created", "Newest first"), ("created", "Oldest first"),
+                 ("-updated", "Recently changed"), ("updated", "Least recently changed")],
+    )
+
+    def receipts(self) -> QuerySet[Receipt]:
+        data = self.cleaned_data
+        qs = Receipt.objects.all()
+        if data.get("q"):
+            qs = qs.filter(key__startswith=data["q"])
+        for name in ("status", "operation", "scope"):
+            if data.get(name):
+                qs = qs.filter(**{name: data[name]})
+        if data.get("conflict"):
+            outcome = CONFLICTS[data["conflict"]]
+            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome=outcome)))
+        if data.get("since"):
+            qs = qs.filter(created_at__gte=data["since"])
+        if data.get("until"):
+            qs = qs.filter(created_at__lte=data["until"])
+        return qs
+
+    def sort_key(self) -> tuple[str, bool]:
+        return SORTS[self.cleaned_data.get("sort") or "-created"]
+
+    def is_filtered(self) -> bool:
+        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "conflict", "since", "until"))
+
+
+def keyset_page(qs: QuerySet[Receipt], field: str, descending: bool, after: str | None) -> tuple[list[Receipt], str | None]:
+    """One page ordered by (field, id), continuing after the cursor: no OFFSET, so page
+    10 000 costs what page 1 costs."""
+    if after:
+        moment, pk = decode_cursor(after)
+        op = "lt" if descending else "gt"
+        qs = qs.filter(Q(**{f"{field}__{op}": moment}) | Q(**{field: moment, f"id__{op}": pk}))
+    prefix = "-" if descending else ""
+    rows = list(qs.order_by(f"{prefix}{field}", f"{prefix}id")[: PAGE_SIZE + 1])
+    if len(rows) > PAGE_SIZE:
+        rows = rows[:PAGE_SIZE]
+        last = rows[-1]
+        return rows, encode_cursor(getattr(last, field), last.pk)
+    return rows, None

@@ -1,0 +1,301 @@
+"""The dashboard: thin function views. Reads come from idemdash.queries, every action goes
+through the receipt store, which writes the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from idemdash import charts, conflicts, queries
+from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
+from idemdash.dashboard.forms import BadCursor, ReceiptFilter, keyset_page
+from receipts import store
+from receipts.auth import client_for_request
+from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.problems import problem
+
+Status = Receipt.Status
+
+
+def _partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    """The page includes the partial; an htmx request gets the partial alone."""
+    template = partial if request.htmx and not request.htmx.boosted else page
+    return render(request, template, context, status=status)
+
+
+# --- overview ---------------------------------------------------------------------------------
+
+
+def _overview_context(window: queries.Window) -> dict[str, Any]:
+    now = timezone.now()
+    series = queries.receipt_series(window, now)
+    return {
+        "window": window,
+        "windows": list(queries.WINDOWS),
+        "stats": queries.overview_stats(window, now),
+        "now": now,
+        "charts": [
+            ("chart-traffic", charts.traffic_chart(series)),
+            ("chart-duplicates", charts.duplicate_rate_chart(series)),
+            ("chart-conflicts", charts.conflicts_chart(series)),
+            ("chart-stuck", charts.stuck_chart(series)),
+        ],
+        "with_charts": True,
+    }
+
+
+@require_GET
+@viewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    try:
+        window = queries.parse_window(request.GET.get("window"))
+    except queries.BadWindow as exc:
+        messages.error(request, str(exc))
+        window = queries.parse_window(None)
+    return _partial_or_page(request, "dashboard/overview.html", "dashboard/partials/overview_figures.html",
+                            _overview_context(window))
+
+
+# --- receipts -------------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def receipts(request: HttpRequest) -> HttpResponse:
+    form = ReceiptFilter(request.GET)
+    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None}
+    status = 200
+    if form.is_valid():
+        field, descending = form.sort_key()
+        try:
+            context["rows"], context["next_cursor"] = keyset_page(
+                form.receipts(), field, descending, request.GET.get("after")
+            )
+        except BadCursor as exc:
+            context["error"] = str(exc)
+            status = 400
+        context["filtered"] = form.is_filtered()
+        context["paged"] = bool(request.GET.get("after"))
+        query = request.GET.copy()
+        query.pop("after", None)
+        context["query"] = query.urlencode()
+        context["can_bulk_retry"] = form.cleaned_data.get("status") == Status.FAILED
+    else:
+        status = 400
+    return _partial_or_page(request, "dashboard/receipts.html", "dashboard/partials/receipt_table.html",
+                            context, status)
+
+
+def _pretty(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+# A retry storm can leave thousands of 409s on one key; the page shows the latest ones.
+TIMELINE_LIMIT = 300
+CONFLICT_LIMIT = 20
+
+
+def _detail_context(receipt: Receipt) -> dict[str, Any]:
+    attempts = Attempt.objects.filter(receipt=receipt)
+    timeline = list(attempts.order_by("-created_at", "-id")[:TIMELINE_LIMIT])[::-1]
+    rejected = attempts.filter(outcome=Attempt.Outcome.MISMATCH).order_by("-created_at", "-id")[:CONFLICT_LIMIT]
+    mismatches = [
+        {"attempt": a, "differences": conflicts.diff_requests(receipt.request, a.request),
+         "pretty": _pretty(a.request)}
+        for a in reversed(rejected)
+    ]
+    return {
+        "receipt": receipt,
+        "timeline": timeline,
+        "timeline_total": attempts.count() if len(timeline) == TIMELINE_LIMIT else len(timeline),
+        "mismatch_total": attempts.filter(outcome=Attempt.Outcome.MISMATCH).count() if len(mismatches) == CONFLICT_LIMIT else len(mismatches),
+        "mismatches": mismatches,
+        "request_pretty": _pretty(receipt.request),
+        "response_pretty": _pretty(receipt.response_body),
+        "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
+        "audit": AuditEntry.objects.filter(object_type="receipts.receipt", object_id=str(receipt.pk)).order_by("-id")[:20],
+    }
+
+
+@require_GET
+@viewer_required
+def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    receipt = get_object_or_404(Receipt, pk=pk)
+    return render(request, "dashboard/receipt_detail.html", _detail_context(receipt))
+
+
+# Which status each action applies to, and what it tells the operator.
+ACTIONS = {
+    "retry": {
+        "status": Status.FAILED,
+        "verb": "Retry",
+        "explain": "The key is released: the caller's next attempt with this key runs the operation again.",
+    },
+    "release": {
+        "status": Status.PROCESSING,
+        "verb": "Release",
+        "explain": "The lease is revoked and the key marked failed and retryable: the worker holding it "
+                   "can no longer store a result, and the caller's next attempt runs the operation again.",
+    },
+}
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return fallback
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """GET: the confirmation. POST: do it (through the store, which writes the audit entry)."""
+    spec = ACTIONS[action]
+    receipt = get_object_or_404(Receipt, pk=pk)
+    detail_url = reverse("dashboard:receipt", args=[pk])
+    context = {"receipt": receipt, "action": action, "spec": spec, "next": _safe_next(request, ""),
+               "now": timezone.now(), "inline": bool(request.htmx)}
+    if request.method == "GET":
+        return _partial_or_page(request, "dashboard/receipt_confirm.html",
+                                "dashboard/partials/receipt_confirm.html", context)
+
+    status = 200
+    if receipt.status != spec["status"]:
+        messages.error(request, f"{spec['verb']} applies to {spec['status']} receipts; this one is {receipt.status}.")
+        status = 409
+    else:
+        reason = request.POST.get("reason", "").strip()[:500] or f"{action} from the dashboard"
+        try:
+            store.release(receipt, actor=request.user.get_username(), user=request.user, reason=reason)
+        except (store.StaleToken, store.NotReleasable) as exc:
+            messages.error(request, f"Not done: {exc}. Reload to see its current state.")
+            status = 409
+        else:
+            messages.success(request, f"{spec['verb']}: {receipt.key} is now {receipt.status}; "
+                                      "the caller's next attempt will run.")
+    if request.htmx:
+        receipt.refresh_from_db()
+        return render(request, "dashboard/partials/receipt_summary.html", _detail_context(receipt), status=status)
+    return redirect(_safe_next(request, detail_url))
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def bulk_retry(request: HttpRequest) -> HttpResponse:
+    """GET previews how many failed receipts the filter matches; POST (operators) releases them."""
+    params = request.POST if request.method == "POST" else request.GET
+    form = ReceiptFilter(params)
+    if not form.is_valid():
+        return render(request, "dashboard/bulk_retry.html", {"form": form}, status=400)
+    targets = form.receipts().filter(status=Status.FAILED)
+    if request.method == "POST":
+        if not request.user.has_perm(OPERATE):
+            raise PermissionDenied("Only operators may retry.")
+        result = store.release_many(
+            targets, actor=request.user.get_username(), user=request.user,
+            reason=request.POST.get("reason", "").strip()[:500] or "bulk retry from the dashboard",
+        )
+        text = f"Bulk retry released {result.released} failed receipt(s)"
+        if result.skipped:
+            text += f"; {result.skipped} changed in the meantime and were left alone"
+        messages.success(request, text + ".")
+        query = params.copy()
+        for name in ("csrfmiddlewaretoken", "reason", "expected"):
+            query.pop(name, None)
+        return redirect(f"{reverse('dashboard:receipts')}?{query.urlencode()}")
+    query = request.GET.copy()
+    query["status"] = Status.FAILED
+    return render(request, "dashboard/bulk_retry.html", {
+        "form": form,
+        "count": targets.count(),
+        "limit": store.BULK_LIMIT,
+        "hidden": [(k, v) for k, v in query.items() if k not in ("after",)],
+        "back": f"{reverse('dashboard:receipts')}?{query.urlencode()}",
+    })
+
+
+@require_GET
+@viewer_required
+def stuck(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    rows = list(queries.stuck_receipts(now)[:500])
+    return render(request, "dashboard/stuck.html", {"receipts": rows, "now": now,
+                                                    "total": queries.stuck_receipts(now).count()})
+
+
+@require_GET
+@viewer_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    entries = AuditEntry.objects.select_related("user").order_by("-id")
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        entries = entries.filter(id__lt=int(before))
+    rows = list(entries[:51])
+    more = len(rows) > 50
+    rows = rows[:50]
+    return render(request, "dashboard/audit.html", {
+        "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before)})
+
+
+# --- machine-readable figures --------------------------------------------------------------------
+
+
+def _machine_access(request: HttpRequest) -> HttpResponse | None:
+    """A viewer's session or an API bearer token; otherwise a problem."""
+    if request.user.is_authenticated:
+        if request.user.has_perm(VIEW):
+            return None
+        return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
+    if client_for_request(request) is not None:
+        return None
+    return problem(401, "unauthenticated", "Authentication required",
+                   "Log in, or send Authorization: Bearer <API token>.",
+                   headers={"WWW-Authenticate": 'Bearer realm="idemdash"'})
+
+
+@require_GET
+def api_stats(request: HttpRequest) -> HttpResponse:
+    denied = _machine_access(request)
+    if denied:
+        return denied
+    try:
+        window = queries.parse_window(request.GET.get("window"))
+    except queries.BadWindow as exc:
+        return problem(400, "bad-window", "Unknown window", str(exc))
+    return JsonResponse(queries.overview_stats(window))
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Every figure of every window as a Prometheus gauge labelled with its window."""
+    denied = _machine_access(request)
+    if denied:
+        return denied
+    now = timezone.now()
+    documents = [queries.overview_stats(w, now) for w in queries.WINDOWS.values()]
+    lines: list[str] = []
+    for block, fields in queries.FIELD_DOCS.items():
+        for field, help_text in fields.items():
+            name = f"idemdash_{block}_{field}"
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} gauge")
+            for doc in documents:
+                lines.append(f'{name}{{window="{doc["window"]}"}} {doc[block][field]}')
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")

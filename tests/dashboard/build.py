@@ -1,0 +1,105 @@
+"""Small builders: receipts in a known state, made through the real store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import time_machine
+from django.utils import timezone
+
+from receipts import store
+from receipts.models import Receipt
+
+SCOPE = "client:shop"
+
+
+def completed(key: str, operation: str = "payment.create", request: Any = None, **kw: Any) -> Receipt:
+    claim = store.claim(kw.get("scope", SCOPE), key, operation, request if request is not None else {"key": key})
+    store.complete(claim.receipt.scope, key, claim.token, response_status=201,
+                   content_type="application/json", body='{"id": "ch_1"}')
+    return Receipt.objects.get(scope=claim.receipt.scope, key=key)
+
+
+def failed(key: str, operation: str = "payment.create", *, retryable: bool = True, scope: str = SCOPE) -> Receipt:
+    claim = store.claim(scope, key, operation, {"key": key})
+    store.fail(scope, key, claim.token, error="card_declined", retryable=retryable)
+    return Receipt.objects.get(scope=scope, key=key)
+
+
+def stuck(key: str, operation: str = "payment.create", minutes_ago: int = 10) -> Receipt:
+    """Claimed `minutes_ago`, never settled: its 30 s lease has long run out."""
+    with time_machine.travel(timezone.now() - timedelta(minutes=minutes_ago), tick=False):
+        store.claim(SCOPE, key, operation, {"key": key})
+    return Receipt.objects.get(scope=SCOPE, key=key)
+
+
+def mismatched(key: str, stored: Any, rejected: Any) -> Receipt:
+    claim = store.claim(SCOPE, key, "payment.create", stored)
+    store.complete(SCOPE, key, claim.token, response_status=201, body="{}")
+    store.claim(SCOPE, key, "payment.create", rejected)
+    return Receipt.objects.get(scope=SCOPE, key=key)
+
+
+def _at(moment, fn, *args, **kwargs):
+    with time_machine.travel(moment, tick=False):
+        return fn(*args, **kwargs)
+
+
+def known_traffic(now) -> None:
+    """Claim traffic with known figures, placed relative to `now` (see EXPECTED_STATS).
+
+    Driven through receipts.store (claim/complete/fail), the functions the HTTP decorator
+    and the JSON API both call, so every Attempt row is the one production writes.
+    """
+    m, h, d = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+    s = timedelta(seconds=1)
+    op = "email.send"
+
+    def claim(at, key, request=None):
+        return _at(at, store.claim, SCOPE, key, op, request if request is not None else {"k": key})
+
+    def complete(at, key, token):
+        _at(at, store.complete, SCOPE, key, token, response_status=200, body="{}")
+
+    def fail(at, key, token):
+        _at(at, store.fail, SCOPE, key, token, error="boom")
+
+    # --- the last hour ----------------------------------------------------------------
+    c = claim(now - 50 * m, "a1"); complete(now - 50 * m + s, "a1", c.token)
+    claim(now - 40 * m, "a1"); claim(now - 30 * m, "a1")                       # 2 replays
+    c = claim(now - 20 * m, "a2")
+    claim(now - 20 * m + s, "a2"); claim(now - 20 * m + 2 * s, "a2")           # 2 x 409
+    complete(now - 20 * m + 3 * s, "a2", c.token)
+    c = claim(now - 10 * m, "a3"); complete(now - 10 * m + s, "a3", c.token)
+    claim(now - 9 * m, "a3", {"k": "other"})                                     # 422
+    claim(now - 5 * m, "a4")                                                     # never settled: stuck
+    # --- earlier in the last 24 hours --------------------------------------------------
+    c = claim(now - 10 * h, "b1"); fail(now - 10 * h + s, "b1", c.token)
+    c = claim(now - 9 * h, "b1"); fail(now - 9 * h + s, "b1", c.token)          # retried, failed again
+    claim(now - 8 * h, "b2")
+    c = claim(now - 7 * h, "b2"); complete(now - 7 * h + s, "b2", c.token)      # lease takeover
+    c = claim(now - 3 * h, "b3"); complete(now - 3 * h + s, "b3", c.token)
+    claim(now - 2 * h, "b3")                                                     # replay
+    # --- three days ago ----------------------------------------------------------------
+    c = claim(now - 3 * d, "c1"); fail(now - 3 * d + s, "c1", c.token)
+    c = claim(now - 3 * d + m, "c2"); complete(now - 3 * d + m + s, "c2", c.token)
+    claim(now - 3 * d + 2 * m, "c2", {"k": "other"})                             # 422
+    # --- twenty days ago ---------------------------------------------------------------
+    c = claim(now - 20 * d, "d1"); complete(now - 20 * d + s, "d1", c.token)
+    claim(now - 20 * d + m, "d1")                                                # replay
+    # --- forty days ago: outside every window ------------------------------------------
+    c = claim(now - 40 * d, "e1"); fail(now - 40 * d + s, "e1", c.token)
+
+
+# Counted by hand from known_traffic.
+EXPECTED_STATS = {
+    "1h": {"requests": 9, "claimed": 4, "replayed": 2, "in_progress_conflicts": 2,
+           "mismatch_conflicts": 1, "duplicate_rate": 0.5556, "failed": 0, "stuck": 1},
+    "24h": {"requests": 15, "claimed": 9, "replayed": 3, "in_progress_conflicts": 2,
+            "mismatch_conflicts": 1, "duplicate_rate": 0.4, "failed": 1, "stuck": 1},
+    "7d": {"requests": 18, "claimed": 11, "replayed": 3, "in_progress_conflicts": 2,
+           "mismatch_conflicts": 2, "duplicate_rate": 0.3889, "failed": 2, "stuck": 1},
+    "30d": {"requests": 20, "claimed": 12, "replayed": 4, "in_progress_conflicts": 2,
+            "mismatch_conflicts": 2, "duplicate_rate": 0.4, "failed": 2, "stuck": 1},
+}

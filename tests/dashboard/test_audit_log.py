@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from receipts import store
+from tests.dashboard.build import failed
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_operator_actions_newest_first_with_status_before_and_after(viewer_client, operator):
+    a = failed("a", retryable=False)
+    b = failed("b", retryable=False)
+    store.release(a, actor="otto", user=operator, reason="reason-alpha")
+    store.release(b, actor="otto", user=operator, reason="reason-beta")
+    html = viewer_client.get("/audit/").content.decode()
+    assert html.index("reason-beta") < html.index("reason-alpha")
+    assert f'href="/receipts/{a.pk}/"' in html and "receipt.release" in html
+    assert '<span class="badge badge-failed">failed</span> → <span class="badge badge-failed">failed</span>' in html
+
+
+def test_it_pages_backwards_by_id(viewer_client, operator, monkeypatch):
+    for i in range(55):
+        store.audit("otto", "test.action", operator, detail=f"entry-{i:02d}")
+    first = viewer_client.get("/audit/").content.decode()
+    assert "entry-54" in first and "entry-04" not in first
+    before = first.split('?before=')[1].split('"')[0]
+    second = viewer_client.get(f"/audit/?before={before}").content.decode()
+    assert "entry-04" in second and "entry-54" not in second
+
+
+def test_an_empty_log_says_what_will_appear(viewer_client):
+    assert "No operator actions yet" in viewer_client.get("/audit/").content.decode()

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.dashboard.build import completed
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_overview_shows_tiles_charts_and_loads_plotly_once(viewer_client):
+    completed("k1")
+    response = viewer_client.get("/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.count("/static/vendor/plotly.min.js") == 1
+    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 4
+    assert 'data-figure="receipts.requests"' in html
+    assert 'hx-trigger="every 15s"' in html
+
+
+@pytest.mark.parametrize("window", ["1h", "24h", "7d", "30d"])
+def test_the_chosen_window_is_kept_by_the_polling_request(viewer_client, window):
+    html = viewer_client.get(f"/?window={window}").content.decode()
+    assert f'hx-get="/?window={window}" hx-trigger="every 15s"' in html
+    assert f'href="/?window={window}"' in html and 'aria-current="true">' + window in html
+
+
+def test_an_htmx_request_gets_the_figures_fragment_only(viewer_client):
+    response = viewer_client.get("/?window=1h", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="overview-figures"')
+    assert "<html" not in html and "plotly.min.js" not in html
+
+
+def test_an_unknown_window_falls_back_to_24h_and_says_so(viewer_client):
+    html = viewer_client.get("/?window=2h").content.decode()
+    assert "window must be one of" in html
+    assert 'hx-get="/?window=24h"' in html
+
+
+def test_an_empty_log_tells_the_operator_where_receipts_come_from(viewer_client):
+    html = viewer_client.get("/").content.decode()
+    assert "No claim requests in the last 24h" in html and "Idempotency-Key" in html

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.dashboard.build import completed, failed, mismatched, stuck
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_shows_every_field_and_pretty_prints_request_and_response(viewer_client):
+    r = completed("k1", request={"amount": 500, "currency": "eur"})
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "k1" in html and "payment.create" in html and "client:shop" in html and r.fingerprint in html
+    assert '&quot;amount&quot;: 500,\n  &quot;currency&quot;: &quot;eur&quot;' in html
+    assert '&quot;id&quot;: &quot;ch_1&quot;' in html and "HTTP 201" in html
+
+
+def test_the_timeline_lists_every_attempt_in_order(viewer_client):
+    r = failed("k1")
+    from receipts import store
+
+    store.claim("client:shop", "k1", "payment.create", {"key": "k1"})  # retried after failure
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    order = [html.index(f"badge-outcome-{o}") for o in ("claimed", "failed", "retried_after_failure")]
+    assert order == sorted(order)
+
+
+def test_a_422_receipt_shows_the_field_by_field_diff(viewer_client):
+    r = mismatched("k1", {"amount": 500, "currency": "eur"}, {"amount": 900, "currency": "eur", "note": "x"})
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "Conflict explorer" in html
+    assert '<code>/amount</code> <span class="badge badge-muted">changed</span>' in html
+    assert "<code>500</code>" in html and "<code>900</code>" in html
+    assert '<code>/note</code> <span class="badge badge-muted">added</span>' in html
+    assert "/currency" not in html
+
+
+def test_operators_see_the_action_that_fits_the_status_and_viewers_see_none(viewer_client, operator_client):
+    f, s, c = failed("f"), stuck("s"), completed("c")
+    assert "Retry…" in operator_client.get(f"/receipts/{f.pk}/").content.decode()
+    assert "Release…" in operator_client.get(f"/receipts/{s.pk}/").content.decode()
+    html = operator_client.get(f"/receipts/{c.pk}/").content.decode()
+    assert "Retry…" not in html and "Release…" not in html
+    assert "Retry…" not in viewer_client.get(f"/receipts/{f.pk}/").content.decode()
+
+
+def test_a_stuck_receipt_is_flagged(viewer_client):
+    s = stuck("s")
+    assert "stuck: lease expired" in viewer_client.get(f"/receipts/{s.pk}/").content.decode()
+
+
+def test_an_unknown_receipt_is_404(viewer_client):
+    assert viewer_client.get("/receipts/999999/").status_code == 404
+
+
+def test_a_retry_storm_shows_the_latest_attempts_and_the_true_count(viewer_client, monkeypatch):
+    from idemdash.dashboard import views
+    from receipts import store
+
+    monkeypatch.setattr(views, "TIMELINE_LIMIT", 5)
+    r = stuck("storm", minutes_ago=0)  # claimed now: its lease is live, so claims are 409s
+    for _ in range(9):
+        store.claim("client:shop", "storm", "payment.create", {"key": "storm"})
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "The latest 5 of 10 attempts" in html
+    assert html.count("badge-outcome-in_progress") == 5 and "badge-outcome-claimed" not in html

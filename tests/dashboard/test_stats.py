@@ -1,0 +1,94 @@
+"""Ground truth: known traffic (tests.dashboard.build.known_traffic, driven through
+receipts.store) must give exactly the hand-counted figures on /api/v1/stats, on the
+overview tiles and on /metrics."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from datetime import datetime, timezone
+
+import pytest
+import time_machine
+
+from receipts.auth import create_token
+from tests.dashboard.build import EXPECTED_STATS, known_traffic
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 10, 12, 2, 30, tzinfo=timezone.utc)
+WINDOWS = ["1h", "24h", "7d", "30d"]
+
+
+@pytest.fixture
+def traffic():
+    known_traffic(NOW)
+    with time_machine.travel(NOW, tick=False):
+        yield
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_the_json_figures_equal_the_known_traffic(traffic, viewer_client, window):
+    response = viewer_client.get(f"/api/v1/stats?window={window}")
+    assert response.status_code == 200
+    assert response.json() == {"window": window, "receipts": EXPECTED_STATS[window]}
+
+
+def tiles(html: str) -> dict[str, str]:
+    found = re.findall(r'data-figure="receipts\.(\w+)".*?class="tile-value"(?: data-value="([^"]*)")?>([^<]*)<', html, re.S)
+    return {name: (raw or text) for name, raw, text in found}
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_the_overview_tiles_show_the_same_figures(traffic, viewer_client, window):
+    html = html_lib.unescape(viewer_client.get(f"/?window={window}").content.decode())
+    expected = EXPECTED_STATS[window]
+    shown = tiles(html)
+    assert set(shown) == {"requests", "duplicate_rate", "in_progress_conflicts", "mismatch_conflicts", "failed", "stuck"}
+    for name, value in shown.items():
+        assert float(value) == expected[name], name
+    assert f"{expected['claimed']} ran · {expected['replayed']} replayed" in html
+    pct = f"{expected['duplicate_rate'] * 100:.2f}".rstrip("0").rstrip(".") + "%"
+    assert f">{pct}<" in html
+
+
+def test_metrics_has_every_figure_of_every_window(traffic, viewer_client):
+    response = viewer_client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = dict(re.findall(r'^(idemdash_\w+\{window="\w+"\}) (\S+)$', response.content.decode(), re.M))
+    expected = {
+        f'idemdash_receipts_{field}{{window="{w}"}}': value
+        for w in WINDOWS for field, value in EXPECTED_STATS[w].items()
+    }
+    assert {k: float(v) for k, v in samples.items()} == expected
+    assert "# HELP idemdash_receipts_duplicate_rate " in response.content.decode()
+    assert "# TYPE idemdash_receipts_requests gauge" in response.content.decode()
+
+
+def test_an_api_token_may_read_the_json_and_the_metrics(traffic, client):
+    _, token = create_token("grafana")
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.get("/api/v1/stats?window=1h", headers=auth).json()["receipts"] == EXPECTED_STATS["1h"]
+    assert client.get("/metrics", headers=auth).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/api/v1/stats", "/metrics"])
+def test_without_a_session_or_token_it_is_a_401_problem(client, url):
+    response = client.get(url, headers={"Authorization": "Bearer idem_wrong"})
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:idemdash:problem:unauthenticated"
+
+
+@pytest.mark.parametrize("url", ["/api/v1/stats", "/metrics"])
+def test_a_session_without_the_view_permission_is_a_403_problem(outsider_client, url):
+    response = outsider_client.get(url)
+    assert response.status_code == 403 and response["Content-Type"] == "application/problem+json"
+
+
+def test_a_bad_window_is_a_400_problem(viewer_client):
+    response = viewer_client.get("/api/v1/stats?window=week")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["type"] == "urn:idemdash:problem:bad-window" and "1h, 24h, 7d, 30d" in body["detail"]

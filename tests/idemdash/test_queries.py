@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import time_machine
+
+from idemdash import queries
+from receipts import store
+from receipts.models import Attempt
+from tests.dashboard.build import EXPECTED_STATS, known_traffic
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 10, 12, 2, 30, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("name", ["1h", "24h", "7d", "30d"])
+def test_receipt_stats_match_known_traffic_in_every_window(name):
+    known_traffic(NOW)
+    assert queries.receipt_stats(queries.WINDOWS[name], NOW) == EXPECTED_STATS[name]
+
+
+def test_the_overview_document_has_the_window_and_the_receipts_block():
+    known_traffic(NOW)
+    doc = queries.overview_stats(queries.WINDOWS["24h"], NOW)
+    assert doc == {"window": "24h", "receipts": EXPECTED_STATS["24h"]}
+
+
+def test_an_empty_log_has_zero_figures_and_no_division_by_zero():
+    stats = queries.receipt_stats(queries.WINDOWS["1h"], NOW)
+    assert stats["requests"] == 0 and stats["duplicate_rate"] == 0.0
+
+
+def test_settle_and_release_attempts_are_not_claim_requests():
+    with time_machine.travel(NOW - timedelta(minutes=1), tick=False):
+        c = store.claim("s", "k", "email.send", {})
+        store.fail("s", "k", c.token, error="x")
+        store.release(store.Receipt.objects.get(key="k"), actor="ops")
+    assert Attempt.objects.count() == 3
+    assert queries.receipt_stats(queries.WINDOWS["1h"], NOW)["requests"] == 1
+
+
+def test_every_documented_field_is_in_the_block_and_back():
+    assert set(queries.FIELD_DOCS["receipts"]) == set(queries.receipt_stats(queries.WINDOWS["1h"], NOW))
+
+
+def test_parse_window_defaults_to_24h_and_refuses_anything_else():
+    assert queries.parse_window(None).name == "24h"
+    assert queries.parse_window("7d").span == timedelta(days=7)
+    with pytest.raises(queries.BadWindow):
+        queries.parse_window("2h")
+
+
+def test_the_series_has_every_bucket_and_adds_up_to_the_stats():
+    known_traffic(NOW)
+    window = queries.WINDOWS["1h"]
+    series = queries.receipt_series(window, NOW)
+    starts = [row["start"] for row in series]
+    assert starts[0] == datetime(2026, 3, 10, 11, 0, tzinfo=timezone.utc)
+    assert starts[-1] == datetime(2026, 3, 10, 12, 0, tzinfo=timezone.utc)
+    assert all(b - a == timedelta(minutes=5) for a, b in zip(starts, starts[1:]))
+    stats = queries.receipt_stats(window, NOW)
+    assert sum(r["requests"] for r in series) == stats["requests"]
+    assert sum(r["in_progress"] for r in series) == stats["in_progress_conflicts"]
+    # a2's two 409s came 20 minutes before NOW (11:42:30): the 11:40 bucket.
+    bucket = next(r for r in series if r["start"].minute == 40)
+    assert (bucket["claimed"], bucket["in_progress"]) == (1, 2)
+
+
+def test_the_30_day_series_has_daily_buckets_with_the_takeover_in_its_day():
+    known_traffic(NOW)
+    series = queries.receipt_series(queries.WINDOWS["30d"], NOW)
+    assert len(series) == 31
+    today = series[-1]
+    assert today["start"] == datetime(2026, 3, 10, tzinfo=timezone.utc)
+    assert today["lease_takeover"] == 1 and today["retried_after_failure"] == 1
+    assert sum(r["requests"] for r in series) == EXPECTED_STATS["30d"]["requests"]
+
+
+def test_stuck_receipts_are_the_processing_ones_past_their_lease_oldest_first():
+    with time_machine.travel(NOW - timedelta(minutes=30), tick=False):
+        store.claim("s", "old", "email.send", {})
+    with time_machine.travel(NOW - timedelta(minutes=10), tick=False):
+        store.claim("s", "newer", "email.send", {})
+    with time_machine.travel(NOW, tick=False):
+        store.claim("s", "live", "email.send", {})
+    assert [r.key for r in queries.stuck_receipts(NOW)] == ["old", "newer"]
+
+
+def test_the_readme_documents_every_figure():
+    from pathlib import Path
+
+    from django.conf import settings
+
+    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    for block, fields in queries.FIELD_DOCS.items():
+        for field in fields:
+            assert f"`{block}.{field}`" in readme, f"{block}.{field}"
