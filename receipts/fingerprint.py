@@ -30,8 +30,14 @@ def fingerprint_http(method: str, path: str, body: bytes, content_type: str) -> 
     digest = hashlib.sha256()
     digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
     parsed = parse_json_body(body, content_type)
+    canonical = None
     if parsed is not _NOT_JSON:
-        digest.update(b"json\n" + canonical_json(parsed))
+        try:
+            canonical = canonical_json(parsed)
+        except RecursionError:
+            pass  # nested too deep to canonicalise: the raw bytes still identify it
+    if canonical is not None:
+        digest.update(b"json\n" + canonical)
     else:
         digest.update(b"raw\n" + body)
     return digest.hexdigest()
@@ -45,7 +51,8 @@ def parse_json_body(body: bytes, content_type: str) -> Any:
         return _NOT_JSON
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a client's deeply nested body must not become a 500.
         return _NOT_JSON
 
 

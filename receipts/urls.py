@@ -1,4 +1,11 @@
 from django.urls import path
 
+from receipts import api
+
 app_name = "receipts"
-urlpatterns: list = []
+urlpatterns = [
+    path("", api.receipt_detail, name="detail"),
+    path("claim", api.claim, name="claim"),
+    path("complete", api.complete, name="complete"),
+    path("fail", api.fail, name="fail"),
+]

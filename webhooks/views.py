@@ -22,7 +22,7 @@ def _unavailable() -> HttpResponse:
     # Never a 2xx for a delivery that was not stored: the provider must retry it.
     return problem(
         503,
-        "webhook-unavailable",
+        "database-unavailable",
         "Webhook storage unavailable",
         "The delivery was not stored; retry later.",
         headers={"Retry-After": "30"},
@@ -70,7 +70,7 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
     if body is None:
         size = int(request.META.get("CONTENT_LENGTH") or 0)
         _reject(endpoint, "body_too_large", f"The body is over {limit} bytes.", b"", request, body_size=size)
-        return problem(413, "webhook-body-too-large", "Body too large", f"A delivery may be at most {limit} bytes.")
+        return problem(413, "payload-too-large", "Body too large", f"A delivery may be at most {limit} bytes.")
 
     try:
         verified = verify_delivery(

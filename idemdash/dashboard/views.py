@@ -265,7 +265,7 @@ def _machine_access(request: HttpRequest) -> HttpResponse | None:
         return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
     if client_for_request(request) is not None:
         return None
-    return problem(401, "unauthenticated", "Authentication required",
+    return problem(401, "unauthorized", "Authentication required",
                    "Log in, or send Authorization: Bearer <API token>.",
                    headers={"WWW-Authenticate": 'Bearer realm="idemdash"'})
 

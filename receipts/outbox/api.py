@@ -50,16 +50,16 @@ def enqueue(request: HttpRequest) -> HttpResponse:
     try:
         body = json.loads(request.body or b"null")
     except RequestDataTooBig:
-        return problem(413, "too-large", "Request body too large")
+        return problem(413, "payload-too-large", "Request body too large")
     except (ValueError, UnicodeDecodeError):
-        return problem(400, "malformed-json", "Malformed JSON", "The body is not valid JSON.")
+        return problem(400, "invalid-json", "Malformed JSON", "The body is not valid JSON.")
     if not isinstance(body, dict):
-        return problem(400, "invalid-body", "Invalid body", 'Send an object: {"key", "action", "payload"}.')
+        return problem(400, "invalid-json", "Invalid body", 'Send an object: {"key", "action", "payload"}.')
     payload = body.get("payload", {})
     try:
         result = store.enqueue(body.get("action"), payload, body.get("key"), scope=client.scope)
     except store.KeyReused as exc:
-        return problem(422, "key-reused", "Idempotency key reused", str(exc))
+        return problem(422, "idempotency-key-reused", "Idempotency key reused", str(exc))
     except ValueError as exc:  # bad key, unknown action, payload refused by the action
         return problem(422, "invalid-message", "Invalid outbox message", str(exc))
     return JsonResponse(message_json(result.message), status=201 if result.created else 200)

@@ -78,7 +78,7 @@ def test_without_a_session_or_token_it_is_a_401_problem(client, url):
     response = client.get(url, headers={"Authorization": "Bearer idem_wrong"})
     assert response.status_code == 401
     assert response["Content-Type"] == "application/problem+json"
-    assert response.json()["type"] == "urn:idemdash:problem:unauthenticated"
+    assert response.json()["type"] == "urn:idemdash:problem:unauthorized"
 
 
 @pytest.mark.parametrize("url", ["/api/v1/stats", "/metrics"])

@@ -257,7 +257,7 @@ def test_a_delivery_that_cannot_be_stored_gets_503_never_2xx(client):
         response = deliver_stripe(client, "shop", stripe_event({}, "a.b"))
         assert response.status_code == 503
         assert response["Retry-After"] == "30"
-        assert problem_of(response)["type"] == "urn:idemdash:problem:webhook-unavailable"
+        assert problem_of(response)["type"] == "urn:idemdash:problem:database-unavailable"
     finally:
         connection.close()
         with connection.cursor() as cursor:

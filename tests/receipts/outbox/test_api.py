@@ -50,7 +50,7 @@ def test_the_same_message_again_is_200_and_adds_nothing(client, token):
 def test_the_same_key_for_another_message_is_422(client, token):
     post(client, MESSAGE, token)
     other = {**MESSAGE, "payload": {**MESSAGE["payload"], "json": {"order": 43}}}
-    assert_problem(post(client, other, token), 422, "key-reused")
+    assert_problem(post(client, other, token), 422, "idempotency-key-reused")
 
 
 def test_another_client_may_use_the_same_key(client, token):
@@ -69,8 +69,8 @@ def test_it_requires_a_bearer_token(client):
 @pytest.mark.parametrize(
     "body,status,slug",
     [
-        ("{not json", 400, "malformed-json"),
-        ([1, 2], 400, "invalid-body"),
+        ("{not json", 400, "invalid-json"),
+        ([1, 2], 400, "invalid-json"),
         ({**MESSAGE, "key": ""}, 422, "invalid-message"),
         ({**MESSAGE, "key": None}, 422, "invalid-message"),
         ({**MESSAGE, "action": "rm.rf"}, 422, "invalid-message"),
@@ -97,4 +97,4 @@ def test_it_accepts_only_post(client, token):
 def test_a_body_over_the_upload_limit_is_413(client, token, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
     big = {**MESSAGE, "payload": {"url": "https://example.com/", "json": "x" * 200}}
-    assert_problem(post(client, big, token), 413, "too-large")
+    assert_problem(post(client, big, token), 413, "payload-too-large")

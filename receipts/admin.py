@@ -1,0 +1,176 @@
+"""Admin for receipts. Receipts, attempts and audit entries are read-only here: a receipt
+changes state only through receipts.store (guarded, logged), which the release action calls."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from receipts import responses, store
+from receipts.auth import create_token
+from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
+
+
+def _pre(text: str) -> str:
+    return format_html('<pre style="white-space:pre-wrap;max-width:80em">{}</pre>', text)
+
+
+def _pretty_json(value: Any) -> str:
+    return _pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@admin.register(Receipt)
+class ReceiptAdmin(admin.ModelAdmin):
+    list_display = ("key", "scope", "operation", "status", "attempts", "response_status", "created_at")
+    list_filter = ("status", "operation", "scope")
+    search_fields = ("key",)
+    date_hierarchy = "created_at"
+    actions = ["release_selected"]
+    fields = (
+        "scope",
+        "key",
+        "operation",
+        "status",
+        "retryable",
+        "attempts",
+        "fencing_token",
+        "lease_expires_at",
+        "fingerprint",
+        "request_pretty",
+        "response_status",
+        "response_content_type",
+        "response_pretty",
+        "error",
+        "user_id",
+        "session_id",
+        "created_at",
+        "updated_at",
+        "completed_at",
+        "expires_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="request")
+    def request_pretty(self, obj: Receipt) -> str:
+        return _pretty_json(obj.request)
+
+    @admin.display(description="response body")
+    def response_pretty(self, obj: Receipt) -> str:
+        content, headers = responses.decode(obj.response_body)
+        text = content.decode("utf-8", "replace")
+        if "json" in obj.response_content_type:
+            try:
+                text = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
+            except ValueError:
+                pass
+        if headers:
+            text = "\n".join(f"{name}: {value}" for name, value in headers.items()) + "\n\n" + text
+        return _pre(text)
+
+    @admin.action(description="Release selected receipts", permissions=["change"])
+    def release_selected(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
+        released = skipped = 0
+        for receipt in queryset:
+            try:
+                store.release(
+                    receipt,
+                    actor=request.user.username,
+                    user=request.user,
+                    reason="released from the admin",
+                )
+                released += 1
+            except (store.NotReleasable, store.StaleToken):
+                skipped += 1
+        self.message_user(request, f"Released {released} receipt(s).", messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request,
+                f"Skipped {skipped}: completed receipts keep their result, and some changed meanwhile.",
+                messages.WARNING,
+            )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "key", "scope", "operation", "outcome", "fencing_token", "actor")
+    list_filter = ("outcome", "operation")
+    search_fields = ("key",)
+    date_hierarchy = "created_at"
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "actor", "action", "object_type", "object_id", "status_before", "status_after")
+    list_filter = ("action", "object_type")
+    search_fields = ("actor", "object_id", "detail")
+    date_hierarchy = "created_at"
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    """Adding a client creates its token and shows it once; the hash is never a form field."""
+
+    list_display = ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
+    search_fields = ("name", "token_prefix")
+    actions = ["revoke_selected"]
+
+    def get_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ("name",)
+        return ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple[str, ...]:
+        if obj is None:
+            return ()
+        # The name is the receipts' scope: renaming would orphan them.
+        return ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
+
+    def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
+        if change:
+            return
+        client, token = create_token(obj.name)
+        obj.pk = client.pk
+        obj.token_prefix = client.token_prefix
+        obj.token_hash = client.token_hash
+        obj.created_at = client.created_at
+        obj._state.adding = False
+        obj._new_token = token  # type: ignore[attr-defined]  # shown by response_add, never stored
+        store.audit(request.user.username, "apiclient.create", client, user=request.user)
+
+    def response_add(self, request: HttpRequest, obj: ApiClient, post_url_continue: str | None = None) -> HttpResponse:
+        # Rendered directly, not put in a message: messages may travel in a cookie.
+        return TemplateResponse(
+            request,
+            "admin/receipts/apiclient/token_created.html",
+            {**self.admin_site.each_context(request), "client": obj, "token": obj._new_token},  # type: ignore[attr-defined]
+        )
+
+    @admin.action(description="Revoke selected API clients", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
+        revoked = 0
+        for client in queryset.filter(revoked_at=None):
+            if ApiClient.objects.filter(pk=client.pk, revoked_at=None).update(revoked_at=timezone.now()) == 1:
+                store.audit(request.user.username, "apiclient.revoke", client, "active", "revoked", user=request.user)
+                revoked += 1
+        self.message_user(request, f"Revoked {revoked} API client(s).", messages.SUCCESS)

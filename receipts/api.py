@@ -1,0 +1,328 @@
+"""The JSON API: receipts for callers that are not Django views (workers, agents, other
+languages). Bearer-token auth; the token's API client is the scope. Endpoints, bodies and
+status codes are in the README ("JSON API").
+
+Every body is validated completely before the store is called, so bad input gets a 4xx
+problem and writes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from receipts import store
+from receipts.auth import client_for_request
+from receipts.conf import setting
+from receipts.fingerprint import fingerprint_json
+from receipts.models import ApiClient, Receipt
+from receipts.problems import problem
+
+MAX_DEPTH = 64
+CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
+COMPLETE_FIELDS = {"key", "token", "response"}
+FAIL_FIELDS = {"key", "token", "error", "retryable"}
+
+
+class _Invalid(Exception):
+    def __init__(self, field: str, detail: str) -> None:
+        self.field = field
+        self.detail = detail
+
+
+def _api(method: str) -> Callable:
+    """Method, bearer token and (for POST) a JSON object body, checked in that order."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+        @csrf_exempt  # bearer-token auth: no cookie, so no cross-site request to forge
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest) -> HttpResponse:
+            if request.method != method:
+                return problem(
+                    405,
+                    "method-not-allowed",
+                    "Method not allowed",
+                    f"{request.path} accepts {method} only.",
+                    headers={"Allow": method},
+                )
+            client = client_for_request(request)
+            if client is None:
+                return problem(
+                    401,
+                    "unauthorized",
+                    "Bearer token required",
+                    "Send Authorization: Bearer <token> with a token from `manage.py create_api_token`.",
+                    headers={"WWW-Authenticate": 'Bearer realm="idemdash"'},
+                )
+            if method != "POST":
+                return view(request, client)
+            media_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+            if media_type != "application/json" and not media_type.endswith("+json"):
+                return problem(
+                    415,
+                    "unsupported-media-type",
+                    "JSON required",
+                    "Send the body with Content-Type: application/json.",
+                )
+            try:
+                raw = request.body
+            except RequestDataTooBig:
+                return problem(413, "payload-too-large", "Request body too large", "The body exceeds the size limit.")
+            try:
+                body = json.loads(raw, parse_constant=_refuse_constant)
+            except (ValueError, RecursionError) as exc:
+                return problem(400, "invalid-json", "Body is not valid JSON", str(exc)[:200])
+            if not isinstance(body, dict):
+                return problem(400, "invalid-json", "Body must be a JSON object", "")
+            try:
+                _check_depth(body)
+                return view(request, client, body)
+            except _Invalid as invalid:
+                return problem(400, "invalid-field", f"Invalid field: {invalid.field}", invalid.detail, field=invalid.field)
+
+        return wrapper
+
+    return decorator
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_depth(value: Any, depth: int = 0) -> None:
+    # Deeper bodies would exhaust the recursion of canonicalisation: refuse them up front.
+    if depth > MAX_DEPTH:
+        raise _Invalid("body", f"JSON nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_depth(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_depth(item, depth + 1)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
+
+
+def _fields(body: dict, allowed: set[str], required: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise _Invalid(unknown[0], f"Unknown field; allowed: {', '.join(sorted(allowed))}")
+    for name in sorted(required):
+        if name not in body:
+            raise _Invalid(name, "Required.")
+
+
+def _key(body: dict) -> str:
+    try:
+        return store.validate_key(body["key"])
+    except store.InvalidKey as exc:
+        raise _Invalid("key", str(exc)) from None
+
+
+def _integer(body: dict, name: str, minimum: int, maximum: int) -> int:
+    value = body[name]
+    # bool is a subclass of int in Python; `true` is not a number of seconds or a token.
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _Invalid(name, f"An integer from {minimum} to {maximum}.")
+    return value
+
+
+def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
+    value = body[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        raise _Invalid(name, f"A number from {minimum} to {maximum}.")
+    return float(value)
+
+
+def _no_nul(body: dict, name: str) -> None:
+    if _has_nul(body.get(name)):
+        # PostgreSQL text and jsonb cannot hold U+0000; refuse it on SQLite too, for one contract.
+        raise _Invalid(name, "Must not contain U+0000.")
+
+
+def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
+    response = JsonResponse(data, status=status)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _stored_response(receipt: Receipt) -> Any:
+    if not receipt.response_body:
+        return None
+    if "json" in receipt.response_content_type:
+        try:
+            return json.loads(receipt.response_body)
+        except ValueError:
+            pass
+    return receipt.response_body
+
+
+def receipt_json(receipt: Receipt) -> dict[str, Any]:
+    """The public view of a receipt. The fencing token is left out: it is the proof of
+    ownership, handed only to the caller that claimed."""
+    return {
+        "key": receipt.key,
+        "scope": receipt.scope,
+        "operation": receipt.operation,
+        "status": receipt.status,
+        "retryable": receipt.retryable,
+        "attempts": receipt.attempts,
+        "fingerprint": receipt.fingerprint,
+        "request": receipt.request,
+        "response": _stored_response(receipt),
+        "response_status": receipt.response_status,
+        "error": receipt.error,
+        "lease_expires_at": _iso(receipt.lease_expires_at),
+        "created_at": _iso(receipt.created_at),
+        "updated_at": _iso(receipt.updated_at),
+        "completed_at": _iso(receipt.completed_at),
+        "expires_at": _iso(receipt.expires_at),
+    }
+
+
+def _not_found(key: str) -> HttpResponse:
+    return problem(404, "receipt-not-found", "No such receipt", f"This client has no receipt with key {key!r}.")
+
+
+def _stale(key: str) -> HttpResponse:
+    return problem(
+        409,
+        "stale-token",
+        "Token no longer owns this receipt",
+        f"The lease on {key!r} was taken over or the receipt was settled; this attempt's result was not stored.",
+    )
+
+
+@_api("POST")
+def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
+    _fields(body, CLAIM_FIELDS, {"key", "operation"})
+    key = _key(body)
+    try:
+        operation = store.validate_operation(body["operation"])
+    except store.InvalidOperation as exc:
+        raise _Invalid("operation", str(exc)) from None
+    lease_seconds = (
+        _integer(body, "lease_seconds", 1, setting("MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
+    )
+    wait_seconds = _number(body, "wait_seconds", 0, setting("MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
+    _no_nul(body, "request")
+    payload = body.get("request")
+
+    result = store.claim(
+        client.scope,
+        key,
+        operation,
+        payload,
+        fingerprint=fingerprint_json(payload),
+        lease_seconds=lease_seconds,
+        wait_seconds=wait_seconds,
+    )
+    receipt = result.receipt
+    if result.owned:
+        return _json_response(
+            {
+                "outcome": result.outcome,
+                "key": key,
+                "token": result.token,
+                "lease_expires_at": _iso(receipt.lease_expires_at),
+                "attempts": receipt.attempts,
+            },
+            status=201,
+        )
+    if result.outcome == store.Outcome.IN_PROGRESS:
+        return problem(
+            409,
+            "request-in-progress",
+            "A claim on this key is in progress",
+            "Another worker holds the lease; retry after Retry-After seconds to get its result.",
+            headers={"Retry-After": str(result.retry_after)},
+            retry_after=result.retry_after,
+        )
+    if result.outcome == store.Outcome.MISMATCH:
+        return problem(
+            422,
+            "idempotency-key-reused",
+            "Key reused with a different request",
+            f"This key was first claimed for {receipt.operation} with another request.",
+        )
+    data: dict[str, Any] = {
+        "outcome": "replayed",
+        "key": key,
+        "status": receipt.status,
+        "response": _stored_response(receipt),
+    }
+    if receipt.status == Receipt.Status.FAILED:
+        data["error"] = receipt.error
+    return _json_response(data, **{"Idempotent-Replayed": "true"})
+
+
+@_api("POST")
+def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
+    _fields(body, COMPLETE_FIELDS, COMPLETE_FIELDS)
+    key = _key(body)
+    token = _integer(body, "token", 1, 2**63 - 1)
+    _no_nul(body, "response")
+    stored = json.dumps(body["response"], separators=(",", ":"))
+    # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
+    # key that does not exist; the completion itself is the store's conditional update.
+    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
+        return _not_found(key)
+    try:
+        store.complete(client.scope, key, token, content_type="application/json", body=stored)
+    except store.StaleToken:
+        return _stale(key)
+    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+
+
+@_api("POST")
+def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
+    _fields(body, FAIL_FIELDS, {"key", "token", "error"})
+    key = _key(body)
+    token = _integer(body, "token", 1, 2**63 - 1)
+    error = body["error"]
+    if not isinstance(error, str) or not error.strip():
+        raise _Invalid("error", "A non-empty string saying what went wrong.")
+    _no_nul(body, "error")
+    retryable = body.get("retryable")
+    if retryable is not None and not isinstance(retryable, bool):
+        raise _Invalid("retryable", "true, false, or absent for the operation's policy.")
+    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
+        return _not_found(key)
+    try:
+        store.fail(client.scope, key, token, error=error, retryable=retryable)
+    except store.StaleToken:
+        return _stale(key)
+    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+
+
+@_api("GET")
+def receipt_detail(request: HttpRequest, client: ApiClient) -> HttpResponse:
+    if "key" not in request.GET:
+        return problem(400, "invalid-field", "Invalid field: key", "Pass ?key=<idempotency key>.", field="key")
+    try:
+        key = store.validate_key(request.GET["key"])
+    except store.InvalidKey as exc:
+        return problem(400, "invalid-field", "Invalid field: key", str(exc), field="key")
+    receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
+    if receipt is None:
+        return _not_found(key)
+    return _json_response(receipt_json(receipt))

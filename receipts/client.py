@@ -1,0 +1,281 @@
+"""A Python client for the receipts JSON API, for workers and agents outside Django.
+
+Imports no Django (tested): a worker needs only httpx and rfc8785.
+
+    client = IdempotencyClient("http://127.0.0.1:8000", token)
+    result = client.run_once(make_key("invoice", invoice_id), "invoice.send", send, invoice_id)
+
+Keys must be derived from the intent's inputs (which invoice, which lead, which template),
+never from the time of the call or a random value: a retry after a crash must produce the
+same key, or it is a new intent and runs again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from receipts.fingerprint import canonical_json
+
+_PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
+MAX_KEY_LENGTH = 255
+
+
+class IdempotencyError(Exception):
+    pass
+
+
+class ApiError(IdempotencyError):
+    """The API answered with a problem (RFC 9457); `problem` is its parsed body."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
+
+    @property
+    def type(self) -> str:
+        return str(self.problem.get("type", ""))
+
+
+class InProgress(ApiError):
+    """Another worker holds the lease on this key."""
+
+    def __init__(self, status: int, problem: dict[str, Any], retry_after: int) -> None:
+        super().__init__(status, problem)
+        self.retry_after = retry_after
+
+
+class KeyMismatch(ApiError):
+    """The key was used before with a different request: a bug in how keys are made."""
+
+
+class LeaseLost(ApiError):
+    """Our token no longer owns the receipt (the lease expired and was taken over)."""
+
+
+class PreviousFailure(IdempotencyError):
+    """The key's first attempt failed and its operation burns keys on failure."""
+
+    def __init__(self, key: str, error: str, response: Any) -> None:
+        self.key = key
+        self.error = error
+        self.response = response
+        super().__init__(f"{key!r} failed before and is not retried: {error}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: str
+    key: str
+    token: int | None = None
+    lease_expires_at: str | None = None
+    status: str | None = None
+    response: Any = None
+    error: str | None = None
+
+    @property
+    def replayed(self) -> bool:
+        return self.outcome == "replayed"
+
+
+def make_key(*parts: Any) -> str:
+    """Parts joined with ':'. Too long or not printable ASCII: a readable prefix + sha256."""
+    if not parts:
+        raise ValueError("make_key needs at least one part")
+    text = ":".join(str(part) for part in parts)
+    if _PRINTABLE.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    readable = re.sub(r"[^\x20-\x7e]", "_", text)[: MAX_KEY_LENGTH - len(digest) - 1]
+    return f"{readable}:{digest}" if readable else digest
+
+
+def tool_call_key(tool_name: str, arguments: Any) -> str:
+    """The same tool with the same arguments (in any key order) gives the same key."""
+    return make_key(tool_name, hashlib.sha256(canonical_json(arguments)).hexdigest())
+
+
+class IdempotencyClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        wait_seconds: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+        max_in_progress_retries: int = 5,
+    ) -> None:
+        self.wait_seconds = wait_seconds
+        self.max_in_progress_retries = max_in_progress_retries
+        # The server may hold a claim for wait_seconds: never time out before it answers.
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/api/v1/receipts/",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout + wait_seconds,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> IdempotencyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the four endpoints ------------------------------------------------------------
+
+    def claim(
+        self,
+        key: str,
+        operation: str,
+        request: Any = None,
+        *,
+        lease_seconds: int | None = None,
+        wait_seconds: float | None = None,
+    ) -> Claim:
+        body: dict[str, Any] = {"key": key, "operation": operation, "request": request}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        wait = self.wait_seconds if wait_seconds is None else wait_seconds
+        if wait:
+            body["wait_seconds"] = wait
+        data = self._post("claim", body)
+        return Claim(
+            outcome=data["outcome"],
+            key=data["key"],
+            token=data.get("token"),
+            lease_expires_at=data.get("lease_expires_at"),
+            status=data.get("status"),
+            response=data.get("response"),
+            error=data.get("error"),
+        )
+
+    def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
+        return self._post("complete", {"key": key, "token": token, "response": response})
+
+    def fail(self, key: str, token: int, error: str, *, retryable: bool | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": key, "token": token, "error": error or "failed"}
+        if retryable is not None:
+            body["retryable"] = retryable
+        return self._post("fail", body)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The receipt, or None when this client has none with that key."""
+        reply = self._http.get("", params={"key": key})
+        if reply.status_code == 404:
+            return None
+        return self._json(reply)
+
+    # --- running work once -------------------------------------------------------------
+
+    def run_once(
+        self,
+        key: str,
+        operation: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        request: Any = None,
+        lease_seconds: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run fn(*args, **kwargs) once for `key`: a repeat returns the stored result.
+
+        `request` is what the key stands for (fingerprinted: reusing the key for another
+        request raises KeyMismatch). fn's result must be JSON-serialisable; it is stored and
+        returned to every later call. If fn raises, the receipt is marked failed (so the
+        next call runs fn again, unless the operation burns keys) and the error re-raised.
+        While another worker holds the key, waits up to `max_in_progress_retries` times,
+        honouring Retry-After, then raises InProgress. LeaseLost from completing means fn
+        ran but outlived its lease and another worker took over: its result was not stored.
+        """
+        claim = self._claim_patiently(key, operation, request, lease_seconds)
+        if claim.replayed:
+            if claim.status == "failed":
+                raise PreviousFailure(key, claim.error or "", claim.response)
+            return claim.response
+        assert claim.token is not None
+        try:
+            result = fn(*args, **kwargs)
+            json.dumps(result)  # refuse what cannot be stored before claiming success
+        except BaseException as exc:
+            try:
+                self.fail(key, claim.token, f"{type(exc).__name__}: {exc}"[:2000])
+            except IdempotencyError:
+                pass  # the original error matters more; the lease will lapse by itself
+            raise
+        self.complete(key, claim.token, result)
+        return result
+
+    def once(
+        self,
+        operation: str,
+        *,
+        key: Callable[..., str],
+        request: Callable[..., Any] | None = None,
+        lease_seconds: int | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of run_once; `key` (and `request`) get the function's arguments:
+
+            @client.once("email.send", key=lambda lead, template: make_key("email", lead["id"], template))
+            def send_email(lead, template): ...
+        """
+
+        def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                return self.run_once(
+                    key(*args, **kwargs),
+                    operation,
+                    fn,
+                    *args,
+                    request=request(*args, **kwargs) if request else None,
+                    lease_seconds=lease_seconds,
+                    **kwargs,
+                )
+
+            return wrapper
+
+        return decorator
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def _claim_patiently(self, key: str, operation: str, request: Any, lease_seconds: int | None) -> Claim:
+        for attempt in range(self.max_in_progress_retries + 1):
+            try:
+                return self.claim(key, operation, request, lease_seconds=lease_seconds)
+            except InProgress as busy:
+                if attempt == self.max_in_progress_retries:
+                    raise
+                time.sleep(busy.retry_after)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._json(self._http.post(path, json=body))
+
+    def _json(self, reply: httpx.Response) -> dict[str, Any]:
+        if reply.status_code < 400:
+            return reply.json()
+        try:
+            problem = reply.json()
+        except ValueError:
+            problem = {"title": reply.reason_phrase, "detail": reply.text[:500]}
+        kind = str(problem.get("type", ""))
+        if kind.endswith(":request-in-progress"):
+            raise InProgress(reply.status_code, problem, int(reply.headers.get("Retry-After", "1")))
+        if kind.endswith(":idempotency-key-reused"):
+            raise KeyMismatch(reply.status_code, problem)
+        if kind.endswith(":stale-token"):
+            raise LeaseLost(reply.status_code, problem)
+        raise ApiError(reply.status_code, problem)

@@ -1,0 +1,344 @@
+"""`@idempotent`: the Idempotency-Key HTTP contract for a Django view.
+
+Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
+and problem types are tabled in the README ("HTTP contract").
+
+The view and the receipt's completion commit in ONE transaction: if the lease was taken
+over while the view ran, completing raises StaleToken and the view's own writes roll back,
+so a slow first attempt and the attempt that took over never both commit a side effect in
+this database. This needs the claim itself to commit before the view runs, so do not use
+the decorator under ATOMIC_REQUESTS (the claim would stay invisible to other requests).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponseBase
+from django.utils import timezone
+
+from receipts import responses, store
+from receipts.auth import client_for_request
+from receipts.conf import setting
+from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
+from receipts.models import Attempt, Receipt
+from receipts.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
+from receipts.problems import problem
+
+log = logging.getLogger(__name__)
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+# Responses that depend on who asks or when, not on the request: the next attempt must run.
+NOT_STORED_STATUSES = frozenset({401, 403, 408, 429})
+# Exceptions Django itself turns into a 4xx: like a 401/403, not a failure of the operation.
+CLIENT_ERROR_EXCEPTIONS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation)
+
+STORED_REQUEST_TEXT_LIMIT = 4096
+
+View = Callable[..., HttpResponseBase]
+
+
+class _RollBack(Exception):
+    """Leaves the view's transaction without committing, carrying the response out."""
+
+    def __init__(self, response: HttpResponseBase) -> None:
+        self.response = response
+
+
+def idempotent(
+    operation: str,
+    required: bool = True,
+    *,
+    scope: Callable[[HttpRequest], str] | None = None,
+) -> Callable[[View], View]:
+    """Run the view at most once per (scope, Idempotency-Key) and replay its response.
+
+    `required=False` runs the view normally when the header is absent. `scope` maps a
+    request to the principal whose keys are separate from everyone else's; the default is
+    the logged-in user, else the bearer-token API client, else "anonymous".
+    """
+    store.validate_operation(operation)
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            if request.method not in UNSAFE_METHODS:
+                return view(request, *args, **kwargs)
+            raw = request.headers.get(HEADER)
+            if raw is None:
+                if required:
+                    return problem(
+                        400,
+                        "idempotency-key-missing",
+                        "Idempotency-Key header required",
+                        f"{request.method} {request.path} needs an Idempotency-Key header.",
+                    )
+                return view(request, *args, **kwargs)
+            key = parse_key(raw)
+            if key is None:
+                return problem(
+                    400,
+                    "idempotency-key-invalid",
+                    "Malformed Idempotency-Key",
+                    "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
+                    'quoted structured-field string ("...").',
+                )
+            return _handle(request, view, args, kwargs, operation, key, scope)
+
+        return wrapper
+
+    return decorator
+
+
+def parse_key(raw: str) -> str | None:
+    value = raw.strip()
+    if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+        value = value[1:-1]
+    try:
+        return store.validate_key(value)
+    except store.InvalidKey:
+        return None
+
+
+def parse_prefer_wait(header: str) -> int | None:
+    """The `wait` preference of a Prefer header (RFC 7240), or None. Unparsable is ignored,
+    as RFC 7240 asks of preferences a server does not understand."""
+    for preference in header.split(","):
+        token, _, value = preference.split(";")[0].strip().partition("=")
+        if token.strip().lower() == "wait":
+            try:
+                seconds = int(value.strip().strip('"'))
+            except ValueError:
+                return None
+            return seconds if seconds >= 0 else None
+    return None
+
+
+def default_scope(request: HttpRequest) -> str:
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return f"user:{user.pk}"
+    client = client_for_request(request)
+    if client is not None:
+        return client.scope
+    return "anonymous"
+
+
+def _stored_request(request: HttpRequest, body: bytes, content_type: str) -> dict[str, Any]:
+    parsed = parse_json_body(body, content_type)
+    if is_json(parsed):
+        stored_body = _without_nul(parsed)
+    else:
+        stored_body = body[:STORED_REQUEST_TEXT_LIMIT].decode("utf-8", "replace").replace("\x00", "\ufffd")
+    return {
+        "method": request.method,
+        "path": request.get_full_path(),
+        "content_type": content_type,
+        "body": stored_body,
+    }
+
+
+def _without_nul(value: Any) -> Any:
+    """PostgreSQL's jsonb refuses U+0000; the stored request is for people, so replace it."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _handle(
+    request: HttpRequest,
+    view: View,
+    args: tuple,
+    kwargs: dict,
+    operation: str,
+    key: str,
+    scope: Callable[[HttpRequest], str] | None,
+) -> HttpResponseBase:
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
+    content_type = request.META.get("CONTENT_TYPE", "")
+    principal = scope(request) if scope else default_scope(request)
+    user = getattr(request, "user", None)
+    session = getattr(request, "session", None)
+
+    wait = parse_prefer_wait(request.headers.get("Prefer", ""))
+    applied_wait = min(wait, int(setting("MAX_WAIT_SECONDS"))) if wait else 0
+
+    result = store.claim(
+        principal,
+        key,
+        operation,
+        _stored_request(request, body, content_type),
+        fingerprint=fingerprint_http(request.method, request.get_full_path(), body, content_type),
+        wait_seconds=applied_wait,
+        user_id=str(user.pk) if user is not None and user.is_authenticated else "",
+        session_id=(session.session_key or "") if session is not None else "",
+    )
+    if result.owned:
+        response = _run(request, view, args, kwargs, principal, key, result.token)
+    else:
+        response = _refusal(result)
+    if applied_wait:
+        response["Preference-Applied"] = f"wait={applied_wait}"
+    return response
+
+
+def _refusal(result: store.ClaimResult) -> HttpResponseBase:
+    receipt = result.receipt
+    if result.outcome == store.Outcome.IN_PROGRESS:
+        retry_after = result.retry_after
+        return problem(
+            409,
+            "request-in-progress",
+            "A request with this Idempotency-Key is in progress",
+            "Retry after the first attempt finishes; it will then be replayed.",
+            headers={"Retry-After": str(retry_after)},
+            retry_after=retry_after,
+        )
+    if result.outcome == store.Outcome.MISMATCH:
+        return problem(
+            422,
+            "idempotency-key-reused",
+            "Idempotency-Key reused with a different request",
+            f"This key was first used for {receipt.operation} with another method, path or body.",
+        )
+    # Replayed: the stored result, or a burned failure's stored response.
+    if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
+        response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)
+    else:
+        response = problem(
+            500,
+            "previous-failure",
+            "The first attempt with this Idempotency-Key failed",
+            receipt.error,
+        )
+    response[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _run(
+    request: HttpRequest,
+    view: View,
+    args: tuple,
+    kwargs: dict,
+    scope: str,
+    key: str,
+    token: int,
+) -> HttpResponseBase:
+    try:
+        with transaction.atomic():
+            response = view(request, *args, **kwargs)
+            if response.streaming or response.status_code in NOT_STORED_STATUSES:
+                # Streaming bodies are produced after we return, so they cannot be stored.
+                reason = "streaming response" if response.streaming else f"HTTP {response.status_code}: not stored"
+                receipt = Receipt.objects.get(scope=scope, key=key)
+                store.release(receipt, token=token, reason=reason)
+                return response
+            if response.status_code >= 500:
+                raise _RollBack(response)
+            store.complete(
+                scope,
+                key,
+                token,
+                response_status=response.status_code,
+                content_type=response.get("Content-Type", ""),
+                body=responses.encode(response.content, responses.kept_headers(response)),
+            )
+            return response
+    except store.StaleToken:
+        # Our lease was taken over while the view ran: its writes were rolled back above,
+        # and with them the store's own record of the refusal, so log it again here.
+        _record_lease_lost(scope, key, token)
+        return problem(
+            409,
+            "lease-lost",
+            "The lease on this Idempotency-Key was lost",
+            "The request took longer than its lease and another attempt took over; "
+            "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
+        )
+    except _RollBack as rollback:
+        response = rollback.response
+        _fail(scope, key, token, f"HTTP {response.status_code}", response)
+        return response
+    except CLIENT_ERROR_EXCEPTIONS as exc:
+        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+        raise
+    except Exception as exc:
+        body = json.dumps(
+            {
+                "type": "urn:idemdash:problem:internal-error",
+                "title": "Internal server error",
+                "status": 500,
+                "detail": "The first attempt with this Idempotency-Key raised an error.",
+            }
+        )
+        error = f"{type(exc).__name__}: {exc}"
+        _fail(scope, key, token, error, None, body=body)
+        raise
+
+
+def _fail(
+    scope: str,
+    key: str,
+    token: int,
+    error: str,
+    response: HttpResponseBase | None,
+    *,
+    body: str = "",
+) -> None:
+    try:
+        if response is not None:
+            store.fail(
+                scope,
+                key,
+                token,
+                error=error,
+                response_status=response.status_code,
+                content_type=response.get("Content-Type", ""),
+                body=responses.encode(response.content, responses.kept_headers(response)),
+            )
+        else:
+            store.fail(
+                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body
+            )
+    except store.StaleToken:
+        log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)
+
+
+def _record_lease_lost(scope: str, key: str, token: int) -> None:
+    receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
+    Attempt.objects.create(
+        receipt=receipt,
+        scope=scope,
+        key=key,
+        operation=receipt.operation if receipt else "",
+        outcome=Attempt.Outcome.STALE_TOKEN,
+        fencing_token=token,
+        detail="lease lost while the view ran; its writes were rolled back",
+        created_at=timezone.now(),
+    )
+
+
+def _release_quietly(scope: str, key: str, token: int, reason: str) -> None:
+    receipt = Receipt.objects.filter(scope=scope, key=key).first()
+    if receipt is None:
+        return
+    try:
+        store.release(receipt, token=token, reason=reason)
+    except store.StaleToken:
+        log.info("receipt %s/%s was taken over before it could be released", scope, key)

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import RequestFactory
+
+from receipts import store
+from receipts.auth import client_for_request, create_token
+from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
+
+pytestmark = pytest.mark.django_db
+
+SCOPE = "client:test"
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def a_receipt(key: str = "k1", complete: bool = False) -> Receipt:
+    result = store.claim(SCOPE, key, "payment.capture", {"amount": 100, "currency": "eur"})
+    if complete:
+        store.complete(SCOPE, key, result.token, response_status=201, content_type="application/json", body='{"id":7,"ok":true}')
+    return Receipt.objects.get(key=key)
+
+
+def test_the_receipt_list_filters_by_status_operation_and_scope_and_searches_keys(admin_client):
+    a_receipt("findme")
+    a_receipt("other")
+    page = admin_client.get("/admin/receipts/receipt/", {"q": "findme"})
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "findme" in text and ">other<" not in text
+    filters = [spec.field_path for spec in page.context["cl"].filter_specs if hasattr(spec, "field_path")]
+    assert filters == ["status", "operation", "scope"]
+    filtered = admin_client.get("/admin/receipts/receipt/", {"status__exact": "completed"})
+    assert filtered.context["cl"].result_count == 0
+
+
+def test_a_receipt_page_is_read_only_with_pretty_printed_json(admin_client):
+    receipt = a_receipt(complete=True)
+    page = admin_client.get(f"/admin/receipts/receipt/{receipt.pk}/change/")
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert '&quot;amount&quot;: 100,\n  &quot;currency&quot;' in text  # indented request
+    assert '&quot;id&quot;: 7,\n  &quot;ok&quot;: true' in text  # indented response
+    assert 'name="key"' not in text and 'name="status"' not in text
+
+
+def test_receipts_cannot_be_added_in_the_admin(admin_client):
+    assert admin_client.get("/admin/receipts/receipt/add/").status_code == 403
+
+
+def test_release_selected_releases_audits_and_skips_completed_receipts(admin_client, admin_user):
+    stuck = a_receipt("stuck")
+    done = a_receipt("done", complete=True)
+    response = admin_client.post(
+        "/admin/receipts/receipt/",
+        {"action": "release_selected", "_selected_action": [stuck.pk, done.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "Released 1 receipt(s)." in text and "Skipped 1" in text
+    stuck.refresh_from_db()
+    assert stuck.status == "failed" and stuck.retryable
+    assert Receipt.objects.get(key="done").status == "completed"
+    entry = AuditEntry.objects.get(action="receipt.release")
+    assert entry.actor == admin_user.username and entry.user == admin_user
+    assert entry.object_id == str(stuck.pk) and entry.status_before == "processing"
+    assert store.claim(SCOPE, "stuck", "payment.capture", {"amount": 100, "currency": "eur"}).outcome == "retried_after_failure"
+
+
+def test_attempts_are_read_only_and_filter_by_outcome(admin_client):
+    a_receipt()
+    attempt = Attempt.objects.get()
+    assert admin_client.get("/admin/receipts/attempt/", {"outcome__exact": "claimed"}).status_code == 200
+    assert admin_client.get("/admin/receipts/attempt/add/").status_code == 403
+    page = admin_client.get(f"/admin/receipts/attempt/{attempt.pk}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert admin_client.post(f"/admin/receipts/attempt/{attempt.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Attempt.objects.count() == 1
+
+
+def test_audit_entries_are_read_only(admin_client, admin_user):
+    entry = store.audit("ada", "receipt.release", a_receipt(), user=admin_user)
+    assert admin_client.get("/admin/receipts/auditentry/").status_code == 200
+    assert admin_client.get("/admin/receipts/auditentry/add/").status_code == 403
+    assert 'name="_save"' not in admin_client.get(f"/admin/receipts/auditentry/{entry.pk}/change/").content.decode()
+
+
+def test_adding_an_api_client_shows_its_token_once_and_stores_only_the_hash(admin_client, admin_user):
+    form = admin_client.get("/admin/receipts/apiclient/add/").content.decode()
+    assert 'name="name"' in form and "token_hash" not in form
+    page = admin_client.post("/admin/receipts/apiclient/add/", {"name": "billing"})
+    assert page.status_code == 200
+    token = re.search(r'<code id="api-token"[^>]*>([^<]+)</code>', page.content.decode()).group(1)
+    client = ApiClient.objects.get(name="billing")
+    assert token.startswith(client.token_prefix) and token not in client.token_hash
+    request = RequestFactory().get("/", headers={"Authorization": f"Bearer {token}"})
+    assert client_for_request(request) == client
+    assert AuditEntry.objects.get(action="apiclient.create").actor == admin_user.username
+    assert token not in admin_client.get(f"/admin/receipts/apiclient/{client.pk}/change/").content.decode()
+
+
+def test_an_api_clients_hash_and_name_are_never_editable(admin_client):
+    client, _ = create_token("billing")
+    page = admin_client.get(f"/admin/receipts/apiclient/{client.pk}/change/").content.decode()
+    assert "token_hash" not in page and 'name="name"' not in page
+    admin_client.post(f"/admin/receipts/apiclient/{client.pk}/change/", {"name": "x", "token_hash": "0" * 64})
+    client.refresh_from_db()
+    assert client.name == "billing" and client.token_hash != "0" * 64
+
+
+def test_revoking_api_clients_is_audited_and_stops_their_tokens(admin_client):
+    client, token = create_token("billing")
+    admin_client.post("/admin/receipts/apiclient/", {"action": "revoke_selected", "_selected_action": [client.pk]})
+    client.refresh_from_db()
+    assert client.revoked_at is not None
+    assert AuditEntry.objects.get(action="apiclient.revoke").object_id == str(client.pk)
+    assert client_for_request(RequestFactory().get("/", headers={"Authorization": f"Bearer {token}"})) is None
+
+
+def test_the_admin_needs_staff(client, django_user_model):
+    user = django_user_model.objects.create_user("bob", password="pw-123456")
+    client.force_login(user)
+    assert client.get("/admin/receipts/receipt/").status_code == 302

@@ -1,0 +1,370 @@
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.test import Client
+from django.utils import timezone
+
+from receipts.auth import create_token
+from receipts.models import ApiClient, Attempt, Receipt
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/api/v1/receipts/"
+
+
+@pytest.fixture
+def token() -> str:
+    return create_token("worker")[1]
+
+
+@pytest.fixture
+def api(client: Client, token: str):
+    def call(endpoint: str, body: object, *, content_type: str = "application/json", auth: str | None = None, **headers: str):
+        raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
+        return client.post(
+            BASE + endpoint,
+            raw,
+            content_type=content_type,
+            headers={"Authorization": auth if auth is not None else f"Bearer {token}", **headers},
+        )
+
+    return call
+
+
+def kind(response) -> str:
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["title"] and body["status"] == response.status_code
+    return body["type"].rsplit(":", 1)[1]
+
+
+def claim_body(**overrides: object) -> dict:
+    return {"key": "job-1", "operation": "email.send", "request": {"to": "a@example.com"}, **overrides}
+
+
+# --- claim -----------------------------------------------------------------------------------
+
+def test_a_claim_is_201_with_the_fencing_token_and_lease(api):
+    response = api("claim", claim_body())
+    assert response.status_code == 201
+    data = response.json()
+    assert data["outcome"] == "claimed" and data["key"] == "job-1"
+    assert data["token"] == 1 and data["attempts"] == 1
+    assert data["lease_expires_at"] == Receipt.objects.get().lease_expires_at.isoformat()
+    assert Receipt.objects.get().scope == "client:worker"
+
+
+def test_a_claim_after_a_failure_is_201_and_says_so(api):
+    token = api("claim", claim_body()).json()["token"]
+    api("fail", {"key": "job-1", "token": token, "error": "smtp down"})
+    again = api("claim", claim_body())
+    assert again.status_code == 201
+    assert again.json()["outcome"] == "retried_after_failure"
+    assert again.json()["token"] == token + 1
+
+
+def test_a_claim_after_the_lease_ran_out_is_a_201_takeover(api):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        api("claim", claim_body(lease_seconds=5))
+        traveller.shift(timedelta(seconds=6))
+        again = api("claim", claim_body())
+    assert again.status_code == 201 and again.json()["outcome"] == "lease_takeover"
+
+
+def test_a_completed_key_replays_its_response_with_the_replayed_header(api):
+    token = api("claim", claim_body()).json()["token"]
+    api("complete", {"key": "job-1", "token": token, "response": {"message_id": "m-1", "n": [1, 2]}})
+    again = api("claim", claim_body(request={"to": "a@example.com"}))
+    assert again.status_code == 200
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json() == {
+        "outcome": "replayed",
+        "key": "job-1",
+        "status": "completed",
+        "response": {"message_id": "m-1", "n": [1, 2]},
+    }
+
+
+def test_a_burned_failure_replays_with_its_error(api, settings):
+    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    token = api("claim", claim_body(operation="ledger.post")).json()["token"]
+    api("fail", {"key": "job-1", "token": token, "error": "rejected"})
+    again = api("claim", claim_body(operation="ledger.post"))
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert again.json() == {"outcome": "replayed", "key": "job-1", "status": "failed", "response": None, "error": "rejected"}
+
+
+def test_a_claim_on_a_held_key_is_409_with_retry_after(api):
+    api("claim", claim_body())
+    busy = api("claim", claim_body())
+    assert busy.status_code == 409 and kind(busy) == "request-in-progress"
+    assert 1 <= int(busy["Retry-After"]) <= 10
+
+
+def test_a_claim_with_another_request_is_422(api):
+    api("claim", claim_body())
+    assert kind(api("claim", claim_body(request={"to": "b@example.com"}))) == "idempotency-key-reused"
+    assert api("claim", claim_body(request={"to": "b@example.com"})).status_code == 422
+
+
+def test_the_request_may_be_any_json_or_absent(api):
+    assert api("claim", claim_body(key="a", request=[1, "two", None])).status_code == 201
+    assert api("claim", {"key": "b", "operation": "email.send"}).status_code == 201
+    assert Receipt.objects.get(key="b").request is None
+
+
+def test_the_same_key_under_two_clients_is_two_receipts(api):
+    other = create_token("other")[1]
+    api("claim", claim_body())
+    assert api("claim", claim_body(), auth=f"Bearer {other}").status_code == 201
+    assert Receipt.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"operation": "email.send"}, "key"),
+        ({"key": "k"}, "operation"),
+        (claim_body(key=""), "key"),
+        (claim_body(key="x" * 256), "key"),
+        (claim_body(key="caf\u00e9"), "key"),
+        (claim_body(key=7), "key"),
+        (claim_body(operation="has space"), "operation"),
+        (claim_body(operation=None), "operation"),
+        (claim_body(lease_seconds=0), "lease_seconds"),
+        (claim_body(lease_seconds=3601), "lease_seconds"),
+        (claim_body(lease_seconds=True), "lease_seconds"),
+        (claim_body(lease_seconds=2.5), "lease_seconds"),
+        (claim_body(lease_seconds="30"), "lease_seconds"),
+        (claim_body(wait_seconds=-1), "wait_seconds"),
+        (claim_body(wait_seconds=31), "wait_seconds"),
+        (claim_body(wait_seconds=False), "wait_seconds"),
+        (claim_body(request={"note": "a\x00b"}), "request"),
+        (claim_body(surprise=1), "surprise"),
+        (claim_body(request=json.loads("[" * 70 + "]" * 70)), "body"),
+    ],
+)
+def test_a_bad_claim_field_is_400_and_writes_nothing(api, body, field):
+    response = api("claim", body)
+    assert response.status_code == 400
+    assert kind(response) == "invalid-field"
+    assert response.json()["field"] == field
+    assert not Receipt.objects.exists() and not Attempt.objects.exists()
+
+
+@pytest.mark.parametrize("raw", ["{", " ", "NaN", '{"key": NaN}', "[1]", '"text"', "null", "[" * 100000])
+def test_a_body_that_is_not_a_json_object_is_400(api, raw):
+    response = api("claim", raw)
+    assert response.status_code == 400 and kind(response) == "invalid-json"
+    assert not Receipt.objects.exists()
+
+
+def test_a_wait_within_the_limit_is_accepted(api):
+    assert api("claim", claim_body(wait_seconds=0.5)).status_code == 201
+
+
+# --- auth, methods, media types ---------------------------------------------------------------
+
+@pytest.mark.parametrize("auth", ["", "Bearer", "Bearer wrong", "Basic abc", "Token x"])
+def test_a_missing_or_wrong_token_is_401(api, auth):
+    response = api("claim", claim_body(), auth=auth)
+    assert response.status_code == 401 and kind(response) == "unauthorized"
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert not Receipt.objects.exists()
+
+
+def test_a_revoked_token_is_401(api, token):
+    ApiClient.objects.update(revoked_at=timezone.now())
+    assert api("claim", claim_body()).status_code == 401
+
+
+@pytest.mark.parametrize("endpoint", ["claim", "complete", "fail"])
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+def test_other_methods_are_405(client, token, endpoint, method):
+    response = getattr(client, method)(BASE + endpoint, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 405 and kind(response) == "method-not-allowed"
+    assert response["Allow"] == "POST"
+
+
+def test_posting_to_the_receipt_lookup_is_405(client, token):
+    response = client.post(BASE, "{}", content_type="application/json", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 405 and response["Allow"] == "GET"
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", ""])
+def test_a_body_that_is_not_declared_json_is_415(api, content_type):
+    response = api("claim", json.dumps(claim_body()), content_type=content_type)
+    assert response.status_code == 415 and kind(response) == "unsupported-media-type"
+    assert not Receipt.objects.exists()
+
+
+def test_json_with_a_charset_or_a_json_suffix_is_accepted(api):
+    assert api("claim", claim_body(key="a"), content_type="application/json; charset=utf-8").status_code == 201
+    assert api("claim", claim_body(key="b"), content_type="application/vnd.idem+json").status_code == 201
+
+
+def test_a_body_over_the_upload_limit_is_413(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 50
+    response = api("claim", claim_body(request="x" * 100))
+    assert response.status_code == 413 and kind(response) == "payload-too-large"
+
+
+def test_the_api_needs_no_csrf_token(token):
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(
+        BASE + "claim", json.dumps(claim_body()), content_type="application/json", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert response.status_code == 201
+
+
+# --- complete ------------------------------------------------------------------------------------
+
+def test_complete_stores_the_response_and_returns_the_receipt(api):
+    token = api("claim", claim_body()).json()["token"]
+    response = api("complete", {"key": "job-1", "token": token, "response": ["any", {"json": True}]})
+    assert response.status_code == 200
+    data = response.json()
+    assert data["status"] == "completed" and data["response"] == ["any", {"json": True}]
+    assert "fencing_token" not in data and "token" not in data
+
+
+def test_complete_with_a_stale_token_is_409_and_keeps_the_winners_result(api):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        slow = api("claim", claim_body(lease_seconds=5)).json()["token"]
+        traveller.shift(timedelta(seconds=6))
+        fast = api("claim", claim_body()).json()["token"]
+        api("complete", {"key": "job-1", "token": fast, "response": "fast"})
+        late = api("complete", {"key": "job-1", "token": slow, "response": "slow"})
+    assert late.status_code == 409 and kind(late) == "stale-token"
+    assert api("claim", claim_body()).json()["response"] == "fast"
+
+
+def test_complete_of_an_unknown_key_is_404_and_writes_nothing(api):
+    response = api("complete", {"key": "nope", "token": 1, "response": None})
+    assert response.status_code == 404 and kind(response) == "receipt-not-found"
+    assert not Attempt.objects.exists()
+
+
+def test_complete_of_another_clients_key_is_404(api):
+    other = create_token("other")[1]
+    token = api("claim", claim_body(), auth=f"Bearer {other}").json()["token"]
+    assert api("complete", {"key": "job-1", "token": token, "response": 1}).status_code == 404
+    assert Receipt.objects.get().status == "processing"
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"key": "job-1", "token": 1}, "response"),
+        ({"key": "job-1", "response": 1}, "token"),
+        ({"token": 1, "response": 1}, "key"),
+        ({"key": "job-1", "token": True, "response": 1}, "token"),
+        ({"key": "job-1", "token": "1", "response": 1}, "token"),
+        ({"key": "job-1", "token": 1.0, "response": 1}, "token"),
+        ({"key": "job-1", "token": 0, "response": 1}, "token"),
+        ({"key": "job-1", "token": 1, "response": "a\x00"}, "response"),
+        ({"key": "job-1", "token": 1, "response": 1, "extra": 1}, "extra"),
+    ],
+)
+def test_a_bad_complete_field_is_400_and_leaves_the_receipt_processing(api, body, field):
+    api("claim", claim_body())
+    response = api("complete", body)
+    assert response.status_code == 400 and response.json()["field"] == field
+    assert Receipt.objects.get().status == "processing"
+
+
+# --- fail ------------------------------------------------------------------------------------------
+
+def test_fail_marks_the_receipt_failed_and_retryable_by_default(api):
+    token = api("claim", claim_body()).json()["token"]
+    response = api("fail", {"key": "job-1", "token": token, "error": "smtp down"})
+    assert response.status_code == 200
+    assert response.json()["status"] == "failed" and response.json()["retryable"] is True
+    assert response.json()["error"] == "smtp down"
+
+
+def test_fail_can_burn_the_key(api):
+    token = api("claim", claim_body()).json()["token"]
+    api("fail", {"key": "job-1", "token": token, "error": "invalid address", "retryable": False})
+    again = api("claim", claim_body())
+    assert again.status_code == 200 and again.json()["status"] == "failed"
+
+
+def test_fail_with_a_stale_token_is_409(api):
+    token = api("claim", claim_body()).json()["token"]
+    api("complete", {"key": "job-1", "token": token, "response": 1})
+    response = api("fail", {"key": "job-1", "token": token, "error": "late"})
+    assert response.status_code == 409 and kind(response) == "stale-token"
+    assert Receipt.objects.get().status == "completed"
+
+
+def test_fail_of_an_unknown_key_is_404(api):
+    assert api("fail", {"key": "nope", "token": 1, "error": "x"}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"key": "job-1", "token": 1}, "error"),
+        ({"key": "job-1", "token": 1, "error": ""}, "error"),
+        ({"key": "job-1", "token": 1, "error": 5}, "error"),
+        ({"key": "job-1", "token": 1, "error": "x", "retryable": "no"}, "retryable"),
+        ({"key": "job-1", "token": 1, "error": "x", "retryable": 0}, "retryable"),
+        ({"key": "job-1", "token": False, "error": "x"}, "token"),
+    ],
+)
+def test_a_bad_fail_field_is_400(api, body, field):
+    api("claim", claim_body())
+    response = api("fail", body)
+    assert response.status_code == 400 and response.json()["field"] == field
+    assert Receipt.objects.get().status == "processing"
+
+
+# --- lookup -----------------------------------------------------------------------------------------
+
+def test_a_receipt_is_looked_up_by_key(api, client, token):
+    claimed = api("claim", claim_body()).json()
+    api("complete", {"key": "job-1", "token": claimed["token"], "response": {"ok": True}})
+    response = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    data = response.json()
+    receipt = Receipt.objects.get()
+    assert data == {
+        "key": "job-1",
+        "scope": "client:worker",
+        "operation": "email.send",
+        "status": "completed",
+        "retryable": True,
+        "attempts": 1,
+        "fingerprint": receipt.fingerprint,
+        "request": {"to": "a@example.com"},
+        "response": {"ok": True},
+        "response_status": None,
+        "error": "",
+        "lease_expires_at": None,
+        "created_at": receipt.created_at.isoformat(),
+        "updated_at": receipt.updated_at.isoformat(),
+        "completed_at": receipt.completed_at.isoformat(),
+        "expires_at": receipt.expires_at.isoformat(),
+    }
+
+
+def test_another_clients_receipt_is_404(api, client):
+    api("claim", claim_body())
+    other = create_token("other")[1]
+    response = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {other}"})
+    assert response.status_code == 404 and kind(response) == "receipt-not-found"
+
+
+@pytest.mark.parametrize("params", [{}, {"key": ""}, {"key": "x" * 256}])
+def test_a_lookup_without_a_valid_key_is_400(client, token, params):
+    response = client.get(BASE, params, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 400 and kind(response) == "invalid-field"
+
+
+def test_a_lookup_needs_a_token(client):
+    assert client.get(BASE, {"key": "job-1"}).status_code == 401

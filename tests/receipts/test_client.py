@@ -1,0 +1,255 @@
+from __future__ import annotations
+
+import subprocess
+import threading
+import sys
+from pathlib import Path
+
+import pytest
+
+from receipts import store
+from receipts.auth import create_token
+from receipts.client import (
+    ApiError,
+    IdempotencyClient,
+    InProgress,
+    KeyMismatch,
+    LeaseLost,
+    PreviousFailure,
+    make_key,
+    tool_call_key,
+)
+from receipts.examples.agent_workflow import Steps, run_workflow
+from receipts.models import Receipt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- no Django, and the key helpers (no database) ------------------------------------------
+
+def test_the_client_imports_without_django():
+    code = (
+        "import sys\n"
+        "sys.modules['django'] = None  # any `import django...` now raises ImportError\n"
+        "import receipts.client\n"
+        "import receipts.examples.agent_workflow\n"
+        "loaded = [m for m in sys.modules if m == 'django' or m.startswith('django.')]\n"
+        "assert loaded == ['django'], loaded\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_make_key_joins_its_parts():
+    assert make_key("email", 42, "welcome", "2026-11-22") == "email:42:welcome:2026-11-22"
+
+
+@pytest.mark.parametrize("parts", [("x" * 300,), ("lead", "Zoë Société"), ("tab\there",)])
+def test_make_key_hashes_what_is_too_long_or_not_printable_ascii(parts):
+    key = make_key(*parts)
+    assert store.validate_key(key) == key
+    assert len(key) <= 255
+    assert key == make_key(*parts)
+    assert key != make_key(*parts, "other")
+    assert key[-64:] != make_key(*parts[:-1], parts[-1] + "!")[-64:]
+
+
+def test_make_key_keeps_a_readable_prefix():
+    assert make_key("lead", "Zoë").startswith("lead:Zo_")
+
+
+def test_make_key_needs_a_part():
+    with pytest.raises(ValueError):
+        make_key()
+
+
+def test_tool_call_key_ignores_argument_order_but_not_values():
+    a = tool_call_key("search", {"q": "lyon", "limit": 5})
+    assert a == tool_call_key("search", {"limit": 5, "q": "lyon"})
+    assert a != tool_call_key("search", {"q": "lyon", "limit": 6})
+    assert a != tool_call_key("fetch", {"q": "lyon", "limit": 5})
+    assert a.startswith("search:") and store.validate_key(a)
+
+
+# --- against a live server ---------------------------------------------------------------------
+
+@pytest.fixture
+def idem(live_server, transactional_db):
+    _, token = create_token("agent")
+    with IdempotencyClient(live_server.url, token, wait_seconds=0) as idem:
+        yield idem
+
+
+def test_claim_complete_and_replay(idem):
+    claim = idem.claim("k", "email.send", {"to": "a"})
+    assert claim.outcome == "claimed" and claim.token == 1 and not claim.replayed
+    idem.complete("k", claim.token, {"id": 7})
+    again = idem.claim("k", "email.send", {"to": "a"})
+    assert again.replayed and again.status == "completed" and again.response == {"id": 7}
+    assert idem.get("k")["status"] == "completed"
+    assert idem.get("unknown") is None
+
+
+def test_a_held_key_raises_in_progress_with_retry_after(idem):
+    idem.claim("k", "email.send")
+    with pytest.raises(InProgress) as caught:
+        idem.claim("k", "email.send")
+    assert caught.value.status == 409 and 1 <= caught.value.retry_after <= 10
+
+
+def test_another_request_under_a_key_raises_key_mismatch(idem):
+    idem.claim("k", "email.send", {"to": "a"})
+    with pytest.raises(KeyMismatch) as caught:
+        idem.claim("k", "email.send", {"to": "b"})
+    assert caught.value.status == 422
+
+
+def test_a_stale_token_raises_lease_lost(idem):
+    claim = idem.claim("k", "email.send")
+    idem.complete("k", claim.token, 1)
+    with pytest.raises(LeaseLost):
+        idem.complete("k", claim.token, 2)
+
+
+def test_a_bad_token_raises_api_error_with_the_problem(live_server, transactional_db):
+    with IdempotencyClient(live_server.url, "idem_wrong") as idem:
+        with pytest.raises(ApiError) as caught:
+            idem.claim("k", "email.send")
+    assert caught.value.status == 401
+    assert caught.value.type == "urn:idemdash:problem:unauthorized"
+    assert caught.value.problem["title"]
+
+
+def test_run_once_runs_fn_once_and_replays_its_result(idem):
+    calls = []
+
+    def send(to: str) -> dict:
+        calls.append(to)
+        return {"sent": to}
+
+    assert idem.run_once("k", "email.send", send, "a@example.com", request={"to": "a"}) == {"sent": "a@example.com"}
+    assert idem.run_once("k", "email.send", send, "a@example.com", request={"to": "a"}) == {"sent": "a@example.com"}
+    assert calls == ["a@example.com"]
+
+
+def test_run_once_fails_the_receipt_on_an_exception_and_the_next_run_retries(idem):
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("smtp down")
+        return "ok"
+
+    with pytest.raises(ConnectionError):
+        idem.run_once("k", "email.send", flaky)
+    assert Receipt.objects.get().status == "failed"
+    assert Receipt.objects.get().error == "ConnectionError: smtp down"
+    assert idem.run_once("k", "email.send", flaky) == "ok"
+    assert len(calls) == 2
+
+
+def test_run_once_raises_previous_failure_for_a_burned_key(idem, settings):
+    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+
+    def post() -> None:
+        raise ValueError("rejected")
+
+    with pytest.raises(ValueError):
+        idem.run_once("k", "ledger.post", post)
+    with pytest.raises(PreviousFailure) as caught:
+        idem.run_once("k", "ledger.post", post)
+    assert caught.value.error == "ValueError: rejected"
+
+
+def test_run_once_refuses_a_result_it_cannot_store_and_fails_the_receipt(idem):
+    with pytest.raises(TypeError):
+        idem.run_once("k", "email.send", lambda: object())
+    assert Receipt.objects.get().status == "failed"
+
+
+def test_run_once_waits_out_a_held_key_honouring_retry_after(idem):
+    idem.claim("k", "email.send", lease_seconds=1)  # a worker that then died
+    assert idem.run_once("k", "email.send", lambda: "mine") == "mine"
+    assert Receipt.objects.get().attempts == 2  # taken over after the lease ran out
+
+
+def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
+    _, token = create_token("impatient")
+    with IdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as idem:
+        idem.claim("k", "email.send")
+        with pytest.raises(InProgress):
+            idem.run_once("k", "email.send", lambda: "never")
+
+
+def test_the_once_decorator_keys_calls_by_their_arguments(idem):
+    sent = []
+
+    @idem.once("email.send", key=lambda lead, template: make_key("email", lead, template))
+    def send_email(lead: str, template: str) -> str:
+        sent.append((lead, template))
+        return f"{template}->{lead}"
+
+    assert send_email("lead-1", "welcome") == "welcome->lead-1"
+    assert send_email("lead-1", "welcome") == "welcome->lead-1"
+    assert send_email("lead-2", "welcome") == "welcome->lead-2"
+    assert sent == [("lead-1", "welcome"), ("lead-2", "welcome")]
+    assert send_email.__name__ == "send_email"
+
+
+def test_the_server_side_wait_returns_the_first_attempts_result(live_server, transactional_db):
+    _, token = create_token("patient")
+    with IdempotencyClient(live_server.url, token, wait_seconds=5) as idem:
+        first = idem.claim("k", "email.send")
+
+
+        finisher = threading.Timer(0.3, lambda: idem.complete("k", first.token, "done"))
+        finisher.start()
+        again = idem.claim("k", "email.send")
+        finisher.join()
+    assert again.replayed and again.response == "done"
+
+
+# --- the README's agent workflow -------------------------------------------------------------------
+
+class CountingSteps(Steps):
+    def __init__(self, crash_on_send: bool) -> None:
+        self.calls: list[str] = []
+        self.crash_on_send = crash_on_send
+
+    def source_lead(self, query: str) -> dict:
+        self.calls.append("source")
+        return super().source_lead(query)
+
+    def enrich(self, lead: dict) -> dict:
+        self.calls.append("enrich")
+        return super().enrich(lead)
+
+    def send_email(self, lead: dict, template: str) -> dict:
+        self.calls.append("send")
+        if self.crash_on_send:
+            raise RuntimeError("agent crashed while sending")
+        return super().send_email(lead, template)
+
+
+def test_the_agent_workflow_resumes_after_a_crash_without_repeating_finished_steps(idem):
+    first_run = CountingSteps(crash_on_send=True)
+    with pytest.raises(RuntimeError, match="crashed"):
+        run_workflow(idem, "spring", "rust consultancies in lyon", first_run)
+    assert first_run.calls == ["source", "enrich", "send"]
+
+    second_run = CountingSteps(crash_on_send=False)
+    result = run_workflow(idem, "spring", "rust consultancies in lyon", second_run)
+    assert second_run.calls == ["send"]  # steps 1 and 2 replayed from their receipts
+    assert result["message_id"].startswith("welcome-")
+
+    third_run = CountingSteps(crash_on_send=False)
+    assert run_workflow(idem, "spring", "rust consultancies in lyon", third_run) == result
+    assert third_run.calls == []
+    assert dict(Receipt.objects.values_list("operation", "attempts")) == {
+        "lead.source": 1,
+        "lead.enrich": 1,
+        "email.send": 2,
+    }
