@@ -418,7 +418,7 @@ def purge(b: Bench) -> list[Figure]:
         b.loads.append((counts.receipts + counts.attempts, time.monotonic() - started, f"{n} expired receipts"))
     connection.close()
     prefix = f"bench-{b.run_id}-purge"
-    slice_s = 3.0 if b.sizes is FULL else 2.0
+    slice_s = 3.0 if b.sizes is FULL else 1.0
     rounds: list[dict[str, Any]] = []
 
     def claims(phase: str) -> loadgen.LoadResult:
@@ -449,8 +449,11 @@ def purge(b: Bench) -> list[Figure]:
     b.details["purge"] = {**done, "claim_rounds": rounds}
     without = statistics.median(r["p99_ms"] for r in rounds if r["phase"] in ("before", "after"))
     during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "during"]
-    during = statistics.median(during_rounds) if during_rounds else None
-    note = "" if during_rounds else "the purge finished within the first claim slice; no slice ran wholly during it"
+    note = ""
+    if not during_rounds:  # a small purge on a fast machine can end inside the first slice
+        during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "overlapping the end"]
+        note = "the purge ended within one claim slice: 'during' is that slice, which overlapped it"
+    during = statistics.median(during_rounds)
     return [
         Figure("purge.rows_per_s", S6, "purge rate, expired receipts", done["deleted"] / done["seconds"], "rows/s",
                ">=", 20_000, note=f"{done['deleted']} rows ({done['archived']} archived) in {done['seconds']:.1f} s, "

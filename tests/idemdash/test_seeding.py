@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -106,3 +107,26 @@ def test_the_purge_deletes_seeded_expired_receipts():
     call_command("seed", receipts=100, expired=True)
     retention.purge()
     assert not seeding.seeded_receipts().exists()
+
+
+def test_it_seeds_webhook_events_with_their_deliveries():
+    from webhooks.models import WebhookDelivery, WebhookEndpoint
+
+    real = WebhookEndpoint.objects.create(slug="stripe-live", provider="stripe")
+    call_command("seed", events=300, batch=120, random_seed=7)
+    events = seeding.seeded_events()
+    assert events.count() == 300
+    assert Counter(events.values_list("provider", flat=True)).keys() <= {"stripe", "shopify", "standard"}
+    for event in events[:60]:
+        assert WebhookDelivery.objects.filter(event=event).count() == event.delivery_count
+    assert events.filter(delivery_count__gt=1).exists()
+    call_command("seed", delete=True)
+    assert not seeding.seeded_events().exists() and not WebhookDelivery.objects.exists()
+    assert WebhookEndpoint.objects.filter(pk=real.pk).exists()
+
+
+def test_seeded_rows_are_written_in_time_order():
+    call_command("seed", receipts=500, random_seed=8)
+    created = list(seeding.seeded_receipts().order_by("id").values_list("created_at", flat=True))
+    out_of_order = sum(1 for a, b in zip(created, created[1:]) if b < a - timedelta(hours=1))
+    assert out_of_order < 20  # only the few live (just-claimed) receipts jump to now
