@@ -176,6 +176,8 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # --- Email (outbox email.send, alert notifications) --------------------------------------
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "idemdash@localhost")
+# Where django.core.mail.backends.filebased.EmailBackend writes (`make demo` uses it).
+EMAIL_FILE_PATH = VAR_DIR / "mail"
 
 # --- Receipts: operation policies ---------------------------------------------------------
 # Patterns are matched with fnmatch against the operation name, first match wins.
@@ -226,6 +228,9 @@ Q_CLUSTER = {
     "poll": 0.5,
     "save_limit": 1000,
     "label": "Background tasks",
+    # Present (even empty) so that django-q2's Q_CLUSTER_NAME variable can name a separate
+    # queue, as the Redis broker test does; django-q2 fails on that variable without it.
+    "ALT_CLUSTERS": {},
 }
 if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
@@ -238,7 +243,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # A line per request (access log, and a warning per 4xx): `make demo` sets ERROR, since
+        # there 409s and 422s are the simulated traffic, not news.
+        "django.server": {"level": os.environ.get("REQUEST_LOG_LEVEL", "INFO")},
+        "django.request": {"level": os.environ.get("REQUEST_LOG_LEVEL", "INFO")},
+    },
 }
 
 # --- Webhooks -----------------------------------------------------------------------------

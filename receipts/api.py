@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 from receipts import store
 from receipts.auth import client_for_request
 from receipts.conf import setting
-from receipts.fingerprint import fingerprint_json
+from receipts.fingerprint import fingerprint_json, nesting_depth
 from receipts.models import ApiClient, Receipt
 from receipts.problems import problem
 
@@ -95,16 +95,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _check_depth(value: Any, depth: int = 0) -> None:
+def _check_depth(value: Any) -> None:
     # Deeper bodies would exhaust the recursion of canonicalisation: refuse them up front.
-    if depth > MAX_DEPTH:
+    if nesting_depth(value) > MAX_DEPTH:
         raise _Invalid("body", f"JSON nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_depth(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_depth(item, depth + 1)
 
 
 def _has_nul(value: Any) -> bool:
@@ -212,6 +206,18 @@ def _stale(key: str) -> HttpResponse:
     )
 
 
+def _landed(receipt: Receipt, token: int, status: str, **fields: Any) -> bool:
+    """Did this very settlement already land? A client whose connection dropped after its
+    completion committed retries it; settling keeps the fencing token (only a new claim
+    bumps it), so the same token with the same result means it is the same settlement,
+    answered 200 again rather than a 409 that would say its result was not stored."""
+    return (
+        receipt.status == status
+        and receipt.fencing_token == token
+        and all(getattr(receipt, name) == value for name, value in fields.items())
+    )
+
+
 @_api("POST")
 def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, CLAIM_FIELDS, {"key", "operation"})
@@ -289,7 +295,9 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
     try:
         store.complete(client.scope, key, token, content_type="application/json", body=stored)
     except store.StaleToken:
-        return _stale(key)
+        receipt = Receipt.objects.get(scope=client.scope, key=key)
+        if not _landed(receipt, token, Receipt.Status.COMPLETED, response_body=stored):
+            return _stale(key)
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
@@ -310,7 +318,9 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     try:
         store.fail(client.scope, key, token, error=error, retryable=retryable)
     except store.StaleToken:
-        return _stale(key)
+        receipt = Receipt.objects.get(scope=client.scope, key=key)
+        if not _landed(receipt, token, Receipt.Status.FAILED, error=error):
+            return _stale(key)
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.utils import timezone
 
@@ -43,6 +43,9 @@ NOT_STORED_STATUSES = frozenset({401, 403, 408, 429})
 CLIENT_ERROR_EXCEPTIONS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation)
 
 STORED_REQUEST_TEXT_LIMIT = 4096
+
+# What idemdash.middleware answers with a 503: the connection was lost, not the operation.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 View = Callable[..., HttpResponseBase]
 
@@ -278,6 +281,13 @@ def _run(
     except CLIENT_ERROR_EXCEPTIONS as exc:
         _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
         raise
+    except DATABASE_UNAVAILABLE as exc:
+        # A lost connection is not the operation's failure: the view's writes are gone and
+        # the client is told 503, "nothing stored, retry". Failing the receipt would store a
+        # 500 (and burn the key of an operation that burns on failure), so the key is given
+        # back; if the database still does not answer, the lease runs out instead.
+        _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
+        raise
     except Exception as exc:
         body = json.dumps(
             {
@@ -335,10 +345,12 @@ def _record_lease_lost(scope: str, key: str, token: int) -> None:
 
 
 def _release_quietly(scope: str, key: str, token: int, reason: str) -> None:
-    receipt = Receipt.objects.filter(scope=scope, key=key).first()
-    if receipt is None:
-        return
     try:
+        receipt = Receipt.objects.filter(scope=scope, key=key).first()
+        if receipt is None:
+            return
         store.release(receipt, token=token, reason=reason)
     except store.StaleToken:
         log.info("receipt %s/%s was taken over before it could be released", scope, key)
+    except DATABASE_UNAVAILABLE:
+        log.warning("receipt %s/%s not released: database unavailable; its lease will run out", scope, key)

@@ -44,16 +44,36 @@ def fingerprint_http(method: str, path: str, body: bytes, content_type: str) -> 
 
 
 _NOT_JSON = object()
+MAX_JSON_DEPTH = 64
 
 
 def parse_json_body(body: bytes, content_type: str) -> Any:
     if not body or "json" not in (content_type or "").lower():
         return _NOT_JSON
     try:
-        return json.loads(body)
+        parsed = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: a client's deeply nested body must not become a 500.
         return _NOT_JSON
+    # Python parses deeper JSON than it can walk or encode again (to canonicalise or store
+    # it): such a body is treated as opaque bytes, for the fingerprint and the stored request alike.
+    return _NOT_JSON if nesting_depth(parsed) > MAX_JSON_DEPTH else parsed
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep parsed JSON goes (a scalar is 0, `[1]` is 1), counted without recursion:
+    Python parses deeper JSON than it can encode again, so callers refuse deep values
+    before they are canonicalised or stored."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def is_json(value: Any) -> bool:

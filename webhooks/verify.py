@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,12 @@ import stripe
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError as StandardVerificationError
 
+from receipts.fingerprint import MAX_JSON_DEPTH, nesting_depth
 
 MAX_KEY_LENGTH = 500  # WebhookEvent.dedupe_key holds 512
+# C0 and C1 control characters and DEL: an id holding one (a CR/LF header injection, a NUL
+# that PostgreSQL cannot store) is not an id any provider sends.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class VerificationError(Exception):
@@ -68,6 +73,8 @@ def verify_delivery(
         raise ValueError(f"unknown provider {provider!r}")
     if len(verified.dedupe_key) > MAX_KEY_LENGTH:
         raise VerificationError("invalid_id", f"The event id is longer than {MAX_KEY_LENGTH} characters.")
+    if CONTROL_CHARACTERS.search(verified.dedupe_key):
+        raise VerificationError("invalid_id", "The event id contains control characters.")
     return verified
 
 
@@ -171,6 +178,11 @@ def verify_standard(
     except ValueError:
         raise VerificationError("malformed_header", "webhook-timestamp is not an integer.") from None
     _check_age(timestamp, now, tolerance)
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        # JSON is UTF-8 (RFC 8259); said here, since the library would only fail to match.
+        raise VerificationError("invalid_json", "The body is not UTF-8.") from None
     wanted = {k: headers[k] for k in ("webhook-id", "webhook-timestamp", "webhook-signature")}
     for index, secret in enumerate(secrets):
         try:
@@ -208,6 +220,12 @@ def _check_age(timestamp: int, now: float, tolerance: int) -> None:
 
 def _parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a body nested deeper than the parser goes must not become a 500.
         raise VerificationError("invalid_json", "The body is not valid JSON.") from None
+    # Far deeper than any provider's events; deeper payloads cannot be fingerprinted or
+    # stored (Python parses deeper JSON than it can encode again).
+    if nesting_depth(payload) > MAX_JSON_DEPTH:
+        raise VerificationError("invalid_json", f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    return payload

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from idemdash.dashboard import views
+from idemdash.dashboard import alert_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -14,4 +14,14 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("api/v1/stats", views.api_stats, name="api_stats"),
     path("metrics", views.metrics, name="metrics"),
+]
+
+# Alerts (idemdash.alerts): history for viewers, rules for operators.
+urlpatterns += [
+    path("alerts/", alert_views.alert_history, name="alerts"),
+    path("alerts/rules/", alert_views.alert_rules, name="alert_rules"),
+    path("alerts/rules/new/", alert_views.alert_rule_edit, name="alert_rule_new"),
+    path("alerts/rules/<int:pk>/", alert_views.alert_rule_edit, name="alert_rule"),
+    path("alerts/rules/<int:pk>/delete/", alert_views.alert_rule_delete, name="alert_rule_delete"),
+    path("alerts/rules/<int:pk>/evaluate/", alert_views.alert_rule_evaluate, name="alert_rule_evaluate"),
 ]

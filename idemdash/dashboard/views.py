@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idemdash import charts, conflicts, queries
+from idemdash import alerts, charts, conflicts, queries
 from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
 from idemdash.dashboard.forms import BadCursor, ReceiptFilter, keyset_page
 from receipts import store
@@ -50,6 +50,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-stuck", charts.stuck_chart(series)),
         ],
         "with_charts": True,
+        "alert_panel": alerts.overview_alerts(window, now),
     }
 
 

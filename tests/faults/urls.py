@@ -1,11 +1,24 @@
-from django.db import connection, transaction
-from django.http import HttpRequest, JsonResponse
-from django.urls import path
+"""Test-only views for the fault tests (used with @pytest.mark.urls("tests.faults.urls")),
+in front of the project's own URLs, so one URLconf serves the decorator, the JSON API and
+the webhook receiver.
 
+Views write AuditEntry rows (an existing model: no test-only migration) so that a test can
+count what a request left behind.
+"""
+
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import include, path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from receipts.decorators import idempotent
 from receipts.models import AuditEntry
 
+VIEW_ROW_ACTION = "faults.view_row"
 
-def _terminate_own_backend() -> None:
+
+def terminate_own_backend() -> None:
     """Have a second connection kill this request's PostgreSQL backend, as a failover would."""
     import psycopg
 
@@ -20,7 +33,7 @@ def _terminate_own_backend() -> None:
 def write_then_lose_the_database(request: HttpRequest) -> JsonResponse:
     with transaction.atomic():
         AuditEntry.objects.create(created_at="2026-01-01T00:00:00Z", actor="t", action="half", object_type="x", object_id="1")
-        _terminate_own_backend()
+        terminate_own_backend()
         AuditEntry.objects.create(created_at="2026-01-01T00:00:00Z", actor="t", action="half", object_type="x", object_id="2")
     return JsonResponse({"ok": True})
 
@@ -29,7 +42,26 @@ def count(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"rows": AuditEntry.objects.filter(action="half").count()})
 
 
+def view_row(key: str) -> AuditEntry:
+    return AuditEntry.objects.create(
+        created_at=timezone.now(), actor="faults", action=VIEW_ROW_ACTION, object_type="test", object_id=key
+    )
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+def capture(request: HttpRequest) -> HttpResponse:
+    """Writes one row, then (with `X-Fault: lose-db`, a header, so that the retry without it
+    has the same fingerprint) loses its database connection before answering."""
+    row = view_row(request.headers.get("Idempotency-Key", ""))
+    if request.headers.get("X-Fault") == "lose-db":
+        terminate_own_backend()
+    return JsonResponse({"row": row.pk}, status=201)
+
+
 urlpatterns = [
     path("lose-db/", write_then_lose_the_database),
     path("count/", count),
+    path("capture/", capture),
+    path("", include("idemdash.urls")),
 ]

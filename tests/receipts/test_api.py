@@ -243,6 +243,29 @@ def test_complete_with_a_stale_token_is_409_and_keeps_the_winners_result(api):
     assert api("claim", claim_body()).json()["response"] == "fast"
 
 
+def test_repeating_a_completion_that_already_landed_answers_200_again(api):
+    """Its first answer may have been lost with the connection: the retry must not be told
+    that its result was not stored."""
+    token = api("claim", claim_body()).json()["token"]
+    completion = {"key": "job-1", "token": token, "response": {"id": 7}}
+    assert api("complete", completion).status_code == 200
+    again = api("complete", completion)
+    assert again.status_code == 200 and again.json()["response"] == {"id": 7}
+    other = api("complete", {**completion, "response": {"id": 8}})
+    assert other.status_code == 409 and kind(other) == "stale-token"
+    assert Receipt.objects.get().response_body == '{"id":7}'
+    assert Attempt.objects.filter(outcome="completed").count() == 1
+
+
+def test_repeating_a_failure_that_already_landed_answers_200_again(api):
+    token = api("claim", claim_body()).json()["token"]
+    failure = {"key": "job-1", "token": token, "error": "smtp down"}
+    assert api("fail", failure).status_code == 200
+    assert api("fail", failure).status_code == 200
+    assert api("fail", {**failure, "error": "other"}).status_code == 409
+    assert Attempt.objects.filter(outcome="failed").count() == 1
+
+
 def test_complete_of_an_unknown_key_is_404_and_writes_nothing(api):
     response = api("complete", {"key": "nope", "token": 1, "response": None})
     assert response.status_code == 404 and kind(response) == "receipt-not-found"

@@ -1,24 +1,17 @@
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 from django.db import connection
 from django_q.models import Schedule
 
+from tests.qcluster import ROOT, start_qcluster, stop_qcluster
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks import tasks
 from webhooks.models import Fulfilment, WebhookEvent
 from webhooks.schedules import SCHEDULES
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.django_db
@@ -40,50 +33,28 @@ def test_the_task_timeout_is_below_the_broker_retry_and_the_lease():
     assert settings.Q_CLUSTER["timeout"] < settings.WEBHOOKS_LEASE_SECONDS
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_qcluster_processes_a_received_event(client):
     secret = "whsec_qcluster_test_000000000"
     make_endpoint("shop", "stripe", secret)
     intent = {"id": "pi_qcluster_1", "object": "payment_intent", "amount": 700, "currency": "eur"}
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.endswith("_WEBHOOK_SECRET") and k not in {"REDIS_URL", "IDEMDASH_TEST_DB_SUFFIX"}
-    }
-    env.update(DATABASE_URL=_database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
     log_path = ROOT / "var" / "test-qcluster.log"
-    log_path.parent.mkdir(exist_ok=True)
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        try:
-            response = deliver_stripe(client, "shop", stripe_event(intent, "payment_intent.succeeded"), secret=secret)
-            assert response.status_code == 200
-            event_id = response.json()["event"]
-            deadline = time.monotonic() + 60
-            status = None
-            while time.monotonic() < deadline and worker.poll() is None:
-                status = WebhookEvent.objects.get(pk=event_id).status
-                if status == "completed":
-                    break
-                time.sleep(0.25)
-            assert status == "completed", log_path.read_text()[-3000:]
-            assert Fulfilment.objects.get().payment_id == "pi_qcluster_1"
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=10)
-            connection.close()
+    log_path.unlink(missing_ok=True)
+    worker = start_qcluster(log_path)
+    try:
+        response = deliver_stripe(client, "shop", stripe_event(intent, "payment_intent.succeeded"), secret=secret)
+        assert response.status_code == 200
+        event_id = response.json()["event"]
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and worker.poll() is None:
+            status = WebhookEvent.objects.get(pk=event_id).status
+            if status == "completed":
+                break
+            time.sleep(0.25)
+        assert status == "completed", log_path.read_text()[-3000:]
+        assert Fulfilment.objects.get().payment_id == "pi_qcluster_1"
+    finally:
+        stop_qcluster(worker)
+        connection.close()

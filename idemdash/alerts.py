@@ -1,0 +1,434 @@
+"""Alerts: rules on the dashboard's figures, evaluated on a schedule, notified through the outbox.
+
+`evaluate()` measures every enabled rule's figure and moves its alert between two states:
+
+- **fire**: a unique insert of a firing Alert. A partial unique index allows one firing
+  alert per rule, so when two evaluators see the same breach at once, one insert wins and
+  the other gets an IntegrityError and does nothing.
+- **resolve**: a conditional UPDATE firing → resolved with a rowcount check, so only one
+  evaluator resolves a given alert.
+
+Each transition enqueues its notification (`email.send` or `http.post`) in the same
+transaction, under a key made of the alert's id and the transition. The transition
+happens once, so the message is enqueued once; the outbox then delivers it (at least once,
+with that key as the Idempotency-Key / Message-ID so that a receiver can drop a repeat).
+A rule that fires again after resolving opens a new Alert, hence a new key and a new
+notification.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator, validate_email
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Min
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from idemdash import queries
+from idemdash.models import Alert, AlertRule
+from receipts.models import Attempt
+from receipts.outbox.actions import get_action
+from receipts.outbox.models import OutboxMessage
+from receipts.outbox.store import enqueue
+from receipts.store import audit
+from webhooks.models import RejectedDelivery, WebhookEvent
+
+log = logging.getLogger(__name__)
+
+Metric = AlertRule.Metric
+State = Alert.State
+
+# A key "fails repeatedly" when its receipt failed at least this many times in the window
+# (each failed attempt is one row of the attempt log, so retried keys are counted once).
+REPEATED_FAILURES = 2
+
+# The attempt logs are kept 35 days (RECEIPTS_ATTEMPT_RETENTION_DAYS); a longer window
+# would quietly count less than it says.
+MAX_WINDOW_MINUTES = 30 * 24 * 60
+
+# The dashboard's windows, by their minutes, so a rule reads like the overview.
+WINDOW_NAMES = {int(w.span.total_seconds() // 60): name for name, w in queries.WINDOWS.items()}
+
+# Figures that describe the present, not a span of time: their rule's window is ignored.
+INSTANT_METRICS = frozenset({Metric.STUCK_ROWS, Metric.OUTBOX_BACKLOG_AGE})
+
+
+# --- windows ------------------------------------------------------------------------------
+
+
+def window_label(minutes: int) -> str:
+    if minutes in WINDOW_NAMES:
+        return WINDOW_NAMES[minutes]
+    if minutes % 60 == 0:
+        return f"{minutes // 60}h"
+    return f"{minutes}m"
+
+
+_WINDOW_RE = re.compile(r"^\s*(\d{1,6})\s*([mhd]?)\s*$", re.I)
+
+
+def parse_window_minutes(text: str) -> int:
+    """`1h`, `24h`, `7d`, `30d`, `15m` or a bare number of minutes."""
+    match = _WINDOW_RE.match(text or "")
+    if not match:
+        raise ValidationError("Give a window such as 15m, 1h, 24h, 7d, 30d, or a number of minutes.")
+    number, unit = int(match[1]), match[2].lower() or "m"
+    minutes = number * {"m": 1, "h": 60, "d": 1440}[unit]
+    if not 1 <= minutes <= MAX_WINDOW_MINUTES:
+        raise ValidationError(f"The window must be between 1 minute and 30 days; got {window_label(minutes)}.")
+    return minutes
+
+
+# --- targets ------------------------------------------------------------------------------
+
+
+def check_target(channel: str, target: str) -> None:
+    """Refuse a target now that the outbox would refuse at the first firing."""
+    if channel == AlertRule.Channel.EMAIL:
+        validate_email(target)
+        return
+    URLValidator(schemes=["http", "https"], message="Give an http or https URL.")(target)
+    try:
+        get_action("http.post").validate({"url": target, "json": {}})
+    except ValueError as exc:  # e.g. a host outside OUTBOX_HTTP_ALLOWED_HOSTS
+        raise ValidationError(str(exc)) from None
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+class Measurements:
+    """The figures of one evaluation, all at the same instant. Rules sharing a metric and
+    a window share one measurement, and the receipt figures of a window (one grouped
+    query in queries.receipt_stats) serve all three metrics taken from them."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._cache: dict[tuple[str, int], float] = {}
+        self._receipt_stats: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, metric: str, window_minutes: int) -> float:
+        if metric in INSTANT_METRICS:
+            window_minutes = 0
+        key = (metric, window_minutes)
+        if key not in self._cache:
+            self._cache[key] = float(METRICS[metric](self, timedelta(minutes=window_minutes)))
+        return self._cache[key]
+
+    def receipt_stats(self, span: timedelta) -> dict[str, Any]:
+        minutes = int(span.total_seconds() // 60)
+        if minutes not in self._receipt_stats:
+            window = queries.Window(window_label(minutes), span, span, TruncMinute)
+            self._receipt_stats[minutes] = queries.receipt_stats(window, self.now)
+        return self._receipt_stats[minutes]
+
+    def start(self, span: timedelta) -> datetime:
+        return self.now - span
+
+
+def duplicate_rate(m: Measurements, span: timedelta) -> float:
+    return m.receipt_stats(span)["duplicate_rate"]
+
+
+def in_progress_conflicts(m: Measurements, span: timedelta) -> int:
+    return m.receipt_stats(span)["in_progress_conflicts"]
+
+
+def mismatch_conflicts(m: Measurements, span: timedelta) -> int:
+    return m.receipt_stats(span)["mismatch_conflicts"]
+
+
+def failing_keys(m: Measurements, span: timedelta) -> int:
+    """Keys with at least REPEATED_FAILURES failed attempts in the window (from the attempt
+    log, so a key counts even after retention removed its receipt)."""
+    return (
+        Attempt.objects.filter(outcome=Attempt.Outcome.FAILED, created_at__gt=m.start(span), created_at__lte=m.now)
+        .values("scope", "key")
+        .annotate(n=Count("id"))
+        .filter(n__gte=REPEATED_FAILURES)
+        .count()
+    )
+
+
+def stuck_rows(m: Measurements, span: timedelta) -> int:
+    """Rows a worker holds past its lease right now, in all three stores."""
+    receipts = queries.stuck_receipts(m.now).count()
+    events = WebhookEvent.objects.filter(
+        status=WebhookEvent.Status.PROCESSING, lease_expires_at__lt=m.now
+    ).count()
+    messages = OutboxMessage.objects.filter(
+        status=OutboxMessage.Status.IN_FLIGHT, lease_expires_at__lt=m.now
+    ).count()
+    return receipts + events + messages
+
+
+def dead_webhook_events(m: Measurements, span: timedelta) -> int:
+    """Events now dead that died in the window; reprocessing one clears it."""
+    return WebhookEvent.objects.filter(
+        status=WebhookEvent.Status.DEAD, finished_at__gt=m.start(span), finished_at__lte=m.now
+    ).count()
+
+
+def dead_outbox_messages(m: Measurements, span: timedelta) -> int:
+    """Messages now dead that died in the window; requeueing one clears it."""
+    return OutboxMessage.objects.filter(
+        status=OutboxMessage.Status.DEAD, updated_at__gt=m.start(span), updated_at__lte=m.now
+    ).count()
+
+
+BACKLOG = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY, OutboxMessage.Status.IN_FLIGHT)
+
+
+def outbox_backlog_age(m: Measurements, span: timedelta) -> float:
+    """Seconds since the oldest message that is neither sent nor dead was enqueued; 0 when
+    the outbox is empty."""
+    oldest = OutboxMessage.objects.filter(status__in=BACKLOG).aggregate(t=Min("created_at"))["t"]
+    return max(0.0, (m.now - oldest).total_seconds()) if oldest else 0.0
+
+
+def rejected_deliveries(m: Measurements, span: timedelta) -> int:
+    """Webhook deliveries refused by verification (bad or missing signatures, stale
+    timestamps, malformed bodies) in the window."""
+    return RejectedDelivery.objects.filter(received_at__gt=m.start(span), received_at__lte=m.now).count()
+
+
+# Where each figure comes from. The first three are queries.receipt_stats' own figures;
+# the others are queried here from the models until queries.py has webhook and outbox
+# blocks to take them from.
+METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
+    Metric.DUPLICATE_RATE: duplicate_rate,
+    Metric.IN_PROGRESS_CONFLICTS: in_progress_conflicts,
+    Metric.MISMATCH_CONFLICTS: mismatch_conflicts,
+    Metric.FAILING_KEYS: failing_keys,
+    Metric.STUCK_ROWS: stuck_rows,
+    Metric.DEAD_WEBHOOK_EVENTS: dead_webhook_events,
+    Metric.DEAD_OUTBOX_MESSAGES: dead_outbox_messages,
+    Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
+    Metric.REJECTED_DELIVERIES: rejected_deliveries,
+}
+assert set(METRICS) == set(Metric.values), "every metric needs a function"
+
+
+def measure(rule: AlertRule, now: datetime | None = None) -> float:
+    return Measurements(now or timezone.now())(rule.metric, rule.window_minutes)
+
+
+def breached(rule: AlertRule, value: float) -> bool:
+    if rule.comparison == AlertRule.Comparison.GTE:
+        return value >= rule.threshold
+    return value > rule.threshold
+
+
+# --- notifications --------------------------------------------------------------------------
+
+
+def notification_key(alert: Alert, transition: str) -> str:
+    """One key per (alert, transition): a repeated evaluation cannot add a second message."""
+    return f"idemdash:alert:{alert.pk}:{transition}"
+
+
+def format_value(metric: str, value: float) -> str:
+    if metric == Metric.DUPLICATE_RATE:
+        return f"{value:.2%}"
+    if metric == Metric.OUTBOX_BACKLOG_AGE:
+        return f"{value:.0f} s"
+    return f"{value:g}"
+
+
+def notification_text(alert: Alert, rule: AlertRule, transition: str) -> str:
+    if transition == "fired":
+        return (
+            f"[FIRING] {rule.name}: {rule.get_metric_display()} is "
+            f"{format_value(rule.metric, alert.value)} ({rule.comparison} {rule.threshold:g} {rule.span_text})"
+        )
+    now_value = "" if alert.resolved_value is None else f", now {format_value(rule.metric, alert.resolved_value)}"
+    reason = f" ({alert.resolved_reason})" if alert.resolved_reason else ""
+    return f"[RESOLVED] {rule.name}: {rule.get_metric_display()}{now_value}{reason}; fired at {alert.fired_at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, dict[str, Any]]:
+    """The outbox action and payload for one transition of `alert`."""
+    text = notification_text(alert, rule, transition)
+    details = {
+        "alert_id": alert.pk,
+        "rule": rule.name,
+        "state": alert.state,
+        "metric": rule.metric,
+        "comparison": rule.comparison,
+        "threshold": rule.threshold,
+        "window_minutes": rule.window_minutes,
+        "value": alert.value,
+        "resolved_value": alert.resolved_value,
+        "fired_at": alert.fired_at.isoformat(),
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+    }
+    if rule.channel == AlertRule.Channel.EMAIL:
+        lines = [text, ""] + [f"{name}: {value}" for name, value in details.items()]
+        return "email.send", {"to": rule.target, "subject": f"[idemdash] {text}"[:200], "body": "\n".join(lines)}
+    # Slack's incoming webhooks read `text` and ignore the rest; other receivers get the figures.
+    return "http.post", {"url": rule.target, "json": {"text": text, "alert": details}, "headers": {}}
+
+
+def _notify(alert: Alert, rule: AlertRule, transition: str) -> None:
+    """Enqueue the notification, in the caller's transaction."""
+    key = notification_key(alert, transition)
+    action, payload = notification(alert, rule, transition)
+    try:
+        enqueue(action, payload, key)
+    except ValueError as exc:
+        # The target passed validation when the rule was saved, but the outbox refuses it
+        # now (OUTBOX_HTTP_ALLOWED_HOSTS changed, say). The alert still changes state, so
+        # the dashboard shows it; the reason is kept on the alert.
+        log.warning("alert %s: %s notification not queued: %s", alert.pk, transition, exc)
+        Alert.objects.filter(pk=alert.pk).update(notification_error=f"{transition}: {exc}")
+        alert.notification_error = f"{transition}: {exc}"
+        return
+    name = "fired_notification_key" if transition == "fired" else "resolved_notification_key"
+    Alert.objects.filter(pk=alert.pk).update(**{name: key})
+    setattr(alert, name, key)
+
+
+# --- transitions ------------------------------------------------------------------------
+
+
+def fire(rule: AlertRule, value: float, now: datetime) -> Alert | None:
+    """Open a firing alert for `rule` and enqueue its notification; None when the rule
+    already has a firing alert (another evaluator got there first)."""
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                alert = Alert.objects.create(
+                    rule=rule, rule_name=rule.name, metric=rule.metric, condition=rule.condition,
+                    state=State.FIRING, value=value, fired_at=now,
+                )
+        except IntegrityError:
+            return None
+        _notify(alert, rule, "fired")
+    return alert
+
+
+def resolve(alert: Alert, now: datetime, *, value: float | None = None, reason: str = "") -> bool:
+    """firing → resolved, once; the resolved notification goes out with it. False when
+    someone else resolved it first, or when it fired after `now` (a later evaluation
+    than the one whose figure says it cleared)."""
+    with transaction.atomic():
+        updated = Alert.objects.filter(pk=alert.pk, state=State.FIRING, fired_at__lte=now).update(
+            state=State.RESOLVED, resolved_at=now, resolved_value=value, resolved_reason=reason[:255]
+        )
+        if updated != 1:
+            return False
+        alert.refresh_from_db()
+        if alert.rule is not None:
+            _notify(alert, alert.rule, "resolved")
+    return True
+
+
+@dataclass
+class EvaluationResult:
+    evaluated: int = 0
+    fired: list[int] = field(default_factory=list)  # alert ids
+    resolved: list[int] = field(default_factory=list)
+    still_firing: int = 0
+    values: dict[str, float] = field(default_factory=dict)  # rule name -> figure
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None = None) -> EvaluationResult:
+    """Measure every rule (or those given) and fire or resolve its alert.
+
+    Safe to run in several processes at once: the insert and the conditional UPDATE are
+    the only guards, and the read of firing alerts below only saves them work.
+    """
+    now = now or timezone.now()
+    result = EvaluationResult()
+    measurements = Measurements(now)
+    rules = list(AlertRule.objects.all() if rules is None else rules)
+    firing = {a.rule_id: a for a in Alert.objects.filter(state=State.FIRING, rule__in=[r.pk for r in rules])}
+    for rule in rules:
+        alert = firing.get(rule.pk)
+        if not rule.enabled:
+            if alert is not None and resolve(alert, now, reason="rule disabled"):
+                result.resolved.append(alert.pk)
+            continue
+        value = measurements(rule.metric, rule.window_minutes)
+        result.evaluated += 1
+        result.values[rule.name] = value
+        if breached(rule, value):
+            if alert is not None:
+                result.still_firing += 1
+                continue
+            fired = fire(rule, value, now)
+            if fired is not None:
+                result.fired.append(fired.pk)
+            else:
+                result.still_firing += 1
+        elif alert is not None and resolve(alert, now, value=value, reason="condition cleared"):
+            result.resolved.append(alert.pk)
+    return result
+
+
+# --- operators' changes to rules (dashboard and admin alike), audited ----------------------
+
+
+def _rule_state(rule: AlertRule) -> str:
+    return "enabled" if rule.enabled else "disabled"
+
+
+def save_rule(rule: AlertRule, *, actor: str, user: Any = None, before: str = "") -> AlertRule:
+    """Create or update a rule; `before` is the rule's state before the edit ("" for new)."""
+    created = rule.pk is None
+    if created and getattr(user, "pk", None) and rule.created_by_id is None:
+        rule.created_by = user
+    with transaction.atomic():
+        rule.save()
+        audit(actor, "alert_rule.create" if created else "alert_rule.update", rule,
+              status_before=before, status_after=_rule_state(rule),
+              detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
+    return rule
+
+
+def delete_rule(rule: AlertRule, *, actor: str, user: Any = None) -> None:
+    """Delete a rule, resolving its firing alert first (with its notification), so no
+    alert is left firing with no rule to clear it. The history keeps the rule's name."""
+    now = timezone.now()
+    with transaction.atomic():
+        for alert in Alert.objects.filter(rule=rule, state=State.FIRING):
+            resolve(alert, now, reason="rule deleted")
+        audit(actor, "alert_rule.delete", rule, status_before=_rule_state(rule), status_after="deleted",
+              detail=rule.condition, user=user)
+        rule.delete()
+
+
+def evaluate_rule(rule: AlertRule, *, actor: str, user: Any = None) -> EvaluationResult:
+    """An operator's "evaluate now" of one rule, written to the audit log."""
+    before = "firing" if Alert.objects.filter(rule=rule, state=State.FIRING).exists() else "ok"
+    result = evaluate(rules=[rule])
+    after = "firing" if Alert.objects.filter(rule=rule, state=State.FIRING).exists() else "ok"
+    value = result.values.get(rule.name)
+    audit(actor, "alert_rule.evaluate", rule, status_before=before, status_after=after,
+          detail="" if value is None else f"value {format_value(rule.metric, value)}", user=user)
+    return result
+
+
+# --- reads for the pages ------------------------------------------------------------------
+
+
+def overview_alerts(window: queries.Window, now: datetime | None = None, *, limit: int = 5) -> dict[str, Any]:
+    """Firing alerts, and alerts resolved within the overview's window."""
+    now = now or timezone.now()
+    resolved = Alert.objects.filter(state=State.RESOLVED, resolved_at__gt=now - window.span, resolved_at__lte=now)
+    return {
+        "firing": list(Alert.objects.filter(state=State.FIRING).order_by("-fired_at", "-id")),
+        "resolved": list(resolved.order_by("-resolved_at", "-id")[:limit]),
+        "resolved_total": resolved.count(),
+    }

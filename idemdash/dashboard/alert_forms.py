@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from idemdash.alerts import parse_window_minutes, window_label
+from idemdash.models import Alert, AlertRule
+
+
+class AlertRuleForm(forms.ModelForm):
+    """A rule as operators type it. The target is checked by AlertRule.clean, which the
+    admin's form calls too."""
+
+    window = forms.CharField(
+        max_length=12, initial="1h",
+        help_text="1h, 24h, 7d, 30d, or minutes such as 15m. Ignored by stuck rows and backlog age, "
+                  "which describe the present.",
+    )
+
+    field_order = ["name", "metric", "comparison", "threshold", "window", "channel", "target", "enabled"]
+
+    class Meta:
+        model = AlertRule
+        fields = ["name", "metric", "comparison", "threshold", "channel", "target", "enabled"]
+        help_texts = {
+            "threshold": "A count, or for the duplicate rate a fraction (0.2 is 20%), or for backlog age seconds.",
+        }
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["window"] = window_label(self.instance.window_minutes)
+
+    def clean_window(self) -> str:
+        self.instance.window_minutes = parse_window_minutes(self.cleaned_data["window"])
+        return self.cleaned_data["window"]
+
+    def clean_threshold(self) -> float:
+        threshold = self.cleaned_data["threshold"]
+        if threshold < 0:
+            raise ValidationError("Every figure is 0 or more; give a threshold of 0 or more.")
+        return threshold
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("metric") == AlertRule.Metric.DUPLICATE_RATE and (data.get("threshold") or 0) >= 1:
+            self.add_error("threshold", "The duplicate rate is a fraction from 0 to 1: 0.2 means 20%.")
+        return data
+
+
+class AlertFilter(forms.Form):
+    rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Alert.State.choices])
+
+    def alerts(self) -> QuerySet[Alert]:
+        qs = Alert.objects.all()
+        if self.cleaned_data.get("rule"):
+            qs = qs.filter(rule=self.cleaned_data["rule"])
+        if self.cleaned_data.get("state"):
+            qs = qs.filter(state=self.cleaned_data["state"])
+        return qs
+

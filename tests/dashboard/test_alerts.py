@@ -1,0 +1,95 @@
+"""Alert history and the overview's alert panel."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from idemdash import alerts
+from idemdash.models import Alert, AlertRule
+from receipts import store
+from tests.dashboard.build import stuck
+
+pytestmark = pytest.mark.django_db
+
+
+def make_rule(name: str = "stuck rows", **kw) -> AlertRule:
+    fields = {"metric": "stuck_rows", "threshold": 0, "window_minutes": 60, "channel": "email",
+              "target": "ops@example.com", **kw}
+    return AlertRule.objects.create(name=name, **fields)
+
+
+def fired_then_resolved(rule: AlertRule) -> None:
+    receipt = stuck(f"{rule.name}-r")
+    alerts.evaluate(rules=[rule])
+    store.release(receipt, actor="otto")
+    alerts.evaluate(rules=[rule])
+
+
+def test_the_history_lists_firing_and_resolved_alerts_newest_first(viewer_client):
+    old, new = make_rule("old"), make_rule("new")
+    fired_then_resolved(old)
+    stuck("r-new")
+    alerts.evaluate(rules=[new])
+    html = viewer_client.get("/alerts/").content.decode()
+    assert html.index('data-state="firing"') < html.index('data-state="resolved"')
+    assert "condition cleared" in html and "idemdash:alert:" in html
+
+
+def test_the_history_filters_by_rule_and_state(viewer_client):
+    a, b = make_rule("a"), make_rule("b")
+    fired_then_resolved(a)
+    stuck("r-b")
+    alerts.evaluate(rules=[b])
+    firing = viewer_client.get("/alerts/?state=firing").content.decode()
+    assert firing.count("data-alert=") == 1 and 'data-state="firing"' in firing
+    only_a = viewer_client.get(f"/alerts/?rule={a.pk}").content.decode()
+    assert only_a.count("data-alert=") == 1 and 'data-state="resolved"' in only_a
+
+
+def test_a_bad_filter_is_a_400_that_names_it(viewer_client):
+    response = viewer_client.get("/alerts/?state=exploded")
+    assert response.status_code == 400 and "state" in response.content.decode()
+    assert viewer_client.get("/alerts/?rule=999").status_code == 400
+
+
+def test_with_htmx_the_history_table_alone_is_returned(viewer_client):
+    html = viewer_client.get("/alerts/?state=firing", headers={"HX-Request": "true"}).content.decode()
+    assert html.lstrip().startswith('<section id="alert-table"') and "<html" not in html
+
+
+def test_the_history_pages_by_id(viewer_client):
+    rule = make_rule()
+    now = timezone.now()
+    Alert.objects.bulk_create(Alert(rule=rule, rule_name="stuck rows", metric="stuck_rows", condition="c",
+                                    state="resolved", value=1, fired_at=now - timedelta(minutes=i)) for i in range(55))
+    first = viewer_client.get("/alerts/").content.decode()
+    assert first.count("data-alert=") == 50 and "Older »" in first
+    last_shown = Alert.objects.order_by("-id")[49].pk
+    second = viewer_client.get(f"/alerts/?before={last_shown}").content.decode()
+    assert second.count("data-alert=") == 5 and "« Newest" in second
+
+
+def test_the_overview_shows_firing_alerts_and_the_polled_fragment_carries_them(viewer_client):
+    make_rule()
+    stuck("r1")
+    alerts.evaluate()
+    html = viewer_client.get("/").content.decode()
+    assert "1 alert firing" in html and 'data-firing="1"' in html
+    fragment = viewer_client.get("/?window=1h", headers={"HX-Request": "true"}).content.decode()
+    assert fragment.lstrip().startswith('<div id="overview-figures"')
+    assert "1 alert firing" in fragment and "stuck rows" in fragment
+
+
+def test_the_overview_shows_alerts_resolved_within_its_window(viewer_client):
+    rule = make_rule()
+    fired_then_resolved(rule)
+    html = viewer_client.get("/?window=1h").content.decode()
+    assert "alert firing" not in html
+    assert "1 resolved in the last 1h" in html
+
+
+def test_the_overview_without_alerts_shows_no_panel(viewer_client):
+    assert "alert-panel" not in viewer_client.get("/").content.decode()

@@ -1,0 +1,63 @@
+"""Alerts in a real browser: an operator creates a rule, the condition starts to hold, the
+scheduled evaluation fires it, and the overview's polling shows it without a reload.
+
+Screenshots go to var/screenshots/alert-*.png."""
+
+from __future__ import annotations
+
+import pytest
+
+from idemdash import alerts
+from idemdash.models import Alert, AlertRule
+from tests.dashboard.build import stuck
+from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_page, live_server):
+    page = operator_page
+
+    # Create the rule; a bad address is shown inline first.
+    page.goto(live_server.url + "/alerts/rules/")
+    page.click("text=New rule")
+    page.fill("input[name=name]", "Stuck rows")
+    page.select_option("select[name=metric]", "stuck_rows")
+    page.fill("input[name=threshold]", "0")
+    page.fill("input[name=window]", "15m")
+    page.select_option("select[name=channel]", "email")
+    page.fill("input[name=target]", "ops at example")
+    page.click("text=Create rule")
+    page.wait_for_selector("#id_target-error")
+    assert "valid email address" in page.inner_text("#id_target-error")
+    page.screenshot(path=SHOTS / "alert-rule-invalid.png", full_page=True)
+    page.fill("input[name=target]", "ops@example.com")
+    page.click("text=Create rule")
+    page.wait_for_url("**/alerts/rules/")
+    assert "Stuck rows" in page.inner_text("table.data") and "ok" in page.inner_text("table.data")
+
+    # The overview, quiet; then a worker dies holding a key, and the schedule evaluates.
+    page.goto(live_server.url + "/?window=1h")
+    assert page.locator(".alert-panel").count() == 0
+    read_in_place(lambda: stuck("order-stuck"))
+    result = read_in_place(alerts.evaluate)
+    assert len(result.fired) == 1
+    # The 15 s poll brings the alert in, without a reload.
+    page.evaluate("window.__stayed = true")
+    page.wait_for_selector(".alert-panel [role=alert]", timeout=25_000)
+    assert "1 ALERT FIRING" in page.inner_text(".alert-panel").upper()
+    assert "Stuck rows" in page.inner_text(".alert-panel")
+    assert page.evaluate("window.__stayed") is True
+    page.screenshot(path=SHOTS / "alert-overview-firing.png", full_page=True)
+
+    # Evaluate now from the rules page: still firing, no second alert.
+    page.goto(live_server.url + "/alerts/rules/")
+    page.click("text=Evaluate now")
+    page.wait_for_selector(".alert-warning")
+    assert "still firing" in page.inner_text(".messages")
+    page.screenshot(path=SHOTS / "alert-rules.png", full_page=True)
+
+    page.goto(live_server.url + "/alerts/")
+    assert page.locator('tr[data-state="firing"]').count() == 1
+    page.screenshot(path=SHOTS / "alert-history.png", full_page=True)
+    assert read_in_place(lambda: (Alert.objects.count(), AlertRule.objects.get().window_minutes)) == (1, 15)

@@ -1,0 +1,208 @@
+"""SIGKILL a real `manage.py qcluster` (its whole process group) mid-webhook and mid-drain,
+restart it, and check that everything is processed once.
+
+- Webhooks: a slow test-only handler (tests/faults/webhook_handlers.py, loaded in the
+  subprocess through tests.faults.qcluster_settings) logs each run to a file and writes its
+  effect in the transaction that completes the event. After the kill, leases of a few
+  seconds run out, the sweeper (called here, as its schedule would) recovers the stuck
+  events, and the restarted cluster completes every event with exactly one committed
+  effect; only the killed runs ran twice.
+- Outbox: messages to a slow receiver on 127.0.0.1. The drain is killed while a request
+  is in flight; after restart every message is sent, and the receiver saw the message's
+  own Idempotency-Key each time it got one twice (at least once downstream, exactly once
+  by key for a receiver that honours the key).
+
+PostgreSQL only (the subprocess reaches the test database by URL). Bounded: every wait has
+a deadline, and the cluster is killed in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django_q.tasks import async_task
+
+from receipts.models import AuditEntry
+from receipts.outbox.models import OutboxMessage
+from receipts.outbox.store import enqueue
+from tests.qcluster import kill_qcluster, start_qcluster
+from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
+from webhooks import processing
+from webhooks.models import WebhookEvent
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
+
+SECRET = "whsec_fault_kill_qcluster_0000"
+LEASE = 3
+RECEIVER_PORT = 8109
+
+
+def wait_for(condition, seconds: float, what: str, log: Path | None = None):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def sleep_past_leases(leases) -> None:
+    from django.utils import timezone
+
+    latest = max(lease for lease in leases if lease is not None)
+    time.sleep(max(0.0, (latest - timezone.now()).total_seconds()) + 0.3)
+
+
+# --- mid-webhook ------------------------------------------------------------------------------
+
+def run_counts(run_log: Path) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for line in run_log.read_text().splitlines():
+        event_id = int(line.split()[0])
+        counts[event_id] = counts.get(event_id, 0) + 1
+    return counts
+
+
+def test_a_qcluster_killed_mid_webhook_completes_every_event_exactly_once_after_restart(client, settings, tmp_path):
+    # The sweeper in this process re-enqueues an event whose broker message died with the
+    # cluster (pulled but never run) after a second, not after the default two minutes.
+    settings.WEBHOOKS_REQUEUE_AFTER_SECONDS = 1
+    settings.STRIPE_WEBHOOK_SECRET = ""
+    make_endpoint("faults", "stripe", SECRET)
+    run_log = tmp_path / "runs.log"
+    run_log.touch()
+    qlog = tmp_path / "qcluster.log"
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.faults.qcluster_settings",
+        "FAULT_RUN_LOG": str(run_log),
+        "FAULT_HANDLER_SECONDS": "1.5",
+        "WEBHOOKS_LEASE_SECONDS": str(LEASE),
+        "Q_WORKERS": "2",
+    }
+    event_ids = []
+    for i in range(6):
+        response = deliver_stripe(client, "faults", stripe_event({"id": f"obj_{i}"}, "fault.slow"), secret=SECRET)
+        assert response.status_code == 200
+        event_ids.append(response.json()["event"])
+    events = WebhookEvent.objects.filter(pk__in=event_ids)
+
+    cluster = start_qcluster(qlog, **env)
+    try:
+        # Kill while a handler runs: an event is claimed and its run has started.
+        def a_run_in_progress() -> bool:
+            return events.filter(status="processing", pk__in=list(run_counts(run_log))).exists()
+
+        wait_for(a_run_in_progress, 60, "a running handler", qlog)
+        kill_qcluster(cluster)
+        runs_before = run_counts(run_log)
+        killed = set(events.filter(status="processing").values_list("pk", flat=True))
+        assert any(runs_before.get(pk) for pk in killed), "the kill landed between runs"
+        assert not AuditEntry.objects.filter(action="faults.webhook_effect", object_id__in=[str(k) for k in killed]).exists()
+
+        sleep_past_leases(events.filter(pk__in=killed).values_list("lease_expires_at", flat=True))
+        cluster = start_qcluster(qlog, **env)
+
+        def all_completed() -> bool:
+            processing.sweep()  # as the every-minute schedule would; harmless when repeated
+            return events.filter(status="completed").count() == len(event_ids)
+
+        wait_for(all_completed, 60, "every event completed", qlog)
+    finally:
+        kill_qcluster(cluster)
+        connection.close()
+
+    effects = AuditEntry.objects.filter(action="faults.webhook_effect")
+    assert sorted(effects.values_list("object_id", flat=True)) == sorted(str(pk) for pk in event_ids)
+    recoveries = dict(events.values_list("pk", "stuck_recoveries"))
+    assert {pk for pk, n in recoveries.items() if n} == killed
+    # One run for each event, and one more only for an event whose run the kill cut short
+    # (an event claimed but not yet started when killed ran once, after the restart).
+    assert run_counts(run_log) == {pk: runs_before.get(pk, 0) + 1 if pk in killed else 1 for pk in event_ids}
+
+
+# --- mid-drain --------------------------------------------------------------------------------
+
+class Receiver:
+    """A slow downstream on 127.0.0.1 that records every request it gets."""
+
+    def __init__(self, port: int, delay: float) -> None:
+        self.requests: list[tuple[str, dict]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.requests.append((self.headers["Idempotency-Key"], body))
+                time.sleep(delay)
+                try:
+                    self.send_response(200)
+                    self.end_headers()
+                except OSError:
+                    pass  # the drainer was killed while we slept
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_qcluster_killed_mid_drain_sends_every_message_after_restart_under_its_own_key(tmp_path):
+    qlog = tmp_path / "qcluster.log"
+    env = {
+        "OUTBOX_LEASE_SECONDS": str(LEASE),
+        "OUTBOX_BATCH_SIZE": "2",
+        "OUTBOX_DRAIN_SECONDS": "40",
+    }
+    url = f"http://127.0.0.1:{RECEIVER_PORT}/hook"
+    keys = [f"fault-msg-{i}" for i in range(5)]
+    for i, key in enumerate(keys):
+        enqueue("http.post", {"url": url, "json": {"message": i}}, key)
+    messages = OutboxMessage.objects.filter(key__in=keys)
+
+    with Receiver(RECEIVER_PORT, delay=1.0) as receiver:
+        cluster = start_qcluster(qlog, **env)
+        try:
+            async_task("receipts.outbox.tasks.drain")
+            # Kill while the second message's request is in flight (the receiver holds it).
+            wait_for(lambda: len(receiver.requests) >= 2, 60, "two requests at the receiver", qlog)
+            kill_qcluster(cluster)
+            in_flight = set(messages.filter(status="in_flight").values_list("key", flat=True))
+            mid_send = receiver.requests[-1][0]
+            assert mid_send in in_flight
+
+            sleep_past_leases(messages.filter(status="in_flight").values_list("lease_expires_at", flat=True))
+            cluster = start_qcluster(qlog, **env)
+            async_task("receipts.outbox.tasks.drain")
+            wait_for(lambda: messages.filter(status="sent").count() == len(keys), 60, "every message sent", qlog)
+        finally:
+            kill_qcluster(cluster)
+            connection.close()
+
+    seen: dict[str, int] = {}
+    for key, body in receiver.requests:
+        assert key == keys[body["message"]]  # a repeat carries the message's own key
+        seen[key] = seen.get(key, 0) + 1
+    assert set(seen) == set(keys)
+    repeated = {key for key, n in seen.items() if n > 1}
+    # The message cut off mid-send went out again; nothing the drain had recorded did.
+    assert mid_send in repeated
+    assert repeated <= in_flight
+    assert all(n <= 2 for n in seen.values())

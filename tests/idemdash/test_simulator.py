@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from idemdash import simulator
+from idemdash.simulator import Config, LocalOnlyTransport, NotLocal, Receiver, Simulator
+from receipts.auth import create_token
+from receipts.models import Attempt
+from receipts.outbox.models import OutboxMessage
+from webhooks.models import RejectedDelivery, WebhookEvent
+
+STRIPE_SECRET = "whsec_simulator_test_0123456789"
+SHOPIFY_SECRET = "shpss_simulator_test_0123456789"
+
+
+# --- only this machine ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://localhost:8107/", "http://[::1]:8000"])
+def test_it_accepts_loopback_urls(url):
+    assert simulator.check_local(url) == url.rstrip("/")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://example.com", "http://10.0.0.5:8000", "http://127.0.0.1.nip.io", "ftp://127.0.0.1/", "127.0.0.1:8000"]
+)
+def test_it_refuses_any_other_host(url):
+    with pytest.raises(NotLocal):
+        simulator.check_local(url)
+
+
+def test_its_transport_refuses_a_request_to_another_host_before_connecting():
+    transport = LocalOnlyTransport()
+    with httpx.Client(transport=transport) as client, pytest.raises(NotLocal):
+        client.get("http://example.com/")
+    assert transport.destinations == {}
+
+
+@pytest.mark.parametrize("value, rate", [("4", 4.0), ("2.5/s", 2.5), (10, 10.0)])
+def test_it_reads_a_rate_with_or_without_per_second(value, rate):
+    assert simulator.parse_rate(value) == rate
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "fast", "5/min", "5000"])
+def test_it_refuses_a_rate_that_is_not_a_positive_number_per_second(value):
+    with pytest.raises(ValueError):
+        simulator.parse_rate(value)
+
+
+# --- the outbox receiver ----------------------------------------------------------------------
+
+
+def _post(receiver: Receiver, key: str) -> httpx.Response:
+    return httpx.post(receiver.url + "/partner/orders", json={"n": 1}, headers={"Idempotency-Key": key}, timeout=10)
+
+
+def test_the_receiver_refuses_the_configured_share_with_503_and_retry_after():
+    receiver = Receiver(0, failures=1.0, slow=0.0)
+    receiver.start()
+    try:
+        replies = [_post(receiver, f"k-{i}") for i in range(5)]
+    finally:
+        receiver.stop()
+    assert [r.status_code for r in replies] == [503] * 5
+    assert all(r.headers["Retry-After"] == "1" for r in replies)
+    assert receiver.counts == {"posts": 5, "refused": 5}
+
+
+def test_the_receiver_accepts_the_rest_and_counts_a_key_accepted_twice():
+    receiver = Receiver(0, failures=0.0, slow=0.0)
+    receiver.start()
+    try:
+        statuses = [_post(receiver, key).status_code for key in ("a", "b", "a")]
+    finally:
+        receiver.stop()
+    assert statuses == [200, 200, 200]
+    assert receiver.counts == {"posts": 3, "accepted": 3, "repeats": 1}
+
+
+def test_the_receiver_refuses_shares_that_add_up_to_more_than_everything():
+    with pytest.raises(ValueError):
+        Receiver(0, failures=0.8, slow=0.3)
+
+
+# --- demo secrets -----------------------------------------------------------------------------
+
+
+def _sourced(path, **env) -> dict[str, str]:
+    script = f'set -a; . "{path}"; set +a; echo "$STRIPE_WEBHOOK_SECRET"; echo "$SHOPIFY_WEBHOOK_SECRET"'
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_WEBHOOK_SECRET")}
+    out = subprocess.run(["sh", "-c", script], env={**base, **env}, capture_output=True, text=True, check=True)
+    stripe, shopify = out.stdout.splitlines()
+    return {"stripe": stripe, "shopify": shopify}
+
+
+def test_the_demo_env_is_made_once_private_and_yields_to_secrets_already_set(tmp_path):
+    path = simulator.write_demo_env(tmp_path / "var" / "demo.env")
+    first = path.read_text()
+    assert simulator.write_demo_env(path).read_text() == first
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+    demo = _sourced(path)
+    assert demo["stripe"].startswith("whsec_demo_") and demo["shopify"].startswith("shpss_demo_")
+    assert demo["stripe"] in first
+    assert _sourced(path, STRIPE_WEBHOOK_SECRET="whsec_mine") == {"stripe": "whsec_mine", "shopify": demo["shopify"]}
+
+
+# --- a bounded run against a live server ------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(live_server, settings):
+    settings.STRIPE_WEBHOOK_SECRET = STRIPE_SECRET
+    settings.SHOPIFY_WEBHOOK_SECRET = SHOPIFY_SECRET
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = []
+    _, token = create_token("simulator-test")
+    lines: list[str] = []
+    sim = Simulator(
+        Config(
+            base_url=live_server.url,
+            token=token,
+            rate=25,
+            actions=2 * sum(simulator.DECK.values()),  # every kind of traffic twice, however slow the server
+            duration=120,  # a cap, never reached unless something hangs
+            seed=7,
+            stripe_secret=STRIPE_SECRET,
+            shopify_secret=SHOPIFY_SECRET,
+            receiver_port=0,
+            crash_lease_seconds=1,
+            say_every=0.5,
+            summary_every=2,
+            wait_for_server=10,
+        ),
+        write=lines.append,
+    )
+    tally = sim.run()
+
+    assert tally["errors"] == 0, "\n".join(lines)
+    # Every path of the receipt state machine was taken, as the server recorded it.
+    outcomes = set(Attempt.objects.values_list("outcome", flat=True))
+    assert {
+        "claimed", "replayed", "in_progress", "mismatch", "lease_takeover", "retried_after_failure",
+        "completed", "failed",
+    } <= outcomes, outcomes
+    assert Attempt.objects.filter(receipt__scope="client:simulator-test").count() == Attempt.objects.count()
+
+    for provider in ("stripe", "shopify"):
+        events = WebhookEvent.objects.filter(provider=provider)
+        assert events.exists(), provider
+        assert events.filter(delivery_count__gt=1).exists(), f"no {provider} redelivery or storm reached the server"
+    assert WebhookEvent.objects.filter(provider="stripe", delivery_count__gte=5).exists()  # a retry storm
+    assert RejectedDelivery.objects.count() == 0
+
+    posts = OutboxMessage.objects.filter(action="http.post")
+    assert posts.exists() and OutboxMessage.objects.filter(action="email.send").exists()
+    assert {m.payload["url"] for m in posts} == {sim.receiver.url + "/partner/orders"}
+
+    # Every request went to the live server; the receiver is called by the drain, not by the simulator.
+    server = urlsplit(live_server.url)
+    assert set(sim.transport.destinations) == {f"{server.hostname}:{server.port}"}
+    assert any(line.startswith("stopped. [") for line in lines)
+    assert any("crashed mid-operation" in line for line in lines)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_webhook_secrets_it_sends_no_webhooks_and_says_so(live_server):
+    _, token = create_token("simulator-quiet")
+    lines: list[str] = []
+    sim = Simulator(
+        Config(base_url=live_server.url, token=token, rate=20, duration=1.5, seed=1, receiver_port=0, wait_for_server=10),
+        write=lines.append,
+    )
+    sim.run()
+    assert WebhookEvent.objects.count() == 0 and RejectedDelivery.objects.count() == 0
+    assert Attempt.objects.exists()
+    assert "no Stripe or Shopify traffic: its webhook secret is not set" in lines[0]
+
+
+def test_it_gives_up_when_the_server_never_answers(unused_port):
+    sim = Simulator(
+        Config(base_url=f"http://127.0.0.1:{unused_port}", token="idem_x", receiver_port=0, wait_for_server=1),
+        write=lambda line: None,
+    )
+    with pytest.raises(simulator.ServerNotAnswering):
+        sim.run()
+
+
+@pytest.fixture
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
