@@ -76,7 +76,8 @@ class Bench:
     def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
         self.details.setdefault("rounds", {})[scenario] = comparison.summary()
         for name in comparison.rounds[0]:
-            self.details.setdefault("variants", {})[name] = {
+            # Keyed by scenario too: the bare insert is the baseline of three scenarios.
+            self.details.setdefault("variants", {})[f"{scenario.split()[0]}: {name}"] = {
                 "throughput_rps": round(comparison.median(name, "throughput"), 1),
                 "p50_ms": round(comparison.median(name, "p50"), 2),
                 "p99_ms": round(comparison.median(name, "p99"), 2),
