@@ -29,5 +29,10 @@ demo: migrate
 	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
 	set -a; . "$$($(BIN)/python manage.py demo_env)"; set +a; exec $(BIN)/honcho start
 
+# `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
+# and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs.
+bench: install
+	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick)
+
 clean:
 	rm -rf $(VENV) var

@@ -85,7 +85,7 @@ def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
     rows = (
         Attempt.objects.filter(created_at__gt=start, created_at__lte=now)
         .values_list("outcome")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by()
     )
     return dict(rows)
@@ -172,7 +172,7 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
         Attempt.objects.filter(created_at__gt=start, created_at__lte=now, outcome__in=SERIES_OUTCOMES)
         .annotate(t=window.trunc("created_at", tzinfo=dt_timezone.utc))
         .values_list("t", "outcome")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by()
     )
     buckets: dict[datetime, dict[str, Any]] = {}

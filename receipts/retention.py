@@ -43,6 +43,10 @@ class Purger:
     name: str
     due: Due
     archive: Archive | None = None
+    # The order batches are taken in: the column `due` filters on, when it is indexed, so
+    # that each batch is an index range scan that stops after batch_size rows. Taking them
+    # by pk instead walks past every not-yet-due row with a lower id on every batch.
+    order_by: str = "pk"
 
 
 def due_receipts(now: datetime) -> QuerySet:
@@ -74,8 +78,8 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
 
 
 PURGERS: list[Purger] = [
-    Purger("receipts.expired", due_receipts, archive=archive_financial_receipts),
-    Purger("receipts.attempts", due_attempts),
+    Purger("receipts.expired", due_receipts, archive=archive_financial_receipts, order_by="expires_at"),
+    Purger("receipts.attempts", due_attempts, order_by="created_at"),
 ]
 
 
@@ -115,7 +119,7 @@ def purge_batches(
     while max_batches is None or result.batches < max_batches:
         with transaction.atomic():
             due = purger.due(now)
-            candidates = due.order_by("pk")
+            candidates = due.order_by(purger.order_by)
             if connection.features.has_select_for_update_skip_locked:
                 candidates = candidates.select_for_update(skip_locked=True)
             ids = list(candidates.values_list("pk", flat=True)[:batch_size])

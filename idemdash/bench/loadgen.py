@@ -1,0 +1,175 @@
+"""A bounded closed-loop load generator: N client threads, each with its own keep-alive
+httpx client, issue requests back to back until a request budget OR a time limit is spent.
+
+Latency is measured around each whole request (connect, send, server time, read), with
+`perf_counter`, so it is what a caller would see. Throughput is completed requests over
+the wall time of the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+# (client, sequence number) -> response. Built by a scenario; must be thread-safe.
+Request = Callable[[httpx.Client, int], httpx.Response]
+
+
+@dataclass
+class LoadResult:
+    name: str
+    latencies: list[float] = field(default_factory=list)  # seconds, successful requests only
+    errors: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return len(self.latencies)
+
+    @property
+    def throughput(self) -> float:
+        return self.count / self.elapsed if self.elapsed else 0.0
+
+    def percentile(self, p: float) -> float:
+        """Milliseconds; nearest-rank on the sorted latencies."""
+        return percentile_ms(self.latencies, p)
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "requests": self.count,
+            "errors": self.errors,
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "elapsed_s": round(self.elapsed, 3),
+            "throughput_rps": round(self.throughput, 1),
+            "p50_ms": round(self.percentile(50), 2),
+            "p95_ms": round(self.percentile(95), 2),
+            "p99_ms": round(self.percentile(99), 2),
+        }
+
+
+def percentile_ms(latencies: list[float], p: float) -> float:
+    if not latencies:
+        return 0.0
+    ordered = sorted(latencies)
+    rank = max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))
+    return ordered[rank] * 1000
+
+
+def run_load(
+    name: str,
+    base_url: str,
+    request: Request,
+    *,
+    clients: int = 8,
+    max_requests: int = 1000,
+    time_limit: float = 30.0,
+    ok: Callable[[httpx.Response], bool] = lambda r: r.status_code < 400,
+) -> LoadResult:
+    result = LoadResult(name)
+    sequence = itertools.count()  # next() on it is atomic under the GIL
+    lock = threading.Lock()
+    deadline = time.monotonic() + time_limit
+    first_error: list[str] = []
+
+    def client_loop() -> None:
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        errors = 0
+        with httpx.Client(base_url=base_url, timeout=30.0) as client:
+            while time.monotonic() < deadline:
+                n = next(sequence)
+                if n >= max_requests:
+                    break
+                started = time.perf_counter()
+                try:
+                    response = request(client, n)
+                except httpx.HTTPError as exc:
+                    errors += 1
+                    if not first_error:
+                        first_error.append(repr(exc))
+                    continue
+                took = time.perf_counter() - started
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                if ok(response):
+                    latencies.append(took)
+                else:
+                    errors += 1
+                    if not first_error:
+                        first_error.append(f"{response.status_code}: {response.text[:300]}")
+        with lock:
+            result.latencies.extend(latencies)
+            result.errors += errors
+            for status, count in statuses.items():
+                result.statuses[status] = result.statuses.get(status, 0) + count
+
+    threads = [threading.Thread(target=client_loop, name=f"{name}-{i}") for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result.elapsed = time.perf_counter() - started
+    if first_error:
+        result.first_error = first_error[0]  # type: ignore[attr-defined]
+    return result
+
+
+@dataclass
+class Comparison:
+    """Variants run in alternating rounds (ABAB, then BABA...), so that a noisy neighbour
+    on a shared machine hits every variant alike. Figures are medians over rounds; ratios
+    are medians of the per-round ratios (each round's variants ran seconds apart)."""
+
+    rounds: list[dict[str, LoadResult]] = field(default_factory=list)
+
+    def median(self, variant: str, metric: str) -> float:
+        values = [_metric(r[variant], metric) for r in self.rounds]
+        return statistics.median(values) if values else 0.0
+
+    def ratio(self, variant: str, baseline: str, metric: str = "throughput") -> float:
+        values = [
+            _metric(r[variant], metric) / _metric(r[baseline], metric)
+            for r in self.rounds
+            if _metric(r[baseline], metric)
+        ]
+        return statistics.median(values) if values else 0.0
+
+    def errors(self) -> int:
+        return sum(res.errors for r in self.rounds for res in r.values())
+
+    def summary(self) -> list[dict]:
+        return [{name: res.summary() for name, res in r.items()} for r in self.rounds]
+
+
+def _metric(result: LoadResult, metric: str) -> float:
+    if metric == "throughput":
+        return result.throughput
+    return result.percentile(float(metric.lstrip("p")))
+
+
+def compare(
+    variants: dict[str, Callable[[int], LoadResult]],
+    rounds: int,
+    between: Callable[[], None] | None = None,
+) -> Comparison:
+    """`variants[name](round)` runs one measured load; the order flips every round."""
+    names = list(variants)
+    comparison = Comparison()
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        results = {}
+        for name in order:
+            if between is not None:
+                between()
+            results[name] = variants[name](r)
+        comparison.rounds.append({name: results[name] for name in names})
+    return comparison

@@ -1,0 +1,646 @@
+"""The bench run: seed, start gunicorn, run each scenario, report.
+
+Every compared pair runs in alternating rounds in one run (see loadgen.compare), because
+the machine is shared and noisy; each figure is a median over rounds, each ratio the median
+of per-round ratios.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone as dt_timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+
+from idemdash import seeding
+from idemdash.bench import loadgen, servers
+from idemdash.bench.models import BenchRow
+from idemdash.bench.report import Figure, markdown_table, table, unavailable, write_chart, write_json
+from receipts.models import Attempt, Receipt
+
+CLIENTS = 8
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int
+    requests: int  # per variant per round
+    time_limit: float  # seconds, per variant per round
+    receipts: int
+    events: int
+    outbox: int
+    purge_receipts: int
+    page_samples: int  # timed requests per dashboard page
+    purge_budget: float  # seconds the purge may run; the rate is over what it deleted
+
+
+FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=2_000_000,
+             outbox=500_000, purge_receipts=1_000_000, page_samples=40, purge_budget=300)
+QUICK = Sizes(rounds=2, requests=150, time_limit=8, receipts=5_000, events=5_000, outbox=2_000,
+              purge_receipts=5_000, page_samples=5, purge_budget=120)
+
+
+@dataclass
+class Bench:
+    sizes: Sizes
+    base_url: str
+    out_dir: Path
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    details: dict[str, Any] = field(default_factory=dict)
+    loads: list[tuple[int, float, str]] = field(default_factory=list)  # (rows, seconds, what) per bulk load
+
+    def load(self, name: str, request: loadgen.Request, **kw: Any) -> loadgen.LoadResult:
+        kw.setdefault("max_requests", self.sizes.requests)
+        kw.setdefault("time_limit", self.sizes.time_limit)
+        result = loadgen.run_load(name, self.base_url, request, clients=CLIENTS, **kw)
+        if result.errors:
+            print(f"  ! {name}: {result.errors} errors, first: {getattr(result, 'first_error', '?')}", flush=True)
+        return result
+
+    def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
+        self.details.setdefault("rounds", {})[scenario] = comparison.summary()
+        for name in comparison.rounds[0]:
+            # Keyed by scenario too: the bare insert is the baseline of three scenarios.
+            self.details.setdefault("variants", {})[f"{scenario.split()[0]}: {name}"] = {
+                "throughput_rps": round(comparison.median(name, "throughput"), 1),
+                "p50_ms": round(comparison.median(name, "p50"), 2),
+                "p99_ms": round(comparison.median(name, "p99"), 2),
+                "errors": sum(r[name].errors for r in comparison.rounds),
+            }
+
+
+def available(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+# --- Requests ----------------------------------------------------------------------------------
+
+
+def bare_insert(client: httpx.Client, n: int) -> httpx.Response:
+    return client.post("/bench/insert/bare/", json={"n": n})
+
+
+def protected_insert(prefix: str) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        return client.post("/bench/insert/protected/", json={"n": n},
+                           headers={"Idempotency-Key": f"{prefix}-{n}"})
+    return request
+
+
+def replay_insert(prefix: str, keys: int) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys
+        return client.post("/bench/insert/protected/", json={"n": k},
+                           headers={"Idempotency-Key": f"{prefix}-{k}"})
+    return request
+
+
+def _replayed(response: httpx.Response) -> bool:
+    return response.status_code == 201 and response.headers.get("Idempotent-Replayed") == "true"
+
+
+# --- Scenarios ----------------------------------------------------------------------------------
+
+S1, S2, S3, S4, S5, S6, S7 = (
+    "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
+    "6 purge", "7 memory",
+)
+
+
+def claim_overhead(b: Bench) -> list[Figure]:
+    prefix = f"bench-{b.run_id}-fresh"
+    comparison = loadgen.compare({
+        "bare insert": lambda r: b.load("bare insert", bare_insert),
+        "protected insert (fresh keys)": lambda r: b.load("protected insert", protected_insert(f"{prefix}-{r}")),
+    }, b.sizes.rounds)
+    b.record(S1, comparison)
+    bare, prot = "bare insert", "protected insert (fresh keys)"
+    return [
+        Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
+        Figure("claim.bare_rps", S1, "unprotected throughput", comparison.median(bare, "throughput"), "req/s"),
+        Figure("claim.protected_rps", S1, "protected throughput", comparison.median(prot, "throughput"), "req/s"),
+        Figure("claim.bare_p50", S1, "unprotected p50", comparison.median(bare, "p50"), "ms"),
+        Figure("claim.bare_p99", S1, "unprotected p99", comparison.median(bare, "p99"), "ms"),
+        Figure("claim.protected_p50", S1, "protected p50", comparison.median(prot, "p50"), "ms"),
+        Figure("claim.protected_p99", S1, "protected p99", comparison.median(prot, "p99"), "ms"),
+    ]
+
+
+def replay(b: Bench) -> list[Figure]:
+    keys = min(500, b.sizes.requests)
+    prefix = f"bench-{b.run_id}-replay"
+    first = b.load("replay setup", protected_insert(prefix), max_requests=keys, time_limit=120)
+    if first.count != keys:
+        raise RuntimeError(f"replay setup completed {first.count} of {keys} keys")
+    comparison = loadgen.compare({
+        "bare insert": lambda r: b.load("bare insert", bare_insert),
+        "replay of completed keys": lambda r: b.load("replay", replay_insert(prefix, keys), ok=_replayed),
+    }, b.sizes.rounds)
+    b.record(S2, comparison)
+    bare, rep = "bare insert", "replay of completed keys"
+    return [
+        Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
+        Figure("replay.rps", S2, "replay throughput", comparison.median(rep, "throughput"), "req/s"),
+        Figure("replay.p50", S2, "replay p50", comparison.median(rep, "p50"), "ms"),
+        Figure("replay.p99", S2, "replay p99", comparison.median(rep, "p99"), "ms"),
+    ]
+
+
+API_FIGURES = [
+    ("api.roundtrips", "claim + complete round trips", "/s", None, None),
+    ("api.p50", "round trip p50", "ms", None, None),
+    ("api.p99", "round trip p99", "ms", None, None),
+]
+
+
+def routes(path: str) -> bool:
+    from django.urls import Resolver404, resolve
+
+    try:
+        resolve(path)
+        return True
+    except Resolver404:
+        return False
+
+
+def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
+    """Claim a fresh key, then complete it with the token the claim returned."""
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        key = f"{prefix}-{n}"
+        claimed = client.post("/api/v1/receipts/claim", headers=headers,
+                              json={"key": key, "operation": "bench.api", "request": {"n": n}})
+        if claimed.status_code != 201:
+            return claimed
+        return client.post("/api/v1/receipts/complete", headers=headers,
+                           json={"key": key, "token": claimed.json()["token"], "response": {"ok": True}})
+    return request
+
+
+def claim_api(b: Bench) -> list[Figure]:
+    if not routes("/api/v1/receipts/claim"):
+        return unavailable(API_FIGURES, S3, "the JSON API (/api/v1/receipts/claim|complete) is not in this build")
+    from receipts.auth import create_token
+
+    _, token = create_token(f"bench-{b.run_id}")
+    connection.close()
+    name = "API claim + complete"
+    comparison = loadgen.compare(
+        {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))}, b.sizes.rounds
+    )
+    b.record(S3, comparison)
+    return [
+        Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
+        Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
+        Figure("api.p99", S3, "round trip p99", comparison.median(name, "p99"), "ms"),
+    ]
+
+
+BENCH_ENDPOINT = "bench-stripe"
+
+
+def bench_webhook_endpoint() -> str:
+    """The bench's own Stripe endpoint; returns its signing secret."""
+    from webhooks.models import WebhookEndpoint, WebhookSecret
+
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(
+        slug=BENCH_ENDPOINT, defaults={"provider": "stripe", "description": "make bench"}
+    )
+    secret = WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
+    if secret is None:
+        secret = WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_bench" + uuid.uuid4().hex)
+    return secret.secret
+
+
+def stripe_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
+    """A Stripe event signed as Stripe signs it: v1 = HMAC-SHA256(secret, "t.body")."""
+    now = int(time.time())
+    body = json.dumps({
+        "id": event_id, "object": "event", "type": "payment_intent.succeeded", "created": now,
+        "api_version": "2024-06-20", "livemode": False,
+        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", "amount": 1000 + n,
+                            "currency": "eur", "status": "succeeded"}},
+    }).encode()
+    signature = hmac.new(secret.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    return body, {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
+
+
+def webhook_request(secret: str, prefix: str, keys: int | None = None) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys if keys else n
+        body, headers = stripe_delivery(secret, f"evt_{prefix}_{k}", k)
+        return client.post(f"/webhooks/{BENCH_ENDPOINT}/", content=body, headers=headers)
+    return request
+
+
+def _duplicate(response: httpx.Response) -> bool:
+    return response.status_code == 200 and b'"duplicate": true' in response.content
+
+
+def webhook_ingest(b: Bench) -> list[Figure]:
+    if not available("webhooks.views"):
+        return unavailable(WEBHOOK_FIGURES, S4, "the webhook receiver (webhooks.views) is not in this build")
+    secret = bench_webhook_endpoint()
+    connection.close()
+    keys = min(500, b.sizes.requests)
+    dup_prefix = f"bench{b.run_id}dup"
+    first = b.load("webhook setup", webhook_request(secret, dup_prefix), max_requests=keys, time_limit=120)
+    if first.count != keys:
+        raise RuntimeError(f"webhook setup stored {first.count} of {keys} events")
+    bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
+    comparison = loadgen.compare({
+        bare: lambda r: b.load(bare, bare_insert),
+        new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
+        dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, keys), ok=_duplicate),
+    }, b.sizes.rounds)
+    b.record(S4, comparison)
+    return [
+        Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7),
+        Figure("webhook.dup_ratio", S4, "duplicate deliveries / bare insert throughput", comparison.ratio(dup, bare), "x", ">=", 0.7),
+        Figure("webhook.new_rps", S4, "new deliveries throughput", comparison.median(new, "throughput"), "req/s"),
+        Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
+        Figure("webhook.new_p99", S4, "new deliveries p99", comparison.median(new, "p99"), "ms", "<=", 50),
+        Figure("webhook.dup_p99", S4, "duplicate deliveries p99", comparison.median(dup, "p99"), "ms", "<=", 50),
+    ]
+
+
+DASHBOARD_FIGURES = [
+    ("dashboard.overview", "overview p95", "ms", "<=", 300),
+    ("dashboard.filtered", "filtered receipts page p95", "ms", "<=", 150),
+    ("dashboard.detail", "receipt detail p95", "ms", "<=", 50),
+    ("dashboard.stats", "stats endpoint p95", "ms", None, None),
+]
+
+
+# (figure id, url) for each timed page; "{receipt}" is a seeded receipt with a long timeline.
+DASHBOARD_PAGES: list[tuple[str, str]] = [
+    ("dashboard.overview", "/"),
+    ("dashboard.filtered", "/receipts/?status=failed&operation=payment.create"),
+    ("dashboard.detail", "/receipts/{receipt}/"),
+    ("dashboard.stats", "/api/v1/stats"),
+]
+
+
+def bench_session() -> tuple[Any, str]:
+    """A logged-in superuser session for the dashboard: (user, session key)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    User = get_user_model()
+    user = User.objects.filter(username="bench-admin").first() or User.objects.create_superuser(
+        "bench-admin", "bench@localhost", uuid.uuid4().hex
+    )
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return user, session.session_key
+
+
+def busy_receipt() -> int:
+    """A seeded receipt with replays: a detail page with a timeline to draw."""
+    attempt = Attempt.objects.filter(outcome="replayed", key__startswith=seeding.PREFIX).order_by("-id").first()
+    return attempt.receipt_id if attempt else seeding.seeded_receipts().order_by("-id").values_list("id", flat=True)[0]
+
+
+def time_pages(b: Bench, pages: dict[str, str], session_key: str) -> dict[str, loadgen.LoadResult]:
+    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed."""
+    results = {page: loadgen.LoadResult(page) for page in pages}
+    with httpx.Client(base_url=b.base_url, cookies={"sessionid": session_key}, timeout=60) as client:
+        for url in pages.values():  # a first, untimed visit: worker caches, template loading
+            client.get(url)
+        for _ in range(b.sizes.page_samples):
+            for page, url in pages.items():
+                started = time.perf_counter()
+                response = client.get(url)
+                took = time.perf_counter() - started
+                if response.status_code == 200:
+                    results[page].latencies.append(took)
+                else:
+                    results[page].errors += 1
+                results[page].elapsed += took
+    return results
+
+
+def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
+    """Run each page in-process, capture its queries and EXPLAIN (ANALYZE, BUFFERS) each;
+    write the plans to `out` and return, per page, its query count and its slowest plans."""
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    client.force_login(user)
+    summary: dict[str, Any] = {}
+    lines: list[str] = []
+    for page, url in pages.items():
+        with CaptureQueriesContext(connection) as captured:
+            client.get(url)
+        plans = []
+        for query in captured.captured_queries:
+            sql = query["sql"]
+            if not sql.lstrip().upper().startswith(("SELECT", "WITH")) or "django_session" in sql:
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            ms = float(plan.rsplit("Execution Time: ", 1)[1].split()[0]) if "Execution Time: " in plan else 0.0
+            seq = sorted({line.split("Seq Scan on ")[1].split()[0] for line in plan.splitlines() if "Seq Scan on " in line})
+            plans.append({"ms": ms, "seq_scans": seq, "sql": sql[:300]})
+            lines += [f"=== {page} {url}: {ms:.1f} ms", sql, plan, ""]
+        plans.sort(key=lambda p: -p["ms"])
+        summary[page] = {"url": url, "queries": len(captured.captured_queries),
+                         "explained_ms_total": round(sum(p["ms"] for p in plans), 1), "slowest": plans[:3]}
+    out.write_text("\n".join(lines))
+    return summary
+
+
+def dashboard(b: Bench) -> list[Figure]:
+    figures = seed_figures(b)
+    user, session_key = bench_session()
+    pages = {page: url.format(receipt=busy_receipt()) for page, url in DASHBOARD_PAGES}
+    connection.close()
+    probe = httpx.get(b.base_url + pages["dashboard.overview"], cookies={"sessionid": session_key}, timeout=60)
+    if probe.status_code == 404:
+        return figures + unavailable(DASHBOARD_FIGURES, S5, "the dashboard views are not in this build")
+    results = time_pages(b, pages, session_key)
+    b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
+    b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
+    for fid, label, unit, op, bound in DASHBOARD_FIGURES:
+        r = results[fid]
+        note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else ""
+        figures.append(Figure(fid, S5, label, r.percentile(95) if r.count else None, unit, op, bound, note=note))
+    return figures
+
+
+PURGE_FIGURES = [
+    ("purge.rows_per_s", "purge rate, expired receipts", "rows/s", ">=", 20_000),
+    ("purge.claim_p99_ratio", "claim p99 during purge / without", "x", "<=", 2),
+    ("purge.claim_p99_during", "claim p99 during purge", "ms", None, None),
+    ("purge.claim_p99_without", "claim p99 without purge", "ms", None, None),
+]
+
+
+def purge(b: Bench) -> list[Figure]:
+    if not available("receipts.retention"):
+        return unavailable(PURGE_FIGURES, S6, "retention (receipts.retention) is not in this build")
+    from django.utils import timezone
+
+    # Topped up to the size, like the dashboard's rows: a purge cut short by its time
+    # budget leaves a backlog that the next run purges first.
+    have = seeding.seeded_receipts().filter(expires_at__lt=timezone.now()).count()
+    n = max(0, b.sizes.purge_receipts - have)
+    print(f"  {have} expired receipts present; seeding {n} more", flush=True)
+    if n:
+        started = time.monotonic()
+        counts = seeding.seed(receipts=n, expired_only=True, batch=10_000, progress=_bar)
+        b.loads.append((counts.receipts + counts.attempts, time.monotonic() - started, f"{n} expired receipts"))
+    connection.close()
+    prefix = f"bench-{b.run_id}-purge"
+    slice_s = 3.0 if b.sizes is FULL else 1.0
+    rounds: list[dict[str, Any]] = []
+
+    def claims(phase: str) -> loadgen.LoadResult:
+        result = b.load(f"claims {phase}", protected_insert(f"{prefix}-{len(rounds)}"), max_requests=10**9,
+                        time_limit=slice_s)
+        rounds.append({"phase": phase, **result.summary()})
+        return result
+
+    for _ in range(b.sizes.rounds):
+        claims("before")
+    purger = subprocess.Popen([sys.executable, "-m", "idemdash.bench.purge", "--budget", str(b.sizes.purge_budget)],
+                              cwd=settings.BASE_DIR,
+                              env=servers.server_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30 * 60
+    while purger.poll() is None and time.monotonic() < deadline:
+        claims("during")
+        if purger.poll() is not None:
+            rounds[-1]["phase"] = "overlapping the end"  # not wholly during the purge
+    if purger.poll() is None:
+        purger.kill()
+        raise RuntimeError("the purge ran for more than 30 minutes")
+    out, err = purger.communicate()
+    if purger.returncode != 0:
+        raise RuntimeError(f"purge failed: {err[-2000:]}")
+    for _ in range(b.sizes.rounds):
+        claims("after")
+    done = json.loads(out)
+    b.details["purge"] = {**done, "claim_rounds": rounds}
+    without = statistics.median(r["p99_ms"] for r in rounds if r["phase"] in ("before", "after"))
+    during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "during"]
+    note = ""
+    if not during_rounds:  # a small purge on a fast machine can end inside the first slice
+        during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "overlapping the end"]
+        note = "the purge ended within one claim slice: 'during' is that slice, which overlapped it"
+    during = statistics.median(during_rounds)
+    return [
+        Figure("purge.rows_per_s", S6, "purge rate, expired receipts", done["deleted"] / done["seconds"], "rows/s",
+               ">=", 20_000, note=f"{done['deleted']} rows ({done['archived']} archived) in {done['seconds']:.1f} s, "
+                                 f"batches of {done['batch_size']}" + ("" if done["finished"] else
+                                 f"; stopped by the {b.sizes.purge_budget:.0f} s budget with rows still due")),
+        Figure("purge.claim_p99_ratio", S6, "claim p99 during purge / without",
+               during / without if during and without else None, "x", "<=", 2, note=note),
+        Figure("purge.claim_p99_during", S6, "claim p99 during purge", during, "ms"),
+        Figure("purge.claim_p99_without", S6, "claim p99 without purge", without, "ms"),
+    ]
+
+
+def _bar(name: str, total: int) -> Callable[[int], None]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr, leave=False)
+    return bar.update
+
+
+# --- Seeding ------------------------------------------------------------------------------------
+
+
+def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
+    """Top the seeded rows up to the run's sizes, so a second full run reuses the first
+    one's million rows; with `always` (quick mode, small sizes) seed the sizes anew."""
+    from tqdm import tqdm
+
+    have = {"receipts": seeding.seeded_receipts().count()}
+    try:
+        seeding._webhook_models()
+        have["events"] = seeding.seeded_events().count()
+    except RuntimeError:
+        have["events"] = None
+    try:
+        seeding._outbox_models()
+        have["outbox"] = seeding.seeded_outbox().count()
+    except RuntimeError:
+        have["outbox"] = None
+    want = {"receipts": b.sizes.receipts, "events": b.sizes.events, "outbox": b.sizes.outbox}
+    missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want if have[k] is not None}
+    bars: list[tqdm] = []
+
+    def progress(name: str, total: int):
+        for done in bars:
+            done.close()
+        bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    started = time.monotonic()
+    counts = seeding.seed(**missing, batch=10_000, progress=progress)
+    for bar in bars:
+        bar.close()
+    took = time.monotonic() - started
+    seeded = sum(missing.values())
+    info = {"had": have, "added": missing, "seconds": round(took, 1),
+            "rows_written": counts.__dict__, "total_receipts": Receipt.objects.count(),
+            "total_attempts": Attempt.objects.count()}
+    b.details["seed"] = info
+    if seeded:
+        b.loads.append((sum(counts.__dict__.values()), took, f"{missing} (with their child rows)"))
+    return info
+
+
+def seed_figures(b: Bench) -> list[Figure]:
+    info = b.details.get("seed", {})
+    return [Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
+                   note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")]
+
+
+def loader_figure(b: Bench) -> Figure:
+    """The bulk loader's rate, from the largest load of this run (the dashboard's seed, or
+    the purge's expired receipts when the dashboard's was reused from an earlier run)."""
+    if not b.loads:
+        return Figure("seed.rows_per_s", S5, "bulk loader rate, all tables", None, "rows/s",
+                      note="nothing was loaded in this run (seeded rows reused)")
+    rows, took, what = max(b.loads)
+    return Figure("seed.rows_per_s", S5, "bulk loader rate, all tables", rows / took, "rows/s",
+                  note=f"{rows} rows in {took:.0f} s: {what}")
+
+
+# --- Memory -------------------------------------------------------------------------------------
+
+
+def memory_figures(b: Bench, web: servers.Process, cluster: servers.Process | None) -> list[Figure]:
+    web_peaks = [p for p in (servers.peak_rss_mb(pid) for pid in web.children()) if p]
+    b.details["memory"] = {"gunicorn_workers_mb": web_peaks}
+    figures = [Figure("memory.web_worker", S7, "peak RSS, gunicorn worker (max)", max(web_peaks, default=None), "MiB")]
+    if cluster is not None and cluster.alive():
+        peaks = [p for p in (servers.peak_rss_mb(pid) for pid in cluster.children()) if p]
+        b.details["memory"]["qcluster_processes_mb"] = peaks
+        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)",
+                              max(peaks, default=None), "MiB"))
+    else:
+        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)", None, "MiB",
+                              note="qcluster did not run" + (f": {cluster.tail(300)}" if cluster else "")))
+    return figures
+
+
+# --- The run ------------------------------------------------------------------------------------
+
+
+def reset_bench_rows() -> None:
+    """Start each run from the same bench tables: the rows earlier runs' requests made."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
+    from receipts.models import ApiClient
+
+    for scope in (Q(scope="bench"), Q(scope__startswith="client:bench-")):
+        Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
+        Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
+    ApiClient.objects.filter(name__startswith="bench-").delete()
+
+
+def warm_up(b: Bench) -> None:
+    b.load("warm-up bare", bare_insert, max_requests=100, time_limit=30)
+    b.load("warm-up protected", protected_insert(f"bench-{b.run_id}-warm"), max_requests=100, time_limit=30)
+
+
+def meta(quick: bool, started: datetime) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        sync_commit = cursor.fetchone()[0]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=settings.BASE_DIR,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "mode": "quick" if quick else "full", "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": os.cpu_count(), "load_average_at_start": os.getloadavg(), "python": platform.python_version(),
+        "postgresql": pg, "synchronous_commit": sync_commit, "gunicorn_workers": servers.GUNICORN_WORKERS, "worker_class": "sync",
+        "clients": CLIENTS, "commit": commit,
+    }
+
+
+def run(*, quick: bool, port: int | None, out_dir: Path) -> int:
+    from django.core.management import call_command
+
+    sizes = QUICK if quick else FULL
+    started = datetime.now(dt_timezone.utc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench ({'quick' if quick else 'full'}): migrating {connection.settings_dict['NAME']}", flush=True)
+    call_command("migrate", verbosity=0, interactive=False)
+    info = meta(quick, started)
+    reset_bench_rows()
+    port = port or servers.free_port()
+    b = Bench(sizes, f"http://127.0.0.1:{port}", out_dir)
+    print("seeding the log (reused from earlier runs when present)", flush=True)
+    seed_to_size(b, always=quick)
+    connection.close()  # the servers and the load need no connection of ours meanwhile
+    print(f"starting gunicorn ({servers.GUNICORN_WORKERS} sync workers) on {b.base_url}", flush=True)
+    web = servers.start_gunicorn(port, out_dir)
+    cluster = None
+    figures: list[Figure] = []
+    try:
+        warm_up(b)
+        for name, scenario in ((S1, claim_overhead), (S2, replay), (S3, claim_api)):
+            figures += timed(name, scenario, b)
+        cluster = servers.start_qcluster(out_dir)
+        for name, scenario in ((S4, webhook_ingest), (S5, dashboard), (S6, purge)):
+            figures += timed(name, scenario, b)
+        figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
+        figures += memory_figures(b, web, cluster)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        web.stop()
+    info["seconds"] = round((datetime.now(dt_timezone.utc) - started).total_seconds(), 1)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    for path in (out_dir / f"bench-{stamp}.json", out_dir / "latest.json"):
+        write_json(path, info, figures, b.details)
+    write_chart(out_dir / "latest.html", info, figures, b.details)
+    (out_dir / "latest.md").write_text(markdown_table(figures) + "\n")
+    print()
+    print(table(figures))
+    print(f"\n{info['mode']} run, {info['cores']} cores, {info['seconds']} s; "
+          f"wrote {out_dir / 'latest.json'}, latest.html, latest.md")
+    return 0
+
+
+def timed(name: str, scenario: Callable[[Bench], list[Figure]], b: Bench) -> list[Figure]:
+    print(f"scenario {name} ...", flush=True)
+    started = time.monotonic()
+    figures = scenario(b)
+    print(f"  done in {time.monotonic() - started:.1f} s", flush=True)
+    return figures

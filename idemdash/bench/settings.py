@@ -1,0 +1,25 @@
+"""Settings for `make bench`: production settings plus the bench app and its URLs.
+
+Connections are kept open between requests (as a production deployment behind gunicorn
+would): opening a PostgreSQL connection costs a few milliseconds, more than the work
+being measured, and would hide the overhead we want to see.
+"""
+
+import os
+
+from idemdash.settings import *  # noqa: F403
+from idemdash.settings import INSTALLED_APPS, LOGGING, envint
+
+INSTALLED_APPS = [*INSTALLED_APPS, "idemdash.bench"]
+ROOT_URLCONF = "idemdash.bench.urls"
+DATABASES["default"]["CONN_MAX_AGE"] = envint("DB_CONN_MAX_AGE", 600)  # noqa: F405
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # noqa: F405
+# One log line per request would cost more than the request.
+LOGGING["root"]["level"] = "WARNING"
+
+# An experiment, not a recommendation: BENCH_SYNCHRONOUS_COMMIT=off shows how much of a
+# gap between two variants is WAL flushes at commit (the protected path commits more often).
+if os.environ.get("BENCH_SYNCHRONOUS_COMMIT") and DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = (  # noqa: F405
+        "-c synchronous_commit=" + os.environ["BENCH_SYNCHRONOUS_COMMIT"]
+    )

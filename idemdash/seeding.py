@@ -1,0 +1,508 @@
+"""Bulk loader: realistic receipts, attempts, webhook events and outbox messages at scale.
+
+Used by `manage.py seed` (demo data, capacity tests) and by `make bench` (the dashboard at a
+million receipts, the purge of a million expired ones).
+
+Every seeded row is recognisable and nothing else is ever touched: keys start with
+`seed_`, scopes name `seed_` principals, webhook events belong to the `seed-*` endpoints.
+`delete_seeded()` removes exactly those rows.
+
+Rows are generated in Python by one set of functions (one source of truth for the
+distributions) and written in batches: with PostgreSQL's COPY (ids reserved from the
+table's sequence up front, so child rows can point at their parents without a round trip
+per row), or with `bulk_create` on SQLite.
+
+The distributions, per receipt: timestamps spread over 30 days; 92% completed (a few
+with a stored 4xx), 5% failed (most retryable, some retried), 3% processing, of which most
+are stuck (lease long expired) and the rest live; ~10% already expired (as if the
+operations kept receipts for up to five weeks, so that a month is still in the log);
+attempts: the claim, the settle, replays for ~30% of keys (a few each), 409s for ~3%, 422
+mismatches (with the rejected request) for ~1%, lease takeovers for some stuck ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+from receipts.models import Attempt, Receipt
+
+PREFIX = "seed_"
+DAY = timedelta(days=1)
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+# --- Distributions -------------------------------------------------------------------------
+
+OPERATIONS = {
+    "payment.create": 30,
+    "order.create": 20,
+    "email.send": 14,
+    "refund.create": 8,
+    "ledger.post": 7,
+    "user.signup": 6,
+    "subscription.update": 6,
+    "webhook.forward": 5,
+    "report.build": 4,
+}
+STRIPE_TYPES = {
+    "payment_intent.succeeded": 30,
+    "charge.succeeded": 25,
+    "invoice.paid": 12,
+    "customer.subscription.updated": 10,
+    "payment_intent.payment_failed": 6,
+    "charge.refunded": 5,
+    "checkout.session.completed": 8,
+    "customer.created": 4,
+}
+SHOPIFY_TYPES = {"orders/create": 50, "orders/paid": 30, "orders/fulfilled": 15, "refunds/create": 5}
+STANDARD_TYPES = {"invoice.created": 40, "user.updated": 35, "payment.settled": 25}
+OUTBOX_ACTIONS = {"email.send": 45, "http.post": 35, "webhook.forward": 15, "slack.notify": 5}
+ENDPOINTS = {"seed-stripe": ("stripe", STRIPE_TYPES), "seed-shopify": ("shopify", SHOPIFY_TYPES),
+             "seed-standard": ("standard", STANDARD_TYPES)}
+ENDPOINT_WEIGHTS = {"seed-stripe": 70, "seed-shopify": 20, "seed-standard": 10}
+
+
+class _Choice:
+    """Weighted choice from a fixed table; much faster than random.choices per call."""
+
+    def __init__(self, weights: dict[str, int]) -> None:
+        self.table = [name for name, weight in weights.items() for _ in range(weight)]
+
+    def __call__(self, rng: random.Random) -> str:
+        return self.table[int(rng.random() * len(self.table))]
+
+
+_operation = _Choice(OPERATIONS)
+_endpoint = _Choice(ENDPOINT_WEIGHTS)
+_event_types = {slug: _Choice(types) for slug, (_, types) in ENDPOINTS.items()}
+_action = _Choice(OUTBOX_ACTIONS)
+
+
+def _scope(rng: random.Random) -> str:
+    # A few API clients make most requests (skewed), and many users make a few each.
+    if rng.random() < 0.8:
+        return f"client:{PREFIX}{int(20 * rng.random() ** 2):02d}"
+    return f"user:{PREFIX}{rng.randrange(2000)}"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass
+class _Rows:
+    """Rows of one model, as dicts of column values, and the dicts of their children."""
+
+    parents: list[dict] = field(default_factory=list)
+    children: list[list[dict]] = field(default_factory=list)  # children[i] belong to parents[i]
+
+
+def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
+    """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live
+    log is written: rows sit on disk roughly in time order, and a time-range query reads
+    the pages a real one would, not a random scatter."""
+    return now - timedelta(seconds=30 * 86400 * (1 - (i + rng.random()) / total))
+
+
+def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime,
+                 *, total: int, expired_only: bool = False) -> _Rows:
+    rows = _Rows()
+    for i in range(start, start + count):
+        key = f"{PREFIX}{tag}_{i}"
+        operation = _operation(rng)
+        created = _moment(rng, now, i, total)
+        roll = rng.random()
+        attempts_log: list[dict] = []
+        request = {"amount": rng.randrange(100, 100_000), "currency": "eur", "ref": i} if rng.random() < 0.6 else None
+        fingerprint = _sha(key + operation)
+        r: dict[str, Any] = {
+            "scope": _scope(rng), "key": key, "operation": operation, "fingerprint": fingerprint,
+            "request": request, "retryable": True, "response_status": None,
+            "response_content_type": "", "response_body": "", "error": "", "attempts": 1,
+            "fencing_token": 1, "lease_expires_at": None, "completed_at": None,
+            "user_id": "", "session_id": "",
+        }
+
+        def log(outcome: str, at: datetime, token: int | None = None, **extra: Any) -> None:
+            attempts_log.append({"scope": r["scope"], "key": key, "operation": operation,
+                                 "outcome": outcome, "fencing_token": token, "fingerprint": fingerprint,
+                                 "request": None, "detail": "", "actor": "", "created_at": at, **extra})
+
+        log("claimed", created, 1)
+        if roll < 0.92:  # completed
+            done = created + timedelta(milliseconds=20 + rng.random() ** 3 * 3000)
+            status_code = 201 if rng.random() < 0.97 else rng.choice((402, 404, 409))
+            r.update(status="completed", response_status=status_code, response_content_type="application/json",
+                     response_body=_json({"id": i, "ok": status_code < 400}), completed_at=done)
+            log("completed", done, 1)
+            settled = done
+        elif roll < 0.97:  # failed, perhaps retried and failed again
+            tries = 1 if rng.random() < 0.7 else rng.randrange(2, 5)
+            at = created
+            for t in range(1, tries + 1):
+                if t > 1:
+                    at += timedelta(seconds=rng.random() * 120)
+                    log("retried_after_failure", at, t)
+                at += timedelta(milliseconds=50 + rng.random() * 5000)
+                log("failed", at, t, detail="upstream timeout" if rng.random() < 0.6 else "card declined")
+            r.update(status="failed", retryable=rng.random() < 0.85, attempts=tries, fencing_token=tries,
+                     error=attempts_log[-1]["detail"])
+            settled = at
+        else:  # processing: mostly stuck (worker died), a few live
+            if rng.random() < 0.7 or expired_only:
+                r.update(status="processing", lease_expires_at=created + timedelta(seconds=30))
+                if rng.random() < 0.2:
+                    at = created + timedelta(seconds=31 + rng.random() * 600)
+                    r.update(attempts=2, fencing_token=2, lease_expires_at=at + timedelta(seconds=30))
+                    log("lease_takeover", at, 2)
+            else:
+                created = now - timedelta(seconds=rng.random() * 20)
+                attempts_log[0]["created_at"] = created
+                r.update(status="processing", lease_expires_at=created + timedelta(seconds=30))
+            settled = created
+        if rng.random() < 0.03:
+            log("in_progress", created + (settled - created) / 2)
+        if r["status"] != "processing" and rng.random() < 0.3:
+            at = settled
+            for _ in range(1 + int(rng.random() ** 2 * 6)):
+                at += timedelta(seconds=rng.random() * 900)
+                log("replayed", at)
+        if rng.random() < 0.01:
+            log("mismatch", settled + timedelta(seconds=rng.random() * 600),
+                request={"amount": rng.randrange(100, 100_000), "currency": "usd", "ref": i})
+        last = max(a["created_at"] for a in attempts_log)
+        if expired_only or rng.random() < 0.1:
+            expires = now - timedelta(seconds=60 + rng.random() * 3 * 86400)
+            if expires < last:  # an expired receipt was settled before it expired
+                expires = last + timedelta(seconds=1)
+                if expires > now:
+                    expires = now - timedelta(seconds=1)
+        else:
+            expires = now + timedelta(seconds=3600 + rng.random() * 7 * 86400)
+        r.update(created_at=created, updated_at=last, expires_at=expires)
+        rows.parents.append(r)
+        rows.children.append(attempts_log)
+    return rows
+
+
+def event_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime,
+               endpoints: dict[str, tuple[int, int]], *, total: int) -> _Rows:
+    """WebhookEvent rows and their WebhookDelivery rows. `endpoints`: slug -> (id, secret id)."""
+    rows = _Rows()
+    for i in range(start, start + count):
+        slug = _endpoint(rng)
+        provider = ENDPOINTS[slug][0]
+        endpoint_id, secret_id = endpoints[slug]
+        event_type = _event_types[slug](rng)
+        received = _moment(rng, now, i, total)
+        event_id = f"evt_{PREFIX}{tag}_{i}"
+        payload = {"id": event_id, "object": "event", "type": event_type, "created": int(received.timestamp()),
+                   "data": {"object": {"id": f"pi_{tag}_{i}", "amount": rng.randrange(100, 100_000),
+                                       "currency": "eur", "status": "succeeded"}}}
+        duplicates = 0 if rng.random() < 0.8 else 1 + int(rng.random() ** 3 * 8)
+        roll = rng.random()
+        status, attempts, finished, error, lease, token = "completed", 1, None, "", None, None
+        if roll < 0.90:
+            finished = received + timedelta(milliseconds=100 + rng.random() * 2000)
+        elif roll < 0.94:
+            status, finished = "ignored", received + timedelta(milliseconds=50)
+        elif roll < 0.96:
+            status, attempts, error = "retry", rng.randrange(2, 6), "HTTP 503 from fulfilment"
+        elif roll < 0.97:
+            status, attempts, error = "dead", 8, "Traceback (most recent call last): ... KeyError: 'customer'"
+            finished = received + timedelta(hours=rng.random() * 30)
+        elif roll < 0.985:
+            status, attempts = "received", 0
+        elif roll < 0.99:
+            status, token = "processing", str(uuid.UUID(int=rng.getrandbits(128)))
+            lease = received + timedelta(seconds=90)
+        else:
+            status, attempts = "held", 0
+        deliveries = [{"received_at": received, "duplicate": False, "payload_matches": True, "secret_id": secret_id}]
+        at = received
+        mismatch = False
+        for _ in range(duplicates):
+            at += timedelta(seconds=rng.random() * 3600)
+            matches = rng.random() > 0.01
+            mismatch = mismatch or not matches
+            deliveries.append({"received_at": at, "duplicate": True, "payload_matches": matches, "secret_id": secret_id})
+        rows.parents.append({
+            "endpoint_id": endpoint_id, "provider": provider, "dedupe_key": event_id, "event_type": event_type,
+            "provider_event_id": event_id, "account": "", "payload": payload,
+            "payload_sha256": _sha(event_id), "payload_mismatch": mismatch, "status": status,
+            "attempts": attempts, "next_attempt_at": received + timedelta(minutes=attempts),
+            "lease_expires_at": lease, "claim_token": token, "enqueued_at": received,
+            "stuck_recoveries": 0, "last_error": error, "delivery_count": len(deliveries),
+            "received_at": received, "last_delivery_at": at, "finished_at": finished,
+        })
+        rows.children.append(deliveries)
+    return rows
+
+
+def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime, *, total: int) -> _Rows:
+    rows = _Rows()
+    for i in range(start, start + count):
+        key = f"{PREFIX}{tag}_{i}"
+        scope = _scope(rng) if rng.random() < 0.3 else ""
+        action = _action(rng)
+        created = _moment(rng, now, i, total)
+        roll = rng.random()
+        if roll < 0.93:
+            status, tries = "sent", 1 if rng.random() < 0.9 else rng.randrange(2, 5)
+        elif roll < 0.95:
+            status, tries = "pending", 0
+        elif roll < 0.955:
+            status, tries = "in_flight", 1
+        elif roll < 0.98:
+            status, tries = "retry", rng.randrange(1, 6)
+        else:
+            status, tries = "dead", 10
+        log = []
+        at = created
+        for n in range(1, tries + 1):
+            at += timedelta(seconds=rng.random() * (2 ** n) * 30)
+            last = n == tries
+            if status == "sent" and last:
+                outcome, code, error = "sent", 200, ""
+            elif status == "in_flight" and last:
+                break
+            elif status == "dead" and last:
+                outcome, code, error = "dead", 410, "HTTP 410 Gone"
+            else:
+                outcome, code, error = "retry", 503, "HTTP 503 Service Unavailable"
+            log.append({"scope": scope, "key": key, "action": action, "number": n, "claim_token": n,
+                        "outcome": outcome, "status_code": code, "error": error,
+                        "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
+        rows.parents.append({
+            "scope": scope, "key": key, "action": action,
+            "payload": ({"to": f"user{i}@example.com", "template": "receipt"} if action == "email.send"
+                        else {"url": "https://example.com/hook", "body": {"n": i}}),
+            "fingerprint": _sha(key + action), "status": status, "attempts": tries,
+            "next_attempt_at": at + timedelta(minutes=5) if status in ("pending", "retry") else at,
+            "claim_token": tries,
+            "lease_expires_at": at + timedelta(seconds=60) if status == "in_flight" else None,
+            "claimed_by": "seed" if status == "in_flight" else "",
+            "last_error": log[-1]["error"] if log else "",
+            "last_status_code": log[-1]["status_code"] if log else None,
+            "created_at": created, "updated_at": at, "sent_at": at if status == "sent" else None,
+        })
+        rows.children.append(log)
+    return rows
+
+
+# --- Writing ----------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Inserts dict rows of one model; returns their ids in order."""
+
+    def __init__(self) -> None:
+        self.postgres = connection.vendor == "postgresql"
+
+    def insert(self, model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
+        if not rows:
+            return []
+        if not self.postgres:
+            objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
+            return [obj.pk for obj in objs] if ids else []
+        table = model._meta.db_table
+        columns = list(rows[0])
+        reserved: list[int] = []
+        with connection.cursor() as cursor:
+            if ids:
+                cursor.execute(
+                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                    [table, len(rows)],
+                )
+                reserved = [row[0] for row in cursor.fetchall()]
+                columns = ["id", *columns]
+            quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
+            raw = cursor.cursor  # the psycopg cursor under Django's wrapper
+            with raw.copy(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN") as copy:
+                for n, row in enumerate(rows):
+                    # JSON columns arrive as Python values, as bulk_create wants them.
+                    values = [_json(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+                    copy.write_row((reserved[n], *values) if ids else values)
+        return reserved
+
+    def write(self, parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
+        """Parents and children in one transaction; returns the number of child rows."""
+        with transaction.atomic():
+            parent_ids = self.insert(parent, rows.parents, ids=True)
+            children = [
+                {**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids
+            ]
+            self.insert(child, children, ids=False)
+        return len(children)
+
+
+def _webhook_models() -> tuple[type[models.Model], ...]:
+    try:
+        return tuple(apps.get_model("webhooks", name) for name in
+                     ("WebhookEndpoint", "WebhookSecret", "WebhookEvent", "WebhookDelivery"))
+    except LookupError:
+        raise RuntimeError("Seeding events needs the webhooks models (WebhookEvent), which this build lacks.") from None
+
+
+def _outbox_models() -> tuple[type[models.Model], ...]:
+    try:
+        return apps.get_model("outbox", "OutboxMessage"), apps.get_model("outbox", "OutboxAttempt")
+    except LookupError:
+        raise RuntimeError("Seeding outbox messages needs the outbox app, which this build lacks.") from None
+
+
+def seed_endpoints() -> dict[str, tuple[int, int]]:
+    """The seed's own webhook endpoints, each with one secret: slug -> (endpoint id, secret id)."""
+    Endpoint, Secret, _, _ = _webhook_models()
+    found = {}
+    for slug, (provider, _) in ENDPOINTS.items():
+        endpoint, _ = Endpoint.objects.get_or_create(
+            slug=slug, defaults={"provider": provider, "description": "seeded test data"}
+        )
+        secret = Secret.objects.filter(endpoint=endpoint).first() or Secret.objects.create(
+            endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex
+        )
+        found[slug] = (endpoint.pk, secret.pk)
+    return found
+
+
+@dataclass
+class SeedCounts:
+    receipts: int = 0
+    attempts: int = 0
+    events: int = 0
+    deliveries: int = 0
+    outbox: int = 0
+    outbox_attempts: int = 0
+
+
+def _batches(total: int, size: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, total, size):
+        yield start, min(size, total - start)
+
+
+def seed(
+    *,
+    receipts: int = 0,
+    events: int = 0,
+    outbox: int = 0,
+    batch: int = 10_000,
+    rng_seed: int | None = None,
+    now: datetime | None = None,
+    expired_only: bool = False,
+    progress: Progress | None = None,
+) -> SeedCounts:
+    """Insert seeded rows. Each call gets a fresh tag, so calls add to each other and keys
+    never collide. `progress(name, total)` may return a callback fed each batch's count."""
+    now = now or timezone.now()
+    rng = random.Random(rng_seed)
+    tag = uuid.UUID(int=rng.getrandbits(128)).hex[:8]
+    writer = _Writer()
+    counts = SeedCounts()
+    plan = []
+    if receipts:
+        plan.append(("receipts", receipts))
+    if events:
+        _, _, Event, Delivery = _webhook_models()
+        endpoints = seed_endpoints()
+        plan.append(("events", events))
+    if outbox:
+        Message, OutboxAttempt = _outbox_models()
+        plan.append(("outbox", outbox))
+    for name, total in plan:
+        advance = progress(name, total) if progress else None
+        for start, count in _batches(total, batch):
+            if name == "receipts":
+                rows = receipt_rows(rng, tag, start, count, now, total=total, expired_only=expired_only)
+                counts.attempts += writer.write(Receipt, Attempt, "receipt_id", rows)
+                counts.receipts += count
+            elif name == "events":
+                rows = event_rows(rng, tag, start, count, now, endpoints, total=total)
+                counts.deliveries += writer.write(Event, Delivery, "event_id", rows)
+                counts.events += count
+            else:
+                rows = outbox_rows(rng, tag, start, count, now, total=total)
+                counts.outbox_attempts += writer.write(Message, OutboxAttempt, "message_id", rows)
+                counts.outbox += count
+            if advance:
+                advance(count)
+    if writer.postgres and plan:
+        # What autovacuum would have done to a table this size: fresh statistics for the
+        # planner, and a visibility map, so index-only scans are possible as in production.
+        # VACUUM cannot run in a transaction; seed() is called outside one.
+        tables = [Receipt, Attempt] if receipts else []
+        tables += [Event, Delivery] if events else []
+        tables += [Message, OutboxAttempt] if outbox else []
+        if not connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                for model in tables:
+                    cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(model._meta.db_table)}")
+    return counts
+
+
+def seeded_receipts() -> models.QuerySet:
+    return Receipt.objects.filter(key__startswith=PREFIX, scope__contains=f":{PREFIX}")
+
+
+def seeded_events() -> models.QuerySet:
+    Event = _webhook_models()[2]
+    return Event.objects.filter(endpoint__slug__in=list(ENDPOINTS))
+
+
+def seeded_outbox() -> models.QuerySet:
+    Message = _outbox_models()[0]
+    return Message.objects.filter(key__startswith=PREFIX).filter(
+        models.Q(scope="") | models.Q(scope__contains=f":{PREFIX}")
+    )
+
+
+def delete_seeded() -> dict[str, int]:
+    """Delete every seeded row and nothing else.
+
+    Children first, each with one DELETE (`_raw_delete`): Django's collector would load
+    millions of rows into memory to cascade. No row outside the seed can point at a seeded
+    one (attempts copy their receipt's key; seeded events are never processed), and if one
+    did, the foreign key would refuse the delete rather than lose it.
+    """
+    deleted: dict[str, int] = {}
+
+    def raw(qs: models.QuerySet) -> int:
+        return qs._raw_delete(qs.db)
+
+    with transaction.atomic():
+        deleted["attempts"] = raw(Attempt.objects.filter(key__startswith=PREFIX, scope__contains=f":{PREFIX}"))
+        deleted["receipts"] = raw(seeded_receipts())
+        try:
+            Endpoint, Secret, Event, Delivery = _webhook_models()
+        except RuntimeError:
+            pass
+        else:
+            slugs = list(ENDPOINTS)
+            deleted["deliveries"] = raw(Delivery.objects.filter(event__endpoint__slug__in=slugs))
+            deleted["events"] = raw(seeded_events())
+            raw(Secret.objects.filter(endpoint__slug__in=slugs))
+            raw(Endpoint.objects.filter(slug__in=slugs))
+        try:
+            Message, OutboxAttempt = _outbox_models()
+        except RuntimeError:
+            pass
+        else:
+            deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
+            deleted["outbox"] = raw(seeded_outbox())
+    return deleted
