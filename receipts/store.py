@@ -117,10 +117,15 @@ def claim(
     # follows it still wakes us.
     with waiting.subscription(scope, key) as wakeup:
         while True:
-            result = _claim_once(scope, key, operation, request, fp, policy, lease, user_id, session_id)
-            left = deadline - time.monotonic()
-            if result.outcome != Outcome.IN_PROGRESS or left <= 0:
-                _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+            # The decision and its line in the attempt log commit together: one commit per
+            # claim on the hot path, and never a claim without its log line.
+            with transaction.atomic():
+                result = _claim_once(scope, key, operation, request, fp, policy, lease, user_id, session_id)
+                left = deadline - time.monotonic()
+                settled = result.outcome != Outcome.IN_PROGRESS or left <= 0
+                if settled:
+                    _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+            if settled:
                 return result
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()

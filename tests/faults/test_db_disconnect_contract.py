@@ -174,13 +174,26 @@ def test_a_connection_lost_at_the_api_claim_leaves_no_receipt(api):
     assert completions(key) == 1
 
 
-def test_a_connection_lost_after_the_api_claim_committed_leaves_a_lease_a_retry_takes_over(api):
-    """The receipt's insert committed, then the connection died (here: writing the attempt
-    log): the caller never learnt its token. Its retry is refused while the lease lives and
-    takes the key over once it has run out."""
-    key = "api-die-after-claim"
+def test_a_connection_lost_while_logging_the_api_claim_stores_neither_and_the_retry_claims(api):
+    """The claim and its line in the attempt log commit in one transaction: a death at the
+    log line leaves no receipt behind, so the retry simply claims."""
+    key = "api-die-at-claim-log"
     with backend_dies("BEFORE INSERT", "receipts_attempt", f"NEW.key = '{key}' AND NEW.outcome = 'claimed'"):
         assert_unavailable(api("claim", claim_body(key)))
+    assert not Receipt.objects.filter(key=key).exists()
+    retried = retry_until_settled(lambda: api("claim", claim_body(key)), settled={201})
+    assert retried.status_code == 201 and retried.json()["outcome"] == "claimed"
+    assert api("complete", {"key": key, "token": retried.json()["token"], "response": {"id": 2}}).status_code == 200
+    assert completions(key) == 1
+
+
+def test_a_caller_that_never_received_its_committed_claim_retries_into_a_lease_takeover(api):
+    """The claim committed but its answer was lost on the way (the connection dropped after
+    the commit): the caller never learnt its token. Its retry is refused while the lease
+    lives and takes the key over once it has run out."""
+    key = "api-lost-claim-answer"
+    lost = api("claim", claim_body(key))
+    assert lost.status_code == 201  # ...and the caller never reads it
     receipt = Receipt.objects.get(key=key)
     assert receipt.status == "processing" and receipt.lease_expires_at is not None
     retried = retry_until_settled(lambda: api("claim", claim_body(key)), settled={201})
