@@ -83,7 +83,11 @@ def stuck_chart(series: list[dict[str, Any]], flow: list[dict[str, Any]] | None 
             go.Bar(x=x, y=[r["events_released"] + r["messages_released"] for r in flow],
                    name="events / messages released", marker={"color": RED}),
         ]
-    return _figure(data, _layout("Stuck leases recovered", "rows", barmode="stack"))
+    # Four legend entries wrap to several lines on a phone: anchor the legend's top below
+    # the date ticks and leave it room, so it never covers them.
+    return _figure(data, _layout("Stuck leases recovered", "rows", barmode="stack",
+                                 legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
+                                 margin={"l": 44, "r": 12, "t": 36, "b": 90}, height=310))
 
 
 def webhook_chart(flow: list[dict[str, Any]]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def test_operators_get_a_release_link_that_returns_here(operator_client, viewer_
 
 def test_nothing_stuck_says_so_for_each_store(viewer_client):
     html = viewer_client.get("/stuck/").content.decode()
-    assert "Nothing is stuck" in html and "No event is stuck" in html and "No outbox message is stuck" in html
+    assert "No receipt is stuck" in html and "No event is stuck" in html and "No outbox message is stuck" in html
 
 
 def test_it_lists_stuck_events_and_messages_oldest_first_with_release(operator_client):
