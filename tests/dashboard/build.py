@@ -49,21 +49,38 @@ def _at(moment, fn, *args, **kwargs):
 def known_traffic(now) -> None:
     """Claim traffic with known figures, placed relative to `now` (see EXPECTED_STATS).
 
-    Driven through receipts.store (claim/complete/fail), the functions the HTTP decorator
-    and the JSON API both call, so every Attempt row is the one production writes.
+    Driven through the real JSON API (POST /api/v1/receipts/claim|complete|fail with a
+    bearer token of the client `shop`, whose scope is SCOPE), at known instants.
     """
+    import json
+    from types import SimpleNamespace
+
+    from django.test import Client
+
+    from receipts.auth import create_token
+
     m, h, d = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
     s = timedelta(seconds=1)
     op = "email.send"
+    api = Client()
+    auth = {"Authorization": f"Bearer {create_token(SCOPE.removeprefix('client:'))[1]}"}
+
+    def call(at, endpoint, body, expect):
+        with time_machine.travel(at, tick=False):
+            response = api.post(f"/api/v1/receipts/{endpoint}", data=json.dumps(body),
+                                content_type="application/json", headers=auth)
+        assert response.status_code in expect, (endpoint, body, response.status_code, response.content)
+        return response
 
     def claim(at, key, request=None):
-        return _at(at, store.claim, SCOPE, key, op, request if request is not None else {"k": key})
+        body = {"key": key, "operation": op, "request": request if request is not None else {"k": key}}
+        return SimpleNamespace(token=call(at, "claim", body, (200, 201, 409, 422)).json().get("token"))
 
     def complete(at, key, token):
-        _at(at, store.complete, SCOPE, key, token, response_status=200, body="{}")
+        call(at, "complete", {"key": key, "token": token, "response": {}}, (200,))
 
     def fail(at, key, token):
-        _at(at, store.fail, SCOPE, key, token, error="boom")
+        call(at, "fail", {"key": key, "token": token, "error": "boom"}, (200,))
 
     # --- the last hour ----------------------------------------------------------------
     c = claim(now - 50 * m, "a1"); complete(now - 50 * m + s, "a1", c.token)

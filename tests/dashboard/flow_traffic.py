@@ -40,7 +40,7 @@ def known_flow_traffic(now: datetime, receiver_url: str) -> dict[str, int]:
     web = Client()
     make_endpoint(SLUG, "stripe", STRIPE_SECRET)
     handlers.webhook_handler("stripe", FAILING_TYPE)(_broken_handler)
-    _, token = create_token("shop")
+    _, token = create_token("shop-outbox")
     api = Client()
     auth = {"Authorization": f"Bearer {token}"}
     ids: dict[str, int] = {}
