@@ -90,3 +90,37 @@ def test_reprocess_many_stops_at_its_limit(settings):
         processing.fail_event(processing.claim_event(make_event().pk), "boom")
     result = processing.reprocess_many(WebhookEvent.objects.all(), actor="otto", limit=2)
     assert result.done == 2 and WebhookEvent.objects.filter(status="dead").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operators_releasing_one_stuck_event_at_once_release_it_once():
+    """Eight operators (threads, each with its own connection) release the same stuck event
+    at the same moment: exactly one release, one audit entry, one recovery counted."""
+    import threading
+
+    from django.db import connection
+
+    event = stuck_event()
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def operator(n: int) -> None:
+        try:
+            seen = WebhookEvent.objects.get(pk=event.pk)
+            barrier.wait()
+            try:
+                processing.release_stuck(seen, actor=f"op{n}")
+                outcomes.append("released")
+            except processing.NotStuck:
+                outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=operator, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
+    assert AuditEntry.objects.filter(action="webhook_event.release").count() == 1
+    assert WebhookEvent.objects.get(pk=event.pk).stuck_recoveries == 1

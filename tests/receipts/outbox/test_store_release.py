@@ -75,3 +75,36 @@ def test_requeue_dead_many_stops_at_its_limit():
         store.mark_failed(claim_one(), "HTTP 400", permanent=True)
     assert store.requeue_dead_many(OutboxMessage.objects.all(), actor="otto", limit=2).done == 2
     assert OutboxMessage.objects.filter(status="dead").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operators_releasing_one_stuck_message_at_once_release_it_once():
+    """Eight operators (threads, each with its own connection) release the same stuck
+    message at the same moment: exactly one release and one audit entry."""
+    import threading
+
+    from django.db import connection
+
+    message = stuck_message()
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def operator(n: int) -> None:
+        try:
+            seen = OutboxMessage.objects.get(pk=message.pk)
+            barrier.wait()
+            try:
+                store.release_stuck(seen, actor=f"op{n}")
+                outcomes.append("released")
+            except store.InvalidTransition:
+                outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=operator, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
+    assert AuditEntry.objects.filter(action="outbox.release").count() == 1
