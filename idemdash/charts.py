@@ -13,6 +13,7 @@ BLUE = "#2563eb"
 AMBER = "#d97706"
 RED = "#dc2626"
 VIOLET = "#7c3aed"
+GREEN = "#059669"
 
 
 def _layout(title: str, y_title: str, **extra: Any) -> dict[str, Any]:
@@ -66,16 +67,55 @@ def conflicts_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-def stuck_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stuck leases per bucket, seen when they were recovered: a takeover by the next claim,
-    or a release by an operator. (How many rows were stuck at a past instant is not stored.)"""
+def stuck_chart(series: list[dict[str, Any]], flow: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Stuck leases per bucket, seen when they were recovered: a receipt taken over by the
+    next claim, an outbox message whose drainer finished after losing its lease, or a row of
+    any store released by an operator. (How many rows were stuck at a past instant is not
+    stored, and the webhook sweeper's recoveries are counted on the event, not in time.)"""
     x = _x(series)
+    data = [
+        go.Bar(x=x, y=[r["lease_takeover"] for r in series], name="receipt takeovers", marker={"color": VIOLET}),
+        go.Bar(x=x, y=[r["released"] for r in series], name="receipts released", marker={"color": MUTED}),
+    ]
+    if flow is not None:
+        data += [
+            go.Bar(x=x, y=[r["stale"] for r in flow], name="outbox lease lost", marker={"color": AMBER}),
+            go.Bar(x=x, y=[r["events_released"] + r["messages_released"] for r in flow],
+                   name="events / messages released", marker={"color": RED}),
+        ]
+    # Four legend entries wrap to several lines on a phone: anchor the legend's top below
+    # the date ticks and leave it room, so it never covers them.
+    return _figure(data, _layout("Stuck leases recovered", "rows", barmode="stack",
+                                 legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
+                                 margin={"l": 44, "r": 12, "t": 36, "b": 90}, height=310))
+
+
+def webhook_chart(flow: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every stored delivery against the new unique events among them: the gap is provider
+    redeliveries that deduplication absorbed."""
+    x = _x(flow)
     return _figure(
         [
-            go.Bar(x=x, y=[r["lease_takeover"] for r in series], name="lease takeovers", marker={"color": VIOLET}),
-            go.Bar(x=x, y=[r["released"] for r in series], name="released by operator", marker={"color": MUTED}),
+            go.Scatter(x=x, y=[r["deliveries"] for r in flow], name="deliveries", mode="lines",
+                       line={"color": INK, "width": 2}),
+            go.Scatter(x=x, y=[r["events"] for r in flow], name="unique events", mode="lines",
+                       line={"color": GREEN, "width": 2}, fill="tozeroy"),
         ],
-        _layout("Stuck leases recovered", "receipts", barmode="stack"),
+        _layout("Webhook deliveries vs unique events", "per bucket"),
+    )
+
+
+def outbox_chart(flow: list[dict[str, Any]]) -> dict[str, Any]:
+    """Messages enqueued against messages sent (and died) per bucket: when enqueued stays
+    above sent, the backlog grows. The backlog itself is a tile (it is known only now)."""
+    x = _x(flow)
+    return _figure(
+        [
+            go.Bar(x=x, y=[r["enqueued"] for r in flow], name="enqueued", marker={"color": BLUE}),
+            go.Bar(x=x, y=[r["sent"] for r in flow], name="sent", marker={"color": GREEN}),
+            go.Bar(x=x, y=[r["died"] for r in flow], name="died", marker={"color": RED}),
+        ],
+        _layout("Outbox: enqueued vs sent", "messages", barmode="group"),
     )
 
 

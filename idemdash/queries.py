@@ -13,11 +13,13 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.utils import timezone
 
-from receipts.models import Attempt, Receipt
+from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 
 Outcome = Attempt.Outcome
 
@@ -73,8 +75,43 @@ RECEIPT_FIELDS: dict[str, str] = {
 }
 
 
+WEBHOOK_FIELDS: dict[str, str] = {
+    "deliveries": "Webhook deliveries that passed verification and were stored in the window, "
+    "first deliveries and provider retries alike (WebhookDelivery rows received in the window).",
+    "events": "Unique events first received in the window (first deliveries: a redelivery of an "
+    "event first seen earlier is not counted).",
+    "duplicates": "Redeliveries of an event already stored: deliveries - events.",
+    "duplicate_rate": "duplicates / deliveries; 0 when there were no deliveries. A fraction "
+    "between 0 and 1, rounded to 4 decimals.",
+    "payload_mismatches": "Redeliveries in the window whose JSON differed from the stored payload "
+    "(the first payload is kept).",
+    "rejected": "Deliveries refused with 400 in the window (failed verification; RejectedDelivery rows).",
+    "dead": "Events now dead (out of attempts) that died in the window (finished_at in the "
+    "window): what a bulk reprocess of that window would touch.",
+    "stuck": "Events processing past their lease right now (independent of the window); the "
+    "sweeper returns them to retry within a minute.",
+}
+
+OUTBOX_FIELDS: dict[str, str] = {
+    "enqueued": "Outbox messages created in the window.",
+    "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log, "
+    "which outlives purged messages).",
+    "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
+    "independent of the window.",
+    "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
+    "the window: what a bulk requeue of that window would touch.",
+    "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
+    "was enqueued, right now, as a whole number; 0 when nothing waits.",
+    "stuck": "Messages in flight past their lease right now (independent of the window); the "
+    "next drain claims them again.",
+}
+
 # block -> field -> definition, for every block of `overview_stats`.
-FIELD_DOCS: dict[str, dict[str, str]] = {"receipts": RECEIPT_FIELDS}
+FIELD_DOCS: dict[str, dict[str, str]] = {
+    "receipts": RECEIPT_FIELDS,
+    "webhooks": WEBHOOK_FIELDS,
+    "outbox": OUTBOX_FIELDS,
+}
 
 
 def window_start(window: Window, now: datetime) -> datetime:
@@ -132,12 +169,79 @@ def stuck_receipts(now: datetime | None = None):
     ).order_by("lease_expires_at", "id")
 
 
+def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    start = window_start(window, now)
+    deliveries = WebhookDelivery.objects.filter(received_at__gt=start, received_at__lte=now).aggregate(
+        deliveries=Count("id"),
+        events=Count("id", filter=Q(duplicate=False)),
+        payload_mismatches=Count("id", filter=Q(duplicate=True, payload_matches=False)),
+    )
+    events = WebhookEvent.objects.aggregate(
+        dead=Count("id", filter=Q(status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now)),
+        stuck=Count("id", filter=Q(status=WebhookEvent.Status.PROCESSING, lease_expires_at__lt=now)),
+    )
+    duplicates = deliveries["deliveries"] - deliveries["events"]
+    return {
+        "deliveries": deliveries["deliveries"],
+        "events": deliveries["events"],
+        "duplicates": duplicates,
+        "duplicate_rate": round(duplicates / deliveries["deliveries"], 4) if deliveries["deliveries"] else 0.0,
+        "payload_mismatches": deliveries["payload_mismatches"],
+        "rejected": RejectedDelivery.objects.filter(received_at__gt=start, received_at__lte=now).count(),
+        "dead": events["dead"],
+        "stuck": events["stuck"],
+    }
+
+
+def stuck_events(now: datetime | None = None):
+    now = now or timezone.now()
+    return WebhookEvent.objects.filter(
+        status=WebhookEvent.Status.PROCESSING, lease_expires_at__lt=now
+    ).order_by("lease_expires_at", "id")
+
+
+def stuck_messages(now: datetime | None = None):
+    now = now or timezone.now()
+    return OutboxMessage.objects.filter(
+        status=OutboxMessage.Status.IN_FLIGHT, lease_expires_at__lt=now
+    ).order_by("lease_expires_at", "id")
+
+
+def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
+    now = now or timezone.now()
+    start = window_start(window, now)
+    Status = OutboxMessage.Status
+    waiting = Q(status__in=[Status.PENDING, Status.RETRY])
+    messages = OutboxMessage.objects.aggregate(
+        enqueued=Count("id", filter=Q(created_at__gt=start, created_at__lte=now)),
+        pending=Count("id", filter=waiting),
+        oldest=Min("created_at", filter=waiting),
+        dead=Count("id", filter=Q(status=Status.DEAD, updated_at__gt=start, updated_at__lte=now)),
+        stuck=Count("id", filter=Q(status=Status.IN_FLIGHT, lease_expires_at__lt=now)),
+    )
+    sent = OutboxAttempt.objects.filter(
+        outcome=OutboxAttempt.Outcome.SENT, created_at__gt=start, created_at__lte=now
+    ).count()
+    oldest = messages["oldest"]
+    return {
+        "enqueued": messages["enqueued"],
+        "sent": sent,
+        "pending": messages["pending"],
+        "dead": messages["dead"],
+        "oldest_pending_age_seconds": max(0, int((now - oldest).total_seconds())) if oldest else 0,
+        "stuck": messages["stuck"],
+    }
+
+
 def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     """The whole stats document. Add a block by adding its function here."""
     now = now or timezone.now()
     return {
         "window": window.name,
         "receipts": receipt_stats(window, now),
+        "webhooks": webhook_stats(window, now),
+        "outbox": outbox_stats(window, now),
     }
 
 
@@ -189,3 +293,77 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
         b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
         b["duplicates"] = b[Outcome.REPLAYED] + b[Outcome.IN_PROGRESS] + b[Outcome.MISMATCH]
     return series
+
+
+def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[datetime, dict[str, Any]]:
+    start = window_start(window, now)
+    buckets: dict[datetime, dict[str, Any]] = {}
+    moment = _floor(start, window.bucket)
+    while moment <= now:
+        buckets[moment] = {"start": moment, **{n: 0 for n in names}}
+        moment += window.bucket
+    return buckets
+
+
+def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, name_of: Any) -> None:
+    """Add grouped (t, group, n) rows into the window's buckets; `name_of(group)` names the
+    series a group counts towards (None: not charted)."""
+    for t, group, n in rows:
+        name = name_of(group)
+        bucket = buckets.get(_floor(t, window.bucket))
+        if name is not None and bucket is not None:
+            bucket[name] += n
+
+
+def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
+    return (
+        qs.annotate(t=window.trunc(field, tzinfo=dt_timezone.utc))
+        .values_list("t", group)
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+# Operator releases of stuck webhook events and outbox messages, as the audit log names them.
+STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox.release": "messages_released"}
+
+
+def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Webhook and outbox activity per bucket, every bucket present, oldest first:
+
+    - `deliveries` / `events`: stored webhook deliveries, and the first deliveries among them
+      (new unique events);
+    - `enqueued` / `sent` / `died`: outbox messages created, attempts that sent one, attempts
+      that left one dead;
+    - `stale`: outbox attempts whose drainer had lost its lease by the time it finished (a
+      stuck message another drainer took over);
+    - `events_released` / `messages_released`: stuck rows released by an operator.
+
+    One grouped query per table, folded into the buckets here as in `receipt_series`.
+    """
+    now = now or timezone.now()
+    start = window_start(window, now)
+    names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
+    buckets = _empty_buckets(window, now, names)
+
+    def span(field: str) -> dict[str, datetime]:
+        return {f"{field}__gt": start, f"{field}__lte": now}
+
+    deliveries = _grouped(WebhookDelivery.objects.filter(**span("received_at")), window, "received_at", "duplicate")
+    for t, duplicate, n in deliveries:
+        bucket = buckets.get(_floor(t, window.bucket))
+        if bucket is not None:
+            bucket["deliveries"] += n
+            if not duplicate:
+                bucket["events"] += n
+    enqueued = _grouped(OutboxMessage.objects.filter(**span("created_at")), window, "created_at", "action")
+    _fold(buckets, window, enqueued, lambda action: "enqueued")
+    outcomes = {OutboxAttempt.Outcome.SENT: "sent", OutboxAttempt.Outcome.DEAD: "died", OutboxAttempt.Outcome.STALE: "stale"}
+    attempts = _grouped(OutboxAttempt.objects.filter(**span("created_at")), window, "created_at", "outcome")
+    _fold(buckets, window, attempts, outcomes.get)
+    releases = _grouped(
+        AuditEntry.objects.filter(action__in=list(STUCK_RELEASE_ACTIONS), **span("created_at")),
+        window, "created_at", "action",
+    )
+    _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
+    return list(buckets.values())

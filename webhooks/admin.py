@@ -103,7 +103,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
     search_fields = ["dedupe_key", "provider_event_id", "event_type"]
     date_hierarchy = "received_at"
     inlines = [DeliveryInline]
-    actions = ["reprocess_events"]
+    actions = ["reprocess_events", "release_stuck_events"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
         return [f.name for f in self.model._meta.fields]
@@ -122,11 +122,40 @@ class WebhookEventAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
         self.message_user(request, f"{done} event(s) queued for reprocessing.")
 
+    @admin.action(description="Release stuck (processing past its lease)")
+    def release_stuck_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        done = 0
+        for event in queryset:
+            try:
+                processing.release_stuck(event, actor=request.user.get_username(), user=request.user)
+                done += 1
+            except processing.NotStuck as exc:
+                self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
+        self.message_user(request, f"{done} stuck event(s) released.")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Read-only: every delivery, first or redelivery, as the receiver stored it."""
+
+    list_display = ["received_at", "event", "duplicate", "payload_matches"]
+    list_filter = ["duplicate", "payload_matches", "event__provider"]
+    search_fields = ["event__provider_event_id", "event__dedupe_key"]
+    date_hierarchy = "received_at"
+    list_select_related = ["event"]
+    fields = ["event", "received_at", "duplicate", "payload_matches"]  # never the secret, even masked
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
 
 @admin.register(RejectedDelivery)
 class RejectedDeliveryAdmin(admin.ModelAdmin):
     list_display = ["received_at", "provider", "endpoint", "cause", "body_size", "remote_addr"]
     list_filter = ["cause", "provider"]
+    search_fields = ["detail", "remote_addr"]
+    date_hierarchy = "received_at"
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
         return [f.name for f in self.model._meta.fields]

@@ -149,28 +149,33 @@ class SweepResult:
         return asdict(self)
 
 
+LEASE_LOST = "lease expired: the worker died or exceeded its timeout"
+
+
+def _recovery(now: datetime, *, out_of_attempts: bool, error: str = LEASE_LOST) -> dict[str, Any]:
+    """The changes that take a stuck event (processing past its lease) back: to retry, due
+    now, or dead when it has used its attempts. Shared by the sweeper and the operator."""
+    changes: dict[str, Any] = {
+        "lease_expires_at": None,
+        "claim_token": None,
+        "stuck_recoveries": F("stuck_recoveries") + 1,
+        "last_error": error,
+    }
+    if out_of_attempts:
+        return {**changes, "status": Status.DEAD, "finished_at": now}
+    return {**changes, "status": Status.RETRY, "next_attempt_at": now, "enqueued_at": None}
+
+
 def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     """Repair what a lost worker or a lost message left behind. Safe to run concurrently."""
     now = now or timezone.now()
     result = SweepResult()
     stuck = WebhookEvent.objects.filter(status=Status.PROCESSING, lease_expires_at__lt=now)
-    lost = "lease expired: the worker died or exceeded its timeout"
     result.stuck_dead = stuck.filter(attempts__gte=settings.WEBHOOKS_MAX_ATTEMPTS).update(
-        status=Status.DEAD,
-        finished_at=now,
-        lease_expires_at=None,
-        claim_token=None,
-        stuck_recoveries=F("stuck_recoveries") + 1,
-        last_error=lost,
+        **_recovery(now, out_of_attempts=True)
     )
     result.stuck_recovered = stuck.filter(attempts__lt=settings.WEBHOOKS_MAX_ATTEMPTS).update(
-        status=Status.RETRY,
-        next_attempt_at=now,
-        enqueued_at=None,
-        lease_expires_at=None,
-        claim_token=None,
-        stuck_recoveries=F("stuck_recoveries") + 1,
-        last_error=lost,
+        **_recovery(now, out_of_attempts=False)
     )
     # A delivery stored as held just as its endpoint was resumed is released here.
     result.released_held = WebhookEvent.objects.filter(status=Status.HELD, endpoint__paused=False).update(
@@ -218,3 +223,60 @@ def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str 
         enqueue_on_commit(event.pk)
     event.refresh_from_db()
     return event
+
+
+class NotStuck(Exception):
+    pass
+
+
+def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = "") -> WebhookEvent:
+    """What the sweeper does for one stuck event, now, by an operator, recorded in the audit
+    log: back to retry (due now), or dead when out of attempts.
+
+    Guarded by the claim token the operator saw and by the lease having run out, so a
+    worker that is still inside its lease, or that re-claimed the event meanwhile, is never
+    cut off. The worker that lost the event can no longer complete it (its token is gone).
+    """
+    now = timezone.now()
+    if event.status != Status.PROCESSING or not event.lease_expires_at or event.lease_expires_at >= now:
+        raise NotStuck("Only an event processing past its lease can be released.")
+    out_of_attempts = event.attempts >= settings.WEBHOOKS_MAX_ATTEMPTS
+    with transaction.atomic():
+        updated = WebhookEvent.objects.filter(
+            pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token, lease_expires_at__lt=now
+        ).update(**_recovery(now, out_of_attempts=out_of_attempts, error="released by an operator: " + LEASE_LOST))
+        if updated != 1:
+            raise NotStuck("The event changed before it could be released; reload it.")
+        after = Status.DEAD if out_of_attempts else Status.RETRY
+        audit(actor, "webhook_event.release", event, Status.PROCESSING, after, reason, user=user)
+        if not out_of_attempts:
+            WebhookEvent.objects.filter(pk=event.pk, status=Status.RETRY).update(enqueued_at=now)
+            enqueue_on_commit(event.pk)
+    event.refresh_from_db()
+    return event
+
+
+@dataclass
+class BulkResult:
+    done: int = 0
+    skipped: int = 0  # changed by someone else between the preview and the action
+
+
+# A bulk action runs inside one web request; past this many rows, run it again.
+BULK_LIMIT = 5000
+
+
+def reprocess_many(
+    events: Any, *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
+) -> BulkResult:
+    """Reprocess every dead event in `events` (a queryset), each through `reprocess`: one
+    compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
+    result = BulkResult()
+    for event in events.filter(status=Status.DEAD).order_by("id")[:limit].iterator(chunk_size=500):
+        try:
+            reprocess(event, actor=actor, user=user, reason=reason)
+        except NotReprocessable:
+            result.skipped += 1
+        else:
+            result.done += 1
+    return result

@@ -8,6 +8,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from receipts.models import Attempt, Receipt
+from receipts.outbox.models import OutboxMessage
+from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 
 # "Which keys got 409s / 422s?": receipts with at least one such attempt.
 CONFLICTS = {"409": Attempt.Outcome.IN_PROGRESS, "422": Attempt.Outcome.MISMATCH}
@@ -83,7 +85,7 @@ class ReceiptFilter(forms.Form):
         return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "conflict", "since", "until"))
 
 
-def keyset_page(qs: QuerySet[Receipt], field: str, descending: bool, after: str | None) -> tuple[list[Receipt], str | None]:
+def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -> tuple[list, str | None]:
     """One page ordered by (field, id), continuing after the cursor: no OFFSET, so page
     10 000 costs what page 1 costs."""
     if after:
@@ -97,3 +99,106 @@ def keyset_page(qs: QuerySet[Receipt], field: str, descending: bool, after: str 
         last = rows[-1]
         return rows, encode_cursor(getattr(last, field), last.pk)
     return rows, None
+
+
+# --- webhooks and outbox ----------------------------------------------------------------------
+
+
+class _TimeFiltered(forms.Form):
+    since = forms.DateTimeField(required=False, label="From")
+    until = forms.DateTimeField(required=False, label="Until")
+
+    time_field = "created_at"
+    names: tuple[str, ...] = ()
+
+    def _time(self, qs: QuerySet) -> QuerySet:
+        if self.cleaned_data.get("since"):
+            qs = qs.filter(**{f"{self.time_field}__gte": self.cleaned_data["since"]})
+        if self.cleaned_data.get("until"):
+            qs = qs.filter(**{f"{self.time_field}__lte": self.cleaned_data["until"]})
+        return qs
+
+    def is_filtered(self) -> bool:
+        return any(self.cleaned_data.get(n) for n in (*self.names, "since", "until"))
+
+
+def _provider_choices() -> list[tuple[str, str]]:
+    return [("", "Any provider"), *WebhookEndpoint.Provider.choices]
+
+
+class EventFilter(_TimeFiltered):
+    """Webhook events: by endpoint, provider, type, status and first-delivery time."""
+
+    endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
+    provider = forms.ChoiceField(required=False, choices=_provider_choices)
+    type = forms.CharField(required=False, max_length=255, label="Event type")
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *WebhookEvent.Status.choices])
+    q = forms.CharField(required=False, max_length=255, label="Event id starts with")
+
+    time_field = "received_at"
+    names = ("endpoint", "provider", "type", "status", "q")
+
+    def events(self) -> QuerySet[WebhookEvent]:
+        data = self.cleaned_data
+        qs = WebhookEvent.objects.select_related("endpoint")
+        if data.get("endpoint"):
+            qs = qs.filter(endpoint__slug=data["endpoint"])
+        if data.get("provider"):
+            qs = qs.filter(provider=data["provider"])
+        if data.get("type"):
+            qs = qs.filter(event_type=data["type"])
+        if data.get("status"):
+            qs = qs.filter(status=data["status"])
+        if data.get("q"):
+            qs = qs.filter(Q(provider_event_id__startswith=data["q"]) | Q(dedupe_key__startswith=data["q"]))
+        return self._time(qs)
+
+
+class RejectedFilter(_TimeFiltered):
+    endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
+    provider = forms.ChoiceField(required=False, choices=_provider_choices)
+    cause = forms.ChoiceField(required=False, choices=[("", "Any cause"), *RejectedDelivery.Cause.choices])
+
+    time_field = "received_at"
+    names = ("endpoint", "provider", "cause")
+
+    def rejections(self) -> QuerySet[RejectedDelivery]:
+        data = self.cleaned_data
+        qs = RejectedDelivery.objects.select_related("endpoint")
+        if data.get("endpoint"):
+            qs = qs.filter(endpoint__slug=data["endpoint"])
+        for name in ("provider", "cause"):
+            if data.get(name):
+                qs = qs.filter(**{name: data[name]})
+        return self._time(qs)
+
+
+# "waiting" is the backlog tile's filter: everything the drain has yet to send.
+WAITING = "waiting"
+
+
+class OutboxFilter(_TimeFiltered):
+    action = forms.CharField(required=False, max_length=100)
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any status"), (WAITING, "Waiting (pending or retry)"), *OutboxMessage.Status.choices],
+    )
+    q = forms.CharField(required=False, max_length=255, label="Key starts with")
+    scope = forms.CharField(required=False, max_length=255)
+
+    names = ("action", "status", "q", "scope")
+
+    def messages(self) -> QuerySet[OutboxMessage]:
+        data = self.cleaned_data
+        qs = OutboxMessage.objects.all()
+        if data.get("action"):
+            qs = qs.filter(action=data["action"])
+        if data.get("status") == WAITING:
+            qs = qs.filter(status__in=[OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY])
+        elif data.get("status"):
+            qs = qs.filter(status=data["status"])
+        if data.get("q"):
+            qs = qs.filter(key__startswith=data["q"])
+        if data.get("scope"):
+            qs = qs.filter(scope=data["scope"])
+        return self._time(qs)

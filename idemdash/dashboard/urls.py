@@ -1,6 +1,6 @@
 from django.urls import path
 
-from idemdash.dashboard import alert_views, views
+from idemdash.dashboard import alert_views, views, views_flow
 
 app_name = "dashboard"
 urlpatterns = [
@@ -11,6 +11,18 @@ urlpatterns = [
     path("receipts/<int:pk>/retry/", views.receipt_action, {"action": "retry"}, name="receipt_retry"),
     path("receipts/<int:pk>/release/", views.receipt_action, {"action": "release"}, name="receipt_release"),
     path("stuck/", views.stuck, name="stuck"),
+    path("events/", views_flow.events, name="events"),
+    path("events/bulk-reprocess/", views_flow.bulk, {"kind": "events"}, name="events_bulk"),
+    path("events/<int:pk>/", views_flow.event_detail, name="event"),
+    path("events/<int:pk>/reprocess/", views_flow.event_action, {"action": "reprocess"}, name="event_reprocess"),
+    path("events/<int:pk>/release/", views_flow.event_action, {"action": "release"}, name="event_release"),
+    path("rejected/", views_flow.rejected, name="rejected"),
+    path("outbox/", views_flow.outbox, name="outbox"),
+    path("outbox/bulk-requeue/", views_flow.bulk, {"kind": "outbox"}, name="outbox_bulk"),
+    path("outbox/<int:pk>/", views_flow.message_detail, name="message"),
+    path("outbox/<int:pk>/retry/", views_flow.message_action, {"action": "retry"}, name="message_retry"),
+    path("outbox/<int:pk>/requeue/", views_flow.message_action, {"action": "requeue"}, name="message_requeue"),
+    path("outbox/<int:pk>/release/", views_flow.message_action, {"action": "release"}, name="message_release"),
     path("audit/", views.audit_log, name="audit"),
     path("api/v1/stats", views.api_stats, name="api_stats"),
     path("metrics", views.metrics, name="metrics"),

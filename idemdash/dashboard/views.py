@@ -38,6 +38,7 @@ def _partial_or_page(request: HttpRequest, page: str, partial: str, context: dic
 def _overview_context(window: queries.Window) -> dict[str, Any]:
     now = timezone.now()
     series = queries.receipt_series(window, now)
+    flow = queries.flow_series(window, now)
     return {
         "window": window,
         "windows": list(queries.WINDOWS),
@@ -47,7 +48,9 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-traffic", charts.traffic_chart(series)),
             ("chart-duplicates", charts.duplicate_rate_chart(series)),
             ("chart-conflicts", charts.conflicts_chart(series)),
-            ("chart-stuck", charts.stuck_chart(series)),
+            ("chart-stuck", charts.stuck_chart(series, flow)),
+            ("chart-webhooks", charts.webhook_chart(flow)),
+            ("chart-outbox", charts.outbox_chart(flow)),
         ],
         "with_charts": True,
         "alert_panel": alerts.overview_alerts(window, now),
@@ -237,8 +240,13 @@ def bulk_retry(request: HttpRequest) -> HttpResponse:
 def stuck(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     rows = list(queries.stuck_receipts(now)[:500])
-    return render(request, "dashboard/stuck.html", {"receipts": rows, "now": now,
-                                                    "total": queries.stuck_receipts(now).count()})
+    events = list(queries.stuck_events(now).select_related("endpoint")[:500])
+    outbox = list(queries.stuck_messages(now)[:500])
+    return render(request, "dashboard/stuck.html", {
+        "receipts": rows, "now": now, "total": queries.stuck_receipts(now).count(),
+        "events": events, "events_total": queries.stuck_events(now).count(),
+        "messages_stuck": outbox, "messages_total": queries.stuck_messages(now).count(),
+    })
 
 
 @require_GET

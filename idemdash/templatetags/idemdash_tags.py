@@ -12,3 +12,21 @@ def percent(fraction: float | None) -> str:
         return "–"
     text = f"{fraction * 100:.2f}".rstrip("0").rstrip(".")
     return f"{text}%"
+
+
+@register.filter
+def duration(seconds: int | None) -> str:
+    """3725 -> '1 h 2 min': an age as people read it (the JSON keeps the seconds)."""
+    if not seconds:
+        return "–"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, _ = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"

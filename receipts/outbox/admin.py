@@ -37,10 +37,11 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
 class OutboxMessageAdmin(admin.ModelAdmin):
     list_display = ("key", "scope", "action", "status", "attempts", "next_attempt_at", "sent_at")
     list_filter = ("status", "action")
-    search_fields = ("key",)
+    search_fields = ("key", "scope")
+    date_hierarchy = "created_at"
     ordering = ("-created_at",)
     inlines = [OutboxAttemptInline]
-    actions = ["retry_now", "requeue_dead"]
+    actions = ["retry_now", "requeue_dead", "release_stuck"]
     # Everything is read-only: a message changes only through the drain and the audited
     # repairs below.
     readonly_fields = [f.name for f in OutboxMessage._meta.fields]
@@ -55,3 +56,22 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     @admin.action(description="Requeue dead", permissions=["change"])
     def requeue_dead(self, request: HttpRequest, queryset: QuerySet) -> None:
         _repair(self, request, queryset, store.requeue_dead, "Requeued")
+
+    @admin.action(description="Release stuck (in flight past its lease)", permissions=["change"])
+    def release_stuck(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.release_stuck, "Released")
+
+
+@admin.register(OutboxAttempt)
+class OutboxAttemptAdmin(admin.ModelAdmin):
+    """Read-only: the attempt log, which outlives the messages retention deletes."""
+
+    list_display = ("created_at", "key", "action", "number", "outcome", "status_code", "duration_ms", "drainer")
+    list_filter = ("outcome", "action")
+    search_fields = ("key", "drainer")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    readonly_fields = [f.name for f in OutboxAttempt._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

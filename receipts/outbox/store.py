@@ -311,6 +311,7 @@ def _repair(
     actor: str,
     user: Any,
     reason: str,
+    guard: Q | None = None,
     **changes: Any,
 ) -> OutboxMessage:
     now = timezone.now()
@@ -321,7 +322,7 @@ def _repair(
         # Guarded by the status and claim token we looked at: if a drainer claimed the
         # message meanwhile, the repair is refused rather than racing the drainer.
         updated = OutboxMessage.objects.filter(
-            pk=message.pk, status=status_before, claim_token=message.claim_token
+            guard or Q(), pk=message.pk, status=status_before, claim_token=message.claim_token
         ).update(next_attempt_at=now, updated_at=now, **changes)
         if updated != 1:
             raise InvalidTransition(f"outbox message {message.key!r} changed; look again")
@@ -354,3 +355,51 @@ def requeue_dead(message: OutboxMessage, *, actor: str, user: Any = None, reason
         status=Status.PENDING,
         attempts=0,
     )
+
+
+def release_stuck(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+    """Hand back an in-flight message whose drainer's lease ran out, due now, without
+    waiting for the next drain to notice. The claim counts as an attempt (the drainer may
+    have performed it: the key lets the receiver absorb a second send). Refused while the
+    lease is live, so a drainer still inside it is never cut off; a drainer that outlived
+    it can no longer record its result once the next claim bumps the token."""
+    now = timezone.now()
+    if message.lease_expires_at is None or message.lease_expires_at >= now:
+        raise InvalidTransition(f"outbox message {message.key!r} is not past its lease")
+    return _repair(
+        message,
+        allowed=(Status.IN_FLIGHT,),
+        action="outbox.release",
+        actor=actor,
+        user=user,
+        reason=reason,
+        guard=Q(lease_expires_at__lt=now),
+        status=Status.RETRY,
+        lease_expires_at=None,
+    )
+
+
+@dataclass
+class BulkResult:
+    done: int = 0
+    skipped: int = 0  # changed by someone else between the preview and the action
+
+
+# A bulk action runs inside one web request; past this many rows, run it again.
+BULK_LIMIT = 5000
+
+
+def requeue_dead_many(
+    messages: QuerySet[OutboxMessage], *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
+) -> BulkResult:
+    """Requeue every dead message in `messages`, each through `requeue_dead`: one
+    compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
+    result = BulkResult()
+    for message in messages.filter(status=Status.DEAD).order_by("id")[:limit].iterator(chunk_size=500):
+        try:
+            requeue_dead(message, actor=actor, user=user, reason=reason)
+        except InvalidTransition:
+            result.skipped += 1
+        else:
+            result.done += 1
+    return result

@@ -49,21 +49,38 @@ def _at(moment, fn, *args, **kwargs):
 def known_traffic(now) -> None:
     """Claim traffic with known figures, placed relative to `now` (see EXPECTED_STATS).
 
-    Driven through receipts.store (claim/complete/fail), the functions the HTTP decorator
-    and the JSON API both call, so every Attempt row is the one production writes.
+    Driven through the real JSON API (POST /api/v1/receipts/claim|complete|fail with a
+    bearer token of the client `shop`, whose scope is SCOPE), at known instants.
     """
+    import json
+    from types import SimpleNamespace
+
+    from django.test import Client
+
+    from receipts.auth import create_token
+
     m, h, d = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
     s = timedelta(seconds=1)
     op = "email.send"
+    api = Client()
+    auth = {"Authorization": f"Bearer {create_token(SCOPE.removeprefix('client:'))[1]}"}
+
+    def call(at, endpoint, body, expect):
+        with time_machine.travel(at, tick=False):
+            response = api.post(f"/api/v1/receipts/{endpoint}", data=json.dumps(body),
+                                content_type="application/json", headers=auth)
+        assert response.status_code in expect, (endpoint, body, response.status_code, response.content)
+        return response
 
     def claim(at, key, request=None):
-        return _at(at, store.claim, SCOPE, key, op, request if request is not None else {"k": key})
+        body = {"key": key, "operation": op, "request": request if request is not None else {"k": key}}
+        return SimpleNamespace(token=call(at, "claim", body, (200, 201, 409, 422)).json().get("token"))
 
     def complete(at, key, token):
-        _at(at, store.complete, SCOPE, key, token, response_status=200, body="{}")
+        call(at, "complete", {"key": key, "token": token, "response": {}}, (200,))
 
     def fail(at, key, token):
-        _at(at, store.fail, SCOPE, key, token, error="boom")
+        call(at, "fail", {"key": key, "token": token, "error": "boom"}, (200,))
 
     # --- the last hour ----------------------------------------------------------------
     c = claim(now - 50 * m, "a1"); complete(now - 50 * m + s, "a1", c.token)
@@ -103,3 +120,62 @@ EXPECTED_STATS = {
     "30d": {"requests": 20, "claimed": 12, "replayed": 4, "in_progress_conflicts": 2,
             "mismatch_conflicts": 2, "duplicate_rate": 0.4, "failed": 2, "stuck": 1},
 }
+
+
+# --- webhook events and outbox messages, through the real store functions --------------------
+
+def webhook_event(event_id: str, status: str = "received", *, slug: str = "stripe", provider: str = "stripe",
+                  event_type: str = "invoice.paid", payload: Any = None, minutes_ago: int = 0):
+    """An event stored by webhooks.receive.store_delivery, then moved to `status` by the
+    worker's own functions (dead: a failed last attempt; processing past its lease: a claim
+    `minutes_ago` that never settled)."""
+    from django.conf import settings
+
+    from webhooks import processing
+    from webhooks.models import WebhookEndpoint, WebhookEvent
+    from webhooks.receive import store_delivery
+    from webhooks.verify import VerifiedDelivery
+
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": provider})
+    moment = timezone.now() - timedelta(minutes=minutes_ago)
+    verified = VerifiedDelivery(0, payload if payload is not None else {"id": event_id, "type": event_type},
+                                event_id, event_type, event_id, "")
+    with time_machine.travel(moment, tick=False):
+        event = store_delivery(endpoint, verified).event
+        if status in ("processing", "dead", "retry", "completed"):
+            event = processing.claim_event(event.pk)
+        if status == "dead":
+            WebhookEvent.objects.filter(pk=event.pk).update(attempts=settings.WEBHOOKS_MAX_ATTEMPTS)
+            event.refresh_from_db()
+            processing.fail_event(event, "Traceback (most recent call last):\n  ...\nRuntimeError: ledger down")
+        elif status == "retry":
+            processing.fail_event(event, "RuntimeError: try again")
+        elif status == "completed":
+            processing.complete_event(event)
+    return WebhookEvent.objects.get(pk=event.pk)
+
+
+def outbox_message(key: str, status: str = "pending", *, action: str = "email.send", minutes_ago: int = 0,
+                   payload: Any = None):
+    """A message enqueued through receipts.outbox.store and moved to `status` by the drain's
+    own functions (in_flight: claimed `minutes_ago` by a drainer that never came back)."""
+    from receipts.outbox import store as outbox_store
+    from receipts.outbox.models import OutboxMessage
+
+    if payload is None:
+        payload = {"to": "ops@example.com", "subject": key, "body": "hi"} if action == "email.send" else {
+            "url": "http://127.0.0.1:9/hook", "json": {"key": key}, "headers": {"Authorization": "Bearer s3cret-token"}}
+    with time_machine.travel(timezone.now() - timedelta(minutes=minutes_ago), tick=False):
+        message = outbox_store.enqueue(action, payload, key).message
+        if status != "pending":
+            # The drain claims every due message, stuck ones included: build several
+            # newest first, so that each claim finds only its own message due.
+            (message,) = outbox_store.claim_batch("test-drainer", batch_size=100)
+            assert message.key == key, "another message was due: build stuck messages newest first"
+        if status == "dead":
+            outbox_store.mark_failed(message, "HTTP 400: bad request", permanent=True, status_code=400, drainer="test-drainer")
+        elif status == "retry":
+            outbox_store.mark_failed(message, "HTTP 503", status_code=503, drainer="test-drainer")
+        elif status == "sent":
+            outbox_store.mark_sent(message, status_code=200, duration_ms=12, drainer="test-drainer")
+    return OutboxMessage.objects.get(pk=message.pk)

@@ -31,3 +31,17 @@ def test_it_pages_backwards_by_id(viewer_client, operator, monkeypatch):
 
 def test_an_empty_log_says_what_will_appear(viewer_client):
     assert "No operator actions yet" in viewer_client.get("/audit/").content.decode()
+
+
+def test_webhook_event_and_outbox_message_entries_link_to_their_pages(viewer_client):
+    from receipts.outbox import store as outbox_store
+    from tests.dashboard.build import outbox_message, webhook_event
+    from webhooks import processing
+
+    event = webhook_event("evt_1", "dead")
+    processing.reprocess(event, actor="otto")
+    message = outbox_message("m1", "dead")
+    outbox_store.requeue_dead(message, actor="otto")
+    html = viewer_client.get("/audit/").content.decode()
+    assert f'<a href="/events/{event.pk}/">webhook event {event.pk}</a>' in html
+    assert f'<a href="/outbox/{message.pk}/">outbox message {message.pk}</a>' in html

@@ -14,7 +14,8 @@ from django.contrib.auth.models import Group
 from django.db import connections
 
 from receipts.models import Receipt
-from tests.dashboard.build import completed, failed, mismatched, stuck
+from webhooks.models import WebhookEvent
+from tests.dashboard.build import completed, failed, mismatched, outbox_message, stuck, webhook_event
 
 # Playwright's sync API runs an event loop in this thread; Django then refuses ORM calls
 # from it unless told that this is deliberate (documented pytest-django workaround).
@@ -160,3 +161,86 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     phone.screenshot(path=SHOTS / "phone-overview.png", full_page=True)
     phone.goto(live_server.url + "/receipts/")
     phone.screenshot(path=SHOTS / "phone-receipts.png", full_page=True)
+
+
+@pytest.fixture
+def flow():
+    """Webhook events and outbox messages in every state the pages show."""
+    from webhooks.receive import record_rejection
+    from webhooks.models import WebhookEndpoint
+
+    for i in range(4):
+        webhook_event(f"evt_paid_{i}", "completed", minutes_ago=50 - i * 10)
+    webhook_event("evt_stuck", "processing", event_type="checkout.session.completed", minutes_ago=7)
+    dead = webhook_event("evt_ledger_down", "dead", event_type="invoice.payment_failed", minutes_ago=20,
+                         payload={"id": "evt_ledger_down", "type": "invoice.payment_failed",
+                                  "data": {"object": {"id": "in_1", "amount_due": 4200, "currency": "eur"}}})
+    record_rejection(WebhookEndpoint.objects.get(slug="stripe"), "stripe", "no_matching_signature",
+                     "No signature matched any active secret.", b'{"id": "evt_forged", "type": "charge.succeeded"}')
+    outbox_message("mail-1", "sent", minutes_ago=30)
+    outbox_message("crm-sync-7", "dead", action="http.post", minutes_ago=25)
+    outbox_message("mail-2", "retry", action="http.post", minutes_ago=15)
+    outbox_message("mail-3", "pending", minutes_ago=5)
+    return {"dead": dead}
+
+
+def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outbox_charts(
+    flow, operator_page, live_server, browser
+):
+    page = operator_page
+    dead = flow["dead"]
+
+    # Overview: six rendered charts, the webhook and outbox ones among them.
+    page.goto(live_server.url + "/")
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6")
+    for chart in ("chart-webhooks", "chart-outbox", "chart-stuck"):
+        assert page.locator(f"#{chart} .main-svg").count() >= 1, chart
+    assert page.inner_text('[data-figure="webhooks.dead"] .tile-value') == "1"
+    assert page.inner_text('[data-figure="outbox.pending"] .tile-value') == "2"
+    page.screenshot(path=SHOTS / "overview-flow.png", full_page=True)
+
+    # Webhook events: filter to dead by htmx, the URL follows.
+    page.goto(live_server.url + "/events/")
+    page.screenshot(path=SHOTS / "events.png", full_page=True)
+    page.evaluate("window.__stayed = true")
+    page.select_option("select[name=status]", "dead")
+    page.wait_for_url("**/events/?*status=dead*")
+    page.wait_for_function("document.querySelectorAll('#event-table td.key').length === 1")
+    assert page.evaluate("window.__stayed") is True
+
+    # Open the dead event, Reprocess, confirm: the status changes in place.
+    page.click("text=evt_ledger_down")
+    page.wait_for_url(f"**/events/{dead.pk}/")
+    assert page.get_attribute("[data-status]", "data-status") == "dead"
+    assert "RuntimeError: ledger down" in page.inner_text('[data-role="traceback"]')
+    page.screenshot(path=SHOTS / "event-dead.png", full_page=True)
+    page.evaluate("window.__stayed = true")
+    page.click("text=Reprocess…")
+    page.wait_for_selector(".confirm")
+    page.fill(".confirm input[name=reason]", "ledger is back")
+    page.screenshot(path=SHOTS / "event-reprocess-confirm.png", full_page=True)
+    page.click("text=Confirm reprocess")
+    page.wait_for_selector('[data-status="received"]')
+    assert "Reprocess: event evt_ledger_down is now received" in page.inner_text("#webhookevent-summary")
+    assert page.evaluate("window.__stayed") is True
+    page.screenshot(path=SHOTS / "event-reprocessed.png", full_page=True)
+    assert read_in_place(lambda: WebhookEvent.objects.get(pk=dead.pk).status) == "received"
+
+    for path, name in [("/rejected/", "rejected"), ("/outbox/", "outbox"), ("/stuck/", "stuck-all")]:
+        page.goto(live_server.url + path)
+        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    page.goto(live_server.url + "/outbox/?status=dead")
+    page.click("text=crm-sync-7")
+    page.wait_for_selector("#outboxmessage-summary")
+    page.screenshot(path=SHOTS / "message-dead.png", full_page=True)
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.context.add_cookies(page.context.cookies())
+    phone.goto(live_server.url + "/")
+    phone.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6")
+    phone.screenshot(path=SHOTS / "phone-overview-flow.png", full_page=True)
+    phone.locator("#chart-stuck").screenshot(path=SHOTS / "phone-chart-stuck.png")
+    for path, name in [("/events/", "phone-events"), (f"/events/{dead.pk}/", "phone-event"), ("/outbox/", "phone-outbox"),
+                       ("/stuck/", "phone-stuck")]:
+        phone.goto(live_server.url + path)
+        phone.screenshot(path=SHOTS / f"{name}.png", full_page=True)

@@ -15,7 +15,7 @@ def test_the_overview_shows_tiles_charts_and_loads_plotly_once(viewer_client):
     html = response.content.decode()
     assert response.status_code == 200
     assert html.count("/static/vendor/plotly.min.js") == 1
-    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 4
+    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 6
     assert 'data-figure="receipts.requests"' in html
     assert 'hx-trigger="every 15s"' in html
 
@@ -43,3 +43,9 @@ def test_an_unknown_window_falls_back_to_24h_and_says_so(viewer_client):
 def test_an_empty_log_tells_the_operator_where_receipts_come_from(viewer_client):
     html = viewer_client.get("/").content.decode()
     assert "No claim requests in the last 24h" in html and "Idempotency-Key" in html
+
+
+def test_an_empty_overview_says_how_to_get_webhook_and_outbox_figures(viewer_client):
+    html = viewer_client.get("/").content.decode()
+    assert "No webhook deliveries and no outbox messages in the last 24h" in html
+    assert "No claim requests in the last 24h" in html

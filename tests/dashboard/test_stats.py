@@ -1,6 +1,8 @@
-"""Ground truth: known traffic (tests.dashboard.build.known_traffic, driven through
-receipts.store) must give exactly the hand-counted figures on /api/v1/stats, on the
-overview tiles and on /metrics."""
+"""Ground truth: known traffic must give exactly the hand-counted figures on
+/api/v1/stats, on the overview tiles and on /metrics. Receipts traffic is
+tests.dashboard.build.known_traffic (through receipts.store); webhook and outbox traffic is
+tests.dashboard.flow_traffic.known_flow_traffic (through POST /webhooks/<slug>/,
+POST /api/v1/outbox, the worker's process_event and the drain)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import time_machine
 
 from receipts.auth import create_token
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
+from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
+from tests.receipts.outbox.receiver import running_receiver
+from webhooks import handlers
 
 pytestmark = pytest.mark.django_db
 
@@ -21,32 +26,54 @@ WINDOWS = ["1h", "24h", "7d", "30d"]
 
 
 @pytest.fixture
-def traffic():
+def traffic(settings):
+    settings.WEBHOOKS_MAX_ATTEMPTS = 1  # a failing handler's event dies on its first attempt
+    settings.OUTBOX_BACKOFF_BASE_SECONDS = settings.OUTBOX_BACKOFF_CAP_SECONDS = 10**7  # a retry waits for months
+    settings.STRIPE_WEBHOOK_SECRET = ""
     known_traffic(NOW)
+    try:
+        with running_receiver(outbox_receiver_policy) as receiver:
+            known_flow_traffic(NOW, receiver.url)
+    finally:
+        handlers.unregister("stripe", FAILING_TYPE)
     with time_machine.travel(NOW, tick=False):
         yield
+
+
+def expected_document(window: str) -> dict:
+    return {"window": window, "receipts": EXPECTED_STATS[window], **EXPECTED_FLOW[window]}
 
 
 @pytest.mark.parametrize("window", WINDOWS)
 def test_the_json_figures_equal_the_known_traffic(traffic, viewer_client, window):
     response = viewer_client.get(f"/api/v1/stats?window={window}")
     assert response.status_code == 200
-    assert response.json() == {"window": window, "receipts": EXPECTED_STATS[window]}
+    assert response.json() == expected_document(window)
 
 
 def tiles(html: str) -> dict[str, str]:
-    found = re.findall(r'data-figure="receipts\.(\w+)".*?class="tile-value"(?: data-value="([^"]*)")?>([^<]*)<', html, re.S)
-    return {name: (raw or text) for name, raw, text in found}
+    """Every figure the overview shows, by `block.field`: a tile's value (its raw
+    data-value when the text is formatted), or an inline figure in a tile's note."""
+    found = re.findall(r'class="tile[^"]*" data-figure="(\w+\.\w+)"[^>]*>.*?class="tile-value"(?: data-value="([^"]*)")?>([^<]*)<', html, re.S)
+    shown = {name: (raw or text) for name, raw, text in found}
+    inline = re.findall(r'<span data-figure="(\w+\.\w+)">([^<]*)</span>', html)
+    assert not set(shown) & {name for name, _ in inline}
+    return {**shown, **dict(inline)}
 
 
 @pytest.mark.parametrize("window", WINDOWS)
 def test_the_overview_tiles_show_the_same_figures(traffic, viewer_client, window):
     html = html_lib.unescape(viewer_client.get(f"/?window={window}").content.decode())
-    expected = EXPECTED_STATS[window]
+    document = expected_document(window)
     shown = tiles(html)
-    assert set(shown) == {"requests", "duplicate_rate", "in_progress_conflicts", "mismatch_conflicts", "failed", "stuck"}
+    receipts_shown = {"requests", "duplicate_rate", "in_progress_conflicts", "mismatch_conflicts", "failed", "stuck"}
+    assert set(shown) == {f"receipts.{n}" for n in receipts_shown} | {
+        f"{block}.{field}" for block in ("webhooks", "outbox") for field in document[block]
+    }
     for name, value in shown.items():
-        assert float(value) == expected[name], name
+        block, field = name.split(".")
+        assert float(value) == document[block][field], name
+    expected = EXPECTED_STATS[window]
     assert f"{expected['claimed']} ran · {expected['replayed']} replayed" in html
     pct = f"{expected['duplicate_rate'] * 100:.2f}".rstrip("0").rstrip(".") + "%"
     assert f">{pct}<" in html
@@ -58,8 +85,9 @@ def test_metrics_has_every_figure_of_every_window(traffic, viewer_client):
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     samples = dict(re.findall(r'^(idemdash_\w+\{window="\w+"\}) (\S+)$', response.content.decode(), re.M))
     expected = {
-        f'idemdash_receipts_{field}{{window="{w}"}}': value
-        for w in WINDOWS for field, value in EXPECTED_STATS[w].items()
+        f'idemdash_{block}_{field}{{window="{w}"}}': value
+        for w in WINDOWS for block, fields in expected_document(w).items() if block != "window"
+        for field, value in fields.items()
     }
     assert {k: float(v) for k, v in samples.items()} == expected
     assert "# HELP idemdash_receipts_duplicate_rate " in response.content.decode()
@@ -69,7 +97,7 @@ def test_metrics_has_every_figure_of_every_window(traffic, viewer_client):
 def test_an_api_token_may_read_the_json_and_the_metrics(traffic, client):
     _, token = create_token("grafana")
     auth = {"Authorization": f"Bearer {token}"}
-    assert client.get("/api/v1/stats?window=1h", headers=auth).json()["receipts"] == EXPECTED_STATS["1h"]
+    assert client.get("/api/v1/stats?window=1h", headers=auth).json() == expected_document("1h")
     assert client.get("/metrics", headers=auth).status_code == 200
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tests.dashboard.build import completed, stuck
+from tests.dashboard.build import completed, outbox_message, stuck, webhook_event
 
 pytestmark = pytest.mark.django_db
 
@@ -23,5 +23,19 @@ def test_operators_get_a_release_link_that_returns_here(operator_client, viewer_
     assert "Release…" not in viewer_client.get("/stuck/").content.decode()
 
 
-def test_nothing_stuck_says_so(viewer_client):
-    assert "Nothing is stuck" in viewer_client.get("/stuck/").content.decode()
+def test_nothing_stuck_says_so_for_each_store(viewer_client):
+    html = viewer_client.get("/stuck/").content.decode()
+    assert "No receipt is stuck" in html and "No event is stuck" in html and "No outbox message is stuck" in html
+
+
+def test_it_lists_stuck_events_and_messages_oldest_first_with_release(operator_client):
+    webhook_event("evt_new", "processing", minutes_ago=5)
+    webhook_event("evt_old", "processing", minutes_ago=50)
+    webhook_event("evt_live", "processing")
+    outbox_message("m-live", "in_flight")  # newest first: see the builder
+    outbox_message("m-new", "in_flight", minutes_ago=4)
+    old = outbox_message("m-old", "in_flight", minutes_ago=40)
+    html = operator_client.get("/stuck/").content.decode()
+    assert re.findall(r'href="/events/\d+/">([^<]+)<', html) == ["evt_old", "evt_new"]
+    assert re.findall(r'href="/outbox/\d+/">([^<]+)<', html) == ["m-old", "m-new"]
+    assert f'href="/outbox/{old.pk}/release/?next=/stuck/"' in html

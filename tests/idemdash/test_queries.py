@@ -21,10 +21,14 @@ def test_receipt_stats_match_known_traffic_in_every_window(name):
     assert queries.receipt_stats(queries.WINDOWS[name], NOW) == EXPECTED_STATS[name]
 
 
-def test_the_overview_document_has_the_window_and_the_receipts_block():
+def test_the_overview_document_has_the_window_and_every_block():
     known_traffic(NOW)
     doc = queries.overview_stats(queries.WINDOWS["24h"], NOW)
-    assert doc == {"window": "24h", "receipts": EXPECTED_STATS["24h"]}
+    assert set(doc) == {"window", "receipts", "webhooks", "outbox"}
+    assert (doc["window"], doc["receipts"]) == ("24h", EXPECTED_STATS["24h"])
+    # No webhook or outbox traffic: every figure is there, and zero.
+    for block in ("webhooks", "outbox"):
+        assert doc[block] == {field: 0 for field in queries.FIELD_DOCS[block]}
 
 
 def test_an_empty_log_has_zero_figures_and_no_division_by_zero():

@@ -1,0 +1,78 @@
+"""One shape for every operator action on one row (reprocess an event, retry or requeue an
+outbox message, release a stuck row): GET shows the confirmation, POST calls the domain
+function, which writes the audit entry, and the page's summary is swapped in place under
+htmx or the browser is sent back without it.
+
+The receipt actions keep their own view (views.receipt_action); this serves the webhook and
+outbox rows, whose domain functions share the signature fn(obj, *, actor, user, reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+
+
+@dataclass(frozen=True)
+class ObjectAction:
+    name: str  # URL name suffix and form field, e.g. "reprocess"
+    verb: str
+    explain: str
+    applies_to: tuple[str, ...]  # statuses the button is offered for
+    run: Callable[..., Any]  # domain function: run(obj, actor=, user=, reason=)
+    refused: tuple[type[Exception], ...]  # what the domain function raises when it does not apply
+    danger: bool = False
+    warning: str = ""
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return fallback
+
+
+def run_object_action(
+    request: HttpRequest,
+    obj: Any,
+    spec: ObjectAction,
+    *,
+    label: str,
+    url_name: str,
+    detail_url: str,
+    summary: Callable[[Any], tuple[str, dict[str, Any]]],
+) -> HttpResponse:
+    """`summary(obj)` gives the summary partial and its context, rendered after an htmx POST
+    (the new status appears in place) and used as the confirmation's page around it."""
+    action_url = reverse(url_name, args=[obj.pk])
+    context = {
+        "obj": obj, "label": label, "spec": spec, "action_url": action_url, "detail_url": detail_url,
+        "next": safe_next(request, ""), "inline": bool(request.htmx), "now": timezone.now(),
+        "target": f"#{obj._meta.model_name}-summary",
+    }
+    if request.method == "GET":
+        template = "dashboard/partials/object_confirm.html" if request.htmx else "dashboard/object_confirm.html"
+        return render(request, template, context)
+
+    status = 200
+    reason = request.POST.get("reason", "").strip()[:500] or f"{spec.name} from the dashboard"
+    try:
+        spec.run(obj, actor=request.user.get_username(), user=request.user, reason=reason)
+    except spec.refused as exc:
+        messages.error(request, f"Not done: {exc} Reload to see its current state.")
+        status = 409
+    else:
+        obj.refresh_from_db()
+        messages.success(request, f"{spec.verb}: {label} is now {obj.status}.")
+    if request.htmx:
+        obj.refresh_from_db()
+        template, summary_context = summary(obj)
+        return render(request, template, summary_context, status=status)
+    return redirect(safe_next(request, detail_url))

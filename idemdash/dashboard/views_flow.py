@@ -1,0 +1,306 @@
+"""Dashboard pages for webhook events, rejected deliveries and the outbox: thin function
+views over the forms' querysets; every action goes through the domain functions in
+webhooks.processing and receipts.outbox.store, which write the audit log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from idemdash.access import OPERATE, operator_required, viewer_required
+from idemdash.dashboard.actions import ObjectAction, run_object_action
+from idemdash.dashboard.forms import BadCursor, EventFilter, OutboxFilter, RejectedFilter, keyset_page
+from receipts.models import AuditEntry
+from receipts.outbox import store as outbox_store
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from webhooks import processing
+from webhooks.models import WebhookEndpoint, WebhookEvent
+
+EventStatus = WebhookEvent.Status
+MessageStatus = OutboxMessage.Status
+
+
+def _partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    template = partial if request.htmx and not request.htmx.boosted else page
+    return render(request, template, context, status=status)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _list(request: HttpRequest, form: Any, rows_of: str, time_field: str, page: str, partial: str,
+          extra: dict[str, Any] | None = None) -> HttpResponse:
+    """A filtered list with keyset pages, newest first; the page and its htmx partial."""
+    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None, **(extra or {})}
+    status = 200
+    if form.is_valid():
+        try:
+            context["rows"], context["next_cursor"] = keyset_page(
+                getattr(form, rows_of)(), time_field, True, request.GET.get("after")
+            )
+        except BadCursor as exc:
+            context["error"] = str(exc)
+            status = 400
+        context["filtered"] = form.is_filtered()
+        context["paged"] = bool(request.GET.get("after"))
+        query = request.GET.copy()
+        query.pop("after", None)
+        context["query"] = query.urlencode()
+        context["status_filter"] = form.cleaned_data.get("status")
+    else:
+        status = 400
+    return _partial_or_page(request, page, partial, context, status)
+
+
+def _audit_of(obj: Any) -> Any:
+    return AuditEntry.objects.filter(object_type=obj._meta.label_lower, object_id=str(obj.pk)).order_by("-id")[:20]
+
+
+# --- webhook events -----------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def events(request: HttpRequest) -> HttpResponse:
+    return _list(request, EventFilter(request.GET), "events", "received_at", "dashboard/events.html",
+                 "dashboard/partials/event_table.html",
+                 {"endpoints": WebhookEndpoint.objects.order_by("slug").values_list("slug", flat=True)})
+
+
+DELIVERY_LIMIT = 300
+
+
+def _event_summary(event: WebhookEvent) -> tuple[str, dict[str, Any]]:
+    now = timezone.now()
+    return "dashboard/partials/event_summary.html", {
+        "event": event,
+        "now": now,
+        "stuck": event.status == EventStatus.PROCESSING and event.lease_expires_at and event.lease_expires_at < now,
+        "reprocessable": event.status not in (EventStatus.PROCESSING, EventStatus.HELD),
+    }
+
+
+@require_GET
+@viewer_required
+def event_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    event = get_object_or_404(WebhookEvent.objects.select_related("endpoint"), pk=pk)
+    deliveries = list(event.deliveries.order_by("-received_at", "-id")[:DELIVERY_LIMIT])[::-1]
+    _, context = _event_summary(event)
+    return render(request, "dashboard/event_detail.html", {
+        **context,
+        "deliveries": deliveries,
+        "delivery_total": event.deliveries.count() if len(deliveries) == DELIVERY_LIMIT else len(deliveries),
+        "payload_pretty": _pretty(event.payload),
+        "audit": _audit_of(event),
+    })
+
+
+EVENT_ACTIONS = {
+    "reprocess": ObjectAction(
+        name="reprocess",
+        verb="Reprocess",
+        explain="The event goes back to received with a fresh attempt budget and is handed to a worker "
+                "now. Its handler runs again, so it must be idempotent on the provider's object id.",
+        applies_to=(EventStatus.RECEIVED, EventStatus.RETRY, EventStatus.COMPLETED, EventStatus.IGNORED, EventStatus.DEAD),
+        run=processing.reprocess,
+        refused=(processing.NotReprocessable,),
+    ),
+    "release": ObjectAction(
+        name="release",
+        verb="Release",
+        explain="Its worker's lease has run out: the event goes back to retry and is handed to a worker "
+                "now (or dead, if it has used every attempt). The worker that held it can no longer "
+                "complete it.",
+        applies_to=(EventStatus.PROCESSING,),
+        run=processing.release_stuck,
+        refused=(processing.NotStuck,),
+        danger=True,
+    ),
+}
+
+
+def _event_label(event: WebhookEvent) -> str:
+    return f"event {event.provider_event_id or event.dedupe_key}"
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def event_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    event = get_object_or_404(WebhookEvent.objects.select_related("endpoint"), pk=pk)
+    return run_object_action(
+        request, event, EVENT_ACTIONS[action], label=_event_label(event),
+        url_name=f"dashboard:event_{action}", detail_url=reverse("dashboard:event", args=[pk]),
+        summary=_event_summary,
+    )
+
+
+# --- rejected deliveries -----------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def rejected(request: HttpRequest) -> HttpResponse:
+    # The excerpt is at most 256 printable characters of the body, never a header: a
+    # signature or secret cannot reach this page.
+    return _list(request, RejectedFilter(request.GET), "rejections", "received_at", "dashboard/rejected.html",
+                 "dashboard/partials/rejected_table.html")
+
+
+# --- outbox -------------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def outbox(request: HttpRequest) -> HttpResponse:
+    return _list(request, OutboxFilter(request.GET), "messages", "created_at", "dashboard/outbox.html",
+                 "dashboard/partials/outbox_table.html",
+                 {"actions": OutboxMessage.objects.order_by("action").values_list("action", flat=True).distinct()})
+
+
+ATTEMPT_LIMIT = 300
+# Header names whose values are credentials: an http.post payload may carry them, and
+# they must not reach a page.
+SECRET_HEADER_WORDS = ("authorization", "token", "secret", "key", "cookie", "signature", "password")
+
+
+def _masked_payload(payload: Any) -> Any:
+    if isinstance(payload, dict) and isinstance(payload.get("headers"), dict):
+        headers = {
+            name: ("••••" if any(w in name.lower() for w in SECRET_HEADER_WORDS) else value)
+            for name, value in payload["headers"].items()
+        }
+        return {**payload, "headers": headers}
+    return payload
+
+
+def _message_summary(message: OutboxMessage) -> tuple[str, dict[str, Any]]:
+    now = timezone.now()
+    return "dashboard/partials/outboxmessage_summary.html", {
+        "message": message,
+        "now": now,
+        "stuck": message.status == MessageStatus.IN_FLIGHT and message.lease_expires_at and message.lease_expires_at < now,
+    }
+
+
+@require_GET
+@viewer_required
+def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    message = get_object_or_404(OutboxMessage, pk=pk)
+    attempts = OutboxAttempt.objects.filter(message=message)
+    log = list(attempts.order_by("-created_at", "-id")[:ATTEMPT_LIMIT])[::-1]
+    _, context = _message_summary(message)
+    return render(request, "dashboard/message_detail.html", {
+        **context,
+        "attempts": log,
+        "attempt_total": attempts.count() if len(log) == ATTEMPT_LIMIT else len(log),
+        "payload_pretty": _pretty(_masked_payload(message.payload)),
+        "audit": _audit_of(message),
+    })
+
+
+MESSAGE_ACTIONS = {
+    "retry": ObjectAction(
+        name="retry",
+        verb="Retry now",
+        explain="The message is due now instead of at its backoff time: the next drain (within a minute) sends it.",
+        applies_to=(MessageStatus.PENDING, MessageStatus.RETRY),
+        run=outbox_store.retry_now,
+        refused=(outbox_store.InvalidTransition,),
+    ),
+    "requeue": ObjectAction(
+        name="requeue",
+        verb="Requeue",
+        explain="The dead message gets a fresh set of attempts and is due now. Its key goes downstream "
+                "unchanged, so a receiver that honours Idempotency-Key absorbs a repeat.",
+        applies_to=(MessageStatus.DEAD,),
+        run=outbox_store.requeue_dead,
+        refused=(outbox_store.InvalidTransition,),
+    ),
+    "release": ObjectAction(
+        name="release",
+        verb="Release",
+        explain="Its drainer's lease has run out: the message goes back to retry, due now. The drainer "
+                "may have sent it already; the key lets the receiver absorb the repeat.",
+        applies_to=(MessageStatus.IN_FLIGHT,),
+        run=outbox_store.release_stuck,
+        refused=(outbox_store.InvalidTransition,),
+        danger=True,
+    ),
+}
+
+
+@require_http_methods(["GET", "POST"])
+@operator_required
+def message_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    message = get_object_or_404(OutboxMessage, pk=pk)
+    return run_object_action(
+        request, message, MESSAGE_ACTIONS[action], label=f"message {message.key}",
+        url_name=f"dashboard:message_{action}", detail_url=reverse("dashboard:message", args=[pk]),
+        summary=_message_summary,
+    )
+
+
+# --- bulk: dead events and dead messages ---------------------------------------------------------
+
+
+BULK = {
+    "events": {
+        "form": EventFilter, "rows": "events", "status": EventStatus.DEAD, "noun": "dead event",
+        "verb": "Reprocess", "done": "Reprocessed", "list": "dashboard:events", "url": "dashboard:events_bulk",
+        "run": processing.reprocess_many, "limit": processing.BULK_LIMIT,
+        "explain": "Each is reprocessed with a fresh attempt budget and written to the audit log.",
+    },
+    "outbox": {
+        "form": OutboxFilter, "rows": "messages", "status": MessageStatus.DEAD, "noun": "dead message",
+        "verb": "Requeue", "done": "Requeued", "list": "dashboard:outbox", "url": "dashboard:outbox_bulk",
+        "run": outbox_store.requeue_dead_many, "limit": outbox_store.BULK_LIMIT,
+        "explain": "Each gets a fresh set of attempts, due now, and is written to the audit log.",
+    },
+}
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def bulk(request: HttpRequest, kind: str) -> HttpResponse:
+    """GET previews how many dead rows the filter matches; POST (operators) acts on them."""
+    spec = BULK[kind]
+    params = request.POST if request.method == "POST" else request.GET
+    form = spec["form"](params)
+    context: dict[str, Any] = {"form": form, "spec": spec}
+    if not form.is_valid():
+        return render(request, "dashboard/bulk_flow.html", context, status=400)
+    targets = getattr(form, spec["rows"])().filter(status=spec["status"])
+    query = params.copy()
+    for name in ("csrfmiddlewaretoken", "reason", "expected", "after"):
+        query.pop(name, None)
+    query["status"] = spec["status"]
+    back = f"{reverse(spec['list'])}?{query.urlencode()}"
+    if request.method == "POST":
+        if not request.user.has_perm(OPERATE):
+            raise PermissionDenied("Only operators may act.")
+        result = spec["run"](
+            targets, actor=request.user.get_username(), user=request.user,
+            reason=request.POST.get("reason", "").strip()[:500] or f"bulk {spec['verb'].lower()} from the dashboard",
+        )
+        text = f"{spec['done']} {result.done} {spec['noun']}(s)"
+        if result.skipped:
+            text += f"; {result.skipped} changed in the meantime and were left alone"
+        messages.success(request, text + ".")
+        return redirect(back)
+    context.update({
+        "count": targets.count(),
+        "limit": spec["limit"],
+        "hidden": list(query.items()),
+        "back": back,
+        "action_url": reverse(spec["url"]),
+    })
+    return render(request, "dashboard/bulk_flow.html", context)

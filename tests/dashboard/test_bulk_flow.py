@@ -1,0 +1,78 @@
+"""Bulk reprocess of dead webhook events and bulk requeue of dead outbox messages."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from receipts.models import AuditEntry
+from receipts.outbox.models import OutboxMessage
+from tests.dashboard.build import outbox_message, webhook_event
+from webhooks.models import WebhookEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def dead_rows():
+    webhook_event("evt_1", "dead", event_type="charge.failed")
+    webhook_event("evt_2", "dead", event_type="charge.failed")
+    webhook_event("evt_3", "dead", event_type="invoice.paid")
+    webhook_event("evt_4", "completed", event_type="charge.failed")
+    outbox_message("m1", "dead", action="http.post")
+    outbox_message("m2", "dead", action="email.send")
+    outbox_message("m3", "sent", action="http.post")
+
+
+def test_the_event_preview_counts_the_dead_events_the_filter_matches(operator_client, dead_rows):
+    html = operator_client.get("/events/bulk-reprocess/?type=charge.failed").content.decode()
+    assert 'data-count="2"' in html and "Reprocess 2 dead events" in html
+    assert not AuditEntry.objects.exists()
+
+
+def test_confirming_reprocesses_exactly_the_previewed_events(operator_client, dead_rows):
+    response = operator_client.post("/events/bulk-reprocess/", {"type": "charge.failed", "status": "dead"})
+    assert response.status_code == 302 and "type=charge.failed" in response["Location"]
+    statuses = dict(WebhookEvent.objects.values_list("provider_event_id", "status"))
+    assert statuses == {"evt_1": "received", "evt_2": "received", "evt_3": "dead", "evt_4": "completed"}
+    assert AuditEntry.objects.filter(action="webhook_event.reprocess", actor="otto").count() == 2
+    assert "Reprocessed 2 dead event(s)." in operator_client.get(response["Location"]).content.decode()
+
+
+def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_client, dead_rows):
+    assert 'data-count="1"' in operator_client.get("/outbox/bulk-requeue/?action=http.post").content.decode()
+    operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"})
+    statuses = dict(OutboxMessage.objects.values_list("key", "status"))
+    assert statuses == {"m1": "pending", "m2": "dead", "m3": "sent"}
+    assert AuditEntry.objects.filter(action="outbox.requeue_dead").count() == 1
+
+
+def test_nothing_to_do_says_so(operator_client, dead_rows):
+    assert "Nothing to reprocess" in operator_client.get("/events/bulk-reprocess/?type=nothing").content.decode()
+    assert "Nothing to requeue" in operator_client.get("/outbox/bulk-requeue/?action=crm.sync").content.decode()
+
+
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+def test_a_viewer_sees_the_preview_but_a_post_is_403(viewer_client, dead_rows, url):
+    html = viewer_client.get(url).content.decode()
+    assert "data-count=" in html and "Only operators" in html
+    assert viewer_client.post(url, {}).status_code == 403
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+def test_it_needs_the_csrf_token(operator, dead_rows, url):
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(operator)
+    assert c.post(url, {}).status_code == 403
+    assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+def test_anonymous_is_sent_to_log_in(client, url):
+    assert client.post(url, {})["Location"].startswith("/accounts/login/")
+
+
+def test_a_bad_filter_is_a_400(operator_client):
+    assert operator_client.get("/events/bulk-reprocess/?since=yesterday").status_code == 400
+    assert operator_client.get("/outbox/bulk-requeue/?since=yesterday").status_code == 400

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.dashboard.build import webhook_event
+
+pytestmark = pytest.mark.django_db
+
+
+def shown(html: str) -> list[str]:
+    return re.findall(r'<td class="key"><a href="/events/\d+/">([^<]+)<', html)
+
+
+@pytest.fixture
+def events():
+    webhook_event("evt_paid", "completed", event_type="invoice.paid", minutes_ago=30)
+    webhook_event("evt_dead", "dead", event_type="charge.failed", minutes_ago=20)
+    webhook_event("evt_shop", "received", slug="shop", provider="shopify", event_type="orders/create", minutes_ago=10)
+
+
+def test_it_lists_events_newest_first(viewer_client, events):
+    assert shown(viewer_client.get("/events/").content.decode()) == ["evt_shop", "evt_dead", "evt_paid"]
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("endpoint=shop", ["evt_shop"]),
+    ("provider=stripe", ["evt_dead", "evt_paid"]),
+    ("type=charge.failed", ["evt_dead"]),
+    ("status=completed", ["evt_paid"]),
+    ("q=evt_d", ["evt_dead"]),
+])
+def test_each_filter_narrows_the_list(viewer_client, events, query, expected):
+    assert shown(viewer_client.get(f"/events/?{query}").content.decode()) == expected
+
+
+def test_a_time_filter_narrows_the_list(viewer_client, events):
+    from django.utils import timezone
+    from datetime import timedelta
+
+    since = (timezone.now() - timedelta(minutes=15)).strftime("%Y-%m-%dT%H:%M")
+    assert shown(viewer_client.get(f"/events/?since={since}").content.decode()) == ["evt_shop"]
+
+
+def test_htmx_gets_the_table_alone_with_links_that_work_without_javascript(viewer_client, events):
+    html = viewer_client.get("/events/?status=dead", headers={"HX-Request": "true"}).content.decode()
+    assert html.lstrip().startswith('<div id="event-table"') and "<html" not in html
+    assert re.search(r'<a href="/events/\d+/">evt_dead</a>', html)
+
+
+def test_pages_continue_from_a_cursor(viewer_client, events, settings, monkeypatch):
+    from idemdash.dashboard import forms
+
+    monkeypatch.setattr(forms, "PAGE_SIZE", 2)
+    first = viewer_client.get("/events/").content.decode()
+    assert shown(first) == ["evt_shop", "evt_dead"]
+    cursor = re.search(r'href="/events/\?after=([^"]+)"', first).group(1)
+    assert shown(viewer_client.get(f"/events/?after={cursor}").content.decode()) == ["evt_paid"]
+    assert viewer_client.get("/events/?after=garbage").status_code == 400
+
+
+def test_a_bad_filter_is_a_400(viewer_client):
+    assert viewer_client.get("/events/?status=exploded").status_code == 400
+
+
+def test_operators_are_offered_bulk_reprocess_on_dead_events(operator_client, viewer_client, events):
+    assert "/events/bulk-reprocess/?status=dead" in operator_client.get("/events/?status=dead").content.decode()
+    assert "Bulk reprocess" not in viewer_client.get("/events/?status=dead").content.decode()
+
+
+def test_no_events_says_how_to_get_some(viewer_client):
+    html = viewer_client.get("/events/").content.decode()
+    assert "No webhook events yet" in html and "stripe listen" in html
+
+
+def test_no_match_says_how_to_widen(viewer_client, events):
+    assert "No events match these filters" in viewer_client.get("/events/?type=nothing").content.decode()
+
+
+def test_it_needs_a_login_and_the_view_permission(client, outsider_client):
+    assert client.get("/events/")["Location"].startswith("/accounts/login/")
+    assert outsider_client.get("/events/").status_code == 403

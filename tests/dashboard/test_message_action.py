@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from receipts.models import AuditEntry
+from receipts.outbox.models import OutboxMessage
+from tests.dashboard.build import outbox_message
+
+pytestmark = pytest.mark.django_db
+
+
+def test_requeue_asks_for_confirmation_before_acting(operator_client):
+    m = outbox_message("m1", "dead")
+    assert "Confirm requeue" in operator_client.get(f"/outbox/{m.pk}/requeue/").content.decode()
+    assert OutboxMessage.objects.get(pk=m.pk).status == "dead"
+
+
+def test_requeueing_a_dead_message_is_audited(operator_client, operator):
+    m = outbox_message("m1", "dead")
+    response = operator_client.post(f"/outbox/{m.pk}/requeue/", {"reason": "receiver fixed"})
+    assert response.status_code == 302 and response["Location"] == f"/outbox/{m.pk}/"
+    m.refresh_from_db()
+    assert (m.status, m.attempts) == ("pending", 0)
+    entry = AuditEntry.objects.get()
+    assert (entry.actor, entry.user, entry.action) == ("otto", operator, "outbox.requeue_dead")
+    assert (entry.status_before, entry.status_after, entry.detail) == ("dead", "pending", "receiver fixed")
+
+
+def test_retry_now_makes_a_waiting_message_due_in_place(operator_client):
+    m = outbox_message("m1", "retry", action="http.post")
+    assert m.next_attempt_at > timezone.now()
+    html = operator_client.post(f"/outbox/{m.pk}/retry/", headers={"HX-Request": "true"}).content.decode()
+    assert html.lstrip().startswith('<section id="outboxmessage-summary"') and "is now retry" in html
+    assert OutboxMessage.objects.get(pk=m.pk).next_attempt_at <= timezone.now()
+    assert AuditEntry.objects.get().action == "outbox.retry_now"
+
+
+def test_releasing_a_stuck_message_makes_it_due_and_is_audited(operator_client):
+    m = outbox_message("m1", "in_flight", minutes_ago=10)
+    operator_client.post(f"/outbox/{m.pk}/release/")
+    m.refresh_from_db()
+    assert (m.status, m.lease_expires_at) == ("retry", None) and m.next_attempt_at <= timezone.now()
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.status_before, entry.status_after) == ("outbox.release", "in_flight", "retry")
+
+
+def test_a_message_within_its_lease_is_not_released(operator_client):
+    m = outbox_message("m1", "in_flight")
+    assert operator_client.post(f"/outbox/{m.pk}/release/", headers={"HX-Request": "true"}).status_code == 409
+    assert OutboxMessage.objects.get(pk=m.pk).status == "in_flight" and not AuditEntry.objects.exists()
+
+
+def test_an_action_that_does_not_fit_the_status_is_409(operator_client):
+    m = outbox_message("m1", "sent")
+    response = operator_client.post(f"/outbox/{m.pk}/requeue/", headers={"HX-Request": "true"})
+    assert response.status_code == 409 and "Not done" in response.content.decode()
+
+
+@pytest.mark.parametrize("action", ["retry", "requeue", "release"])
+def test_a_viewer_gets_403_and_nothing_changes(viewer_client, action):
+    m = outbox_message("m1", "dead")
+    assert viewer_client.get(f"/outbox/{m.pk}/{action}/").status_code == 403
+    assert viewer_client.post(f"/outbox/{m.pk}/{action}/").status_code == 403
+    assert OutboxMessage.objects.get(pk=m.pk).status == "dead" and not AuditEntry.objects.exists()
+
+
+def test_anonymous_is_sent_to_log_in(client):
+    m = outbox_message("m1", "dead")
+    assert client.post(f"/outbox/{m.pk}/requeue/")["Location"].startswith("/accounts/login/")
+
+
+def test_it_needs_the_csrf_token(operator):
+    m = outbox_message("m1", "dead")
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(operator)
+    assert c.post(f"/outbox/{m.pk}/requeue/").status_code == 403
+    assert OutboxMessage.objects.get(pk=m.pk).status == "dead"

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.dashboard.build import outbox_message
+
+pytestmark = pytest.mark.django_db
+
+
+def shown(html: str) -> list[str]:
+    return re.findall(r'<td class="key"><a href="/outbox/\d+/">([^<]+)<', html)
+
+
+@pytest.fixture
+def messages():
+    outbox_message("m-sent", "sent", minutes_ago=40)
+    outbox_message("m-dead", "dead", action="http.post", minutes_ago=30)
+    outbox_message("m-retry", "retry", action="http.post", minutes_ago=20)
+    outbox_message("m-pending", "pending", minutes_ago=10)
+
+
+def test_it_lists_messages_newest_first(viewer_client, messages):
+    assert shown(viewer_client.get("/outbox/").content.decode()) == ["m-pending", "m-retry", "m-dead", "m-sent"]
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("action=http.post", ["m-retry", "m-dead"]),
+    ("status=dead", ["m-dead"]),
+    ("status=waiting", ["m-pending", "m-retry"]),
+    ("q=m-s", ["m-sent"]),
+    ("action=email.send&status=sent", ["m-sent"]),
+])
+def test_each_filter_narrows_the_list(viewer_client, messages, query, expected):
+    assert shown(viewer_client.get(f"/outbox/?{query}").content.decode()) == expected
+
+
+def test_htmx_gets_the_table_alone(viewer_client, messages):
+    html = viewer_client.get("/outbox/?status=dead", headers={"HX-Request": "true"}).content.decode()
+    assert html.lstrip().startswith('<div id="outbox-table"') and shown(html) == ["m-dead"]
+
+
+def test_a_bad_filter_is_a_400(viewer_client):
+    assert viewer_client.get("/outbox/?status=lost").status_code == 400
+    assert viewer_client.get("/outbox/?since=yesterday").status_code == 400
+
+
+def test_operators_are_offered_bulk_requeue_on_dead_messages(operator_client, viewer_client, messages):
+    assert "/outbox/bulk-requeue/?status=dead" in operator_client.get("/outbox/?status=dead").content.decode()
+    assert "Bulk requeue" not in viewer_client.get("/outbox/?status=dead").content.decode()
+
+
+def test_an_empty_outbox_says_how_messages_get_there(viewer_client):
+    html = viewer_client.get("/outbox/").content.decode()
+    assert "The outbox is empty" in html and "/api/v1/outbox" in html
+
+
+def test_it_needs_a_login_and_the_view_permission(client, outsider_client):
+    assert client.get("/outbox/")["Location"].startswith("/accounts/login/")
+    assert outsider_client.get("/outbox/").status_code == 403
