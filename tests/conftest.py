@@ -3,7 +3,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import Client
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,3 +36,48 @@ def _close_listener(django_db_setup, django_db_blocker):
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+# Users of the dashboard's two permission levels, and one in no group.
+def _member(django_user_model, username: str, group: str | None):
+    user = django_user_model.objects.create_user(username, password="pw-" + username)
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    return _member(django_user_model, "vera", "viewers")
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return _member(django_user_model, "otto", "operators")
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    """Logged in, but in no group."""
+    return _member(django_user_model, "nobody", None)
+
+
+@pytest.fixture
+def viewer_client(viewer) -> Client:
+    c = Client()
+    c.force_login(viewer)
+    return c
+
+
+@pytest.fixture
+def operator_client(operator) -> Client:
+    c = Client()
+    c.force_login(operator)
+    return c
+
+
+@pytest.fixture
+def outsider_client(outsider) -> Client:
+    c = Client()
+    c.force_login(outsider)
+    return c
