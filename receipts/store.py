@@ -22,7 +22,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from receipts import waiting
+from receipts import bulk, waiting
+from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.conf import Policy, policy_for, setting
 from receipts.fingerprint import fingerprint_json
 from receipts.models import Attempt, AuditEntry, Receipt
@@ -421,16 +422,6 @@ def audit(
     )
 
 
-@dataclass
-class BulkResult:
-    released: int = 0
-    skipped: int = 0  # changed by someone else between the preview and the release
-
-
-# A bulk retry runs inside one web request; past this many rows, run it again.
-BULK_LIMIT = 5000
-
-
 def release_many(
     receipts: Any, *, actor: str, reason: str = "", user: Any = None, limit: int = BULK_LIMIT
 ) -> BulkResult:
@@ -441,13 +432,7 @@ def release_many(
     the meantime is skipped rather than overwritten. Processing and completed rows in the
     queryset are left alone: a bulk retry is for failed keys only.
     """
-    result = BulkResult()
-    failed = receipts.filter(status=Status.FAILED).order_by("id")[:limit]
-    for receipt in failed.iterator(chunk_size=500):
-        try:
-            release(receipt, actor=actor, reason=reason, user=user)
-        except (StaleToken, NotReleasable):
-            result.skipped += 1
-        else:
-            result.released += 1
-    return result
+    failed = receipts.filter(status=Status.FAILED)
+    return bulk.each(
+        failed, lambda r: release(r, actor=actor, reason=reason, user=user), refused=(StaleToken, NotReleasable), limit=limit
+    )

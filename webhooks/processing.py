@@ -28,6 +28,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from receipts import bulk
+from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.store import audit
 from webhooks.handlers import handler_for
 from webhooks.models import WebhookEvent
@@ -256,27 +258,14 @@ def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: 
     return event
 
 
-@dataclass
-class BulkResult:
-    done: int = 0
-    skipped: int = 0  # changed by someone else between the preview and the action
-
-
-# A bulk action runs inside one web request; past this many rows, run it again.
-BULK_LIMIT = 5000
-
-
 def reprocess_many(
     events: Any, *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
 ) -> BulkResult:
     """Reprocess every dead event in `events` (a queryset), each through `reprocess`: one
     compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
-    result = BulkResult()
-    for event in events.filter(status=Status.DEAD).order_by("id")[:limit].iterator(chunk_size=500):
-        try:
-            reprocess(event, actor=actor, user=user, reason=reason)
-        except NotReprocessable:
-            result.skipped += 1
-        else:
-            result.done += 1
-    return result
+    return bulk.each(
+        events.filter(status=Status.DEAD),
+        lambda event: reprocess(event, actor=actor, user=user, reason=reason),
+        refused=(NotReprocessable,),
+        limit=limit,
+    )

@@ -216,7 +216,7 @@ def bulk_retry(request: HttpRequest) -> HttpResponse:
             targets, actor=request.user.get_username(), user=request.user,
             reason=request.POST.get("reason", "").strip()[:500] or "bulk retry from the dashboard",
         )
-        text = f"Bulk retry released {result.released} failed receipt(s)"
+        text = f"Bulk retry released {result.done} failed receipt(s)"
         if result.skipped:
             text += f"; {result.skipped} changed in the meantime and were left alone"
         messages.success(request, text + ".")

@@ -24,6 +24,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from receipts import bulk
+from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.fingerprint import fingerprint_json
 from receipts.outbox.actions import get_action
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
@@ -379,27 +381,14 @@ def release_stuck(message: OutboxMessage, *, actor: str, user: Any = None, reaso
     )
 
 
-@dataclass
-class BulkResult:
-    done: int = 0
-    skipped: int = 0  # changed by someone else between the preview and the action
-
-
-# A bulk action runs inside one web request; past this many rows, run it again.
-BULK_LIMIT = 5000
-
-
 def requeue_dead_many(
     messages: QuerySet[OutboxMessage], *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
 ) -> BulkResult:
     """Requeue every dead message in `messages`, each through `requeue_dead`: one
     compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
-    result = BulkResult()
-    for message in messages.filter(status=Status.DEAD).order_by("id")[:limit].iterator(chunk_size=500):
-        try:
-            requeue_dead(message, actor=actor, user=user, reason=reason)
-        except InvalidTransition:
-            result.skipped += 1
-        else:
-            result.done += 1
-    return result
+    return bulk.each(
+        messages.filter(status=Status.DEAD),
+        lambda message: requeue_dead(message, actor=actor, user=user, reason=reason),
+        refused=(InvalidTransition,),
+        limit=limit,
+    )

@@ -22,7 +22,7 @@ def test_it_releases_every_failed_receipt_with_an_audit_entry_each():
     for key in ("a", "b", "c"):
         failed(key, retryable=False)
     result = store.release_many(Receipt.objects.all(), actor="ops", reason="bulk")
-    assert (result.released, result.skipped) == (3, 0)
+    assert (result.done, result.skipped) == (3, 0)
     assert set(Receipt.objects.values_list("retryable", flat=True)) == {True}
     assert AuditEntry.objects.filter(action="receipt.release", actor="ops").count() == 3
     assert Attempt.objects.filter(outcome="released").count() == 3
@@ -34,7 +34,7 @@ def test_it_leaves_processing_and_completed_receipts_alone():
     done = store.claim(SCOPE, "d", "email.send", {})
     store.complete(SCOPE, "d", done.token, response_status=200)
     result = store.release_many(Receipt.objects.all(), actor="ops")
-    assert result.released == 1
+    assert result.done == 1
     assert dict(Receipt.objects.values_list("key", "status")) == {
         "f": "failed", "p": "processing", "d": "completed"
     }
@@ -52,12 +52,12 @@ def test_it_skips_a_receipt_that_changed_after_it_was_read(monkeypatch):
 
     monkeypatch.setattr(store, "release", caller_retries_first)
     result = store.release_many(Receipt.objects.all(), actor="ops")
-    assert (result.released, result.skipped) == (1, 1)
+    assert (result.done, result.skipped) == (1, 1)
     assert Receipt.objects.get(key="x").status == "processing"
 
 
 def test_it_stops_at_the_limit():
     for key in ("a", "b", "c"):
         failed(key, retryable=False)
-    assert store.release_many(Receipt.objects.all(), actor="ops", limit=2).released == 2
+    assert store.release_many(Receipt.objects.all(), actor="ops", limit=2).done == 2
     assert Receipt.objects.filter(retryable=False).count() == 1
