@@ -14,7 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from idemdash import alerts
 from idemdash.access import operator_required, viewer_required
 from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
-from idemdash.dashboard.views import _partial_or_page, _safe_next
+from idemdash.dashboard.actions import safe_next
+from idemdash.dashboard.views import _partial_or_page
 from idemdash.models import Alert, AlertRule
 
 PAGE_SIZE = 50
@@ -104,4 +105,4 @@ def alert_rule_evaluate(request: HttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"{rule.name} resolved: the figure is {value}.")
         else:
             messages.success(request, f"{rule.name} is quiet: the figure is {value}.")
-    return redirect(_safe_next(request, reverse("dashboard:alert_rules")))
+    return redirect(safe_next(request, reverse("dashboard:alert_rules")))

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from idemdash import alerts, charts, conflicts, queries
 from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
+from idemdash.dashboard.actions import safe_next
 from idemdash.dashboard.forms import BadCursor, ReceiptFilter, keyset_page
 from receipts import store
 from receipts.auth import client_for_request
@@ -160,13 +160,6 @@ ACTIONS = {
 }
 
 
-def _safe_next(request: HttpRequest, fallback: str) -> str:
-    target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
-        return target
-    return fallback
-
-
 @require_http_methods(["GET", "POST"])
 @operator_required
 def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
@@ -174,7 +167,7 @@ def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     spec = ACTIONS[action]
     receipt = get_object_or_404(Receipt, pk=pk)
     detail_url = reverse("dashboard:receipt", args=[pk])
-    context = {"receipt": receipt, "action": action, "spec": spec, "next": _safe_next(request, ""),
+    context = {"receipt": receipt, "action": action, "spec": spec, "next": safe_next(request, ""),
                "now": timezone.now(), "inline": bool(request.htmx)}
     if request.method == "GET":
         return _partial_or_page(request, "dashboard/receipt_confirm.html",
@@ -197,7 +190,7 @@ def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if request.htmx:
         receipt.refresh_from_db()
         return render(request, "dashboard/partials/receipt_summary.html", _detail_context(receipt), status=status)
-    return redirect(_safe_next(request, detail_url))
+    return redirect(safe_next(request, detail_url))
 
 
 @require_http_methods(["GET", "POST"])
