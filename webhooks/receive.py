@@ -77,8 +77,9 @@ def store_delivery(
             )
             if counted != 1:
                 continue  # purged between our insert and our update: insert again
-            # Our UPDATE holds the row until commit, so this read sees our count.
-            event = stored.get()
+            # Our UPDATE holds the row until commit, so this read sees our count. The payload
+            # (up to a megabyte) is not read back: a duplicate is answered from the counters.
+            event = stored.defer("payload").get()
             matches = event.payload_sha256 == digest
             WebhookDelivery.objects.create(
                 event=event, received_at=now, duplicate=True, payload_matches=matches, secret_id=secret_id
