@@ -21,7 +21,6 @@ from typing import Any
 from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
-from django.utils import timezone
 
 from receipts import responses, store
 from receipts.auth import client_for_request
@@ -331,16 +330,8 @@ def _fail(
 
 
 def _record_lease_lost(scope: str, key: str, token: int) -> None:
-    receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
-    Attempt.objects.create(
-        receipt=receipt,
-        scope=scope,
-        key=key,
-        operation=receipt.operation if receipt else "",
-        outcome=Attempt.Outcome.STALE_TOKEN,
-        fencing_token=token,
-        detail="lease lost while the view ran; its writes were rolled back",
-        created_at=timezone.now(),
+    store.log_settle(
+        scope, key, token, Attempt.Outcome.STALE_TOKEN, "lease lost while the view ran; its writes were rolled back"
     )
 
 

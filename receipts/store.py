@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from receipts import bulk, waiting
+from receipts import bulk, fastpath, waiting
 from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.conf import Policy, policy_for, setting
 from receipts.fingerprint import fingerprint_json
@@ -116,12 +116,25 @@ def claim(
     deadline = time.monotonic() + wait_seconds
     # Subscribed before the first look, so a completion between a look and the wait that
     # follows it still wakes us.
+    intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     with waiting.subscription(scope, key) as wakeup:
         while True:
-            # The decision and its line in the attempt log commit together: one commit per
-            # claim on the hot path, and never a claim without its log line.
+            existing = None
+            if fastpath.usable():
+                # A new key or a replay in one statement, log line included; any other
+                # case comes back as the existing row for the decisions below.
+                now = timezone.now()
+                found = fastpath.claim_or_replay(_new_receipt(intent, now), now)
+                if found is not None:
+                    logged, existing = found
+                    if logged == Outcome.CLAIMED:
+                        return ClaimResult(Outcome.CLAIMED, existing, token=1)
+                    if logged == Outcome.REPLAYED:
+                        return ClaimResult(Outcome.REPLAYED, existing)
+            # The decision and its line in the attempt log commit together: never a claim
+            # without its log line.
             with transaction.atomic():
-                result = _claim_once(scope, key, operation, request, fp, policy, lease, user_id, session_id)
+                result = _claim_once(intent, existing=existing)
                 left = deadline - time.monotonic()
                 settled = result.outcome != Outcome.IN_PROGRESS or left <= 0
                 if settled:
@@ -133,80 +146,56 @@ def claim(
             wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
 
 
+@dataclass(frozen=True)
+class _Intent:
+    """What one claim asks for, passed whole between the steps of a claim."""
+
+    scope: str
+    key: str
+    operation: str
+    request: Any
+    fp: str
+    policy: Policy
+    lease: timedelta
+    user_id: str
+    session_id: str
+
+
 def _lease_length(policy: Policy, lease_seconds: int | None) -> timedelta:
     if lease_seconds is None:
         return policy.lease
     return timedelta(seconds=max(1, min(int(lease_seconds), setting("MAX_LEASE_SECONDS"))))
 
 
-def _claim_once(
-    scope: str,
-    key: str,
-    operation: str,
-    request: Any,
-    fp: str,
-    policy: Policy,
-    lease: timedelta,
-    user_id: str,
-    session_id: str,
-) -> ClaimResult:
+def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimResult:
     # Bounded: each lost race means another caller changed the row, which we then re-read.
     for _ in range(50):
         now = timezone.now()
-        try:
-            with transaction.atomic():
-                receipt = Receipt.objects.create(
-                    scope=scope,
-                    key=key,
-                    operation=operation,
-                    fingerprint=fp,
-                    request=request,
-                    status=Status.PROCESSING,
-                    fencing_token=1,
-                    attempts=1,
-                    lease_expires_at=now + lease,
-                    created_at=now,
-                    updated_at=now,
-                    expires_at=now + policy.ttl,
-                    user_id=user_id,
-                    session_id=session_id,
-                )
-            return ClaimResult(Outcome.CLAIMED, receipt, token=1)
-        except IntegrityError:
-            pass  # the key exists: decide from its state below
-
-        receipt = Receipt.objects.filter(scope=scope, key=key).first()
+        receipt, existing = existing, None  # a row the caller already read, first time only
         if receipt is None:
-            continue  # purged between our insert and our read; insert again
+            try:
+                with transaction.atomic():
+                    receipt = Receipt.objects.create(**_new_receipt(intent, now))
+                return ClaimResult(Outcome.CLAIMED, receipt, token=1)
+            except IntegrityError:
+                pass  # the key exists: decide from its state below
+
+            receipt = Receipt.objects.filter(scope=intent.scope, key=intent.key).first()
+            if receipt is None:
+                continue  # purged between our insert and our read; insert again
 
         if receipt.expires_at <= now:
             # An expired receipt counts as absent: start a new life on the same row.
-            won = _transition(
-                receipt,
-                now,
-                expect_status=receipt.status,
-                operation=operation,
-                fingerprint=fp,
-                request=request,
-                status=Status.PROCESSING,
-                retryable=True,
-                response_status=None,
-                response_content_type="",
-                response_body="",
-                error="",
-                attempts=1,
-                lease_expires_at=now + lease,
-                created_at=now,
-                completed_at=None,
-                expires_at=now + policy.ttl,
-                user_id=user_id,
-                session_id=session_id,
-            )
+            # Every field as for a new key; the transition bumps the token and updated_at.
+            fresh = _new_receipt(intent, now)
+            for kept in ("scope", "key", "fencing_token", "updated_at"):
+                del fresh[kept]
+            won = _transition(receipt, now, expect_status=receipt.status, **fresh)
             if won:
                 return ClaimResult(Outcome.CLAIMED, won, token=won.fencing_token)
             continue
 
-        if receipt.fingerprint != fp:
+        if receipt.fingerprint != intent.fp:
             return ClaimResult(Outcome.MISMATCH, receipt)
 
         if receipt.status == Status.COMPLETED:
@@ -221,7 +210,7 @@ def _claim_once(
                 expect_status=Status.FAILED,
                 status=Status.PROCESSING,
                 attempts=receipt.attempts + 1,
-                lease_expires_at=now + lease,
+                lease_expires_at=now + intent.lease,
                 error="",
             )
             if won:
@@ -236,11 +225,37 @@ def _claim_once(
             now,
             expect_status=Status.PROCESSING,
             attempts=receipt.attempts + 1,
-            lease_expires_at=now + lease,
+            lease_expires_at=now + intent.lease,
         )
         if won:
             return ClaimResult(Outcome.LEASE_TAKEOVER, won, token=won.fencing_token)
-    raise RuntimeError(f"claim of {scope}/{key} lost 50 races in a row")  # pragma: no cover
+    raise RuntimeError(f"claim of {intent.scope}/{intent.key} lost 50 races in a row")  # pragma: no cover
+
+
+def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
+    """Every field of a freshly claimed receipt."""
+    return {
+        "scope": intent.scope,
+        "key": intent.key,
+        "operation": intent.operation,
+        "fingerprint": intent.fp,
+        "request": intent.request,
+        "status": Status.PROCESSING,
+        "retryable": True,
+        "response_status": None,
+        "response_content_type": "",
+        "response_body": "",
+        "error": "",
+        "fencing_token": 1,
+        "attempts": 1,
+        "lease_expires_at": now + intent.lease,
+        "created_at": now,
+        "updated_at": now,
+        "completed_at": None,
+        "expires_at": now + intent.policy.ttl,
+        "user_id": intent.user_id,
+        "session_id": intent.session_id,
+    }
 
 
 def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **changes: Any) -> Receipt | None:
@@ -276,25 +291,40 @@ def _settle(
     scope: str, key: str, token: int, outcome: str, detail: str = "", **changes: Any
 ) -> None:
     now = timezone.now()
-    with transaction.atomic():
-        updated = Receipt.objects.filter(
-            scope=scope, key=key, fencing_token=token, status=Status.PROCESSING
-        ).update(updated_at=now, lease_expires_at=None, **changes)
-        receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
-        Attempt.objects.create(
-            receipt=receipt,
-            scope=scope,
-            key=key,
-            operation=receipt.operation if receipt else "",
-            outcome=outcome if updated else Outcome.STALE_TOKEN,
-            fencing_token=token,
-            detail=detail,
-            created_at=now,
-        )
-        if updated:
-            waiting.notify(scope, key)
+    # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
+    with transaction.atomic(savepoint=False):
+        if fastpath.usable():
+            updated = fastpath.settle(
+                scope, key, token, outcome, detail, now, changes, channel=waiting.CHANNEL, topic=waiting.topic(scope, key)
+            )
+            if updated:
+                waiting.wake_on_commit(scope, key)  # the statement sent the NOTIFY
+        else:
+            updated = Receipt.objects.filter(
+                scope=scope, key=key, fencing_token=token, status=Status.PROCESSING
+            ).update(updated_at=now, lease_expires_at=None, **changes)
+            if updated:
+                log_settle(scope, key, token, outcome, detail, now)
+                waiting.notify(scope, key)
+        if not updated:
+            log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
     if not updated:
         raise StaleToken(f"token {token} no longer owns {key!r}")
+
+
+def log_settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime | None = None) -> None:
+    """A settle's line in the attempt log, written on its own (the stale-token cases)."""
+    receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
+    Attempt.objects.create(
+        receipt=receipt,
+        scope=scope,
+        key=key,
+        operation=receipt.operation if receipt else "",
+        outcome=outcome,
+        fencing_token=token,
+        detail=detail,
+        created_at=now or timezone.now(),
+    )
 
 
 def complete(

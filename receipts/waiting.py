@@ -36,7 +36,8 @@ FIRST_INTERVAL = 0.05
 MAX_INTERVAL = 1.0
 
 
-def _topic(scope: str, key: str) -> str:
+def topic(scope: str, key: str) -> str:
+    """The NOTIFY payload for a key: short, and free of whatever characters the key holds."""
     return hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()[:20]
 
 
@@ -56,7 +57,7 @@ class _Wakeup:
 
 @contextlib.contextmanager
 def subscription(scope: str, key: str) -> Iterator[_Wakeup]:
-    wakeup = _Wakeup(_topic(scope, key))
+    wakeup = _Wakeup(topic(scope, key))
     with _lock:
         _waiters.setdefault(wakeup.topic, set()).add(wakeup.event)
     try:
@@ -76,13 +77,18 @@ def _wake(topic: str) -> None:
             event.set()
 
 
+def wake_on_commit(scope: str, key: str) -> None:
+    """Wake this process's waiters of the key once the current transaction commits."""
+    name = topic(scope, key)
+    transaction.on_commit(lambda: _wake(name))
+
+
 def notify(scope: str, key: str) -> None:
     """Call inside the transaction that settles the receipt."""
-    topic = _topic(scope, key)
-    transaction.on_commit(lambda: _wake(topic))
+    wake_on_commit(scope, key)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, topic])
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, topic(scope, key)])
 
 
 def _ensure_listener() -> None:

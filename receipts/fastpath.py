@@ -1,0 +1,145 @@
+"""PostgreSQL statements for the two transitions on every protected request.
+
+Through the ORM, claiming a new key takes six round trips (BEGIN, SAVEPOINT, INSERT,
+RELEASE, INSERT of the log line, COMMIT), replaying a completed key eight (the failed
+insert in its savepoint, a SELECT, the log line) and completing one seven. Each is here
+a single statement built from data-modifying CTEs, so the decision, the receipt's row and
+its line in the attempt log still change together, atomically, and the rules are the same
+as store.py's:
+
+- `claim_or_replay` inserts the receipt (ON CONFLICT DO NOTHING) and logs "claimed"; or,
+  when the key exists, returns its row and, if it is a replay (same fingerprint, not
+  expired, completed or burned), logs "replayed". Every other decision (mismatch, in
+  progress, retry after failure, lease takeover, expiry) stays in store.py, which is given
+  the row this statement read.
+- `settle` is the fenced UPDATE (token and status) with its log line and NOTIFY; it
+  changes nothing when the token no longer owns the receipt.
+
+SQLite has no data-modifying CTEs, so it keeps the ORM path; both paths run the same tests.
+
+Durability of a claim: outside a caller's transaction, the claim statement commits with
+`synchronous_commit = off` for itself alone (set_config(..., is_local => true)), so it
+does not wait for its WAL flush. That is safe here because nothing a claim enables is
+durable before a later synchronous commit, which flushes all earlier WAL with it: the
+decorator completes in the view's own (synchronous) transaction, and an API caller's
+completion is synchronous. A server crash can lose only a claim whose completion never
+committed, and then the next attempt runs, as it would after the lease of a crashed
+worker ran out. A replay's log line is a statistic; losing one in a crash loses no
+result. Inside a caller's own transaction the setting would apply to the caller's
+commit too, so there the statement leaves the commit synchronous.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from receipts.models import Attempt, Receipt
+
+_RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
+_REPLAYABLE = (
+    "status = 'completed' OR (status = 'failed' AND NOT retryable)"
+)
+# The attempt-log columns both statements fill, in this order.
+_LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, fingerprint, request, detail, actor, created_at"
+
+
+def usable() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+@functools.cache
+def _claim_sql(asynchronous: bool) -> str:
+    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
+    columns = ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
+    returned = "id, " + columns
+    placeholders = ", ".join(["%s"] * len(_RECEIPT_FIELDS))
+    commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
+    # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
+    # at most one of the two has a row. Both empty means a concurrent insert committed
+    # after our snapshot was taken; the caller then looks again.
+    return f"""
+        WITH ins AS (
+            INSERT INTO {receipt} ({columns}) VALUES ({placeholders})
+            ON CONFLICT (scope, key) DO NOTHING
+            RETURNING {returned}
+        ), cur AS (
+            SELECT {returned} FROM {receipt} WHERE scope = %s AND key = %s
+        ), rep AS (
+            SELECT id, scope, key, operation FROM cur
+            WHERE fingerprint = %s AND expires_at > %s AND ({_REPLAYABLE})
+        ), log AS (
+            INSERT INTO {attempt} ({_LOG_COLUMNS})
+            SELECT id, scope, key, operation, 'claimed', 1, %s, NULL::jsonb, '', '', %s FROM ins
+            UNION ALL
+            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s FROM rep
+            RETURNING outcome
+        )
+        SELECT u.*, (SELECT outcome FROM log) AS logged{commit}
+        FROM (SELECT * FROM ins UNION ALL SELECT * FROM cur) AS u
+    """
+
+
+def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
+    """Insert the receipt described by `values` (every Receipt field but id), or read the
+    existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
+    existing receipt that replays, logged), or None (an existing receipt the caller must
+    decide about; nothing was written). Returns None when the key exists but this
+    statement's snapshot cannot see it yet.
+    """
+    params = [f.get_db_prep_save(values[f.attname], connection) for f in _RECEIPT_FIELDS]
+    fp = values["fingerprint"]
+    params += [values["scope"], values["key"], fp, now, fp, now, fp, now]
+    sql = _claim_sql(not connection.in_atomic_block)
+    rows = list(Receipt.objects.raw(sql, params))
+    if not rows:
+        return None
+    receipt = rows[0]
+    return receipt.logged, receipt
+
+
+@functools.cache
+def _settle_sql(changed: tuple[str, ...]) -> str:
+    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
+    assignments = ", ".join(f"{_q(Receipt._meta.get_field(name).column)} = %s" for name in changed)
+    return f"""
+        WITH u AS (
+            UPDATE {receipt} SET updated_at = %s, lease_expires_at = NULL, {assignments}
+            WHERE scope = %s AND key = %s AND fencing_token = %s AND status = 'processing'
+            RETURNING id, operation
+        ), log AS (
+            INSERT INTO {attempt} ({_LOG_COLUMNS})
+            SELECT id, %s, %s, operation, %s, %s, '', NULL::jsonb, %s, '', %s FROM u
+        )
+        SELECT id, pg_notify(%s, %s) FROM u
+    """
+
+
+def settle(
+    scope: str,
+    key: str,
+    token: int,
+    outcome: str,
+    detail: str,
+    now: datetime,
+    changes: dict[str, Any],
+    *,
+    channel: str,
+    topic: str,
+) -> bool:
+    """The fenced settle with its log line and NOTIFY. False (nothing written) when
+    `token` no longer owns a processing receipt."""
+    changed = tuple(sorted(changes))
+    params: list[Any] = [now]
+    params += [Receipt._meta.get_field(name).get_db_prep_save(changes[name], connection) for name in changed]
+    params += [scope, key, token, scope, key, outcome, token, detail, now, channel, topic]
+    with connection.cursor() as cursor:
+        cursor.execute(_settle_sql(changed), params)
+        return cursor.fetchone() is not None

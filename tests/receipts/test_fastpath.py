@@ -1,0 +1,163 @@
+"""receipts/fastpath.py: the PostgreSQL single-statement claim, replay and settle.
+
+The rules themselves are proven for both paths by the rest of tests/receipts (which runs on
+SQLite through the ORM and on PostgreSQL through these statements); here: that the hot
+transitions really are one statement, write the same log lines, keep the caller's commit
+synchronous, and fall back correctly when a concurrent insert is invisible to the statement.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from receipts import store
+from receipts.models import Attempt, Receipt
+
+pytestmark = pytest.mark.postgres
+
+SCOPE = "client:fast"
+
+
+def _statements(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def _log(key: str) -> list[tuple]:
+    return list(
+        Attempt.objects.filter(scope=SCOPE, key=key)
+        .order_by("id")
+        .values_list("receipt_id", "operation", "outcome", "fencing_token", "fingerprint", "request", "detail")
+    )
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_claim_complete_and_replay_are_one_statement_each_with_their_log_lines():
+    with CaptureQueriesContext(connection) as claim_q:
+        first = store.claim(SCOPE, "k1", "email.send", {"to": "a@example.com"})
+    assert first.outcome == "claimed" and first.token == 1
+    assert len(_statements(claim_q)) == 1
+    receipt = first.receipt
+    assert receipt.pk and receipt.status == "processing" and receipt.request == {"to": "a@example.com"}
+    assert Receipt.objects.get(pk=receipt.pk).lease_expires_at == receipt.lease_expires_at
+
+    with CaptureQueriesContext(connection) as settle_q:
+        store.complete(SCOPE, "k1", first.token, response_status=201, content_type="text/plain", body="sent")
+    assert len([s for s in _statements(settle_q) if "receipts_" in s]) == 1
+
+    with CaptureQueriesContext(connection) as replay_q:
+        again = store.claim(SCOPE, "k1", "email.send", {"to": "a@example.com"})
+    assert len(_statements(replay_q)) == 1
+    assert again.outcome == "replayed" and again.token is None
+    assert (again.receipt.response_status, again.receipt.response_body) == (201, "sent")
+
+    fp = receipt.fingerprint
+    assert _log("k1") == [
+        (receipt.pk, "email.send", "claimed", 1, fp, None, ""),
+        (receipt.pk, "email.send", "completed", 1, "", None, ""),
+        (receipt.pk, "email.send", "replayed", None, fp, None, ""),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_burned_failure_replays_on_the_fast_path_and_a_mismatch_does_not():
+    first = store.claim(SCOPE, "k2", "email.send", {"n": 1})
+    store.fail(SCOPE, "k2", first.token, error="boom", retryable=False)
+    assert store.claim(SCOPE, "k2", "email.send", {"n": 1}).outcome == "replayed"
+    mismatch = store.claim(SCOPE, "k2", "email.send", {"n": 2})
+    assert mismatch.outcome == "mismatch"
+    outcomes = [row[2] for row in _log("k2")]
+    assert outcomes == ["claimed", "failed", "replayed", "mismatch"]
+    # The mismatch's line keeps the rejected request, as on the ORM path.
+    assert Attempt.objects.get(scope=SCOPE, key="k2", outcome="mismatch").request == {"n": 2}
+
+
+@pytest.mark.django_db
+def test_a_stale_token_settles_nothing_and_is_logged():
+    first = store.claim(SCOPE, "k3", "email.send", {}, lease_seconds=1)
+    time.sleep(1.1)
+    takeover = store.claim(SCOPE, "k3", "email.send", {})
+    assert takeover.outcome == "lease_takeover"
+    with pytest.raises(store.StaleToken):
+        store.complete(SCOPE, "k3", first.token, body="late")
+    receipt = Receipt.objects.get(scope=SCOPE, key="k3")
+    assert receipt.status == "processing" and receipt.response_body == ""
+    assert [row[2:4] for row in _log("k3")][-1] == ("stale_token", first.token)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_commits_asynchronously_only_outside_a_callers_transaction():
+    with CaptureQueriesContext(connection) as outside:
+        store.claim(SCOPE, "k4", "email.send", {})
+    assert "set_config('synchronous_commit', 'off', true)" in _statements(outside)[0]
+    # Local to the claim's own statement: the connection's next commits stay synchronous.
+    assert _synchronous_commit() == "on"
+
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as inside:
+            store.claim(SCOPE, "k5", "email.send", {})
+        # In the caller's transaction the setting would weaken the caller's own commit.
+        assert "synchronous_commit" not in _statements(inside)[0]
+        assert _synchronous_commit() == "on"
+
+
+def _hold_uncommitted_insert(dsn: dict, key: str, fingerprint: str, status: str, holding: threading.Event,
+                             release: threading.Event) -> None:
+    with psycopg.connect(**dsn) as conn:
+        conn.execute(
+            """INSERT INTO receipts_receipt (scope, key, operation, fingerprint, request, status, retryable,
+                   response_status, response_content_type, response_body, error, attempts, fencing_token,
+                   lease_expires_at, created_at, updated_at, completed_at, expires_at, user_id, session_id)
+               VALUES (%s, %s, 'email.send', %s, NULL, %s, true, 200, 'text/plain', 'theirs', '', 1, 1,
+                   now() + interval '1 minute', now(), now(), now(), now() + interval '1 day', '', '')""",
+            [SCOPE, key, fingerprint, status],
+        )
+        holding.set()
+        release.wait(10)
+        conn.commit()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status,expected", [("completed", "replayed"), ("processing", "in_progress")])
+def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look(status, expected):
+    """Our INSERT waits on the other transaction's uncommitted row, then does nothing; our
+    SELECT's snapshot predates that row's commit, so the statement finds nothing at all.
+    The claim must look again rather than report a claim or lose the key."""
+    key = f"race-{status}"
+    fp = store.fingerprint_json({})
+    settings = connection.settings_dict
+    dsn = {"dbname": settings["NAME"], "user": settings["USER"], "host": settings["HOST"], "port": settings["PORT"] or 5432}
+    holding, release = threading.Event(), threading.Event()
+    other = threading.Thread(target=_hold_uncommitted_insert, args=(dsn, key, fp, status, holding, release))
+    other.start()
+    assert holding.wait(10)
+    results = []
+
+    def claim() -> None:
+        try:
+            results.append(store.claim(SCOPE, key, "email.send", {}))
+        finally:
+            connections.close_all()
+
+    claimer = threading.Thread(target=claim)
+    claimer.start()
+    time.sleep(0.3)  # the claim is now blocked on the uncommitted row
+    assert not results
+    release.set()
+    other.join(10)
+    claimer.join(10)
+    assert [r.outcome for r in results] == [expected]
+    assert Receipt.objects.filter(scope=SCOPE, key=key).count() == 1
+    assert [row[2] for row in _log(key)] == [expected]
+
