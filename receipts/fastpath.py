@@ -55,21 +55,28 @@ def _q(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+def insert_unless_exists(model: type, fields: list, conflict: str, returned: str) -> str:
+    """An INSERT of one row of `fields` (one %s each) that does nothing when the unique
+    `conflict` columns already exist, for a CTE; webhooks/fastpath.py uses it too."""
+    columns = ", ".join(_q(f.column) for f in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    return (
+        f"INSERT INTO {_q(model._meta.db_table)} ({columns}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"
+    )
+
+
 @functools.cache
 def _claim_sql(asynchronous: bool) -> str:
     receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
-    columns = ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
-    returned = "id, " + columns
-    placeholders = ", ".join(["%s"] * len(_RECEIPT_FIELDS))
+    returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
     commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
     # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
     # at most one of the two has a row. Both empty means a concurrent insert committed
     # after our snapshot was taken; the caller then looks again.
     return f"""
         WITH ins AS (
-            INSERT INTO {receipt} ({columns}) VALUES ({placeholders})
-            ON CONFLICT (scope, key) DO NOTHING
-            RETURNING {returned}
+            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned)}
         ), cur AS (
             SELECT {returned} FROM {receipt} WHERE scope = %s AND key = %s
         ), rep AS (

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -59,7 +59,24 @@ def enqueue(event_id: int) -> None:
 
 
 def enqueue_on_commit(event_id: int) -> None:
-    transaction.on_commit(lambda: enqueue(event_id))
+    """Hand the event to django-q2 so that workers see it once this transaction commits.
+
+    With the ORM broker on this database the task row is written in the transaction
+    itself: one commit for the event and its task, and never one without the other. A
+    failure to write it then fails the transaction, as any other failed write would.
+    Another broker (Redis) is told after the commit."""
+    if _orm_broker_in_this_database():
+        from django_q.tasks import async_task
+
+        async_task(TASK, event_id, group="webhooks")
+    else:
+        transaction.on_commit(lambda: enqueue(event_id))
+
+
+def _orm_broker_in_this_database() -> bool:
+    from django_q.conf import Conf
+
+    return Conf.ORM == DEFAULT_DB_ALIAS and not Conf.SYNC and transaction.get_connection().in_atomic_block
 
 
 def backoff_delay(attempt: int) -> timedelta:

@@ -2,8 +2,9 @@
 
 `store_delivery` is the insert-if-absent: one short transaction that either inserts the
 event (the unique (endpoint, dedupe_key) constraint settles a race between two deliveries of
-one event) or counts one more delivery on the stored event with a single UPDATE. The view
-answers 2xx only after this transaction has committed.
+one event) or counts one more delivery on the stored event with a single UPDATE, records
+the delivery, and (with the ORM broker) enqueues the event's task. On PostgreSQL that is
+one statement (webhooks/fastpath.py). The view answers 2xx only after it has committed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 from receipts.fingerprint import fingerprint_json
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEndpoint, WebhookEvent
+from webhooks import fastpath
 from webhooks.processing import enqueue_on_commit
 from webhooks.verify import VerifiedDelivery
 
@@ -28,9 +30,19 @@ EXCERPT_CHARS = 256
 
 @dataclass
 class Stored:
-    event: WebhookEvent
+    event_id: int
+    status: str
+    delivery_count: int
     created: bool
     payload_matches: bool = True
+    _event: WebhookEvent | None = None
+
+    @property
+    def event(self) -> WebhookEvent:
+        """The stored event, read on first use (answering the delivery does not need it)."""
+        if self._event is None:
+            self._event = WebhookEvent.objects.get(pk=self.event_id)
+        return self._event
 
 
 def store_delivery(
@@ -41,51 +53,76 @@ def store_delivery(
     now: datetime | None = None,
 ) -> Stored:
     now = now or timezone.now()
-    digest = fingerprint_json(verified.payload)
+    values = {
+        "endpoint_id": endpoint.pk,
+        "provider": endpoint.provider,
+        "dedupe_key": verified.dedupe_key,
+        "event_type": verified.event_type[:255],
+        "provider_event_id": verified.provider_event_id[:255],
+        "account": verified.account[:255],
+        "payload": verified.payload,
+        "payload_sha256": fingerprint_json(verified.payload),
+        "payload_mismatch": False,
+        "status": Status.HELD if endpoint.paused else Status.RECEIVED,
+        "attempts": 0,
+        "next_attempt_at": now,
+        "lease_expires_at": None,
+        "claim_token": None,
+        "enqueued_at": None if endpoint.paused else now,
+        "stuck_recoveries": 0,
+        "last_error": "",
+        "delivery_count": 1,
+        "received_at": now,
+        "last_delivery_at": now,
+        "finished_at": None,
+    }
     for _ in range(3):
         with transaction.atomic():
-            try:
-                with transaction.atomic():  # a savepoint: the duplicate path goes on after it
-                    event = WebhookEvent.objects.create(
-                        endpoint=endpoint,
-                        provider=endpoint.provider,
-                        dedupe_key=verified.dedupe_key,
-                        event_type=verified.event_type[:255],
-                        provider_event_id=verified.provider_event_id[:255],
-                        account=verified.account[:255],
-                        payload=verified.payload,
-                        payload_sha256=digest,
-                        status=Status.HELD if endpoint.paused else Status.RECEIVED,
-                        next_attempt_at=now,
-                        enqueued_at=None if endpoint.paused else now,
-                        received_at=now,
-                        last_delivery_at=now,
-                    )
-            except IntegrityError:
-                pass
-            else:
-                WebhookDelivery.objects.create(event=event, received_at=now, secret_id=secret_id)
-                if event.status == Status.RECEIVED:
-                    enqueue_on_commit(event.pk)
-                return Stored(event, created=True)
-
-            stored = WebhookEvent.objects.filter(endpoint=endpoint, dedupe_key=verified.dedupe_key)
-            counted = stored.update(
-                delivery_count=F("delivery_count") + 1,
-                last_delivery_at=now,
-                payload_mismatch=Case(When(~Q(payload_sha256=digest), then=True), default=F("payload_mismatch")),
-            )
-            if counted != 1:
-                continue  # purged between our insert and our update: insert again
-            # Our UPDATE holds the row until commit, so this read sees our count. The payload
-            # (up to a megabyte) is not read back: a duplicate is answered from the counters.
-            event = stored.defer("payload").get()
-            matches = event.payload_sha256 == digest
-            WebhookDelivery.objects.create(
-                event=event, received_at=now, duplicate=True, payload_matches=matches, secret_id=secret_id
-            )
-            return Stored(event, created=False, payload_matches=matches)
+            stored = _store_fast(values, now, secret_id) if fastpath.usable() else _store_orm(values, now, secret_id)
+            if stored is None:
+                continue  # a concurrent delivery of this event, not yet visible to us: look again
+            if stored.created and stored.status == Status.RECEIVED:
+                enqueue_on_commit(stored.event_id)
+            return stored
     raise RuntimeError(f"could not store delivery {verified.dedupe_key!r}")  # pragma: no cover
+
+
+def _store_fast(values: dict, now: datetime, secret_id: int | None) -> Stored | None:
+    found = fastpath.store(values, now, secret_id)
+    if found is None:
+        return None
+    created, event_id, status, deliveries, matches = found
+    event = WebhookEvent(id=event_id, **values) if created else None
+    return Stored(event_id, status, deliveries, created, matches, event)
+
+
+def _store_orm(values: dict, now: datetime, secret_id: int | None) -> Stored | None:
+    try:
+        with transaction.atomic():  # a savepoint: the duplicate path goes on after it
+            event = WebhookEvent.objects.create(**values)
+    except IntegrityError:
+        pass
+    else:
+        WebhookDelivery.objects.create(event=event, received_at=now, secret_id=secret_id)
+        return Stored(event.pk, event.status, event.delivery_count, True, _event=event)
+
+    digest = values["payload_sha256"]
+    stored = WebhookEvent.objects.filter(endpoint_id=values["endpoint_id"], dedupe_key=values["dedupe_key"])
+    counted = stored.update(
+        delivery_count=F("delivery_count") + 1,
+        last_delivery_at=now,
+        payload_mismatch=Case(When(~Q(payload_sha256=digest), then=True), default=F("payload_mismatch")),
+    )
+    if counted != 1:
+        return None  # purged between our insert and our update: insert again
+    # Our UPDATE holds the row until commit, so this read sees our count. The payload
+    # (up to a megabyte) is not read back: a duplicate is answered from the counters.
+    event_id, status, deliveries, sha = stored.values_list("id", "status", "delivery_count", "payload_sha256").get()
+    matches = sha == digest
+    WebhookDelivery.objects.create(
+        event_id=event_id, received_at=now, duplicate=True, payload_matches=matches, secret_id=secret_id
+    )
+    return Stored(event_id, status, deliveries, False, matches)
 
 
 def record_rejection(

@@ -95,15 +95,14 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
         log.warning("webhook delivery to %r not stored: database unavailable", slug)
         return _unavailable()
 
-    event = stored.event
     if stored.created:
-        return JsonResponse({"received": True, "event": event.pk, "status": event.status})
+        return JsonResponse({"received": True, "event": stored.event_id, "status": stored.status})
     return JsonResponse(
         {
             "duplicate": True,
-            "event": event.pk,
-            "status": event.status,
-            "deliveries": event.delivery_count,
+            "event": stored.event_id,
+            "status": stored.status,
+            "deliveries": stored.delivery_count,
             "payload_matches": stored.payload_matches,
         }
     )

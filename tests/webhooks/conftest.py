@@ -116,3 +116,12 @@ def fixtures3() -> dict[str, Any]:
     if not FIXTURES3.exists():
         pytest.skip("../shared/fixtures is not beside this checkout")
     return json.loads(FIXTURES3.read_text())["resources"]
+
+
+def queued_event_ids() -> list[int]:
+    """The events whose processing task is in django-q2's ORM queue, oldest first."""
+    from django_q.models import OrmQ
+
+    from webhooks import processing
+
+    return [q.task["args"][0] for q in OrmQ.objects.order_by("id") if q.task.get("func") == processing.TASK]

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from receipts.models import AuditEntry
-from tests.webhooks.conftest import STRIPE_SECRET, deliver_stripe, make_endpoint, stripe_event
+from tests.webhooks.conftest import STRIPE_SECRET, deliver_stripe, make_endpoint, queued_event_ids, stripe_event
 from webhooks import endpoints, processing
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 
@@ -50,7 +50,7 @@ def test_an_env_endpoint_is_served_with_no_manual_step(client, settings):
     assert response.status_code == 200
 
 
-def test_a_paused_endpoint_holds_events_until_it_is_resumed(client, django_capture_on_commit_callbacks):
+def test_a_paused_endpoint_holds_events_until_it_is_resumed(client):
     endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
     assert endpoints.pause(endpoint, actor="ops") is True
     assert endpoints.pause(endpoint, actor="ops") is False  # already paused
@@ -58,9 +58,9 @@ def test_a_paused_endpoint_holds_events_until_it_is_resumed(client, django_captu
     deliver_stripe(client, "shop", stripe_event({}, "a.b"))
     assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"held"}
     assert processing.sweep().enqueued == 0  # held events are not processed
-    with django_capture_on_commit_callbacks() as callbacks:
-        assert endpoints.resume(endpoint, actor="ops") == 2
-    assert len(callbacks) == 2
+    assert queued_event_ids() == []
+    assert endpoints.resume(endpoint, actor="ops") == 2
+    assert sorted(queued_event_ids()) == sorted(WebhookEvent.objects.values_list("pk", flat=True))
     assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"received"}
     event = WebhookEvent.objects.first()
     assert processing.process_event(event.pk) == "ignored"

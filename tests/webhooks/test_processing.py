@@ -9,7 +9,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from receipts.models import AuditEntry
-from tests.webhooks.conftest import make_endpoint
+from tests.webhooks.conftest import make_endpoint, queued_event_ids
 from webhooks import processing
 from webhooks.models import Fulfilment, WebhookEvent
 from webhooks.receive import store_delivery
@@ -24,10 +24,6 @@ def make_event(event_type: str = "thing.happened", *, slug: str = "ep", payload:
     payload = payload or {"id": key, "type": event_type}
     verified = VerifiedDelivery(0, payload, key, event_type, key, "")
     return store_delivery(endpoint, verified).event
-
-
-def queued_event_ids() -> list[int]:
-    return [q.task["args"][0] for q in OrmQ.objects.all() if q.task.get("func") == processing.TASK]
 
 
 def boom(event: WebhookEvent) -> None:
@@ -169,17 +165,17 @@ def test_the_sweeper_enqueues_a_retry_when_it_is_due(registry):
     assert queued_event_ids() == [event.pk]
 
 
-def test_reprocessing_by_hand_runs_a_finished_event_again_and_is_audited(registry, django_capture_on_commit_callbacks):
+def test_reprocessing_by_hand_runs_a_finished_event_again_and_is_audited(registry):
     seen = []
     registry("stripe", "thing.happened", seen.append)
     event = make_event()
     processing.process_event(event.pk)
     event.refresh_from_db()
     user = get_user_model().objects.create_user("operator")
-    with django_capture_on_commit_callbacks(execute=True):
-        again = processing.reprocess(event, actor="operator", user=user, reason="handler fixed")
+    OrmQ.objects.all().delete()  # the task the delivery queued
+    again = processing.reprocess(event, actor="operator", user=user, reason="handler fixed")
     assert again.status == "received" and again.attempts == 0
-    assert queued_event_ids() == [event.pk]  # enqueued on commit (the first receipt was not: not committed)
+    assert queued_event_ids() == [event.pk]  # queued in the reprocess's own transaction
     assert processing.process_event(event.pk) == "completed"
     assert len(seen) == 2
     entry = AuditEntry.objects.get(action="webhook_event.reprocess")

@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import Client
 
 from receipts.models import AuditEntry
-from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, stripe_event, stripe_headers
+from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, queued_event_ids, stripe_event, stripe_headers
 from webhooks import processing
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 from webhooks.receive import record_rejection, store_delivery
@@ -35,6 +35,37 @@ def test_the_first_delivery_inserts_and_the_next_ones_count():
     assert first.created and not second.created
     assert second.event.pk == first.event.pk and second.event.delivery_count == 2
     assert second.event.last_delivery_at >= first.event.received_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_and_its_task_commit_together_or_not_at_all():
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        store_delivery(endpoint, verified("evt_gone", {"id": "evt_gone"}))
+        raise RuntimeError("the caller's transaction fails after the store")
+    assert not WebhookEvent.objects.exists() and queued_event_ids() == []
+    stored = store_delivery(endpoint, verified("evt_kept", {"id": "evt_kept"}))
+    assert queued_event_ids() == [stored.event_id]
+    # The payload and every counter are as stored, whichever path (SQL or ORM) stored them.
+    event = WebhookEvent.objects.get()
+    assert (event.payload, event.status, event.delivery_count, event.enqueued_at) == (
+        {"id": "evt_kept"}, "received", 1, event.received_at
+    )
+    assert WebhookDelivery.objects.get().event_id == event.pk
+
+
+@pytest.mark.django_db
+def test_a_redelivery_with_another_payload_is_flagged_on_the_event_and_the_delivery():
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    store_delivery(endpoint, verified("evt_1", {"amount": 1}))
+    same = store_delivery(endpoint, verified("evt_1", {"amount": 1}))
+    other = store_delivery(endpoint, verified("evt_1", {"amount": 2}))
+    assert (same.payload_matches, other.payload_matches) == (True, False)
+    event = WebhookEvent.objects.get()
+    assert event.payload_mismatch and event.delivery_count == 3 and event.payload == {"amount": 1}
+    assert list(WebhookDelivery.objects.order_by("id").values_list("duplicate", "payload_matches")) == [
+        (False, True), (True, True), (True, False)
+    ]
 
 
 @pytest.mark.django_db
