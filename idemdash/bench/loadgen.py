@@ -29,6 +29,8 @@ class LoadResult:
     errors: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
+    # CPU seconds each part of the system used during the run (see `cpu_probe`).
+    cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -42,8 +44,12 @@ class LoadResult:
         """Milliseconds; nearest-rank on the sorted latencies."""
         return percentile_ms(self.latencies, p)
 
+    def cpu_ms_per_request(self) -> dict[str, float]:
+        return {part: seconds * 1000 / self.count for part, seconds in self.cpu.items()} if self.count else {}
+
     def summary(self) -> dict:
         return {
+            "cpu_ms_per_request": {part: round(ms, 3) for part, ms in self.cpu_ms_per_request().items()},
             "name": self.name,
             "requests": self.count,
             "errors": self.errors,
@@ -73,7 +79,12 @@ def run_load(
     max_requests: int = 1000,
     time_limit: float = 30.0,
     ok: Callable[[httpx.Response], bool] = lambda r: r.status_code < 400,
+    cpu_probe: Callable[[], dict[str, dict[int, float]]] | None = None,
 ) -> LoadResult:
+    """`cpu_probe` returns, for each server-side part, the CPU seconds each of its processes
+    has used so far. Read before and after the run (processes present both times), with
+    this process's own CPU as "client", it tells where the CPU of a request went, on a
+    machine whose cores the load generator shares with the servers."""
     result = LoadResult(name)
     sequence = itertools.count()  # next() on it is atomic under the GIL
     lock = threading.Lock()
@@ -112,12 +123,18 @@ def run_load(
                 result.statuses[status] = result.statuses.get(status, 0) + count
 
     threads = [threading.Thread(target=client_loop, name=f"{name}-{i}") for i in range(clients)]
+    cpu_before = {"client": {0: time.process_time()}, **(cpu_probe() if cpu_probe else {})}
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.elapsed = time.perf_counter() - started
+    cpu_after = {"client": {0: time.process_time()}, **(cpu_probe() if cpu_probe else {})}
+    result.cpu = {
+        part: sum(used - before.get(pid, used) for pid, used in cpu_after.get(part, {}).items())
+        for part, before in cpu_before.items()
+    }
     if first_error:
         result.first_error = first_error[0]  # type: ignore[attr-defined]
     return result
@@ -142,6 +159,12 @@ class Comparison:
             if _metric(r[baseline], metric)
         ]
         return statistics.median(values) if values else 0.0
+
+    def cpu_ms(self, variant: str) -> dict[str, float]:
+        """Median over rounds of each part's CPU milliseconds per request."""
+        per_round = [r[variant].cpu_ms_per_request() for r in self.rounds]
+        parts = per_round[0].keys() if per_round else ()
+        return {part: statistics.median(p[part] for p in per_round if part in p) for part in parts}
 
     def errors(self) -> int:
         return sum(res.errors for r in self.rounds for res in r.values())

@@ -64,10 +64,19 @@ class Bench:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     details: dict[str, Any] = field(default_factory=dict)
     loads: list[tuple[int, float, str]] = field(default_factory=list)  # (rows, seconds, what) per bulk load
+    running: dict[str, servers.Process] = field(default_factory=dict)  # "web", "qcluster"
+
+    def cpu_probe(self) -> dict[str, dict[int, float]]:
+        """CPU seconds used so far by each process of the web workers, the qcluster and
+        PostgreSQL (this database's backends and the WAL writers)."""
+        parts = {name: servers.cpu_by_pid([p.proc.pid, *p.children()]) for name, p in self.running.items()}
+        parts["db"] = servers.cpu_by_pid(servers.database_pids())
+        return parts
 
     def load(self, name: str, request: loadgen.Request, **kw: Any) -> loadgen.LoadResult:
         kw.setdefault("max_requests", self.sizes.requests)
         kw.setdefault("time_limit", self.sizes.time_limit)
+        kw.setdefault("cpu_probe", self.cpu_probe)
         result = loadgen.run_load(name, self.base_url, request, clients=CLIENTS, **kw)
         if result.errors:
             print(f"  ! {name}: {result.errors} errors, first: {getattr(result, 'first_error', '?')}", flush=True)
@@ -82,7 +91,20 @@ class Bench:
                 "p50_ms": round(comparison.median(name, "p50"), 2),
                 "p99_ms": round(comparison.median(name, "p99"), 2),
                 "errors": sum(r[name].errors for r in comparison.rounds),
+                "cpu_ms_per_request": {part: round(ms, 3) for part, ms in comparison.cpu_ms(name).items()},
             }
+
+    def cpu_figures(self, scenario: str, comparison: loadgen.Comparison, prefix: str) -> list[Figure]:
+        """Where each variant's CPU went, per request: the client (this load generator), the
+        web workers, the qcluster and PostgreSQL, all sharing the machine's cores. When the
+        cores are saturated, throughput ratios follow these totals."""
+        figures = []
+        for i, name in enumerate(comparison.rounds[0]):
+            parts = comparison.cpu_ms(name)
+            note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
+            figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
+                                  "ms", note=note))
+        return figures
 
 
 def available(module: str) -> bool:
@@ -144,6 +166,7 @@ def claim_overhead(b: Bench) -> list[Figure]:
         Figure("claim.bare_p99", S1, "unprotected p99", comparison.median(bare, "p99"), "ms"),
         Figure("claim.protected_p50", S1, "protected p50", comparison.median(prot, "p50"), "ms"),
         Figure("claim.protected_p99", S1, "protected p99", comparison.median(prot, "p99"), "ms"),
+        *b.cpu_figures(S1, comparison, "claim"),
     ]
 
 
@@ -164,6 +187,7 @@ def replay(b: Bench) -> list[Figure]:
         Figure("replay.rps", S2, "replay throughput", comparison.median(rep, "throughput"), "req/s"),
         Figure("replay.p50", S2, "replay p50", comparison.median(rep, "p50"), "ms"),
         Figure("replay.p99", S2, "replay p99", comparison.median(rep, "p99"), "ms"),
+        *b.cpu_figures(S2, comparison, "replay"),
     ]
 
 
@@ -283,6 +307,7 @@ def webhook_ingest(b: Bench) -> list[Figure]:
         Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
         Figure("webhook.new_p99", S4, "new deliveries p99", comparison.median(new, "p99"), "ms", "<=", 50),
         Figure("webhook.dup_p99", S4, "duplicate deliveries p99", comparison.median(dup, "p99"), "ms", "<=", 50),
+        *b.cpu_figures(S4, comparison, "webhook"),
     ]
 
 
@@ -610,13 +635,14 @@ def run(*, quick: bool, port: int | None, out_dir: Path) -> int:
     connection.close()  # the servers and the load need no connection of ours meanwhile
     print(f"starting gunicorn ({servers.GUNICORN_WORKERS} sync workers) on {b.base_url}", flush=True)
     web = servers.start_gunicorn(port, out_dir)
+    b.running["web"] = web
     cluster = None
     figures: list[Figure] = []
     try:
         warm_up(b)
         for name, scenario in ((S1, claim_overhead), (S2, replay), (S3, claim_api)):
             figures += timed(name, scenario, b)
-        cluster = servers.start_qcluster(out_dir)
+        cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
         for name, scenario in ((S4, webhook_ingest), (S5, dashboard), (S6, purge)):
             figures += timed(name, scenario, b)
         figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))

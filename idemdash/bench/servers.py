@@ -141,3 +141,33 @@ def peak_rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds each process has used so far (gone processes are left out)."""
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            found[pid] = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def database_pids() -> list[int]:
+    """PostgreSQL's processes working for this database: its backends (the web workers',
+    the qcluster's), and the WAL writer, checkpointer and background writer they share.
+    Backends of other databases on the same server are left out."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE (datname = current_database() AND pid <> pg_backend_pid())"
+            " OR backend_type IN ('walwriter', 'checkpointer', 'background writer')"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
