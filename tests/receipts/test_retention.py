@@ -103,7 +103,17 @@ def test_purging_receipts_leaves_the_dashboard_counts_of_last_week_unchanged():
     (result,) = retention.purge(purgers=only("receipts.expired"), batch_size=3)
     assert result.deleted == 4
     assert attempts_per_outcome_last_week() == before
-    assert Attempt.objects.filter(receipt=None).count() == 4 * 3  # kept, unlinked
+    assert Attempt.objects.exclude(receipt_id__in=Receipt.objects.values("pk")).count() == 4 * 3  # kept
+
+
+@pytest.mark.django_db
+def test_attempts_keep_the_id_of_their_purged_receipt_and_their_own_scope_and_key():
+    gone = completed_receipt("gone", age=timedelta(days=2))
+    (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert result.deleted == 1 and not Receipt.objects.exists()
+    log = Attempt.objects.filter(key="gone")
+    assert set(log.values_list("receipt_id", "scope", "operation")) == {(gone.pk, SCOPE, "email.send")}
+    assert log.count() == 2  # claimed, completed
 
 
 @pytest.mark.django_db
