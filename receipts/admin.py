@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -117,6 +118,22 @@ class AttemptAdmin(ReadOnlyAdmin):
     list_filter = ("outcome", "operation")
     search_fields = ("key",)
     date_hierarchy = "created_at"
+    fields = (
+        "created_at", "scope", "key", "operation", "receipt_link", "outcome", "fencing_token",
+        "fingerprint", "request", "detail", "actor",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="receipt")
+    def receipt_link(self, obj: Attempt) -> str:
+        # An attempt outlives its receipt and keeps the purged receipt's id (no constraint):
+        # look the receipt up by id, never follow obj.receipt, which raises for a purged one.
+        if obj.receipt_id is None:
+            return self.get_empty_value_display()
+        if not Receipt.objects.filter(pk=obj.receipt_id).exists():
+            return f"{obj.receipt_id} (purged; the scope and key above are the attempt's own copy)"
+        url = reverse("admin:receipts_receipt_change", args=[obj.receipt_id])
+        return format_html('<a href="{}">{}</a>', url, obj.receipt_id)
 
 
 @admin.register(AuditEntry)

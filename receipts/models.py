@@ -88,8 +88,18 @@ class Attempt(models.Model):
         Outcome.LEASE_TAKEOVER,
     )
 
+    # Not a database constraint, and nothing happens to the log when its receipt goes: the
+    # purge deletes receipts with one DELETE instead of nulling thousands of attempt rows
+    # per batch. The id may dangle once the receipt is purged; receipt ids are never reused
+    # (a sequence on PostgreSQL, AUTOINCREMENT on SQLite), so it never points at another
+    # receipt. Read `receipt_id` and look the receipt up, never `attempt.receipt`.
     receipt = models.ForeignKey(
-        Receipt, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempt_log"
+        Receipt,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="attempt_log",
     )
     scope = models.CharField(max_length=255)
     key = models.CharField(max_length=255)

@@ -1,19 +1,22 @@
 """Retention: delete what has outlived its use, in bounded batches.
 
 Each batch is one short transaction: select up to `batch_size` ids of due rows, run the
-purger's archive step on exactly those rows, delete them. No statement ever touches the
-whole table, so request traffic keeps flowing while a purge runs. On PostgreSQL the ids
-are taken with FOR UPDATE SKIP LOCKED, so a purge never waits on (or blocks) a row that a
-request is using; on SQLite the IMMEDIATE transaction serialises it with other writers.
-The delete repeats the "due" condition, so a row that stopped being due between the
-SELECT and the DELETE (an expired receipt claimed again, say) is kept.
+purger's archive step on exactly those rows, delete them (`delete_rows`: a few set-based
+statements however many rows point at the batch, not Django's collector, which loads
+them). No statement ever touches the whole table, so request traffic keeps flowing while a
+purge runs. On PostgreSQL the ids are taken with FOR UPDATE SKIP LOCKED, so a purge never
+waits on (or blocks) a row that a request is using; on SQLite the IMMEDIATE transaction
+serialises it with other writers. The delete repeats the "due" condition, so a row that
+stopped being due between the SELECT and the DELETE (an expired receipt claimed again,
+say) is kept.
 
 Every installed app may have a `retention` module with a `PURGERS` list (a name and a
 function `due(now)` returning the queryset of rows to delete); `installed_purgers()`
 collects them, so this app never imports the apps it purges for.
 
 The dashboard's charts count Attempt and OutboxAttempt rows, which keep scope, key and
-operation of their own and only lose their link when a receipt or message goes. They are
+operation of their own. An attempt keeps the id of its purged receipt (a plain column, no
+constraint); an outbox attempt's link to its message is set to NULL. They are
 kept 35 days, longer than the widest (30-day) chart window, so purging receipts never
 changes a chart.
 """
@@ -27,8 +30,9 @@ from datetime import datetime, timedelta
 
 from django.apps import apps
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db import connection, connections, transaction
+from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Model, Q, QuerySet, signals
+from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from receipts.conf import policy_for
@@ -63,18 +67,31 @@ def due_attempts(now: datetime) -> QuerySet:
 
 
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
-    """Copy the financial receipts of a batch into ArchivedReceipt (same transaction)."""
-    copies = [
-        ArchivedReceipt(
-            original_id=receipt.pk,
-            archived_at=now,
-            **{name: getattr(receipt, name) for name in ArchivedReceipt.COPIED},
-        )
-        for receipt in batch
-        if policy_for(receipt.operation).financial
-    ]
-    ArchivedReceipt.objects.bulk_create(copies)
-    return len(copies)
+    """Copy the financial receipts of a batch into ArchivedReceipt (same transaction).
+
+    Which operations are financial is decided here, by the same policy lookup as a claim
+    (patterns in RECEIPTS["OPERATIONS"]); the rows are copied by the database with one
+    INSERT ... SELECT, never loaded into Python.
+    """
+    operations = batch.order_by().values_list("operation", flat=True).distinct()
+    financial = [op for op in operations if policy_for(op).financial]
+    if not financial:
+        return 0
+    rows = batch.filter(operation__in=financial).order_by().values_list("pk", *ArchivedReceipt.COPIED)
+    db = connections[rows.db]
+    select, params = rows.query.get_compiler(using=rows.db).as_sql()
+    opts = ArchivedReceipt._meta
+    columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
+    # The ORM has no INSERT ... SELECT. The SELECT is the ORM's own (the batch's conditions,
+    # the columns in COPIED order), so only the INSERT around it is written here; it runs as
+    # is on PostgreSQL and SQLite.
+    sql = (
+        f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))}) "
+        f"SELECT copied.*, %s FROM ({select}) copied"
+    )
+    with db.cursor() as cursor:
+        cursor.execute(sql, [db.ops.adapt_datetimefield_value(now), *params])
+        return cursor.rowcount
 
 
 PURGERS: list[Purger] = [
@@ -106,6 +123,47 @@ class PurgeResult:
     batches: int = 0
 
 
+def delete_rows(rows: QuerySet) -> int:
+    """Delete `rows` and settle what points at them in SQL; return how many of `rows` went.
+
+    QuerySet.delete() on a model that other tables point at loads every row (payloads
+    included) into Python, collects the dependents, then deletes in chunks of 100 ids. Here
+    each dependent table gets one statement keyed by a subquery of `rows` (CASCADE: the
+    same, depth first; SET_NULL: one UPDATE; DO_NOTHING: nothing), then `rows` one DELETE,
+    so a batch costs the same few statements however many dependents it has. A model this
+    cannot settle so (delete signal receivers, PROTECT, RESTRICT, SET_DEFAULT, a parent
+    table, generic relations, a cycle) goes through Django's collector as before.
+    """
+    if not _settles_in_sql(rows.model, ()):
+        return rows.delete()[1].get(rows.model._meta.label, 0)
+    for relation in get_candidate_relations_to_delete(rows.model._meta):
+        field = relation.field
+        dependents = relation.related_model._base_manager.using(rows.db).filter(
+            **{f"{field.name}__in": rows.values(field.target_field.attname)}
+        )
+        if field.remote_field.on_delete is CASCADE:
+            delete_rows(dependents)
+        elif field.remote_field.on_delete is SET_NULL:
+            dependents.update(**{field.name: None})
+    return rows._raw_delete(rows.db)
+
+
+def _settles_in_sql(model: type[Model], seen: tuple[type[Model], ...]) -> bool:
+    opts = model._meta
+    if model in seen or opts.parents or signals.pre_delete.has_listeners(model) or signals.post_delete.has_listeners(model):
+        return False
+    if any(hasattr(field, "bulk_related_objects") for field in opts.private_fields):
+        return False
+    for relation in get_candidate_relations_to_delete(opts):
+        on_delete = relation.field.remote_field.on_delete
+        if on_delete is CASCADE:
+            if not _settles_in_sql(relation.related_model, (*seen, model)):
+                return False
+        elif on_delete not in (SET_NULL, DO_NOTHING):
+            return False
+    return True
+
+
 def purge_batches(
     purger: Purger,
     now: datetime,
@@ -128,11 +186,7 @@ def purge_batches(
             batch = due.filter(pk__in=ids)
             if purger.archive is not None:
                 result.archived += purger.archive(batch, now)
-            # _raw_delete would skip the SET_NULL of Attempt.receipt; delete() does it,
-            # for this batch's ids only.
-            deleted = sum(
-                count for label, count in batch.delete()[1].items() if label == due.model._meta.label
-            )
+            deleted = delete_rows(batch)
         result.batches += 1
         result.deleted += deleted
         if on_batch is not None:

@@ -1,7 +1,13 @@
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
 
+import pytest
+import time_machine
+from django.utils import timezone
+
+from receipts import retention
+from receipts.models import Attempt
 from tests.dashboard.build import completed, failed, mismatched, stuck
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +70,15 @@ def test_a_retry_storm_shows_the_latest_attempts_and_the_true_count(viewer_clien
     html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
     assert "The latest 5 of 10 attempts" in html
     assert html.count("badge-outcome-in_progress") == 5 and "badge-outcome-claimed" not in html
+
+
+def test_a_key_claimed_again_after_its_receipt_was_purged_shows_only_its_new_attempts(viewer_client):
+    with time_machine.travel(timezone.now() - timedelta(days=8), tick=False):
+        mismatched("k1", {"amount": 500}, {"amount": 900})
+    retention.purge()
+    assert Attempt.objects.filter(key="k1").count() == 3  # the purged life's log stays
+    again = completed("k1")
+    page = viewer_client.get(f"/receipts/{again.pk}/")
+    assert page.status_code == 200
+    assert [a.outcome for a in page.context["timeline"]] == ["claimed", "completed"]
+    assert page.context["mismatches"] == []

@@ -7,8 +7,8 @@ import pytest
 import time_machine
 
 from idemdash.dashboard import forms
-from receipts import store
-from tests.dashboard.build import completed, failed, stuck
+from receipts import retention, store
+from tests.dashboard.build import completed, failed, mismatched, stuck
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +118,13 @@ def test_it_filters_keys_that_got_409s_or_422s(viewer_client):
     completed("calm")
     assert keys(viewer_client.get("/receipts/?conflict=422")) == ["got-422"]
     assert keys(viewer_client.get("/receipts/?conflict=409")) == ["got-409"]
+
+
+def test_the_conflict_filter_does_not_count_a_purged_receipts_conflicts_against_its_key(viewer_client):
+    with time_machine.travel(datetime.now(timezone.utc) - timedelta(days=8), tick=False):
+        mismatched("k1", {"amount": 500}, {"amount": 900})
+    retention.purge()
+    completed("k1")
+    response = viewer_client.get("/receipts/", {"conflict": "422"})
+    assert response.status_code == 200 and keys(response) == []
+    assert keys(viewer_client.get("/receipts/")) == ["k1"]

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import RequestFactory
+from django.utils import timezone
 
-from receipts import store
+from receipts import retention, store
 from receipts.auth import client_for_request, create_token
 from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
 
@@ -82,6 +84,22 @@ def test_attempts_are_read_only_and_filter_by_outcome(admin_client):
     assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
     assert admin_client.post(f"/admin/receipts/attempt/{attempt.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Attempt.objects.count() == 1
+
+
+def test_an_attempt_links_its_receipt_and_after_the_purge_shows_its_own_scope_and_key(admin_client):
+    receipt = a_receipt("purged-later", complete=True)
+    attempt = Attempt.objects.filter(key="purged-later").first()
+    page = admin_client.get(f"/admin/receipts/attempt/{attempt.pk}/change/").content.decode()
+    assert f'href="/admin/receipts/receipt/{receipt.pk}/change/"' in page
+    Receipt.objects.filter(pk=receipt.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    retention.purge()
+    assert not Receipt.objects.exists() and Attempt.objects.filter(receipt_id=receipt.pk).count() == 2
+    listing = admin_client.get("/admin/receipts/attempt/")
+    assert listing.status_code == 200 and "purged-later" in listing.content.decode()
+    page = admin_client.get(f"/admin/receipts/attempt/{attempt.pk}/change/")
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert f"{receipt.pk} (purged;" in text and "purged-later" in text and SCOPE in text
 
 
 def test_audit_entries_are_read_only(admin_client, admin_user):

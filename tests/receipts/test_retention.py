@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from receipts import retention, store
@@ -81,6 +82,80 @@ def test_an_archive_that_fails_takes_its_batch_deletion_with_it():
     assert Receipt.objects.count() == 2 and not ArchivedReceipt.objects.exists()
 
 
+def refuse_deleting_receipts() -> None:
+    """A trigger that fails every DELETE on the receipts table: a real database error."""
+    table = Receipt._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'receipts are not to be deleted'; END $$"
+            )
+            cursor.execute(f"CREATE TRIGGER refuse_delete BEFORE DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION refuse_delete()")
+        else:
+            cursor.execute(
+                f"CREATE TRIGGER refuse_delete BEFORE DELETE ON {table} "
+                "BEGIN SELECT RAISE(ABORT, 'receipts are not to be deleted'); END"
+            )
+
+
+@pytest.mark.django_db
+def test_a_delete_that_fails_takes_its_batch_archive_with_it():
+    expired_receipts(2, "payment.capture")
+    refuse_deleting_receipts()
+    with pytest.raises(DatabaseError, match="not to be deleted"):
+        retention.purge(purgers=only("receipts.expired"))
+    assert Receipt.objects.count() == 2 and not ArchivedReceipt.objects.exists()
+
+
+def expired_log(receipts: int, attempts_each: int, prefix: str) -> None:
+    """Expired receipts, half of them financial, each with `attempts_each` replays logged."""
+    past = timezone.now() - timedelta(days=8)
+    made = Receipt.objects.bulk_create(
+        Receipt(scope=SCOPE, key=f"{prefix}-{n}", operation=("payment.capture", "email.send")[n % 2],
+                fingerprint="f", status="completed", response_status=201, response_body="{}",
+                created_at=past, updated_at=past, expires_at=past + timedelta(days=1))
+        for n in range(receipts)
+    )
+    Attempt.objects.bulk_create(
+        Attempt(receipt=r, scope=SCOPE, key=r.key, operation=r.operation, outcome="replayed", created_at=past)
+        for r in made for _ in range(attempts_each)
+    )
+
+
+def statements_of_one_batch(receipts: int, attempts_each: int) -> list[str]:
+    expired_log(receipts, attempts_each, prefix=f"log{receipts}")
+    attempts = Attempt.objects.count()
+    with CaptureQueriesContext(connection) as queries:
+        result = retention.purge_batches(only("receipts.expired")[0], timezone.now(), batch_size=receipts, max_batches=1)
+    assert (result.batches, result.deleted, result.archived) == (1, receipts, receipts // 2)
+    assert Attempt.objects.count() == attempts  # the log stays, untouched
+    return [q["sql"] for q in queries]
+
+
+@pytest.mark.django_db
+def test_a_batch_takes_the_same_few_statements_however_many_receipts_and_attempts_it_has():
+    small = statements_of_one_batch(2, attempts_each=1)
+    large = statements_of_one_batch(400, attempts_each=8)
+    assert len(large) == len(small) <= 6
+    # Nothing touches the attempt log, and no receipt is loaded into Python (Django's
+    # collector would SELECT the batch's rows, bodies included, then delete by 100s).
+    assert not [sql for sql in large if Attempt._meta.db_table in sql]
+    assert not [sql for sql in large if sql.startswith("SELECT") and "response_body" in sql]
+
+
+@pytest.mark.django_db
+def test_old_attempts_go_with_one_delete_statement(settings):
+    settings.RECEIPTS_ATTEMPT_RETENTION_DAYS = 35
+    with time_machine.travel(timezone.now() - timedelta(days=36)):
+        expired_log(50, attempts_each=4, prefix="ancient")
+    with CaptureQueriesContext(connection) as queries:
+        result = retention.purge_batches(only("receipts.attempts")[0], timezone.now(), batch_size=1000)
+    assert result.deleted == 200 and not Attempt.objects.exists()
+    deletes = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 1 and Attempt._meta.db_table in deletes[0]
+
+
 @pytest.mark.django_db
 def test_a_dry_run_counts_and_deletes_nothing():
     expired_receipts(3, "payment.capture")
@@ -103,7 +178,17 @@ def test_purging_receipts_leaves_the_dashboard_counts_of_last_week_unchanged():
     (result,) = retention.purge(purgers=only("receipts.expired"), batch_size=3)
     assert result.deleted == 4
     assert attempts_per_outcome_last_week() == before
-    assert Attempt.objects.filter(receipt=None).count() == 4 * 3  # kept, unlinked
+    assert Attempt.objects.exclude(receipt_id__in=Receipt.objects.values("pk")).count() == 4 * 3  # kept
+
+
+@pytest.mark.django_db
+def test_attempts_keep_the_id_of_their_purged_receipt_and_their_own_scope_and_key():
+    gone = completed_receipt("gone", age=timedelta(days=2))
+    (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert result.deleted == 1 and not Receipt.objects.exists()
+    log = Attempt.objects.filter(key="gone")
+    assert set(log.values_list("receipt_id", "scope", "operation")) == {(gone.pk, SCOPE, "email.send")}
+    assert log.count() == 2  # claimed, completed
 
 
 @pytest.mark.django_db
@@ -168,3 +253,20 @@ def test_a_purge_skips_a_row_that_another_transaction_holds_instead_of_waiting()
     assert result.deleted == 2
     assert list(Receipt.objects.values_list("pk", flat=True)) == [held]
     assert connection.vendor == "postgresql"
+
+
+@pytest.mark.django_db
+def test_a_batch_of_sent_messages_unlinks_its_attempt_log_with_one_update(settings):
+    settings.OUTBOX_SENT_RETENTION_DAYS = 7
+    with time_machine.travel(timezone.now() - timedelta(days=8), tick=False):
+        for n in range(5):
+            outbox.enqueue("http.post", {"url": "https://example.com/"}, f"sent-{n}")
+        for message in outbox.claim_batch("d"):
+            outbox.mark_sent(message)
+    with CaptureQueriesContext(connection) as queries:
+        (result,) = retention.purge(purgers=only("outbox.sent"))
+    assert result.deleted == 5 and OutboxAttempt.objects.filter(message=None).count() == 5
+    statements = [q["sql"] for q in queries]
+    assert sum(sql.startswith("UPDATE") for sql in statements) == 1
+    # Django's collector would load every message, payload included, before deleting it.
+    assert not [sql for sql in statements if sql.startswith("SELECT") and '"payload"' in sql]

@@ -3,10 +3,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.webhooks.conftest import make_endpoint
-from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
+from webhooks.models import Fulfilment, RejectedDelivery, WebhookDelivery, WebhookEvent
 from webhooks.receive import record_rejection, store_delivery
 from webhooks.retention import due_events, due_rejections
 from webhooks.verify import VerifiedDelivery
@@ -60,3 +62,30 @@ def test_the_purge_command_deletes_due_events_and_rejections_and_keeps_the_rest(
     call_command("purge", "--batch-size", "1")
     assert list(WebhookEvent.objects.all()) == [kept]
     assert list(RejectedDelivery.objects.all()) == [fresh]
+
+
+def purge_events_capturing_statements(events: int, deliveries_each: int, prefix: str) -> list[str]:
+    from receipts.retention import Purger, purge_batches
+
+    endpoint = make_endpoint(f"ep-{prefix}", "stripe", "whsec_retention_000000000")
+    old = timezone.now() - timedelta(days=31)
+    for n in range(events):
+        event = event_at(endpoint, f"{prefix}-{n}", old, "completed")
+        for _ in range(deliveries_each - 1):
+            store_delivery(endpoint, VerifiedDelivery(0, {}, event.dedupe_key, "a.b", "", ""), now=old)
+        Fulfilment.objects.create(payment_id=f"pi_{prefix}_{n}", source_event=event)
+    with CaptureQueriesContext(connection) as queries:
+        result = purge_batches(Purger("webhooks.events", due_events), timezone.now(), batch_size=events, max_batches=1)
+    assert result.deleted == events
+    assert not WebhookDelivery.objects.exists() and not WebhookEvent.objects.exists()
+    assert not Fulfilment.objects.filter(source_event__isnull=False).exists()  # SET_NULL still holds
+    return [q["sql"] for q in queries]
+
+
+def test_an_event_batch_and_its_deliveries_go_in_the_same_few_statements_however_many_there_are(settings):
+    settings.WEBHOOKS_EVENT_RETENTION_DAYS = 30
+    small = purge_events_capturing_statements(1, deliveries_each=1, prefix="small")
+    large = purge_events_capturing_statements(150, deliveries_each=3, prefix="large")
+    assert len(large) == len(small)
+    # Django's collector would load every event (payload included) before deleting them.
+    assert not [sql for sql in large if sql.startswith("SELECT") and "payload_sha256" in sql]
