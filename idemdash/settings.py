@@ -232,7 +232,10 @@ Q_CLUSTER = {
     "ack_failures": True,
     "catch_up": False,
     "poll": 0.5,
-    "save_limit": 1000,
+    # Successful tasks are not stored: every task's outcome is already on its own row (the
+    # event, the outbox message), and storing each result cost a COUNT and an INSERT per
+    # task. Failed tasks are still stored, for the admin.
+    "save_limit": envint("Q_SAVE_LIMIT", -1, minimum=-1),
     "label": "Background tasks",
     # Present (even empty) so that django-q2's Q_CLUSTER_NAME variable can name a separate
     # queue, as the Redis broker test does; django-q2 fails on that variable without it.

@@ -40,6 +40,7 @@ from django.db import connection
 from receipts.models import Attempt, Receipt
 
 _RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
+_RECEIPT_COLUMNS = [f.attname for f in Receipt._meta.concrete_fields]  # id first
 _REPLAYABLE = (
     "status = 'completed' OR (status = 'failed' AND NOT retryable)"
 )
@@ -94,6 +95,11 @@ def _claim_sql(asynchronous: bool) -> str:
     """
 
 
+@functools.cache
+def _converters() -> list[list]:
+    return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
+
+
 def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
     existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
@@ -104,12 +110,18 @@ def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, 
     params = [f.get_db_prep_save(values[f.attname], connection) for f in _RECEIPT_FIELDS]
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], fp, now, fp, now, fp, now]
-    sql = _claim_sql(not connection.in_atomic_block)
-    rows = list(Receipt.objects.raw(sql, params))
-    if not rows:
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(not connection.in_atomic_block), params)
+        row = cursor.fetchone()
+    if row is None:
         return None
-    receipt = rows[0]
-    return receipt.logged, receipt
+    # Built by hand rather than by QuerySet.raw(), which reads the cursor's description: its
+    # column type lookups cost more than the rest of this function.
+    values = list(row[: len(_RECEIPT_COLUMNS)])
+    for i, converters in enumerate(_converters()):
+        for convert in converters:
+            values[i] = convert(values[i], None, connection)
+    return row[len(_RECEIPT_COLUMNS)], Receipt.from_db(connection.alias, _RECEIPT_COLUMNS, values)
 
 
 @functools.cache

@@ -99,6 +99,9 @@ class Attempt(models.Model):
         blank=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        # attempt_receipt_age (receipt, created_at) serves every lookup by receipt; a
+        # second index on receipt alone would only cost each logged attempt one more write.
+        db_index=False,
         related_name="attempt_log",
     )
     scope = models.CharField(max_length=255)
