@@ -17,6 +17,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.utils import timezone
 
+from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
@@ -119,13 +120,10 @@ def window_start(window: Window, now: datetime) -> datetime:
 
 
 def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
-    rows = (
-        Attempt.objects.filter(created_at__gt=start, created_at__lte=now)
-        .values_list("outcome")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    return dict(rows)
+    counts: dict[str, int] = {}
+    for _, outcome, n in rollup.attempt_counts(start, now):
+        counts[outcome] = counts.get(outcome, 0) + n
+    return counts
 
 
 def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
@@ -267,18 +265,22 @@ def _floor(moment: datetime, bucket: timedelta) -> datetime:
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
     """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first.
 
-    One grouped query truncates to minute/hour/day in SQL; the few hundred rows it returns
-    are folded into the window's buckets here, which works the same on both databases.
+    Counts per hour (the hourly roll-up and the log, `receipts.rollup.attempt_counts`), or,
+    for buckets shorter than an hour, per minute from the log; the few hundred rows are
+    folded into the window's buckets here, which works the same on both databases.
     """
     now = now or timezone.now()
     start = window_start(window, now)
-    rows = (
-        Attempt.objects.filter(created_at__gt=start, created_at__lte=now, outcome__in=SERIES_OUTCOMES)
-        .annotate(t=window.trunc("created_at", tzinfo=dt_timezone.utc))
-        .values_list("t", "outcome")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
+    if window.bucket % rollup.HOUR:
+        rows = (
+            Attempt.objects.filter(created_at__gt=start, created_at__lte=now, outcome__in=SERIES_OUTCOMES)
+            .annotate(t=window.trunc("created_at", tzinfo=dt_timezone.utc))
+            .values_list("t", "outcome")
+            .annotate(n=Count("*"))
+            .order_by()
+        )
+    else:
+        rows = rollup.attempt_counts(start, now, outcomes=SERIES_OUTCOMES, by_hour=True)
     buckets: dict[datetime, dict[str, Any]] = {}
     moment = _floor(start, window.bucket)
     while moment <= now:

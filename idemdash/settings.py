@@ -211,6 +211,8 @@ OUTBOX_DEAD_RETENTION_DAYS = envint("OUTBOX_DEAD_RETENTION_DAYS", 30, minimum=1)
 # Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
 OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
 RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
+# The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
+RECEIPTS_ROLLUP_RETENTION_DAYS = envint("RECEIPTS_ROLLUP_RETENTION_DAYS", 90, minimum=31)
 RETENTION_BATCH_SIZE = envint("RETENTION_BATCH_SIZE", 1000, minimum=1)
 
 # --- Background work: django-q2 -----------------------------------------------------------

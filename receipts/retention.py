@@ -15,7 +15,8 @@ collects them, so this app never imports the apps it purges for.
 The dashboard's charts count Attempt and OutboxAttempt rows, which keep scope, key and
 operation of their own and only lose their link when a receipt or message goes. They are
 kept 35 days, longer than the widest (30-day) chart window, so purging receipts never
-changes a chart.
+changes a chart. The hourly roll-up of the attempt log (`receipts.rollup`) has its own
+retention (RECEIPTS_ROLLUP_RETENTION_DAYS, 90 days, never under 31).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from receipts.conf import policy_for
-from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
@@ -62,6 +63,13 @@ def due_attempts(now: datetime) -> QuerySet:
     return Attempt.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
+def due_attempt_rollups(now: datetime) -> QuerySet:
+    # Their own retention: purging the attempt log (35 days) must not take the hourly
+    # counts of the 30-day charts with it.
+    days = getattr(settings, "RECEIPTS_ROLLUP_RETENTION_DAYS", 90)
+    return AttemptHourly.objects.filter(hour__lt=now - timedelta(days=days))
+
+
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
     """Copy the financial receipts of a batch into ArchivedReceipt (same transaction)."""
     copies = [
@@ -80,6 +88,7 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
 PURGERS: list[Purger] = [
     Purger("receipts.expired", due_receipts, archive=archive_financial_receipts, order_by="expires_at"),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
+    Purger("receipts.attempt_rollups", due_attempt_rollups, order_by="hour"),
 ]
 
 
