@@ -162,3 +162,34 @@ def test_the_watermark_never_moves_back_on_a_slow_clock():
     rollup.roll_up(NOW)
     rollup.roll_up(NOW - 5 * h)
     assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_at_once_take_turns_and_count_once():
+    import threading
+
+    from django.db import connections
+
+    for i in range(20):
+        claim_at(NOW - timedelta(days=2) + i * 7 * m, f"k{i}")
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait(10)
+            rollup.catch_up(NOW, max_hours=6)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sum(rolled().values()) == Attempt.objects.count() == 40
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
