@@ -35,6 +35,7 @@ from django.apps import apps
 from django.db import connection, models, transaction
 from django.utils import timezone
 
+from receipts import rollup
 from receipts.models import Attempt, Receipt
 
 PREFIX = "seed_"
@@ -453,6 +454,11 @@ def seed(
             with connection.cursor() as cursor:
                 for model in tables:
                     cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(model._meta.db_table)}")
+    if receipts:
+        # Attempts written into past hours: hand those hours back to the log and recount
+        # them, as the roll-up never revisits hours older than its repair span.
+        rollup.rewind(now - timedelta(days=30))
+        rollup.catch_up()
     return counts
 
 
@@ -506,4 +512,7 @@ def delete_seeded() -> dict[str, int]:
         else:
             deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
             deleted["outbox"] = raw(seeded_outbox())
+    if deleted["attempts"]:
+        rollup.rewind(None)  # seeded attempts may lie in any hour: recount them all
+        rollup.catch_up()
     return deleted

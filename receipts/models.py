@@ -130,6 +130,39 @@ class Attempt(models.Model):
         return f"{self.key}: {self.outcome}"
 
 
+class AttemptHourly(models.Model):
+    """How many attempts of each outcome were logged in one UTC hour: the attempt log rolled
+    up (`receipts.rollup`), so that a dashboard window reads a few hundred rows, not every
+    attempt in it. Counts are absolute, recomputed from the log, never incremented."""
+
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    outcome = models.CharField(max_length=32, choices=Attempt.Outcome.choices)
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        verbose_name = "attempts per hour"
+        verbose_name_plural = "attempts per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "outcome"], name="attempt_hourly_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.outcome}: {self.count}"
+
+
+class Rollup(models.Model):
+    """The watermark of one roll-up: `rolled_until` is the start of the first hour that is
+    NOT rolled up yet (null: none is). Readers take hours before it from the roll-up table
+    and everything after it from the raw log. The row is also the lock that makes two runs
+    of a roll-up take turns."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    rolled_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} until {self.rolled_until}"
+
+
 class ApiClient(models.Model):
     """A caller of the JSON API. The token is shown once; only its sha256 is stored."""
 

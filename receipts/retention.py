@@ -18,7 +18,8 @@ The dashboard's charts count Attempt and OutboxAttempt rows, which keep scope, k
 operation of their own. An attempt keeps the id of its purged receipt (a plain column, no
 constraint); an outbox attempt's link to its message is set to NULL. They are
 kept 35 days, longer than the widest (30-day) chart window, so purging receipts never
-changes a chart.
+changes a chart. The hourly roll-up of the attempt log (`receipts.rollup`) has its own
+retention (RECEIPTS_ROLLUP_RETENTION_DAYS, 90 days, never under 31).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from receipts.conf import policy_for
-from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
@@ -64,6 +65,13 @@ def due_receipts(now: datetime) -> QuerySet:
 def due_attempts(now: datetime) -> QuerySet:
     days = getattr(settings, "RECEIPTS_ATTEMPT_RETENTION_DAYS", 35)
     return Attempt.objects.filter(created_at__lt=now - timedelta(days=days))
+
+
+def due_attempt_rollups(now: datetime) -> QuerySet:
+    # Their own retention: purging the attempt log (35 days) must not take the hourly
+    # counts of the 30-day charts with it.
+    days = getattr(settings, "RECEIPTS_ROLLUP_RETENTION_DAYS", 90)
+    return AttemptHourly.objects.filter(hour__lt=now - timedelta(days=days))
 
 
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
@@ -97,6 +105,7 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
 PURGERS: list[Purger] = [
     Purger("receipts.expired", due_receipts, archive=archive_financial_receipts, order_by="expires_at"),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
+    Purger("receipts.attempt_rollups", due_attempt_rollups, order_by="hour"),
 ]
 
 

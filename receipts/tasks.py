@@ -2,8 +2,12 @@
 
 from dataclasses import asdict
 
-from receipts import retention
+from receipts import retention, rollup
 
 
 def purge() -> list[dict]:
     return [asdict(result) for result in retention.purge()]
+
+
+def roll_up() -> list[dict]:
+    return [asdict(result) for result in rollup.catch_up(max_runs=rollup.MAX_RUNS_PER_TASK)]

@@ -26,12 +26,13 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Min, OuterRef, Q
 
 from idemdash import seeding
 from idemdash.bench import loadgen, servers
 from idemdash.bench.models import BenchRow
 from idemdash.bench.report import Figure, markdown_table, table, unavailable, write_chart, write_json
+from receipts import rollup
 from receipts.models import Attempt, Receipt
 
 CLIENTS = 8
@@ -592,8 +593,12 @@ def reset_bench_rows() -> None:
     from receipts.models import ApiClient
 
     for scope in (Q(scope="bench"), Q(scope__startswith="client:bench-")):
+        earliest = Attempt.objects.filter(scope).aggregate(t=Min("created_at"))["t"]
         Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
         Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
+        if earliest is not None:  # recount the hours those attempts were rolled up in
+            rollup.rewind(earliest)
+            rollup.catch_up()
     ApiClient.objects.filter(name__startswith="bench-").delete()
 
 

@@ -27,6 +27,8 @@ FIGURES = {
     "seed.receipts", "seed.rows_per_s", "dashboard.overview", "dashboard.filtered", "dashboard.detail", "dashboard.stats",
     "purge.rows_per_s", "purge.claim_p99_ratio", "purge.claim_p99_during", "purge.claim_p99_without",
     "memory.web_worker", "memory.qcluster_worker",
+    # CPU per request of each compared variant, with its breakdown by process in the note.
+    "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
 }
 
 
@@ -75,6 +77,10 @@ def test_the_quick_bench_measures_every_figure(tmp_path: Path):
             assert "not in this build" in figure["note"]
             continue
         assert figure["value"] is not None and figure["value"] > 0, figure
+    for fid in ("claim.cpu1", "webhook.cpu1"):
+        parts = dict(part.split() for part in figures[fid]["note"].split(", "))
+        assert {"client", "web", "db"} <= set(parts) and all(float(ms) >= 0 for ms in parts.values()), figures[fid]
+    assert "qcluster" in figures["webhook.cpu1"]["note"]
     assert report["meta"]["mode"] == "quick" and report["meta"]["cores"] >= 1
     assert (tmp_path / "latest.html").exists() and (tmp_path / "plotly.min.js").exists()
     # The table on stdout names every figure's target.

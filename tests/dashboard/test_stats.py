@@ -13,7 +13,9 @@ from datetime import datetime, timezone
 import pytest
 import time_machine
 
+from receipts import rollup
 from receipts.auth import create_token
+from receipts.models import AttemptHourly
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver
@@ -25,8 +27,8 @@ NOW = datetime(2026, 3, 10, 12, 2, 30, tzinfo=timezone.utc)
 WINDOWS = ["1h", "24h", "7d", "30d"]
 
 
-@pytest.fixture
-def traffic(settings):
+@pytest.fixture(params=["log only", "rolled up"])
+def traffic(request, settings):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1  # a failing handler's event dies on its first attempt
     settings.OUTBOX_BACKOFF_BASE_SECONDS = settings.OUTBOX_BACKOFF_CAP_SECONDS = 10**7  # a retry waits for months
     settings.STRIPE_WEBHOOK_SECRET = ""
@@ -36,6 +38,11 @@ def traffic(settings):
             known_flow_traffic(NOW, receiver.url)
     finally:
         handlers.unregister("stripe", FAILING_TYPE)
+    if request.param == "rolled up":
+        # Caught up to 12:00; every window starts mid-hour (NOW is 12:02:30), so each
+        # reads its first partial hour and the last two minutes from the log.
+        rollup.catch_up(NOW)
+        assert AttemptHourly.objects.exists()
     with time_machine.travel(NOW, tick=False):
         yield
 

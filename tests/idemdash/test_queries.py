@@ -6,8 +6,8 @@ import pytest
 import time_machine
 
 from idemdash import queries
-from receipts import store
-from receipts.models import Attempt
+from receipts import rollup, store
+from receipts.models import Attempt, AttemptHourly
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 
 pytestmark = pytest.mark.django_db
@@ -80,6 +80,26 @@ def test_the_30_day_series_has_daily_buckets_with_the_takeover_in_its_day():
     assert today["start"] == datetime(2026, 3, 10, tzinfo=timezone.utc)
     assert today["lease_takeover"] == 1 and today["retried_after_failure"] == 1
     assert sum(r["requests"] for r in series) == EXPECTED_STATS["30d"]["requests"]
+
+
+@pytest.mark.parametrize("name", ["24h", "7d", "30d"])
+def test_the_series_is_the_same_from_the_roll_up_as_from_the_log(name):
+    known_traffic(NOW)
+    window = queries.WINDOWS[name]
+    from_log = queries.receipt_series(window, NOW)
+    rollup.catch_up(NOW)
+    assert AttemptHourly.objects.exists()
+    assert queries.receipt_series(window, NOW) == from_log
+    # Traffic after the roll-up ran, in an hour it has not reached, and late in one it has.
+    later = NOW + timedelta(minutes=20)
+    with time_machine.travel(later, tick=False):
+        store.claim("s", "after", "email.send", {})
+    with time_machine.travel(NOW - timedelta(hours=2), tick=False):
+        store.claim("s", "straggler", "email.send", {})
+    rollup.roll_up(later)
+    series = queries.receipt_series(window, later)
+    assert sum(b["claimed"] for b in series) == sum(b["claimed"] for b in from_log) + 2
+    assert queries.receipt_stats(window, later)["claimed"] == EXPECTED_STATS[name]["claimed"] + 2
 
 
 def test_stuck_receipts_are_the_processing_ones_past_their_lease_oldest_first():

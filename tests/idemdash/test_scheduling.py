@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 def test_every_app_declares_its_periodic_work():
     names = {entry["name"] for entry in declared_schedules().schedules}
-    assert {"outbox.drain", "receipts.purge"} <= names
+    assert {"outbox.drain", "receipts.purge", "receipts.rollup"} <= names
 
 
 def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():

@@ -10,8 +10,8 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from receipts import retention, store
-from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts import retention, rollup, store
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
@@ -198,6 +198,24 @@ def test_attempt_logs_are_kept_for_the_attempt_retention_period(settings):
     completed_receipt("recent", age=timedelta(days=34))
     retention.purge()
     assert set(Attempt.objects.values_list("key", flat=True)) == {"recent"}
+
+
+@pytest.mark.django_db
+def test_hourly_roll_ups_outlive_the_attempt_log_and_have_their_own_retention(settings):
+    settings.RECEIPTS_ATTEMPT_RETENTION_DAYS = 7  # shorter than the 30-day charts
+    settings.RECEIPTS_ROLLUP_RETENTION_DAYS = 60
+    for key, days in (("chart", 20), ("ancient", 61)):
+        completed_receipt(key, age=timedelta(days=days))
+    rollup.catch_up()
+    hours = set(AttemptHourly.objects.values_list("hour", flat=True))
+    retention.purge()
+    assert not Attempt.objects.exists()  # both attempt logs are past 7 days
+    kept = set(AttemptHourly.objects.values_list("hour", flat=True))
+    assert kept == {h for h in hours if h > timezone.now() - timedelta(days=60)} and len(kept) == 1
+    # The 30-day window still counts the 20-day-old request, now from the roll-up alone.
+    from idemdash import queries
+
+    assert queries.receipt_stats(queries.WINDOWS["30d"])["claimed"] == 1
 
 
 @pytest.mark.django_db

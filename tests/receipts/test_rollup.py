@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import time_machine
+
+from receipts import rollup, store
+from receipts.models import Attempt, AttemptHourly
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 10, 12, 7, 30, tzinfo=timezone.utc)
+m, h = timedelta(minutes=1), timedelta(hours=1)
+
+
+def claim_at(moment: datetime, key: str, request: object = None) -> None:
+    """One claim request at `moment` (a replay when the key is already completed)."""
+    with time_machine.travel(moment, tick=False):
+        result = store.claim("client:t", key, "email.send", request if request is not None else {"k": key})
+        if result.outcome == Attempt.Outcome.CLAIMED:
+            store.complete("client:t", key, result.token, response_status=201, body="{}")
+
+
+def rolled() -> Counter:
+    return Counter({(r.hour, r.outcome): r.count for r in AttemptHourly.objects.all()})
+
+
+def logged(start: datetime, end: datetime) -> Counter:
+    """The truth: attempts in (start, end] per outcome, from the log."""
+    return Counter(Attempt.objects.filter(created_at__gt=start, created_at__lte=end).values_list("outcome", flat=True))
+
+
+def counted(start: datetime, end: datetime) -> Counter:
+    total: Counter = Counter()
+    for _, outcome, n in rollup.attempt_counts(start, end):
+        total[outcome] += n
+    return total
+
+
+def test_a_run_counts_every_settled_hour_by_outcome():
+    claim_at(NOW - 3 * h, "a")                       # 09:07: claimed + completed
+    claim_at(NOW - 3 * h + 10 * m, "a")              # 09:17: replayed
+    claim_at(NOW - 90 * m, "b")                      # 10:37
+    claim_at(NOW - 4 * m, "c")                       # 12:03: this hour, not rolled up
+    rollup.roll_up(NOW)
+    nine, ten = datetime(2026, 3, 10, 9, tzinfo=timezone.utc), datetime(2026, 3, 10, 10, tzinfo=timezone.utc)
+    assert rolled() == Counter({(nine, "claimed"): 1, (nine, "completed"): 1, (nine, "replayed"): 1,
+                                (ten, "claimed"): 1, (ten, "completed"): 1})
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+
+
+def test_an_hour_is_rolled_up_only_once_it_ended_the_settle_time_ago():
+    claim_at(datetime(2026, 3, 10, 11, 59, tzinfo=timezone.utc), "late")
+    rollup.roll_up(datetime(2026, 3, 10, 12, 3, tzinfo=timezone.utc))
+    # A transaction that took its created_at at 11:59 may still be committing at 12:03.
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 11, tzinfo=timezone.utc)
+    assert not AttemptHourly.objects.filter(hour__gte=datetime(2026, 3, 10, 11, tzinfo=timezone.utc)).exists()
+
+
+def test_running_it_twice_does_not_double_count():
+    for i in range(5):
+        claim_at(NOW - (i + 2) * h, f"k{i}")
+        claim_at(NOW - (i + 2) * h + m, f"k{i}")
+    rollup.roll_up(NOW)
+    first = rolled()
+    rollup.roll_up(NOW)
+    rollup.catch_up(NOW + 10 * m)
+    assert rolled() == first
+    assert sum(first.values()) == Attempt.objects.count() == 15
+    assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
+
+
+def test_a_row_that_commits_after_its_hour_was_rolled_up_is_counted_by_the_next_run():
+    claim_at(NOW - 2 * h, "early")
+    rollup.roll_up(NOW)
+    # Committed now, but with a created_at in an hour already rolled up (within REPAIR).
+    claim_at(NOW - 2 * h + m, "straggler")
+    rollup.roll_up(NOW + m)
+    assert counted(NOW - 24 * h, NOW + m) == logged(NOW - 24 * h, NOW + m)
+    assert rolled()[(datetime(2026, 3, 10, 10, tzinfo=timezone.utc), "claimed")] == 2
+
+
+def test_the_first_run_starts_at_the_oldest_attempt_and_each_run_is_bounded():
+    for days in (10, 5, 1):
+        claim_at(NOW - timedelta(days=days), f"d{days}")
+    first = rollup.roll_up(NOW, max_hours=48)
+    assert first.start == rollup.floor_hour(NOW - timedelta(days=10))
+    assert first.end == first.start + 48 * h and not first.caught_up
+    # Figures are exact while the roll-up is behind: the log serves what it has not reached.
+    assert counted(NOW - timedelta(days=30), NOW) == logged(NOW - timedelta(days=30), NOW)
+    runs = rollup.catch_up(NOW, max_hours=48)
+    assert runs[-1].caught_up and rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+    assert all(r.end - r.start <= 48 * h for r in runs)
+    assert sum(rolled().values()) == Attempt.objects.count() == 6
+
+
+def test_traffic_after_the_roll_up_is_counted_from_the_log():
+    claim_at(NOW - 5 * h, "before")
+    rollup.roll_up(NOW)
+    for i in range(3):
+        claim_at(NOW + i * 20 * m, f"after{i}")  # 12:07, 12:27, 12:47
+    claim_at(NOW + 40 * m, "after0")              # a replay
+    later = NOW + 50 * m
+    assert counted(later - 24 * h, later) == logged(later - 24 * h, later)
+    assert counted(later - 24 * h, later)["claimed"] == 4
+
+
+@pytest.mark.parametrize("state", ["empty", "behind", "caught up"])
+def test_every_span_is_exact_whatever_the_state_of_the_roll_up(state):
+    # Attempts on hour boundaries, just inside and outside window starts, and mid-hour.
+    moments = [NOW - 24 * h, NOW - 24 * h + timedelta(microseconds=1), NOW - 24 * h - m,
+               datetime(2026, 3, 9, 13, tzinfo=timezone.utc), datetime(2026, 3, 9, 12, 59, 59, tzinfo=timezone.utc),
+               NOW - 7 * h, NOW - 3 * h - 7 * m, NOW - 70 * m, NOW - 30 * m, NOW - timedelta(days=3, minutes=7)]
+    for i, moment in enumerate(moments):
+        claim_at(moment, f"k{i}")
+        claim_at(moment, f"k{i}")  # a replay in the same instant
+    if state == "behind":
+        rollup.catch_up(NOW - 10 * h)
+    elif state == "caught up":
+        rollup.catch_up(NOW)
+    starts = [NOW - span for span in (h, 24 * h, timedelta(days=7), 15 * m)]
+    starts += [datetime(2026, 3, 9, 12, tzinfo=timezone.utc), datetime(2026, 3, 9, 12, 59, 59, tzinfo=timezone.utc)]
+    for start in starts:
+        for end in (NOW, datetime(2026, 3, 10, 11, tzinfo=timezone.utc)):
+            assert counted(start, end) == logged(start, end), (start, end)
+
+
+def test_hourly_counts_put_each_attempt_in_its_hour():
+    claim_at(NOW - 5 * h - 2 * m, "x")   # 07:05:30
+    claim_at(NOW - 3 * h, "y")           # 09:07:30
+    rollup.roll_up(NOW)
+    claim_at(NOW - 2 * m, "z")           # 12:05:30, from the log
+    rows = Counter()
+    for hour, outcome, n in rollup.attempt_counts(NOW - 6 * h, NOW, outcomes=("claimed",), by_hour=True):
+        rows[hour.hour] += n
+    assert rows == Counter({7: 1, 9: 1, 12: 1})
+
+
+def test_a_count_that_fell_to_zero_is_removed_when_its_hour_is_recounted():
+    claim_at(NOW - 2 * h, "gone")
+    rollup.roll_up(NOW)
+    Attempt.objects.filter(key="gone").delete()
+    rollup.rewind(NOW - 2 * h)
+    assert counted(NOW - 24 * h, NOW) == Counter()  # handed back to the log at once
+    rollup.catch_up(NOW)
+    assert not AttemptHourly.objects.exists()
+
+
+def test_rewinding_to_nothing_empties_the_roll_up_and_the_next_run_rebuilds_it():
+    claim_at(NOW - 30 * h, "old")
+    rollup.catch_up(NOW)
+    before = rolled()
+    rollup.rewind(None)
+    assert rollup.rolled_until() is None and not AttemptHourly.objects.exists()
+    rollup.catch_up(NOW)
+    assert rolled() == before
+
+
+def test_the_watermark_never_moves_back_on_a_slow_clock():
+    rollup.roll_up(NOW)
+    rollup.roll_up(NOW - 5 * h)
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_at_once_take_turns_and_count_once():
+    import threading
+
+    from django.db import connections
+
+    for i in range(20):
+        claim_at(NOW - timedelta(days=2) + i * 7 * m, f"k{i}")
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start.wait(10)
+            rollup.catch_up(NOW, max_hours=6)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sum(rolled().values()) == Attempt.objects.count() == 40
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
