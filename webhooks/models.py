@@ -85,7 +85,10 @@ class WebhookEvent(models.Model):
     FINISHED = (Status.COMPLETED, Status.IGNORED, Status.DEAD)
     CLAIMABLE = (Status.RECEIVED, Status.RETRY)
 
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="events")
+    # No index of its own: webhook_event_dedupe (endpoint, dedupe_key) leads with it. With a
+    # second one, PostgreSQL (on statistics taken while an endpoint was new) looked a
+    # delivery up by endpoint alone and filtered every event of the endpoint by key.
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="events", db_index=False)
     provider = models.CharField(max_length=16)
     dedupe_key = models.CharField(max_length=512)
     event_type = models.CharField(max_length=255, blank=True)
