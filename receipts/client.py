@@ -114,9 +114,13 @@ class IdempotencyClient:
         wait_seconds: float = 5.0,
         transport: httpx.BaseTransport | None = None,
         max_in_progress_retries: int = 5,
+        max_unavailable_retries: int = 3,
+        max_backoff: float = 10.0,
     ) -> None:
         self.wait_seconds = wait_seconds
         self.max_in_progress_retries = max_in_progress_retries
+        self.max_unavailable_retries = max_unavailable_retries
+        self.max_backoff = max_backoff
         # The server may hold a claim for wait_seconds: never time out before it answers.
         self._http = httpx.Client(
             base_url=base_url.rstrip("/") + "/api/v1/receipts/",
@@ -173,7 +177,7 @@ class IdempotencyClient:
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The receipt, or None when this client has none with that key."""
-        reply = self._http.get("", params={"key": key})
+        reply = self._send(lambda: self._http.get("", params={"key": key}))
         if reply.status_code == 404:
             return None
         return self._json(reply)
@@ -262,7 +266,37 @@ class IdempotencyClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._json(self._http.post(path, json=body))
+        return self._json(self._send(lambda: self._http.post(path, json=body)))
+
+    def _send(self, send: Callable[[], httpx.Response]) -> httpx.Response:
+        """Send, retrying a 503 (the server could not reach its database: nothing was
+        stored) and a failed connection up to `max_unavailable_retries` times, waiting
+        Retry-After when given, else 0.5 s doubling, at most `max_backoff`.
+
+        Safe for every call: a claim whose first try did commit before its answer was lost
+        is answered on the retry with the 409 of its own lease, which is then waited out
+        like any other (and taken over when it runs out); a complete or fail repeated with
+        the same token and body is the same settlement, answered as the first was."""
+        for attempt in range(self.max_unavailable_retries + 1):
+            last = attempt == self.max_unavailable_retries
+            try:
+                reply = send()
+            except httpx.TransportError:
+                if last:
+                    raise
+                time.sleep(self._backoff(attempt, None))
+                continue
+            if reply.status_code != 503 or last:
+                return reply
+            time.sleep(self._backoff(attempt, reply.headers.get("Retry-After")))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        try:
+            wait = float(retry_after) if retry_after is not None else 0.5 * 2**attempt
+        except ValueError:  # an HTTP date: not worth a parser here
+            wait = 0.5 * 2**attempt
+        return max(0.0, min(wait, self.max_backoff))
 
     def _json(self, reply: httpx.Response) -> dict[str, Any]:
         if reply.status_code < 400:

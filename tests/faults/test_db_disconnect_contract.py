@@ -222,3 +222,36 @@ def test_a_connection_lost_at_the_api_completion_stores_nothing_and_the_same_com
     assert done.status_code == 200 and done.json()["status"] == "completed"
     assert api("complete", complete).status_code == 200  # and once more: the same settlement
     assert completions(key) == 1
+
+
+@contextmanager
+def backend_dies_once(table: str, condition: str) -> Iterator[None]:
+    """Like backend_dies for a BEFORE INSERT, but only the first matching statement dies."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SEQUENCE idemdash_fault_once")
+    try:
+        with backend_dies("BEFORE INSERT", table, f"{condition} AND nextval('idemdash_fault_once') = 1"):
+            yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SEQUENCE idemdash_fault_once")
+
+
+def test_the_python_client_retries_a_503_and_runs_the_work_once(live_server):
+    """The documented contract, followed by receipts/client.py itself: the claim meets a
+    lost database connection (503, nothing stored), the client waits Retry-After and claims
+    again, runs the work once and completes it."""
+    from receipts.client import IdempotencyClient
+
+    key = "client-retries-503"
+    _, token = create_token("client-503")
+    calls = []
+    with backend_dies_once("receipts_receipt", f"NEW.key = '{key}'"):
+        with IdempotencyClient(live_server.url, token, wait_seconds=0, max_backoff=0.2) as idem:
+            result = idem.run_once(key, "email.send", lambda: calls.append(1) or {"sent": True})
+    assert result == {"sent": True} and calls == [1]
+    receipt = Receipt.objects.get(key=key)
+    assert receipt.status == "completed" and completions(key) == 1
+    assert list(Attempt.objects.filter(key=key).order_by("id").values_list("outcome", flat=True)) == [
+        "claimed", "completed"
+    ]

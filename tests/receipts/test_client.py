@@ -5,6 +5,7 @@ import threading
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from receipts import store
@@ -182,6 +183,45 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
         idem.claim("k", "email.send")
         with pytest.raises(InProgress):
             idem.run_once("k", "email.send", lambda: "never")
+
+
+class _DropsFirstConnections(httpx.HTTPTransport):
+    """A real transport to the live server whose first `drops` requests never connect."""
+
+    def __init__(self, drops: int) -> None:
+        super().__init__()
+        self.drops = drops
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request.url.path)
+        if self.drops:
+            self.drops -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return super().handle_request(request)
+
+
+def test_a_connection_that_fails_is_retried_and_the_work_runs_once(live_server, transactional_db):
+    _, token = create_token("flaky-network")
+    transport = _DropsFirstConnections(drops=2)
+    calls = []
+    with IdempotencyClient(live_server.url, token, wait_seconds=0, transport=transport, max_backoff=0.05) as idem:
+        assert idem.run_once("k", "email.send", lambda: calls.append(1) or "sent") == "sent"
+    assert calls == [1]
+    assert transport.sent == ["/api/v1/receipts/claim"] * 3 + ["/api/v1/receipts/complete"]
+    assert Receipt.objects.get().status == "completed"
+
+
+def test_retries_are_bounded_and_the_last_error_is_raised(live_server, transactional_db):
+    _, token = create_token("dead-network")
+    transport = _DropsFirstConnections(drops=10)
+    with IdempotencyClient(
+        live_server.url, token, transport=transport, max_unavailable_retries=2, max_backoff=0.01
+    ) as idem:
+        with pytest.raises(httpx.ConnectError):
+            idem.claim("k", "email.send")
+    assert len(transport.sent) == 3
+    assert not Receipt.objects.exists()
 
 
 def test_the_once_decorator_keys_calls_by_their_arguments(idem):
