@@ -2,14 +2,17 @@
 
 **Write side.** `roll_up()` (the `receipts.rollup` schedule, every minute) recomputes, from
 the log, the absolute count of every (UTC hour, outcome) for the hours from a little before
-the watermark up to the last settled hour, writes them with one upsert, and moves the
-watermark (`Rollup.rolled_until`, the start of the first hour not rolled up) to the end
-of what it recomputed. Absolute counts, not increments: running it twice changes nothing,
-and a row that committed after its hour was rolled up is counted by the next run.
+the watermark up to the settled instant (SETTLE ago, to the minute), writes them with one
+upsert, and moves the watermark (`Rollup.rolled_until`: every attempt before it is rolled
+up) there. The hour the watermark falls in is rolled up as far as the watermark, and
+counted again, further, by the next run, so the log is read for minutes, not for the hour
+so far: at a few hundred attempts a second, the hour so far is a million rows. Absolute
+counts, not increments: running it twice changes nothing, and a row that committed after
+its hour was rolled up is counted by the next run.
 
-- An attempt's `created_at` is taken before its transaction commits, so an hour is rolled
-  up only once it ended SETTLE ago; the hours just before the watermark are recomputed on
-  every run (REPAIR) in case a transaction took even longer.
+- An attempt's `created_at` is taken before its transaction commits, so an attempt is
+  rolled up only once it is SETTLE old; the hours just before the watermark are recomputed
+  on every run (REPAIR) in case a transaction took even longer.
 - The first run (empty roll-up) starts at the oldest attempt; each run covers at most
   MAX_HOURS_PER_RUN hours in one short transaction, so a full 35-day log is caught up in a
   few runs without ever holding a long transaction. `manage.py rollup` runs them all now.
@@ -17,11 +20,12 @@ and a row that committed after its hour was rolled up is counted by the next run
   transaction does the same), so two runs take turns and the later one counts last.
 - Nothing on the claim path writes here: request traffic pays nothing for the roll-up.
 
-**Read side.** `attempt_counts(start, end)` counts attempts in (start, end]: whole hours
-between the first hour boundary after `start` and the watermark come from the roll-up,
-the partial first hour and everything from the watermark on from the log. So a figure is
-exact whether the roll-up is empty, behind, or caught up; a 24-hour window reads about 240
-roll-up rows and at most two hours of the log instead of every attempt of the day.
+**Read side.** `attempt_counts(start, end)` counts attempts in (start, end]: the hours from
+the first hour boundary after `start` up to the watermark come from the roll-up (the
+watermark's own hour as far as the watermark), the partial first hour and everything from
+the watermark on from the log. So a figure is exact whether the roll-up is empty, behind,
+or caught up; a 24-hour window reads about 240 roll-up rows, the first partial hour and
+the last few minutes of the log instead of every attempt of the day.
 
 Attempts are written with `created_at` = now, so only `rewind()` (a bulk load of past rows,
 `seed`) ever needs to send the roll-up back over old hours.
@@ -54,6 +58,10 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
 
 
+def floor_minute(moment: datetime) -> datetime:
+    return moment.astimezone(dt_timezone.utc).replace(second=0, microsecond=0)
+
+
 @dataclass
 class RollupResult:
     start: datetime | None = None  # first hour recomputed
@@ -71,16 +79,20 @@ def _state() -> Rollup:
 def roll_up(now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN) -> RollupResult:
     """One run: recompute a bounded span of hours and advance the watermark."""
     now = now or timezone.now()
-    settled = floor_hour(now - SETTLE)
+    settled = floor_minute(now - SETTLE)
     _state()
     with transaction.atomic():
         state = Rollup.objects.select_for_update().get(name=NAME)
         if state.rolled_until is not None:
-            start = state.rolled_until - REPAIR
+            start = floor_hour(state.rolled_until - REPAIR)
         else:
             oldest = Attempt.objects.aggregate(t=Min("created_at"))["t"]
-            start = floor_hour(oldest) if oldest is not None else settled
+            start = floor_hour(oldest) if oldest is not None else floor_hour(settled)
         end = min(settled, start + max_hours * HOUR)
+        if state.rolled_until is not None:
+            # On a slow clock, still count the watermark's hour as far as the watermark:
+            # counting it to an earlier instant would lose what lies in between.
+            end = max(end, state.rolled_until)
         result = RollupResult(rolled_until=state.rolled_until)
         if end > start:
             result.start, result.end, result.rows = start, end, _recompute(start, end)
@@ -103,7 +115,8 @@ def _recompute(start: datetime, end: datetime) -> int:
     )
     # Every (hour, outcome) of the span is written, zeros included, and the zeros are then
     # deleted: a count that fell to nothing (its rows purged or deleted) does not linger.
-    counts = {(start + i * HOUR, o): 0 for i in range((end - start) // HOUR) for o in Attempt.Outcome.values}
+    hours = [start + i * HOUR for i in range(-(-(end - start) // HOUR))]  # the last one may be partial
+    counts = {(hour, o): 0 for hour in hours for o in Attempt.Outcome.values}
     counts.update({(floor_hour(hour), outcome): n for hour, outcome, n in counted})
     AttemptHourly.objects.bulk_create(
         [AttemptHourly(hour=h, outcome=o, count=n) for (h, o), n in counts.items()],
@@ -157,10 +170,17 @@ def attempt_counts(
     # window is open at its start), so it is read from the log.
     first_whole = floor_hour(start) + HOUR
     watermark = rolled_until()
-    rolled_end = min(watermark, floor_hour(end)) if watermark is not None else None
-    if rolled_end is None or rolled_end <= first_whole:
+    if watermark is None:
         return _grouped(log.filter(created_at__gt=start, created_at__lte=end), by_hour)
-    rolled = AttemptHourly.objects.filter(hour__gte=first_whole, hour__lt=rolled_end)
+    if end >= watermark:
+        # Every hour that starts before the watermark, its own (partial) hour included.
+        tail = watermark
+    else:
+        # A span that ends before the watermark: whole hours only, the rest from the log.
+        tail = floor_hour(end)
+    if tail <= first_whole:
+        return _grouped(log.filter(created_at__gt=start, created_at__lte=end), by_hour)
+    rolled = AttemptHourly.objects.filter(hour__gte=first_whole, hour__lt=tail)
     if outcomes is not None:
         rolled = rolled.filter(outcome__in=outcomes)
     if by_hour:
@@ -172,7 +192,7 @@ def attempt_counts(
     return (
         _grouped(log.filter(created_at__gt=start, created_at__lt=first_whole), by_hour)
         + from_rollup
-        + _grouped(log.filter(created_at__gte=rolled_end, created_at__lte=end), by_hour)
+        + _grouped(log.filter(created_at__gte=tail, created_at__lte=end), by_hour)
     )
 
 

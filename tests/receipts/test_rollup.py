@@ -12,6 +12,7 @@ from receipts.models import Attempt, AttemptHourly
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 10, 12, 7, 30, tzinfo=timezone.utc)
+SETTLED = datetime(2026, 3, 10, 12, 2, tzinfo=timezone.utc)  # NOW - SETTLE, to the minute
 m, h = timedelta(minutes=1), timedelta(hours=1)
 
 
@@ -43,20 +44,39 @@ def test_a_run_counts_every_settled_hour_by_outcome():
     claim_at(NOW - 3 * h, "a")                       # 09:07: claimed + completed
     claim_at(NOW - 3 * h + 10 * m, "a")              # 09:17: replayed
     claim_at(NOW - 90 * m, "b")                      # 10:37
-    claim_at(NOW - 4 * m, "c")                       # 12:03: this hour, not rolled up
+    claim_at(NOW - 6 * m, "c")                       # 12:01:30: this hour, settled
+    claim_at(NOW - 4 * m, "d")                       # 12:03:30: not yet SETTLE old
     rollup.roll_up(NOW)
     nine, ten = datetime(2026, 3, 10, 9, tzinfo=timezone.utc), datetime(2026, 3, 10, 10, tzinfo=timezone.utc)
+    noon = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
     assert rolled() == Counter({(nine, "claimed"): 1, (nine, "completed"): 1, (nine, "replayed"): 1,
-                                (ten, "claimed"): 1, (ten, "completed"): 1})
-    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+                                (ten, "claimed"): 1, (ten, "completed"): 1,
+                                (noon, "claimed"): 1, (noon, "completed"): 1})  # the hour so far
+    assert rollup.rolled_until() == SETTLED
+    assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
 
 
-def test_an_hour_is_rolled_up_only_once_it_ended_the_settle_time_ago():
+def test_the_hour_so_far_is_counted_further_by_each_run():
+    claim_at(NOW - 6 * m, "a")                       # 12:01:30
+    rollup.roll_up(NOW)
+    claim_at(NOW - 4 * m, "b")                       # 12:03:30
+    claim_at(NOW + 2 * m, "c")                       # 12:09:30
+    rollup.roll_up(NOW + 3 * m)                      # settled at 12:05: b, not c
+    noon = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+    assert rolled()[(noon, "claimed")] == 2
+    assert rollup.rolled_until() == SETTLED + 3 * m
+    for end in (NOW + 3 * m, NOW + 10 * m, SETTLED + 3 * m, NOW):
+        assert counted(end - 24 * h, end) == logged(end - 24 * h, end), end
+
+
+def test_an_attempt_is_rolled_up_only_once_it_is_the_settle_time_old():
     claim_at(datetime(2026, 3, 10, 11, 59, tzinfo=timezone.utc), "late")
     rollup.roll_up(datetime(2026, 3, 10, 12, 3, tzinfo=timezone.utc))
     # A transaction that took its created_at at 11:59 may still be committing at 12:03.
-    assert rollup.rolled_until() == datetime(2026, 3, 10, 11, tzinfo=timezone.utc)
+    assert rollup.rolled_until() == datetime(2026, 3, 10, 11, 58, tzinfo=timezone.utc)
     assert not AttemptHourly.objects.filter(hour__gte=datetime(2026, 3, 10, 11, tzinfo=timezone.utc)).exists()
+    rollup.roll_up(datetime(2026, 3, 10, 12, 5, tzinfo=timezone.utc))
+    assert rolled()[(datetime(2026, 3, 10, 11, tzinfo=timezone.utc), "claimed")] == 1
 
 
 def test_running_it_twice_does_not_double_count():
@@ -91,7 +111,7 @@ def test_the_first_run_starts_at_the_oldest_attempt_and_each_run_is_bounded():
     # Figures are exact while the roll-up is behind: the log serves what it has not reached.
     assert counted(NOW - timedelta(days=30), NOW) == logged(NOW - timedelta(days=30), NOW)
     runs = rollup.catch_up(NOW, max_hours=48)
-    assert runs[-1].caught_up and rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+    assert runs[-1].caught_up and rollup.rolled_until() == SETTLED
     assert all(r.end - r.start <= 48 * h for r in runs)
     assert sum(rolled().values()) == Attempt.objects.count() == 6
 
@@ -159,9 +179,13 @@ def test_rewinding_to_nothing_empties_the_roll_up_and_the_next_run_rebuilds_it()
 
 
 def test_the_watermark_never_moves_back_on_a_slow_clock():
+    claim_at(NOW - 6 * m, "a")  # 12:01:30, in the hour the watermark falls in
     rollup.roll_up(NOW)
     rollup.roll_up(NOW - 5 * h)
-    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+    assert rollup.rolled_until() == SETTLED
+    # Nor is the watermark's own hour counted back to the slow clock's instant.
+    assert rolled()[(datetime(2026, 3, 10, 12, tzinfo=timezone.utc), "claimed")] == 1
+    assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
 
 
 @pytest.mark.postgres
@@ -192,4 +216,4 @@ def test_two_runs_at_once_take_turns_and_count_once():
         t.join(60)
     assert errors == []
     assert sum(rolled().values()) == Attempt.objects.count() == 40
-    assert rollup.rolled_until() == datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
+    assert rollup.rolled_until() == SETTLED
