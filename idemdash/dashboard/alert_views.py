@@ -15,7 +15,7 @@ from idemdash import alerts
 from idemdash.access import operator_required, viewer_required
 from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
 from idemdash.dashboard.actions import safe_next
-from idemdash.dashboard.views import _partial_or_page
+from idemdash.dashboard.pages import partial_or_page
 from idemdash.models import Alert, AlertRule
 
 PAGE_SIZE = 50
@@ -41,7 +41,7 @@ def alert_history(request: HttpRequest) -> HttpResponse:
         context["paged"] = before.isdigit()
     else:
         status = 400
-    return _partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)
+    return partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)
 
 
 @require_GET

@@ -12,27 +12,19 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods
 
 from idemdash import alerts, charts, conflicts, queries
 from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
 from idemdash.dashboard.actions import safe_next
-from idemdash.dashboard.forms import BadCursor, ReceiptFilter, keyset_page
+from idemdash.dashboard.forms import ReceiptFilter
+from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
 from receipts.auth import client_for_request
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.problems import problem
 
 Status = Receipt.Status
-
-
-def _partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
-    """The page includes the partial; an htmx request gets the partial alone."""
-    template = partial if request.htmx and not request.htmx.boosted else page
-    return render(request, template, context, status=status)
-
-
-# --- overview ---------------------------------------------------------------------------------
 
 
 def _overview_context(window: queries.Window) -> dict[str, Any]:
@@ -65,7 +57,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     except queries.BadWindow as exc:
         messages.error(request, str(exc))
         window = queries.parse_window(None)
-    return _partial_or_page(request, "dashboard/overview.html", "dashboard/partials/overview_figures.html",
+    return partial_or_page(request, "dashboard/overview.html", "dashboard/partials/overview_figures.html",
                             _overview_context(window))
 
 
@@ -76,27 +68,8 @@ def overview(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def receipts(request: HttpRequest) -> HttpResponse:
     form = ReceiptFilter(request.GET)
-    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None}
-    status = 200
-    if form.is_valid():
-        field, descending = form.sort_key()
-        try:
-            context["rows"], context["next_cursor"] = keyset_page(
-                form.receipts(), field, descending, request.GET.get("after")
-            )
-        except BadCursor as exc:
-            context["error"] = str(exc)
-            status = 400
-        context["filtered"] = form.is_filtered()
-        context["paged"] = bool(request.GET.get("after"))
-        query = request.GET.copy()
-        query.pop("after", None)
-        context["query"] = query.urlencode()
-        context["can_bulk_retry"] = form.cleaned_data.get("status") == Status.FAILED
-    else:
-        status = 400
-    return _partial_or_page(request, "dashboard/receipts.html", "dashboard/partials/receipt_table.html",
-                            context, status)
+    return filtered_list(request, form, lambda: (form.receipts(), *form.sort_key()), "dashboard/receipts.html",
+                         "dashboard/partials/receipt_table.html")
 
 
 def _pretty(value: Any) -> str:
@@ -170,7 +143,7 @@ def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     context = {"receipt": receipt, "action": action, "spec": spec, "next": safe_next(request, ""),
                "now": timezone.now(), "inline": bool(request.htmx)}
     if request.method == "GET":
-        return _partial_or_page(request, "dashboard/receipt_confirm.html",
+        return partial_or_page(request, "dashboard/receipt_confirm.html",
                                 "dashboard/partials/receipt_confirm.html", context)
 
     status = 200

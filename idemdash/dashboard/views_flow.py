@@ -17,7 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from idemdash.access import OPERATE, operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
-from idemdash.dashboard.forms import BadCursor, EventFilter, OutboxFilter, RejectedFilter, keyset_page
+from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
+from idemdash.dashboard.pages import filtered_list
 from receipts.models import AuditEntry
 from receipts.outbox import store as outbox_store
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -28,37 +29,8 @@ EventStatus = WebhookEvent.Status
 MessageStatus = OutboxMessage.Status
 
 
-def _partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
-    template = partial if request.htmx and not request.htmx.boosted else page
-    return render(request, template, context, status=status)
-
-
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def _list(request: HttpRequest, form: Any, rows_of: str, time_field: str, page: str, partial: str,
-          extra: dict[str, Any] | None = None) -> HttpResponse:
-    """A filtered list with keyset pages, newest first; the page and its htmx partial."""
-    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None, **(extra or {})}
-    status = 200
-    if form.is_valid():
-        try:
-            context["rows"], context["next_cursor"] = keyset_page(
-                getattr(form, rows_of)(), time_field, True, request.GET.get("after")
-            )
-        except BadCursor as exc:
-            context["error"] = str(exc)
-            status = 400
-        context["filtered"] = form.is_filtered()
-        context["paged"] = bool(request.GET.get("after"))
-        query = request.GET.copy()
-        query.pop("after", None)
-        context["query"] = query.urlencode()
-        context["status_filter"] = form.cleaned_data.get("status")
-    else:
-        status = 400
-    return _partial_or_page(request, page, partial, context, status)
 
 
 def _audit_of(obj: Any) -> Any:
@@ -71,9 +43,10 @@ def _audit_of(obj: Any) -> Any:
 @require_GET
 @viewer_required
 def events(request: HttpRequest) -> HttpResponse:
-    return _list(request, EventFilter(request.GET), "events", "received_at", "dashboard/events.html",
-                 "dashboard/partials/event_table.html",
-                 {"endpoints": WebhookEndpoint.objects.order_by("slug").values_list("slug", flat=True)})
+    form = EventFilter(request.GET)
+    return filtered_list(request, form, lambda: (form.events(), "received_at", True), "dashboard/events.html",
+                         "dashboard/partials/event_table.html",
+                         {"endpoints": WebhookEndpoint.objects.order_by("slug").values_list("slug", flat=True)})
 
 
 DELIVERY_LIMIT = 300
@@ -151,8 +124,9 @@ def event_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 def rejected(request: HttpRequest) -> HttpResponse:
     # The excerpt is at most 256 printable characters of the body, never a header: a
     # signature or secret cannot reach this page.
-    return _list(request, RejectedFilter(request.GET), "rejections", "received_at", "dashboard/rejected.html",
-                 "dashboard/partials/rejected_table.html")
+    form = RejectedFilter(request.GET)
+    return filtered_list(request, form, lambda: (form.rejections(), "received_at", True), "dashboard/rejected.html",
+                         "dashboard/partials/rejected_table.html")
 
 
 # --- outbox -------------------------------------------------------------------------------------
@@ -161,9 +135,10 @@ def rejected(request: HttpRequest) -> HttpResponse:
 @require_GET
 @viewer_required
 def outbox(request: HttpRequest) -> HttpResponse:
-    return _list(request, OutboxFilter(request.GET), "messages", "created_at", "dashboard/outbox.html",
-                 "dashboard/partials/outbox_table.html",
-                 {"actions": OutboxMessage.objects.order_by("action").values_list("action", flat=True).distinct()})
+    form = OutboxFilter(request.GET)
+    return filtered_list(request, form, lambda: (form.messages(), "created_at", True), "dashboard/outbox.html",
+                         "dashboard/partials/outbox_table.html",
+                         {"actions": OutboxMessage.objects.order_by("action").values_list("action", flat=True).distinct()})
 
 
 ATTEMPT_LIMIT = 300

@@ -1,0 +1,48 @@
+"""What every dashboard page shares: the full page or, under htmx, only its partial; and the
+filtered list with keyset pages (receipts, events, rejected deliveries, outbox)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from idemdash.dashboard.forms import BadCursor, keyset_page
+
+
+def partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    template = partial if request.htmx and not request.htmx.boosted else page
+    return render(request, template, context, status=status)
+
+
+def filtered_list(
+    request: HttpRequest,
+    form: Any,
+    rows: Callable[[], tuple[QuerySet, str, bool]],
+    page: str,
+    partial: str,
+    extra: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """A filter form's rows, a keyset page at a time. `rows()`, called once the form is
+    valid, gives the queryset, the field it is ordered by and whether descending."""
+    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None, **(extra or {})}
+    status = 200
+    if form.is_valid():
+        queryset, field, descending = rows()
+        try:
+            context["rows"], context["next_cursor"] = keyset_page(queryset, field, descending, request.GET.get("after"))
+        except BadCursor as exc:
+            context["error"] = str(exc)
+            status = 400
+        context["filtered"] = form.is_filtered()
+        context["paged"] = bool(request.GET.get("after"))
+        query = request.GET.copy()
+        query.pop("after", None)
+        context["query"] = query.urlencode()
+        context["status_filter"] = form.cleaned_data.get("status")
+    else:
+        status = 400
+    return partial_or_page(request, page, partial, context, status)
