@@ -144,6 +144,39 @@ def test_a_batch_takes_the_same_few_statements_however_many_receipts_and_attempt
     assert not [sql for sql in large if sql.startswith("SELECT") and "response_body" in sql]
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_on_postgresql_a_batch_of_expired_receipts_is_two_statements_and_archives_what_it_deletes():
+    sql = [q for q in statements_of_one_batch(300, attempts_each=2) if "SAVEPOINT" not in q]
+    # Lock the ids (with their operations), then DELETE ... RETURNING into the archive.
+    assert len(sql) == 2
+    assert sql[0].startswith("SELECT") and "FOR UPDATE SKIP LOCKED" in sql[0] and "response_body" not in sql[0]
+    assert "DELETE" in sql[1] and ArchivedReceipt._meta.db_table in sql[1]
+    archived = ArchivedReceipt.objects.order_by("original_id")
+    assert {a.operation for a in archived} == {"payment.capture"}
+    assert archived[0].response_body == "{}" and archived[0].archived_at is not None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_on_postgresql_a_batch_without_financial_receipts_is_a_plain_delete():
+    expired_receipts(3, "email.send")
+    with CaptureQueriesContext(connection) as queries:
+        (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert (result.deleted, result.archived) == (3, 0)
+    statements = [q["sql"].split()[0] for q in queries if "SAVEPOINT" not in q["sql"]]
+    assert statements == ["SELECT", "SELECT", "DELETE"]  # the count, the lock, the delete
+    assert not Receipt.objects.exists() and not ArchivedReceipt.objects.exists()
+
+
+def test_only_a_model_nothing_else_follows_is_deleted_alone():
+    from webhooks.models import WebhookEvent
+
+    assert retention._deletes_alone(Receipt)  # attempts: DO_NOTHING
+    assert not retention._deletes_alone(OutboxMessage)  # its attempts are set to NULL
+    assert not retention._deletes_alone(WebhookEvent)  # its deliveries cascade
+
+
 @pytest.mark.django_db
 def test_old_attempts_go_with_one_delete_statement(settings):
     settings.RECEIPTS_ATTEMPT_RETENTION_DAYS = 35
