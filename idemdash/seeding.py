@@ -114,6 +114,11 @@ class _Rows:
     children: list[list[dict]] = field(default_factory=list)  # children[i] belong to parents[i]
 
 
+# The TTL of the receipts `seed --expired` writes: each expires that long after its claim,
+# and every one has expired by the time it is written.
+EXPIRED_TTL = timedelta(days=3)
+
+
 def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
     """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live
     log is written: rows sit on disk roughly in time order, and a time-range query reads
@@ -128,6 +133,8 @@ def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: date
         key = f"{PREFIX}{tag}_{i}"
         operation = _operation(rng)
         created = _moment(rng, now, i, total)
+        if expired_only:
+            created -= EXPIRED_TTL
         roll = rng.random()
         attempts_log: list[dict] = []
         request = {"amount": rng.randrange(100, 100_000), "currency": "eur", "ref": i} if rng.random() < 0.6 else None
@@ -188,7 +195,12 @@ def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: date
             log("mismatch", settled + timedelta(seconds=rng.random() * 600),
                 request={"amount": rng.randrange(100, 100_000), "currency": "usd", "ref": i})
         last = max(a["created_at"] for a in attempts_log)
-        if expired_only or rng.random() < 0.1:
+        if expired_only:
+            # They expire in the order they were claimed, as live receipts do (expiry is
+            # the claim's time plus a TTL): the backlog of a purge that stopped for a while,
+            # on disk roughly in expiry order, not a random scatter over the table.
+            expires = max(created + EXPIRED_TTL - timedelta(seconds=60), last + timedelta(seconds=1))
+        elif rng.random() < 0.1:
             expires = now - timedelta(seconds=60 + rng.random() * 3 * 86400)
             if expires < last:  # an expired receipt was settled before it expired
                 expires = last + timedelta(seconds=1)

@@ -59,6 +59,16 @@ def test_expired_mode_seeds_only_expired_receipts():
     assert not seeding.seeded_receipts().filter(expires_at__gte=timezone.now()).exists()
 
 
+def test_expired_receipts_expire_in_the_order_they_were_claimed_after_their_attempts():
+    # As live receipts do (claim time + TTL), so the purge of the backlog reads the table in
+    # order rather than a random scatter of pages.
+    call_command("seed", receipts=300, expired=True, batch=70, random_seed=6)
+    rows = list(seeding.seeded_receipts().order_by("id").values_list("expires_at", "created_at", "updated_at"))
+    expiries = [expires for expires, _, _ in rows]
+    assert expiries == sorted(expiries)
+    assert all(expires > updated >= created for expires, created, updated in rows)
+
+
 def test_a_seeded_key_behaves_like_any_other_in_the_store():
     call_command("seed", receipts=200, random_seed=5)
     receipt = seeding.seeded_receipts().filter(status="completed", expires_at__gt=timezone.now()).first()
