@@ -16,7 +16,7 @@ from django.utils.html import format_html
 
 from receipts import responses, store
 from receipts.auth import create_token
-from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
+from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 
 def _pre(text: str) -> str:
@@ -27,8 +27,29 @@ def _pretty_json(value: Any) -> str:
     return _pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
+class StoredResultDisplay:
+    """The stored request and response of a receipt (live or archived), pretty-printed."""
+
+    @admin.display(description="request")
+    def request_pretty(self, obj: Receipt | ArchivedReceipt) -> str:
+        return _pretty_json(obj.request)
+
+    @admin.display(description="response body")
+    def response_pretty(self, obj: Receipt | ArchivedReceipt) -> str:
+        content, headers = responses.decode(obj.response_body)
+        text = content.decode("utf-8", "replace")
+        if "json" in obj.response_content_type:
+            try:
+                text = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
+            except ValueError:
+                pass
+        if headers:
+            text = "\n".join(f"{name}: {value}" for name, value in headers.items()) + "\n\n" + text
+        return _pre(text)
+
+
 @admin.register(Receipt)
-class ReceiptAdmin(admin.ModelAdmin):
+class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
     list_display = ("key", "scope", "operation", "status", "attempts", "response_status", "created_at")
     list_filter = ("status", "operation", "scope")
     search_fields = ("key",)
@@ -60,23 +81,6 @@ class ReceiptAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    @admin.display(description="request")
-    def request_pretty(self, obj: Receipt) -> str:
-        return _pretty_json(obj.request)
-
-    @admin.display(description="response body")
-    def response_pretty(self, obj: Receipt) -> str:
-        content, headers = responses.decode(obj.response_body)
-        text = content.decode("utf-8", "replace")
-        if "json" in obj.response_content_type:
-            try:
-                text = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
-            except ValueError:
-                pass
-        if headers:
-            text = "\n".join(f"{name}: {value}" for name, value in headers.items()) + "\n\n" + text
-        return _pre(text)
 
     @admin.action(description="Release selected receipts", permissions=["change"])
     def release_selected(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
@@ -134,6 +138,22 @@ class AttemptAdmin(ReadOnlyAdmin):
             return f"{obj.receipt_id} (purged; the scope and key above are the attempt's own copy)"
         url = reverse("admin:receipts_receipt_change", args=[obj.receipt_id])
         return format_html('<a href="{}">{}</a>', url, obj.receipt_id)
+
+
+@admin.register(ArchivedReceipt)
+class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
+    """Financial receipts kept after their expiry: the record of what a key once did."""
+
+    list_display = ("key", "scope", "operation", "status", "response_status", "created_at", "archived_at")
+    list_filter = ("status", "operation")
+    search_fields = ("key", "scope")
+    date_hierarchy = "archived_at"
+    fields = (
+        "original_id", "scope", "key", "operation", "status", "retryable", "attempts", "fingerprint",
+        "request_pretty", "response_status", "response_content_type", "response_pretty", "error",
+        "user_id", "session_id", "created_at", "completed_at", "expires_at", "archived_at",
+    )
+    readonly_fields = fields
 
 
 @admin.register(AuditEntry)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from receipts import retention, store
 from receipts.auth import client_for_request, create_token
-from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
+from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 pytestmark = pytest.mark.django_db
 
@@ -100,6 +100,22 @@ def test_an_attempt_links_its_receipt_and_after_the_purge_shows_its_own_scope_an
     text = page.content.decode()
     assert page.status_code == 200
     assert f"{receipt.pk} (purged;" in text and "purged-later" in text and SCOPE in text
+
+
+def test_archived_financial_receipts_are_listed_searchable_and_read_only(admin_client):
+    receipt = a_receipt("archived-pay", complete=True)
+    Receipt.objects.filter(pk=receipt.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    retention.purge()
+    archived = ArchivedReceipt.objects.get(original_id=receipt.pk)
+    listing = admin_client.get("/admin/receipts/archivedreceipt/", {"q": "archived-pay"})
+    assert listing.status_code == 200 and "archived-pay" in listing.content.decode()
+    page = admin_client.get(f"/admin/receipts/archivedreceipt/{archived.pk}/change/")
+    text = page.content.decode()
+    assert page.status_code == 200 and 'name="_save"' not in text
+    assert "&quot;ok&quot;: true" in text and "&quot;currency&quot;: &quot;eur&quot;" in text  # request and response, pretty
+    assert admin_client.get("/admin/receipts/archivedreceipt/add/").status_code == 403
+    assert admin_client.post(f"/admin/receipts/archivedreceipt/{archived.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert ArchivedReceipt.objects.count() == 1
 
 
 def test_audit_entries_are_read_only(admin_client, admin_user):
