@@ -213,6 +213,8 @@ OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, mini
 RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
 # The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
 RECEIPTS_ROLLUP_RETENTION_DAYS = envint("RECEIPTS_ROLLUP_RETENTION_DAYS", 90, minimum=31)
+# The audit log of operator actions; at least the 30-day window the dashboard charts it over.
+RECEIPTS_AUDIT_RETENTION_DAYS = envint("RECEIPTS_AUDIT_RETENTION_DAYS", 365, minimum=31)
 # Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
 # LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
 # the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,

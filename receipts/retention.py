@@ -37,7 +37,7 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from receipts.conf import policy_for
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
@@ -75,6 +75,13 @@ def due_attempt_rollups(now: datetime) -> QuerySet:
     # counts of the 30-day charts with it.
     days = getattr(settings, "RECEIPTS_ROLLUP_RETENTION_DAYS", 90)
     return AttemptHourly.objects.filter(hour__lt=now - timedelta(days=days))
+
+
+def due_audit_entries(now: datetime) -> QuerySet:
+    # Who did what is kept long (a year by default) but not forever; never under 31 days,
+    # because the dashboard charts operator releases from it over its 30-day window.
+    days = getattr(settings, "RECEIPTS_AUDIT_RETENTION_DAYS", 365)
+    return AuditEntry.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
@@ -158,6 +165,7 @@ PURGERS: list[Purger] = [
     ),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
     Purger("receipts.attempt_rollups", due_attempt_rollups, order_by="hour"),
+    Purger("receipts.audit", due_audit_entries, order_by="created_at"),
 ]
 
 

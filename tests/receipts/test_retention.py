@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from receipts import retention, rollup, store
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
@@ -249,6 +249,18 @@ def test_hourly_roll_ups_outlive_the_attempt_log_and_have_their_own_retention(se
     from idemdash import queries
 
     assert queries.receipt_stats(queries.WINDOWS["30d"])["claimed"] == 1
+
+
+@pytest.mark.django_db
+def test_audit_entries_are_kept_for_the_audit_retention_period(settings, admin_user):
+    settings.RECEIPTS_AUDIT_RETENTION_DAYS = 365
+    receipt = completed_receipt("audited", age=timedelta(hours=1))
+    for age in (timedelta(days=366), timedelta(days=364)):
+        with time_machine.travel(timezone.now() - age, tick=False):
+            store.audit("ada", "receipt.release", receipt, user=admin_user, detail=f"{age.days} days ago")
+    (result,) = retention.purge(purgers=only("receipts.audit"))
+    assert result.deleted == 1
+    assert list(AuditEntry.objects.values_list("detail", flat=True)) == ["364 days ago"]
 
 
 @pytest.mark.django_db
