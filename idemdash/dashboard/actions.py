@@ -3,8 +3,9 @@ outbox message, release a stuck row): GET shows the confirmation, POST calls the
 function, which writes the audit entry, and the page's summary is swapped in place under
 htmx or the browser is sent back without it.
 
-The receipt actions keep their own view (views.receipt_action); this serves the webhook and
-outbox rows, whose domain functions share the signature fn(obj, *, actor, user, reason).
+It serves receipts, webhook events and outbox messages alike: each action's domain function
+has the signature fn(obj, *, actor, user, reason) and raises one of `refused` when the row's
+state does not allow it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class ObjectAction:
     run: Callable[..., Any]  # domain function: run(obj, actor=, user=, reason=)
     refused: tuple[type[Exception], ...]  # what the domain function raises when it does not apply
     danger: bool = False
-    warning: str = ""
+    # A warning about this row to show on the confirmation ("" for none), e.g. a live lease.
+    caution: Callable[[Any], str] | None = None
 
 
 def safe_next(request: HttpRequest, fallback: str) -> str:
@@ -56,6 +58,7 @@ def run_object_action(
         "obj": obj, "label": label, "spec": spec, "action_url": action_url, "detail_url": detail_url,
         "next": safe_next(request, ""), "inline": bool(request.htmx), "now": timezone.now(),
         "target": f"#{obj._meta.model_name}-summary",
+        "caution": spec.caution(obj) if spec.caution else "",
     }
     if request.method == "GET":
         template = "dashboard/partials/object_confirm.html" if request.htmx else "dashboard/object_confirm.html"

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from idemdash import alerts, charts, conflicts, queries
 from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
-from idemdash.dashboard.actions import safe_next
+from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import ReceiptFilter
 from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
@@ -117,53 +117,58 @@ def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "dashboard/receipt_detail.html", _detail_context(receipt))
 
 
-# Which status each action applies to, and what it tells the operator.
-ACTIONS = {
-    "retry": {
-        "status": Status.FAILED,
-        "verb": "Retry",
-        "explain": "The key is released: the caller's next attempt with this key runs the operation again.",
-    },
-    "release": {
-        "status": Status.PROCESSING,
-        "verb": "Release",
-        "explain": "The lease is revoked and the key marked failed and retryable: the worker holding it "
-                   "can no longer store a result, and the caller's next attempt runs the operation again.",
-    },
+class WrongStatus(Exception):
+    pass
+
+
+def _release_when(status: str, verb: str):
+    """store.release, offered for receipts in `status` only: the same call retries a failed
+    key and fences off a stuck one, and the operator chose one of the two."""
+    def run(receipt: Receipt, *, actor: str, user: Any, reason: str) -> None:
+        if receipt.status != status:
+            raise WrongStatus(f"{verb} applies to {status} receipts; this one is {receipt.status}.")
+        store.release(receipt, actor=actor, user=user, reason=reason)
+    return run
+
+
+def _live_lease(receipt: Receipt) -> str:
+    if receipt.lease_expires_at and receipt.lease_expires_at > timezone.now():
+        return "Its lease has not expired: a worker may still be running it. Its result will be refused."
+    return ""
+
+
+RECEIPT_ACTIONS = {
+    "retry": ObjectAction(
+        name="retry",
+        verb="Retry",
+        explain="The key is released: the caller's next attempt with this key runs the operation again.",
+        applies_to=(Status.FAILED,),
+        run=_release_when(Status.FAILED, "Retry"),
+        refused=(WrongStatus, store.StaleToken, store.NotReleasable),
+    ),
+    "release": ObjectAction(
+        name="release",
+        verb="Release",
+        explain="The lease is revoked and the key marked failed and retryable: the worker holding it "
+                "can no longer store a result, and the caller's next attempt runs the operation again.",
+        applies_to=(Status.PROCESSING,),
+        run=_release_when(Status.PROCESSING, "Release"),
+        refused=(WrongStatus, store.StaleToken, store.NotReleasable),
+        danger=True,
+        caution=_live_lease,
+    ),
 }
 
 
 @require_http_methods(["GET", "POST"])
 @operator_required
 def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
-    """GET: the confirmation. POST: do it (through the store, which writes the audit entry)."""
-    spec = ACTIONS[action]
     receipt = get_object_or_404(Receipt, pk=pk)
-    detail_url = reverse("dashboard:receipt", args=[pk])
-    context = {"receipt": receipt, "action": action, "spec": spec, "next": safe_next(request, ""),
-               "now": timezone.now(), "inline": bool(request.htmx)}
-    if request.method == "GET":
-        return partial_or_page(request, "dashboard/receipt_confirm.html",
-                                "dashboard/partials/receipt_confirm.html", context)
-
-    status = 200
-    if receipt.status != spec["status"]:
-        messages.error(request, f"{spec['verb']} applies to {spec['status']} receipts; this one is {receipt.status}.")
-        status = 409
-    else:
-        reason = request.POST.get("reason", "").strip()[:500] or f"{action} from the dashboard"
-        try:
-            store.release(receipt, actor=request.user.get_username(), user=request.user, reason=reason)
-        except (store.StaleToken, store.NotReleasable) as exc:
-            messages.error(request, f"Not done: {exc}. Reload to see its current state.")
-            status = 409
-        else:
-            messages.success(request, f"{spec['verb']}: {receipt.key} is now {receipt.status}; "
-                                      "the caller's next attempt will run.")
-    if request.htmx:
-        receipt.refresh_from_db()
-        return render(request, "dashboard/partials/receipt_summary.html", _detail_context(receipt), status=status)
-    return redirect(safe_next(request, detail_url))
+    return run_object_action(
+        request, receipt, RECEIPT_ACTIONS[action], label=receipt.key,
+        url_name=f"dashboard:receipt_{action}", detail_url=reverse("dashboard:receipt", args=[pk]),
+        summary=lambda r: ("dashboard/partials/receipt_summary.html", _detail_context(r)),
+    )
 
 
 @require_http_methods(["GET", "POST"])

@@ -53,6 +53,15 @@ def test_with_htmx_the_confirmation_is_a_fragment_that_posts_back_in_place(opera
     assert 'name="csrfmiddlewaretoken"' in html
 
 
+def test_releasing_a_receipt_whose_lease_is_live_warns_that_a_worker_may_still_run_it(operator_client):
+    warning = "Its lease has not expired"
+    live, expired = stuck("live", minutes_ago=0), stuck("expired")
+    assert warning in operator_client.get(f"/receipts/{live.pk}/release/").content.decode()
+    assert warning not in operator_client.get(f"/receipts/{expired.pk}/release/").content.decode()
+    page = operator_client.get(f"/receipts/{completed('done').pk}/release/").content.decode()
+    assert "It is completed now: this will be refused." in page
+
+
 def test_an_action_that_does_not_fit_the_status_is_a_409_and_changes_nothing(operator_client):
     c = completed("c")
     f = failed("f")
