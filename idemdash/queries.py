@@ -121,7 +121,7 @@ def window_start(window: Window, now: datetime) -> datetime:
 
 def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for _, outcome, n in rollup.attempt_counts(start, now):
+    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
         counts[outcome] = counts.get(outcome, 0) + n
     return counts
 
@@ -265,25 +265,26 @@ def _floor(moment: datetime, bucket: timedelta) -> datetime:
     return datetime.fromtimestamp(seconds, tz=dt_timezone.utc)
 
 
+def _bucket_counts(
+    rolled: rollup.HourlyRollup, window: Window, start: datetime, now: datetime, **where: Any
+) -> list[tuple]:
+    """(t, *groups, n) of a rolled-up log in (start, now], to fold into the window's buckets:
+    per hour from the roll-up and the log (`HourlyRollup.counts`), or, for buckets shorter
+    than an hour (at most an hour of the log), per minute from the log."""
+    if window.bucket % rollup.HOUR:
+        return rolled.log_counts(start, now, trunc=window.trunc, **where)
+    return rolled.counts(start, now, by_hour=True, **where)
+
+
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
     """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first.
 
-    Counts per hour (the hourly roll-up and the log, `receipts.rollup.attempt_counts`), or,
-    for buckets shorter than an hour, per minute from the log; the few hundred rows are
-    folded into the window's buckets here, which works the same on both databases.
+    The few hundred rows of `_bucket_counts` are folded into the window's buckets here,
+    which works the same on both databases.
     """
     now = now or timezone.now()
     start = window_start(window, now)
-    if window.bucket % rollup.HOUR:
-        rows = (
-            Attempt.objects.filter(created_at__gt=start, created_at__lte=now, outcome__in=SERIES_OUTCOMES)
-            .annotate(t=window.trunc("created_at", tzinfo=dt_timezone.utc))
-            .values_list("t", "outcome")
-            .annotate(n=Count("*"))
-            .order_by()
-        )
-    else:
-        rows = rollup.attempt_counts(start, now, outcomes=SERIES_OUTCOMES, by_hour=True)
+    rows = _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES)
     buckets: dict[datetime, dict[str, Any]] = {}
     moment = _floor(start, window.bucket)
     while moment <= now:
