@@ -13,14 +13,15 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.utils import timezone
 
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
+from webhooks.models import RejectedDelivery, WebhookEvent
+from webhooks.rollup import DELIVERIES
 
 Outcome = Attempt.Outcome
 
@@ -121,7 +122,7 @@ def window_start(window: Window, now: datetime) -> datetime:
 
 def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for _, outcome, n in rollup.attempt_counts(start, now):
+    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
         counts[outcome] = counts.get(outcome, 0) + n
     return counts
 
@@ -170,15 +171,17 @@ def stuck_receipts(now: datetime | None = None):
 def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    # COUNT(received_at), not COUNT(id): the delivery index holds the time and the flags
-    # but not the id, so the scan stays index-only. Each figure of the events table is its
+    # Deliveries from the hourly roll-up and the last minutes of the table
+    # (`webhooks.rollup`), as the receipt figures. Each figure of the events table is its
     # own query on its own partial index; one aggregate with a FILTER per figure read the
     # whole table.
-    deliveries = WebhookDelivery.objects.filter(received_at__gt=start, received_at__lte=now).aggregate(
-        deliveries=Count("received_at"),
-        events=Count("received_at", filter=Q(duplicate=False)),
-        payload_mismatches=Count("received_at", filter=Q(duplicate=True, payload_matches=False)),
-    )
+    deliveries = {"deliveries": 0, "events": 0, "payload_mismatches": 0}
+    for _, duplicate, payload_matches, n in DELIVERIES.counts(start, now):
+        deliveries["deliveries"] += n
+        if not duplicate:
+            deliveries["events"] += n
+        elif not payload_matches:
+            deliveries["payload_mismatches"] += n
     events = {
         "dead": WebhookEvent.objects.filter(
             status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now
@@ -265,25 +268,26 @@ def _floor(moment: datetime, bucket: timedelta) -> datetime:
     return datetime.fromtimestamp(seconds, tz=dt_timezone.utc)
 
 
+def _bucket_counts(
+    rolled: rollup.HourlyRollup, window: Window, start: datetime, now: datetime, **where: Any
+) -> list[tuple]:
+    """(t, *groups, n) of a rolled-up log in (start, now], to fold into the window's buckets:
+    per hour from the roll-up and the log (`HourlyRollup.counts`), or, for buckets shorter
+    than an hour (at most an hour of the log), per minute from the log."""
+    if window.bucket % rollup.HOUR:
+        return rolled.log_counts(start, now, trunc=window.trunc, **where)
+    return rolled.counts(start, now, by_hour=True, **where)
+
+
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
     """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first.
 
-    Counts per hour (the hourly roll-up and the log, `receipts.rollup.attempt_counts`), or,
-    for buckets shorter than an hour, per minute from the log; the few hundred rows are
-    folded into the window's buckets here, which works the same on both databases.
+    The few hundred rows of `_bucket_counts` are folded into the window's buckets here,
+    which works the same on both databases.
     """
     now = now or timezone.now()
     start = window_start(window, now)
-    if window.bucket % rollup.HOUR:
-        rows = (
-            Attempt.objects.filter(created_at__gt=start, created_at__lte=now, outcome__in=SERIES_OUTCOMES)
-            .annotate(t=window.trunc("created_at", tzinfo=dt_timezone.utc))
-            .values_list("t", "outcome")
-            .annotate(n=Count("*"))
-            .order_by()
-        )
-    else:
-        rows = rollup.attempt_counts(start, now, outcomes=SERIES_OUTCOMES, by_hour=True)
+    rows = _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES)
     buckets: dict[datetime, dict[str, Any]] = {}
     moment = _floor(start, window.bucket)
     while moment <= now:
@@ -344,7 +348,9 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
       stuck message another drainer took over);
     - `events_released` / `messages_released`: stuck rows released by an operator.
 
-    One grouped query per table, folded into the buckets here as in `receipt_series`.
+    Deliveries come from their hourly roll-up (`webhooks.rollup`) as attempts do in
+    `receipt_series`; the rest is one grouped query per table, all folded into the buckets
+    here.
     """
     now = now or timezone.now()
     start = window_start(window, now)
@@ -354,8 +360,7 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     def span(field: str) -> dict[str, datetime]:
         return {f"{field}__gt": start, f"{field}__lte": now}
 
-    deliveries = _grouped(WebhookDelivery.objects.filter(**span("received_at")), window, "received_at", "duplicate")
-    for t, duplicate, n in deliveries:
+    for t, duplicate, _, n in _bucket_counts(DELIVERIES, window, start, now):
         bucket = buckets.get(_floor(t, window.bucket))
         if bucket is not None:
             bucket["deliveries"] += n

@@ -466,9 +466,10 @@ def seed(
             with connection.cursor() as cursor:
                 for model in tables:
                     cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(model._meta.db_table)}")
-    if receipts:
-        # Attempts written into past hours: hand those hours back to the log and recount
-        # them, as the roll-up never revisits hours older than its repair span.
+    if receipts or events:
+        # Attempts and deliveries written into past hours: hand those hours back to the logs
+        # and recount them (every roll-up), as a roll-up never revisits hours older than its
+        # repair span.
         rollup.rewind(now - timedelta(days=30))
         rollup.catch_up()
     return counts
@@ -524,7 +525,7 @@ def delete_seeded() -> dict[str, int]:
         else:
             deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
             deleted["outbox"] = raw(seeded_outbox())
-    if deleted["attempts"]:
-        rollup.rewind(None)  # seeded attempts may lie in any hour: recount them all
+    if deleted["attempts"] or deleted.get("deliveries"):
+        rollup.rewind(None)  # seeded rows may lie in any hour: recount them all
         rollup.catch_up()
     return deleted

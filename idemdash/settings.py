@@ -282,4 +282,7 @@ WEBHOOKS_LEASE_SECONDS = envint("WEBHOOKS_LEASE_SECONDS", Q_CLUSTER["timeout"] +
 WEBHOOKS_REQUEUE_AFTER_SECONDS = envint("WEBHOOKS_REQUEUE_AFTER_SECONDS", 120, minimum=1)
 WEBHOOKS_EVENT_RETENTION_DAYS = envint("WEBHOOKS_EVENT_RETENTION_DAYS", 30, minimum=1)
 WEBHOOKS_REJECTED_RETENTION_DAYS = envint("WEBHOOKS_REJECTED_RETENTION_DAYS", 7, minimum=1)
+# The hourly roll-up of webhook deliveries (webhooks.rollup), kept past the events it counts
+# (purged after 30 days with their deliveries): at least the 30-day chart window.
+WEBHOOKS_ROLLUP_RETENTION_DAYS = envint("WEBHOOKS_ROLLUP_RETENTION_DAYS", 90, minimum=31)
 WEBHOOKS_REJECTED_MAX_ROWS = envint("WEBHOOKS_REJECTED_MAX_ROWS", 10_000, minimum=1)

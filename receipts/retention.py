@@ -26,18 +26,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module
 from datetime import datetime, timedelta
 
-from django.apps import apps
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Model, Q, QuerySet, signals
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
+from receipts import rollup
+from receipts.apps import declared_by_apps
 from receipts.conf import policy_for
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
@@ -68,13 +68,6 @@ def due_receipts(now: datetime) -> QuerySet:
 def due_attempts(now: datetime) -> QuerySet:
     days = getattr(settings, "RECEIPTS_ATTEMPT_RETENTION_DAYS", 35)
     return Attempt.objects.filter(created_at__lt=now - timedelta(days=days))
-
-
-def due_attempt_rollups(now: datetime) -> QuerySet:
-    # Their own retention: purging the attempt log (35 days) must not take the hourly
-    # counts of the 30-day charts with it.
-    days = getattr(settings, "RECEIPTS_ROLLUP_RETENTION_DAYS", 90)
-    return AttemptHourly.objects.filter(hour__lt=now - timedelta(days=days))
 
 
 def due_audit_entries(now: datetime) -> QuerySet:
@@ -164,23 +157,16 @@ PURGERS: list[Purger] = [
         postgresql_batch=purge_expired_receipts_postgresql,
     ),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
-    Purger("receipts.attempt_rollups", due_attempt_rollups, order_by="hour"),
+    # Its own retention: purging the attempt log (35 days) must not take the hourly counts
+    # of the 30-day charts with it.
+    Purger("receipts.attempt_rollups", rollup.ATTEMPTS.expired, order_by="hour"),
     Purger("receipts.audit", due_audit_entries, order_by="created_at"),
 ]
 
 
 def installed_purgers() -> list[Purger]:
     """The PURGERS of every installed app's `retention` module, in INSTALLED_APPS order."""
-    found: list[Purger] = []
-    for config in apps.get_app_configs():
-        try:
-            module = import_module(f"{config.name}.retention")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{config.name}.retention":
-                raise
-            continue
-        found.extend(getattr(module, "PURGERS", []))
-    return found
+    return declared_by_apps("retention", "PURGERS")
 
 
 @dataclass

@@ -160,6 +160,29 @@ class WebhookDelivery(models.Model):
         return f"delivery of {self.event_id} at {self.received_at:%Y-%m-%d %H:%M:%S}"
 
 
+class DeliveryHourly(models.Model):
+    """How many deliveries of each kind were stored in one UTC hour: the deliveries rolled
+    up (`webhooks.rollup`), so that a dashboard window reads a few dozen rows, not every
+    delivery in it. Counts are absolute, recomputed from the deliveries, never incremented;
+    an hour keeps its counts when retention later deletes its deliveries with their events."""
+
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    duplicate = models.BooleanField()
+    payload_matches = models.BooleanField()
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        verbose_name = "deliveries per hour"
+        verbose_name_plural = "deliveries per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "duplicate", "payload_matches"], name="delivery_hourly_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        kind = "redeliveries" if self.duplicate else "first deliveries"
+        return f"{self.hour:%Y-%m-%d %H:00} {kind}{'' if self.payload_matches else ' (payload differed)'}: {self.count}"
+
+
 class RejectedDelivery(models.Model):
     """A delivery that failed verification. Only an excerpt of the body is kept, and the
     table is capped (WEBHOOKS_REJECTED_MAX_ROWS) so a flood cannot fill the disk."""

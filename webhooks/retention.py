@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 
 from receipts.retention import Purger
 from webhooks.models import RejectedDelivery, WebhookEvent
+from webhooks.rollup import DELIVERIES
 
 
 def due_events(now: datetime) -> QuerySet[WebhookEvent]:
@@ -30,4 +31,7 @@ def due_rejections(now: datetime) -> QuerySet[RejectedDelivery]:
 PURGERS = [
     Purger("webhooks.events", due_events),
     Purger("webhooks.rejections", due_rejections),
+    # Its own retention, longer than the events': purging events (and their deliveries)
+    # leaves the hours they were counted in as they are.
+    Purger("webhooks.delivery_rollups", DELIVERIES.expired, order_by="hour"),
 ]

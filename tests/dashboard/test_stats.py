@@ -20,6 +20,7 @@ from tests.dashboard.build import EXPECTED_STATS, known_traffic
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver
 from webhooks import handlers
+from webhooks.models import DeliveryHourly
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +43,7 @@ def traffic(request, settings):
         # Caught up to 12:00; every window starts mid-hour (NOW is 12:02:30), so each
         # reads its first partial hour and the last two minutes from the log.
         rollup.catch_up(NOW)
-        assert AttemptHourly.objects.exists()
+        assert AttemptHourly.objects.exists() and DeliveryHourly.objects.exists()
     with time_machine.travel(NOW, tick=False):
         yield
 

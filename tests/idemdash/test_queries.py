@@ -96,7 +96,7 @@ def test_the_series_is_the_same_from_the_roll_up_as_from_the_log(name):
         store.claim("s", "after", "email.send", {})
     with time_machine.travel(NOW - timedelta(hours=2), tick=False):
         store.claim("s", "straggler", "email.send", {})
-    rollup.roll_up(later)
+    rollup.ATTEMPTS.roll_up(later)
     series = queries.receipt_series(window, later)
     assert sum(b["claimed"] for b in series) == sum(b["claimed"] for b in from_log) + 2
     assert queries.receipt_stats(window, later)["claimed"] == EXPECTED_STATS[name]["claimed"] + 2

@@ -135,6 +135,24 @@ def test_it_seeds_webhook_events_with_their_deliveries():
     assert WebhookEndpoint.objects.filter(pk=real.pk).exists()
 
 
+def test_seeding_past_deliveries_recounts_the_hours_the_delivery_roll_up_had_passed():
+    from idemdash import queries
+    from receipts import rollup
+    from webhooks.models import DeliveryHourly, WebhookDelivery
+    from webhooks.rollup import DELIVERIES
+
+    rollup.catch_up()  # nothing yet: the watermark is at the settled instant
+    assert DELIVERIES.rolled_until() is not None
+    call_command("seed", events=200, random_seed=9)
+    now = timezone.now()
+    in_window = WebhookDelivery.objects.filter(received_at__gt=now - timedelta(days=30), received_at__lte=now)
+    assert DeliveryHourly.objects.exists()
+    assert queries.webhook_stats(queries.WINDOWS["30d"], now)["deliveries"] == in_window.count() > 200
+    call_command("seed", delete=True)
+    assert not DeliveryHourly.objects.exists()
+    assert queries.webhook_stats(queries.WINDOWS["30d"])["deliveries"] == 0
+
+
 def test_seeded_rows_are_written_in_time_order():
     call_command("seed", receipts=500, random_seed=8)
     created = list(seeding.seeded_receipts().order_by("id").values_list("created_at", flat=True))

@@ -8,6 +8,7 @@ import time_machine
 
 from receipts import rollup, store
 from receipts.models import Attempt, AttemptHourly
+from receipts.rollup import ATTEMPTS
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +36,7 @@ def logged(start: datetime, end: datetime) -> Counter:
 
 def counted(start: datetime, end: datetime) -> Counter:
     total: Counter = Counter()
-    for _, outcome, n in rollup.attempt_counts(start, end):
+    for _, outcome, n in ATTEMPTS.counts(start, end):
         total[outcome] += n
     return total
 
@@ -46,36 +47,36 @@ def test_a_run_counts_every_settled_hour_by_outcome():
     claim_at(NOW - 90 * m, "b")                      # 10:37
     claim_at(NOW - 6 * m, "c")                       # 12:01:30: this hour, settled
     claim_at(NOW - 4 * m, "d")                       # 12:03:30: not yet SETTLE old
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     nine, ten = datetime(2026, 3, 10, 9, tzinfo=timezone.utc), datetime(2026, 3, 10, 10, tzinfo=timezone.utc)
     noon = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
     assert rolled() == Counter({(nine, "claimed"): 1, (nine, "completed"): 1, (nine, "replayed"): 1,
                                 (ten, "claimed"): 1, (ten, "completed"): 1,
                                 (noon, "claimed"): 1, (noon, "completed"): 1})  # the hour so far
-    assert rollup.rolled_until() == SETTLED
+    assert ATTEMPTS.rolled_until() == SETTLED
     assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
 
 
 def test_the_hour_so_far_is_counted_further_by_each_run():
     claim_at(NOW - 6 * m, "a")                       # 12:01:30
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     claim_at(NOW - 4 * m, "b")                       # 12:03:30
     claim_at(NOW + 2 * m, "c")                       # 12:09:30
-    rollup.roll_up(NOW + 3 * m)                      # settled at 12:05: b, not c
+    ATTEMPTS.roll_up(NOW + 3 * m)                      # settled at 12:05: b, not c
     noon = datetime(2026, 3, 10, 12, tzinfo=timezone.utc)
     assert rolled()[(noon, "claimed")] == 2
-    assert rollup.rolled_until() == SETTLED + 3 * m
+    assert ATTEMPTS.rolled_until() == SETTLED + 3 * m
     for end in (NOW + 3 * m, NOW + 10 * m, SETTLED + 3 * m, NOW):
         assert counted(end - 24 * h, end) == logged(end - 24 * h, end), end
 
 
 def test_an_attempt_is_rolled_up_only_once_it_is_the_settle_time_old():
     claim_at(datetime(2026, 3, 10, 11, 59, tzinfo=timezone.utc), "late")
-    rollup.roll_up(datetime(2026, 3, 10, 12, 3, tzinfo=timezone.utc))
+    ATTEMPTS.roll_up(datetime(2026, 3, 10, 12, 3, tzinfo=timezone.utc))
     # A transaction that took its created_at at 11:59 may still be committing at 12:03.
-    assert rollup.rolled_until() == datetime(2026, 3, 10, 11, 58, tzinfo=timezone.utc)
+    assert ATTEMPTS.rolled_until() == datetime(2026, 3, 10, 11, 58, tzinfo=timezone.utc)
     assert not AttemptHourly.objects.filter(hour__gte=datetime(2026, 3, 10, 11, tzinfo=timezone.utc)).exists()
-    rollup.roll_up(datetime(2026, 3, 10, 12, 5, tzinfo=timezone.utc))
+    ATTEMPTS.roll_up(datetime(2026, 3, 10, 12, 5, tzinfo=timezone.utc))
     assert rolled()[(datetime(2026, 3, 10, 11, tzinfo=timezone.utc), "claimed")] == 1
 
 
@@ -83,10 +84,10 @@ def test_running_it_twice_does_not_double_count():
     for i in range(5):
         claim_at(NOW - (i + 2) * h, f"k{i}")
         claim_at(NOW - (i + 2) * h + m, f"k{i}")
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     first = rolled()
-    rollup.roll_up(NOW)
-    rollup.catch_up(NOW + 10 * m)
+    ATTEMPTS.roll_up(NOW)
+    ATTEMPTS.catch_up(NOW + 10 * m)
     assert rolled() == first
     assert sum(first.values()) == Attempt.objects.count() == 15
     assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
@@ -94,10 +95,10 @@ def test_running_it_twice_does_not_double_count():
 
 def test_a_row_that_commits_after_its_hour_was_rolled_up_is_counted_by_the_next_run():
     claim_at(NOW - 2 * h, "early")
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     # Committed now, but with a created_at in an hour already rolled up (within REPAIR).
     claim_at(NOW - 2 * h + m, "straggler")
-    rollup.roll_up(NOW + m)
+    ATTEMPTS.roll_up(NOW + m)
     assert counted(NOW - 24 * h, NOW + m) == logged(NOW - 24 * h, NOW + m)
     assert rolled()[(datetime(2026, 3, 10, 10, tzinfo=timezone.utc), "claimed")] == 2
 
@@ -105,20 +106,20 @@ def test_a_row_that_commits_after_its_hour_was_rolled_up_is_counted_by_the_next_
 def test_the_first_run_starts_at_the_oldest_attempt_and_each_run_is_bounded():
     for days in (10, 5, 1):
         claim_at(NOW - timedelta(days=days), f"d{days}")
-    first = rollup.roll_up(NOW, max_hours=48)
+    first = ATTEMPTS.roll_up(NOW, max_hours=48)
     assert first.start == rollup.floor_hour(NOW - timedelta(days=10))
     assert first.end == first.start + 48 * h and not first.caught_up
     # Figures are exact while the roll-up is behind: the log serves what it has not reached.
     assert counted(NOW - timedelta(days=30), NOW) == logged(NOW - timedelta(days=30), NOW)
-    runs = rollup.catch_up(NOW, max_hours=48)
-    assert runs[-1].caught_up and rollup.rolled_until() == SETTLED
+    runs = ATTEMPTS.catch_up(NOW, max_hours=48)
+    assert runs[-1].caught_up and ATTEMPTS.rolled_until() == SETTLED
     assert all(r.end - r.start <= 48 * h for r in runs)
     assert sum(rolled().values()) == Attempt.objects.count() == 6
 
 
 def test_traffic_after_the_roll_up_is_counted_from_the_log():
     claim_at(NOW - 5 * h, "before")
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     for i in range(3):
         claim_at(NOW + i * 20 * m, f"after{i}")  # 12:07, 12:27, 12:47
     claim_at(NOW + 40 * m, "after0")              # a replay
@@ -137,9 +138,9 @@ def test_every_span_is_exact_whatever_the_state_of_the_roll_up(state):
         claim_at(moment, f"k{i}")
         claim_at(moment, f"k{i}")  # a replay in the same instant
     if state == "behind":
-        rollup.catch_up(NOW - 10 * h)
+        ATTEMPTS.catch_up(NOW - 10 * h)
     elif state == "caught up":
-        rollup.catch_up(NOW)
+        ATTEMPTS.catch_up(NOW)
     starts = [NOW - span for span in (h, 24 * h, timedelta(days=7), 15 * m)]
     starts += [datetime(2026, 3, 9, 12, tzinfo=timezone.utc), datetime(2026, 3, 9, 12, 59, 59, tzinfo=timezone.utc)]
     for start in starts:
@@ -150,39 +151,39 @@ def test_every_span_is_exact_whatever_the_state_of_the_roll_up(state):
 def test_hourly_counts_put_each_attempt_in_its_hour():
     claim_at(NOW - 5 * h - 2 * m, "x")   # 07:05:30
     claim_at(NOW - 3 * h, "y")           # 09:07:30
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     claim_at(NOW - 2 * m, "z")           # 12:05:30, from the log
     rows = Counter()
-    for hour, outcome, n in rollup.attempt_counts(NOW - 6 * h, NOW, outcomes=("claimed",), by_hour=True):
+    for hour, outcome, n in ATTEMPTS.counts(NOW - 6 * h, NOW, outcome__in=("claimed",), by_hour=True):
         rows[hour.hour] += n
     assert rows == Counter({7: 1, 9: 1, 12: 1})
 
 
 def test_a_count_that_fell_to_zero_is_removed_when_its_hour_is_recounted():
     claim_at(NOW - 2 * h, "gone")
-    rollup.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW)
     Attempt.objects.filter(key="gone").delete()
-    rollup.rewind(NOW - 2 * h)
+    ATTEMPTS.rewind(NOW - 2 * h)
     assert counted(NOW - 24 * h, NOW) == Counter()  # handed back to the log at once
-    rollup.catch_up(NOW)
+    ATTEMPTS.catch_up(NOW)
     assert not AttemptHourly.objects.exists()
 
 
 def test_rewinding_to_nothing_empties_the_roll_up_and_the_next_run_rebuilds_it():
     claim_at(NOW - 30 * h, "old")
-    rollup.catch_up(NOW)
+    ATTEMPTS.catch_up(NOW)
     before = rolled()
-    rollup.rewind(None)
-    assert rollup.rolled_until() is None and not AttemptHourly.objects.exists()
-    rollup.catch_up(NOW)
+    ATTEMPTS.rewind(None)
+    assert ATTEMPTS.rolled_until() is None and not AttemptHourly.objects.exists()
+    ATTEMPTS.catch_up(NOW)
     assert rolled() == before
 
 
 def test_the_watermark_never_moves_back_on_a_slow_clock():
     claim_at(NOW - 6 * m, "a")  # 12:01:30, in the hour the watermark falls in
-    rollup.roll_up(NOW)
-    rollup.roll_up(NOW - 5 * h)
-    assert rollup.rolled_until() == SETTLED
+    ATTEMPTS.roll_up(NOW)
+    ATTEMPTS.roll_up(NOW - 5 * h)
+    assert ATTEMPTS.rolled_until() == SETTLED
     # Nor is the watermark's own hour counted back to the slow clock's instant.
     assert rolled()[(datetime(2026, 3, 10, 12, tzinfo=timezone.utc), "claimed")] == 1
     assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
@@ -203,7 +204,7 @@ def test_two_runs_at_once_take_turns_and_count_once():
     def run() -> None:
         try:
             start.wait(10)
-            rollup.catch_up(NOW, max_hours=6)
+            ATTEMPTS.catch_up(NOW, max_hours=6)
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
@@ -216,4 +217,4 @@ def test_two_runs_at_once_take_turns_and_count_once():
         t.join(60)
     assert errors == []
     assert sum(rolled().values()) == Attempt.objects.count() == 40
-    assert rollup.rolled_until() == SETTLED
+    assert ATTEMPTS.rolled_until() == SETTLED

@@ -26,7 +26,7 @@ def test_it_backfills_the_whole_log_at_once():
     before = timezone.now()
     call_command("rollup", stdout=out)
     assert AttemptHourly.objects.count() == 2
-    settled = rollup.rolled_until()
+    settled = rollup.ATTEMPTS.rolled_until()
     assert rollup.floor_minute(before - rollup.SETTLE) <= settled <= timezone.now() - rollup.SETTLE
     assert "rolled up until" in out.getvalue()
 

@@ -27,4 +27,4 @@ def test_the_scheduled_roll_up_catches_up_on_its_first_run():
     runs = tasks.roll_up()
     assert runs[-1]["caught_up"] and len(runs) > 1  # 20 days: several bounded runs
     assert AttemptHourly.objects.get().count == 1
-    assert rollup.rolled_until() is not None
+    assert rollup.ATTEMPTS.rolled_until() is not None
