@@ -30,9 +30,10 @@ demo: migrate
 	set -a; . "$$($(BIN)/python manage.py demo_env)"; set +a; exec $(BIN)/honcho start
 
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
-# and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs.
+# and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;
+# `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone).
 bench: install
-	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick)
+	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(VENV) var

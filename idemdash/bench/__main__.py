@@ -39,7 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", 0)) or None,
                         help="gunicorn's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default var/bench/)")
+    parser.add_argument("--only", default="", help="comma-separated scenario numbers (1-6), e.g. 1,2; "
+                        "such a run leaves latest.* to the last complete run")
     args = parser.parse_args(argv)
+    try:
+        only = {int(n) for n in args.only.split(",") if n.strip()} or None
+    except ValueError:
+        parser.error(f"--only takes scenario numbers, e.g. 1,2; got {args.only!r}")
+    if only and not only <= set(range(1, 7)):
+        parser.error(f"--only: scenarios are numbered 1 to 6; got {args.only!r}")
 
     url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     ensure_database(url)
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from idemdash.bench.runner import run
 
-    return run(quick=args.quick, port=args.port, out_dir=args.out or Path(settings.VAR_DIR) / "bench")
+    return run(quick=args.quick, port=args.port, out_dir=args.out or Path(settings.VAR_DIR) / "bench", only=only)
 
 
 if __name__ == "__main__":

@@ -669,7 +669,9 @@ def meta(quick: bool, started: datetime) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool, port: int | None, out_dir: Path) -> int:
+def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None = None) -> int:
+    """Every scenario, or with `only` the numbered ones (for iterating on one figure; such a
+    run does not replace latest.*, which keeps the last complete run)."""
     from django.core.management import call_command
 
     sizes = QUICK if quick else FULL
@@ -691,12 +693,15 @@ def run(*, quick: bool, port: int | None, out_dir: Path) -> int:
     figures: list[Figure] = []
     try:
         warm_up(b)
-        for name, scenario in ((S1, claim_overhead), (S2, replay), (S3, claim_api)):
-            figures += timed(name, scenario, b)
+        for number, (name, scenario) in enumerate(((S1, claim_overhead), (S2, replay), (S3, claim_api)), 1):
+            if only is None or number in only:
+                figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
-        for name, scenario in ((S4, webhook_ingest), (S5, dashboard), (S6, purge)):
-            figures += timed(name, scenario, b)
-        figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
+        for number, (name, scenario) in enumerate(((S4, webhook_ingest), (S5, dashboard), (S6, purge)), 4):
+            if only is None or number in only:
+                figures += timed(name, scenario, b)
+        if any(f.id == "seed.receipts" for f in figures):
+            figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
         figures += memory_figures(b, web, cluster)
     finally:
         if cluster is not None:
@@ -704,6 +709,14 @@ def run(*, quick: bool, port: int | None, out_dir: Path) -> int:
         web.stop()
     info["seconds"] = round((datetime.now(dt_timezone.utc) - started).total_seconds(), 1)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    if only is not None:
+        info["only"] = sorted(only)
+        write_json(out_dir / f"bench-{stamp}-only.json", info, figures, b.details)
+        print()
+        print(table(figures))
+        print(f"\n{info['mode']} run of scenarios {sorted(only)}, {info['cores']} cores, {info['seconds']} s; "
+              f"wrote {out_dir / f'bench-{stamp}-only.json'}")
+        return 0
     for path in (out_dir / f"bench-{stamp}.json", out_dir / "latest.json"):
         write_json(path, info, figures, b.details)
     write_chart(out_dir / "latest.html", info, figures, b.details)
