@@ -128,6 +128,11 @@ if DATABASE_URL:
     if _db["ENGINE"] == "django.db.backends.postgresql":
         _db.setdefault("OPTIONS", {})
         _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
+        # Lets receipts.fastpath prepare its claim and settle statements on persistent
+        # connections; the ORM binds on the client and never prepares, whatever the value.
+        # Off for PgBouncer in transaction mode before 1.21, which cannot route them.
+        if envbool("DB_PREPARED_STATEMENTS", True):
+            _db["OPTIONS"].setdefault("prepare_threshold", 5)
         _db["TEST"] = {"NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}"}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)

