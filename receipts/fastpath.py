@@ -12,7 +12,8 @@ as store.py's:
   expired, completed or burned), logs "replayed". Every other decision (mismatch, in
   progress, retry after failure, lease takeover, expiry) stays in store.py, which is given
   the row this statement read.
-- `settle` is the fenced UPDATE (token and status) with its log line and NOTIFY; it
+- `settle` is the fenced UPDATE (token and status) with its log line, and a NOTIFY when
+  a caller waits for the receipt (`waiters`, set by store.claim before it sleeps); it
   changes nothing when the token no longer owns the receipt.
 
 SQLite has no data-modifying CTEs, so it keeps the ORM path; both paths run the same tests.
@@ -176,12 +177,12 @@ def _settle_sql(changed: tuple[str, ...]) -> str:
         WITH u AS (
             UPDATE {receipt} SET updated_at = %s, lease_expires_at = NULL, {assignments}
             WHERE scope = %s AND key = %s AND fencing_token = %s AND status = 'processing'
-            RETURNING id, operation
+            RETURNING id, operation, waiters
         ), log AS (
             INSERT INTO {attempt} ({_LOG_COLUMNS})
             SELECT id, %s, %s, operation, %s, %s, '', NULL::jsonb, %s, '', %s FROM u
         )
-        SELECT id, pg_notify(%s, %s) FROM u
+        SELECT id, CASE WHEN waiters THEN pg_notify(%s, %s) END FROM u
     """
 
 

@@ -35,6 +35,10 @@ class Receipt(models.Model):
     expires_at = models.DateTimeField()
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
+    # Set by a caller that waits for this attempt (Prefer: wait): only then does settling
+    # it send a NOTIFY, whose commit takes a lock that serialises every committing
+    # NOTIFY on the server (receipts/waiting.py).
+    waiters = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         constraints = [

@@ -117,6 +117,7 @@ def claim(
     # Subscribed before the first look, so a completion between a look and the wait that
     # follows it still wakes us.
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
+    announced = False
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
@@ -141,6 +142,13 @@ def claim(
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if settled:
                 return result
+            if not announced and fastpath.usable():
+                # Ask for a NOTIFY (settling sends one only to a receipt that has waiters).
+                # Our UPDATE and the settle's are ordered by the row lock: if the settle
+                # came first, the row is no longer processing and we look again at once.
+                announced = True
+                if not Receipt.objects.filter(pk=result.receipt.pk, status=Status.PROCESSING).update(waiters=True):
+                    continue
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
             wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
@@ -255,6 +263,7 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
         "expires_at": now + intent.policy.ttl,
         "user_id": intent.user_id,
         "session_id": intent.session_id,
+        "waiters": False,
     }
 
 

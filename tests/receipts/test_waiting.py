@@ -72,3 +72,75 @@ def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(monkeypa
     assert result.outcome == "replayed"
     assert result.receipt.response_body == "from another process"
     assert waited < 15, f"woken by the timer after {waited:.1f}s, not by NOTIFY"
+
+
+def _notifications_during(action, seconds: float = 0.5) -> list[str]:
+    """The NOTIFY payloads on the receipts channel while `action` runs (and briefly after)."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    conninfo = {k: params[k] for k in ("dbname", "user", "host", "port", "password") if params.get(k)}
+    with psycopg.connect(autocommit=True, **conninfo) as listener:
+        listener.execute(f"LISTEN {waiting.CHANNEL}")
+        action()
+        return [note.payload for note in listener.notifies(timeout=seconds)]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_settling_a_receipt_nobody_waits_for_sends_no_notify():
+    # A NOTIFY's commit takes a server-wide lock: the common case, nobody waiting, pays none.
+    first = store.claim(SCOPE, "quiet", "email.send", {}, lease_seconds=60)
+    assert _notifications_during(lambda: store.complete(SCOPE, "quiet", first.token, body="done")) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_waiter_asks_for_the_notify_that_wakes_it():
+    first = store.claim(SCOPE, "heard", "email.send", {}, lease_seconds=60)
+    waiter = threading.Thread(target=lambda: (store.claim(SCOPE, "heard", "email.send", {}, wait_seconds=5),
+                                             connections.close_all()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not store.Receipt.objects.get(key="heard").waiters and time.monotonic() < deadline:
+        time.sleep(0.02)
+    payloads = _notifications_during(lambda: store.complete(SCOPE, "heard", first.token, body="done"))
+    waiter.join(10)
+    assert payloads == [waiting.topic(SCOPE, "heard")]
+
+
+def _settle_and_hold(key: str, token: int, settled, release) -> None:
+    """In another process (no in-process wake-up): complete inside a transaction that
+    stays open until `release`, so the row stays locked meanwhile."""
+    from django.db import transaction
+
+    try:
+        with transaction.atomic():
+            store.complete(SCOPE, key, token, body="held")
+            settled.set()
+            release.wait(10)
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(monkeypatch):
+    # The settle has updated the row (no waiters yet, so no NOTIFY) but not committed. The
+    # waiter's request for a NOTIFY waits on the row lock, then finds the row settled and
+    # looks again at once: with the timer pushed past the wait, nothing else could wake it.
+    monkeypatch.setattr(waiting, "FIRST_INTERVAL", 30.0)
+    monkeypatch.setattr(waiting, "MAX_INTERVAL", 30.0)
+    first = store.claim(SCOPE, "race", "email.send", {}, lease_seconds=60)
+    fork = multiprocessing.get_context("fork")
+    settled, release = fork.Event(), fork.Event()
+    connections.close_all()
+    holder = fork.Process(target=_settle_and_hold, args=("race", first.token, settled, release))
+    holder.start()
+    assert settled.wait(10)
+    threading.Timer(0.5, release.set).start()
+    started = time.monotonic()
+    result = store.claim(SCOPE, "race", "email.send", {}, wait_seconds=20)
+    holder.join(10)
+    assert result.outcome == "replayed" and result.receipt.response_body == "held"
+    assert time.monotonic() - started < 5
