@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 Status = WebhookEvent.Status
 TASK = "webhooks.tasks.process_event"
+TASK_BY_KEY = "webhooks.tasks.process_event_by_key"
 
 
 class LeaseLost(Exception):
@@ -65,7 +66,7 @@ def enqueue_on_commit(event_id: int) -> None:
     itself: one commit for the event and its task, and never one without the other. A
     failure to write it then fails the transaction, as any other failed write would.
     Another broker (Redis) is told after the commit."""
-    if _orm_broker_in_this_database():
+    if _orm_broker_in_this_database() and transaction.get_connection().in_atomic_block:
         from django_q.tasks import async_task
 
         async_task(TASK, event_id, group="webhooks")
@@ -73,10 +74,40 @@ def enqueue_on_commit(event_id: int) -> None:
         transaction.on_commit(lambda: enqueue(event_id))
 
 
+class _KeptPackage:
+    """Stands in for django-q2's broker: async_task builds and signs the package as always,
+    and this keeps it for a statement of ours to write into the ORM broker's table."""
+
+    def __init__(self) -> None:
+        from django_q.conf import Conf
+
+        self.list_key = Conf.CLUSTER_NAME  # the queue the ORM broker reads (get_broker's default)
+        self.package: str | None = None
+
+    def enqueue(self, package: str) -> str:
+        self.package = package
+        return "with its event"  # what django-q2 logs as the id it was enqueued under
+
+
+def delivery_task(endpoint_id: int, dedupe_key: str) -> tuple[str, str] | None:
+    """The django-q2 task for a delivery's event, as the (queue, signed package) of a row of
+    the ORM broker's table, for the statement that stores the delivery to write only if it
+    inserts the event (webhooks/fastpath.py): event and task then commit together, in one
+    round trip. The event has no id yet, so the task names it by its key. None when another
+    broker (or django-q2's sync mode) is configured: the caller uses enqueue_on_commit."""
+    if not _orm_broker_in_this_database():
+        return None
+    from django_q.tasks import async_task
+
+    kept = _KeptPackage()
+    async_task(TASK_BY_KEY, endpoint_id, dedupe_key, group="webhooks", broker=kept)
+    return kept.list_key, kept.package
+
+
 def _orm_broker_in_this_database() -> bool:
     from django_q.conf import Conf
 
-    return Conf.ORM == DEFAULT_DB_ALIAS and not Conf.SYNC and transaction.get_connection().in_atomic_block
+    return Conf.ORM == DEFAULT_DB_ALIAS and not Conf.SYNC
 
 
 def backoff_delay(attempt: int) -> timedelta:
@@ -88,11 +119,13 @@ def backoff_delay(attempt: int) -> timedelta:
 
 def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | None:
     """Take the event if it is due; None if another worker has it or it is not due."""
+    return _claim(WebhookEvent.objects.filter(pk=event_id), now)
+
+
+def _claim(events: Any, now: datetime | None = None) -> WebhookEvent | None:
     now = now or timezone.now()
     token = uuid.uuid4()
-    claimed = WebhookEvent.objects.filter(
-        pk=event_id, status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now
-    ).update(
+    claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
         status=Status.PROCESSING,
         attempts=F("attempts") + 1,
         lease_expires_at=now + timedelta(seconds=settings.WEBHOOKS_LEASE_SECONDS),
@@ -101,7 +134,7 @@ def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | No
     if claimed != 1:
         return None
     # Our token is on the row, so this read sees our claim (nobody else can claim it now).
-    return WebhookEvent.objects.filter(pk=event_id, claim_token=token).first()
+    return events.filter(claim_token=token).first()
 
 
 def _settle(event: WebhookEvent, **changes: Any) -> bool:
@@ -137,7 +170,15 @@ def fail_event(event: WebhookEvent, error: str) -> str | None:
 
 def process_event(event_id: int) -> str:
     """Claim, run the handler, settle. Returns what happened, for the task result."""
-    event = claim_event(event_id)
+    return _process(claim_event(event_id))
+
+
+def process_event_by_key(endpoint_id: int, dedupe_key: str) -> str:
+    """process_event for the task a delivery writes with its event (delivery_task)."""
+    return _process(_claim(WebhookEvent.objects.filter(endpoint_id=endpoint_id, dedupe_key=dedupe_key)))
+
+
+def _process(event: WebhookEvent | None) -> str:
     if event is None:
         return "not_claimed"
     handler = handler_for(event.provider, event.event_type)
@@ -146,13 +187,13 @@ def process_event(event_id: int) -> str:
             if handler is not None:
                 handler(event)
             if not complete_event(event, Status.COMPLETED if handler else Status.IGNORED):
-                raise LeaseLost(f"webhook event {event_id} was taken over")
+                raise LeaseLost(f"webhook event {event.pk} was taken over")
     except LeaseLost:
-        log.warning("webhook event %s: lease lost, handler's writes rolled back", event_id)
+        log.warning("webhook event %s: lease lost, handler's writes rolled back", event.pk)
         return "lease_lost"
     except Exception:
         status = fail_event(event, traceback.format_exc())
-        log.warning("webhook event %s failed on attempt %s -> %s", event_id, event.attempts, status)
+        log.warning("webhook event %s failed on attempt %s -> %s", event.pk, event.attempts, status)
         return status or "lease_lost"
     return Status.COMPLETED if handler else Status.IGNORED
 

@@ -30,6 +30,35 @@ def boom(event: WebhookEvent) -> None:
     raise RuntimeError("downstream is down")
 
 
+def run_queued_tasks() -> list[str]:
+    """What a django-q2 worker does with each queued package: verify, unpickle, call."""
+    import pydoc
+
+    from django_q.signing import SignedPackage
+
+    outcomes = []
+    for queued in OrmQ.objects.order_by("id"):
+        task = SignedPackage.loads(queued.payload)
+        outcomes.append(pydoc.locate(task["func"])(*task["args"], **task["kwargs"]))
+    return outcomes
+
+
+def test_the_task_a_delivery_writes_runs_its_event_once():
+    event = make_event()
+    assert run_queued_tasks() == ["ignored"]
+    assert WebhookEvent.objects.get(pk=event.pk).status == "ignored"
+    assert run_queued_tasks() == ["not_claimed"]  # a second run of the same task finds it done
+
+
+def test_processing_by_key_claims_only_the_event_of_that_endpoint_and_key():
+    event = make_event()
+    other = make_endpoint("other", "stripe")
+    assert processing.process_event_by_key(other.pk, event.dedupe_key) == "not_claimed"
+    assert processing.process_event_by_key(event.endpoint_id, "evt_unknown") == "not_claimed"
+    assert processing.process_event_by_key(event.endpoint_id, event.dedupe_key) == "ignored"
+    assert WebhookEvent.objects.get(pk=event.pk).attempts == 1
+
+
 def test_a_claim_admits_one_worker_and_starts_a_lease():
     event = make_event()
     first = processing.claim_event(event.pk)

@@ -210,6 +210,17 @@ def test_pausing_and_resuming_take_effect_on_the_very_next_delivery(client):
     assert len(queued_event_ids()) == 2
 
 
+@pytest.mark.postgres
+def test_on_postgresql_a_delivery_costs_two_statements(client, django_assert_num_queries):
+    """The endpoint with its secrets, then the store (event, delivery and task at once)."""
+    make_endpoint("shop", "stripe", STRIPE_SECRET)
+    payload = stripe_event({}, "a.b")
+    with django_assert_num_queries(2 + 2):  # the savepoint a test's transaction adds
+        assert deliver_stripe(client, "shop", payload).json()["status"] == "received"
+    with django_assert_num_queries(2 + 2):
+        assert deliver_stripe(client, "shop", payload).json()["duplicate"] is True
+
+
 def test_a_paused_endpoint_stores_deliveries_as_held_and_answers_200(client):
     make_endpoint("shop", "stripe", STRIPE_SECRET, paused=True)
     response = deliver_stripe(client, "shop", stripe_event({}, "a.b"))
