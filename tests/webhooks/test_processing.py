@@ -50,6 +50,18 @@ def test_the_task_a_delivery_writes_runs_its_event_once():
     assert run_queued_tasks() == ["not_claimed"]  # a second run of the same task finds it done
 
 
+def test_a_claim_is_one_statement_that_returns_the_claimed_event_as_stored(django_assert_num_queries):
+    event = make_event(payload={"id": "evt_1", "data": {"object": {"amount": 5}}})
+    with django_assert_num_queries(1):
+        claimed = processing.claim_event(event.pk)
+    stored = WebhookEvent.objects.get(pk=event.pk)
+    assert claimed.payload == stored.payload == {"id": "evt_1", "data": {"object": {"amount": 5}}}
+    assert (claimed.claim_token, claimed.lease_expires_at, claimed.attempts) == (
+        stored.claim_token, stored.lease_expires_at, 1
+    )
+    assert claimed.received_at == stored.received_at and claimed.status == "processing"
+
+
 def test_processing_by_key_claims_only_the_event_of_that_endpoint_and_key():
     event = make_event()
     other = make_endpoint("other", "stripe")
