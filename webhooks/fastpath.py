@@ -30,7 +30,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-
 from django_q.models import OrmQ
 
 from receipts.fastpath import insert_unless_exists

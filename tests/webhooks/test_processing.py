@@ -246,3 +246,14 @@ def test_the_sweeper_releases_events_held_by_an_endpoint_that_is_no_longer_pause
     WebhookEvent.objects.filter(pk=event.pk).update(status="held", enqueued_at=None)
     assert processing.sweep().released_held == 1
     assert WebhookEvent.objects.get(pk=event.pk).status == "received"
+
+
+def test_a_claim_without_returning_support_takes_two_statements_and_the_same_event(monkeypatch):
+    """SQLite before 3.35 (which Django 5.2 still supports) has no UPDATE ... RETURNING."""
+    from django.db import connection
+
+    event = make_event()
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    claimed = processing.claim_event(event.pk)
+    assert claimed.pk == event.pk and claimed.status == "processing" and claimed.attempts == 1
+    assert processing.claim_event(event.pk) is None
