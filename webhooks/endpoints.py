@@ -8,12 +8,13 @@ the environment (a partial unique constraint).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from receipts.store import audit
@@ -73,6 +74,37 @@ def _forget_sync(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_forget_sync)
+
+
+@functools.cache
+def _receiving_sql() -> str:
+    q = connection.ops.quote_name
+    endpoint, secret = q(WebhookEndpoint._meta.db_table), q(WebhookSecret._meta.db_table)
+    return f"""
+        SELECT e.id, e.provider, e.paused, s.id, s.secret
+        FROM {endpoint} e LEFT JOIN {secret} s ON s.endpoint_id = e.id AND s.active
+        WHERE e.slug = %s
+        ORDER BY s.created_at DESC, s.id DESC
+    """
+
+
+def receiving(slug: str) -> tuple[WebhookEndpoint, list[tuple[int, str]]] | None:
+    """The endpoint a delivery is for and its active secrets, newest first, as (id, secret);
+    None for an unknown slug.
+
+    Read afresh for every delivery, in one query, so that a secret deactivated or an
+    endpoint paused a moment ago is honoured by the very next delivery in every process.
+    The endpoint's other fields are deferred (loaded if anything asks for them)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_receiving_sql(), [slug])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    endpoint_id, provider, paused = rows[0][:3]
+    endpoint = WebhookEndpoint.from_db(
+        connection.alias, ["id", "slug", "provider", "paused"], [endpoint_id, slug, provider, bool(paused)]
+    )
+    return endpoint, [(secret_id, secret) for *_, secret_id, secret in rows if secret_id is not None]
 
 
 def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> bool:

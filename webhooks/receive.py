@@ -4,13 +4,16 @@
 event (the unique (endpoint, dedupe_key) constraint settles a race between two deliveries of
 one event) or counts one more delivery on the stored event with a single UPDATE, records
 the delivery, and (with the ORM broker) enqueues the event's task. On PostgreSQL that is
-one statement (webhooks/fastpath.py). The view answers 2xx only after it has committed.
+one statement, outside any transaction (webhooks/fastpath.py). The view answers 2xx only
+after it has committed.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -20,7 +23,7 @@ from django.utils import timezone
 from receipts.fingerprint import fingerprint_json
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from webhooks import fastpath
-from webhooks.processing import enqueue_on_commit
+from webhooks.processing import delivery_task, enqueue_on_commit
 from webhooks.verify import VerifiedDelivery
 
 Status = WebhookEvent.Status
@@ -76,19 +79,31 @@ def store_delivery(
         "last_delivery_at": now,
         "finished_at": None,
     }
+    fast = fastpath.usable()
+    task = delivery_task(endpoint.pk, verified.dedupe_key) if fast and not endpoint.paused else None
     for _ in range(3):
-        with transaction.atomic():
-            stored = _store_fast(values, now, secret_id) if fastpath.usable() else _store_orm(values, now, secret_id)
+        with _atomic(fast):
+            stored = _store_fast(values, now, secret_id, task) if fast else _store_orm(values, now, secret_id)
             if stored is None:
                 continue  # a concurrent delivery of this event, not yet visible to us: look again
-            if stored.created and stored.status == Status.RECEIVED:
+            if stored.created and stored.status == Status.RECEIVED and task is None:
                 enqueue_on_commit(stored.event_id)
             return stored
     raise RuntimeError(f"could not store delivery {verified.dedupe_key!r}")  # pragma: no cover
 
 
-def _store_fast(values: dict, now: datetime, secret_id: int | None) -> Stored | None:
-    found = fastpath.store(values, now, secret_id)
+def _atomic(fast: bool) -> Any:
+    """The fast path is one statement, atomic on its own and holding its task (unless `task`
+    is None: another broker, told after the commit, or a held event), so it runs without a
+    transaction of ours. Inside a caller's transaction it still gets a savepoint, so that a
+    payload the database refuses leaves that transaction usable."""
+    if fast and not transaction.get_connection().in_atomic_block:
+        return nullcontext()
+    return transaction.atomic()
+
+
+def _store_fast(values: dict, now: datetime, secret_id: int | None, task: tuple[str, str] | None) -> Stored | None:
+    found = fastpath.store(values, now, secret_id, task)
     if found is None:
         return None
     created, event_id, status, deliveries, matches = found

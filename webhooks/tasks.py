@@ -9,5 +9,9 @@ def process_event(event_id: int) -> str:
     return processing.process_event(event_id)
 
 
+def process_event_by_key(endpoint_id: int, dedupe_key: str) -> str:
+    return processing.process_event_by_key(endpoint_id, dedupe_key)
+
+
 def sweep() -> dict[str, int]:
     return processing.sweep().as_dict()

@@ -54,16 +54,16 @@ def _reject(endpoint: WebhookEndpoint, cause: str, detail: str, body: bytes, req
 def receive(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         endpoints.ensure_env_endpoints_once()
-        endpoint = WebhookEndpoint.objects.filter(slug=slug).first()
-        if endpoint is None:
-            return problem(404, "webhook-endpoint-not-found", "Unknown webhook endpoint", f"No endpoint {slug!r}.")
-        if request.method != "POST":
-            return problem(
-                405, "method-not-allowed", "Method not allowed", "Deliver webhooks with POST.", headers={"Allow": "POST"}
-            )
-        secrets = list(endpoint.secrets.filter(active=True).order_by("-created_at", "-pk").values_list("pk", "secret"))
+        found = endpoints.receiving(slug)
     except DATABASE_DOWN:
         return _unavailable()
+    if found is None:
+        return problem(404, "webhook-endpoint-not-found", "Unknown webhook endpoint", f"No endpoint {slug!r}.")
+    if request.method != "POST":
+        return problem(
+            405, "method-not-allowed", "Method not allowed", "Deliver webhooks with POST.", headers={"Allow": "POST"}
+        )
+    endpoint, secrets = found
 
     limit = settings.WEBHOOKS_MAX_BODY_BYTES
     body = _read_body(request, limit)

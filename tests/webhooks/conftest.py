@@ -17,7 +17,7 @@ from django.test import Client
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 
 from webhooks import handlers
-from webhooks.models import WebhookEndpoint, WebhookSecret
+from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 
 STRIPE_SECRET = "whsec_test_stripe_0123456789abcdef"
 SHOPIFY_SECRET = "shpss_test_shopify_0123456789abcdef"
@@ -124,4 +124,11 @@ def queued_event_ids() -> list[int]:
 
     from webhooks import processing
 
-    return [q.task["args"][0] for q in OrmQ.objects.order_by("id") if q.task.get("func") == processing.TASK]
+    def event_id(task: dict) -> int:
+        if task["func"] == processing.TASK_BY_KEY:  # written with its event, named by its key
+            endpoint_id, dedupe_key = task["args"]
+            return WebhookEvent.objects.get(endpoint_id=endpoint_id, dedupe_key=dedupe_key).pk
+        return task["args"][0]
+
+    tasks = (q.task for q in OrmQ.objects.order_by("id"))
+    return [event_id(task) for task in tasks if task.get("func") in (processing.TASK, processing.TASK_BY_KEY)]

@@ -66,3 +66,22 @@ def test_a_paused_endpoint_holds_events_until_it_is_resumed(client):
     assert processing.process_event(event.pk) == "ignored"
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["webhook_endpoint.pause", "webhook_endpoint.resume"]
+
+
+def test_receiving_reads_the_endpoint_and_its_active_secrets_newest_first_in_one_query(django_assert_num_queries):
+    endpoint = make_endpoint("shop", "stripe", "whsec_oldest_000000000000", "whsec_revoked_00000000000")
+    endpoint.secrets.filter(secret="whsec_revoked_00000000000").update(active=False)
+    newest = endpoint.secrets.create(secret=STRIPE_SECRET)
+    with django_assert_num_queries(1):
+        found, secrets = endpoints.receiving("shop")
+        assert (found.pk, found.provider, found.paused) == (endpoint.pk, "stripe", False)
+    oldest = endpoint.secrets.get(secret="whsec_oldest_000000000000")
+    assert secrets == [(newest.pk, STRIPE_SECRET), (oldest.pk, oldest.secret)]
+    assert found.description == endpoint.description  # the other fields load on demand
+
+
+def test_receiving_an_endpoint_without_secrets_or_an_unknown_slug():
+    make_endpoint("bare", "shopify", paused=True)
+    found, secrets = endpoints.receiving("bare")
+    assert (found.provider, found.paused, secrets) == ("shopify", True, [])
+    assert endpoints.receiving("nope") is None

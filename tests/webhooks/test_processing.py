@@ -30,6 +30,47 @@ def boom(event: WebhookEvent) -> None:
     raise RuntimeError("downstream is down")
 
 
+def run_queued_tasks() -> list[str]:
+    """What a django-q2 worker does with each queued package: verify, unpickle, call."""
+    import pydoc
+
+    from django_q.signing import SignedPackage
+
+    outcomes = []
+    for queued in OrmQ.objects.order_by("id"):
+        task = SignedPackage.loads(queued.payload)
+        outcomes.append(pydoc.locate(task["func"])(*task["args"], **task["kwargs"]))
+    return outcomes
+
+
+def test_the_task_a_delivery_writes_runs_its_event_once():
+    event = make_event()
+    assert run_queued_tasks() == ["ignored"]
+    assert WebhookEvent.objects.get(pk=event.pk).status == "ignored"
+    assert run_queued_tasks() == ["not_claimed"]  # a second run of the same task finds it done
+
+
+def test_a_claim_is_one_statement_that_returns_the_claimed_event_as_stored(django_assert_num_queries):
+    event = make_event(payload={"id": "evt_1", "data": {"object": {"amount": 5}}})
+    with django_assert_num_queries(1):
+        claimed = processing.claim_event(event.pk)
+    stored = WebhookEvent.objects.get(pk=event.pk)
+    assert claimed.payload == stored.payload == {"id": "evt_1", "data": {"object": {"amount": 5}}}
+    assert (claimed.claim_token, claimed.lease_expires_at, claimed.attempts) == (
+        stored.claim_token, stored.lease_expires_at, 1
+    )
+    assert claimed.received_at == stored.received_at and claimed.status == "processing"
+
+
+def test_processing_by_key_claims_only_the_event_of_that_endpoint_and_key():
+    event = make_event()
+    other = make_endpoint("other", "stripe")
+    assert processing.process_event_by_key(other.pk, event.dedupe_key) == "not_claimed"
+    assert processing.process_event_by_key(event.endpoint_id, "evt_unknown") == "not_claimed"
+    assert processing.process_event_by_key(event.endpoint_id, event.dedupe_key) == "ignored"
+    assert WebhookEvent.objects.get(pk=event.pk).attempts == 1
+
+
 def test_a_claim_admits_one_worker_and_starts_a_lease():
     event = make_event()
     first = processing.claim_event(event.pk)
@@ -205,3 +246,14 @@ def test_the_sweeper_releases_events_held_by_an_endpoint_that_is_no_longer_pause
     WebhookEvent.objects.filter(pk=event.pk).update(status="held", enqueued_at=None)
     assert processing.sweep().released_held == 1
     assert WebhookEvent.objects.get(pk=event.pk).status == "received"
+
+
+def test_a_claim_without_returning_support_takes_two_statements_and_the_same_event(monkeypatch):
+    """SQLite before 3.35 (which Django 5.2 still supports) has no UPDATE ... RETURNING."""
+    from django.db import connection
+
+    event = make_event()
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    claimed = processing.claim_event(event.pk)
+    assert claimed.pk == event.pk and claimed.status == "processing" and claimed.attempts == 1
+    assert processing.claim_event(event.pk) is None

@@ -9,8 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import ProgrammingError, connection, connections, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, queued_event_ids, stripe_event, stripe_headers
@@ -52,6 +53,42 @@ def test_a_delivery_and_its_task_commit_together_or_not_at_all():
         {"id": "evt_kept"}, "received", 1, event.received_at
     )
     assert WebhookDelivery.objects.get().event_id == event.pk
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_delivery_is_one_statement_that_holds_its_task():
+    """No BEGIN, no separate task INSERT, no COMMIT: the statement is atomic on its own."""
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    with CaptureQueriesContext(connection) as new:
+        first = store_delivery(endpoint, verified("evt_1", {"id": "evt_1"}))
+    with CaptureQueriesContext(connection) as duplicate:
+        store_delivery(endpoint, verified("evt_1", {"id": "evt_1"}))
+    assert (len(new.captured_queries), len(duplicate.captured_queries)) == (1, 1)
+    assert queued_event_ids() == [first.event_id]  # the duplicate wrote no task
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_an_event_whose_task_cannot_be_written_is_not_stored():
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION idemdash_test_no_task() RETURNS trigger AS $$ "
+            "BEGIN RAISE EXCEPTION 'no task today'; END $$ LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            "CREATE TRIGGER idemdash_test_no_task BEFORE INSERT ON django_q_ormq "
+            "FOR EACH ROW EXECUTE FUNCTION idemdash_test_no_task()"
+        )
+    try:
+        with pytest.raises(ProgrammingError):
+            store_delivery(endpoint, verified("evt_1", {"id": "evt_1"}))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER idemdash_test_no_task ON django_q_ormq")
+            cursor.execute("DROP FUNCTION idemdash_test_no_task()")
+    assert not WebhookEvent.objects.exists() and not WebhookDelivery.objects.exists()
 
 
 @pytest.mark.django_db

@@ -180,6 +180,47 @@ def test_both_secrets_are_accepted_while_both_are_active_and_the_old_one_stops_w
     assert used == {"whsec_old_old_old_old_old", STRIPE_SECRET}
 
 
+def test_a_secret_rotated_in_place_is_honoured_on_the_very_next_delivery(client):
+    """How the environment secret rotates: the same row gets the new value. Nothing in the
+    process may still hold the old one."""
+    endpoint = make_endpoint("shop", "stripe", "whsec_before_rotation_0000")
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b"), secret="whsec_before_rotation_0000").status_code == 200
+    endpoint.secrets.update(secret=STRIPE_SECRET)
+    stale = deliver_stripe(client, "shop", stripe_event({}, "a.b"), secret="whsec_before_rotation_0000")
+    assert problem_of(stale)["cause"] == "no_matching_signature"
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b"), secret=STRIPE_SECRET).status_code == 200
+
+
+def test_the_last_secret_revoked_leaves_no_secret_on_the_very_next_delivery(client):
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b")).status_code == 200
+    endpoint.secrets.update(active=False)
+    response = deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    assert problem_of(response)["cause"] == "no_active_secret"
+    assert WebhookEvent.objects.count() == 1
+
+
+def test_pausing_and_resuming_take_effect_on_the_very_next_delivery(client):
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b")).json()["status"] == "received"
+    endpoint.__class__.objects.filter(pk=endpoint.pk).update(paused=True)
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b")).json()["status"] == "held"
+    endpoint.__class__.objects.filter(pk=endpoint.pk).update(paused=False)
+    assert deliver_stripe(client, "shop", stripe_event({}, "a.b")).json()["status"] == "received"
+    assert len(queued_event_ids()) == 2
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_delivery_costs_two_statements(client, django_assert_num_queries):
+    """The endpoint with its secrets, then the store (event, delivery and task at once)."""
+    make_endpoint("shop", "stripe", STRIPE_SECRET)
+    payload = stripe_event({}, "a.b")
+    with django_assert_num_queries(2 + 2):  # the savepoint a test's transaction adds
+        assert deliver_stripe(client, "shop", payload).json()["status"] == "received"
+    with django_assert_num_queries(2 + 2):
+        assert deliver_stripe(client, "shop", payload).json()["duplicate"] is True
+
+
 def test_a_paused_endpoint_stores_deliveries_as_held_and_answers_200(client):
     make_endpoint("shop", "stripe", STRIPE_SECRET, paused=True)
     response = deliver_stripe(client, "shop", stripe_event({}, "a.b"))
