@@ -32,7 +32,7 @@ from typing import Any
 from django.db import connection
 from django_q.models import OrmQ
 
-from receipts.fastpath import insert_unless_exists
+from receipts.fastpath import cursor, insert_unless_exists
 from webhooks.models import WebhookDelivery, WebhookEvent
 
 _EVENT_FIELDS = [f for f in WebhookEvent._meta.concrete_fields if not f.primary_key]
@@ -87,9 +87,9 @@ def store(
     params += [now, digest, values["endpoint_id"], values["dedupe_key"], now, secret_id, now, digest, secret_id]
     if task is not None:
         params += [*task, now]
-    with connection.cursor() as cursor:
-        cursor.execute(_store_sql(task is not None), params)
-        row = cursor.fetchone()
+    with cursor() as c:  # prepared on persistent connections, as the receipt store's are
+        c.execute(_store_sql(task is not None), params)
+        row = c.fetchone()
     if row is None:
         return None
     created, event_id, status, deliveries, sha = row

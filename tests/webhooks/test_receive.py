@@ -70,6 +70,20 @@ def test_on_postgresql_a_delivery_is_one_statement_that_holds_its_task():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_on_a_persistent_connection_the_delivery_statement_is_prepared(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+    endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
+    first = store_delivery(endpoint, verified("evt_p", {"id": "evt_p"}))
+    again = store_delivery(endpoint, verified("evt_p", {"id": "evt_p"}))
+    assert (first.created, again.created, again.delivery_count) == (True, False, 2)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any(WebhookDelivery._meta.db_table in s for s in prepared)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_on_postgresql_an_event_whose_task_cannot_be_written_is_not_stored():
     endpoint = make_endpoint("ep", "stripe", STRIPE_SECRET)
     with connection.cursor() as cursor:
