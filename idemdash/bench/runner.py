@@ -7,6 +7,7 @@ of per-round ratios.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -15,9 +16,10 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
@@ -295,14 +297,16 @@ def webhook_ingest(b: Bench) -> list[Figure]:
     if first.count != keys:
         raise RuntimeError(f"webhook setup stored {first.count} of {keys} events")
     bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
-    comparison = loadgen.compare({
-        bare: lambda r: b.load(bare, bare_insert),
-        new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
-        dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, keys), ok=_duplicate),
-    }, b.sizes.rounds)
+    with autovacuum_stand_in(QUEUE_TABLES) as vacuumed:
+        comparison = loadgen.compare({
+            bare: lambda r: b.load(bare, bare_insert),
+            new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
+            dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, keys), ok=_duplicate),
+        }, b.sizes.rounds)
     b.record(S4, comparison)
     return [
-        Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7),
+        Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7,
+               note="; ".join(vacuumed)),
         Figure("webhook.dup_ratio", S4, "duplicate deliveries / bare insert throughput", comparison.ratio(dup, bare), "x", ">=", 0.7),
         Figure("webhook.new_rps", S4, "new deliveries throughput", comparison.median(new, "throughput"), "req/s"),
         Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
@@ -506,6 +510,57 @@ def purge(b: Bench) -> list[Figure]:
 
 DASHBOARD_TABLES = ("receipts_receipt", "receipts_attempt", "webhooks_webhookevent", "webhooks_webhookdelivery",
                     "outbox_outboxmessage", "outbox_outboxattempt")
+
+
+# django-q2's queue: every new event adds a row and the cluster deletes it, and every poll
+# of the cluster reads the table whole (it has no index but its key).
+QUEUE_TABLES = ("django_q_ormq",)
+# PostgreSQL's autovacuum_naptime default: how often autovacuum looks at a busy table.
+AUTOVACUUM_NAPTIME = 60.0
+
+
+def _autovacuum_is_on() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0] == "on"
+
+
+@contextlib.contextmanager
+def autovacuum_stand_in(tables: tuple[str, ...]) -> Iterator[list[str]]:
+    """On a server with autovacuum off, vacuum `tables` now and then every naptime while the
+    block runs, as autovacuum would: without it a queue table only ever grows (dead rows
+    of every task ever queued), and the cluster's polls, which read it whole, with it.
+    Yields a list that holds, after the block, a note saying so (empty if autovacuum is on)."""
+    note: list[str] = []
+    if _autovacuum_is_on():
+        yield note
+        return
+    stop = threading.Event()
+    runs: list[float] = []
+
+    def vacuum() -> None:
+        try:
+            while True:
+                started = time.monotonic()
+                with connection.cursor() as cursor:
+                    for table in tables:
+                        cursor.execute(f"VACUUM {connection.ops.quote_name(table)}")
+                runs.append(time.monotonic() - started)
+                if stop.wait(AUTOVACUUM_NAPTIME):
+                    return
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=vacuum, name="autovacuum-stand-in", daemon=True)
+    worker.start()
+    try:
+        yield note
+    finally:
+        stop.set()
+        worker.join()
+        connection.close()
+        note.append(f"autovacuum is off on this server, so the bench vacuumed {', '.join(tables)} "
+                    f"at the start and every {AUTOVACUUM_NAPTIME:.0f} s ({len(runs)} times), as autovacuum would")
 
 
 def vacuum_if_autovacuum_is_off() -> str:
