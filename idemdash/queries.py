@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEvent
 from webhooks.rollup import DELIVERIES
@@ -95,9 +96,11 @@ WEBHOOK_FIELDS: dict[str, str] = {
 }
 
 OUTBOX_FIELDS: dict[str, str] = {
-    "enqueued": "Outbox messages created in the window.",
-    "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log, "
-    "which outlives purged messages).",
+    "enqueued": "Outbox messages created in the window, including those retention has purged "
+    "since (sent messages after 7 days): whole hours are counted by the hourly roll-up, which "
+    "outlives the messages; only the window's first, partial hour is read from the messages.",
+    "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log and "
+    "its hourly roll-up, which outlive purged messages).",
     "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
     "independent of the window.",
     "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
@@ -219,17 +222,18 @@ def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
     Status = OutboxMessage.Status
-    # One query per figure, each on its own index (as in webhook_stats).
+    # Enqueued and sent from their hourly roll-ups and the last minutes of the tables
+    # (`receipts.outbox.rollup`), as the delivery figures; the rest one query per figure, each
+    # on its own index (as in webhook_stats).
     messages = OutboxMessage.objects
     backlog = messages.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
         pending=Count("*"), oldest=Min("created_at")
     )
-    sent = OutboxAttempt.objects.filter(
-        outcome=OutboxAttempt.Outcome.SENT, created_at__gt=start, created_at__lte=now
-    ).count()
+    enqueued = sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now))
+    sent = sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT))
     oldest = backlog["oldest"]
     return {
-        "enqueued": messages.filter(created_at__gt=start, created_at__lte=now).count(),
+        "enqueued": enqueued,
         "sent": sent,
         "pending": backlog["pending"],
         "dead": messages.filter(status=Status.DEAD, updated_at__gt=start, updated_at__lte=now).count(),
@@ -315,10 +319,10 @@ def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[date
 
 
 def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, name_of: Any) -> None:
-    """Add grouped (t, group, n) rows into the window's buckets; `name_of(group)` names the
-    series a group counts towards (None: not charted)."""
-    for t, group, n in rows:
-        name = name_of(group)
+    """Add grouped (t, *groups, n) rows into the window's buckets; `name_of(*groups)` names
+    the series a group counts towards (None: not charted)."""
+    for t, *group, n in rows:
+        name = name_of(*group)
         bucket = buckets.get(_floor(t, window.bucket))
         if name is not None and bucket is not None:
             bucket[name] += n
@@ -348,17 +352,14 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
       stuck message another drainer took over);
     - `events_released` / `messages_released`: stuck rows released by an operator.
 
-    Deliveries come from their hourly roll-up (`webhooks.rollup`) as attempts do in
-    `receipt_series`; the rest is one grouped query per table, all folded into the buckets
-    here.
+    Deliveries, outbox messages and outbox attempts come from their hourly roll-ups
+    (`webhooks.rollup`, `receipts.outbox.rollup`) as attempts do in `receipt_series`; the
+    releases are one grouped query on the audit log, all folded into the buckets here.
     """
     now = now or timezone.now()
     start = window_start(window, now)
     names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
     buckets = _empty_buckets(window, now, names)
-
-    def span(field: str) -> dict[str, datetime]:
-        return {f"{field}__gt": start, f"{field}__lte": now}
 
     for t, duplicate, _, n in _bucket_counts(DELIVERIES, window, start, now):
         bucket = buckets.get(_floor(t, window.bucket))
@@ -366,13 +367,12 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
             bucket["deliveries"] += n
             if not duplicate:
                 bucket["events"] += n
-    enqueued = _grouped(OutboxMessage.objects.filter(**span("created_at")), window, "created_at", "action")
-    _fold(buckets, window, enqueued, lambda action: "enqueued")
+    _fold(buckets, window, _bucket_counts(outbox_rollup.ENQUEUED, window, start, now), lambda: "enqueued")
     outcomes = {OutboxAttempt.Outcome.SENT: "sent", OutboxAttempt.Outcome.DEAD: "died", OutboxAttempt.Outcome.STALE: "stale"}
-    attempts = _grouped(OutboxAttempt.objects.filter(**span("created_at")), window, "created_at", "outcome")
+    attempts = _bucket_counts(outbox_rollup.ATTEMPTS, window, start, now, outcome__in=list(outcomes))
     _fold(buckets, window, attempts, outcomes.get)
     releases = _grouped(
-        AuditEntry.objects.filter(action__in=list(STUCK_RELEASE_ACTIONS), **span("created_at")),
+        AuditEntry.objects.filter(action__in=list(STUCK_RELEASE_ACTIONS), created_at__gt=start, created_at__lte=now),
         window, "created_at", "action",
     )
     _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)

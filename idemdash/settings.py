@@ -215,6 +215,10 @@ OUTBOX_SENT_RETENTION_DAYS = envint("OUTBOX_SENT_RETENTION_DAYS", 7, minimum=1)
 OUTBOX_DEAD_RETENTION_DAYS = envint("OUTBOX_DEAD_RETENTION_DAYS", 30, minimum=1)
 # Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
 OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
+# The hourly roll-ups of the outbox (receipts.outbox.rollup), kept past the messages (sent
+# ones purged after 7 days) and attempts they count: at least the 30-day chart window.
+OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS = envint("OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS", 90, minimum=31)
+OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS", 90, minimum=31)
 RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
 # The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
 RECEIPTS_ROLLUP_RETENTION_DAYS = envint("RECEIPTS_ROLLUP_RETENTION_DAYS", 90, minimum=31)

@@ -134,14 +134,28 @@ class Attempt(models.Model):
         return f"{self.key}: {self.outcome}"
 
 
-class AttemptHourly(models.Model):
+class HourlyCount(models.Model):
+    """A row of a roll-up table (`receipts.rollup.HourlyRollup`): how many rows of a log fell
+    in one UTC hour, per value of the table's group fields (declared by each table, with its
+    unique constraint on hour and groups)."""
+
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        groups = [str(getattr(self, f.name)) for f in self._meta.concrete_fields if f.name not in ("id", "hour", "count")]
+        return f"{self.hour:%Y-%m-%d %H:00} {' '.join(groups)}".rstrip() + f": {self.count}"
+
+
+class AttemptHourly(HourlyCount):
     """How many attempts of each outcome were logged in one UTC hour: the attempt log rolled
     up (`receipts.rollup`), so that a dashboard window reads a few hundred rows, not every
     attempt in it. Counts are absolute, recomputed from the log, never incremented."""
 
-    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
     outcome = models.CharField(max_length=32, choices=Attempt.Outcome.choices)
-    count = models.PositiveIntegerField()
 
     class Meta:
         verbose_name = "attempts per hour"
@@ -149,9 +163,6 @@ class AttemptHourly(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["hour", "outcome"], name="attempt_hourly_uniq"),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.hour:%Y-%m-%d %H:00} {self.outcome}: {self.count}"
 
 
 class Rollup(models.Model):

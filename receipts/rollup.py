@@ -1,7 +1,7 @@
 """Logs rolled up by hour: what the dashboard's windows count.
 
 A `HourlyRollup` counts the rows of a log (the attempt log here; webhook deliveries in
-`webhooks.rollup`) by UTC hour of a time field and a few group fields into a table of
+`webhooks.rollup`, outbox messages and attempts in `receipts.outbox.rollup`) by UTC hour of a time field and a few group fields into a table of
 (hour, groups..., count), with its watermark row in `Rollup` under its name. Each app lists
 its roll-ups in `<app>/rollup.py` as `ROLLUPS`; `installed_rollups()` collects them, so the
 schedule, `manage.py rollup` and `rewind()` serve every roll-up without this app importing
@@ -89,7 +89,8 @@ class RollupResult:
 @dataclass(frozen=True)
 class HourlyRollup:
     """`log` rows counted by (UTC hour of `time_field`, *`groups`) into `table`, a model with
-    `hour`, the same group fields and `count`, unique on (hour, *groups)."""
+    `hour`, the same group fields and `count`, unique on (hour, *groups). `groups` may be
+    empty: rows counted by hour alone."""
 
     name: str  # the watermark row's key in Rollup
     log: type[models.Model]
@@ -213,7 +214,7 @@ class HourlyRollup:
         if by_hour:
             from_rollup = list(rolled.values_list("hour", *self.groups, "count"))
         else:
-            from_rollup = [(None, *row) for row in rolled.values_list(*self.groups).annotate(n=Sum("count")).order_by()]
+            from_rollup = self._per_group(rolled, Sum("count"))
         # Two range queries rather than one with OR: each is an index-only scan of the log's
         # (time, groups...) index on PostgreSQL, where an OR would visit the heap.
         return (
@@ -227,10 +228,18 @@ class HourlyRollup:
         `trunc` (TruncMinute...): for chart buckets finer than the roll-up's hours."""
         return self._grouped(self._logged(where, gt=start, lte=end), trunc)
 
+    def _per_group(self, qs: QuerySet, total: Any) -> list[tuple]:
+        """(None, *groups, total) of `qs` per group; with no groups, one row (none if empty)."""
+        if not self.groups:
+            # values_list() without fields would mean every field: one aggregate instead.
+            n = qs.aggregate(n=total)["n"]
+            return [(None, n)] if n else []
+        return [(None, *row) for row in qs.values_list(*self.groups).annotate(n=total).order_by()]
+
     def _grouped(self, qs: QuerySet, trunc: type | None) -> list[tuple]:
         # COUNT(*), never COUNT(id): the logs' time indexes hold the groups but not the id.
         if trunc is None:
-            return [(None, *row) for row in qs.values_list(*self.groups).annotate(n=Count("*")).order_by()]
+            return self._per_group(qs, Count("*"))
         rows = qs.annotate(t=trunc(self.time_field, tzinfo=dt_timezone.utc)).values_list("t", *self.groups)
         return list(rows.annotate(n=Count("*")).order_by())
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from receipts.models import HourlyCount
+
 
 def mask_secret(secret: str) -> str:
     """`whsec_…a1b2`: enough to tell two secrets apart, useless for signing."""
@@ -160,16 +162,14 @@ class WebhookDelivery(models.Model):
         return f"delivery of {self.event_id} at {self.received_at:%Y-%m-%d %H:%M:%S}"
 
 
-class DeliveryHourly(models.Model):
+class DeliveryHourly(HourlyCount):
     """How many deliveries of each kind were stored in one UTC hour: the deliveries rolled
     up (`webhooks.rollup`), so that a dashboard window reads a few dozen rows, not every
     delivery in it. Counts are absolute, recomputed from the deliveries, never incremented;
     an hour keeps its counts when retention later deletes its deliveries with their events."""
 
-    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
     duplicate = models.BooleanField()
     payload_matches = models.BooleanField()
-    count = models.PositiveIntegerField()
 
     class Meta:
         verbose_name = "deliveries per hour"

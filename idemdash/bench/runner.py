@@ -321,6 +321,8 @@ DASHBOARD_FIGURES = [
     ("dashboard.filtered", "filtered receipts page p95", "ms", "<=", 150),
     ("dashboard.detail", "receipt detail p95", "ms", "<=", 50),
     ("dashboard.stats", "stats endpoint p95", "ms", None, None),
+    # Informational: the widest window, whose figures and charts read the most roll-up hours.
+    ("dashboard.overview_30d", "overview p95, 30d window", "ms", None, None),
 ]
 
 
@@ -330,6 +332,7 @@ DASHBOARD_PAGES: list[tuple[str, str]] = [
     ("dashboard.filtered", "/receipts/?status=failed&operation=payment.create"),
     ("dashboard.detail", "/receipts/{receipt}/"),
     ("dashboard.stats", "/api/v1/stats"),
+    ("dashboard.overview_30d", "/?window=30d"),
 ]
 
 

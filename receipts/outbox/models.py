@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from receipts.models import HourlyCount
+
 
 class OutboxMessage(models.Model):
     """A side effect to perform once, written in the same transaction as the change it follows.
@@ -108,3 +110,33 @@ class OutboxAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} #{self.number}: {self.outcome}"
+
+
+
+class OutboxMessageHourly(HourlyCount):
+    """How many outbox messages were enqueued in one UTC hour: the messages rolled up
+    (`receipts.outbox.rollup`), so that a dashboard window reads a few dozen rows, not every
+    message in it. Counts are absolute, recomputed from the messages, never incremented; an
+    hour keeps its count when retention later deletes its messages (sent ones after 7 days)."""
+
+    class Meta:
+        verbose_name = "messages enqueued per hour"
+        verbose_name_plural = "messages enqueued per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour"], name="outbox_message_hourly_uniq"),
+        ]
+
+
+class OutboxAttemptHourly(HourlyCount):
+    """How many outbox attempts of each outcome were logged in one UTC hour: the attempt log
+    rolled up (`receipts.outbox.rollup`); an hour keeps its counts past the attempts' own
+    retention."""
+
+    outcome = models.CharField(max_length=16, choices=OutboxAttempt.Outcome.choices)
+
+    class Meta:
+        verbose_name = "outbox attempts per hour"
+        verbose_name_plural = "outbox attempts per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "outcome"], name="outbox_attempt_hourly_uniq"),
+        ]

@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from receipts.outbox.conf import setting
 from receipts.retention import Purger
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.outbox.rollup import ATTEMPTS, ENQUEUED
 
 
 def due_sent(now: datetime) -> QuerySet:
@@ -30,4 +31,8 @@ PURGERS = [
     Purger("outbox.sent", due_sent),
     Purger("outbox.dead", due_dead),
     Purger("outbox.attempts", due_attempts),
+    # Their own retention, longer than the messages' and attempts': purging those leaves the
+    # hours they were counted in as they are.
+    Purger("outbox.message_rollups", ENQUEUED.expired, order_by="hour"),
+    Purger("outbox.attempt_rollups", ATTEMPTS.expired, order_by="hour"),
 ]

@@ -25,6 +25,7 @@ FIGURES = {
     "webhook.new_ratio", "webhook.dup_ratio", "webhook.new_rps", "webhook.dup_rps", "webhook.new_p99",
     "webhook.dup_p99",
     "seed.receipts", "seed.rows_per_s", "dashboard.overview", "dashboard.filtered", "dashboard.detail", "dashboard.stats",
+    "dashboard.overview_30d",
     "purge.rows_per_s", "purge.claim_p99_ratio", "purge.claim_p99_during", "purge.claim_p99_without",
     "memory.web_worker", "memory.qcluster_worker",
     # CPU per request of each compared variant, with its breakdown by process in the note.

@@ -1,0 +1,30 @@
+"""The outbox rolled up by hour: messages enqueued, and attempts by outcome. What the
+overview's outbox figures and the flow chart count. The machinery (watermark, settling,
+repair, read side) is `receipts.rollup`'s; the `receipts.rollup` schedule, `manage.py rollup`
+and the seeder's rewind find these roll-ups through ROLLUPS."""
+
+from __future__ import annotations
+
+from receipts.outbox.models import OutboxAttempt, OutboxAttemptHourly, OutboxMessage, OutboxMessageHourly
+from receipts.rollup import HourlyRollup
+
+# No group: the chart and the figure count every message alike, whatever its action.
+ENQUEUED = HourlyRollup(
+    name="outbox.messages",
+    log=OutboxMessage,
+    time_field="created_at",
+    groups=(),
+    table=OutboxMessageHourly,
+    retention_setting="OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS",
+)
+
+ATTEMPTS = HourlyRollup(
+    name="outbox.attempts",
+    log=OutboxAttempt,
+    time_field="created_at",
+    groups=("outcome",),
+    table=OutboxAttemptHourly,
+    retention_setting="OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS",
+)
+
+ROLLUPS = [ENQUEUED, ATTEMPTS]
