@@ -47,6 +47,13 @@ def test_a_waiter_gives_up_with_in_progress_after_its_wait():
     assert result.outcome == "in_progress"
 
 
+@pytest.fixture
+def no_fallback_timer(monkeypatch):
+    """The waiter's fallback timer pushed past every wait here: only a wake-up can end one early."""
+    monkeypatch.setattr(waiting, "FIRST_INTERVAL", 30.0)
+    monkeypatch.setattr(waiting, "MAX_INTERVAL", 30.0)
+
+
 def _complete_in_child(key: str, token: int) -> None:
     time.sleep(1.0)
     store.complete(SCOPE, key, token, body="from another process")
@@ -55,10 +62,8 @@ def _complete_in_child(key: str, token: int) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(monkeypatch):
+def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(no_fallback_timer):
     # With the fallback timer pushed past the wait, only NOTIFY can wake the waiter early.
-    monkeypatch.setattr(waiting, "FIRST_INTERVAL", 30.0)
-    monkeypatch.setattr(waiting, "MAX_INTERVAL", 30.0)
     first = store.claim(SCOPE, "w3", "email.send", {}, lease_seconds=60)
     waiting._ensure_listener()
     time.sleep(0.5)  # let the listener connect before the notification is sent
@@ -125,12 +130,10 @@ def _settle_and_hold(key: str, token: int, settled, release) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(monkeypatch):
+def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(no_fallback_timer):
     # The settle has updated the row (no waiters yet, so no NOTIFY) but not committed. The
     # waiter's request for a NOTIFY waits on the row lock, then finds the row settled and
     # looks again at once: with the timer pushed past the wait, nothing else could wake it.
-    monkeypatch.setattr(waiting, "FIRST_INTERVAL", 30.0)
-    monkeypatch.setattr(waiting, "MAX_INTERVAL", 30.0)
     first = store.claim(SCOPE, "race", "email.send", {}, lease_seconds=60)
     fork = multiprocessing.get_context("fork")
     settled, release = fork.Event(), fork.Event()
