@@ -77,6 +77,20 @@ def due_audit_entries(now: datetime) -> QuerySet:
     return AuditEntry.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
+def _financial(operations) -> list[str]:
+    """Which of `operations` are financial, by the same policy lookup as a claim (patterns in
+    RECEIPTS["OPERATIONS"]): their receipts are archived before they are deleted."""
+    return sorted({op for op in operations if policy_for(op).financial})
+
+
+def _insert_into_archive(db) -> str:
+    """`INSERT INTO` the archive's columns: the receipt's id, its COPIED columns in that
+    order, and the time it was archived; for a SELECT of the same shape to follow."""
+    opts = ArchivedReceipt._meta
+    columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
+    return f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))})"
+
+
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
     """Copy the financial receipts of a batch into ArchivedReceipt (same transaction).
 
@@ -84,22 +98,16 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
     (patterns in RECEIPTS["OPERATIONS"]); the rows are copied by the database with one
     INSERT ... SELECT, never loaded into Python.
     """
-    operations = batch.order_by().values_list("operation", flat=True).distinct()
-    financial = [op for op in operations if policy_for(op).financial]
+    financial = _financial(batch.order_by().values_list("operation", flat=True).distinct())
     if not financial:
         return 0
     rows = batch.filter(operation__in=financial).order_by().values_list("pk", *ArchivedReceipt.COPIED)
     db = connections[rows.db]
     select, params = rows.query.get_compiler(using=rows.db).as_sql()
-    opts = ArchivedReceipt._meta
-    columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
     # The ORM has no INSERT ... SELECT. The SELECT is the ORM's own (the batch's conditions,
     # the columns in COPIED order), so only the INSERT around it is written here; it runs as
     # is on PostgreSQL and SQLite.
-    sql = (
-        f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))}) "
-        f"SELECT copied.*, %s FROM ({select}) copied"
-    )
+    sql = f"{_insert_into_archive(db)} SELECT copied.*, %s FROM ({select}) copied"
     with db.cursor() as cursor:
         cursor.execute(sql, [db.ops.adapt_datetimefield_value(now), *params])
         return cursor.rowcount
@@ -123,21 +131,20 @@ def purge_expired_receipts_postgresql(now: datetime, batch_size: int) -> tuple[i
     if not rows:
         return 0, 0, 0
     ids = [pk for pk, _ in rows]
-    financial = sorted({op for _, op in rows if policy_for(op).financial})
-    receipt, archive = Receipt._meta, ArchivedReceipt._meta
+    financial = _financial(op for _, op in rows)
+    receipt = Receipt._meta
     q = connection.ops.quote_name
     with connection.cursor() as cursor:
         if not financial:
             cursor.execute(f"DELETE FROM {q(receipt.db_table)} WHERE id = ANY(%s)", [ids])
             return len(ids), cursor.rowcount, 0
         copied = [q(receipt.get_field(name).column) for name in ArchivedReceipt.COPIED]
-        into = ["original_id", *(q(archive.get_field(name).column) for name in ArchivedReceipt.COPIED), "archived_at"]
         cursor.execute(
             f"""
             WITH gone AS (
                 DELETE FROM {q(receipt.db_table)} WHERE id = ANY(%s) RETURNING id, {', '.join(copied)}
             ), kept AS (
-                INSERT INTO {q(archive.db_table)} ({', '.join(into)})
+                {_insert_into_archive(connection)}
                 SELECT gone.*, %s FROM gone WHERE operation = ANY(%s) RETURNING 1
             )
             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)
