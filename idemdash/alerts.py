@@ -207,10 +207,6 @@ METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 
 
-def measure(rule: AlertRule, now: datetime | None = None) -> float:
-    return Measurements(now or timezone.now())(rule.metric, rule.window_minutes)
-
-
 def breached(rule: AlertRule, value: float) -> bool:
     if rule.comparison == AlertRule.Comparison.GTE:
         return value >= rule.threshold

@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.apps import apps
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from receipts import rollup
 from receipts.models import Attempt, Receipt
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent, WebhookSecret
 
 PREFIX = "seed_"
 DAY = timedelta(days=1)
@@ -365,30 +366,14 @@ class _Writer:
         return len(children)
 
 
-def _webhook_models() -> tuple[type[models.Model], ...]:
-    try:
-        return tuple(apps.get_model("webhooks", name) for name in
-                     ("WebhookEndpoint", "WebhookSecret", "WebhookEvent", "WebhookDelivery"))
-    except LookupError:
-        raise RuntimeError("Seeding events needs the webhooks models (WebhookEvent), which this build lacks.") from None
-
-
-def _outbox_models() -> tuple[type[models.Model], ...]:
-    try:
-        return apps.get_model("outbox", "OutboxMessage"), apps.get_model("outbox", "OutboxAttempt")
-    except LookupError:
-        raise RuntimeError("Seeding outbox messages needs the outbox app, which this build lacks.") from None
-
-
 def seed_endpoints() -> dict[str, tuple[int, int]]:
     """The seed's own webhook endpoints, each with one secret: slug -> (endpoint id, secret id)."""
-    Endpoint, Secret, _, _ = _webhook_models()
     found = {}
     for slug, (provider, _) in ENDPOINTS.items():
-        endpoint, _ = Endpoint.objects.get_or_create(
+        endpoint, _ = WebhookEndpoint.objects.get_or_create(
             slug=slug, defaults={"provider": provider, "description": "seeded test data"}
         )
-        secret = Secret.objects.filter(endpoint=endpoint).first() or Secret.objects.create(
+        secret = WebhookSecret.objects.filter(endpoint=endpoint).first() or WebhookSecret.objects.create(
             endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex
         )
         found[slug] = (endpoint.pk, secret.pk)
@@ -432,11 +417,9 @@ def seed(
     if receipts:
         plan.append(("receipts", receipts))
     if events:
-        _, _, Event, Delivery = _webhook_models()
         endpoints = seed_endpoints()
         plan.append(("events", events))
     if outbox:
-        Message, OutboxAttempt = _outbox_models()
         plan.append(("outbox", outbox))
     for name, total in plan:
         advance = progress(name, total) if progress else None
@@ -447,11 +430,11 @@ def seed(
                 counts.receipts += count
             elif name == "events":
                 rows = event_rows(rng, tag, start, count, now, endpoints, total=total)
-                counts.deliveries += writer.write(Event, Delivery, "event_id", rows)
+                counts.deliveries += writer.write(WebhookEvent, WebhookDelivery, "event_id", rows)
                 counts.events += count
             else:
                 rows = outbox_rows(rng, tag, start, count, now, total=total)
-                counts.outbox_attempts += writer.write(Message, OutboxAttempt, "message_id", rows)
+                counts.outbox_attempts += writer.write(OutboxMessage, OutboxAttempt, "message_id", rows)
                 counts.outbox += count
             if advance:
                 advance(count)
@@ -460,8 +443,8 @@ def seed(
         # planner, and a visibility map, so index-only scans are possible as in production.
         # VACUUM cannot run in a transaction; seed() is called outside one.
         tables = [Receipt, Attempt] if receipts else []
-        tables += [Event, Delivery] if events else []
-        tables += [Message, OutboxAttempt] if outbox else []
+        tables += [WebhookEvent, WebhookDelivery] if events else []
+        tables += [OutboxMessage, OutboxAttempt] if outbox else []
         if not connection.in_atomic_block:
             with connection.cursor() as cursor:
                 for model in tables:
@@ -480,13 +463,11 @@ def seeded_receipts() -> models.QuerySet:
 
 
 def seeded_events() -> models.QuerySet:
-    Event = _webhook_models()[2]
-    return Event.objects.filter(endpoint__slug__in=list(ENDPOINTS))
+    return WebhookEvent.objects.filter(endpoint__slug__in=list(ENDPOINTS))
 
 
 def seeded_outbox() -> models.QuerySet:
-    Message = _outbox_models()[0]
-    return Message.objects.filter(key__startswith=PREFIX).filter(
+    return OutboxMessage.objects.filter(key__startswith=PREFIX).filter(
         models.Q(scope="") | models.Q(scope__contains=f":{PREFIX}")
     )
 
@@ -508,24 +489,14 @@ def delete_seeded() -> dict[str, int]:
     with transaction.atomic():
         deleted["attempts"] = raw(Attempt.objects.filter(key__startswith=PREFIX, scope__contains=f":{PREFIX}"))
         deleted["receipts"] = raw(seeded_receipts())
-        try:
-            Endpoint, Secret, Event, Delivery = _webhook_models()
-        except RuntimeError:
-            pass
-        else:
-            slugs = list(ENDPOINTS)
-            deleted["deliveries"] = raw(Delivery.objects.filter(event__endpoint__slug__in=slugs))
-            deleted["events"] = raw(seeded_events())
-            raw(Secret.objects.filter(endpoint__slug__in=slugs))
-            raw(Endpoint.objects.filter(slug__in=slugs))
-        try:
-            Message, OutboxAttempt = _outbox_models()
-        except RuntimeError:
-            pass
-        else:
-            deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
-            deleted["outbox"] = raw(seeded_outbox())
-    if deleted["attempts"] or deleted.get("deliveries"):
+        slugs = list(ENDPOINTS)
+        deleted["deliveries"] = raw(WebhookDelivery.objects.filter(event__endpoint__slug__in=slugs))
+        deleted["events"] = raw(seeded_events())
+        raw(WebhookSecret.objects.filter(endpoint__slug__in=slugs))
+        raw(WebhookEndpoint.objects.filter(slug__in=slugs))
+        deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
+        deleted["outbox"] = raw(seeded_outbox())
+    if deleted["attempts"] or deleted["deliveries"]:
         rollup.rewind(None)  # seeded rows may lie in any hour: recount them all
         rollup.catch_up()
     return deleted

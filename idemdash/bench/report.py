@@ -37,11 +37,6 @@ class Figure:
         return {**asdict(self), "target": self.target, "met": self.met}
 
 
-def unavailable(ids: list[tuple[str, str, str, str | None, float | None]], scenario: str, why: str) -> list[Figure]:
-    """Figures a scenario cannot measure in this build: listed, with no value and the reason."""
-    return [Figure(i, scenario, label, None, unit, op, bound, note=why) for i, label, unit, op, bound in ids]
-
-
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"

@@ -33,7 +33,7 @@ from django.db.models import Exists, Min, OuterRef, Q
 from idemdash import seeding
 from idemdash.bench import loadgen, servers
 from idemdash.bench.models import BenchRow
-from idemdash.bench.report import Figure, markdown_table, table, unavailable, write_chart, write_json
+from idemdash.bench.report import Figure, markdown_table, table, write_chart, write_json
 from receipts import rollup
 from receipts.models import Attempt, Receipt
 
@@ -108,15 +108,6 @@ class Bench:
             figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
                                   "ms", note=note))
         return figures
-
-
-def available(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 # --- Requests ----------------------------------------------------------------------------------
@@ -194,23 +185,6 @@ def replay(b: Bench) -> list[Figure]:
     ]
 
 
-API_FIGURES = [
-    ("api.roundtrips", "claim + complete round trips", "/s", None, None),
-    ("api.p50", "round trip p50", "ms", None, None),
-    ("api.p99", "round trip p99", "ms", None, None),
-]
-
-
-def routes(path: str) -> bool:
-    from django.urls import Resolver404, resolve
-
-    try:
-        resolve(path)
-        return True
-    except Resolver404:
-        return False
-
-
 def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
     """Claim a fresh key, then complete it with the token the claim returned."""
     headers = {"Authorization": f"Bearer {token}"}
@@ -227,8 +201,6 @@ def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
 
 
 def claim_api(b: Bench) -> list[Figure]:
-    if not routes("/api/v1/receipts/claim"):
-        return unavailable(API_FIGURES, S3, "the JSON API (/api/v1/receipts/claim|complete) is not in this build")
     from receipts.auth import create_token
 
     _, token = create_token(f"bench-{b.run_id}")
@@ -287,8 +259,6 @@ def _duplicate(response: httpx.Response) -> bool:
 
 
 def webhook_ingest(b: Bench) -> list[Figure]:
-    if not available("webhooks.views"):
-        return unavailable(WEBHOOK_FIGURES, S4, "the webhook receiver (webhooks.views) is not in this build")
     secret = bench_webhook_endpoint()
     connection.close()
     keys = min(500, b.sizes.requests)
@@ -425,9 +395,6 @@ def dashboard(b: Bench) -> list[Figure]:
     if vacuumed:
         figures[0].note += f"; autovacuum is off on this server, so the bench vacuumed {vacuumed} first"
     connection.close()
-    probe = httpx.get(b.base_url + pages["dashboard.overview"], cookies={"sessionid": session_key}, timeout=60)
-    if probe.status_code == 404:
-        return figures + unavailable(DASHBOARD_FIGURES, S5, "the dashboard views are not in this build")
     results = time_pages(b, pages, session_key)
     b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
     b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
@@ -438,17 +405,7 @@ def dashboard(b: Bench) -> list[Figure]:
     return figures
 
 
-PURGE_FIGURES = [
-    ("purge.rows_per_s", "purge rate, expired receipts", "rows/s", ">=", 20_000),
-    ("purge.claim_p99_ratio", "claim p99 during purge / without", "x", "<=", 2),
-    ("purge.claim_p99_during", "claim p99 during purge", "ms", None, None),
-    ("purge.claim_p99_without", "claim p99 without purge", "ms", None, None),
-]
-
-
 def purge(b: Bench) -> list[Figure]:
-    if not available("receipts.retention"):
-        return unavailable(PURGE_FIGURES, S6, "retention (receipts.retention) is not in this build")
     from django.utils import timezone
 
     # Topped up to the size, like the dashboard's rows: a purge cut short by its time
@@ -546,8 +503,8 @@ def autovacuum_stand_in(tables: tuple[str, ...]) -> Iterator[list[str]]:
             while True:
                 started = time.monotonic()
                 with connection.cursor() as cursor:
-                    for table in tables:
-                        cursor.execute(f"VACUUM {connection.ops.quote_name(table)}")
+                    for name in tables:
+                        cursor.execute(f"VACUUM {connection.ops.quote_name(name)}")
                 runs.append(time.monotonic() - started)
                 if stop.wait(AUTOVACUUM_NAPTIME):
                     return
@@ -574,8 +531,8 @@ def vacuum_if_autovacuum_is_off() -> str:
     if _autovacuum_is_on():
         return ""
     with connection.cursor() as cursor:
-        for table in DASHBOARD_TABLES:
-            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+        for name in DASHBOARD_TABLES:
+            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(name)}")
     return ", ".join(DASHBOARD_TABLES)
 
 
@@ -609,19 +566,10 @@ def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
     one's million rows; with `always` (quick mode, small sizes) seed the sizes anew."""
     from tqdm import tqdm
 
-    have = {"receipts": seeding.seeded_receipts().count()}
-    try:
-        seeding._webhook_models()
-        have["events"] = seeding.seeded_events().count()
-    except RuntimeError:
-        have["events"] = None
-    try:
-        seeding._outbox_models()
-        have["outbox"] = seeding.seeded_outbox().count()
-    except RuntimeError:
-        have["outbox"] = None
+    have = {"receipts": seeding.seeded_receipts().count(), "events": seeding.seeded_events().count(),
+            "outbox": seeding.seeded_outbox().count()}
     want = {"receipts": b.sizes.receipts, "events": b.sizes.events, "outbox": b.sizes.outbox}
-    missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want if have[k] is not None}
+    missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want}
     bars: list[tqdm] = []
 
     def progress(name: str, total: int):

@@ -8,7 +8,7 @@ changes while the receipt lives, and a stale token never writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest

@@ -41,5 +41,23 @@ def test_the_demo_handlers_are_registered_at_start_up():
     assert {("stripe", "checkout.session.completed"), ("stripe", "payment_intent.succeeded"), ("shopify", "orders/create")} <= keys
 
 
-def test_unregistering_an_unknown_handler_is_harmless():
-    unregister("stripe", "never.registered")
+def test_unregistering_an_unknown_handler_is_harmless(registry):
+    def paid(event) -> None: ...
+
+    registry("stripe", "invoice.paid", paid)
+    before = registered()
+    unregister("stripe", "never.registered")  # no KeyError
+    assert registered() == before
+    assert handler_for("stripe", "invoice.paid") is paid
+
+
+def test_unregistering_a_handler_removes_only_that_handler(registry):
+    def paid(event) -> None: ...
+
+    def created(event) -> None: ...
+
+    registry("stripe", "invoice.paid", paid)
+    registry("stripe", "invoice.created", created)
+    unregister("stripe", "invoice.paid")
+    assert handler_for("stripe", "invoice.paid") is None
+    assert handler_for("stripe", "invoice.created") is created
