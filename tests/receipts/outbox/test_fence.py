@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import ipaddress
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpcore
+import httpx
 import pytest
+import trustme
 from django.test import override_settings
 from hypothesis import given, strategies as st
 
@@ -199,3 +204,54 @@ def test_a_host_passes_only_if_every_address_it_resolves_to_is_public(addresses)
     else:
         with pytest.raises(fence.Blocked):
             fence.check("partner.example", addresses)
+
+
+# --- TLS to a pinned address ------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_receiver():
+    """An HTTPS server on 127.0.0.1 whose certificate names partner.internal only; yields
+    its port, the client-side SSL context that trusts its CA, and the SNI names it saw."""
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("partner.internal").configure_cert(server_context)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda sock, name, ctx: names.append(name)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    try:
+        yield server.server_address[1], client_context, names
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_https_to_a_pinned_address_sends_sni_and_verifies_the_certificate_for_the_urls_name(
+    settings, monkeypatch, tls_receiver
+):
+    port, trust, names = tls_receiver
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["partner.internal", "impostor.internal"]
+    resolving_to(monkeypatch, ["127.0.0.1"])
+    with httpx.Client(transport=fence.FencedTransport(verify=trust), timeout=5) as client:
+        assert client.post(f"https://partner.internal:{port}/hook", json={}).status_code == 200
+        assert names == ["partner.internal"]
+        # The same address under a name the certificate does not carry: verification fails.
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.post(f"https://impostor.internal:{port}/hook", json={})
