@@ -122,6 +122,24 @@ def _validate_http_post(payload: Any) -> None:
         raise ValueError("http.post `headers` must be an object of strings.")
 
 
+# Header names whose values are credentials: an http.post payload may carry them, and no
+# page may show them (the dashboard's message page, the admin).
+SECRET_HEADER_WORDS = ("authorization", "token", "secret", "key", "cookie", "signature", "password")
+MASK = "••••"
+
+
+def masked_payload(payload: Any) -> Any:
+    """The payload as a page shows it: a header whose name looks like a credential's has
+    its value masked."""
+    if isinstance(payload, dict) and isinstance(payload.get("headers"), dict):
+        headers = {
+            name: (MASK if any(w in name.lower() for w in SECRET_HEADER_WORDS) else value)
+            for name, value in payload["headers"].items()
+        }
+        return {**payload, "headers": headers}
+    return payload
+
+
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
     if not value:
