@@ -22,12 +22,15 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Web server, worker and traffic simulator (Procfile). Demo webhook secrets come from
-# var/demo.env, made once; secrets already in the environment win.
+# var/demo.env, made once; secrets already in the environment win. The outbox may post
+# to the simulator's receiver on 127.0.0.1, added to any OUTBOX_HTTP_ALLOWED_HOSTS given.
 demo: migrate
 	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
 	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
-	set -a; . "$$($(BIN)/python manage.py demo_env)"; set +a; exec $(BIN)/honcho start
+	set -a; . "$$($(BIN)/python manage.py demo_env)"; \
+	OUTBOX_HTTP_ALLOWED_HOSTS="$${OUTBOX_HTTP_ALLOWED_HOSTS:+$$OUTBOX_HTTP_ALLOWED_HOSTS,}127.0.0.1"; \
+	set +a; exec $(BIN)/honcho start
 
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;

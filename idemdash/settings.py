@@ -207,7 +207,8 @@ OUTBOX_BACKOFF_CAP_SECONDS = envint("OUTBOX_BACKOFF_CAP_SECONDS", 3600, minimum=
 OUTBOX_LEASE_SECONDS = envint("OUTBOX_LEASE_SECONDS", 60, minimum=2)
 OUTBOX_BATCH_SIZE = envint("OUTBOX_BATCH_SIZE", 20, minimum=1)
 OUTBOX_HTTP_TIMEOUT_SECONDS = envint("OUTBOX_HTTP_TIMEOUT_SECONDS", 10, minimum=1)
-# Hosts http.post may reach (comma-separated); empty allows any, as in the demo.
+# Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
+# public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
 OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
 # How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
 OUTBOX_DRAIN_SECONDS = envint("OUTBOX_DRAIN_SECONDS", 45, minimum=1)

@@ -762,7 +762,7 @@ class Simulator:
             self.count("errors")
             hint = ""
             if "OUTBOX_HTTP_ALLOWED_HOSTS" in reply.text:
-                hint = " (add 127.0.0.1 to OUTBOX_HTTP_ALLOWED_HOSTS, or leave it empty for the demo)"
+                hint = " (add 127.0.0.1 to OUTBOX_HTTP_ALLOWED_HOSTS, as `make demo` does)"
             self.warn_once(f"outbox-{reply.status_code}", f"outbox refused a message: {reply.status_code} {reply.text[:200]}{hint}")
         return reply
 

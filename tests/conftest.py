@@ -81,3 +81,10 @@ def outsider_client(outsider) -> Client:
     c = Client()
     c.force_login(outsider)
     return c
+
+
+@pytest.fixture
+def outbox_may_post_locally(settings) -> None:
+    """The outbox's fence refuses loopback unless it is listed: a test that drains to a
+    receiver on 127.0.0.1 lists it, as `make demo` does."""
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["127.0.0.1"]

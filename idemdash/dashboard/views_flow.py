@@ -21,6 +21,7 @@ from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
 from idemdash.dashboard.pages import filtered_list
 from receipts.models import AuditEntry
 from receipts.outbox import store as outbox_store
+from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks import processing
 from webhooks.models import WebhookEndpoint, WebhookEvent
@@ -142,19 +143,6 @@ def outbox(request: HttpRequest) -> HttpResponse:
 
 
 ATTEMPT_LIMIT = 300
-# Header names whose values are credentials: an http.post payload may carry them, and
-# they must not reach a page.
-SECRET_HEADER_WORDS = ("authorization", "token", "secret", "key", "cookie", "signature", "password")
-
-
-def _masked_payload(payload: Any) -> Any:
-    if isinstance(payload, dict) and isinstance(payload.get("headers"), dict):
-        headers = {
-            name: ("••••" if any(w in name.lower() for w in SECRET_HEADER_WORDS) else value)
-            for name, value in payload["headers"].items()
-        }
-        return {**payload, "headers": headers}
-    return payload
 
 
 def _message_summary(message: OutboxMessage) -> tuple[str, dict[str, Any]]:
@@ -177,7 +165,7 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **context,
         "attempts": log,
         "attempt_total": attempts.count() if len(log) == ATTEMPT_LIMIT else len(log),
-        "payload_pretty": _pretty(_masked_payload(message.payload)),
+        "payload_pretty": _pretty(masked_payload(message.payload)),
         "audit": _audit_of(message),
     })
 

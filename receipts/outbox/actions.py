@@ -23,7 +23,7 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
-from receipts.outbox.conf import setting
+from receipts.outbox import fence
 
 Perform = Callable[[Any, "ActionContext"], "int | None"]
 Validate = Callable[[Any], None]
@@ -97,10 +97,11 @@ _client: tuple[int, httpx.Client] | None = None
 
 def http_client() -> httpx.Client:
     """One client per process: building one loads the CA bundle (tens of milliseconds), and
-    a client must not cross a fork, whose child would share its sockets."""
+    a client must not cross a fork, whose child would share its sockets. Its transport is
+    fenced (receipts.outbox.fence); with a transport given, httpx ignores proxy variables."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        _client = (os.getpid(), httpx.Client(follow_redirects=False))
+        _client = (os.getpid(), httpx.Client(follow_redirects=False, transport=fence.FencedTransport()))
     return _client[1]
 
 
@@ -111,14 +112,32 @@ def _validate_http_post(payload: Any) -> None:
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("http.post needs `url`, an http or https URL.")
-    allowed = setting("OUTBOX_HTTP_ALLOWED_HOSTS")
-    # Without a list any host goes (the demo); with one, an API client cannot make the
-    # server post to an internal address such as a metadata service.
-    if allowed and parts.hostname.lower() not in {host.lower() for host in allowed}:
+    # Without a list any host goes, though only to public addresses, which the fence
+    # checks when the drain connects; with a list, only the hosts listed.
+    allowed = fence.allowed_hosts()
+    if allowed and parts.hostname.lower() not in allowed:
         raise ValueError(f"http.post may not post to {parts.hostname!r}: not in OUTBOX_HTTP_ALLOWED_HOSTS.")
     headers = payload.get("headers", {})
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise ValueError("http.post `headers` must be an object of strings.")
+
+
+# Header names whose values are credentials: an http.post payload may carry them, and no
+# page may show them (the dashboard's message page, the admin).
+SECRET_HEADER_WORDS = ("authorization", "token", "secret", "key", "cookie", "signature", "password")
+MASK = "••••"
+
+
+def masked_payload(payload: Any) -> Any:
+    """The payload as a page shows it: a header whose name looks like a credential's has
+    its value masked."""
+    if isinstance(payload, dict) and isinstance(payload.get("headers"), dict):
+        headers = {
+            name: (MASK if any(w in name.lower() for w in SECRET_HEADER_WORDS) else value)
+            for name, value in payload["headers"].items()
+        }
+        return {**payload, "headers": headers}
+    return payload
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -142,7 +161,9 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key.
 
     2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
-    other status (other 4xx, and redirects, which are not followed) is permanent.
+    other status (other 4xx, and redirects, which are not followed) is permanent. So is a
+    target the fence refuses ("Blocked by policy"): the policy does not change between
+    retries, and after the operator changes it, "Requeue dead" sends the message again.
     """
     try:
         _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
@@ -153,6 +174,8 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
         response = http_client().post(
             payload["url"], json=payload.get("json", {}), headers=headers, timeout=ctx.timeout
         )
+    except fence.Blocked as exc:
+        raise PermanentError(str(exc)) from exc
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
     except httpx.HTTPError as exc:  # timeouts, refused connections, resets

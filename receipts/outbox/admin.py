@@ -4,7 +4,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from receipts.admin import _pretty_json
 from receipts.outbox import store
+from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 
@@ -43,11 +45,17 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     inlines = [OutboxAttemptInline]
     actions = ["retry_now", "requeue_dead", "release_stuck"]
     # Everything is read-only: a message changes only through the drain and the audited
-    # repairs below.
-    readonly_fields = [f.name for f in OutboxMessage._meta.fields]
+    # repairs below. The payload is shown as the dashboard shows it, credentials masked,
+    # and the raw field is never on the page (nor in the form).
+    readonly_fields = [f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields]
+    exclude = ["payload"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description="payload")
+    def payload_masked(self, obj: OutboxMessage) -> str:
+        return _pretty_json(masked_payload(obj.payload))
 
     @admin.action(description="Retry now", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -13,7 +13,7 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_LEASE_SECONDS": 60,
     "OUTBOX_BATCH_SIZE": 20,
     "OUTBOX_HTTP_TIMEOUT_SECONDS": 10,
-    "OUTBOX_HTTP_ALLOWED_HOSTS": [],
+    "OUTBOX_HTTP_ALLOWED_HOSTS": [],  # empty: any host, at public addresses only (fence.py)
     "OUTBOX_DRAIN_SECONDS": 45,
     "OUTBOX_SENT_RETENTION_DAYS": 7,
     "OUTBOX_DEAD_RETENTION_DAYS": 30,

@@ -29,7 +29,7 @@ WINDOWS = ["1h", "24h", "7d", "30d"]
 
 
 @pytest.fixture(params=["log only", "rolled up"])
-def traffic(request, settings):
+def traffic(request, settings, outbox_may_post_locally):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1  # a failing handler's event dies on its first attempt
     settings.OUTBOX_BACKOFF_BASE_SECONDS = settings.OUTBOX_BACKOFF_CAP_SECONDS = 10**7  # a retry waits for months
     settings.STRIPE_WEBHOOK_SECRET = ""

@@ -170,6 +170,7 @@ def test_a_qcluster_killed_mid_drain_sends_every_message_after_restart_under_its
         "OUTBOX_LEASE_SECONDS": str(LEASE),
         "OUTBOX_BATCH_SIZE": "2",
         "OUTBOX_DRAIN_SECONDS": "40",
+        "OUTBOX_HTTP_ALLOWED_HOSTS": "127.0.0.1",  # the receiver; the fence refuses loopback otherwise
     }
     url = f"http://127.0.0.1:{RECEIVER_PORT}/hook"
     keys = [f"fault-msg-{i}" for i in range(5)]

@@ -340,7 +340,7 @@ def test_the_drain_sends_the_fired_and_resolved_emails_once_each(settings):
 
 
 @pytest.mark.django_db
-def test_the_drain_posts_the_fired_and_resolved_webhook_notifications_to_a_receiver_once_each():
+def test_the_drain_posts_the_fired_and_resolved_webhook_notifications_to_a_receiver_once_each(outbox_may_post_locally):
     with running_receiver() as receiver:
         r = rule(Metric.STUCK_ROWS, 0, channel="webhook", target=receiver.url)
         receipt = stuck("r1")

@@ -20,7 +20,7 @@ NOW = datetime(2026, 3, 10, 12, 2, 30, tzinfo=timezone.utc)
 
 
 @pytest.fixture
-def traffic(settings):
+def traffic(settings, outbox_may_post_locally):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1
     settings.OUTBOX_BACKOFF_BASE_SECONDS = settings.OUTBOX_BACKOFF_CAP_SECONDS = 10**7
     settings.STRIPE_WEBHOOK_SECRET = ""

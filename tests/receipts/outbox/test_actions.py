@@ -11,6 +11,8 @@ from receipts.outbox.actions import ActionContext, PermanentError, RetryableErro
 
 from .receiver import running_receiver
 
+pytestmark = pytest.mark.usefixtures("outbox_may_post_locally")
+
 CTX = ActionContext(key="order-42", scope="", attempt=1, timeout=2)
 
 

@@ -5,7 +5,8 @@ from django.urls import reverse
 
 from receipts.models import AuditEntry
 from receipts.outbox import store
-from receipts.outbox.models import OutboxMessage
+from receipts.outbox.actions import MASK, masked_payload
+from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 pytestmark = pytest.mark.django_db
 
@@ -45,3 +46,54 @@ def test_the_message_page_shows_the_payload_read_only(admin_client):
     page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[m.pk]))
     assert page.status_code == 200
     assert b'name="payload"' not in page.content and b"example.com/hook" in page.content
+
+
+CREDENTIALS = {
+    "Authorization": "Bearer s3cret-bearer",
+    "X-Api-Key": "s3cret-api-key",
+    "Cookie": "session=s3cret-cookie",
+    "X-Hub-Signature": "sha256=s3cret-signature",
+}
+
+
+def message_with_credentials(key: str = "with-creds") -> OutboxMessage:
+    headers = {**CREDENTIALS, "X-Trace": "trace-in-clear"}
+    message = store.enqueue("http.post", {"url": URL, "headers": headers, "json": {"a": 1}}, key).message
+    (claimed,) = store.claim_batch("d1", batch_size=1)
+    store.mark_failed(claimed, "HTTP 503", permanent=False)
+    return message
+
+
+def test_no_admin_page_shows_a_payload_credential_and_the_message_page_masks_them(admin_client):
+    m = message_with_credentials()
+    attempt = OutboxAttempt.objects.get(message=m)
+    pages = [
+        reverse("admin:outbox_outboxmessage_changelist"),
+        reverse("admin:outbox_outboxmessage_change", args=[m.pk]),
+        reverse("admin:outbox_outboxattempt_changelist"),
+        reverse("admin:outbox_outboxattempt_change", args=[attempt.pk]),
+        reverse("admin:receipts_auditentry_changelist"),
+    ]
+    for page in pages:
+        response = admin_client.get(page)
+        assert response.status_code == 200, page
+        assert b"s3cret" not in response.content, page
+    change = admin_client.get(pages[1]).content.decode()
+    assert change.count(MASK) == len(CREDENTIALS) and "trace-in-clear" in change and "X-Api-Key" in change
+
+
+def test_the_admin_masks_exactly_what_the_dashboard_masks(admin_client, viewer_client):
+    m = message_with_credentials()
+    shown = masked_payload(m.payload)["headers"]
+    assert set(shown.values()) == {MASK, "trace-in-clear"}
+    admin_page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[m.pk])).content.decode()
+    dashboard_page = viewer_client.get(f"/outbox/{m.pk}/").content.decode()
+    for page in (admin_page, dashboard_page):
+        assert page.count(MASK) == list(shown.values()).count(MASK)
+        assert "trace-in-clear" in page and not any(value in page for value in CREDENTIALS.values())
+
+
+def test_the_change_form_cannot_write_the_payload(admin_client):
+    m = message_with_credentials()
+    admin_client.post(reverse("admin:outbox_outboxmessage_change", args=[m.pk]), {"payload": '{"url": "http://10.0.0.1/"}'})
+    assert OutboxMessage.objects.get(pk=m.pk).payload["url"] == URL

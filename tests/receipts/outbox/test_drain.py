@@ -19,6 +19,9 @@ from .receiver import running_receiver
 
 FORK = multiprocessing.get_context("fork")
 
+# The receiver is on 127.0.0.1; a forked drainer inherits the allow-list.
+pytestmark = pytest.mark.usefixtures("outbox_may_post_locally")
+
 
 def enqueue_posts(url: str, count: int) -> list[str]:
     keys = [f"msg-{n:04d}" for n in range(count)]

@@ -9,7 +9,7 @@ from receipts.outbox.models import OutboxMessage
 
 from .receiver import running_receiver
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox_may_post_locally")]
 
 
 def test_the_scheduled_drain_keeps_watching_for_its_time_budget(settings):
