@@ -227,9 +227,9 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     except store.InvalidOperation as exc:
         raise _Invalid("operation", str(exc)) from None
     lease_seconds = (
-        _integer(body, "lease_seconds", 1, setting("MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
+        _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
     )
-    wait_seconds = _number(body, "wait_seconds", 0, setting("MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
+    wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
     _no_nul(body, "request")
     payload = body.get("request")
 

@@ -90,7 +90,7 @@ def test_a_completed_key_replays_its_response_with_the_replayed_header(api):
 
 
 def test_a_burned_failure_replays_with_its_error(api, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     token = api("claim", claim_body(operation="ledger.post")).json()["token"]
     api("fail", {"key": "job-1", "token": token, "error": "rejected"})
     again = api("claim", claim_body(operation="ledger.post"))

@@ -63,7 +63,7 @@ def test_a_failed_key_is_retried_by_the_next_claim_with_a_new_token():
 
 
 def test_a_burning_operation_replays_its_failure(settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     first = store.claim(SCOPE, "k6", "ledger.post", {})
     store.fail(SCOPE, "k6", first.token, error="rejected by ledger")
     second = store.claim(SCOPE, "k6", "ledger.post", {})
