@@ -131,3 +131,8 @@ def test_a_completed_receipt_cannot_be_released():
     store.complete(SCOPE, "k11", r.token)
     with pytest.raises(store.NotReleasable):
         store.release(Receipt.objects.get(key="k11"), actor="bob")
+
+
+def test_a_plural_financial_noun_gets_the_financial_ttl():
+    result = store.claim(SCOPE, "k7b", "payments.capture", {})
+    assert result.receipt.expires_at - result.receipt.created_at == timedelta(days=7)
