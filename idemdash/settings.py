@@ -86,7 +86,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, so that it sees exceptions from views (process_exception runs bottom-up).
-    "idemdash.middleware.DatabaseUnavailableMiddleware",
+    "receipts.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "idemdash.urls"

@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
     "RECEIPTS_ROLLUP_RETENTION_DAYS": 90,
     "RECEIPTS_RETENTION_BATCH_SIZE": 1000,
+    # receipts.middleware answers these paths with problem+json whatever the Accept header.
+    "RECEIPTS_JSON_PATH_PREFIXES": ["/api/", "/webhooks/"],
 }
 
 
