@@ -16,6 +16,7 @@ from django.utils.html import format_html
 
 from receipts import responses, store
 from receipts.auth import create_token
+from receipts.conf import policy_for
 from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 
@@ -76,11 +77,24 @@ class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
         "updated_at",
         "completed_at",
         "expires_at",
+        "policy",
     )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description="policy (today's settings)")
+    def policy(self, obj: Receipt) -> str:
+        policy = policy_for(obj.operation)
+        return format_html(
+            "{} · TTL {} s · lease {} s · on failure: {}<br>matched: {}",
+            "financial" if policy.financial else "not financial",
+            int(policy.ttl.total_seconds()),
+            int(policy.lease.total_seconds()),
+            policy.on_failure,
+            policy.matched(),
+        )
 
     @admin.action(description="Release selected receipts", permissions=["change"])
     def release_selected(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:

@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from receipts import store
 from receipts.auth import client_for_request
-from receipts.conf import setting
+from receipts.conf import policy_for, setting
 from receipts.fingerprint import fingerprint_json, nesting_depth
 from receipts.models import ApiClient, Receipt
 from receipts.problems import problem
@@ -190,6 +190,9 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "updated_at": _iso(receipt.updated_at),
         "completed_at": _iso(receipt.completed_at),
         "expires_at": _iso(receipt.expires_at),
+        # What a claim of this operation gets under today's settings, and which configured
+        # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
+        "policy": policy_for(receipt.operation).as_dict(),
     }
 
 
@@ -227,9 +230,9 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     except store.InvalidOperation as exc:
         raise _Invalid("operation", str(exc)) from None
     lease_seconds = (
-        _integer(body, "lease_seconds", 1, setting("MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
+        _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
     )
-    wait_seconds = _number(body, "wait_seconds", 0, setting("MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
+    wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
     _no_nul(body, "request")
     payload = body.get("request")
 
@@ -251,6 +254,8 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
                 "token": result.token,
                 "lease_expires_at": _iso(receipt.lease_expires_at),
                 "attempts": receipt.attempts,
+                "expires_at": _iso(receipt.expires_at),
+                "policy": policy_for(receipt.operation).as_dict(),
             },
             status=201,
         )

@@ -1,7 +1,9 @@
-"""Operation policies: how long a receipt lives, how long a lease lasts, what a failure means.
+"""The receipts app's settings and operation policies.
 
-Configured in the `RECEIPTS` setting; every key is optional, so a project that adds the app
-gets the defaults below without writing anything.
+Every setting is a flat `RECEIPTS_*` name in the host project's settings, read through
+`setting(name)`; each is optional, so a project that adds the app gets DEFAULTS without
+writing anything. (idemdash's own settings.py fills some of them from environment
+variables; a host project sets them however it sets its other settings.)
 """
 
 from __future__ import annotations
@@ -16,20 +18,34 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+# The usual nouns of money movement, singular and plural, as the first dotted part of an
+# operation name: `payment.create` and `payments.capture` are both financial.
+FINANCIAL_NOUNS = ("payment", "refund", "payout", "charge", "capture", "invoice", "transfer")
+
 DEFAULTS: dict[str, Any] = {
-    "DEFAULT_TTL_SECONDS": 24 * 3600,
-    "FINANCIAL_TTL_SECONDS": 7 * 24 * 3600,
-    "LEASE_SECONDS": 30,
-    "MAX_WAIT_SECONDS": 30,
-    "MAX_LEASE_SECONDS": 3600,
-    # operation pattern -> {"financial": bool, "ttl_seconds": int, "lease_seconds": int,
-    #                       "on_failure": "retry" | "burn"}
-    "OPERATIONS": {},
+    "RECEIPTS_DEFAULT_TTL_SECONDS": 24 * 3600,
+    "RECEIPTS_FINANCIAL_TTL_SECONDS": 7 * 24 * 3600,
+    "RECEIPTS_LEASE_SECONDS": 30,
+    "RECEIPTS_MAX_WAIT_SECONDS": 30,
+    "RECEIPTS_MAX_LEASE_SECONDS": 3600,
+    # Operation names or shell-style patterns whose receipts are financial (longer TTL,
+    # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.
+    "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
+    # Operation name or pattern -> {"financial": bool, "ttl_seconds": int,
+    # "lease_seconds": int, "on_failure": "retry" | "burn"}; an exact name wins over
+    # patterns, then the first matching pattern wins.
+    "RECEIPTS_OPERATIONS": {},
+    "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
+    "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
+    "RECEIPTS_ROLLUP_RETENTION_DAYS": 90,
+    "RECEIPTS_RETENTION_BATCH_SIZE": 1000,
+    # receipts.middleware answers these paths with problem+json whatever the Accept header.
+    "RECEIPTS_JSON_PATH_PREFIXES": ["/api/", "/webhooks/"],
 }
 
 
 def setting(name: str) -> Any:
-    return {**DEFAULTS, **getattr(settings, "RECEIPTS", {})}[name]
+    return getattr(settings, name, DEFAULTS[name])
 
 
 @dataclass(frozen=True)
@@ -39,33 +55,71 @@ class Policy:
     lease: timedelta
     financial: bool
     burn_on_failure: bool
+    # Which configured names decided it: the RECEIPTS_OPERATIONS key and the
+    # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
+    rule: str | None = None
+    financial_pattern: str | None = None
+
+    @property
+    def on_failure(self) -> str:
+        return "burn" if self.burn_on_failure else "retry"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ttl_seconds": int(self.ttl.total_seconds()),
+            "lease_seconds": int(self.lease.total_seconds()),
+            "financial": self.financial,
+            "on_failure": self.on_failure,
+            "matched": {
+                "RECEIPTS_OPERATIONS": self.rule,
+                "RECEIPTS_FINANCIAL_OPERATIONS": self.financial_pattern,
+            },
+        }
+
+    def matched(self) -> str:
+        """Where this policy came from, in words, for the admin and the dashboard."""
+        parts = []
+        if self.rule is not None:
+            parts.append(f"RECEIPTS_OPERATIONS[{self.rule!r}]")
+        if self.financial_pattern is not None:
+            parts.append(f"RECEIPTS_FINANCIAL_OPERATIONS {self.financial_pattern!r}")
+        return ", ".join(parts) or "defaults (no pattern matched)"
+
+
+def _first_match(operation: str, patterns: Any) -> str | None:
+    if operation in patterns:
+        return operation
+    return next((p for p in patterns if fnmatch.fnmatchcase(operation, p)), None)
 
 
 @lru_cache(maxsize=1024)
 def policy_for(operation: str) -> Policy:
-    rule: dict[str, Any] = {}
-    for pattern, candidate in setting("OPERATIONS").items():
-        if fnmatch.fnmatchcase(operation, pattern):
-            rule = candidate
-            break
-    financial = bool(rule.get("financial", False))
-    default_ttl = setting("FINANCIAL_TTL_SECONDS") if financial else setting("DEFAULT_TTL_SECONDS")
+    rules: dict[str, dict[str, Any]] = setting("RECEIPTS_OPERATIONS")
+    rule_name = _first_match(operation, rules)
+    rule = rules[rule_name] if rule_name is not None else {}
+    financial_pattern = _first_match(operation, setting("RECEIPTS_FINANCIAL_OPERATIONS"))
+    financial = bool(rule["financial"]) if "financial" in rule else financial_pattern is not None
+    if not financial:
+        financial_pattern = None  # a rule said "financial": False; the pattern did not decide
+    default_ttl = setting("RECEIPTS_FINANCIAL_TTL_SECONDS" if financial else "RECEIPTS_DEFAULT_TTL_SECONDS")
     on_failure = rule.get("on_failure", "retry")
     if on_failure not in ("retry", "burn"):
         raise ImproperlyConfigured(
-            f"RECEIPTS['OPERATIONS'][{operation!r}]['on_failure'] must be 'retry' or 'burn'"
+            f"RECEIPTS_OPERATIONS[{rule_name!r}]['on_failure'] must be 'retry' or 'burn', got {on_failure!r}"
         )
     return Policy(
         operation=operation,
         ttl=timedelta(seconds=int(rule.get("ttl_seconds", default_ttl))),
-        lease=timedelta(seconds=int(rule.get("lease_seconds", setting("LEASE_SECONDS")))),
+        lease=timedelta(seconds=int(rule.get("lease_seconds", setting("RECEIPTS_LEASE_SECONDS")))),
         financial=financial,
         burn_on_failure=on_failure == "burn",
+        rule=rule_name,
+        financial_pattern=financial_pattern,
     )
 
 
 def _clear_cache(*, setting: str, **kwargs: Any) -> None:
-    if setting == "RECEIPTS":
+    if setting.startswith("RECEIPTS_"):
         policy_for.cache_clear()
 
 

@@ -179,7 +179,7 @@ def _handle(
     session = getattr(request, "session", None)
 
     wait = parse_prefer_wait(request.headers.get("Prefer", ""))
-    applied_wait = min(wait, int(setting("MAX_WAIT_SECONDS"))) if wait else 0
+    applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
     result = store.claim(
         principal,

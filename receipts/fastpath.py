@@ -16,7 +16,8 @@ as store.py's:
   a caller waits for the receipt (`waiters`, set by store.claim before it sleeps); it
   changes nothing when the token no longer owns the receipt.
 
-SQLite has no data-modifying CTEs, so it keeps the ORM path; both paths run the same tests.
+SQLite has no data-modifying CTEs, so it keeps the ORM path, as does PostgreSQL through
+psycopg2 (usable()); both paths run the same tests.
 
 Durability of a claim: outside a caller's transaction, the claim statement commits with
 `synchronous_commit = off` for itself alone (set_config(..., is_local => true)), so it
@@ -52,7 +53,11 @@ _LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, finge
 
 
 def usable() -> bool:
-    return connection.vendor == "postgresql"
+    """PostgreSQL through psycopg 3. The statements need psycopg 3's server-binding cursor to
+    be prepared (cursor() below); a host on psycopg2, or on another database, runs the same
+    rules through the ORM in store.py. Decided per call from the connection's own backend
+    and driver module, so it costs an attribute lookup and never an import."""
+    return connection.vendor == "postgresql" and connection.Database.__name__ == "psycopg"
 
 
 @contextlib.contextmanager

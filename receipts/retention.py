@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Model, Q, QuerySet, signals
 from django.db.models.deletion import get_candidate_relations_to_delete
@@ -36,7 +35,7 @@ from django.utils import timezone
 
 from receipts import rollup
 from receipts.apps import declared_by_apps
-from receipts.conf import policy_for
+from receipts.conf import policy_for, setting
 from receipts.models import ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 Due = Callable[[datetime], QuerySet]
@@ -66,20 +65,20 @@ def due_receipts(now: datetime) -> QuerySet:
 
 
 def due_attempts(now: datetime) -> QuerySet:
-    days = getattr(settings, "RECEIPTS_ATTEMPT_RETENTION_DAYS", 35)
+    days = setting("RECEIPTS_ATTEMPT_RETENTION_DAYS")
     return Attempt.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
 def due_audit_entries(now: datetime) -> QuerySet:
     # Who did what is kept long (a year by default) but not forever; never under 31 days,
     # because the dashboard charts operator releases from it over its 30-day window.
-    days = getattr(settings, "RECEIPTS_AUDIT_RETENTION_DAYS", 365)
+    days = setting("RECEIPTS_AUDIT_RETENTION_DAYS")
     return AuditEntry.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
 def _financial(operations) -> list[str]:
-    """Which of `operations` are financial, by the same policy lookup as a claim (patterns in
-    RECEIPTS["OPERATIONS"]): their receipts are archived before they are deleted."""
+    """Which of `operations` are financial, by the same policy lookup as a claim (RECEIPTS_OPERATIONS
+    and RECEIPTS_FINANCIAL_OPERATIONS): their receipts are archived before they are deleted."""
     return sorted({op for op in operations if policy_for(op).financial})
 
 
@@ -95,7 +94,7 @@ def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
     """Copy the financial receipts of a batch into ArchivedReceipt (same transaction).
 
     Which operations are financial is decided here, by the same policy lookup as a claim
-    (patterns in RECEIPTS["OPERATIONS"]); the rows are copied by the database with one
+    (RECEIPTS_OPERATIONS and RECEIPTS_FINANCIAL_OPERATIONS); the rows are copied by the database with one
     INSERT ... SELECT, never loaded into Python.
     """
     financial = _financial(batch.order_by().values_list("operation", flat=True).distinct())
@@ -290,7 +289,7 @@ def purge(
     (the purge command hangs a progress bar on it).
     """
     now = now or timezone.now()
-    batch_size = batch_size or getattr(settings, "RETENTION_BATCH_SIZE", 1000)
+    batch_size = batch_size or setting("RECEIPTS_RETENTION_BATCH_SIZE")
     results = []
     for purger in purgers if purgers is not None else installed_purgers():
         due_count = purger.due(now).count()

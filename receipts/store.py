@@ -112,7 +112,7 @@ def claim(
     policy = policy_for(operation)
     lease = _lease_length(policy, lease_seconds)
     fp = fingerprint or fingerprint_json(request)
-    wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("MAX_WAIT_SECONDS"))))
+    wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("RECEIPTS_MAX_WAIT_SECONDS"))))
     deadline = time.monotonic() + wait_seconds
     # Subscribed before the first look, so a completion between a look and the wait that
     # follows it still wakes us.
@@ -172,7 +172,7 @@ class _Intent:
 def _lease_length(policy: Policy, lease_seconds: int | None) -> timedelta:
     if lease_seconds is None:
         return policy.lease
-    return timedelta(seconds=max(1, min(int(lease_seconds), setting("MAX_LEASE_SECONDS"))))
+    return timedelta(seconds=max(1, min(int(lease_seconds), setting("RECEIPTS_MAX_LEASE_SECONDS"))))
 
 
 def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimResult:

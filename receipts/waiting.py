@@ -22,6 +22,8 @@ from collections.abc import Iterator
 
 from django.db import connection, transaction
 
+from receipts import fastpath
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "idemdash_receipts"
@@ -93,7 +95,9 @@ def notify(scope: str, key: str) -> None:
 
 def _ensure_listener() -> None:
     global _listener
-    if connection.vendor != "postgresql":
+    # The listener speaks psycopg 3; on psycopg2 (and SQLite) other processes' settles are
+    # seen by the fallback timer.
+    if not fastpath.usable():
         return
     with _lock:
         if _listener is not None and _listener.is_alive():

@@ -12,12 +12,12 @@ import functools
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from receipts.store import audit
+from webhooks.conf import setting
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 from webhooks.processing import enqueue_on_commit
 
@@ -38,7 +38,7 @@ def ensure_env_endpoints(using: str = "default") -> list[WebhookEndpoint]:
     restarting rotates the secret; add a second secret in the admin for an overlap)."""
     made = []
     for provider, name in ENV_SECRETS.items():
-        secret = getattr(settings, name, "")
+        secret = setting(name)
         if not secret:
             continue
         endpoint, _ = WebhookEndpoint.objects.using(using).get_or_create(

@@ -32,6 +32,7 @@ from typing import Any
 from django.db import connection
 from django_q.models import OrmQ
 
+from receipts import fastpath as receipts_fastpath
 from receipts.fastpath import cursor, insert_unless_exists
 from webhooks.models import WebhookDelivery, WebhookEvent
 
@@ -39,7 +40,7 @@ _EVENT_FIELDS = [f for f in WebhookEvent._meta.concrete_fields if not f.primary_
 
 
 def usable() -> bool:
-    return connection.vendor == "postgresql"
+    return receipts_fastpath.usable()
 
 
 @functools.cache

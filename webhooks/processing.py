@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,6 +31,7 @@ from django.utils import timezone
 from receipts import bulk
 from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.store import audit
+from webhooks.conf import setting
 from webhooks.handlers import handler_for
 from webhooks.models import WebhookEvent
 
@@ -114,7 +114,7 @@ def _orm_broker_in_this_database() -> bool:
 def backoff_delay(attempt: int) -> timedelta:
     """Exponential from WEBHOOKS_BACKOFF_BASE, capped, with jitter over its upper half so
     that events that failed together (a handler's dependency was down) do not retry together."""
-    ceiling = min(settings.WEBHOOKS_BACKOFF_CAP, settings.WEBHOOKS_BACKOFF_BASE * 2 ** max(0, attempt - 1))
+    ceiling = min(setting("WEBHOOKS_BACKOFF_CAP"), setting("WEBHOOKS_BACKOFF_BASE") * 2 ** max(0, attempt - 1))
     return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
 
 
@@ -141,7 +141,7 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     ORM building and running those two. `match` is columns and values that pick the event."""
     now = now or timezone.now()
     token = uuid.uuid4()
-    lease = now + timedelta(seconds=settings.WEBHOOKS_LEASE_SECONDS)
+    lease = now + timedelta(seconds=setting("WEBHOOKS_LEASE_SECONDS"))
     if not connection.features.can_return_columns_from_insert:  # SQLite before 3.35
         events = WebhookEvent.objects.filter(**match)
         claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
@@ -180,7 +180,7 @@ def fail_event(event: WebhookEvent, error: str) -> str | None:
     """Schedule a retry with backoff, or after WEBHOOKS_MAX_ATTEMPTS a dead letter that keeps
     the traceback. Returns the new status, or None if the claim was lost."""
     now = timezone.now()
-    if event.attempts >= settings.WEBHOOKS_MAX_ATTEMPTS:
+    if event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS"):
         won = _settle(event, status=Status.DEAD, finished_at=now, last_error=error)
         status = Status.DEAD
     else:
@@ -258,10 +258,10 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     now = now or timezone.now()
     result = SweepResult()
     stuck = WebhookEvent.objects.filter(status=Status.PROCESSING, lease_expires_at__lt=now)
-    result.stuck_dead = stuck.filter(attempts__gte=settings.WEBHOOKS_MAX_ATTEMPTS).update(
+    result.stuck_dead = stuck.filter(attempts__gte=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
         **_recovery(now, out_of_attempts=True)
     )
-    result.stuck_recovered = stuck.filter(attempts__lt=settings.WEBHOOKS_MAX_ATTEMPTS).update(
+    result.stuck_recovered = stuck.filter(attempts__lt=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
         **_recovery(now, out_of_attempts=False)
     )
     # A delivery stored as held just as its endpoint was resumed is released here.
@@ -269,7 +269,7 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
         status=Status.RECEIVED, next_attempt_at=now, enqueued_at=None
     )
     not_queued = Q(enqueued_at=None) | Q(
-        enqueued_at__lt=now - timedelta(seconds=settings.WEBHOOKS_REQUEUE_AFTER_SECONDS)
+        enqueued_at__lt=now - timedelta(seconds=setting("WEBHOOKS_REQUEUE_AFTER_SECONDS"))
     )
     due = WebhookEvent.objects.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).filter(
         not_queued
@@ -327,7 +327,7 @@ def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: 
     now = timezone.now()
     if event.status != Status.PROCESSING or not event.lease_expires_at or event.lease_expires_at >= now:
         raise NotStuck("Only an event processing past its lease can be released.")
-    out_of_attempts = event.attempts >= settings.WEBHOOKS_MAX_ATTEMPTS
+    out_of_attempts = event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS")
     with transaction.atomic():
         updated = WebhookEvent.objects.filter(
             pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token, lease_expires_at__lt=now

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from receipts.fingerprint import fingerprint_json
-from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from webhooks import fastpath
+from webhooks.conf import setting
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from webhooks.processing import delivery_task, enqueue_on_commit
 from webhooks.verify import VerifiedDelivery
 
@@ -156,7 +156,7 @@ def record_rejection(
     now = now or timezone.now()
     excerpt = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")[:EXCERPT_CHARS]
     excerpt = "".join(ch if ch.isprintable() else " " for ch in excerpt)
-    cap = settings.WEBHOOKS_REJECTED_MAX_ROWS
+    cap = setting("WEBHOOKS_REJECTED_MAX_ROWS")
     with transaction.atomic():
         rejection = RejectedDelivery.objects.create(
             endpoint=endpoint,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db.models import QuerySet
 
 from receipts.retention import Purger
+from webhooks.conf import setting
 from webhooks.models import RejectedDelivery, WebhookEvent
 from webhooks.rollup import DELIVERIES
 
@@ -19,12 +19,12 @@ def due_events(now: datetime) -> QuerySet[WebhookEvent]:
     must stay, or the redelivery would be stored and processed as new. Deleting an event
     deletes its deliveries.
     """
-    cutoff = now - timedelta(days=settings.WEBHOOKS_EVENT_RETENTION_DAYS)
+    cutoff = now - timedelta(days=setting("WEBHOOKS_EVENT_RETENTION_DAYS"))
     return WebhookEvent.objects.filter(status__in=WebhookEvent.FINISHED, last_delivery_at__lt=cutoff)
 
 
 def due_rejections(now: datetime) -> QuerySet[RejectedDelivery]:
-    cutoff = now - timedelta(days=settings.WEBHOOKS_REJECTED_RETENTION_DAYS)
+    cutoff = now - timedelta(days=setting("WEBHOOKS_REJECTED_RETENTION_DAYS"))
     return RejectedDelivery.objects.filter(received_at__lt=cutoff)
 
 

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from receipts.problems import problem
 from webhooks import endpoints
+from webhooks.conf import setting
 from webhooks.models import WebhookEndpoint
 from webhooks.receive import record_rejection, store_delivery
 from webhooks.verify import VerificationError, verify_delivery
@@ -65,7 +65,7 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
         )
     endpoint, secrets = found
 
-    limit = settings.WEBHOOKS_MAX_BODY_BYTES
+    limit = setting("WEBHOOKS_MAX_BODY_BYTES")
     body = _read_body(request, limit)
     if body is None:
         size = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -78,7 +78,7 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
             body,
             request.headers,
             [secret for _, secret in secrets],
-            stripe_tolerance=settings.WEBHOOKS_STRIPE_TOLERANCE,
+            stripe_tolerance=setting("WEBHOOKS_STRIPE_TOLERANCE"),
         )
     except VerificationError as exc:
         _reject(endpoint, exc.cause, exc.detail, body, request)

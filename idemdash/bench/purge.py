@@ -23,13 +23,13 @@ def main() -> int:
     import django
 
     django.setup()
-    from django.conf import settings
     from django.utils import timezone
 
     from receipts import retention
+    from receipts.conf import setting
 
     purger = next(p for p in retention.PURGERS if p.name == "receipts.expired")
-    batch_size = args.batch_size or getattr(settings, "RETENTION_BATCH_SIZE", 1000)
+    batch_size = args.batch_size or setting("RECEIPTS_RETENTION_BATCH_SIZE")
     now = timezone.now()
     started = time.perf_counter()
     deleted = archived = batches = 0

@@ -20,6 +20,7 @@ from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import ReceiptFilter
 from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
+from receipts.conf import policy_for
 from receipts.auth import client_for_request
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.problems import problem
@@ -88,6 +89,11 @@ TIMELINE_LIMIT = 300
 CONFLICT_LIMIT = 20
 
 
+def _policy(operation: str) -> dict[str, Any]:
+    policy = policy_for(operation)
+    return {**policy.as_dict(), "source": policy.matched()}
+
+
 def _detail_context(receipt: Receipt) -> dict[str, Any]:
     attempts = Attempt.objects.filter(receipt=receipt)
     timeline = list(attempts.order_by("-created_at", "-id")[:TIMELINE_LIMIT])[::-1]
@@ -99,6 +105,8 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
     ]
     return {
         "receipt": receipt,
+        # From today's settings: the policy a claim of this operation gets now.
+        "policy": _policy(receipt.operation),
         "timeline": timeline,
         "timeline_total": attempts.count() if len(timeline) == TIMELINE_LIMIT else len(timeline),
         "mismatch_total": attempts.filter(outcome=Attempt.Outcome.MISMATCH).count() if len(mismatches) == CONFLICT_LIMIT else len(mismatches),

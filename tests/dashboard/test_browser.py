@@ -244,3 +244,15 @@ def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outb
                        ("/stuck/", "phone-stuck")]:
         phone.goto(live_server.url + path)
         phone.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+
+
+def test_a_receipt_page_shows_the_policy_the_operation_got(operator_page, live_server):
+    receipt = read_in_place(lambda: completed("order-policy"))  # payment.create: financial by default
+    page = operator_page
+    page.goto(f"{live_server.url}/receipts/{receipt.pk}/")
+    policy = page.locator("#receipt-policy")
+    policy.wait_for()
+    text = policy.inner_text()
+    assert "FINANCIAL" in text.upper() and "TTL 7 d" in text and "on failure: retry" in text
+    assert "RECEIPTS_FINANCIAL_OPERATIONS 'payment.*'" in text
+    page.screenshot(path=SHOTS / "receipt_policy.png", full_page=True)

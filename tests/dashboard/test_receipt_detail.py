@@ -82,3 +82,17 @@ def test_a_key_claimed_again_after_its_receipt_was_purged_shows_only_its_new_att
     assert page.status_code == 200
     assert [a.outcome for a in page.context["timeline"]] == ["claimed", "completed"]
     assert page.context["mismatches"] == []
+
+
+def test_it_shows_the_policy_the_operation_gets_and_the_pattern_that_matched(viewer_client, settings):
+    r = completed("k1")  # payment.create
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    policy = html[html.index('id="receipt-policy"'):]
+    policy = policy[: policy.index("</dd>")]
+    assert ">financial<" in policy and "TTL 7 d" in policy and "lease 30 s" in policy
+    assert "on failure: <strong>retry</strong>" in policy
+    assert "RECEIPTS_FINANCIAL_OPERATIONS &#x27;payment.*&#x27;" in policy
+    settings.RECEIPTS_OPERATIONS = {"payment.create": {"financial": False, "on_failure": "burn"}}
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "not financial" in html and "TTL 24 h" in html and "on failure: <strong>burn</strong>" in html
+    assert "RECEIPTS_OPERATIONS[&#x27;payment.create&#x27;]" in html

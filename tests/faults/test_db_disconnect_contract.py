@@ -32,7 +32,7 @@ LEASE = 1
 def _short_leases(settings):
     # A lease left behind by a lost connection runs out in a second, so the retry that
     # takes it over comes quickly.
-    settings.RECEIPTS = {**settings.RECEIPTS, "LEASE_SECONDS": LEASE}
+    settings.RECEIPTS_LEASE_SECONDS = LEASE
 
 
 @contextmanager
@@ -136,7 +136,7 @@ def test_a_connection_lost_at_the_decorators_completion_keeps_neither_view_rows_
 
 def test_a_connection_lost_in_an_operation_that_burns_its_key_on_failure_does_not_burn_it(client, settings):
     """The client was told 503, "nothing stored, retry": its retry must run, not replay a 500."""
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"payment.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"payment.*": {"on_failure": "burn"}}
     key = "die-in-burning-view"
     assert_unavailable(capture(client, key, lose_db=True))
     assert_given_back(key)

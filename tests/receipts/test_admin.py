@@ -161,3 +161,11 @@ def test_the_admin_needs_staff(client, django_user_model):
     user = django_user_model.objects.create_user("bob", password="pw-123456")
     client.force_login(user)
     assert client.get("/admin/receipts/receipt/").status_code == 302
+
+
+def test_a_receipt_page_shows_the_policy_and_the_pattern_that_chose_it(admin_client):
+    receipt = a_receipt()
+    text = admin_client.get(f"/admin/receipts/receipt/{receipt.pk}/change/").content.decode()
+    assert "Policy (today&#x27;s settings)" in text
+    assert "financial · TTL 604800 s · lease 30 s · on failure: retry" in text
+    assert "matched: RECEIPTS_FINANCIAL_OPERATIONS &#x27;payment.*&#x27;" in text

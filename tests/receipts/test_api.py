@@ -90,7 +90,7 @@ def test_a_completed_key_replays_its_response_with_the_replayed_header(api):
 
 
 def test_a_burned_failure_replays_with_its_error(api, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     token = api("claim", claim_body(operation="ledger.post")).json()["token"]
     api("fail", {"key": "job-1", "token": token, "error": "rejected"})
     again = api("claim", claim_body(operation="ledger.post"))
@@ -373,7 +373,26 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
         "updated_at": receipt.updated_at.isoformat(),
         "completed_at": receipt.completed_at.isoformat(),
         "expires_at": receipt.expires_at.isoformat(),
+        "policy": {
+            "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry",
+            "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
+        },
     }
+
+
+def test_a_claim_and_a_lookup_say_which_policy_the_receipt_got(api, client, token, settings):
+    settings.RECEIPTS_OPERATIONS = {"payments.*": {"on_failure": "burn"}}
+    claimed = api("claim", claim_body(operation="payments.capture")).json()
+    receipt = Receipt.objects.get()
+    assert claimed["expires_at"] == receipt.expires_at.isoformat()
+    assert receipt.expires_at - receipt.created_at == timedelta(days=7)
+    expected = {
+        "ttl_seconds": 7 * 86400, "lease_seconds": 30, "financial": True, "on_failure": "burn",
+        "matched": {"RECEIPTS_OPERATIONS": "payments.*", "RECEIPTS_FINANCIAL_OPERATIONS": "payments.*"},
+    }
+    assert claimed["policy"] == expected
+    looked_up = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {token}"}).json()
+    assert looked_up["policy"] == expected
 
 
 def test_another_clients_receipt_is_404(api, client):

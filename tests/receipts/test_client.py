@@ -153,7 +153,7 @@ def test_run_once_fails_the_receipt_on_an_exception_and_the_next_run_retries(ide
 
 
 def test_run_once_raises_previous_failure_for_a_burned_key(idem, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
 
     def post() -> None:
         raise ValueError("rejected")

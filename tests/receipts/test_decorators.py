@@ -221,7 +221,7 @@ def test_an_exception_rolls_back_marks_the_receipt_failed_and_is_reraised(client
 
 @pytest.mark.django_db
 def test_an_http404_raised_by_the_view_is_not_a_failure_and_is_not_stored(client, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"email.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"email.*": {"on_failure": "burn"}}
     assert post(client, "/missing").status_code == 404
     receipt = Receipt.objects.get()
     assert receipt.status == "failed" and receipt.retryable and receipt.error == "Http404: not stored"
@@ -232,7 +232,7 @@ def test_an_http404_raised_by_the_view_is_not_a_failure_and_is_not_stored(client
 
 @pytest.mark.django_db
 def test_a_burning_operation_replays_its_exception_as_a_500_problem(client, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     with pytest.raises(RuntimeError):
         post(client, "/explode")
     again = post(client, "/explode")
@@ -244,7 +244,7 @@ def test_a_burning_operation_replays_its_exception_as_a_500_problem(client, sett
 
 @pytest.mark.django_db
 def test_a_burning_operation_replays_its_stored_5xx(client, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"payment.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"payment.*": {"on_failure": "burn"}}
     first = post(client, "/capture?status=502")
     again = post(client, "/capture?status=502")
     assert again.status_code == 502 and again["Idempotent-Replayed"] == "true"
@@ -254,7 +254,7 @@ def test_a_burning_operation_replays_its_stored_5xx(client, settings):
 
 @pytest.mark.django_db
 def test_a_burned_failure_without_a_stored_response_replays_a_500_problem(client, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"payment.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"payment.*": {"on_failure": "burn"}}
     # A receipt failed by something other than the decorator (e.g. the JSON API).
     fingerprint_owner = post(client, "/capture?status=503")
     assert fingerprint_owner.status_code == 503
@@ -459,7 +459,7 @@ def test_the_same_key_in_two_scopes_runs_twice(client):
 
 @pytest.mark.django_db
 def test_prefer_wait_is_capped_by_max_wait_and_reported(client, settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "MAX_WAIT_SECONDS": 7}
+    settings.RECEIPTS_MAX_WAIT_SECONDS = 7
     response = post(client, "/capture", Prefer="wait=100")
     assert response.status_code == 201
     assert response["Preference-Applied"] == "wait=7"

@@ -161,7 +161,7 @@ class ReceiptMachine(RuleBasedStateMachine):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_receipt_state_machine_holds_its_invariants_in_any_interleaving(settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     run_state_machine_as_test(
         ReceiptMachine,
         settings=hypothesis_settings(

@@ -63,7 +63,7 @@ def test_a_failed_key_is_retried_by_the_next_claim_with_a_new_token():
 
 
 def test_a_burning_operation_replays_its_failure(settings):
-    settings.RECEIPTS = {**settings.RECEIPTS, "OPERATIONS": {"ledger.*": {"on_failure": "burn"}}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     first = store.claim(SCOPE, "k6", "ledger.post", {})
     store.fail(SCOPE, "k6", first.token, error="rejected by ledger")
     second = store.claim(SCOPE, "k6", "ledger.post", {})
@@ -131,3 +131,8 @@ def test_a_completed_receipt_cannot_be_released():
     store.complete(SCOPE, "k11", r.token)
     with pytest.raises(store.NotReleasable):
         store.release(Receipt.objects.get(key="k11"), actor="bob")
+
+
+def test_a_plural_financial_noun_gets_the_financial_ttl():
+    result = store.claim(SCOPE, "k7b", "payments.capture", {})
+    assert result.receipt.expires_at - result.receipt.created_at == timedelta(days=7)

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
 from receipts import retention
 
@@ -19,7 +20,12 @@ class Command(BaseCommand):
     def handle(self, *args, dry_run: bool, batch_size: int | None, **options) -> None:
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
-        bars: list[tqdm] = []
+        try:
+            # Progress bars come with the `server` extra; the core install purges without them.
+            from tqdm import tqdm
+        except ImportError:
+            tqdm = None
+        bars: list[Any] = []
 
         def progress(purger: retention.Purger, due: int):
             # The raw stream: Django's OutputWrapper appends a newline to every write,
@@ -28,7 +34,7 @@ class Command(BaseCommand):
             bars.append(bar)
             return bar.update
 
-        results = retention.purge(batch_size=batch_size, dry_run=dry_run, progress=progress)
+        results = retention.purge(batch_size=batch_size, dry_run=dry_run, progress=progress if tqdm else None)
         for bar in bars:
             bar.close()
         for r in results:

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from receipts.conf import DEFAULTS, policy_for
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["payment.create", "payments.capture", "refund.issue", "refunds.create", "payout.send", "payouts.batch",
+     "charge.create", "charges.capture", "capture.run", "captures.create", "invoice.pay", "invoices.finalize",
+     "transfer.send", "transfers.create"],
+)
+def test_the_usual_money_nouns_singular_and_plural_are_financial_by_default(operation):
+    policy = policy_for(operation)
+    assert policy.financial and policy.ttl == timedelta(days=7)
+    assert policy.financial_pattern == operation.split(".")[0] + ".*"
+    assert policy.rule is None
+
+
+@pytest.mark.parametrize("operation", ["email.send", "report.build", "paymentmethod.list", "order.create"])
+def test_other_operations_get_the_24_hour_default_and_say_that_nothing_matched(operation):
+    policy = policy_for(operation)
+    assert not policy.financial and policy.ttl == timedelta(hours=24)
+    assert policy.as_dict()["matched"] == {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None}
+    assert policy.matched() == "defaults (no pattern matched)"
+
+
+def test_a_host_project_sets_its_own_financial_patterns_and_exact_names(settings):
+    settings.RECEIPTS_FINANCIAL_OPERATIONS = ["billing.*", "ledger.post"]
+    assert policy_for("ledger.post").financial_pattern == "ledger.post"
+    assert policy_for("billing.charge").financial
+    assert not policy_for("payment.create").financial  # the defaults were replaced
+
+
+def test_an_exact_name_wins_over_an_earlier_pattern(settings):
+    settings.RECEIPTS_OPERATIONS = {
+        "report.*": {"ttl_seconds": 60},
+        "report.build": {"ttl_seconds": 3600, "lease_seconds": 300, "on_failure": "burn"},
+    }
+    policy = policy_for("report.build")
+    assert policy.rule == "report.build"
+    assert policy.as_dict() == {
+        "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn",
+        "matched": {"RECEIPTS_OPERATIONS": "report.build", "RECEIPTS_FINANCIAL_OPERATIONS": None},
+    }
+    assert policy_for("report.send").ttl == timedelta(seconds=60)
+
+
+def test_a_rule_can_say_an_operation_matching_a_financial_pattern_is_not_financial(settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.preview": {"financial": False}}
+    policy = policy_for("payment.preview")
+    assert not policy.financial and policy.ttl == timedelta(hours=24)
+    assert policy.matched() == "RECEIPTS_OPERATIONS['payment.preview']"
+
+
+def test_a_rule_keeps_the_financial_default_of_its_pattern(settings):
+    settings.RECEIPTS_OPERATIONS = {"payments.*": {"on_failure": "burn"}}
+    policy = policy_for("payments.capture")
+    assert policy.financial and policy.burn_on_failure
+    assert policy.matched() == "RECEIPTS_OPERATIONS['payments.*'], RECEIPTS_FINANCIAL_OPERATIONS 'payments.*'"
+
+
+def test_a_bad_failure_policy_names_the_setting(settings):
+    settings.RECEIPTS_OPERATIONS = {"x.*": {"on_failure": "explode"}}
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPTS_OPERATIONS\['x\.\*'\]"):
+        policy_for("x.y")
+
+
+def test_no_setting_is_required_beyond_installing_the_app(settings):
+    for name in DEFAULTS:
+        if hasattr(settings, name):
+            delattr(settings, name)
+    policy = policy_for("payments.capture")
+    assert policy.financial and policy.ttl == timedelta(days=7) and policy.lease == timedelta(seconds=30)
