@@ -30,6 +30,10 @@ FIGURES = {
     "memory.web_worker", "memory.qcluster_worker",
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
+    # The same DRF view unprotected, under idemdash and under drf-idempotency.
+    "drf.unprotected_rps",
+    *(f"drf.{layer}.{what}" for layer in ("idemdash", "drf-idempotency")
+      for what in ("fresh_ratio", "replay_ratio", "fresh_rps", "replay_rps", "fresh_p99")),
 }
 
 
@@ -46,6 +50,9 @@ def _missing_feature(figure_id: str) -> bool:
     group = figure_id.split(".")[0]
     if group == "api":
         return not _routes("/api/v1/receipts/claim")
+    if group == "drf":
+        layer = "drf_idempotency" if figure_id.startswith("drf.drf-idempotency.") else "rest_framework"
+        return importlib.util.find_spec(layer) is None
     if group == "webhook":
         return importlib.util.find_spec("webhooks.views") is None
     if group == "dashboard":
