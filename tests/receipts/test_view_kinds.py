@@ -19,9 +19,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from receipts import drf
+from receipts.checks import idempotent_on_drf_dispatch
 from receipts.decorators import idempotent
 from receipts.models import Receipt
 from tests.receipts.test_decorators import problem_type, rows
+from tests.receipts.view_kinds_urls import CaptureOnDispatch
 
 pytestmark = pytest.mark.urls("tests.receipts.view_kinds_urls")
 
@@ -260,3 +262,15 @@ def test_no_module_of_the_app_but_receipts_drf_imports_drf():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.urls("tests.receipts.view_kinds_urls")
+def test_the_system_check_names_an_apiview_whose_dispatch_is_decorated():
+    errors = idempotent_on_drf_dispatch()
+    assert [(e.id, e.obj) for e in errors] == [("receipts.E001", CaptureOnDispatch)]
+    assert "receipts.drf.idempotent" in errors[0].hint
+
+
+@pytest.mark.urls("tests.receipts.urls")
+def test_the_system_check_passes_views_placed_as_the_readme_says():
+    assert idempotent_on_drf_dispatch() == []
