@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-installed-stamp
 
 .PHONY: demo test install migrate bench clean
 
@@ -35,7 +36,11 @@ demo: migrate
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;
 # `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone).
-bench: install
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 clean:

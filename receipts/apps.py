@@ -9,6 +9,9 @@ class ReceiptsConfig(AppConfig):
     verbose_name = "Idempotency receipts"
     default_auto_field = "django.db.models.BigAutoField"
 
+    def ready(self) -> None:
+        from receipts import checks  # noqa: F401  (registers the system checks)
+
 
 def declared_by_apps(module: str, attribute: str) -> list[Any]:
     """The `attribute` lists of every installed app's `module` (`retention.PURGERS`,

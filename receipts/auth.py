@@ -7,6 +7,7 @@ hash useless to a thief, and it lets us find the client with one indexed lookup.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 from django.http import HttpRequest
@@ -15,6 +16,8 @@ from django.utils import timezone
 from receipts.models import ApiClient
 
 TOKEN_PREFIX = "idem_"
+# What create_token makes: the prefix and 32 random bytes as unpadded URL-safe base64.
+TOKEN_FORMAT = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{43}")
 
 
 def hash_token(token: str) -> str:
@@ -31,9 +34,12 @@ def client_for_request(request: HttpRequest) -> ApiClient | None:
     """The API client named by `Authorization: Bearer <token>`, or None."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not TOKEN_FORMAT.fullmatch(token):
+        # Not one of ours (a JWT, another app's key): it cannot match a stored hash, so
+        # it costs no query. The format says nothing secret; the hash lookup still decides.
         return None
-    client = ApiClient.objects.filter(token_hash=hash_token(token.strip()), revoked_at=None).first()
+    client = ApiClient.objects.filter(token_hash=hash_token(token), revoked_at=None).first()
     if client is not None:
         # Touch at most once a minute: last-used is for humans, not worth a write per call.
         now = timezone.now()

@@ -13,14 +13,23 @@ the decorator under ATOMIC_REQUESTS (the claim would stay invisible to other req
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import (
+    BadRequest,
+    ImproperlyConfigured,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 
 from receipts import responses, store
 from receipts.auth import client_for_request
@@ -71,8 +80,25 @@ def idempotent(
     store.validate_operation(operation)
 
     def decorator(view: View) -> View:
+        if hasattr(view, "cls") and hasattr(view, "initkwargs"):
+            # DRF's as_view() (and @api_view) mark their result with `cls`. Outside it, DRF
+            # has not authenticated the caller (every token user would share one scope) nor
+            # rendered the Response: refuse at import rather than answer wrongly per request.
+            raise ImproperlyConfigured(
+                f"@idempotent({operation!r}) wraps {view.cls.__name__}.as_view(), where DRF has not "
+                "authenticated the caller yet. Put @idempotent below @api_view, or decorate the "
+                "APIView/ViewSet method with receipts.drf.idempotent (README: Each kind of view)."
+            )
+        if _first_parameter(view) == "self":
+            raise ImproperlyConfigured(
+                f"@idempotent({operation!r}) decorates the method {view.__qualname__}, but takes the "
+                "request as its first argument. Use method_decorator(idempotent(...)) on a Django "
+                "class-based view, or receipts.drf.idempotent on a DRF one (README: Each kind of view)."
+            )
+
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            _refuse_drf_dispatch(view, request, operation)
             if request.method not in UNSAFE_METHODS:
                 return view(request, *args, **kwargs)
             raw = request.headers.get(HEADER)
@@ -96,9 +122,45 @@ def idempotent(
                 )
             return _handle(request, view, args, kwargs, operation, key, scope)
 
+        wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
         return wrapper
 
     return decorator
+
+
+def _first_parameter(view: View) -> str | None:
+    try:
+        return next(iter(inspect.signature(view, follow_wrapped=False).parameters), None)
+    except (TypeError, ValueError):  # a callable without a signature: nothing to check
+        return None
+
+
+def _refuse_drf_dispatch(view: View, request: HttpRequest, operation: str) -> None:
+    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView runs before DRF
+    authenticates: refuse before any receipt is claimed. method_decorator binds the method
+    only per request, so this is the first moment it can be seen."""
+    owner = getattr(getattr(view, "func", None), "__self__", None)
+    if hasattr(owner, "initialize_request") and not _is_drf_request(request):
+        raise ImproperlyConfigured(
+            f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, which runs before "
+            "DRF authenticates the caller. Decorate the handler method (post, create, ...) with "
+            "receipts.drf.idempotent instead (README: Each kind of view)."
+        )
+
+
+def _is_drf_request(request: object) -> bool:
+    # DRF is optional: if it was never imported, no request can be one of its own.
+    drf = sys.modules.get("rest_framework.request")
+    return drf is not None and isinstance(request, drf.Request)
+
+
+def is_client_error(exc: BaseException) -> bool:
+    """Raised by the view for a 4xx: Django's own, or a DRF APIException with a 4xx status
+    (ValidationError, NotAuthenticated, PermissionDenied, Throttled, NotFound...)."""
+    if isinstance(exc, CLIENT_ERROR_EXCEPTIONS):
+        return True
+    drf = sys.modules.get("rest_framework.exceptions")
+    return drf is not None and isinstance(exc, drf.APIException) and 400 <= exc.status_code < 500
 
 
 def parse_key(raw: str) -> str | None:
@@ -244,7 +306,7 @@ def _run(
 ) -> HttpResponseBase:
     try:
         with transaction.atomic():
-            response = view(request, *args, **kwargs)
+            response = _rendered(request, view(request, *args, **kwargs), args, kwargs)
             if response.streaming or response.status_code in NOT_STORED_STATUSES:
                 # Streaming bodies are produced after we return, so they cannot be stored.
                 reason = "streaming response" if response.streaming else f"HTTP {response.status_code}: not stored"
@@ -277,9 +339,6 @@ def _run(
         response = rollback.response
         _fail(scope, key, token, f"HTTP {response.status_code}", response)
         return response
-    except CLIENT_ERROR_EXCEPTIONS as exc:
-        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
-        raise
     except DATABASE_UNAVAILABLE as exc:
         # A lost connection is not the operation's failure: the view's writes are gone and
         # the client is told 503, "nothing stored, retry". Failing the receipt would store a
@@ -288,6 +347,9 @@ def _run(
         _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
+        if is_client_error(exc):
+            _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+            raise
         body = json.dumps(
             {
                 "type": "urn:idemdash:problem:internal-error",
@@ -299,6 +361,19 @@ def _run(
         error = f"{type(exc).__name__}: {exc}"
         _fail(scope, key, token, error, None, body=body)
         raise
+
+
+def _rendered(request: HttpRequest, response: HttpResponseBase, args: tuple, kwargs: dict) -> HttpResponseBase:
+    """A TemplateResponse, and DRF's Response, renders its body after the view returns; the
+    body is stored before that, so render it here. A DRF handler's Response gets its renderer
+    from the APIView's finalize_response, which DRF calls again after us (harmlessly: a
+    rendered response is not rendered twice)."""
+    if not isinstance(response, SimpleTemplateResponse) or response.is_rendered:
+        return response
+    api_view = (getattr(request, "parser_context", None) or {}).get("view")
+    if api_view is not None and getattr(response, "accepted_renderer", None) is None:
+        response = api_view.finalize_response(request, response, *args, **kwargs)
+    return response.render()
 
 
 def _fail(

@@ -1,11 +1,12 @@
-"""Run a real `manage.py qcluster` against the test database, for tests that need the
-django-q2 worker as it runs in production (PostgreSQL only: the subprocess must reach the
-test database by URL)."""
+"""Run real server processes for tests: `manage.py qcluster` against the test database, for
+tests that need the django-q2 worker as it runs in production (PostgreSQL only: the
+subprocess must reach the test database by URL), or any command in its own session."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,32 +17,41 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def database_url() -> str:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def database_url(name: str | None = None) -> str:
+    """The test database's URL, or that of database `name` on the same server."""
     s = connection.settings_dict
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name or s['NAME']}"
 
 
 def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
-    """Start qcluster in its own session (process group), so that stop/kill reach its
-    worker processes too. The developer's webhook secrets and Redis are left out."""
+    """Start qcluster in its own session. The developer's webhook secrets and Redis are left out."""
     env = {
         k: v for k, v in os.environ.items()
         if not k.endswith("_WEBHOOK_SECRET") and k not in {"REDIS_URL", "IDEMDASH_TEST_DB_SUFFIX"}
     }
     env.update(DATABASE_URL=database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
     env.update(env_overrides)
+    return start_process([sys.executable, "manage.py", "qcluster"], log_path, env)
+
+
+def start_process(argv: list[str], log_path: Path, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen:
+    """Start `argv` in its own session (process group), so that stop/kill reach its
+    children (a server's workers) too; its output is appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def kill_qcluster(worker: subprocess.Popen) -> None:
+def kill_process(worker: subprocess.Popen) -> None:
     """SIGKILL the whole process group at once: the cluster gets no chance to clean up."""
     try:
         os.killpg(worker.pid, signal.SIGKILL)
@@ -50,7 +60,7 @@ def kill_qcluster(worker: subprocess.Popen) -> None:
     worker.wait(timeout=10)
 
 
-def stop_qcluster(worker: subprocess.Popen) -> None:
+def stop_process(worker: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL the group if it has not stopped within 30 s."""
     if worker.poll() is None:
         worker.send_signal(signal.SIGTERM)
@@ -58,4 +68,4 @@ def stop_qcluster(worker: subprocess.Popen) -> None:
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-    kill_qcluster(worker)  # also reaps workers that outlived their parent
+    kill_process(worker)  # also reaps workers that outlived their parent

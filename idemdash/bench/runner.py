@@ -138,9 +138,9 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7 = (
+S1, S2, S3, S4, S5, S6, S7, S8 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
-    "6 purge", "7 memory",
+    "6 purge", "7 memory", "8 DRF view",
 )
 
 
@@ -183,6 +183,60 @@ def replay(b: Bench) -> list[Figure]:
         Figure("replay.p99", S2, "replay p99", comparison.median(rep, "p99"), "ms"),
         *b.cpu_figures(S2, comparison, "replay"),
     ]
+
+
+DRF_LAYERS = {"idemdash": "/bench/drf/idemdash/", "drf-idempotency": "/bench/drf/drf-idempotency/"}
+
+
+def drf_request(path: str, prefix: str | None = None, keys: int | None = None) -> loadgen.Request:
+    """A POST to one of the DRF views: with fresh keys, or cycling through `keys` keys."""
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys if keys else n
+        headers = {"Idempotency-Key": f"{prefix}-{k}"} if prefix else {}
+        return client.post(path, json={"n": k}, headers=headers)
+    return request
+
+
+def drf_view(b: Bench) -> list[Figure]:
+    """The same DRF view unprotected, under idemdash and under drf-idempotency: fresh keys,
+    then replays of completed keys, each against the unprotected view in the same rounds."""
+    bare = "DRF unprotected"
+    keys = min(500, b.sizes.requests)
+    bare_again = "DRF unprotected, replay rounds"
+    fresh = {bare: lambda r: b.load(bare, drf_request("/bench/drf/unprotected/"))}
+    replays = {bare_again: lambda r: b.load(bare_again, drf_request("/bench/drf/unprotected/"))}
+    for layer, path in DRF_LAYERS.items():
+        prefix = f"bench-{b.run_id}-drf-{layer}"
+        fresh[f"{layer} fresh"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
+            f"{layer} fresh", drf_request(path, f"{prefix}-{r}"))
+        first = b.load(f"{layer} replay setup", drf_request(path, f"{prefix}-replay"), max_requests=keys, time_limit=120)
+        if first.count != keys:
+            raise RuntimeError(f"{layer} replay setup completed {first.count} of {keys} keys")
+        replays[f"{layer} replay"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
+            f"{layer} replay", drf_request(path, f"{prefix}-replay", keys), ok=_replayed)
+    fresh_runs = loadgen.compare(fresh, b.sizes.rounds)
+    replay_runs = loadgen.compare(replays, b.sizes.rounds)
+    b.record(S8 + " fresh keys", fresh_runs)
+    b.record(S8 + " replays", replay_runs)
+    figures = [Figure("drf.unprotected_rps", S8, "unprotected DRF view throughput",
+                      fresh_runs.median(bare, "throughput"), "req/s")]
+    side_by_side = []
+    for layer in DRF_LAYERS:
+        fresh_ratio = fresh_runs.ratio(f"{layer} fresh", bare)
+        replay_ratio = replay_runs.ratio(f"{layer} replay", bare_again)
+        side_by_side.append(f"{layer}: fresh keys {fresh_ratio:.2f}x, replays {replay_ratio:.2f}x")
+        figures += [
+            Figure(f"drf.{layer}.fresh_ratio", S8, f"{layer}, fresh keys / unprotected throughput", fresh_ratio, "x"),
+            Figure(f"drf.{layer}.replay_ratio", S8, f"{layer}, replays / unprotected throughput", replay_ratio, "x"),
+            Figure(f"drf.{layer}.fresh_rps", S8, f"{layer}, fresh keys throughput",
+                   fresh_runs.median(f"{layer} fresh", "throughput"), "req/s"),
+            Figure(f"drf.{layer}.replay_rps", S8, f"{layer}, replays throughput",
+                   replay_runs.median(f"{layer} replay", "throughput"), "req/s"),
+            Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
+                   fresh_runs.median(f"{layer} fresh", "p99"), "ms"),
+        ]
+    print("  DRF view, throughput against the unprotected view: " + "; ".join(side_by_side), flush=True)
+    return figures
 
 
 def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
@@ -638,7 +692,7 @@ def reset_bench_rows() -> None:
         cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
     from receipts.models import ApiClient
 
-    for scope in (Q(scope="bench"), Q(scope__startswith="client:bench-")):
+    for scope in (Q(scope="bench"), Q(scope="bench-drf"), Q(scope__startswith="client:bench-")):
         earliest = Attempt.objects.filter(scope).aggregate(t=Min("created_at"))["t"]
         Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
         Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
@@ -646,6 +700,11 @@ def reset_bench_rows() -> None:
             rollup.rewind(earliest)
             rollup.catch_up()
     ApiClient.objects.filter(name__startswith="bench-").delete()
+    if available("drf_idempotency"):  # scenario 8's other layer keeps its records in its own table
+        from drf_idempotency.models import IdempotencyRecord
+
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {IdempotencyRecord._meta.db_table}")
 
 
 def warm_up(b: Bench) -> None:
@@ -698,7 +757,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     figures: list[Figure] = []
     try:
         warm_up(b)
-        for number, (name, scenario) in enumerate(((S1, claim_overhead), (S2, replay), (S3, claim_api)), 1):
+        for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)

@@ -5,12 +5,15 @@ would): opening a PostgreSQL connection costs a few milliseconds, more than the 
 being measured, and would hide the overhead we want to see.
 """
 
+import importlib.util
 import os
 
 from idemdash.settings import *  # noqa: F403
 from idemdash.settings import INSTALLED_APPS, LOGGING, envint
 
 INSTALLED_APPS = [*INSTALLED_APPS, "idemdash.bench"]
+# Scenario 8 compares a DRF view under idemdash and under drf-idempotency (the `bench` extra).
+INSTALLED_APPS += [app for app in ("rest_framework", "drf_idempotency") if importlib.util.find_spec(app)]
 ROOT_URLCONF = "idemdash.bench.urls"
 DATABASES["default"]["CONN_MAX_AGE"] = envint("DB_CONN_MAX_AGE", 600)  # noqa: F405
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # noqa: F405

@@ -28,6 +28,10 @@ FIGURES = {
     "memory.web_worker", "memory.qcluster_worker",
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
+    # The same DRF view unprotected, under idemdash and under drf-idempotency.
+    "drf.unprotected_rps",
+    *(f"drf.{layer}.{what}" for layer in ("idemdash", "drf-idempotency")
+      for what in ("fresh_ratio", "replay_ratio", "fresh_rps", "replay_rps", "fresh_p99")),
 }
 
 

@@ -31,7 +31,7 @@ from django_q.tasks import async_task
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import enqueue
-from tests.qcluster import kill_qcluster, start_qcluster
+from tests.qcluster import kill_process, start_qcluster
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks import processing
 from webhooks.models import WebhookEvent
@@ -101,7 +101,7 @@ def test_a_qcluster_killed_mid_webhook_completes_every_event_exactly_once_after_
             return events.filter(status="processing", pk__in=list(run_counts(run_log))).exists()
 
         wait_for(a_run_in_progress, 60, "a running handler", qlog)
-        kill_qcluster(cluster)
+        kill_process(cluster)
         runs_before = run_counts(run_log)
         killed = set(events.filter(status="processing").values_list("pk", flat=True))
         assert any(runs_before.get(pk) for pk in killed), "the kill landed between runs"
@@ -116,7 +116,7 @@ def test_a_qcluster_killed_mid_webhook_completes_every_event_exactly_once_after_
 
         wait_for(all_completed, 60, "every event completed", qlog)
     finally:
-        kill_qcluster(cluster)
+        kill_process(cluster)
         connection.close()
 
     effects = AuditEntry.objects.filter(action="faults.webhook_effect")
@@ -184,7 +184,7 @@ def test_a_qcluster_killed_mid_drain_sends_every_message_after_restart_under_its
             async_task("receipts.outbox.tasks.drain")
             # Kill while the second message's request is in flight (the receiver holds it).
             wait_for(lambda: len(receiver.requests) >= 2, 60, "two requests at the receiver", qlog)
-            kill_qcluster(cluster)
+            kill_process(cluster)
             in_flight = set(messages.filter(status="in_flight").values_list("key", flat=True))
             mid_send = receiver.requests[-1][0]
             assert mid_send in in_flight
@@ -194,7 +194,7 @@ def test_a_qcluster_killed_mid_drain_sends_every_message_after_restart_under_its
             async_task("receipts.outbox.tasks.drain")
             wait_for(lambda: messages.filter(status="sent").count() == len(keys), 60, "every message sent", qlog)
         finally:
-            kill_qcluster(cluster)
+            kill_process(cluster)
             connection.close()
 
     seen: dict[str, int] = {}

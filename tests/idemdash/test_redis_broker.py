@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import stripe
 from django.db import connection
 from django_q.models import OrmQ
 
-from tests.qcluster import database_url, start_qcluster, stop_qcluster
+from tests.qcluster import database_url, free_port, start_qcluster, stop_process
 from webhooks.models import Fulfilment, WebhookEvent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +35,6 @@ def _redis_answers() -> bool:
         return bool(redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=1).ping())
     except redis.RedisError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.postgres
@@ -66,7 +59,7 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         Q_WORKERS="1",
         PYTHONUNBUFFERED="1",
     )
-    port = _free_port()
+    port = free_port()
     log_dir = ROOT / "var"
     log_dir.mkdir(exist_ok=True)
     web_log, worker_log = log_dir / "test-redis-web.log", log_dir / "test-redis-qcluster.log"
@@ -113,6 +106,6 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         assert queued.llen(f"django_q:{queue}:q") == 0
     finally:
         for process in reversed(started):
-            stop_qcluster(process)  # SIGTERM, then SIGKILL of the process group
+            stop_process(process)  # SIGTERM, then SIGKILL of the process group
         queued.delete(f"django_q:{queue}:q")
         connection.close()

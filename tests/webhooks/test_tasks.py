@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import connection
 from django_q.models import Schedule
 
-from tests.qcluster import ROOT, start_qcluster, stop_qcluster
+from tests.qcluster import ROOT, start_qcluster, stop_process
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks import tasks
 from webhooks.models import Fulfilment, WebhookEvent
@@ -56,5 +56,5 @@ def test_a_real_qcluster_processes_a_received_event(client):
         assert status == "completed", log_path.read_text()[-3000:]
         assert Fulfilment.objects.get().payment_id == "pi_qcluster_1"
     finally:
-        stop_qcluster(worker)
+        stop_process(worker)
         connection.close()

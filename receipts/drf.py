@@ -1,0 +1,53 @@
+"""The Idempotency-Key contract for Django REST framework views.
+
+`@idempotent` from receipts.decorators must run after DRF has authenticated the caller
+(the scope is the caller) and before DRF renders the Response (the body is stored). That
+is inside the APIView: on a handler method (post, create, ...) or below `@api_view`. This
+module's `idempotent` goes on either; it is the one module of this app that imports DRF.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponseBase
+from rest_framework.request import Request
+
+from receipts import decorators
+
+Handler = Callable[..., HttpResponseBase]
+
+
+def idempotent(
+    operation: str,
+    required: bool = True,
+    *,
+    scope: Callable[[HttpRequest], str] | None = None,
+) -> Callable[[Handler], Handler]:
+    """`receipts.decorators.idempotent` for an APIView/ViewSet handler method or a function
+    below `@api_view`. The default scope is DRF's `request.user`, whatever the view's
+    authentication_classes (token, session, JWT)."""
+    protect = decorators.idempotent(operation, required, scope=scope)
+
+    def decorator(handler: Handler) -> Handler:
+        if hasattr(handler, "cls"):
+            protect(handler)  # raises ImproperlyConfigured with the order to use
+
+        @functools.wraps(handler)
+        def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
+            if args and isinstance(args[0], Request):  # a function below @api_view
+                return protect(handler)(*args, **kwargs)
+            if len(args) >= 2 and isinstance(args[1], Request):  # a method: (self, request, ...)
+                return protect(functools.partial(handler, args[0]))(*args[1:], **kwargs)
+            raise ImproperlyConfigured(
+                f"receipts.drf.idempotent({operation!r}) on {handler.__qualname__} was called without "
+                "a DRF Request: it goes on an APIView/ViewSet handler method or below @api_view."
+            )
+
+        wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorator

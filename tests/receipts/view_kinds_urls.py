@@ -1,0 +1,167 @@
+"""One view of each kind behind the Idempotency-Key contract, placed as the README's "Each
+kind of view" says (used with @pytest.mark.urls("tests.receipts.view_kinds_urls")).
+
+Every view writes the side effect of tests.receipts.urls, then answers with the JSON (or
+text) `{"row": ..., "user": ...}`. The DRF views authenticate with DRF's own classes:
+SessionAuthentication, and BearerNameAuthentication, a stand-in for JWT whose tokens are
+`Bearer jwt.<username>` (a bearer token that is not an idemdash token).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.template import engines
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions, status, viewsets
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.decorators import api_view, authentication_classes
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from receipts import drf
+from receipts.decorators import idempotent
+from tests.receipts.urls import side_effect
+
+PAGE = engines["django"].from_string("<p>row {{ row }} for {{ user }}</p>\n")
+
+
+def _effect(request: HttpRequest) -> dict:
+    row = side_effect(request.headers.get("Idempotency-Key", ""), str(request.user))
+    return {"row": row.pk, "user": str(request.user)}
+
+
+# --- Django views -------------------------------------------------------------------------
+
+@csrf_exempt
+@idempotent("payment.capture")
+def template_view(request: HttpRequest) -> TemplateResponse:
+    return TemplateResponse(request, PAGE, _effect(request), status=201)
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+def file_view(request: HttpRequest) -> FileResponse:
+    _effect(request)
+    return FileResponse(iter([b"file ", b"body"]), content_type="text/plain")
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+@method_decorator(idempotent("payment.capture"), name="dispatch")
+class OnDispatch(View):
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return JsonResponse(_effect(request), status=201)
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+class OnPost(View):
+    @method_decorator(idempotent("payment.capture"))
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return JsonResponse(_effect(request), status=201)
+
+
+# --- DRF views ----------------------------------------------------------------------------
+
+class BearerNameAuthentication(BaseAuthentication):
+    def authenticate(self, request):
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.startswith("jwt."):
+            return None
+        try:
+            return User.objects.get(username=token.removeprefix("jwt.")), token
+        except User.DoesNotExist as exc:
+            raise exceptions.AuthenticationFailed("no such user") from exc
+
+    def authenticate_header(self, request) -> str:
+        return "Bearer"
+
+
+AUTHENTICATION = [BearerNameAuthentication, SessionAuthentication]
+
+# What ?raise= makes a DRF view raise after its side effect.
+RAISED = {
+    "validation": lambda: exceptions.ValidationError({"amount": ["too large"]}),
+    "not-authenticated": exceptions.NotAuthenticated,
+    "permission": exceptions.PermissionDenied,
+    "throttled": lambda: exceptions.Throttled(wait=3),
+    "not-found": exceptions.NotFound,
+    "server": exceptions.APIException,
+}
+
+
+def _drf_answer(request) -> Response:
+    body = _effect(request)
+    if "raise" in request.query_params:
+        raise RAISED[request.query_params["raise"]]()
+    return Response(body, status=int(request.query_params.get("status", status.HTTP_201_CREATED)))
+
+
+@api_view(["POST"])
+@authentication_classes(AUTHENTICATION)
+@idempotent("payment.capture")
+def api_function(request) -> Response:
+    return _drf_answer(request)
+
+
+@api_view(["POST"])
+@authentication_classes(AUTHENTICATION)
+@drf.idempotent("payment.capture")
+def api_function_drf(request) -> Response:
+    return _drf_answer(request)
+
+
+class Capture(APIView):
+    authentication_classes = AUTHENTICATION
+
+    @drf.idempotent("payment.capture")
+    def post(self, request) -> Response:
+        return _drf_answer(request)
+
+
+class CaptureMethodDecorator(APIView):
+    authentication_classes = AUTHENTICATION
+
+    @method_decorator(idempotent("payment.capture"))
+    def post(self, request) -> Response:
+        return _drf_answer(request)
+
+
+class Orders(viewsets.ViewSet):
+    authentication_classes = AUTHENTICATION
+
+    @drf.idempotent("payment.capture")
+    def create(self, request) -> Response:
+        return _drf_answer(request)
+
+    @drf.idempotent("payment.capture")
+    def partial_update(self, request, pk: str) -> Response:
+        return _drf_answer(request)
+
+
+@method_decorator(idempotent("payment.capture"), name="dispatch")
+class CaptureOnDispatch(APIView):
+    """The order that cannot work: dispatch runs before DRF authenticates."""
+
+    authentication_classes = AUTHENTICATION
+
+    def post(self, request) -> Response:
+        return _drf_answer(request)
+
+
+urlpatterns = [
+    path("template", template_view),
+    path("file", file_view),
+    path("cbv-dispatch", OnDispatch.as_view()),
+    path("cbv-post", OnPost.as_view()),
+    path("api-function", api_function),
+    path("api-function-drf", api_function_drf),
+    path("api-view", Capture.as_view()),
+    path("api-view-method-decorator", CaptureMethodDecorator.as_view()),
+    path("orders", Orders.as_view({"post": "create"})),
+    path("orders/<str:pk>", Orders.as_view({"patch": "partial_update"})),
+    path("api-view-on-dispatch", CaptureOnDispatch.as_view()),
+]
