@@ -700,11 +700,11 @@ def reset_bench_rows() -> None:
             rollup.rewind(earliest)
             rollup.catch_up()
     ApiClient.objects.filter(name__startswith="bench-").delete()
-    if available("drf_idempotency"):  # scenario 8's other layer keeps its records in its own table
-        from drf_idempotency.models import IdempotencyRecord
+    # Scenario 8's other layer keeps its records in its own table.
+    from drf_idempotency.models import IdempotencyRecord
 
-        with connection.cursor() as cursor:
-            cursor.execute(f"TRUNCATE {IdempotencyRecord._meta.db_table}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {IdempotencyRecord._meta.db_table}")
 
 
 def warm_up(b: Bench) -> None:
