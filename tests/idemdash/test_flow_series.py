@@ -64,14 +64,22 @@ def test_the_charts_name_what_they_count_and_are_plain_json(traffic):
     window = queries.WINDOWS["24h"]
     flow = queries.flow_series(window, NOW)
     receipts = queries.receipt_series(window, NOW)
-    webhooks = charts.webhook_chart(flow)
-    assert [t["name"] for t in webhooks["data"]] == ["deliveries", "unique events"]
-    assert sum(webhooks["data"][0]["y"]) == 7 and sum(webhooks["data"][1]["y"]) == 4
-    outbox = charts.outbox_chart(flow)
-    assert [t["name"] for t in outbox["data"]] == ["enqueued", "sent", "died"]
-    assert [sum(t["y"]) for t in outbox["data"]] == [6, 2, 1]
-    stuck = charts.stuck_chart(receipts, flow)
+    webhooks = charts.webhook_chart(flow, "24h")
+    assert [t["name"] for t in webhooks["data"]] == ["bucket", "unique events", "redeliveries"]
+    assert sum(webhooks["data"][1]["y"]) == 4 and sum(webhooks["data"][2]["y"]) == 3  # 7 deliveries
+    outbox = charts.outbox_chart(flow, "24h")
+    assert [t["name"] for t in outbox["data"]] == ["bucket", "enqueued", "sent", "died"]
+    assert [sum(t["y"]) for t in outbox["data"][1:]] == [6, 2, 1]
+    stuck = charts.stuck_chart(receipts, flow, "24h")
     assert [t["name"] for t in stuck["data"]] == [
-        "receipt takeovers", "receipts released", "outbox lease lost", "events / messages released"]
+        "bucket", "receipt takeovers", "receipts released", "outbox lease lost", "events / messages released"]
     for figure in (webhooks, outbox, stuck):
         assert json.loads(json.dumps(figure)) == figure
+
+
+def test_buckets_are_whole_from_the_first_and_only_the_last_is_in_progress(traffic):
+    series = queries.flow_series(queries.WINDOWS["1h"], NOW)
+    # 12:02:30 - 1h = 11:02:30: the first bucket starts at 11:00, whole; the last, 12:00-12:05, is filling.
+    assert series[0]["start"] == datetime(2026, 3, 10, 11, 0, tzinfo=timezone.utc)
+    assert [r["partial"] for r in series] == [False] * 12 + [True]
+    assert all(r["end"] - r["start"] == queries.WINDOWS["1h"].bucket for r in series)
