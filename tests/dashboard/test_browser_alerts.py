@@ -15,19 +15,24 @@ from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def fill_rule(page, name: str, metric: str, threshold: str, window: str, target: str) -> None:
+    """Fill the new-rule form (email channel) and submit it."""
+    page.fill("input[name=name]", name)
+    page.select_option("select[name=metric]", metric)
+    page.fill("input[name=threshold]", threshold)
+    page.fill("input[name=window]", window)
+    page.select_option("select[name=channel]", "email")
+    page.fill("input[name=target]", target)
+    page.click("text=Create rule")
+
+
 def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_page, live_server):
     page = operator_page
 
     # Create the rule; a bad address is shown inline first.
     page.goto(live_server.url + "/alerts/rules/")
     page.click("text=New rule")
-    page.fill("input[name=name]", "Stuck rows")
-    page.select_option("select[name=metric]", "stuck_rows")
-    page.fill("input[name=threshold]", "0")
-    page.fill("input[name=window]", "15m")
-    page.select_option("select[name=channel]", "email")
-    page.fill("input[name=target]", "ops at example")
-    page.click("text=Create rule")
+    fill_rule(page, "Stuck rows", "stuck_rows", "0", "15m", "ops at example")
     page.wait_for_selector("#id_target-error")
     assert "valid email address" in page.inner_text("#id_target-error")
     page.screenshot(path=SHOTS / "alert-rule-invalid.png", full_page=True)
@@ -77,13 +82,7 @@ def test_a_duplicate_rate_rule_reads_in_percent_and_its_alert_says_how_long_and_
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(live_server.url + "/alerts/rules/new/")
     assert "percentage" in page.inner_text("form.rule-form")
-    page.fill("input[name=name]", "Duplicates")
-    page.select_option("select[name=metric]", "duplicate_rate")
-    page.fill("input[name=threshold]", "20")
-    page.fill("input[name=window]", "1h")
-    page.select_option("select[name=channel]", "email")
-    page.fill("input[name=target]", "ops@example.com")
-    page.click("text=Create rule")
+    fill_rule(page, "Duplicates", "duplicate_rate", "20", "1h", "ops@example.com")
     page.wait_for_url("**/alerts/rules/")
     assert "Duplicate rate > 20% over 1h" in page.inner_text("table.data")
 
