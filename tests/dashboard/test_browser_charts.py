@@ -7,10 +7,14 @@ Screenshots go to var/screenshots/overview-charts*.png."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+import time_machine
+from django.utils import timezone
 
-from tests.dashboard.build import completed, mismatched
+from receipts import store
+from tests.dashboard.build import SCOPE, completed, mismatched
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -20,8 +24,13 @@ RANGE = re.compile(r"\d{2}:\d{2}–\d{2}:\d{2} UTC · in progress")
 
 
 def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say_why(operator_page, live_server):
-    for i in range(5):
-        completed(f"order-{i}")
+    now = timezone.now()
+    for minutes_ago, n in ((25, 3), (15, 6), (0, 5)):
+        with time_machine.travel(now - timedelta(minutes=minutes_ago), tick=False):
+            for i in range(n):
+                completed(f"order-{minutes_ago}-{i}")
+            key = f"order-{minutes_ago}-0"
+            store.claim(SCOPE, key, "payment.create", {"key": key})  # a replay
     mismatched("order-422", {"amount": 500}, {"amount": 900})
     page = operator_page
     page.set_viewport_size({"width": 1440, "height": 900})
@@ -46,6 +55,9 @@ def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say
     assert RANGE.search(text), text
     assert "422 mismatch: 1" in text and "409 in progress: 0" in text
     page.screenshot(path=SHOTS / "overview-charts-hover.png")
+    page.locator(".charts").scroll_into_view_if_needed()
+    page.mouse.move(5, 5)
+    page.screenshot(path=SHOTS / "overview-charts-1440.png")
 
     # Charts with nothing to show say why, on the chart.
     webhooks = page.locator("#chart-webhooks")
