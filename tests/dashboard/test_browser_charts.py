@@ -55,6 +55,20 @@ def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say
     assert RANGE.search(text), text
     assert "422 mismatch: 1" in text and "409 in progress: 0" in text
     page.screenshot(path=SHOTS / "overview-charts-hover.png")
+
+    # Over the empty space above a short bar, too: the whole bucket answers. ('closest',
+    # the former hover mode, answered only on the bar itself or a line's point.)
+    traffic = page.locator("#chart-traffic")
+    traffic.scroll_into_view_if_needed()
+    short = [b for b in (p.bounding_box() for p in traffic.locator(".barlayer .trace").first.locator(".point path").all())
+             if b and b["height"] > 1][0]
+    plot_top = traffic.locator(".nsewdrag").first.bounding_box()["y"]
+    assert short["y"] - plot_top > 40, "there is room above the first bar"
+    page.mouse.move(short["x"] + short["width"] / 2, plot_top + 10)
+    box = traffic.locator(".hoverlayer .legend")
+    box.wait_for(state="visible", timeout=5_000)
+    assert re.search(r"\d{2}:\d{2}–\d{2}:\d{2} UTC · 4 requests", box.text_content()), box.text_content()
+    assert "ran: 3" in box.text_content() and "duplicates (not run): 1" in box.text_content()
     page.locator(".charts").scroll_into_view_if_needed()
     page.mouse.move(5, 5)
     page.screenshot(path=SHOTS / "overview-charts-1440.png")
