@@ -8,7 +8,9 @@ the same way:
   ("requests per 5 min"); a line between two buckets would draw counts that never happened;
 - rates are lines in percent;
 - the current bucket is hatched and lighter, and its hover says "in progress"; rates leave
-  it out (a few seconds of traffic make a rate that swings);
+  it out of the line (a few seconds of traffic make a rate that swings);
+- so is the first bucket when the window starts inside it (`cut`): it counts only from
+  the window's start, and its hover says from when;
 - hovering anywhere over a bucket shows its time range and every series' value
   (hovermode "x unified"; the range is the first line, from an invisible trace);
 - a chart with nothing to show says why, on the chart.
@@ -51,13 +53,20 @@ def bucket_text(rows: Rows) -> str:
 
 def range_text(row: dict[str, Any]) -> str:
     """"05:50–05:55 UTC" (the hover's title gives the day), or "Nov 24 00:00 – Nov 25 00:00
-    UTC" for a bucket that crosses midnight; "in progress" for the bucket still filling."""
+    UTC" for a bucket that crosses midnight; "in progress" for the bucket still filling,
+    "counted from 05:12" for a first bucket the window starts in."""
     start, end = row["start"], row["end"]
     if start.date() == end.date():
         text = f"{start:%H:%M}–{end:%H:%M} UTC"
     else:
         text = f"{start:%b %d %H:%M} – {end:%b %d %H:%M} UTC"
+    if row.get("cut"):
+        text += f" · counted from {row['cut']:%H:%M:%S} (the window's start)"
     return f"{text} · in progress" if row.get("partial") else text
+
+
+def _incomplete(row: dict[str, Any]) -> bool:
+    return bool(row.get("partial") or row.get("cut"))
 
 
 def _x(rows: Rows) -> list[str]:
@@ -101,7 +110,7 @@ def _bucket_trace(rows: Rows, notes: list[str] | None = None) -> go.Scatter:
 
 
 def _bars(rows: Rows, values: list[int], name: str, color: str) -> go.Bar:
-    partial = [bool(r.get("partial")) for r in rows]
+    partial = [_incomplete(r) for r in rows]
     return go.Bar(
         x=_x(rows), y=values, name=name,
         marker={"color": color, "opacity": [PARTIAL_OPACITY if p else 1 for p in partial],

@@ -296,7 +296,7 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     """
     now = now or timezone.now()
     buckets = _empty_buckets(window, now, [o.value for o in SERIES_OUTCOMES])
-    start = _chart_start(window, now)
+    start = window_start(window, now)
     _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
           lambda outcome: outcome)
     series = list(buckets.values())
@@ -306,21 +306,18 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     return series
 
 
-def _chart_start(window: Window, now: datetime) -> datetime:
-    """Where the charts start counting: at the first bucket boundary, so that the first
-    bucket is whole (it starts up to a bucket before the window). The counts are of
-    (start, now], hence the microsecond: a row at the boundary belongs to the first bucket."""
-    return _floor(window_start(window, now), window.bucket) - timedelta(microseconds=1)
-
-
 def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[datetime, dict[str, Any]]:
     """Every bucket of the chart, zeros. Each knows its range [start, end) and whether it
-    is still `partial`: the last one, which ends after now and is still filling."""
+    is still `partial`: the last one, which ends after now and is still filling. The first
+    bucket usually starts before the window does, and counts only from the window's start,
+    which it keeps as `cut` (the charts mark it), so that the buckets add up to the tiles."""
+    start = window_start(window, now)
     buckets: dict[datetime, dict[str, Any]] = {}
-    moment = _floor(window_start(window, now), window.bucket)
+    moment = _floor(start, window.bucket)
     while moment <= now:
         end = moment + window.bucket
-        buckets[moment] = {"start": moment, "end": end, "partial": end > now, **{n: 0 for n in names}}
+        buckets[moment] = {"start": moment, "end": end, "partial": end > now,
+                           "cut": start if moment < start else None, **{n: 0 for n in names}}
         moment = end
     return buckets
 
@@ -364,7 +361,7 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     releases are one grouped query on the audit log, all folded into the buckets here.
     """
     now = now or timezone.now()
-    start = _chart_start(window, now)
+    start = window_start(window, now)
     names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
     buckets = _empty_buckets(window, now, names)
 

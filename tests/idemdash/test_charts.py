@@ -87,6 +87,13 @@ def test_every_chart_hovers_the_whole_bucket_with_its_range_first():
         assert all("%{y" in t["hovertemplate"] for t in fig["data"][1:])
 
 
+def test_a_first_bucket_cut_by_the_windows_start_is_marked_and_says_from_when():
+    cut = dict(row(0, claimed=2), cut=T0 + timedelta(minutes=2, seconds=30))
+    fig = charts.traffic_chart([cut, row(1, claimed=1)], "1h")
+    assert traces(fig)["ran"]["marker"]["pattern"]["shape"] == ["/", ""]
+    assert traces(fig)["bucket"]["customdata"][0] == "09:00–09:05 UTC · counted from 09:02:30 (the window's start) · 2 requests"
+
+
 def test_a_bucket_across_midnight_names_both_days():
     start = datetime(2026, 3, 10, tzinfo=timezone.utc)
     assert charts.range_text({"start": start, "end": start + timedelta(days=1)}) == "Mar 10 00:00 – Mar 11 00:00 UTC"

@@ -77,9 +77,12 @@ def test_the_charts_name_what_they_count_and_are_plain_json(traffic):
         assert json.loads(json.dumps(figure)) == figure
 
 
-def test_buckets_are_whole_from_the_first_and_only_the_last_is_in_progress(traffic):
+def test_the_first_bucket_counts_from_the_windows_start_and_only_the_last_is_in_progress(traffic):
     series = queries.flow_series(queries.WINDOWS["1h"], NOW)
-    # 12:02:30 - 1h = 11:02:30: the first bucket starts at 11:00, whole; the last, 12:00-12:05, is filling.
+    # 12:02:30 - 1h = 11:02:30: the first bucket, 11:00-11:05, counts from then (so the
+    # buckets add up to the tiles); the last, 12:00-12:05, is still filling.
     assert series[0]["start"] == datetime(2026, 3, 10, 11, 0, tzinfo=timezone.utc)
+    assert series[0]["cut"] == datetime(2026, 3, 10, 11, 2, 30, tzinfo=timezone.utc)
+    assert all(r["cut"] is None for r in series[1:])
     assert [r["partial"] for r in series] == [False] * 12 + [True]
     assert all(r["end"] - r["start"] == queries.WINDOWS["1h"].bucket for r in series)
