@@ -20,11 +20,15 @@ def _actor(request: HttpRequest) -> str:
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
-    list_display = ("name", "metric", "comparison", "threshold", "window_minutes", "channel", "target_display", "enabled")
+    list_display = ("name", "metric", "comparison", "threshold_shown", "window_minutes", "channel", "target_display", "enabled")
     list_filter = ("enabled", "metric", "channel")
     search_fields = ("name",)
     readonly_fields = ("created_by", "created_at", "updated_at")
     actions = ["evaluate_selected"]
+
+    @admin.display(description="threshold", ordering="threshold")
+    def threshold_shown(self, obj: AlertRule) -> str:
+        return obj.threshold_display  # "20%" for a rate, as the dashboard shows it
 
     def save_model(self, request: HttpRequest, obj: AlertRule, form: Any, change: bool) -> None:
         before = ""

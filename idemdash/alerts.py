@@ -25,15 +25,18 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
+from django.urls import reverse
 from django.utils import timezone
 
 from idemdash import queries
 from idemdash.models import Alert, AlertRule
+from idemdash.templatetags.idemdash_tags import duration, percent
 from receipts.models import Attempt
 from receipts.outbox.actions import get_action
 from receipts.outbox.models import OutboxMessage
@@ -58,6 +61,23 @@ WINDOW_NAMES = {int(w.span.total_seconds() // 60): name for name, w in queries.W
 
 # Figures that describe the present, not a span of time: their rule's window is ignored.
 INSTANT_METRICS = frozenset({Metric.STUCK_ROWS, Metric.OUTBOX_BACKLOG_AGE})
+
+# Rates: measured as a fraction (as the stats document has them), but read, typed and
+# stored in percent, as the tile shows them: a rule's threshold of 20 means 20%.
+PERCENT_METRICS = frozenset({Metric.DUPLICATE_RATE})
+
+# The page that shows what a metric counts, filtered to it: where a notification links.
+CAUSE_PAGES: dict[str, str] = {
+    Metric.DUPLICATE_RATE: "dashboard:overview",
+    Metric.IN_PROGRESS_CONFLICTS: "dashboard:receipts?conflict=409",
+    Metric.MISMATCH_CONFLICTS: "dashboard:receipts?conflict=422",
+    Metric.FAILING_KEYS: "dashboard:receipts?status=failed&sort=-updated",
+    Metric.STUCK_ROWS: "dashboard:stuck",
+    Metric.DEAD_WEBHOOK_EVENTS: "dashboard:events?status=dead",
+    Metric.DEAD_OUTBOX_MESSAGES: "dashboard:outbox?status=dead",
+    Metric.OUTBOX_BACKLOG_AGE: "dashboard:outbox?status=waiting",
+    Metric.REJECTED_DELIVERIES: "dashboard:rejected",
+}
 
 
 # --- windows ------------------------------------------------------------------------------
@@ -207,10 +227,24 @@ METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 
 
+def in_rule_unit(metric: str, value: float) -> float:
+    """A measured figure in the unit its rule's threshold is in (percent for rates)."""
+    return round(value * 100, 6) if metric in PERCENT_METRICS else value
+
+
 def breached(rule: AlertRule, value: float) -> bool:
+    value = in_rule_unit(rule.metric, value)
     if rule.comparison == AlertRule.Comparison.GTE:
         return value >= rule.threshold
     return value > rule.threshold
+
+
+def cause_url(metric: str, window_minutes: int | None = None) -> str:
+    """The absolute URL of the page that shows what `metric` counts (IDEMDASH_BASE_URL)."""
+    name, _, query = CAUSE_PAGES[metric].partition("?")
+    if name == "dashboard:overview" and window_minutes in WINDOW_NAMES:
+        query = f"window={WINDOW_NAMES[window_minutes]}"
+    return settings.IDEMDASH_BASE_URL + reverse(name) + (f"?{query}" if query else "")
 
 
 # --- notifications --------------------------------------------------------------------------
@@ -222,18 +256,31 @@ def notification_key(alert: Alert, transition: str) -> str:
 
 
 def format_value(metric: str, value: float) -> str:
-    if metric == Metric.DUPLICATE_RATE:
-        return f"{value:.2%}"
+    """A measured figure as its tile shows it: "36.74%", "3 min", "4"."""
+    if metric in PERCENT_METRICS:
+        return percent(value)
     if metric == Metric.OUTBOX_BACKLOG_AGE:
-        return f"{value:.0f} s"
+        return duration(value) if value >= 1 else "0 s"
     return f"{value:g}"
+
+
+def format_threshold(metric: str, threshold: float) -> str:
+    """A rule's threshold in its unit: "20%", "300 s", "0"."""
+    if metric in PERCENT_METRICS:
+        return f"{threshold:g}%"
+    if metric == Metric.OUTBOX_BACKLOG_AGE:
+        return f"{threshold:g} s"
+    return f"{threshold:g}"
+
+
+UNITS = {Metric.DUPLICATE_RATE: "percent", Metric.OUTBOX_BACKLOG_AGE: "seconds"}
 
 
 def notification_text(alert: Alert, rule: AlertRule, transition: str) -> str:
     if transition == "fired":
         return (
             f"[FIRING] {rule.name}: {rule.get_metric_display()} is "
-            f"{format_value(rule.metric, alert.value)} ({rule.comparison} {rule.threshold:g} {rule.span_text})"
+            f"{format_value(rule.metric, alert.value)} ({rule.comparison} {format_threshold(rule.metric, rule.threshold)} {rule.span_text})"
         )
     now_value = "" if alert.resolved_value is None else f", now {format_value(rule.metric, alert.resolved_value)}"
     reason = f" ({alert.resolved_reason})" if alert.resolved_reason else ""
@@ -243,6 +290,8 @@ def notification_text(alert: Alert, rule: AlertRule, transition: str) -> str:
 def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, dict[str, Any]]:
     """The outbox action and payload for one transition of `alert`."""
     text = notification_text(alert, rule, transition)
+    url = cause_url(rule.metric, rule.window_minutes)
+    # Threshold and values in one unit, the rule's (percent for rates), named by `unit`.
     details = {
         "alert_id": alert.pk,
         "rule": rule.name,
@@ -250,17 +299,19 @@ def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, d
         "metric": rule.metric,
         "comparison": rule.comparison,
         "threshold": rule.threshold,
+        "unit": UNITS.get(rule.metric, "count"),
         "window_minutes": rule.window_minutes,
-        "value": alert.value,
-        "resolved_value": alert.resolved_value,
+        "value": in_rule_unit(rule.metric, alert.value),
+        "resolved_value": None if alert.resolved_value is None else in_rule_unit(rule.metric, alert.resolved_value),
         "fired_at": alert.fired_at.isoformat(),
         "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+        "url": url,
     }
     if rule.channel == AlertRule.Channel.EMAIL:
-        lines = [text, ""] + [f"{name}: {value}" for name, value in details.items()]
+        lines = [text, "", f"See what caused it: {url}", ""] + [f"{name}: {value}" for name, value in details.items()]
         return "email.send", {"to": rule.target, "subject": f"[idemdash] {text}"[:200], "body": "\n".join(lines)}
     # Slack's incoming webhooks read `text` and ignore the rest; other receivers get the figures.
-    return "http.post", {"url": rule.target, "json": {"text": text, "alert": details}, "headers": {}}
+    return "http.post", {"url": rule.target, "json": {"text": f"{text} <{url}>", "alert": details}, "headers": {}}
 
 
 def _notify(alert: Alert, rule: AlertRule, transition: str) -> None:
@@ -407,6 +458,34 @@ def evaluate_rule(rule: AlertRule, *, actor: str, user: Any = None) -> Evaluatio
 
 
 # --- reads for the pages ------------------------------------------------------------------
+
+
+CHANNEL_OF_ACTION = {"email.send": AlertRule.Channel.EMAIL.label, "http.post": "HTTP POST"}
+
+
+@dataclass
+class Notification:
+    transition: str  # fired / resolved
+    channel: str
+    message: OutboxMessage | None  # None once retention purged it
+
+
+def attach_notifications(rows: list[Alert]) -> None:
+    """Give each alert `notifications`: its channel, and the outbox message that carries
+    each transition's notification (when it was queued, its status), in one query."""
+    keys = [k for a in rows for k in (a.fired_notification_key, a.resolved_notification_key) if k]
+    messages = {m.key: m for m in OutboxMessage.objects.filter(key__in=keys)} if keys else {}
+    for a in rows:
+        a.notifications = []
+        for transition, key in (("fired", a.fired_notification_key), ("resolved", a.resolved_notification_key)):
+            if not key:
+                continue
+            message = messages.get(key)
+            if a.rule is not None:
+                channel = f"{a.rule.get_channel_display().split(' (')[0]} to {a.rule.target_display}"
+            else:
+                channel = CHANNEL_OF_ACTION.get(message.action, message.action) if message else "?"
+            a.notifications.append(Notification(transition, channel, message))
 
 
 def overview_alerts(window: queries.Window, now: datetime | None = None, *, limit: int = 5) -> dict[str, Any]:

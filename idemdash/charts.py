@@ -1,7 +1,25 @@
-"""One pure function per chart: series rows in, a Plotly figure (plain JSON dict) out."""
+"""One pure function per chart: bucket rows in, a Plotly figure (plain JSON dict) out.
+
+The rows are `queries.receipt_series` / `flow_series` buckets: each has its `start`, `end`
+and whether it is `partial` (the current bucket, still filling). What every chart shows
+the same way:
+
+- counts are bars, one per bucket, and the bucket width is in the title and the y axis
+  ("requests per 5 min"); a line between two buckets would draw counts that never happened;
+- rates are lines in percent;
+- the current bucket is hatched and lighter, and its hover says "in progress"; rates leave
+  it out of the line (a few seconds of traffic make a rate that swings);
+- so is the first bucket when the window starts inside it (`cut`): it counts only from
+  the window's start, and its hover says from when;
+- hovering anywhere over a bucket shows its time range and every series' value
+  (hovermode "x unified"; the range is the first line, from an invisible trace);
+- a chart with nothing to show says why, on the chart.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import plotly.graph_objects as go
@@ -14,119 +32,200 @@ AMBER = "#d97706"
 RED = "#dc2626"
 VIOLET = "#7c3aed"
 GREEN = "#059669"
+SLATE = "#9aa5b1"
+
+PARTIAL_OPACITY = 0.45
+
+Rows = Sequence[dict[str, Any]]
 
 
-def _layout(title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+def bucket_text(rows: Rows) -> str:
+    """The bucket width as people say it: "5 min", "hour", "6 h", "day"."""
+    if not rows:
+        return "bucket"
+    seconds = int((rows[0]["end"] - rows[0]["start"]).total_seconds())
+    if seconds % 86400 == 0:
+        return "day" if seconds == 86400 else f"{seconds // 86400} days"
+    if seconds % 3600 == 0:
+        return "hour" if seconds == 3600 else f"{seconds // 3600} h"
+    return f"{seconds // 60} min"
+
+
+def range_text(row: dict[str, Any]) -> str:
+    """"05:50–05:55 UTC" (the hover's title gives the day), or "Nov 24 00:00 – Nov 25 00:00
+    UTC" for a bucket that crosses midnight; "in progress" for the bucket still filling,
+    "counted from 05:12" for a first bucket the window starts in."""
+    start, end = row["start"], row["end"]
+    if start.date() == end.date():
+        text = f"{start:%H:%M}–{end:%H:%M} UTC"
+    else:
+        text = f"{start:%b %d %H:%M} – {end:%b %d %H:%M} UTC"
+    if row.get("cut"):
+        text += f" · counted from {row['cut']:%H:%M:%S} (the window's start)"
+    return f"{text} · in progress" if row.get("partial") else text
+
+
+def _incomplete(row: dict[str, Any]) -> bool:
+    return bool(row.get("partial") or row.get("cut"))
+
+
+def _x(rows: Rows) -> list[str]:
+    """Each bucket at its middle, so that its bar covers its own time span."""
+    return [(row["start"] + (row["end"] - row["start"]) / 2).isoformat() for row in rows]
+
+
+def _layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any]:
+    per = bucket_text(rows)
     return {
         # "none" keeps plotly's default template (several KB of JSON) out of every figure.
         "template": "none",
-        "title": {"text": title, "font": {"size": 14, "color": INK}, "x": 0, "xanchor": "left"},
-        "margin": {"l": 44, "r": 12, "t": 36, "b": 36},
+        "title": {"text": f"{title} <span style=\"font-size:12px;color:{MUTED}\">per {per} · UTC</span>",
+                  "font": {"size": 14, "color": INK}, "x": 0, "xanchor": "left"},
+        "margin": {"l": 52, "r": 12, "t": 36, "b": 36},
         "height": 260,
         "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12, "color": MUTED},
-        "xaxis": {"type": "date", "gridcolor": GRID, "linecolor": GRID},
-        "yaxis": {"title": {"text": y_title}, "gridcolor": GRID, "zeroline": False, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": {"type": "date", "gridcolor": GRID, "linecolor": GRID,
+                  # The hover box's first line; the bucket's own range follows it.
+                  "unifiedhovertitle": {"text": "%{x|%a %b %d}"}},
+        "yaxis": {"title": {"text": f"{y_title} per {per}"}, "gridcolor": GRID, "zeroline": False,
+                  "rangemode": "tozero"},
+        # "normal": the hover box lists the bucket first, then the series in legend order
+        # (stacked bars would otherwise reverse both).
+        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        "hovermode": "x unified",
+        "hoverlabel": {"bgcolor": "white", "bordercolor": GRID, "font": {"color": INK}},
+        "bargap": 0.15,
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         **extra,
     }
 
 
-def _x(series: list[dict[str, Any]]) -> list[str]:
-    return [row["start"].isoformat() for row in series]
+def _bucket_trace(rows: Rows, notes: list[str] | None = None) -> go.Scatter:
+    """Invisible: its hover line is the bucket's range (and a note), above the series."""
+    text = [range_text(r) + (f" · {notes[i]}" if notes and notes[i] else "") for i, r in enumerate(rows)]
+    return go.Scatter(x=_x(rows), y=[0] * len(rows), mode="markers", marker={"opacity": 0, "color": INK},
+                      customdata=text, hovertemplate="<b>%{customdata}</b><extra></extra>",
+                      showlegend=False, name="bucket")
 
 
-def _figure(data: list[Any], layout: dict[str, Any]) -> dict[str, Any]:
-    return go.Figure(data=data, layout=layout).to_plotly_json()
-
-
-def duplicate_rate_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
-    """Share of claim requests that did not run (replay, 409, 422) per bucket, in percent."""
-    rate = [
-        round(100 * row["duplicates"] / row["requests"], 2) if row["requests"] else None
-        for row in series
-    ]
-    return _figure(
-        [go.Scatter(x=_x(series), y=rate, mode="lines+markers", name="duplicate rate",
-                    line={"color": BLUE, "width": 2}, connectgaps=False,
-                    hovertemplate="%{y:.2f}%<extra></extra>")],
-        _layout("Duplicate rate", "% of requests", yaxis={
-            "title": {"text": "% of requests"}, "gridcolor": GRID, "range": [0, 100], "zeroline": False}),
+def _bars(rows: Rows, values: list[int], name: str, color: str) -> go.Bar:
+    partial = [_incomplete(r) for r in rows]
+    return go.Bar(
+        x=_x(rows), y=values, name=name,
+        marker={"color": color, "opacity": [PARTIAL_OPACITY if p else 1 for p in partial],
+                "pattern": {"shape": ["/" if p else "" for p in partial], "fgcolor": "white", "size": 6,
+                            "fillmode": "overlay"}},
+        hovertemplate=f"{name}: %{{y}}<extra></extra>",
     )
 
 
-def conflicts_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
+def _empty(layout: dict[str, Any], reason: str) -> dict[str, Any]:
+    layout["annotations"] = [{"text": reason, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                              "showarrow": False, "font": {"size": 13, "color": MUTED}}]
+    layout["yaxis"] = {**layout["yaxis"], "range": [0, 1], "showticklabels": False}
+    layout["showlegend"] = False
+    return layout
+
+
+def _figure(data: list[Any], layout: dict[str, Any], empty_reason: str | None) -> dict[str, Any]:
+    if empty_reason is not None:
+        layout = _empty(layout, empty_reason)
+    figure = go.Figure(data=data, layout=layout).to_plotly_json()
+    figure["empty"] = empty_reason
+    return figure
+
+
+Column = tuple[list[int], str, str]  # values per bucket, series name, colour
+
+
+def _bar_chart(rows: Rows, title: str, unit: str, columns: list[Column], empty_reason: str, *,
+               barmode: str = "stack", notes: list[str] | None = None, **layout: Any) -> dict[str, Any]:
+    """Bars of `columns` per bucket under the bucket trace; `empty_reason` when all are 0."""
+    data = [_bucket_trace(rows, notes)] + [_bars(rows, values, name, color) for values, name, color in columns]
+    quiet = not any(any(values) for values, _, _ in columns)
+    return _figure(data, _layout(title, unit, rows, barmode=barmode, **layout), empty_reason if quiet else None)
+
+
+def traffic_chart(series: Rows, window: str) -> dict[str, Any]:
+    """Claim requests per bucket, stacked: those that ran the operation and the duplicates
+    (replays, 409s, 422s) that did not. The stack's height is every claim request."""
+    return _bar_chart(series, "Claim requests", "requests", [
+        ([r["requests"] - r["duplicates"] for r in series], "ran", INK),
+        ([r["duplicates"] for r in series], "duplicates (not run)", BLUE),
+    ], f"No claim requests in the last {window}", notes=[f"{r['requests']} requests" for r in series])
+
+
+def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
+    """Share of claim requests that did not run (replay, 409, 422) per bucket, in percent.
+    A bucket without requests has no rate (a gap). The bucket in progress is not on the
+    line: its rate so far is a hollow marker, apart."""
+    def rate(r: dict[str, Any]) -> float | None:
+        return round(100 * r["duplicates"] / r["requests"], 2) if r["requests"] else None
+
+    notes = [f"{r['duplicates']} of {r['requests']} requests" if r["requests"] else "no requests" for r in series]
     x = _x(series)
-    return _figure(
-        [
-            go.Bar(x=x, y=[r["in_progress"] for r in series], name="409 in progress", marker={"color": AMBER}),
-            go.Bar(x=x, y=[r["mismatch"] for r in series], name="422 mismatch", marker={"color": RED}),
-        ],
-        _layout("Conflicts", "requests", barmode="stack"),
-    )
+    data = [
+        _bucket_trace(series, notes),
+        go.Scatter(x=x, y=[None if r.get("partial") else rate(r) for r in series], mode="lines+markers",
+                   name="duplicate rate", line={"color": BLUE, "width": 2}, connectgaps=False,
+                   hovertemplate="duplicate rate: %{y:.2f}%<extra></extra>"),
+        go.Scatter(x=x, y=[rate(r) if r.get("partial") else None for r in series], mode="markers",
+                   name="so far (bucket in progress)",
+                   marker={"color": "white", "size": 8, "line": {"color": BLUE, "width": 2}},
+                   hovertemplate="so far: %{y:.2f}%<extra></extra>"),
+    ]
+    layout = _layout("Duplicate rate", "% of requests", series)
+    layout["title"]["text"] = (f"Duplicate rate <span style=\"font-size:12px;color:{MUTED}\">% of claim requests "
+                               f"per {bucket_text(series)} · UTC</span>")
+    layout["yaxis"] = {**layout["yaxis"], "title": {"text": "% of requests"}, "range": [0, 100], "ticksuffix": "%"}
+    quiet = not any(r["requests"] for r in series)
+    return _figure(data, layout, f"No claim requests in the last {window}" if quiet else None)
 
 
-def stuck_chart(series: list[dict[str, Any]], flow: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def conflicts_chart(series: Rows, window: str) -> dict[str, Any]:
+    return _bar_chart(series, "Conflicts", "requests", [
+        ([r["in_progress"] for r in series], "409 in progress", AMBER),
+        ([r["mismatch"] for r in series], "422 mismatch", RED),
+    ], f"No 409 or 422 answers in the last {window}")
+
+
+def stuck_chart(series: Rows, flow: Rows | None, window: str) -> dict[str, Any]:
     """Stuck leases per bucket, seen when they were recovered: a receipt taken over by the
     next claim, an outbox message whose drainer finished after losing its lease, or a row of
     any store released by an operator. (How many rows were stuck at a past instant is not
     stored, and the webhook sweeper's recoveries are counted on the event, not in time.)"""
-    x = _x(series)
-    data = [
-        go.Bar(x=x, y=[r["lease_takeover"] for r in series], name="receipt takeovers", marker={"color": VIOLET}),
-        go.Bar(x=x, y=[r["released"] for r in series], name="receipts released", marker={"color": MUTED}),
+    columns = [
+        ([r["lease_takeover"] for r in series], "receipt takeovers", VIOLET),
+        ([r["released"] for r in series], "receipts released", SLATE),
     ]
     if flow is not None:
-        data += [
-            go.Bar(x=x, y=[r["stale"] for r in flow], name="outbox lease lost", marker={"color": AMBER}),
-            go.Bar(x=x, y=[r["events_released"] + r["messages_released"] for r in flow],
-                   name="events / messages released", marker={"color": RED}),
+        columns += [
+            ([r["stale"] for r in flow], "outbox lease lost", AMBER),
+            ([r["events_released"] + r["messages_released"] for r in flow], "events / messages released", RED),
         ]
     # Four legend entries wrap to several lines on a phone: anchor the legend's top below
     # the date ticks and leave it room, so it never covers them.
-    return _figure(data, _layout("Stuck leases recovered", "rows", barmode="stack",
-                                 legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
-                                 margin={"l": 44, "r": 12, "t": 36, "b": 90}, height=310))
+    return _bar_chart(series, "Stuck leases recovered", "rows", columns,
+                      f"No stuck lease recovered in the last {window}",
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "traceorder": "normal"},
+                      margin={"l": 52, "r": 12, "t": 36, "b": 90}, height=310)
 
 
-def webhook_chart(flow: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every stored delivery against the new unique events among them: the gap is provider
-    redeliveries that deduplication absorbed."""
-    x = _x(flow)
-    return _figure(
-        [
-            go.Scatter(x=x, y=[r["deliveries"] for r in flow], name="deliveries", mode="lines",
-                       line={"color": INK, "width": 2}),
-            go.Scatter(x=x, y=[r["events"] for r in flow], name="unique events", mode="lines",
-                       line={"color": GREEN, "width": 2}, fill="tozeroy"),
-        ],
-        _layout("Webhook deliveries vs unique events", "per bucket"),
-    )
+def webhook_chart(flow: Rows, window: str) -> dict[str, Any]:
+    """Stored deliveries per bucket, stacked: new unique events and the provider
+    redeliveries that deduplication absorbed. The stack's height is every delivery."""
+    return _bar_chart(flow, "Webhook deliveries", "deliveries", [
+        ([r["events"] for r in flow], "unique events", GREEN),
+        ([r["deliveries"] - r["events"] for r in flow], "redeliveries", SLATE),
+    ], f"No webhook deliveries in the last {window}", notes=[f"{r['deliveries']} deliveries" for r in flow])
 
 
-def outbox_chart(flow: list[dict[str, Any]]) -> dict[str, Any]:
+def outbox_chart(flow: Rows, window: str) -> dict[str, Any]:
     """Messages enqueued against messages sent (and died) per bucket: when enqueued stays
     above sent, the backlog grows. The backlog itself is a tile (it is known only now)."""
-    x = _x(flow)
-    return _figure(
-        [
-            go.Bar(x=x, y=[r["enqueued"] for r in flow], name="enqueued", marker={"color": BLUE}),
-            go.Bar(x=x, y=[r["sent"] for r in flow], name="sent", marker={"color": GREEN}),
-            go.Bar(x=x, y=[r["died"] for r in flow], name="died", marker={"color": RED}),
-        ],
-        _layout("Outbox: enqueued vs sent", "messages", barmode="group"),
-    )
-
-
-def traffic_chart(series: list[dict[str, Any]]) -> dict[str, Any]:
-    x = _x(series)
-    return _figure(
-        [
-            go.Scatter(x=x, y=[r["requests"] for r in series], name="requests", mode="lines",
-                       line={"color": INK, "width": 2}),
-            go.Scatter(x=x, y=[r["duplicates"] for r in series], name="duplicates", mode="lines",
-                       line={"color": BLUE, "width": 2}, fill="tozeroy"),
-        ],
-        _layout("Claim requests", "requests"),
-    )
+    return _bar_chart(flow, "Outbox: enqueued vs sent", "messages", [
+        ([r["enqueued"] for r in flow], "enqueued", BLUE),
+        ([r["sent"] for r in flow], "sent", GREEN),
+        ([r["died"] for r in flow], "died", RED),
+    ], f"No outbox messages enqueued or sent in the last {window}", barmode="group")

@@ -48,7 +48,10 @@ class AlertRule(models.Model):
     name = models.CharField(max_length=100, unique=True)
     metric = models.CharField(max_length=32, choices=Metric.choices)
     comparison = models.CharField(max_length=2, choices=Comparison.choices, default=Comparison.GT)
-    threshold = models.FloatField()
+    threshold = models.FloatField(
+        help_text="In the unit of the figure's tile: percent for the duplicate rate (20 means 20%), "
+                  "seconds for the backlog age, otherwise a count."
+    )
     window_minutes = models.PositiveIntegerField(
         default=60, help_text="The figure is measured over the last this many minutes."
     )
@@ -102,7 +105,15 @@ class AlertRule(models.Model):
 
     @property
     def condition(self) -> str:
-        return f"{self.get_metric_display()} {self.comparison} {self.threshold:g} {self.span_text}"
+        from idemdash.alerts import format_threshold
+
+        return f"{self.get_metric_display()} {self.comparison} {format_threshold(self.metric, self.threshold)} {self.span_text}"
+
+    @property
+    def threshold_display(self) -> str:
+        from idemdash.alerts import format_threshold
+
+        return format_threshold(self.metric, self.threshold)
 
 
 class Alert(models.Model):

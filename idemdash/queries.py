@@ -45,15 +45,19 @@ WINDOWS: dict[str, Window] = {
     )
 }
 DEFAULT_WINDOW = "24h"
+# The overview opens on the last hour (5-minute bars) until the user picks another window,
+# which their session keeps: a fresh demo's first minutes fill several bars there, where
+# 24 hourly bars showed one spike.
+OVERVIEW_DEFAULT_WINDOW = "1h"
 
 
 class BadWindow(ValueError):
     pass
 
 
-def parse_window(value: str | None) -> Window:
+def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
     if value in (None, ""):
-        return WINDOWS[DEFAULT_WINDOW]
+        return WINDOWS[default]
     try:
         return WINDOWS[value]
     except KeyError:
@@ -284,23 +288,17 @@ def _bucket_counts(
 
 
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first.
+    """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first
+    (the bucket rows of `_empty_buckets`).
 
     The few hundred rows of `_bucket_counts` are folded into the window's buckets here,
     which works the same on both databases.
     """
     now = now or timezone.now()
+    buckets = _empty_buckets(window, now, [o.value for o in SERIES_OUTCOMES])
     start = window_start(window, now)
-    rows = _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES)
-    buckets: dict[datetime, dict[str, Any]] = {}
-    moment = _floor(start, window.bucket)
-    while moment <= now:
-        buckets[moment] = {"start": moment, **{o.value: 0 for o in SERIES_OUTCOMES}}
-        moment += window.bucket
-    for t, outcome, n in rows:
-        bucket = buckets.get(_floor(t, window.bucket))
-        if bucket is not None:
-            bucket[outcome] += n
+    _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
+          lambda outcome: outcome)
     series = list(buckets.values())
     for b in series:
         b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
@@ -309,12 +307,18 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
 
 
 def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[datetime, dict[str, Any]]:
+    """Every bucket of the chart, zeros. Each knows its range [start, end) and whether it
+    is still `partial`: the last one, which ends after now and is still filling. The first
+    bucket usually starts before the window does, and counts only from the window's start,
+    which it keeps as `cut` (the charts mark it), so that the buckets add up to the tiles."""
     start = window_start(window, now)
     buckets: dict[datetime, dict[str, Any]] = {}
     moment = _floor(start, window.bucket)
     while moment <= now:
-        buckets[moment] = {"start": moment, **{n: 0 for n in names}}
-        moment += window.bucket
+        end = moment + window.bucket
+        buckets[moment] = {"start": moment, "end": end, "partial": end > now,
+                           "cut": start if moment < start else None, **{n: 0 for n in names}}
+        moment = end
     return buckets
 
 

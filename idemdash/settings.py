@@ -60,6 +60,11 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+# Where operators open the dashboard: alert notifications link there. The default is
+# `make demo`'s address; set it in production.
+IDEMDASH_BASE_URL = os.environ.get(
+    "IDEMDASH_BASE_URL", f"http://127.0.0.1:{os.environ.get('IDEMDASH_PORT', '8000')}"
+).strip().rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

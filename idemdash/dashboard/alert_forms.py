@@ -4,7 +4,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from idemdash.alerts import parse_window_minutes, window_label
+from idemdash.alerts import PERCENT_METRICS, parse_window_minutes, window_label
 from idemdash.models import Alert, AlertRule
 
 
@@ -23,8 +23,10 @@ class AlertRuleForm(forms.ModelForm):
     class Meta:
         model = AlertRule
         fields = ["name", "metric", "comparison", "threshold", "channel", "target", "enabled"]
+        labels = {"threshold": "Threshold (in the tile's unit)"}
         help_texts = {
-            "threshold": "A count, or for the duplicate rate a fraction (0.2 is 20%), or for backlog age seconds.",
+            "threshold": "As the overview's tile shows the figure: for the duplicate rate a percentage "
+                         "(20 means 20%), for the backlog age seconds, otherwise a count.",
         }
 
     def __init__(self, *args, **kwargs) -> None:
@@ -44,8 +46,8 @@ class AlertRuleForm(forms.ModelForm):
 
     def clean(self) -> dict:
         data = super().clean()
-        if data.get("metric") == AlertRule.Metric.DUPLICATE_RATE and (data.get("threshold") or 0) >= 1:
-            self.add_error("threshold", "The duplicate rate is a fraction from 0 to 1: 0.2 means 20%.")
+        if data.get("metric") in PERCENT_METRICS and (data.get("threshold") or 0) >= 100:
+            self.add_error("threshold", "The duplicate rate is a percentage below 100: 20 means 20%.")
         return data
 
 

@@ -34,6 +34,7 @@ def alert_history(request: HttpRequest) -> HttpResponse:
             rows = rows.filter(id__lt=int(before))
         page = list(rows[: PAGE_SIZE + 1])
         context["rows"] = page[:PAGE_SIZE]
+        alerts.attach_notifications(context["rows"])
         if len(page) > PAGE_SIZE:
             query = request.GET.copy()
             query["before"] = page[PAGE_SIZE - 1].pk

@@ -27,6 +27,8 @@ from receipts.problems import problem
 
 Status = Receipt.Status
 
+OVERVIEW_WINDOW_KEY = "overview_window"
+
 
 def _overview_context(window: queries.Window) -> dict[str, Any]:
     now = timezone.now()
@@ -38,12 +40,12 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         "stats": queries.overview_stats(window, now),
         "now": now,
         "charts": [
-            ("chart-traffic", charts.traffic_chart(series)),
-            ("chart-duplicates", charts.duplicate_rate_chart(series)),
-            ("chart-conflicts", charts.conflicts_chart(series)),
-            ("chart-stuck", charts.stuck_chart(series, flow)),
-            ("chart-webhooks", charts.webhook_chart(flow)),
-            ("chart-outbox", charts.outbox_chart(flow)),
+            ("chart-traffic", charts.traffic_chart(series, window.name)),
+            ("chart-duplicates", charts.duplicate_rate_chart(series, window.name)),
+            ("chart-conflicts", charts.conflicts_chart(series, window.name)),
+            ("chart-stuck", charts.stuck_chart(series, flow, window.name)),
+            ("chart-webhooks", charts.webhook_chart(flow, window.name)),
+            ("chart-outbox", charts.outbox_chart(flow, window.name)),
         ],
         "with_charts": True,
         "alert_panel": alerts.overview_alerts(window, now),
@@ -53,11 +55,18 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
 @require_GET
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
+    # The window chosen last is kept in the session: a reload, or a visit to another page
+    # and back, shows the same window; `?window=` changes it.
+    remembered = request.session.get(OVERVIEW_WINDOW_KEY)
+    if remembered not in queries.WINDOWS:
+        remembered = queries.OVERVIEW_DEFAULT_WINDOW
     try:
-        window = queries.parse_window(request.GET.get("window"))
+        window = queries.parse_window(request.GET.get("window"), default=remembered)
     except queries.BadWindow as exc:
         messages.error(request, str(exc))
-        window = queries.parse_window(None)
+        window = queries.WINDOWS[remembered]
+    if window.name != request.session.get(OVERVIEW_WINDOW_KEY):
+        request.session[OVERVIEW_WINDOW_KEY] = window.name
     return partial_or_page(request, "dashboard/overview.html", "dashboard/partials/overview_figures.html",
                             _overview_context(window))
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import template
+from django.utils import timezone
 
 register = template.Library()
 
@@ -30,3 +33,12 @@ def duration(seconds: int | None) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.filter
+def since(moment: datetime | None, now: datetime | None = None) -> str:
+    """How long ago `moment` was, as `duration` says it ("45 s", "3 min", "1 h 2 min")."""
+    if moment is None:
+        return "–"
+    seconds = int(((now or timezone.now()) - moment).total_seconds())
+    return duration(seconds) if seconds > 0 else "0 s"

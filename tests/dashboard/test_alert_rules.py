@@ -49,7 +49,7 @@ def test_an_operator_creates_a_rule_and_it_is_audited(operator_client, operator)
     ({"channel": "webhook", "target": "ftp://example.com/x"}, "target", "Give an http or https URL."),
     ({"window": "90d"}, "window", "between 1 minute and 30 days"),
     ({"window": "soon"}, "window", "Give a window such as"),
-    ({"metric": "duplicate_rate", "threshold": "20"}, "threshold", "0.2 means 20%"),
+    ({"metric": "duplicate_rate", "threshold": "100"}, "threshold", "20 means 20%"),
     ({"threshold": "-1"}, "threshold", "0 or more"),
     ({"metric": "cpu"}, "metric", "Select a valid choice"),
     ({"name": ""}, "name", "This field is required."),
@@ -170,3 +170,13 @@ def test_a_webhook_url_is_masked_on_the_page_and_in_the_audit_log(operator_clien
     assert "https://hooks.slack.com/…xyz9" in html and "SECRET" not in html
     assert "SECRET" not in AuditEntry.objects.get().detail
     assert "SECRET" not in viewer_client.get("/audit/").content.decode()
+
+
+def test_a_duplicate_rate_rule_is_typed_and_shown_in_percent(operator_client):
+    response = operator_client.post("/alerts/rules/new/", {**VALID, "metric": "duplicate_rate", "threshold": "20"})
+    assert response.status_code == 302
+    assert AlertRule.objects.get().threshold == 20
+    html = operator_client.get("/alerts/rules/").content.decode()
+    assert "Duplicate rate &gt; 20% over 1h" in html
+    form = operator_client.get(f"/alerts/rules/{AlertRule.objects.get().pk}/").content.decode()
+    assert 'name="threshold" value="20.0"' in form or 'name="threshold" value="20"' in form

@@ -35,7 +35,7 @@ def test_the_history_lists_firing_and_resolved_alerts_newest_first(viewer_client
     alerts.evaluate(rules=[new])
     html = viewer_client.get("/alerts/").content.decode()
     assert html.index('data-state="firing"') < html.index('data-state="resolved"')
-    assert "condition cleared" in html and "idemdash:alert:" in html
+    assert "condition cleared" in html and "Email to ops@example.com" in html
 
 
 def test_the_history_filters_by_rule_and_state(viewer_client):
@@ -93,3 +93,23 @@ def test_the_overview_shows_alerts_resolved_within_its_window(viewer_client):
 
 def test_the_overview_without_alerts_shows_no_panel(viewer_client):
     assert "alert-panel" not in viewer_client.get("/").content.decode()
+
+
+@pytest.mark.parametrize("ago, text", [(timedelta(seconds=40), "firing for 40 s"), (timedelta(minutes=3, seconds=5), "firing for 3 min"),
+                                       (timedelta(hours=2, minutes=4), "firing for 2 h 4 min")])
+def test_the_banner_says_how_long_the_alert_has_been_firing(viewer_client, ago, text):
+    make_rule()
+    stuck("r1", minutes_ago=200)
+    alerts.evaluate(timezone.now() - ago)
+    html = viewer_client.get("/").content.decode()
+    assert text in html and "0 minutes" not in html
+
+
+def test_the_history_shows_each_notification_by_channel_and_time_not_by_key(viewer_client):
+    rule = make_rule()
+    fired_then_resolved(rule)
+    html = viewer_client.get("/alerts/").content.decode()
+    assert "idemdash:alert:" not in html
+    assert html.count("Email to ops@example.com · queued") == 2
+    assert 'data-notification="fired"' in html and 'data-notification="resolved"' in html
+    assert "/outbox/" in html and ">pending</a>" in html

@@ -15,19 +15,24 @@ from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def fill_rule(page, name: str, metric: str, threshold: str, window: str, target: str) -> None:
+    """Fill the new-rule form (email channel) and submit it."""
+    page.fill("input[name=name]", name)
+    page.select_option("select[name=metric]", metric)
+    page.fill("input[name=threshold]", threshold)
+    page.fill("input[name=window]", window)
+    page.select_option("select[name=channel]", "email")
+    page.fill("input[name=target]", target)
+    page.click("text=Create rule")
+
+
 def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_page, live_server):
     page = operator_page
 
     # Create the rule; a bad address is shown inline first.
     page.goto(live_server.url + "/alerts/rules/")
     page.click("text=New rule")
-    page.fill("input[name=name]", "Stuck rows")
-    page.select_option("select[name=metric]", "stuck_rows")
-    page.fill("input[name=threshold]", "0")
-    page.fill("input[name=window]", "15m")
-    page.select_option("select[name=channel]", "email")
-    page.fill("input[name=target]", "ops at example")
-    page.click("text=Create rule")
+    fill_rule(page, "Stuck rows", "stuck_rows", "0", "15m", "ops at example")
     page.wait_for_selector("#id_target-error")
     assert "valid email address" in page.inner_text("#id_target-error")
     page.screenshot(path=SHOTS / "alert-rule-invalid.png", full_page=True)
@@ -61,3 +66,46 @@ def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_pa
     assert page.locator('tr[data-state="firing"]').count() == 1
     page.screenshot(path=SHOTS / "alert-history.png", full_page=True)
     assert read_in_place(lambda: (Alert.objects.count(), AlertRule.objects.get().window_minutes)) == (1, 15)
+
+
+def test_a_duplicate_rate_rule_reads_in_percent_and_its_alert_says_how_long_and_how_it_notified(
+    operator_page, live_server, settings
+):
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    from tests.dashboard.build import completed, mismatched
+
+    page = operator_page
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(live_server.url + "/alerts/rules/new/")
+    assert "percentage" in page.inner_text("form.rule-form")
+    fill_rule(page, "Duplicates", "duplicate_rate", "20", "1h", "ops@example.com")
+    page.wait_for_url("**/alerts/rules/")
+    assert "Duplicate rate > 20% over 1h" in page.inner_text("table.data")
+
+    # 5 minutes ago, 1 of 3 requests did not run (33.33%); the rule fired 3 minutes ago.
+    def traffic() -> None:
+        now = timezone.now()
+        with time_machine.travel(now - timedelta(minutes=5), tick=False):
+            completed("order-1")
+            mismatched("order-422", {"amount": 500}, {"amount": 900})
+        alerts.evaluate(now - timedelta(minutes=3))
+    read_in_place(traffic)
+    page.goto(live_server.url + "/")
+    banner = page.inner_text(".alert-panel")
+    assert "Duplicate rate > 20% over 1h" in banner and "was 33.33%" in banner, banner
+    assert "firing for 3 min" in banner
+    page.screenshot(path=SHOTS / "alert-overview-percent.png")
+    tile = page.inner_text('[data-figure="receipts.duplicate_rate"] .tile-value')
+    assert tile == "33.33%"
+
+    page.goto(live_server.url + "/alerts/")
+    notified = page.inner_text('[data-notification="fired"]')
+    assert "Email to ops@example.com · queued" in notified and "UTC" in notified
+    assert "idemdash:alert:" not in page.content()
+    page.screenshot(path=SHOTS / "alert-history-1440.png")
+    page.goto(live_server.url + "/alerts/rules/")
+    page.screenshot(path=SHOTS / "alert-rules-1440.png")

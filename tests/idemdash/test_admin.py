@@ -60,3 +60,9 @@ def test_alerts_are_read_only_in_the_admin(admin_client):
     assert admin_client.get("/admin/idemdash/alert/add/").status_code == 403
     page = admin_client.get(f"/admin/idemdash/alert/{alert.pk}/change/").content.decode()
     assert 'name="_save"' not in page and rule.name in page
+
+
+def test_the_admin_lists_a_rate_threshold_in_percent(admin_client):
+    AlertRule.objects.create(name="dups", metric="duplicate_rate", threshold=20, channel="email", target="ops@example.com")
+    html = admin_client.get("/admin/idemdash/alertrule/").content.decode()
+    assert '<td class="field-threshold_shown">20%</td>' in html

@@ -269,8 +269,9 @@ def test_disabling_a_firing_rule_resolves_its_alert_and_a_disabled_rule_never_fi
 
 
 @pytest.mark.django_db
-def test_a_webhook_rule_posts_slack_compatible_json_with_the_figures():
-    r = rule(Metric.DUPLICATE_RATE, 0.2, channel="webhook", target="https://hooks.slack.com/services/T/B/X")
+def test_a_webhook_rule_posts_slack_compatible_json_with_the_figures(settings):
+    settings.IDEMDASH_BASE_URL = "https://idemdash.example.com"
+    r = rule(Metric.DUPLICATE_RATE, 20, channel="webhook", target="https://hooks.slack.com/services/T/B/X")
     now = timezone.now()
     known_traffic(now)
     alerts.evaluate(now)
@@ -279,12 +280,68 @@ def test_a_webhook_rule_posts_slack_compatible_json_with_the_figures():
     assert message.action == "http.post"
     assert message.payload["url"] == "https://hooks.slack.com/services/T/B/X"
     body = message.payload["json"]
-    assert body["text"] == f"[FIRING] {r.name}: Duplicate rate is 55.56% (> 0.2 over 1h)"
+    assert body["text"] == (f"[FIRING] {r.name}: Duplicate rate is 55.56% (> 20% over 1h) "
+                            "<https://idemdash.example.com/?window=1h>")
     assert body["alert"] == {
         "alert_id": alert.pk, "rule": r.name, "state": "firing", "metric": "duplicate_rate", "comparison": ">",
-        "threshold": 0.2, "window_minutes": 60, "value": 0.5556, "resolved_value": None,
-        "fired_at": now.isoformat(), "resolved_at": None,
+        "threshold": 20.0, "unit": "percent", "window_minutes": 60, "value": 55.56, "resolved_value": None,
+        "fired_at": now.isoformat(), "resolved_at": None, "url": "https://idemdash.example.com/?window=1h",
     }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("threshold, fires", [(20, True), (55.5, True), (55.56, False), (60, False)])
+def test_a_rate_threshold_is_in_percent_as_the_tile_shows_it(threshold, fires):
+    # known_traffic's duplicate rate over the hour is 0.5556, which the tile shows as 55.56%.
+    now = timezone.now()
+    known_traffic(now)
+    r = rule(Metric.DUPLICATE_RATE, threshold)
+    assert r.condition == f"Duplicate rate > {threshold:g}% over 1h"
+    assert bool(alerts.evaluate(now).fired) is fires
+
+
+@pytest.mark.parametrize("metric, value, text", [
+    (Metric.DUPLICATE_RATE, 0.3674, "36.74%"), (Metric.DUPLICATE_RATE, 0.2, "20%"),
+    (Metric.OUTBOX_BACKLOG_AGE, 200, "3 min"), (Metric.OUTBOX_BACKLOG_AGE, 0, "0 s"), (Metric.STUCK_ROWS, 3, "3"),
+])
+def test_a_figure_is_formatted_as_its_tile_formats_it(metric, value, text):
+    assert alerts.format_value(metric, value) == text
+
+
+@pytest.mark.parametrize("metric, path", [
+    (Metric.MISMATCH_CONFLICTS, "/receipts/?conflict=422"), (Metric.STUCK_ROWS, "/stuck/"),
+    (Metric.DEAD_WEBHOOK_EVENTS, "/events/?status=dead"), (Metric.OUTBOX_BACKLOG_AGE, "/outbox/?status=waiting"),
+    (Metric.DUPLICATE_RATE, "/?window=24h"),
+])
+def test_a_notification_links_to_the_filtered_page_that_shows_the_cause(settings, metric, path):
+    settings.IDEMDASH_BASE_URL = "https://ops.example.com"
+    assert alerts.cause_url(metric, 24 * 60) == "https://ops.example.com" + path
+
+
+@pytest.mark.django_db
+def test_the_email_carries_the_link_to_the_cause(settings):
+    settings.IDEMDASH_BASE_URL = "https://ops.example.com"
+    rule(Metric.STUCK_ROWS, 0)
+    stuck("order-stuck")
+    alerts.evaluate()
+    body = OutboxMessage.objects.get().payload["body"]
+    assert "See what caused it: https://ops.example.com/stuck/" in body
+
+
+@pytest.mark.django_db
+def test_the_migration_turns_fraction_thresholds_into_percent():
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("idemdash.migrations.0003_alert_thresholds_in_percent")
+    rate, count = rule(Metric.DUPLICATE_RATE, 0.2), rule(Metric.STUCK_ROWS, 3)
+    migration.fractions_to_percent(apps, None)
+    rate.refresh_from_db(), count.refresh_from_db()
+    assert (rate.threshold, count.threshold) == (20, 3)
+    migration.percent_to_fractions(apps, None)
+    rate.refresh_from_db()
+    assert rate.threshold == 0.2
 
 
 @pytest.mark.django_db

@@ -64,14 +64,25 @@ def test_the_charts_name_what_they_count_and_are_plain_json(traffic):
     window = queries.WINDOWS["24h"]
     flow = queries.flow_series(window, NOW)
     receipts = queries.receipt_series(window, NOW)
-    webhooks = charts.webhook_chart(flow)
-    assert [t["name"] for t in webhooks["data"]] == ["deliveries", "unique events"]
-    assert sum(webhooks["data"][0]["y"]) == 7 and sum(webhooks["data"][1]["y"]) == 4
-    outbox = charts.outbox_chart(flow)
-    assert [t["name"] for t in outbox["data"]] == ["enqueued", "sent", "died"]
-    assert [sum(t["y"]) for t in outbox["data"]] == [6, 2, 1]
-    stuck = charts.stuck_chart(receipts, flow)
+    webhooks = charts.webhook_chart(flow, "24h")
+    assert [t["name"] for t in webhooks["data"]] == ["bucket", "unique events", "redeliveries"]
+    assert sum(webhooks["data"][1]["y"]) == 4 and sum(webhooks["data"][2]["y"]) == 3  # 7 deliveries
+    outbox = charts.outbox_chart(flow, "24h")
+    assert [t["name"] for t in outbox["data"]] == ["bucket", "enqueued", "sent", "died"]
+    assert [sum(t["y"]) for t in outbox["data"][1:]] == [6, 2, 1]
+    stuck = charts.stuck_chart(receipts, flow, "24h")
     assert [t["name"] for t in stuck["data"]] == [
-        "receipt takeovers", "receipts released", "outbox lease lost", "events / messages released"]
+        "bucket", "receipt takeovers", "receipts released", "outbox lease lost", "events / messages released"]
     for figure in (webhooks, outbox, stuck):
         assert json.loads(json.dumps(figure)) == figure
+
+
+def test_the_first_bucket_counts_from_the_windows_start_and_only_the_last_is_in_progress(traffic):
+    series = queries.flow_series(queries.WINDOWS["1h"], NOW)
+    # 12:02:30 - 1h = 11:02:30: the first bucket, 11:00-11:05, counts from then (so the
+    # buckets add up to the tiles); the last, 12:00-12:05, is still filling.
+    assert series[0]["start"] == datetime(2026, 3, 10, 11, 0, tzinfo=timezone.utc)
+    assert series[0]["cut"] == datetime(2026, 3, 10, 11, 2, 30, tzinfo=timezone.utc)
+    assert all(r["cut"] is None for r in series[1:])
+    assert [r["partial"] for r in series] == [False] * 12 + [True]
+    assert all(r["end"] - r["start"] == queries.WINDOWS["1h"].bucket for r in series)
