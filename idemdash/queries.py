@@ -8,11 +8,13 @@ Each figure family is one grouped query, never a query per figure or per bucket.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.db import connections
 from django.db.models import Count, Min
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.utils import timezone
@@ -381,3 +383,63 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     )
     _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
     return list(buckets.values())
+
+
+# --- list totals -------------------------------------------------------------------------------
+
+# Counting stops here: above it the list says "more than 10,000" and shows the planner's
+# estimate, so a filter that matches millions of rows costs what one matching 10,000 costs.
+TOTAL_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class Total:
+    """How many rows a list's filter matches: exact up to TOTAL_CAP, else an estimate
+    (PostgreSQL's planner) that is at least the cap, or None where there is none (SQLite)."""
+
+    count: int
+    exact: bool = True
+    estimate: int | None = None
+
+
+def list_total(qs: Any, cap: int | None = None) -> Total:
+    """The total of every dashboard list: one COUNT over at most cap + 1 matching rows, then,
+    past the cap on PostgreSQL, the row estimate of the query's plan (EXPLAIN, no execution)."""
+    cap = cap or TOTAL_CAP
+    qs = qs.order_by()
+    counted = qs.values("pk")[: cap + 1].count()
+    if counted <= cap:
+        return Total(counted)
+    return Total(cap, exact=False, estimate=_planner_rows(qs, cap))
+
+
+def _planner_rows(qs: Any, floor: int) -> int | None:
+    if connections[qs.db].vendor != "postgresql":
+        return None
+    sql, params = qs.values("pk").query.sql_with_params()
+    with connections[qs.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    # The planner may guess below what we have just counted; we know better than that.
+    return max(int(plan[0]["Plan"]["Plan Rows"]), floor + 1)
+
+
+# What a receipt's callers got besides its own run: the list's replay / 409 / 422 columns.
+DUPLICATE_OUTCOMES = {Outcome.REPLAYED: "replays", Outcome.IN_PROGRESS: "in_progress", Outcome.MISMATCH: "mismatches"}
+
+
+def duplicate_counts(receipt_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Replays, 409s and 422s per receipt, for one page of receipts: one grouped query on
+    the attempt log's (receipt, created_at) index, not one per row."""
+    counts = {pk: {name: 0 for name in DUPLICATE_OUTCOMES.values()} for pk in receipt_ids}
+    rows = (
+        Attempt.objects.filter(receipt_id__in=receipt_ids, outcome__in=list(DUPLICATE_OUTCOMES))
+        .values_list("receipt_id", "outcome")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for pk, outcome, n in rows:
+        counts[pk][DUPLICATE_OUTCOMES[outcome]] = n
+    return counts

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from idemdash import queries
 from idemdash.dashboard.forms import BadCursor, keyset_page
 
 
@@ -25,15 +26,21 @@ def filtered_list(
     page: str,
     partial: str,
     extra: dict[str, Any] | None = None,
+    decorate: Callable[[list], None] | None = None,
 ) -> HttpResponse:
-    """A filter form's rows, a keyset page at a time. `rows()`, called once the form is
-    valid, gives the queryset, the field it is ordered by and whether descending."""
+    """A filter form's rows, a keyset page at a time, with the total the filter matches
+    (`queries.list_total`). `rows()`, called once the form is valid, gives the queryset, the
+    field it is ordered by and whether descending; `decorate(page)` may add to the page's
+    rows what they show beside their own fields (one query for the page)."""
     context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None, **(extra or {})}
     status = 200
     if form.is_valid():
         queryset, field, descending = rows()
         try:
             context["rows"], context["next_cursor"] = keyset_page(queryset, field, descending, request.GET.get("after"))
+            context["total"] = queries.list_total(queryset)
+            if decorate and context["rows"]:
+                decorate(context["rows"])
         except BadCursor as exc:
             context["error"] = str(exc)
             status = 400

@@ -79,7 +79,13 @@ def overview(request: HttpRequest) -> HttpResponse:
 def receipts(request: HttpRequest) -> HttpResponse:
     form = ReceiptFilter(request.GET)
     return filtered_list(request, form, lambda: (form.receipts(), *form.sort_key()), "dashboard/receipts.html",
-                         "dashboard/partials/receipt_table.html")
+                         "dashboard/partials/receipt_table.html", decorate=_with_duplicate_counts)
+
+
+def _with_duplicate_counts(rows: list[Receipt]) -> None:
+    counts = queries.duplicate_counts([r.pk for r in rows])
+    for r in rows:
+        r.duplicates = counts[r.pk]
 
 
 def _pretty(value: Any) -> str:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -42,3 +44,57 @@ def since(moment: datetime | None, now: datetime | None = None) -> str:
         return "–"
     seconds = int(((now or timezone.now()) - moment).total_seconds())
     return duration(seconds) if seconds > 0 else "0 s"
+
+
+def _zoned(moment: datetime) -> datetime:
+    return timezone.localtime(moment) if timezone.is_aware(moment) else moment
+
+
+@register.filter
+def stamp(moment: datetime | None, seconds_only: str = "") -> str:
+    """'2026-11-24 06:10:09 UTC': every timestamp the dashboard shows, in the server's time
+    zone (TIME_ZONE) and saying which; `|stamp:"time"` leaves the date out."""
+    if moment is None:
+        return "–"
+    local = _zoned(moment)
+    text = local.strftime("%H:%M:%S" if seconds_only == "time" else "%Y-%m-%d %H:%M:%S")
+    return f"{text} {local.tzname() or ''}".rstrip()
+
+
+@register.filter
+def when(moment: datetime | None, seconds_only: str = "") -> str:
+    """A `<time>` element for `stamp`, its ISO value in `datetime`."""
+    if moment is None:
+        return "–"
+    return format_html('<time datetime="{}">{}</time>', moment.isoformat(), stamp(moment, seconds_only))
+
+
+@register.filter
+def due(moment: datetime | None, now: datetime | None = None) -> str:
+    """When a retry is due, relative ('in 2 min', or 'due now' once past), with the absolute
+    time on hover: the list's next-attempt column."""
+    if moment is None:
+        return "–"
+    seconds = int((moment - (now or timezone.now())).total_seconds())
+    text = f"in {duration(seconds)}" if seconds > 0 else "due now"
+    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), stamp(moment), text)
+
+
+@register.filter
+def total_of(total: Any) -> str:
+    """A `queries.Total` as the pager says it: '1,234', or 'more than 10,000 (about 2.3
+    million)' when the count stopped at its cap."""
+    if total is None:
+        return ""
+    if total.exact:
+        return f"{total.count:,}"
+    text = f"more than {total.count:,}"
+    if total.estimate:
+        text += f" (about {_rough(total.estimate)}, estimated)"
+    return text
+
+
+def _rough(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f} million"
+    return f"{round(n, -3):,}"

@@ -81,3 +81,18 @@ def test_no_match_says_how_to_widen(viewer_client, events):
 def test_it_needs_a_login_and_the_view_permission(client, outsider_client):
     assert client.get("/events/")["Location"].startswith("/accounts/login/")
     assert outsider_client.get("/events/").status_code == 403
+
+
+def test_a_retrying_event_shows_when_its_next_attempt_is_due(viewer_client):
+    event = webhook_event("evt_retry", "retry")
+    html = viewer_client.get("/events/").content.decode()
+    match = re.search(r'data-role="next-attempt">next <time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', html)
+    assert match, html
+    assert match.group(1) == event.next_attempt_at.isoformat()
+    assert match.group(2).endswith(" UTC")
+    assert re.fullmatch(r"in \d+ (s|min)|due now", match.group(3))
+
+
+def test_the_pager_says_how_many_events_match(viewer_client, events):
+    html = viewer_client.get("/events/").content.decode()
+    assert re.search(r'data-role="total">\d+ shown of \d+ matching<', html)

@@ -59,3 +59,14 @@ def test_an_empty_outbox_says_how_messages_get_there(viewer_client):
 def test_it_needs_a_login_and_the_view_permission(client, outsider_client):
     assert client.get("/outbox/")["Location"].startswith("/accounts/login/")
     assert outsider_client.get("/outbox/").status_code == 403
+
+
+def test_a_retrying_message_shows_when_its_next_attempt_is_due(viewer_client):
+    outbox_message("m-retry", "retry")
+    html = viewer_client.get("/outbox/").content.decode()
+    assert re.search(r'data-role="next-attempt">next <time datetime="[^"]+" title="[^"]+ UTC">in \d+ (s|min)</time>', html), html
+
+
+def test_a_form_error_is_named_by_the_field_label(viewer_client):
+    html = viewer_client.get("/outbox/?since=garbage").content.decode()
+    assert "From: Enter a valid date/time." in html

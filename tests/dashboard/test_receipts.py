@@ -128,3 +128,53 @@ def test_the_conflict_filter_does_not_count_a_purged_receipts_conflicts_against_
     response = viewer_client.get("/receipts/", {"conflict": "422"})
     assert response.status_code == 200 and keys(response) == []
     assert keys(viewer_client.get("/receipts/")) == ["k1"]
+
+
+def test_the_pager_says_how_many_receipts_match_the_filter(viewer_client, monkeypatch):
+    monkeypatch.setattr(forms, "PAGE_SIZE", 2)
+    for i in range(5):
+        failed(f"f{i}")
+    completed("ok")
+    html = viewer_client.get("/receipts/?status=failed").content.decode()
+    assert re.search(r'data-role="total">2 shown of 5 matching<', html)
+
+
+def test_past_the_cap_the_total_says_more_than(viewer_client, monkeypatch):
+    from idemdash import queries
+
+    monkeypatch.setattr(queries, "TOTAL_CAP", 3)
+    for i in range(5):
+        failed(f"f{i}")
+    html = viewer_client.get("/receipts/").content.decode()
+    assert "5 shown of more than 3" in html
+
+
+def test_each_row_shows_its_replays_409s_and_422s(viewer_client, django_assert_max_num_queries):
+    mismatched("m", {"amount": 1}, {"amount": 2})
+    store.claim("client:shop", "m", "payment.create", {"amount": 1})  # a replay
+    store.claim("client:shop", "busy", "payment.create", {"key": "busy"})
+    store.claim("client:shop", "busy", "payment.create", {"key": "busy"})  # a 409
+    for i in range(10):
+        completed(f"plain{i}")
+    viewer_client.get("/receipts/")  # warm the session and permission caches
+    with django_assert_max_num_queries(8):  # not one more query per row
+        html = viewer_client.get("/receipts/").content.decode()
+    counts = dict(re.findall(r'<td class="num" data-count="(\w+)">([^<]+)</td>', html.split(">m<", 1)[1].split("</tr>", 1)[0]))
+    assert counts == {"replays": "1", "409": "–", "422": "1"}
+    busy = html.split(">busy<", 1)[1].split("</tr>", 1)[0]
+    assert re.search(r'data-count="409">1<', busy)
+
+
+def test_timestamps_carry_their_time_zone(viewer_client):
+    completed("k")
+    html = viewer_client.get("/receipts/").content.decode()
+    assert re.search(r'<time datetime="[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', html)
+
+
+def test_a_form_error_is_named_by_the_field_label(viewer_client):
+    response = viewer_client.get("/receipts/?since=yesterday&q=" + "x" * 300)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Created from: Enter a valid date/time." in html
+    assert "Key starts with: Ensure this value" in html
+    assert "since:" not in html and "q:" not in html

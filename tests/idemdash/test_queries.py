@@ -121,3 +121,61 @@ def test_the_readme_documents_every_figure():
     for block, fields in queries.FIELD_DOCS.items():
         for field in fields:
             assert f"`{block}.{field}`" in readme, f"{block}.{field}"
+
+
+# --- list totals and duplicate counts --------------------------------------------------------
+
+
+def _receipts(n: int, prefix: str = "t") -> None:
+    from django.utils import timezone as dj_tz
+
+    from receipts.models import Receipt
+
+    now = dj_tz.now()
+    Receipt.objects.bulk_create(
+        Receipt(scope="client:shop", key=f"{prefix}{i}", operation="payment.create", fingerprint="x",
+                status="completed", created_at=now, updated_at=now, expires_at=now + timedelta(days=1))
+        for i in range(n)
+    )
+
+
+def test_a_total_under_the_cap_is_exact_and_follows_the_filter():
+    from receipts.models import Receipt
+
+    _receipts(7, "a")
+    _receipts(3, "b")
+    assert queries.list_total(Receipt.objects.filter(key__startswith="a"), cap=20) == queries.Total(7)
+    assert queries.list_total(Receipt.objects.all(), cap=10) == queries.Total(10)
+
+
+def test_a_total_past_the_cap_is_marked_as_not_exact(on_postgres, django_assert_max_num_queries):
+    from receipts.models import Receipt
+
+    _receipts(30)
+    with django_assert_max_num_queries(2):  # the bounded count, then at most one EXPLAIN
+        total = queries.list_total(Receipt.objects.all(), cap=10)
+    assert (total.count, total.exact) == (10, False)
+    if on_postgres:
+        # The planner's estimate, never below what was counted.
+        assert total.estimate is not None and total.estimate > 10
+    else:
+        assert total.estimate is None
+
+
+def test_duplicate_counts_group_replays_409s_and_422s_per_receipt(django_assert_num_queries):
+    from tests.dashboard.build import completed
+
+    a = completed("dup-a")
+    b = completed("dup-b")
+    store.claim("client:shop", "dup-a", "payment.create", {"key": "dup-a"})  # replay
+    store.claim("client:shop", "dup-a", "payment.create", {"key": "dup-a"})  # replay
+    store.claim("client:shop", "dup-a", "payment.create", {"other": 1})  # 422
+    claim = store.claim("client:shop", "busy", "payment.create", {"key": "busy"})
+    store.claim("client:shop", "busy", "payment.create", {"key": "busy"})  # 409
+    with django_assert_num_queries(1):
+        counts = queries.duplicate_counts([a.pk, b.pk, claim.receipt.pk])
+    assert counts == {
+        a.pk: {"replays": 2, "in_progress": 0, "mismatches": 1},
+        b.pk: {"replays": 0, "in_progress": 0, "mismatches": 0},
+        claim.receipt.pk: {"replays": 0, "in_progress": 1, "mismatches": 0},
+    }
