@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import Count, Min
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
+from django.urls import reverse
 from django.utils import timezone
 
 from receipts import rollup
@@ -443,3 +444,57 @@ def duplicate_counts(receipt_ids: list[int]) -> dict[int, dict[str, int]]:
     for pk, outcome, n in rows:
         counts[pk][DUPLICATE_OUTCOMES[outcome]] = n
     return counts
+
+
+# --- what audit entries are about --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subject:
+    """An audited object as the audit log names it: by its key or event id, with a link."""
+
+    name: str
+    url: str
+    scope: str = ""
+
+
+def _receipt_subject(r: Receipt) -> Subject:
+    return Subject(r.key, reverse("dashboard:receipt", args=[r.pk]), r.scope)
+
+
+def _event_subject(e: WebhookEvent) -> Subject:
+    return Subject(e.provider_event_id or e.dedupe_key, reverse("dashboard:event", args=[e.pk]), e.endpoint.slug)
+
+
+def _message_subject(m: OutboxMessage) -> Subject:
+    return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
+
+
+# object_type -> (noun, rows by id, their display). Other kinds (endpoints, alert rules, API
+# clients) keep the stored "type id".
+AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
+    "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
+    "webhooks.webhookevent": (
+        "webhook event",
+        lambda: WebhookEvent.objects.select_related("endpoint").only("provider_event_id", "dedupe_key", "endpoint__slug"),
+        _event_subject,
+    ),
+    "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
+}
+
+
+def name_audit_subjects(entries: list[AuditEntry]) -> None:
+    """Give each entry its `noun` and `subject` (None once the object is purged: the page
+    shows the stored id): one query per kind of object on the page."""
+    wanted: dict[str, set[int]] = {}
+    for e in entries:
+        if e.object_type in AUDIT_SUBJECTS and e.object_id.isdigit():
+            wanted.setdefault(e.object_type, set()).add(int(e.object_id))
+    found: dict[tuple[str, str], Subject] = {}
+    for object_type, ids in wanted.items():
+        _, rows, display = AUDIT_SUBJECTS[object_type]
+        for obj in rows().filter(pk__in=ids):
+            found[object_type, str(obj.pk)] = display(obj)
+    for e in entries:
+        e.noun = AUDIT_SUBJECTS[e.object_type][0] if e.object_type in AUDIT_SUBJECTS else e.object_type
+        e.subject = found.get((e.object_type, e.object_id))

@@ -253,6 +253,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     rows = list(entries[:51])
     more = len(rows) > 50
     rows = rows[:50]
+    queries.name_audit_subjects(rows)
     return render(request, "dashboard/audit.html", {
         "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before)})
 

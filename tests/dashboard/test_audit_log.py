@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from receipts import store
+from receipts.models import Receipt
 from tests.dashboard.build import failed
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +16,8 @@ def test_it_lists_operator_actions_newest_first_with_status_before_and_after(vie
     store.release(b, actor="otto", user=operator, reason="reason-beta")
     html = viewer_client.get("/audit/").content.decode()
     assert html.index("reason-beta") < html.index("reason-alpha")
-    assert f'href="/receipts/{a.pk}/"' in html and "receipt.release" in html
+    assert f'href="/receipts/{a.pk}/" title="a">a</a> <span class="muted small">client:shop</span>' in html
+    assert "receipt.release" in html
     assert '<span class="badge badge-failed">failed</span> → <span class="badge badge-failed">failed</span>' in html
 
 
@@ -43,5 +45,35 @@ def test_webhook_event_and_outbox_message_entries_link_to_their_pages(viewer_cli
     message = outbox_message("m1", "dead")
     outbox_store.requeue_dead(message, actor="otto")
     html = viewer_client.get("/audit/").content.decode()
-    assert f'<a href="/events/{event.pk}/">webhook event {event.pk}</a>' in html
-    assert f'<a href="/outbox/{message.pk}/">outbox message {message.pk}</a>' in html
+    assert f'webhook event</span> <a class="key" href="/events/{event.pk}/" title="evt_1">evt_1</a>' in html
+    assert f'outbox message</span> <a class="key" href="/outbox/{message.pk}/" title="m1">m1</a>' in html
+
+
+def test_an_entry_whose_object_was_purged_shows_the_stored_id_without_a_link(viewer_client, operator):
+    a = failed("gone", retryable=False)
+    store.release(a, actor="otto", user=operator, reason="r")
+    Receipt.objects.filter(pk=a.pk).delete()
+    html = viewer_client.get("/audit/").content.decode()
+    assert f"receipt {a.pk} <span class=\"muted small\">(no longer stored)</span>" in html
+    assert f'href="/receipts/{a.pk}/"' not in html
+
+
+def test_objects_are_named_in_one_query_per_kind(viewer_client, operator, django_assert_max_num_queries):
+    from receipts.outbox import store as outbox_store
+    from tests.dashboard.build import outbox_message
+
+    dead = [outbox_message(f"m{i}", "dead") for i in range(6)]
+    for i, message in enumerate(dead):
+        store.release(failed(f"k{i}", retryable=False), actor="otto", user=operator, reason="r")
+        outbox_store.requeue_dead(message, actor="otto")
+    viewer_client.get("/audit/")
+    with django_assert_max_num_queries(7):  # session, user, 2 x permissions, entries, then one per kind
+        html = viewer_client.get("/audit/").content.decode()
+    assert html.count('class="key" href="/receipts/') == 6
+    assert html.count('class="key" href="/outbox/') == 6
+
+
+def test_other_kinds_keep_their_type_and_id(viewer_client, operator):
+    store.audit("otto", "test.action", operator, detail="x")
+    html = viewer_client.get("/audit/").content.decode()
+    assert f"auth.user {operator.pk}</td>" in html
