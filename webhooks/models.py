@@ -162,6 +162,37 @@ class WebhookDelivery(models.Model):
         return f"delivery of {self.event_id} at {self.received_at:%Y-%m-%d %H:%M:%S}"
 
 
+class WebhookAttempt(models.Model):
+    """One run of an event's handler, as the worker settled it: the event keeps only its last
+    error, this log keeps every attempt's (as OutboxAttempt does for outbox messages).
+    Written in the transaction that settles the attempt (`webhooks.processing`), never on
+    the ingest path; deleted with its event by retention."""
+
+    class Outcome(models.TextChoices):
+        COMPLETED = "completed"
+        IGNORED = "ignored"  # no handler for its type
+        RETRY = "retry"  # the handler raised; another attempt is scheduled
+        DEAD = "dead"  # the handler raised on the last attempt
+        LEASE_LOST = "lease_lost"  # the worker finished after losing its claim; its writes rolled back
+        RELEASED = "released"  # stuck past its lease, released by an operator
+
+    # (event, number) serves the detail page; a second index on event alone would only cost
+    # each attempt one more write.
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="attempt_log", db_index=False)
+    number = models.PositiveIntegerField(help_text="Which attempt of the event this was (1 = the first).")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["event", "number"], name="webhook_attempt_event_number")]
+
+    def __str__(self) -> str:
+        return f"event {self.event_id} #{self.number}: {self.outcome}"
+
+
 class DeliveryHourly(HourlyCount):
     """How many deliveries of each kind were stored in one UTC hour: the deliveries rolled
     up (`webhooks.rollup`), so that a dashboard window reads a few dozen rows, not every

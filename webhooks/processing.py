@@ -33,7 +33,7 @@ from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.store import audit
 from webhooks.conf import setting
 from webhooks.handlers import handler_for
-from webhooks.models import WebhookEvent
+from webhooks.models import WebhookAttempt, WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -164,16 +164,35 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     return claimed[0] if claimed else None
 
 
-def _settle(event: WebhookEvent, **changes: Any) -> bool:
-    updated = WebhookEvent.objects.filter(
-        pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token
-    ).update(lease_expires_at=None, claim_token=None, **changes)
+def _log_attempt(event: WebhookEvent, outcome: str, error: str, now: datetime) -> None:
+    """The attempt the event's claim began, settled now. It began when the claim was taken,
+    which is when the claim's lease started: no column or round trip of its own for that."""
+    started = (
+        event.lease_expires_at - timedelta(seconds=setting("WEBHOOKS_LEASE_SECONDS"))
+        if event.lease_expires_at else now
+    )
+    WebhookAttempt.objects.create(
+        event_id=event.pk, number=event.attempts, outcome=outcome, error=error, started_at=started,
+        finished_at=now, duration_ms=max(0, round((now - started).total_seconds() * 1000)),
+    )
+
+
+def _settle(event: WebhookEvent, outcome: str, error: str = "", **changes: Any) -> bool:
+    """The conditional UPDATE that settles the claim, and its attempt's row, in one
+    transaction (the handler's, when there is one: no savepoint)."""
+    now = timezone.now()
+    with transaction.atomic(savepoint=False):
+        updated = WebhookEvent.objects.filter(
+            pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token
+        ).update(lease_expires_at=None, claim_token=None, **changes)
+        if updated == 1:
+            _log_attempt(event, outcome, error, now)
     return updated == 1
 
 
 def complete_event(event: WebhookEvent, status: str = Status.COMPLETED) -> bool:
     """Mark a claimed event completed (or ignored). False if the claim was lost."""
-    return _settle(event, status=status, finished_at=timezone.now(), last_error="")
+    return _settle(event, status, status=status, finished_at=timezone.now(), last_error="")
 
 
 def fail_event(event: WebhookEvent, error: str) -> str | None:
@@ -181,11 +200,13 @@ def fail_event(event: WebhookEvent, error: str) -> str | None:
     the traceback. Returns the new status, or None if the claim was lost."""
     now = timezone.now()
     if event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS"):
-        won = _settle(event, status=Status.DEAD, finished_at=now, last_error=error)
+        won = _settle(event, Status.DEAD, error, status=Status.DEAD, finished_at=now, last_error=error)
         status = Status.DEAD
     else:
         won = _settle(
             event,
+            Status.RETRY,
+            error,
             status=Status.RETRY,
             next_attempt_at=now + backoff_delay(event.attempts),
             enqueued_at=None,  # the sweeper enqueues it when it is due
@@ -217,10 +238,15 @@ def _process(event: WebhookEvent | None) -> str:
                 raise LeaseLost(f"webhook event {event.pk} was taken over")
     except LeaseLost:
         log.warning("webhook event %s: lease lost, handler's writes rolled back", event.pk)
+        _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, "the handler finished after the claim was lost; "
+                     "its writes were rolled back", timezone.now())
         return "lease_lost"
     except Exception:
-        status = fail_event(event, traceback.format_exc())
+        error = traceback.format_exc()
+        status = fail_event(event, error)
         log.warning("webhook event %s failed on attempt %s -> %s", event.pk, event.attempts, status)
+        if status is None:
+            _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, error, timezone.now())
         return status or "lease_lost"
     return Status.COMPLETED if handler else Status.IGNORED
 
@@ -335,6 +361,7 @@ def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: 
         if updated != 1:
             raise NotStuck("The event changed before it could be released; reload it.")
         after = Status.DEAD if out_of_attempts else Status.RETRY
+        _log_attempt(event, WebhookAttempt.Outcome.RELEASED, "released by an operator: " + LEASE_LOST, now)
         audit(actor, "webhook_event.release", event, Status.PROCESSING, after, reason, user=user)
         if not out_of_attempts:
             WebhookEvent.objects.filter(pk=event.pk, status=Status.RETRY).update(enqueued_at=now)

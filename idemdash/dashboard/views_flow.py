@@ -68,9 +68,12 @@ def _event_summary(event: WebhookEvent) -> tuple[str, dict[str, Any]]:
 def event_detail(request: HttpRequest, pk: int) -> HttpResponse:
     event = get_object_or_404(WebhookEvent.objects.select_related("endpoint"), pk=pk)
     deliveries = list(event.deliveries.order_by("-received_at", "-id")[:DELIVERY_LIMIT])[::-1]
+    tries = list(event.attempt_log.order_by("-id")[:ATTEMPT_LIMIT])[::-1]
     _, context = _event_summary(event)
     return render(request, "dashboard/event_detail.html", {
         **context,
+        "attempts": tries,
+        "attempt_total": event.attempt_log.count() if len(tries) == ATTEMPT_LIMIT else len(tries),
         "deliveries": deliveries,
         "delivery_total": event.deliveries.count() if len(deliveries) == DELIVERY_LIMIT else len(deliveries),
         "payload_pretty": _pretty(event.payload),

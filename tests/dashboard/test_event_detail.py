@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.dashboard.build import webhook_event
-from webhooks.models import WebhookDelivery
+from webhooks.models import WebhookDelivery, WebhookEvent
 from webhooks.receive import store_delivery
 from webhooks.verify import VerifiedDelivery
 
@@ -35,3 +37,24 @@ def test_a_stuck_event_offers_release_instead(operator_client):
 
 def test_an_unknown_event_is_404(viewer_client):
     assert viewer_client.get("/events/999999/").status_code == 404
+
+
+def test_every_attempt_is_listed_with_its_own_error(viewer_client):
+    from webhooks import processing
+
+    event = webhook_event("evt_twice", "retry")  # attempt 1 failed: "RuntimeError: try again"
+    WebhookEvent.objects.filter(pk=event.pk).update(next_attempt_at=event.received_at)
+    claimed = processing.claim_event(event.pk)
+    processing.fail_event(claimed, "RuntimeError: second failure")
+    html = viewer_client.get(f"/events/{event.pk}/").content.decode()
+    attempts = re.findall(r'data-attempt="(\d+)".*?#\d+ (\w+)</span>.*?<pre[^>]*>([^<]*)</pre>', html, re.S)
+    assert [(n, outcome, error.strip()) for n, outcome, error in attempts] == [
+        ("1", "retry", "RuntimeError: try again"),
+        ("2", "retry", "RuntimeError: second failure"),
+    ]
+    assert re.search(r"\d\d:\d\d:\d\d UTC</time> → <time[^>]*>\d\d:\d\d:\d\d UTC</time>", html)
+
+
+def test_an_event_never_attempted_says_so(viewer_client):
+    event = webhook_event("evt_new")
+    assert "Not attempted yet" in viewer_client.get(f"/events/{event.pk}/").content.decode()

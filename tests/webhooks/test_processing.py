@@ -5,13 +5,14 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import make_endpoint, queued_event_ids
 from webhooks import processing
-from webhooks.models import Fulfilment, WebhookEvent
+from webhooks.models import Fulfilment, WebhookAttempt, WebhookEvent
 from webhooks.receive import store_delivery
 from webhooks.verify import VerifiedDelivery
 
@@ -257,3 +258,82 @@ def test_a_claim_without_returning_support_takes_two_statements_and_the_same_eve
     claimed = processing.claim_event(event.pk)
     assert claimed.pk == event.pk and claimed.status == "processing" and claimed.attempts == 1
     assert processing.claim_event(event.pk) is None
+
+
+# --- the attempt log ----------------------------------------------------------------------------
+
+
+def test_every_attempt_keeps_its_own_row_with_outcome_error_and_timing(registry, settings):
+    settings.WEBHOOKS_MAX_ATTEMPTS = 3
+    calls = []
+
+    def flaky(event: WebhookEvent) -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError(f"failure number {len(calls)}")
+
+    registry("stripe", "thing.happened", flaky)
+    event = make_event()
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        for _ in range(3):
+            processing.process_event(event.pk)
+            traveller.shift(timedelta(hours=7))
+    rows = list(WebhookAttempt.objects.filter(event=event).order_by("id"))
+    assert [(a.number, a.outcome) for a in rows] == [(1, "retry"), (2, "retry"), (3, "completed")]
+    assert "RuntimeError: failure number 1" in rows[0].error and "failure number 2" in rows[1].error
+    assert rows[2].error == ""
+    for a in rows:
+        assert a.started_at <= a.finished_at and a.duration_ms == 0  # time stood still
+
+
+def test_the_last_attempt_of_a_dead_event_is_logged_as_dead(registry, settings):
+    settings.WEBHOOKS_MAX_ATTEMPTS = 1
+    registry("stripe", "thing.happened", boom)
+    event = make_event()
+    assert processing.process_event(event.pk) == "dead"
+    (attempt,) = WebhookAttempt.objects.filter(event=event)
+    assert (attempt.number, attempt.outcome) == (1, "dead") and "downstream is down" in attempt.error
+
+
+def test_the_attempt_row_is_written_with_the_settling_update_and_no_savepoint(django_assert_num_queries):
+    event = make_event()
+    claimed = processing.claim_event(event.pk)
+    with django_assert_num_queries(2) as captured:  # the conditional UPDATE, the attempt's INSERT
+        with transaction.atomic(savepoint=False):  # as the handler's transaction, under the test's
+            assert processing.complete_event(claimed, "ignored")
+    assert not any("SAVEPOINT" in q["sql"] for q in captured.captured_queries)
+    assert WebhookAttempt.objects.get(event=event).outcome == "ignored"
+
+
+def test_a_refused_settlement_writes_no_attempt_of_that_outcome():
+    event = make_event()
+    slow = processing.claim_event(event.pk)
+    WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)  # taken over meanwhile
+    assert processing.complete_event(slow) is False
+    assert not WebhookAttempt.objects.exists()
+
+
+def test_a_lost_lease_is_logged_as_such(registry):
+    def lose_the_lease(event: WebhookEvent) -> None:
+        WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)
+
+    registry("stripe", "thing.happened", lose_the_lease)
+    event = make_event()
+    assert processing.process_event(event.pk) == "lease_lost"
+    assert list(WebhookAttempt.objects.values_list("number", "outcome")) == [(1, "lease_lost")]
+
+
+def test_receiving_a_delivery_writes_no_attempt():
+    make_event()
+    assert not WebhookAttempt.objects.exists()
+
+
+def test_an_operator_release_logs_the_stuck_attempt():
+    event = make_event()
+    with time_machine.travel(timezone.now() + timedelta(hours=1), tick=False):
+        processing.claim_event(event.pk)
+    with time_machine.travel(timezone.now() + timedelta(hours=2), tick=False):
+        processing.release_stuck(WebhookEvent.objects.get(pk=event.pk), actor="otto")
+    (attempt,) = WebhookAttempt.objects.filter(event=event)
+    assert (attempt.number, attempt.outcome) == (1, "released")
+    assert attempt.duration_ms >= 3_600_000 - 1000

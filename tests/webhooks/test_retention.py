@@ -89,3 +89,21 @@ def test_an_event_batch_and_its_deliveries_go_in_the_same_few_statements_however
     assert len(large) == len(small)
     # Django's collector would load every event (payload included) before deleting them.
     assert not [sql for sql in large if sql.startswith("SELECT") and "payload_sha256" in sql]
+
+
+def test_the_purge_deletes_an_events_attempts_with_it(settings):
+    from django.core.management import call_command
+
+    from webhooks.models import WebhookAttempt
+
+    settings.WEBHOOKS_EVENT_RETENTION_DAYS = 30
+    endpoint = make_endpoint("ep", "stripe", "whsec_retention_000000000")
+    now = timezone.now()
+    old = event_at(endpoint, "old-done", now - timedelta(days=31), "completed")
+    kept = event_at(endpoint, "new-done", now - timedelta(days=2), "completed")
+    for event in (old, kept):
+        for number in (1, 2):
+            WebhookAttempt.objects.create(event=event, number=number, outcome="retry", started_at=now, finished_at=now)
+    call_command("purge", "--batch-size", "1")
+    assert set(WebhookAttempt.objects.values_list("event_id", flat=True)) == {kept.pk}
+    assert WebhookAttempt.objects.count() == 2
