@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
 from receipts import responses, store
@@ -26,6 +26,37 @@ def _pre(text: str) -> str:
 
 def _pretty_json(value: Any) -> str:
     return _pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+# List columns that fit at 1440 px: times to the second with their zone on one line, and long
+# keys cut to a fixed width on one line, whole in their title. Shared by every app's admin.
+
+
+def to_the_second(field: str, description: str | None = None) -> Any:
+    """A list column showing `field` as '2026-11-24 06:10:09 UTC', sortable by it."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=field)
+    def column(obj: Any) -> str | None:
+        value = getattr(obj, field)
+        if value is None:
+            return None
+        return format_html('<span style="white-space:nowrap">{}</span>',
+                           dateformat.format(timezone.localtime(value), "Y-m-d H:i:s T"))
+
+    return column
+
+
+def clipped(field: str, description: str | None = None, width: int = 32) -> Any:
+    """A list column showing `field` on one line, at most `width` characters, the whole
+    value in its title (hover) and in the search."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=field)
+    def column(obj: Any) -> str:
+        value = str(getattr(obj, field) or "")
+        shown = value if len(value) <= width else value[: width - 1] + "…"
+        return format_html('<span title="{}" style="white-space:nowrap">{}</span>', value, shown)
+
+    return column
 
 
 class StoredResultDisplay:
@@ -51,7 +82,8 @@ class StoredResultDisplay:
 
 @admin.register(Receipt)
 class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
-    list_display = ("key", "scope", "operation", "status", "attempts", "response_status", "created_at")
+    list_display = (clipped("key"), clipped("scope", width=20), "operation", "status", "attempts", "response_status",
+                    to_the_second("created_at", "created"))
     list_filter = ("status", "operation", "scope")
     search_fields = ("key",)
     date_hierarchy = "created_at"
@@ -132,7 +164,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "key", "scope", "operation", "outcome", "fencing_token", "actor")
+    list_display = (to_the_second("created_at", "at"), clipped("key"), clipped("scope", width=20), "operation", "outcome",
+                    "fencing_token", "actor")
     list_filter = ("outcome", "operation")
     search_fields = ("key",)
     date_hierarchy = "created_at"
@@ -158,7 +191,8 @@ class AttemptAdmin(ReadOnlyAdmin):
 class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
     """Financial receipts kept after their expiry: the record of what a key once did."""
 
-    list_display = ("key", "scope", "operation", "status", "response_status", "created_at", "archived_at")
+    list_display = (clipped("key"), clipped("scope", width=20), "operation", "status", "response_status",
+                    to_the_second("created_at", "created"), to_the_second("archived_at", "archived"))
     list_filter = ("status", "operation")
     search_fields = ("key", "scope")
     date_hierarchy = "archived_at"
@@ -172,7 +206,8 @@ class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "actor", "action", "object_type", "object_id", "status_before", "status_after")
+    list_display = (to_the_second("created_at", "at"), "actor", "action", "object_type", clipped("object_id", "object id"),
+                    "status_before", "status_after")
     list_filter = ("action", "object_type")
     search_fields = ("actor", "object_id", "detail")
     date_hierarchy = "created_at"
@@ -182,7 +217,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 class ApiClientAdmin(admin.ModelAdmin):
     """Adding a client creates its token and shows it once; the hash is never a form field."""
 
-    list_display = ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "token_prefix", to_the_second("created_at", "created"), to_the_second("last_used_at", "last used"),
+                    to_the_second("revoked_at", "revoked"))
     search_fields = ("name", "token_prefix")
     actions = ["revoke_selected"]
 

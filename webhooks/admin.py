@@ -5,11 +5,13 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from receipts.admin import clipped, to_the_second
 from webhooks import endpoints, processing
 from webhooks.models import (
     Fulfilment,
     RejectedDelivery,
     ShopifyOrder,
+    WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
     WebhookEvent,
@@ -58,7 +60,7 @@ class SecretInline(admin.TabularInline):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
-    list_display = ["slug", "provider", "paused", "active_secrets", "created_at"]
+    list_display = ["slug", "provider", "paused", "active_secrets", to_the_second("created_at", "created")]
     list_filter = ["provider", "paused"]
     fields = ["slug", "provider", "description", "paused"]
     readonly_fields = ["paused"]  # changed only by the actions, which release held events
@@ -82,6 +84,18 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         self.message_user(request, f"Resumed; {released} held event(s) released to processing.")
 
 
+class AttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ["number", "outcome", "started_at", "finished_at", "duration_ms", "error"]
+    readonly_fields = fields
+    ordering = ["-id"]
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 class DeliveryInline(admin.TabularInline):
     model = WebhookDelivery
     extra = 0
@@ -96,13 +110,13 @@ class DeliveryInline(admin.TabularInline):
 @admin.register(WebhookEvent)
 class WebhookEventAdmin(admin.ModelAdmin):
     list_display = [
-        "id", "provider", "event_type", "provider_event_id", "status", "attempts",
-        "delivery_count", "payload_mismatch", "received_at",
+        clipped("provider_event_id", "event id", width=28), "provider", clipped("event_type", "type", width=28), "status",
+        "attempts", "delivery_count", to_the_second("received_at", "received"),
     ]
     list_filter = ["status", "provider", "payload_mismatch"]
     search_fields = ["dedupe_key", "provider_event_id", "event_type"]
     date_hierarchy = "received_at"
-    inlines = [DeliveryInline]
+    inlines = [AttemptInline, DeliveryInline]
     actions = ["reprocess_events", "release_stuck_events"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
@@ -138,7 +152,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
 class WebhookDeliveryAdmin(admin.ModelAdmin):
     """Read-only: every delivery, first or redelivery, as the receiver stored it."""
 
-    list_display = ["received_at", "event", "duplicate", "payload_matches"]
+    list_display = [to_the_second("received_at", "received"), "event", "duplicate", "payload_matches"]
     list_filter = ["duplicate", "payload_matches", "event__provider"]
     search_fields = ["event__provider_event_id", "event__dedupe_key"]
     date_hierarchy = "received_at"
@@ -152,7 +166,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(RejectedDelivery)
 class RejectedDeliveryAdmin(admin.ModelAdmin):
-    list_display = ["received_at", "provider", "endpoint", "cause", "body_size", "remote_addr"]
+    list_display = [to_the_second("received_at", "received"), "provider", "endpoint", "cause", "body_size", "remote_addr"]
     list_filter = ["cause", "provider"]
     search_fields = ["detail", "remote_addr"]
     date_hierarchy = "received_at"
@@ -166,9 +180,9 @@ class RejectedDeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(Fulfilment)
 class FulfilmentAdmin(admin.ModelAdmin):
-    list_display = ["payment_id", "amount", "currency", "source_event", "created_at"]
+    list_display = ["payment_id", "amount", "currency", "source_event", to_the_second("created_at", "created")]
 
 
 @admin.register(ShopifyOrder)
 class ShopifyOrderAdmin(admin.ModelAdmin):
-    list_display = ["shop_domain", "order_id", "name", "total_price", "currency", "created_at"]
+    list_display = ["shop_domain", "order_id", "name", "total_price", "currency", to_the_second("created_at", "created")]

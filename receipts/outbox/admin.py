@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from receipts.admin import _pretty_json
+from receipts.admin import _pretty_json, clipped, to_the_second
 from receipts.outbox import store
 from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -37,7 +37,8 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
 
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):
-    list_display = ("key", "scope", "action", "status", "attempts", "next_attempt_at", "sent_at")
+    list_display = (clipped("key"), clipped("scope", width=20), "action", "status", "attempts",
+                    to_the_second("next_attempt_at", "next attempt"), to_the_second("sent_at", "sent"))
     list_filter = ("status", "action")
     search_fields = ("key", "scope")
     date_hierarchy = "created_at"
@@ -74,7 +75,8 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 class OutboxAttemptAdmin(admin.ModelAdmin):
     """Read-only: the attempt log, which outlives the messages retention deletes."""
 
-    list_display = ("created_at", "key", "action", "number", "outcome", "status_code", "duration_ms", "drainer")
+    list_display = (to_the_second("created_at", "at"), clipped("key"), "action", "number", "outcome", "status_code",
+                    "duration_ms", clipped("drainer", width=20))
     list_filter = ("outcome", "action")
     search_fields = ("key", "drainer")
     date_hierarchy = "created_at"

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 
 def shown(html: str) -> list[str]:
-    return re.findall(r'<td class="key"><a href="/outbox/\d+/">([^<]+)<', html)
+    return re.findall(r'<td class="key"><a href="/outbox/\d+/"[^>]*>([^<]+)<', html)
 
 
 @pytest.fixture

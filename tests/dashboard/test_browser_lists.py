@@ -1,0 +1,102 @@
+"""Lists at 1440x900 in Debian's Chromium: the admin's changelists fit the window with long
+keys on one line, and screenshots of the receipts list, the audit log and the changelists
+go to var/screenshots/ for a human to look at."""
+
+from __future__ import annotations
+
+import pytest
+
+from receipts import store
+from tests.dashboard.build import completed, failed, mismatched, outbox_message, webhook_event
+from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LONG_KEY = "checkout-2026-11-24-7f3c9a1e-5b2d-4c8e-9f60-1a2b3c4d5e6f-retry-window"
+
+CHANGELISTS = [
+    "receipts/receipt", "receipts/attempt", "receipts/auditentry", "receipts/archivedreceipt",
+    "outbox/outboxmessage", "outbox/outboxattempt", "webhooks/webhookevent", "webhooks/webhookdelivery",
+    "webhooks/rejecteddelivery", "idemdash/alert", "idemdash/alertrule",
+]
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser("root", password="pw-root-browser")
+
+
+@pytest.fixture
+def rows(admin_user):
+    for i in range(5):
+        completed(f"order-ok-{i}")
+    failed(LONG_KEY, "payment.create", scope="client:a-rather-long-client-name-for-scopes")
+    released = failed("order-released", retryable=False)
+    store.release(released, actor="root", user=admin_user, reason="the card issuer was down")
+    mismatched("order-422", {"amount": 500}, {"amount": 900})
+    store.claim("client:shop", "order-422", "payment.create", {"amount": 500})
+    outbox_message(LONG_KEY, "retry")
+    webhook_event("evt_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "retry", event_type="customer.subscription.trial_will_end")
+
+
+@pytest.fixture
+def page(browser, live_server, admin_user):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(live_server.url + "/admin/login/?next=/admin/")
+    page.fill("input[name=username]", "root")
+    page.fill("input[name=password]", "pw-root-browser")
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+    return page
+
+
+def overflow(page) -> int:
+    return page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
+
+
+def test_admin_changelists_fit_1440_pixels_with_long_keys_on_one_line(rows, page, live_server):
+    for path in CHANGELISTS:
+        page.goto(f"{live_server.url}/admin/{path}/")
+        page.wait_for_selector("#changelist")
+        assert overflow(page) <= 0, f"{path} is {overflow(page)} px wider than the window"
+        cut = page.evaluate("[...document.querySelectorAll('#changelist .results')].map(e => e.scrollWidth - e.clientWidth)")
+        assert all(px <= 0 for px in cut), f"{path}: the table scrolls {cut} px inside its box (columns cut off)"
+        page.screenshot(path=SHOTS / f"admin-{path.replace('/', '-')}.png")
+    for path in ("receipts/receipt", "outbox/outboxmessage"):
+        page.goto(f"{live_server.url}/admin/{path}/")
+        key = page.locator(f'#result_list span[title="{LONG_KEY}"]')
+        assert key.count() == 1
+        assert key.evaluate("el => el.getClientRects().length") == 1, f"the long key wraps on {path}"
+        assert key.inner_text().endswith("…")
+        # Times to the second, with their zone.
+        cells = page.locator("#result_list td, #result_list th").all_inner_texts()
+        assert any(t.strip().endswith(" UTC") and t.count(":") == 2 for t in cells), cells
+
+
+def test_dashboard_lists_at_1440_pixels(rows, page, live_server):
+    page.goto(live_server.url + "/receipts/")
+    page.wait_for_selector("#receipt-table")
+    assert "shown of 8 matching" in page.inner_text('[data-role="total"]')
+    assert overflow(page) <= 0
+    page.screenshot(path=SHOTS / "lists-receipts.png", full_page=True)
+    page.goto(live_server.url + "/audit/")
+    subject = page.locator('[data-role="subject"] a.key')
+    assert subject.first.inner_text() == "order-released"
+    page.screenshot(path=SHOTS / "lists-audit.png", full_page=True)
+    page.goto(live_server.url + "/events/")
+    assert page.locator('[data-role="next-attempt"]').count() == 1
+    page.screenshot(path=SHOTS / "lists-events.png", full_page=True)
+    page.goto(live_server.url + "/outbox/")
+    page.screenshot(path=SHOTS / "lists-outbox.png", full_page=True)
+
+
+def test_a_long_key_stays_on_one_line_in_the_dashboard_lists(rows, page, live_server):
+    for path, table in (("/receipts/", "#receipt-table"), ("/outbox/", "#outbox-table")):
+        page.goto(live_server.url + path)
+        key = page.locator(f'{table} td.key a[title="{LONG_KEY}"]')
+        assert key.evaluate("el => el.getClientRects().length") == 1, path
+        assert key.evaluate("el => el.scrollWidth > el.clientWidth"), "cut with an ellipsis, not wrapped"
+        assert overflow(page) <= 0
+        cut = page.evaluate(f"(e => e.scrollWidth - e.clientWidth)(document.querySelector('{table} .table-scroll'))")
+        assert cut <= 0, f"{path}: the table scrolls {cut} px inside its card (columns cut off)"
