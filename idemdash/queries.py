@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
@@ -388,15 +388,19 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
 
 # --- list totals -------------------------------------------------------------------------------
 
-# Counting stops here: above it the list says "more than 10,000" and shows the planner's
-# estimate, so a filter that matches millions of rows costs what one matching 10,000 costs.
+# Counting stops at TOTAL_CAP rows, and on PostgreSQL after TOTAL_BUDGET_MS (a filter such
+# as "had a 409" probes the attempt log for every row it counts): past either, the list
+# shows the planner's estimate instead, so that a filter matching millions of rows costs
+# what one matching a few thousand costs.
 TOTAL_CAP = 10_000
+TOTAL_BUDGET_MS = 50
 
 
 @dataclass(frozen=True)
 class Total:
-    """How many rows a list's filter matches: exact up to TOTAL_CAP, else an estimate
-    (PostgreSQL's planner) that is at least the cap, or None where there is none (SQLite)."""
+    """How many rows a list's filter matches: `count`, exact; or, not exact, at least
+    `count` (0 when the count ran out of time) and about `estimate` (PostgreSQL's planner;
+    None on SQLite or when the planner guessed no more than was counted)."""
 
     count: int
     exact: bool = True
@@ -405,16 +409,39 @@ class Total:
 
 def list_total(qs: Any, cap: int | None = None) -> Total:
     """The total of every dashboard list: one COUNT over at most cap + 1 matching rows, then,
-    past the cap on PostgreSQL, the row estimate of the query's plan (EXPLAIN, no execution)."""
+    past the cap or the time budget on PostgreSQL, the row estimate of the query's plan
+    (EXPLAIN, which does not run it)."""
     cap = cap or TOTAL_CAP
     qs = qs.order_by()
-    counted = qs.values("pk")[: cap + 1].count()
-    if counted <= cap:
+    counted = _bounded_count(qs, cap)
+    if counted is not None and counted <= cap:
         return Total(counted)
-    return Total(cap, exact=False, estimate=_planner_rows(qs, cap))
+    known = cap if counted is not None else 0
+    estimate = _planner_rows(qs)
+    # "More than 10,000 (about 10,000)" would say nothing: an estimate is shown when it
+    # says clearly more than was counted.
+    return Total(known, exact=False, estimate=estimate if estimate and estimate > known * 3 // 2 else None)
 
 
-def _planner_rows(qs: Any, floor: int) -> int | None:
+def _bounded_count(qs: Any, cap: int) -> int | None:
+    """COUNT(*) of at most cap + 1 rows; None if PostgreSQL could not finish it in the budget."""
+    rows = qs.values("pk")[: cap + 1]
+    db = connections[qs.db]
+    if db.vendor != "postgresql":
+        return rows.count()
+    try:
+        with transaction.atomic(using=qs.db):
+            with db.cursor() as cursor:
+                cursor.execute(f"SET LOCAL statement_timeout = {int(TOTAL_BUDGET_MS)}")
+            counted = rows.count()
+            with db.cursor() as cursor:
+                cursor.execute("SET LOCAL statement_timeout = DEFAULT")
+            return counted
+    except OperationalError:  # QueryCanceled: the budget ran out
+        return None
+
+
+def _planner_rows(qs: Any) -> int | None:
     if connections[qs.db].vendor != "postgresql":
         return None
     sql, params = qs.values("pk").query.sql_with_params()
@@ -423,8 +450,7 @@ def _planner_rows(qs: Any, floor: int) -> int | None:
         plan = cursor.fetchone()[0]
     if isinstance(plan, str):
         plan = json.loads(plan)
-    # The planner may guess below what we have just counted; we know better than that.
-    return max(int(plan[0]["Plan"]["Plan Rows"]), floor + 1)
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 # What a receipt's callers got besides its own run: the list's replay / 409 / 422 columns.

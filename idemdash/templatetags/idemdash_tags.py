@@ -82,12 +82,15 @@ def due(moment: datetime | None, now: datetime | None = None) -> str:
 
 @register.filter
 def total_of(total: Any) -> str:
-    """A `queries.Total` as the pager says it: '1,234', or 'more than 10,000 (about 2.3
-    million)' when the count stopped at its cap."""
+    """A `queries.Total` as the pager says it: '1,234'; 'more than 10,000 (about 2.3 million,
+    estimated)' when the count stopped at its cap; 'about 562,000 (estimated)' when it ran
+    out of time."""
     if total is None:
         return ""
     if total.exact:
         return f"{total.count:,}"
+    if not total.count:
+        return f"about {_rough(total.estimate)} (estimated)" if total.estimate else "too many to count"
     text = f"more than {total.count:,}"
     if total.estimate:
         text += f" (about {_rough(total.estimate)}, estimated)"
