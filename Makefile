@@ -24,7 +24,6 @@ test: install
 # Web server, worker and traffic simulator (Procfile). Demo webhook secrets come from
 # var/demo.env, made once; secrets already in the environment win.
 demo: migrate
-	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
 	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
 	set -a; . "$$($(BIN)/python manage.py demo_env)"; set +a; exec $(BIN)/honcho start
