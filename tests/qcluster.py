@@ -1,6 +1,6 @@
 """Run a real `manage.py qcluster` against the test database, for tests that need the
-django-q2 worker as it runs in production (PostgreSQL only: the subprocess must reach the
-test database by URL)."""
+django-q2 worker as it runs in production. The subprocess reaches the test database by URL:
+PostgreSQL's, or the SQLite test file's."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def database_url() -> str:
     s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
@@ -48,6 +51,32 @@ def kill_qcluster(worker: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     worker.wait(timeout=10)
+
+
+def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> float | None:
+    """SIGTERM the main process only (systemd's KillMode=mixed) or every process of the
+    cluster (KillMode=control-group); after `within` seconds, SIGKILL the rest, as systemd
+    does at TimeoutStopSec. Returns how long the cluster took to stop, None if it had to
+    be killed. Stopped means every process of its group is gone, not only the main one."""
+    started = time.monotonic()
+    if group:
+        os.killpg(worker.pid, signal.SIGTERM)
+    else:
+        worker.send_signal(signal.SIGTERM)
+    while time.monotonic() - started < within:
+        if worker.poll() is not None and not group_alive(worker):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    kill_qcluster(worker)
+    return None
+
+
+def group_alive(worker: subprocess.Popen) -> bool:
+    try:
+        os.killpg(worker.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop_qcluster(worker: subprocess.Popen) -> None:
