@@ -9,27 +9,28 @@ process, in its own handler, sets the stop event that the dead sentinel was wait
 multiprocessing Event.set waits for each waiter to acknowledge the wake-up, and a dead
 waiter never does: the main process waits forever.
 
-Here only the main process acts on SIGTERM: it sets the stop event, and the sentinel stops
-the cluster as django-q2 does on Ctrl-C (the pusher first, then a STOP queued behind the
-tasks already handed over, then the monitor, which acknowledges what the workers finished).
-In every other process SIGTERM means "stop soon": a long task (the outbox drain) ends at its
-next unit of work. The sentinel gives its workers that same hint when it stops, so that a
-stop signalled to the main process alone ends as soon.
+Here only the main process acts on SIGTERM, and the others ignore it. The main process sets
+the stop event, and the sentinel stops the cluster as django-q2 does on Ctrl-C (the pusher
+first, then a STOP queued behind the tasks already handed over, then the monitor, which
+acknowledges what the workers finished). It also raises a flag in memory shared with every
+process of the cluster, read without a lock, by which a long task (the outbox drain) ends
+at its next unit of work rather than running out its time.
 
 One exception keeps django-q2's timeout working: its guard sends SIGTERM to a worker whose
 task overran the timeout (the worker's timer reads 0), and that worker still dies.
 
-This relies on django-q2 internals (Sentinel's `start` argument, its `pool`, the `timer` on
-each worker process, Cluster's events); tests/idemdash/test_worker_cluster.py checks them
-and names the django-q2 version when they change.
+This relies on django-q2 internals (Sentinel's `start` argument, the `timer` on each worker
+process, Cluster's events and its start()); tests/idemdash/test_worker_cluster.py checks
+them and names the django-q2 version when they change.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import uuid
-from multiprocessing import Event, current_process
+from multiprocessing import Event, RawValue, current_process
 from time import sleep
 from types import FrameType
 from typing import Any
@@ -41,16 +42,12 @@ from receipts.outbox import drain
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Runs in the sentinel and in every process it forks. No logging and no locks: the
-    # signal may land while this process holds the lock that they would take.
+    # In the sentinel and in every process it forks. No logging and no locks: the signal
+    # may land while this process holds the lock that they would take.
     timer = getattr(current_process(), "timer", None)  # django-q2 sets it on workers only
-    if timer is None:
-        return
-    if timer.get_obj().value == 0:
+    if timer is not None and timer.get_obj().value == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
-        return
-    drain.request_stop()
 
 
 class Sentinel(django_q_cluster.Sentinel):
@@ -63,22 +60,21 @@ class Sentinel(django_q_cluster.Sentinel):
         if start:
             self.start()
 
-    def stop(self) -> None:
-        for process in list(self.pool):
-            try:
-                os.kill(process.pid, signal.SIGTERM)  # "stop soon", as above
-            except ProcessLookupError:
-                pass
-        super().stop()
-
 
 class Cluster(django_q_cluster.Cluster):
     _stopping = False
+
+    def __init__(self, broker: Any = None) -> None:
+        super().__init__(broker)
+        # Shared memory that the processes forked from here on inherit: one byte, no lock.
+        self.stopping = RawValue(ctypes.c_bool, False)
 
     def start(self) -> int:
         """django-q2's Cluster.start, starting this module's Sentinel."""
         if setproctitle:
             setproctitle.setproctitle(f"qcluster {current_process().name} {self.name}")
+        stopping = self.stopping
+        drain.stop_when(lambda: stopping.value)
         self.stop_event = Event()
         self.start_event = Event()
         self.sentinel = django_q_cluster.get_mp_context().Process(
@@ -97,6 +93,10 @@ class Cluster(django_q_cluster.Cluster):
                 raise RuntimeError(f"Q Cluster {self.name} failed to start: sentinel exited with code {self.sentinel.exitcode}")
             sleep(0.1)
         return self.pid
+
+    def stop(self) -> bool:
+        self.stopping.value = True
+        return super().stop()
 
     def sig_handler(self, signum: int, frame: FrameType | None) -> None:
         # A second signal (SIGINT after SIGTERM, say) while stopping would set the stop

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from receipts.outbox import store
@@ -23,14 +24,15 @@ from receipts.outbox.models import OutboxMessage
 
 log = logging.getLogger(__name__)
 
-# Set by the worker's SIGTERM handler (idemdash/worker/cluster.py), hence a plain flag and
-# no lock: a drain in this process stops at its next message and releases the rest.
-_stop_requested = False
+# Whether the process running the drain is being stopped. The worker points it at its
+# cluster's stop flag (idemdash/worker/cluster.py), so that a drain in flight stops at its
+# next message and releases the rest instead of running out its time.
+_stopping: Callable[[], bool] = lambda: False
 
 
-def request_stop() -> None:
-    global _stop_requested
-    _stop_requested = True
+def stop_when(stopping: Callable[[], bool]) -> None:
+    global _stopping
+    _stopping = stopping
 
 
 @dataclass
@@ -70,7 +72,7 @@ def drain(
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
 
     def out_of_time() -> bool:
-        return _stop_requested or (deadline is not None and time.monotonic() >= deadline)
+        return _stopping() or (deadline is not None and time.monotonic() >= deadline)
 
     while not out_of_time():
         batch = store.claim_batch(drainer, batch_size=batch_size, ids=ids)

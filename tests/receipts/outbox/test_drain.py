@@ -231,13 +231,14 @@ def test_a_message_for_an_action_this_drainer_does_not_know_is_retried():
 
 
 @pytest.mark.django_db
-def test_a_drain_asked_to_stop_finishes_the_send_in_flight_and_hands_back_the_rest(monkeypatch):
+def test_a_drain_whose_worker_is_stopping_finishes_the_send_in_flight_and_hands_back_the_rest(monkeypatch):
     from receipts.outbox import drain as drain_module
 
-    monkeypatch.setattr(drain_module, "_stop_requested", False)
+    stopping = []
+    monkeypatch.setattr(drain_module, "_stopping", lambda: bool(stopping))
 
     def policy(key, nth, body):
-        drain_module.request_stop()  # SIGTERM arrives while the first message is being sent
+        stopping.append(True)  # the worker is told to stop while the first message is sent
         return (200, {}, 0)
 
     with running_receiver(policy) as receiver:
