@@ -15,6 +15,7 @@ waits out the whole drain.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -71,3 +72,31 @@ def test_sigterm_stops_the_cluster_after_the_send_in_flight_and_loses_nothing(tm
 
     assert sorted(key for key, _ in receiver.requests) == keys
     assert set(messages.values_list("attempts", flat=True)) == {1}
+
+
+def dead(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_stuck_past_its_task_timeout_is_still_killed_and_replaced(tmp_path):
+    """Workers ignore SIGTERM, except the one django-q2's guard sends to a timed-out worker."""
+    qlog = tmp_path / "qcluster.log"
+    marker = tmp_path / "stuck.pid"
+    cluster = start_qcluster(qlog)
+    try:
+        async_task("tests.faults.stuck_task.stuck", str(marker), timeout=1)
+        wait_for(marker.exists, 30, "the stuck task to start", qlog)
+        pid = int(marker.read_text())
+        wait_for(lambda: dead(pid), 30, f"the stuck worker {pid} to be killed", qlog)
+        assert "after timeout" in qlog.read_text()
+        # Its replacement works.
+        with Receiver(0, delay=0) as receiver:
+            enqueue("http.post", {"url": f"http://127.0.0.1:{receiver.server.server_address[1]}/hook", "json": {}}, "after-stuck")
+            wait_for(lambda: receiver.requests, 30, "a send by the new worker", qlog)
+        assert signal_stop(cluster, group=True, within=STOP_BOUND) is not None
+    finally:
+        kill_qcluster(cluster)
+        connection.close()
