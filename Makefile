@@ -26,7 +26,6 @@ test: install
 # var/demo.env, made once; secrets already in the environment win. The outbox may post
 # to the simulator's receiver on 127.0.0.1, added to any OUTBOX_HTTP_ALLOWED_HOSTS given.
 demo: migrate
-	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
 	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
 	set -a; . "$$($(BIN)/python manage.py demo_env)"; \

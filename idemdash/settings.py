@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "idemdash.worker",  # before django_q: its `qcluster` stops cleanly on SIGTERM
     "django_q",
     "receipts",
     "receipts.outbox",

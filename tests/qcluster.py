@@ -1,6 +1,7 @@
 """Run real server processes for tests: `manage.py qcluster` against the test database, for
-tests that need the django-q2 worker as it runs in production (PostgreSQL only: the
-subprocess must reach the test database by URL), or any command in its own session."""
+tests that need the django-q2 worker as it runs in production (the subprocess reaches the
+test database by URL: PostgreSQL's, or the SQLite test file's), or any command in its own
+session."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,6 +28,8 @@ def free_port() -> int:
 def database_url(name: str | None = None) -> str:
     """The test database's URL, or that of database `name` on the same server."""
     s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
@@ -58,6 +62,32 @@ def kill_process(worker: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     worker.wait(timeout=10)
+
+
+def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> float | None:
+    """SIGTERM the main process only (systemd's KillMode=mixed) or every process of the
+    cluster (KillMode=control-group); after `within` seconds, SIGKILL the rest, as systemd
+    does at TimeoutStopSec. Returns how long the cluster took to stop, None if it had to
+    be killed. Stopped means every process of its group is gone, not only the main one."""
+    started = time.monotonic()
+    if group:
+        os.killpg(worker.pid, signal.SIGTERM)
+    else:
+        worker.send_signal(signal.SIGTERM)
+    while time.monotonic() - started < within:
+        if worker.poll() is not None and not group_alive(worker):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    kill_process(worker)
+    return None
+
+
+def group_alive(worker: subprocess.Popen) -> bool:
+    try:
+        os.killpg(worker.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop_process(worker: subprocess.Popen) -> None:
