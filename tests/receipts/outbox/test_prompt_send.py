@@ -39,7 +39,7 @@ def test_a_message_is_sent_right_after_its_commit_with_no_schedule_installed(tmp
     assert receiver.requests == {"prompt-1": 1}
 
 
-def test_prompt_tasks_and_scheduled_drains_racing_send_each_message_exactly_once(tmp_path):
+def test_prompt_tasks_and_scheduled_drains_racing_send_each_message_exactly_once(tmp_path, outbox_may_post_locally):
     qlog = tmp_path / "qcluster.log"
     keys = [f"race-{n:02d}" for n in range(30)]
     with running_receiver(lambda key, nth, body: (200, {}, 0.05)) as receiver:
