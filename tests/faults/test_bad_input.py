@@ -20,8 +20,12 @@ from dataclasses import dataclass
 
 import pytest
 from django.test import Client
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from receipts.auth import create_token
+from receipts.decorators import parse_key
 from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.webhooks.conftest import (
@@ -473,3 +477,32 @@ def test_duplicate_keys_in_a_webhook_payload_mean_the_last_value(world):
     assert (event.dedupe_key, event.payload["id"]) == ("evt_last", "evt_last")
     same = stripe(b'{"type": "x.y", "data": {"object": {}}, "id": "evt_last"}')(world).json()
     assert same["duplicate"] is True and same["payload_matches"] is True
+
+
+# --- Idempotency-Key: one key per header, a repeated header refused ------------------------
+
+PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+KEYS = st.text(PRINTABLE, min_size=1, max_size=40).filter(lambda k: k.strip() == k)
+
+
+def sf_string(key: str) -> str:
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def as_sent(key: str, quoted: bool) -> str:
+    """The header value for `key`: an sf-string, or bare when that reads the same."""
+    bare = key.startswith('"') and key.endswith('"') and len(key) >= 2
+    return sf_string(key) if quoted or bare or "," in key else key
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(key=KEYS, quoted=st.booleans())
+def test_every_printable_key_is_read_back_from_its_header(key, quoted):
+    assert parse_key(as_sent(key, quoted)) == key
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(first=KEYS, second=KEYS, quoted=st.tuples(st.booleans(), st.booleans()), separator=st.sampled_from([",", ", "]))
+def test_a_header_sent_twice_and_joined_is_never_read_as_a_key(first, second, quoted, separator):
+    joined = as_sent(first, quoted[0]) + separator + as_sent(second, quoted[1])
+    assert parse_key(joined) is None
