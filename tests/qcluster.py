@@ -36,13 +36,21 @@ def database_url(name: str | None = None) -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name or s['NAME']}"
 
 
-def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
-    """Start qcluster in its own session. The developer's webhook secrets and Redis are left out."""
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """This environment without the developer's webhook secrets and Redis (a subprocess
+    under test uses the database's broker and the test's own endpoints)."""
     env = {
         k: v for k, v in os.environ.items()
         if not k.endswith("_WEBHOOK_SECRET") and k not in {"REDIS_URL", "IDEMDASH_TEST_DB_SUFFIX"}
     }
-    env.update(DATABASE_URL=database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
+    env.update(overrides)
+    return env
+
+
+def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
+    """Start qcluster in its own session (process group), so that stop/kill reach its
+    worker processes too. The developer's webhook secrets and Redis are left out."""
+    env = subprocess_env(DATABASE_URL=database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
     env.update(env_overrides)
     return start_process([sys.executable, "manage.py", "qcluster"], log_path, env)
 
