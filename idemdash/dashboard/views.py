@@ -138,8 +138,8 @@ RECEIPT_ACTIONS = {
         name="release",
         verb="Release",
         explain="The key is given back: the caller's next attempt with this key runs the operation "
-                "again (even for an operation that burns its key on failure). The error it failed with "
-                "is kept; your reason goes to the audit log and to the release marker.",
+                "again (even for an operation that burns its key on failure). Your reason goes to the "
+                "audit log and to the release marker; a failed receipt keeps the error it failed with.",
         applies_to=(Status.FAILED, Status.PROCESSING),
         run=_release,
         refused=(store.StaleToken, store.NotReleasable),

@@ -37,7 +37,7 @@ def test_the_preview_shows_the_first_ten_of_many(operator_client):
     for i in range(12):
         failed(f"k-{i:02d}")
     html = operator_client.get("/receipts/bulk-retry/").content.decode()
-    assert 'data-count="12"' in html and "The first 10 of 12" in html
+    assert 'data-count="12"' in html and "The first 10 of 12 it touches" in html
     assert html.count('<li><a href="/receipts/') == 10 and "k-09" in html and "k-10" not in html
 
 
