@@ -77,6 +77,8 @@ def broken(operator, viewer):
             "event": webhook_event("evt_repair_1", "dead", event_type=REPAIRED_TYPE),
             "message": outbox_message("mail-dead-1", "dead"),
             "stuck": stuck("order-stuck-9", operation="refund.create"),
+            "stuck_event": webhook_event("evt_stuck_1", "processing", event_type="invoice.paid", minutes_ago=30),
+            "stuck_message": outbox_message("mail-stuck-1", "in_flight", minutes_ago=10),
             "calls": calls,
         }
     finally:
@@ -207,6 +209,15 @@ def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with
     board = page.inner_text("main")
     assert "Released order-stuck-9: the caller's next attempt will run." in board and "No receipt is stuck" in board
 
+    # A stuck event from the same board: its whole summary, then back with where it went.
+    page.click("#stuck-events-card >> text=Release…")
+    page.wait_for_selector("#webhookevent-actions .confirm")
+    assert "evt_stuck_1" in page.inner_text("#webhookevent-summary") and "stuck: lease expired" in page.inner_text("main")
+    page.click("text=Confirm release")
+    page.wait_for_url("**/stuck/")
+    assert "Released event evt_stuck_1 from its stuck worker: it is retry now." in page.inner_text("main")
+    assert "mail-stuck-1" in page.inner_text("#stuck-messages-card")
+
 
 def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
     broken, browser, live_server  # noqa: F811
@@ -241,7 +252,9 @@ def test_a_viewer_sees_the_same_pages_without_the_actions(broken, browser, live_
         assert page.locator(f"#{kind}-actions").count() == 0, kind
         assert page.locator("main a.button").count() == 0, kind
     page.goto(live_server.url + "/stuck/")
-    assert "order-stuck-9" in page.inner_text("main") and page.locator("text=Release…").count() == 0
+    board = page.inner_text("main")
+    assert "order-stuck-9" in board and "evt_stuck_1" in board and "mail-stuck-1" in board
+    assert page.locator("text=Release…").count() == 0
     page.goto(live_server.url + "/receipts/bulk-retry/")
     assert "Only operators can release failed receipts." in page.inner_text("#bulk")
     assert page.locator("form.confirm-form").count() == 0
