@@ -18,6 +18,7 @@ from idemdash.access import VIEW, operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.bulk import describe_filter
 from idemdash.dashboard.forms import AuditFilter, ReceiptFilter
+from idemdash.templatetags.idemdash_tags import audit_verb
 from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
 from receipts.auth import client_for_request
@@ -197,7 +198,10 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     query.pop("before", None)
     return render(request, "dashboard/audit.html", {
         "form": form, "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before),
-        "filters": describe_filter(form), "query": query.urlencode(),
+        # The action by its verb, as the rows name it.
+        "filters": [(label, audit_verb(value) if label == form.fields["action"].label else value)
+                    for label, value in describe_filter(form)],
+        "query": query.urlencode(),
     })
 
 

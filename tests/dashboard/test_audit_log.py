@@ -31,7 +31,7 @@ def test_it_filters_by_actor_action_and_entry_range(viewer_client, operator):
     first = store.AuditEntry.objects.order_by("id").first().pk
     html = viewer_client.get(f"/audit/?actor=otto&action=test.action&after_id={first}&through_id={first + 2}").content.decode()
     assert "entry-1" in html and "entry-0" not in html and "entry-2" not in html and "entry-3" not in html
-    assert "Only entries with who <strong>otto</strong>" in html
+    assert "Only entries with who <strong>otto</strong>, action <strong>test.action</strong>" in html
     response = viewer_client.get("/audit/?after_id=x")
     assert response.status_code == 400 and "After entry: " in response.content.decode()
 

@@ -54,6 +54,7 @@ def test_confirming_releases_exactly_the_previewed_rows_and_summarises(operator_
     audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
     audit = operator_client.get(audit_url).content.decode()
     assert len(re.findall(r'href="/receipts/\d+/"', audit)) == 2 and "outage over" in audit
+    assert "action <strong>Release</strong>" in audit
     # A second run finds nothing: released receipts are no longer failed ones.
     assert "Nothing to release" in operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
 
