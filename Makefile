@@ -15,19 +15,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The demo's SECRET_KEY and webhook secrets, from var/demo.env (made once, before any
+# settings load: they refuse to start without a strong key); values already set win.
+DEMO_ENV = set -a; . "$$($(BIN)/python -m idemdash.demo_env)"; set +a
+
 migrate: install
-	$(BIN)/python manage.py migrate --noinput
+	$(DEMO_ENV); $(BIN)/python manage.py migrate --noinput
 
-test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-
-# Web server, worker and traffic simulator (Procfile). Demo webhook secrets come from
-# var/demo.env, made once; secrets already in the environment win.
-demo: migrate
-	$(BIN)/python manage.py install_schedules
-	$(BIN)/python manage.py ensure_admin
-	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
-	set -a; . "$$($(BIN)/python manage.py demo_env)"; set +a; exec $(BIN)/honcho start
+# The production stack (Procfile: gunicorn, qcluster) plus the traffic simulator, on the
+# embedded SQLite file, with static files collected for WhiteNoise to serve.
+demo: install
+	@$(DEMO_ENV); set -e; \
+	$(BIN)/python manage.py demo_setup; \
+	echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"; \
+	exec $(BIN)/honcho start
 
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;
