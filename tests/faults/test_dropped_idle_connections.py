@@ -41,11 +41,22 @@ def _start_gunicorn(port: int, log: Path) -> subprocess.Popen:
         )
 
 
-def _idle_backends() -> list[int]:
+def _kill_idle_backends() -> tuple[float, float, int]:
+    """Terminate every idle backend of the test database but this one. pg_terminate_backend
+    only signals: the kill lasts until the backends are gone, so that is when it ends."""
+    started = time.monotonic()
     with connection.cursor() as cursor:
+        # Two statements: in one, nothing says the filter runs before pg_terminate_backend.
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                        "AND pid <> pg_backend_pid() AND state = 'idle'")
-        return [pid for (pid,) in cursor.fetchall()]
+        idle = [pid for (pid,) in cursor.fetchall()]
+        cursor.execute("SELECT pid FROM unnest(%s::int[]) AS pid WHERE pg_terminate_backend(pid)", [idle])
+        killed = [pid for (pid,) in cursor.fetchall()]
+        while True:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [killed])
+            if cursor.fetchone()[0] == 0:
+                return started, time.monotonic(), len(killed)
+            time.sleep(0.005)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -87,11 +98,7 @@ def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_sta
         time.sleep(3)  # every worker thread that served a request now keeps its connection
         kills = []
         for _ in range(3):  # three times, so that connections opened after a kill are killed too
-            idle = _idle_backends()
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest(%s::int[]) AS pid", [idle])
-                killed_at, (killed,) = time.monotonic(), cursor.fetchone()
-            kills.append((killed_at, killed))
+            kills.append(_kill_idle_backends())
             time.sleep(2)
         stop.set()
         for thread in callers:
@@ -100,10 +107,11 @@ def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_sta
         stop.set()
         stop_qcluster(server)
 
-    assert sum(killed for _, killed in kills) >= WORKERS, kills  # persistent connections were there to kill
-    in_flight = [r for r in results if any(r[0] <= at <= r[1] for at, _ in kills)]
+    assert sum(killed for _, _, killed in kills) >= WORKERS, kills  # persistent connections were there to kill
+    in_flight = [r for r in results if any(r[0] <= ended and r[1] >= started for started, ended, _ in kills)]
     after = [r for r in results if r not in in_flight]
     assert len(after) > 100 and all(status == 201 for _, _, status in after), (
         [r for r in after if r[2] != 201][:10], (tmp_path / "gunicorn.log").read_text()[-3000:]
     )
-    assert len(in_flight) <= CALLERS * len(kills)
+    # At most the request that was using a killed connection fails, once per connection.
+    assert len([r for r in in_flight if r[2] != 201]) <= sum(killed for _, _, killed in kills)
