@@ -190,7 +190,7 @@ STATICFILES_FINDERS = [
     "idemdash.vendor.PlotlyFinder",
 ]
 # collectstatic writes every file under a content-hashed name plus a gzip copy; WhiteNoise
-# serves the hashed names with a one-year immutable Cache-Control. A page that names a file
+# serves the hashed names with a ten-year immutable Cache-Control. A page that names a file
 # collectstatic has not seen fails (manifest_strict), so a forgotten collectstatic shows.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
