@@ -104,3 +104,11 @@ def test_the_503_page_renders_with_a_request_whose_session_is_unreachable():
 
 def test_the_503_page_renders_without_any_context():
     assert "<h1>Database unavailable</h1>" in render_to_string("503.html")
+
+
+@pytest.mark.parametrize("template", ["404.html", "500.html", "503.html"])
+def test_the_error_pages_render_under_a_urlconf_without_the_dashboard(settings, template):
+    # As in a project's own URLconf, or the tests' (a decorated view that raises Http404).
+    settings.ROOT_URLCONF = "tests.faults.urls"
+    html = render_to_string(template)
+    assert "css/idemdash.css" in html and 'class="brand" href="/"' in html
