@@ -118,26 +118,6 @@ def simulator_token(token_file: Path) -> str:
     return token
 
 
-DEMO_SECRETS = {"STRIPE_WEBHOOK_SECRET": "whsec_demo_", "SHOPIFY_WEBHOOK_SECRET": "shpss_demo_"}
-
-
-def write_demo_env(path: Path) -> Path:
-    """Demo webhook secrets as a shell file that `make demo` sources, made once so that the
-    demo's endpoints keep their secret across restarts. A secret already set in the
-    environment wins (`:=` assigns only when unset or empty). Nothing else reads this file,
-    so production never gets these secrets."""
-    if not path.exists():
-        lines = ["# Webhook secrets for `make demo` only, made once. A secret set in the environment wins."]
-        for name, prefix in DEMO_SECRETS.items():
-            lines.append(f': "${{{name}:={prefix}{secrets.token_hex(16)}}}"')
-        lines.append("export " + " ".join(DEMO_SECRETS))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write("\n".join(lines) + "\n")
-    return path
-
-
 class LocalOnlyTransport(httpx.HTTPTransport):
     """Refuses any request to a host that is not loopback, and counts where requests went."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ensure_database(url)
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "idemdash.bench.settings"
+    # The settings refuse to start without a strong key; a bench run makes its own, which
+    # the servers it starts inherit.
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     import django
 
     django.setup()

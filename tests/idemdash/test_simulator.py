@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import os
-import subprocess
 from urllib.parse import urlsplit
 
 import httpx
@@ -85,29 +83,6 @@ def test_the_receiver_accepts_the_rest_and_counts_a_key_accepted_twice():
 def test_the_receiver_refuses_shares_that_add_up_to_more_than_everything():
     with pytest.raises(ValueError):
         Receiver(0, failures=0.8, slow=0.3)
-
-
-# --- demo secrets -----------------------------------------------------------------------------
-
-
-def _sourced(path, **env) -> dict[str, str]:
-    script = f'set -a; . "{path}"; set +a; echo "$STRIPE_WEBHOOK_SECRET"; echo "$SHOPIFY_WEBHOOK_SECRET"'
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_WEBHOOK_SECRET")}
-    out = subprocess.run(["sh", "-c", script], env={**base, **env}, capture_output=True, text=True, check=True)
-    stripe, shopify = out.stdout.splitlines()
-    return {"stripe": stripe, "shopify": shopify}
-
-
-def test_the_demo_env_is_made_once_private_and_yields_to_secrets_already_set(tmp_path):
-    path = simulator.write_demo_env(tmp_path / "var" / "demo.env")
-    first = path.read_text()
-    assert simulator.write_demo_env(path).read_text() == first
-    assert (path.stat().st_mode & 0o777) == 0o600
-
-    demo = _sourced(path)
-    assert demo["stripe"].startswith("whsec_demo_") and demo["shopify"].startswith("shpss_demo_")
-    assert demo["stripe"] in first
-    assert _sourced(path, STRIPE_WEBHOOK_SECRET="whsec_mine") == {"stripe": "whsec_mine", "shopify": demo["shopify"]}
 
 
 # --- a bounded run against a live server ------------------------------------------------------
