@@ -28,6 +28,7 @@ test: install
 demo: migrate
 	$(BIN)/python manage.py install_schedules
 	$(BIN)/python manage.py ensure_admin
+	$(BIN)/python manage.py demo_setup
 	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
 	set -a; . "$$($(BIN)/python manage.py demo_env)"; \
 	OUTBOX_HTTP_ALLOWED_HOSTS="$${OUTBOX_HTTP_ALLOWED_HOSTS:+$$OUTBOX_HTTP_ALLOWED_HOSTS,}127.0.0.1"; \
