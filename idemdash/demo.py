@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from idemdash import alerts
 from idemdash.models import AlertRule, DemoSwitch
@@ -60,12 +61,14 @@ def check(name: str) -> None:
 
 def set_failing(switch: DemoSwitch, on: bool, *, actor: str, user: Any = None) -> bool:
     """Turn a switch on or off, recorded in the audit log; False if it already was."""
-    before = "failing" if switch.failing else "fixed"
+    before, after = ("fixed", "failing") if on else ("failing", "fixed")
     with transaction.atomic():
-        if DemoSwitch.objects.filter(pk=switch.pk, failing=not on).update(failing=on) != 1:
+        # Conditional, so that two flips at once record one change; update() skips auto_now.
+        changed = DemoSwitch.objects.filter(pk=switch.pk, failing=not on).update(failing=on, updated_at=timezone.now())
+        if changed != 1:
             return False
-        audit(actor, "demo_switch.fix" if not on else "demo_switch.break", switch,
-              status_before=before, status_after="failing" if on else "fixed", user=user)
+        audit(actor, "demo_switch.break" if on else "demo_switch.fix", switch,
+              status_before=before, status_after=after, user=user)
     switch.refresh_from_db()
     return True
 
