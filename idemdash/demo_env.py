@@ -19,8 +19,12 @@ DEMO_VALUES: dict[str, Callable[[], str]] = {
     "SECRET_KEY": lambda: secrets.token_urlsafe(50),
     "STRIPE_WEBHOOK_SECRET": lambda: "whsec_demo_" + secrets.token_hex(16),
     "SHOPIFY_WEBHOOK_SECRET": lambda: "shpss_demo_" + secrets.token_hex(16),
+    # The demo's own tuning, not production's defaults (8 attempts, 30 s doubling): an event
+    # the staged bug breaks (idemdash.demo) goes dead within about two sweeps, not hours.
+    "WEBHOOKS_MAX_ATTEMPTS": lambda: "3",
+    "WEBHOOKS_BACKOFF_BASE": lambda: "5",
 }
-HEADER = "# Secrets for `make demo` only, each made once. A value set in the environment wins."
+HEADER = "# Secrets and settings for `make demo` only, each made once. A value set in the environment wins."
 
 
 def write_demo_env(path: Path) -> Path:

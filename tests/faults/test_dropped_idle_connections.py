@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from receipts.auth import create_token
-from tests.qcluster import ROOT, database_url, stop_qcluster
+from tests.qcluster import ROOT, database_url, stop_process
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 WORKERS, THREADS, CALLERS = 3, 4, 8
@@ -105,7 +105,7 @@ def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_sta
             thread.join(30)
     finally:
         stop.set()
-        stop_qcluster(server)
+        stop_process(server)
 
     assert sum(killed for _, _, killed in kills) >= WORKERS, kills  # persistent connections were there to kill
     in_flight = [r for r in results if any(r[0] <= ended and r[1] >= started for started, ended, _ in kills)]

@@ -56,3 +56,18 @@ def test_it_runs_before_settings_exist_and_prints_the_path(tmp_path):
     done = subprocess.run([sys.executable, "-m", "idemdash.demo_env"], cwd=ROOT, capture_output=True, text=True,
                           env={**env, "IDEMDASH_VAR_DIR": str(tmp_path)}, timeout=60, check=True)
     assert done.stdout.strip() == str(tmp_path / "demo.env") and "SECRET_KEY" in (tmp_path / "demo.env").read_text()
+
+
+def test_the_demo_env_lowers_webhook_attempts_and_an_older_file_gets_that_added(tmp_path):
+    path = tmp_path / "demo.env"
+    path.write_text(': "${STRIPE_WEBHOOK_SECRET:=whsec_demo_old}"\nexport STRIPE_WEBHOOK_SECRET\n')
+    write_demo_env(path)
+    write_demo_env(path)  # added once
+    text = path.read_text()
+    assert text.count("WEBHOOKS_MAX_ATTEMPTS:=") == 1 and "whsec_demo_old" in text
+    script = f'set -a; . "{path}"; set +a; echo "$WEBHOOKS_MAX_ATTEMPTS $WEBHOOKS_BACKOFF_BASE"'
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEBHOOKS_")}
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "5"]
+    out = subprocess.run(["sh", "-c", script], env={**env, "WEBHOOKS_MAX_ATTEMPTS": "8"}, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["8", "5"]  # the environment wins
