@@ -3,7 +3,6 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-BENCH_STAMP := $(VENV)/.bench-installed-stamp
 
 .PHONY: demo test install migrate bench clean
 
@@ -16,31 +15,31 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The demo's SECRET_KEY and webhook secrets, from var/demo.env (made once, before any
+# settings load: they refuse to start without a strong key); values already set win.
+DEMO_ENV = set -a; . "$$($(BIN)/python -m idemdash.demo_env)"; set +a
+
 migrate: install
-	$(BIN)/python manage.py migrate --noinput
+	$(DEMO_ENV); $(BIN)/python manage.py migrate --noinput
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Web server, worker and traffic simulator (Procfile). Demo webhook secrets come from
-# var/demo.env, made once; secrets already in the environment win. The outbox may post
-# to the simulator's receiver on 127.0.0.1, added to any OUTBOX_HTTP_ALLOWED_HOSTS given.
-demo: migrate
-	$(BIN)/python manage.py install_schedules
-	$(BIN)/python manage.py ensure_admin
-	@echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"
-	set -a; . "$$($(BIN)/python manage.py demo_env)"; \
-	OUTBOX_HTTP_ALLOWED_HOSTS="$${OUTBOX_HTTP_ALLOWED_HOSTS:+$$OUTBOX_HTTP_ALLOWED_HOSTS,}127.0.0.1"; \
-	set +a; exec $(BIN)/honcho start
+# The production stack (Procfile: gunicorn, qcluster) plus the traffic simulator, on the
+# embedded SQLite file, with static files collected for WhiteNoise to serve. The outbox may
+# post to the simulator's receiver on 127.0.0.1, added to any OUTBOX_HTTP_ALLOWED_HOSTS given.
+demo: install
+	@$(DEMO_ENV); set -e; \
+	export OUTBOX_HTTP_ALLOWED_HOSTS="$${OUTBOX_HTTP_ALLOWED_HOSTS:+$$OUTBOX_HTTP_ALLOWED_HOSTS,}127.0.0.1"; \
+	$(BIN)/python manage.py demo_setup; \
+	echo "idemdash: open http://127.0.0.1:$${IDEMDASH_PORT:-8000}/ and log in as admin (the admin site is at /admin/); Ctrl-C stops everything"; \
+	exec $(BIN)/honcho start
 
 # `make bench` measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;
-# `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone).
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' --config-settings editable_mode=compat
-	touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP)
+# `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone). The dev
+# extra carries the bench's own dependencies (DRF, drf-idempotency).
+bench: install
 	$(BIN)/python -m idemdash.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 clean:

@@ -79,8 +79,9 @@ RECEIPT_FIELDS: dict[str, str] = {
     "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
     "duplicate_rate": "(replayed + in_progress_conflicts + mismatch_conflicts) / requests; 0 when "
     "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
-    "failed": "Receipts now in status failed (failed attempts and operator releases) whose last "
-    "change falls in the window: the keys a bulk retry of that window would touch.",
+    "failed": "Receipts now in status failed, and not released since, whose last change falls "
+    "in the window: the keys a bulk release of that window would touch. A released receipt "
+    "(given back, waiting for the caller's next attempt) is not counted.",
     "stuck": "Receipts processing past their lease right now (independent of the window).",
 }
 
@@ -162,7 +163,8 @@ def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
 
 
 def failed_receipts(start: datetime | None = None, end: datetime | None = None):
-    qs = Receipt.objects.filter(status=Receipt.Status.FAILED)
+    """Failed and not released (served by the partial index receipt_failed_updated)."""
+    qs = Receipt.objects.filter(status=Receipt.Status.FAILED, released_at=None)
     if start is not None:
         qs = qs.filter(updated_at__gt=start)
     if end is not None:

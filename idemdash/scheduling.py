@@ -4,8 +4,9 @@ Each installed app may declare its periodic work in `<app>/schedules.py`:
 
     SCHEDULES = [{"name": "<app label>.<what>", "func": "dotted.path", "schedule_type": "I", "minutes": 1}]
 
-using django-q2 Schedule field names. `install_schedules()` creates or updates each one by
-name, and deletes schedules that an app no longer declares. An app owns the names that
+using django-q2 Schedule field names. Every `migrate` runs `install_schedules()` (a
+post_migrate handler in idemdash/apps.py), as does `manage.py install_schedules`. It
+creates or updates each one by name, and deletes schedules that an app no longer declares. An app owns the names that
 start with its label and a dot, and only those are ever deleted, so schedules that an
 operator adds in the admin under other names are left alone. Running it twice changes
 nothing the second time.

@@ -53,10 +53,19 @@ def envlist(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = envbool("DEBUG", False)
+DEVELOPMENT_SECRET_KEY = "django-insecure-idemdash-development-key-change-me"
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    # A development key: fine for `make demo` and tests; `manage.py check --deploy` flags it.
-    SECRET_KEY = "django-insecure-idemdash-development-key-change-me"
+if DEBUG:
+    SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+elif len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("django-insecure-"):
+    # Fail closed: sessions, CSRF tokens and password-reset links are signed with this key,
+    # so a site without DEBUG never starts on a guessable one. (`make demo` and the test
+    # suite make their own random key.)
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to at least 50 random characters when DEBUG is off"
+        + (", not the development key" if SECRET_KEY.startswith("django-insecure-") else "")
+        + "; e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
@@ -74,6 +83,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "idemdash.worker",  # before django_q: its `qcluster` stops cleanly on SIGTERM
     "django_q",
     "receipts",
     "receipts.outbox",
@@ -83,6 +93,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from STATIC_ROOT (and, with DEBUG, from the finders), so gunicorn alone
+    # serves the whole dashboard; a proxy in front is optional.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything reads a body: gives Django the body of a chunked request.
+    "receipts.middleware.ChunkedBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,6 +140,10 @@ if DATABASE_URL:
         _db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0))
     except Exception as exc:  # dj-database-url raises several types for bad URLs
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    # A persistent connection the server dropped (a restart, a failover, an idle timeout,
+    # pg_terminate_backend) is noticed at the start of the next request and replaced,
+    # instead of failing that request with a 503.
+    _db["CONN_HEALTH_CHECKS"] = _db["CONN_MAX_AGE"] != 0
     if _db.get("ENGINE") not in {
         "django.db.backends.postgresql",
         "django.db.backends.sqlite3",
@@ -178,6 +197,13 @@ STATICFILES_FINDERS = [
     # static/vendor/plotly.min.js, straight from the installed plotly package.
     "idemdash.vendor.PlotlyFinder",
 ]
+# collectstatic writes every file under a content-hashed name plus a gzip copy; WhiteNoise
+# serves the hashed names with a ten-year immutable Cache-Control. A page that names a file
+# collectstatic has not seen fails (manifest_strict), so a forgotten collectstatic shows.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", False)

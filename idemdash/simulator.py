@@ -6,11 +6,17 @@ dashboard and the admin show is what real callers would cause:
 - agents claiming keys through the JSON API (`receipts.client.IdempotencyClient`): normal
   runs and their repeats (replayed), retries after a client-side timeout while the first
   attempt still runs (409), crashes mid-operation that leave a lease to lapse and be taken
-  over, a key reused with a changed request (422), failures retried;
+  over, a key reused with a changed request (422), failures retried (some twice);
+- agents that hang holding a long lease and wait for an operator: their receipts fill the
+  Stuck board, and the agent comes back for the key once it is released (or, bounded,
+  takes it over after `stall_give_up_seconds`);
 - Stripe and Shopify deliveries signed with the configured secrets, with retry storms (one
-  event delivered many times at once) and out-of-order redeliveries;
+  event delivered many times at once) and out-of-order redeliveries, and Shopify refunds,
+  whose demo handler fails while its demo switch is on (idemdash.demo);
 - outbox messages (`POST /api/v1/outbox`): `http.post` to a receiver this module runs on
-  127.0.0.1, which answers a share of posts 503 or slowly, and a few `email.send`.
+  127.0.0.1, which answers a share of posts 503 or slowly, and refuses one path (invoices)
+  with a permanent 403 for the first `receiver_refuse_seconds`, so those messages go dead
+  until an operator sends them again; and a few `email.send`.
 
 Only the credentials come from the database (`simulator_token`). Every request goes
 through `LocalOnlyTransport`, which refuses any host but this machine's loopback.
@@ -56,12 +62,15 @@ DECK: dict[str, int] = {
     "agent_crash": 1,
     "agent_reuse": 1,
     "agent_failure": 1,
+    "agent_stall": 1,
     "stripe_payment": 3,
     "stripe_storm": 1,
     "stripe_redelivery": 1,
     "shopify_order": 2,
     "shopify_redelivery": 1,
+    "shopify_refund": 1,
     "outbox_post": 3,
+    "outbox_invoice": 1,
     "outbox_email": 1,
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
@@ -118,26 +127,6 @@ def simulator_token(token_file: Path) -> str:
     return token
 
 
-DEMO_SECRETS = {"STRIPE_WEBHOOK_SECRET": "whsec_demo_", "SHOPIFY_WEBHOOK_SECRET": "shpss_demo_"}
-
-
-def write_demo_env(path: Path) -> Path:
-    """Demo webhook secrets as a shell file that `make demo` sources, made once so that the
-    demo's endpoints keep their secret across restarts. A secret already set in the
-    environment wins (`:=` assigns only when unset or empty). Nothing else reads this file,
-    so production never gets these secrets."""
-    if not path.exists():
-        lines = ["# Webhook secrets for `make demo` only, made once. A secret set in the environment wins."]
-        for name, prefix in DEMO_SECRETS.items():
-            lines.append(f': "${{{name}:={prefix}{secrets.token_hex(16)}}}"')
-        lines.append("export " + " ".join(DEMO_SECRETS))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write("\n".join(lines) + "\n")
-    return path
-
-
 class LocalOnlyTransport(httpx.HTTPTransport):
     """Refuses any request to a host that is not loopback, and counts where requests went."""
 
@@ -158,18 +147,36 @@ class LocalOnlyTransport(httpx.HTTPTransport):
 # --- the outbox's downstream: a receiver that fails part of the time ------------------------
 
 
+REFUSED_PATH = "/partner/invoices"
+
+
 class Receiver:
     """An HTTP server on 127.0.0.1 standing in for a partner's API. A share of posts gets a
-    503 (with Retry-After: 1), another share is answered only after `slow_seconds`. It honours
-    Idempotency-Key the way a good partner does: a key it accepted before is acknowledged
-    again without acting twice, and counted, so the demo shows at-least-once delivery."""
+    503 (with Retry-After: 1), another share is answered only after `slow_seconds`. Posts to
+    `refuse_path` get a 403, which the outbox treats as permanent, for the first
+    `refuse_seconds` after start(): a partner's outage that ends on its own, after which a
+    dead message sent again goes through. It honours Idempotency-Key the way a good partner
+    does: a key it accepted before is acknowledged again without acting twice, and counted,
+    so the demo shows at-least-once delivery."""
 
     def __init__(
-        self, port: int, *, failures: float = 0.3, slow: float = 0.1, slow_seconds: float = 2.0, seed: int | None = None
+        self,
+        port: int,
+        *,
+        failures: float = 0.3,
+        slow: float = 0.1,
+        slow_seconds: float = 2.0,
+        refuse_path: str = REFUSED_PATH,
+        refuse_seconds: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         if not (0 <= failures <= 1 and 0 <= slow <= 1 and failures + slow <= 1):
             raise ValueError("receiver failures and slow shares must be between 0 and 1 and add up to at most 1")
+        if refuse_seconds < 0:
+            raise ValueError("receiver refuse_seconds must not be negative")
         self.failures, self.slow, self.slow_seconds = failures, slow, slow_seconds
+        self.refuse_path, self.refuse_seconds = refuse_path, refuse_seconds
+        self._refuse_until = time.monotonic() + refuse_seconds
         self.counts: Counter[str] = Counter()
         self.accepted_keys: set[str] = set()
         self._rng = random.Random(seed)
@@ -179,8 +186,14 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status = receiver._answer(self.headers.get("Idempotency-Key", ""))
-                body = json.dumps({"ok": status == 200}).encode()
+                status = receiver._answer(self.headers.get("Idempotency-Key", ""), urlsplit(self.path).path)
+                answer: dict[str, Any] = {"ok": status == 200}
+                if status == 403:
+                    answer["error"] = (
+                        f"partner outage (idemdash demo): {receiver.refuse_path} is refused for the first "
+                        f"{receiver.refuse_seconds:g} s of the simulator's run; send the message again after that"
+                    )
+                body = json.dumps(answer).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -207,9 +220,15 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def _answer(self, key: str) -> int:
+    def refusing(self) -> bool:
+        return self.refuse_seconds > 0 and time.monotonic() < self._refuse_until
+
+    def _answer(self, key: str, path: str = "") -> int:
         with self._lock:
             self.counts["posts"] += 1
+            if path == self.refuse_path and self.refusing():
+                self.counts["forbidden"] += 1
+                return 403
             roll = self._rng.random()
         if roll < self.failures:
             with self._lock:
@@ -227,6 +246,7 @@ class Receiver:
         return 200
 
     def start(self) -> None:
+        self._refuse_until = time.monotonic() + self.refuse_seconds
         self._thread = threading.Thread(target=self.server.serve_forever, name="simulator-receiver", daemon=True)
         self._thread.start()
 
@@ -252,7 +272,13 @@ class Config:
     receiver_failures: float = 0.3
     receiver_slow: float = 0.1
     receiver_slow_seconds: float = 2.0
+    receiver_refuse_seconds: float = 0.0  # `manage.py simulate` defaults to 180
     crash_lease_seconds: int = 5
+    failure_retry_seconds: float = 20.0  # a failed key's next attempt, on average
+    stall_lease_seconds: int = 60  # the lease an agent holds when it hangs
+    stall_check_seconds: float = 10.0  # how often a hung agent looks whether its key was released
+    stall_give_up_seconds: float = 600.0  # past its lease, it then takes the key over itself
+    max_stalled: int = 5  # hung agents waiting at once; more hang-ups crash as usual instead
     say_every: float = 10.0  # at most one line per kind of traffic this often
     summary_every: float = 15.0
     wait_for_server: float = 120.0
@@ -288,6 +314,7 @@ class Simulator:
             failures=config.receiver_failures,
             slow=config.receiver_slow,
             slow_seconds=config.receiver_slow_seconds,
+            refuse_seconds=config.receiver_refuse_seconds,
             seed=None if config.seed is None else config.seed + 1,
         )
         self._numbers = itertools.count(1)  # orders, invoices, payments: numbered in deal order
@@ -299,6 +326,8 @@ class Simulator:
         self._stripe_sent: deque[StripePayment] = deque(maxlen=40)
         self._shopify_sent: deque[tuple[bytes, dict[str, str], float]] = deque(maxlen=40)
         self._deck: list[str] = []
+        self._stalled: set[str] = set()
+        self._said_refusal_over = False
         self._warned: set[str] = set()
         self._started = time.monotonic()
         self.kinds = [k for k in DECK if self._enabled(k)]
@@ -361,11 +390,14 @@ class Simulator:
     def summary(self) -> str:
         t, r = self.tally, self.receiver.counts
         elapsed = int(time.monotonic() - self._started)
-        claims = t["claimed"] + t["replayed"] + t["409"] + t["422"] + t["takeover"] + t["retried"]
+        claims = t["claimed"] + t["replayed"] + t["409"] + t["422"] + t["takeover"] + t["retried"] + t["came_back"]
+        with self._lock:
+            stalled = len(self._stalled)
         parts = [
             f"[{elapsed // 60}:{elapsed % 60:02d}] receipts: {claims} claims ({t['claimed']} ran, "
             f"{t['replayed']} replayed, {t['409']} x 409, {t['422']} x 422, {t['crashed']} crashed, "
-            f"{t['takeover']} taken over, {t['failed']} failed, {t['retried']} retried)",
+            f"{t['takeover']} taken over, {t['failed']} failed, {t['retried']} retried, "
+            f"{stalled} hung waiting for a release, {t['came_back']} came back after a release)",
         ]
         if self.config.stripe_secret or self.config.shopify_secret:
             parts.append(
@@ -374,7 +406,7 @@ class Simulator:
             )
         parts.append(
             f"outbox: {t['outbox.enqueued']} enqueued ({t['outbox.again']} again by key); receiver: "
-            f"{r['posts']} posts, {r['refused']} x 503, {r['slow']} slow, {r['repeats']} repeats"
+            f"{r['posts']} posts, {r['refused']} x 503, {r['forbidden']} x 403, {r['slow']} slow, {r['repeats']} repeats"
         )
         if t["errors"] or t["busy"]:
             parts.append(f"{t['errors']} errors, {t['busy']} times all {self.config.max_in_flight} actions in flight (server busy)")
@@ -411,6 +443,7 @@ class Simulator:
                 f"simulating {cfg.rate:g} actions/s against {self.base_url}/ (run {self.run_id}"
                 f"{', seed ' + str(cfg.seed) if cfg.seed is not None else ''}); outbox receiver at "
                 f"{self.receiver.url} refusing {cfg.receiver_failures:.0%}, slow for {cfg.receiver_slow:.0%}"
+                + (f", {REFUSED_PATH} refused (403) for {cfg.receiver_refuse_seconds:g} s" if cfg.receiver_refuse_seconds else "")
                 + (f"; no {' or '.join(skipped)} traffic: its webhook secret is not set" if skipped else "")
             )
             self._loop()
@@ -486,6 +519,9 @@ class Simulator:
                     next_action += interval
                     if next_action < now - 1:  # fell behind: do not burst to catch up
                         next_action = now + interval
+                if cfg.receiver_refuse_seconds and not self._said_refusal_over and not self.receiver.refusing():
+                    self._said_refusal_over = True
+                    self.write(f"partner: {REFUSED_PATH} accepts posts again: its dead outbox messages can be sent again now")
                 if now >= next_summary:
                     self.write(self.summary())
                     next_summary += cfg.summary_every
@@ -602,24 +638,76 @@ class Simulator:
         agent = self.agent(rng)
         key, operation = self.key("charge", n), "charge.create"
         request = self._request(n, rng)
+        # A third of the failing keys fail on their first retry too: "keys failing repeatedly".
+        failures = 2 if rng.random() < 1 / 3 else 1
 
         def declined() -> None:
             raise RuntimeError("card processor timed out")
 
-        try:
-            self.idem.run_once(key, operation, declined, request=request)
-        except RuntimeError:
-            self.count("claimed")
-            self.count("failed")
-        self.say("agent_failure", f"{agent}: {operation} for {key} failed (card processor timed out); will retry")
-
-        def retry() -> None:
+        def attempt(tries: int) -> None:
             ran = []
-            self.idem.run_once(key, operation, lambda: ran.append(1) or {"charged": True}, request=request)
-            self.count("retried" if ran else "replayed")
-            self.say("retry", f"{agent}: retried {key} after its failure -> ran again, completed")
 
-        self.later(rng.uniform(0.5, 3.0), f"retry of {key}", retry)
+            def work() -> dict[str, Any]:
+                ran.append(1)
+                if tries < failures:
+                    declined()
+                return {"charged": True}
+
+            try:
+                self.idem.run_once(key, operation, work, request=request)
+            except RuntimeError:
+                self.count("claimed" if tries == 0 else "retried")
+                self.count("failed")
+                self.say("agent_failure", f"{agent}: {operation} for {key} failed (card processor timed out); will retry")
+                delay = self.config.failure_retry_seconds * rng.uniform(0.5, 1.5)
+                self.later(delay, f"retry of {key}", lambda: attempt(tries + 1))
+                return
+            self.count("retried" if ran else "replayed")
+            self.say("retry", f"{agent}: retried {key} after {tries} failure(s) -> ran again, completed")
+
+        attempt(0)
+
+    def _agent_stall(self, n: int, rng: random.Random) -> None:
+        """An agent that hangs holding a long lease: past the lease its receipt is on the
+        Stuck board, and the agent waits for an operator to release the key, then runs it."""
+        with self._lock:
+            room = len(self._stalled) < self.config.max_stalled
+        if not room:  # enough of the Stuck board is filled: crash as usual
+            return self._agent_crash(n, rng)
+        agent = self.agent(rng)
+        key, operation = self.key("lead", n), "lead.enrich"
+        request = self._request(n, rng)
+        lease = self.config.stall_lease_seconds
+        self.idem.claim(key, operation, request, lease_seconds=lease)
+        with self._lock:
+            self._stalled.add(key)
+        self.count("claimed")
+        self.count("hung")
+        self.say("agent_stall", f"{agent}: claimed {key} and hung (lease {lease} s); it waits for an operator to release it")
+        give_up = time.monotonic() + lease + self.config.stall_give_up_seconds
+        self.later(lease, f"come back for {key}", lambda: self._come_back(key, operation, request, agent, give_up))
+
+    def _come_back(self, key: str, operation: str, request: dict[str, Any], agent: str, give_up: float) -> None:
+        """Run the hung agent's key once it is no longer held (an operator released it), or
+        take it over at `give_up`, so that a demo nobody repairs stays bounded."""
+        receipt = self.idem.get(key)
+        held = receipt is not None and receipt["status"] == "processing"
+        if held and time.monotonic() < give_up and not self.stopping.is_set():
+            self.later(self.config.stall_check_seconds, f"come back for {key}",
+                       lambda: self._come_back(key, operation, request, agent, give_up))
+            return
+        with self._lock:
+            self._stalled.discard(key)
+        if self.stopping.is_set() and held:
+            return
+        ran = []
+        self.idem.run_once(key, operation, lambda: ran.append(1) or {"enriched": True}, request=request)
+        if held:
+            self.count("takeover")
+            self.say("takeover", f"{agent}: nobody released {key}; took it over after its lease -> completed")
+        else:
+            self.count("came_back" if ran else "replayed")
+            self.say("came_back", f"{agent}: came back for {key} after it was released -> ran it, completed")
 
     # --- webhooks ---------------------------------------------------------------------------
 
@@ -716,6 +804,15 @@ class Simulator:
         signed = {**headers, "X-Shopify-Hmac-Sha256": shopify_signature(body, self.config.shopify_secret)}
         return self._deliver("shopify", body, signed)
 
+    def _shopify_headers(self, topic: str, rng: random.Random) -> dict[str, str]:
+        return {
+            "X-Shopify-Topic": topic,
+            "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
+            "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
+            "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))),
+            "X-Shopify-API-Version": "2025-01",
+        }
+
     def _shopify_order(self, n: int, rng: random.Random) -> None:
         total = f"{rng.choice([19, 49, 89, 199])}.00"
         order = {
@@ -727,13 +824,7 @@ class Simulator:
             "subtotal_price": total,
         }
         body = json.dumps(order).encode()
-        headers = {
-            "X-Shopify-Topic": "orders/create",
-            "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
-            "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-API-Version": "2025-01",
-        }
+        headers = self._shopify_headers("orders/create", rng)
         self._shopify_send(body, headers)
         self._remember(self._shopify_sent, (body, headers, time.monotonic()))
         self.say("shopify_order", f"shopify: orders/create {order['name']} ({total} EUR)")
@@ -749,6 +840,28 @@ class Simulator:
             f"shopify: redelivered webhook {headers['X-Shopify-Webhook-Id'][:8]}... from {time.monotonic() - sent_at:.0f} s ago "
             f"-> {'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})",
         )
+
+    def _shopify_refund(self, n: int, rng: random.Random) -> None:
+        """A refund of an order sent earlier: its demo handler fails while the `refunds` demo
+        switch is on, so these events retry and go dead until an operator fixes it."""
+        earlier = self._earlier(self._shopify_sent)
+        if not earlier:
+            return self._shopify_order(n, rng)
+        order_body, _, _ = rng.choice(earlier)
+        order = json.loads(order_body)
+        amount = order.get("total_price") or "19.00"
+        refund = {
+            "id": int(f"83{rng.getrandbits(40)}"),
+            "order_id": order["id"],
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "note": "customer returned the item",
+            "refund_line_items": [],
+            "transactions": [{"kind": "refund", "status": "success", "amount": amount, "currency": "EUR"}],
+        }
+        headers = self._shopify_headers("refunds/create", rng)
+        self._shopify_send(json.dumps(refund).encode(), headers)
+        self.count("webhook.refunds")
+        self.say("shopify_refund", f"shopify: refunds/create for order {order.get('name')} ({amount} EUR)")
 
     # --- outbox -----------------------------------------------------------------------------
 
@@ -781,6 +894,16 @@ class Simulator:
             "outbox_post",
             f"outbox: http.post {key} -> {reply.status_code}" + (", enqueued again with its key -> nothing added" if again else ""),
         )
+
+    def _outbox_invoice(self, n: int, rng: random.Random) -> None:
+        key = self.key("invoice-copy", n)
+        reply = self._enqueue({
+            "key": key,
+            "action": "http.post",
+            "payload": {"url": f"{self.receiver.url}{REFUSED_PATH}", "json": {"invoice": n, "amount": rng.choice([900, 4200])}},
+        })
+        refused = " (the partner refuses this path for now: it will go dead)" if self.receiver.refusing() else ""
+        self.say("outbox_invoice", f"outbox: http.post {key} to {REFUSED_PATH} -> {reply.status_code}{refused}")
 
     def _outbox_email(self, n: int, rng: random.Random) -> None:
         key = self.key("receipt-email", n)

@@ -11,3 +11,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("idemdash.dashboard.urls")),
 ]
+
+handler403 = "idemdash.errors.permission_denied"
+handler404 = "idemdash.errors.page_not_found"
+handler500 = "idemdash.errors.server_error"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from receipts import store
 from receipts.auth import client_for_request
 from receipts.conf import policy_for, setting
-from receipts.fingerprint import fingerprint_json, nesting_depth
+from receipts.fingerprint import UnstorableJSON, fingerprint_json, nesting_depth
 from receipts.models import ApiClient, Receipt
 from receipts.problems import problem
 
@@ -28,6 +29,7 @@ MAX_DEPTH = 64
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
 COMPLETE_FIELDS = {"key", "token", "response"}
 FAIL_FIELDS = {"key", "token", "error", "retryable"}
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Invalid(Exception):
@@ -101,13 +103,14 @@ def _check_depth(value: Any) -> None:
         raise _Invalid("body", f"JSON nested deeper than {MAX_DEPTH} levels")
 
 
-def _has_nul(value: Any) -> bool:
+def _unstorable_text(value: Any) -> bool:
     if isinstance(value, str):
-        return "\x00" in value
+        # isascii() is O(1) in CPython: only non-ASCII strings are searched for a surrogate.
+        return "\x00" in value or (not value.isascii() and SURROGATE.search(value) is not None)
     if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
+        return any(_unstorable_text(item) for item in value)
     if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+        return any(_unstorable_text(k) or _unstorable_text(v) for k, v in value.items())
     return False
 
 
@@ -142,10 +145,11 @@ def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
     return float(value)
 
 
-def _no_nul(body: dict, name: str) -> None:
-    if _has_nul(body.get(name)):
-        # PostgreSQL text and jsonb cannot hold U+0000; refuse it on SQLite too, for one contract.
-        raise _Invalid(name, "Must not contain U+0000.")
+def _storable_text(body: dict, name: str) -> None:
+    if _unstorable_text(body.get(name)):
+        # PostgreSQL text and jsonb cannot hold U+0000, and no database takes a lone UTF-16
+        # surrogate (it is not Unicode text); refuse both on SQLite too, for one contract.
+        raise _Invalid(name, "Must not contain U+0000 or a lone UTF-16 surrogate (\\ud800 to \\udfff).")
 
 
 def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
@@ -233,15 +237,19 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
         _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
     )
     wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
-    _no_nul(body, "request")
+    _storable_text(body, "request")
     payload = body.get("request")
+    try:
+        fingerprint = fingerprint_json(payload)
+    except UnstorableJSON as exc:  # a number read as infinity (1e400)
+        raise _Invalid("request", str(exc)) from None
 
     result = store.claim(
         client.scope,
         key,
         operation,
         payload,
-        fingerprint=fingerprint_json(payload),
+        fingerprint=fingerprint,
         lease_seconds=lease_seconds,
         wait_seconds=wait_seconds,
     )
@@ -291,8 +299,11 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
     _fields(body, COMPLETE_FIELDS, COMPLETE_FIELDS)
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
-    _no_nul(body, "response")
-    stored = json.dumps(body["response"], separators=(",", ":"))
+    _storable_text(body, "response")
+    try:
+        stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
+        raise _Invalid("response", "A number is beyond the range of a double.") from None
     # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
     # key that does not exist; the completion itself is the store's conditional update.
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
@@ -314,7 +325,7 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     error = body["error"]
     if not isinstance(error, str) or not error.strip():
         raise _Invalid("error", "A non-empty string saying what went wrong.")
-    _no_nul(body, "error")
+    _storable_text(body, "error")
     retryable = body.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise _Invalid("retryable", "true, false, or absent for the operation's policy.")

@@ -34,7 +34,7 @@ from django.template.response import SimpleTemplateResponse
 from receipts import responses, store
 from receipts.auth import client_for_request
 from receipts.conf import setting
-from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
+from receipts.fingerprint import UnstorableJSON, fingerprint_http, is_json, parse_json_body
 from receipts.models import Attempt, Receipt
 from receipts.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from receipts.problems import problem
@@ -164,13 +164,41 @@ def is_client_error(exc: BaseException) -> bool:
 
 
 def parse_key(raw: str) -> str | None:
+    """The key of an Idempotency-Key header, or None when it is malformed.
+
+    A server joins a header sent twice into one value with "," (RFC 9110 5.3), so a bare key
+    holding a comma is refused rather than read as one key: `a, b` may be two keys, and
+    taking either would settle the other's request. A key that needs a comma is sent as a
+    structured-field string (RFC 8941 3.3.3), `"a,b"`, where the comma is inside the quotes
+    and `\\"` and `\\\\` are escapes; anything after its closing quote (`"a", "b"`) is refused.
+    """
     value = raw.strip()
     if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
-        value = value[1:-1]
+        value = _sf_string(value)
+    elif "," in value:
+        return None
     try:
         return store.validate_key(value)
     except store.InvalidKey:
         return None
+
+
+def _sf_string(quoted: str) -> str | None:
+    chars = []
+    escaped = False
+    for index, char in enumerate(quoted[1:], start=1):
+        if escaped:
+            if char not in '"\\':
+                return None
+            chars.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            return "".join(chars) if index == len(quoted) - 1 else None
+        else:
+            chars.append(char)
+    return None
 
 
 def parse_prefer_wait(header: str) -> int | None:
@@ -231,11 +259,15 @@ def _handle(
     key: str,
     scope: Callable[[HttpRequest], str] | None,
 ) -> HttpResponseBase:
+    content_type = request.META.get("CONTENT_TYPE", "")
     try:
         body = request.body
+        fingerprint = fingerprint_http(request.method, request.get_full_path(), body, content_type)
     except RequestDataTooBig:
         return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
-    content_type = request.META.get("CONTENT_TYPE", "")
+    except UnstorableJSON as exc:
+        # The view would parse it as JSON and could not store it: refused before anything runs.
+        return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))
     principal = scope(request) if scope else default_scope(request)
     user = getattr(request, "user", None)
     session = getattr(request, "session", None)
@@ -248,7 +280,7 @@ def _handle(
         key,
         operation,
         _stored_request(request, body, content_type),
-        fingerprint=fingerprint_http(request.method, request.get_full_path(), body, content_type),
+        fingerprint=fingerprint,
         wait_seconds=applied_wait,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
         session_id=(session.session_key or "") if session is not None else "",

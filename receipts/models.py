@@ -39,6 +39,17 @@ class Receipt(models.Model):
     # it send a NOTIFY, whose commit takes a lock that serialises every committing
     # NOTIFY on the server (receipts/waiting.py).
     waiters = models.BooleanField(default=False, db_default=False, editable=False)
+    # The release marker: set when the key is given back (store.release) and cleared by the
+    # caller's next claim, so a failed receipt with a marker is "released: the next attempt
+    # will run". The status stays failed and retryable, which is what lets the claim paths
+    # (store._claim_once, fastpath) treat it exactly as before; `error` keeps the failure.
+    released_at = models.DateTimeField(null=True, blank=True)
+    # Database defaults too, so that a writer that does not know the marker (a raw INSERT,
+    # an older release during a rolling deploy) can still insert receipts.
+    released_by = models.CharField(
+        max_length=255, blank=True, default="", db_default="", help_text="The operator; empty for the worker."
+    )
+    release_reason = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
@@ -51,7 +62,10 @@ class Receipt(models.Model):
             models.Index(fields=["created_at", "id"], name="receipt_created_id"),
             # The "failed in this window" tile counts failed receipts by updated_at; the
             # status/created_at index made it read every failed receipt's row.
-            models.Index(fields=["updated_at"], name="receipt_failed_updated", condition=Q(status="failed")),
+            # Released receipts are not failed ones (they wait for the caller's next attempt).
+            models.Index(
+                fields=["updated_at"], name="receipt_failed_updated", condition=Q(status="failed", released_at=None)
+            ),
             # The sweeper and the "stuck" tile only ever ask about processing rows.
             models.Index(
                 fields=["lease_expires_at"],
@@ -62,6 +76,16 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}/{self.key} ({self.status})"
+
+    @property
+    def released(self) -> bool:
+        """Given back and not claimed since: the caller's next attempt runs the operation."""
+        return self.status == self.Status.FAILED and self.released_at is not None
+
+    @property
+    def shown_status(self) -> str:
+        """The status an operator reads: "released" for a released key, else the status."""
+        return "released" if self.released else self.status
 
 
 class Attempt(models.Model):

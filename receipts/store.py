@@ -54,6 +54,11 @@ class NotReleasable(Exception):
     pass
 
 
+# What the audit log records as a released receipt's status after (its status is failed,
+# with the release marker: Receipt.shown_status).
+RELEASED = "released"
+
+
 @dataclass
 class ClaimResult:
     outcome: str
@@ -220,6 +225,9 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
                 attempts=receipt.attempts + 1,
                 lease_expires_at=now + intent.lease,
                 error="",
+                released_at=None,
+                released_by="",
+                release_reason="",
             )
             if won:
                 return ClaimResult(Outcome.RETRIED_AFTER_FAILURE, won, token=won.fencing_token)
@@ -264,6 +272,9 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
         "user_id": intent.user_id,
         "session_id": intent.session_id,
         "waiters": False,
+        "released_at": None,
+        "released_by": "",
+        "release_reason": "",
     }
 
 
@@ -400,23 +411,32 @@ def release(
     """Give the key back so that the caller's next attempt runs.
 
     A worker releases with its token (e.g. when a response must not be stored, such as a
-    401). An operator releases a stuck or failed receipt without one; that bumps the fencing
-    token, so the worker that was stuck can no longer write, and is written to the audit log.
+    401); its reason becomes the attempt's error. An operator releases a stuck or failed
+    receipt without one; that bumps the fencing token, so the worker that was stuck can no
+    longer write, keeps the error the attempt failed with, and is written to the audit log.
+    Either way the receipt stays failed and retryable (so every claim path treats it as
+    before) and carries the release marker until the next claim clears it.
     """
     now = timezone.now()
     status_before = receipt.status
     if status_before == Status.COMPLETED:
         raise NotReleasable("A completed receipt keeps its result until it expires.")
+    if token is None and receipt.released:
+        raise NotReleasable("It is already released: the caller's next attempt will run.")
     filters: dict[str, Any] = {"pk": receipt.pk, "status": status_before}
     filters["fencing_token"] = receipt.fencing_token if token is None else token
+    changes: dict[str, Any] = {} if token is None else {"error": reason or "released"}
     with transaction.atomic():
         updated = Receipt.objects.filter(**filters).update(
             status=Status.FAILED,
             retryable=True,
-            error=reason or "released",
             lease_expires_at=None,
             fencing_token=F("fencing_token") + 1,
             updated_at=now,
+            released_at=now,
+            released_by=actor,
+            release_reason=reason,
+            **changes,
         )
         if updated != 1:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
@@ -432,7 +452,7 @@ def release(
             created_at=now,
         )
         if actor:
-            audit(actor, "receipt.release", receipt, status_before, Status.FAILED, reason, user=user)
+            audit(actor, "receipt.release", receipt, status_before, RELEASED, reason, user=user)
         waiting.notify(receipt.scope, receipt.key)
     receipt.refresh_from_db()
     return receipt
@@ -469,9 +489,9 @@ def release_many(
     Each row goes through the same compare-and-set as a single release, so each gets its
     own Attempt and AuditEntry, and a row that a caller retried or an operator released in
     the meantime is skipped rather than overwritten. Processing and completed rows in the
-    queryset are left alone: a bulk retry is for failed keys only.
+    queryset, and failed ones already released, are left alone.
     """
-    failed = receipts.filter(status=Status.FAILED)
+    failed = receipts.filter(status=Status.FAILED, released_at=None)
     return bulk.each(
         failed, lambda r: release(r, actor=actor, reason=reason, user=user), refused=(StaleToken, NotReleasable), limit=limit
     )

@@ -127,8 +127,10 @@ def _listen(settings_dict: dict) -> None:
                 while not _stop.is_set():
                     for note in conn.notifies(timeout=0.5):
                         _wake(note.payload)
-        except Exception:  # the fallback timer keeps waiters correct meanwhile
-            log.warning("receipt LISTEN connection lost; reconnecting", exc_info=True)
+        except Exception as exc:  # the fallback timer keeps waiters correct meanwhile
+            # Expected whenever the server restarts or fails over: one line, no traceback.
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            log.warning("receipt LISTEN connection lost (%s); reconnecting", reason)
             _stop.wait(1)
 
 

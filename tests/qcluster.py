@@ -1,6 +1,7 @@
 """Run real server processes for tests: `manage.py qcluster` against the test database, for
-tests that need the django-q2 worker as it runs in production (PostgreSQL only: the
-subprocess must reach the test database by URL), or any command in its own session."""
+tests that need the django-q2 worker as it runs in production (the subprocess reaches the
+test database by URL: PostgreSQL's, or the SQLite test file's), or any command in its own
+session."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,19 +28,29 @@ def free_port() -> int:
 def database_url(name: str | None = None) -> str:
     """The test database's URL, or that of database `name` on the same server."""
     s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name or s['NAME']}"
 
 
-def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
-    """Start qcluster in its own session. The developer's webhook secrets and Redis are left out."""
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """This environment without the developer's webhook secrets and Redis (a subprocess
+    under test uses the database's broker and the test's own endpoints)."""
     env = {
         k: v for k, v in os.environ.items()
         if not k.endswith("_WEBHOOK_SECRET") and k not in {"REDIS_URL", "IDEMDASH_TEST_DB_SUFFIX"}
     }
-    env.update(DATABASE_URL=database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
+    env.update(overrides)
+    return env
+
+
+def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
+    """Start qcluster in its own session (process group), so that stop/kill reach its
+    worker processes too. The developer's webhook secrets and Redis are left out."""
+    env = subprocess_env(DATABASE_URL=database_url(), Q_WORKERS="1", PYTHONUNBUFFERED="1")
     env.update(env_overrides)
     return start_process([sys.executable, "manage.py", "qcluster"], log_path, env)
 
@@ -58,6 +70,32 @@ def kill_process(worker: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     worker.wait(timeout=10)
+
+
+def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> float | None:
+    """SIGTERM the main process only (systemd's KillMode=mixed) or every process of the
+    cluster (KillMode=control-group); after `within` seconds, SIGKILL the rest, as systemd
+    does at TimeoutStopSec. Returns how long the cluster took to stop, None if it had to
+    be killed. Stopped means every process of its group is gone, not only the main one."""
+    started = time.monotonic()
+    if group:
+        os.killpg(worker.pid, signal.SIGTERM)
+    else:
+        worker.send_signal(signal.SIGTERM)
+    while time.monotonic() - started < within:
+        if worker.poll() is not None and not group_alive(worker):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    kill_process(worker)
+    return None
+
+
+def group_alive(worker: subprocess.Popen) -> bool:
+    try:
+        os.killpg(worker.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def stop_process(worker: subprocess.Popen) -> None:

@@ -228,4 +228,7 @@ def _parse_json(body: bytes) -> Any:
     # stored (Python parses deeper JSON than it can encode again).
     if nesting_depth(payload) > MAX_JSON_DEPTH:
         raise VerificationError("invalid_json", f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    if payload is None:
+        # Not an event, and the stored payload column cannot tell JSON null from no payload.
+        raise VerificationError("invalid_json", "The body is JSON null, not an event.")
     return payload

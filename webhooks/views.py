@@ -6,6 +6,7 @@ from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from receipts.fingerprint import UnstorableJSON
 from receipts.problems import problem
 from webhooks import endpoints
 from webhooks.conf import setting
@@ -86,9 +87,10 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
 
     try:
         stored = store_delivery(endpoint, verified, secrets[verified.secret_index][0])
-    except DataError:
-        # Valid JSON the database refuses (PostgreSQL jsonb has no \u0000): a client error.
-        detail = "The payload cannot be stored (for example a \\u0000 in a string)."
+    except (DataError, UnstorableJSON):
+        # JSON the database refuses (PostgreSQL jsonb has no \u0000) or that cannot be
+        # encoded again (a lone surrogate, a number read as infinity): a client error.
+        detail = "The payload cannot be stored (a \\u0000 or a lone surrogate such as \\ud800 in a string, or NaN)."
         _reject(endpoint, "unstorable_payload", detail, body, request)
         return problem(400, "webhook-rejected", "Webhook delivery rejected", detail, cause="unstorable_payload")
     except DATABASE_DOWN:

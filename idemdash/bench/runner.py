@@ -51,12 +51,14 @@ class Sizes:
     purge_receipts: int
     page_samples: int  # timed requests per dashboard page
     purge_budget: float  # seconds the purge may run; the rate is over what it deleted
+    latency_messages: int  # outbox messages enqueued one at a time for scenario 8
 
 
 FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=2_000_000,
-             outbox=500_000, purge_receipts=1_000_000, page_samples=40, purge_budget=300)
+             outbox=500_000, purge_receipts=1_000_000, page_samples=40, purge_budget=300,
+             latency_messages=300)
 QUICK = Sizes(rounds=2, requests=150, time_limit=8, receipts=5_000, events=5_000, outbox=2_000,
-              purge_receipts=5_000, page_samples=5, purge_budget=120)
+              purge_receipts=5_000, page_samples=5, purge_budget=120, latency_messages=40)
 
 
 @dataclass
@@ -138,9 +140,9 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
-    "6 purge", "7 memory", "8 DRF view",
+    "6 purge", "7 memory", "8 DRF view", "9 outbox latency",
 )
 
 
@@ -441,8 +443,8 @@ def dashboard(b: Bench) -> list[Figure]:
     figures = seed_figures(b)
     user, session_key = bench_session()
     pages = {page: url.format(receipt=busy_receipt()) for page, url in DASHBOARD_PAGES}
-    # What the every-minute receipts.rollup schedule would have done by now (the bench does
-    # not install schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
+    # What the every-minute receipts.rollup schedule would have done by now (the bench
+    # removes the schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
     # attempts up to five minutes ago, as in a deployment.
     rollup.catch_up()
     vacuumed = vacuum_if_autovacuum_is_off()
@@ -665,6 +667,46 @@ def loader_figure(b: Bench) -> Figure:
                   note=f"{rows} rows in {took:.0f} s: {what}")
 
 
+# --- Outbox latency -----------------------------------------------------------------------------
+
+OUTBOX_LATENCY_SPACING = 0.05  # seconds between enqueues: traffic, not one burst
+
+
+def outbox_latency(b: Bench) -> list[Figure]:
+    """Enqueue to first attempt, with the worker running and no schedule installed: each
+    message is sent by the task its commit enqueues (receipts.outbox.store.send_soon)."""
+    from django_q.models import OrmQ
+
+    from receipts.outbox import store
+    from receipts.outbox.models import OutboxAttempt, OutboxMessage
+
+    # Tasks left by scenario 4 (its webhook events) would measure that backlog instead.
+    deadline = time.monotonic() + 300
+    while OrmQ.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    prefix = f"bench-{b.run_id}-latency"
+    for n in range(b.sizes.latency_messages):
+        store.enqueue("bench.noop", {"n": n}, f"{prefix}-{n}", scope="bench")
+        time.sleep(OUTBOX_LATENCY_SPACING)
+    messages = dict(OutboxMessage.objects.filter(scope="bench", key__startswith=prefix).values_list("id", "created_at"))
+    first: dict[int, datetime] = {}
+    deadline = time.monotonic() + 120
+    while len(first) < len(messages) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
+        first = dict(attempts)
+    connection.close()
+    waits = [(first[pk] - created).total_seconds() for pk, created in messages.items() if pk in first]
+    note = f"{len(messages) - len(waits)} of {len(messages)} messages had no attempt within 120 s" if len(waits) < len(messages) else ""
+    note = note or f"{len(waits)} messages, one every {OUTBOX_LATENCY_SPACING * 1000:.0f} ms"
+    b.details["outbox_latency"] = {"messages": len(messages), "attempted": len(waits)}
+    p50, p99 = (loadgen.percentile_ms(waits, p) / 1000 if waits else None for p in (50, 99))
+    return [
+        Figure("outbox.latency_p50", S9, "enqueue to first attempt p50", p50, "s", "<=", 1, note=note),
+        Figure("outbox.latency_p99", S9, "enqueue to first attempt p99", p99, "s", "<=", 5),
+    ]
+
+
 # --- Memory -------------------------------------------------------------------------------------
 
 
@@ -743,6 +785,11 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"bench ({'quick' if quick else 'full'}): migrating {connection.settings_dict['NAME']}", flush=True)
     call_command("migrate", verbosity=0, interactive=False)
+    # migrate installs the schedules; the bench runs without them, so that the purge does not
+    # race scenario 6 and scenario 8 measures the prompt send alone.
+    from django_q.models import Schedule
+
+    Schedule.objects.all().delete()
     info = meta(quick, started)
     reset_bench_rows()
     port = port or servers.free_port()
@@ -764,6 +811,8 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
         for number, (name, scenario) in enumerate(((S4, webhook_ingest), (S5, dashboard), (S6, purge)), 4):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
+        if only is None or 9 in only:
+            figures += timed(S9, outbox_latency, b)
         if any(f.id == "seed.receipts" for f in figures):
             figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
         figures += memory_figures(b, web, cluster)

@@ -43,11 +43,23 @@ def decode_cursor(raw: str) -> tuple[datetime, int]:
         raise BadCursor("The page cursor is not valid; start from the first page.") from exc
 
 
+# A released receipt is failed with the release marker (Receipt.released): the list shows
+# and filters it apart, and "failed" means failed and not released.
+RELEASED = "released"
+RECEIPT_STATUSES = {
+    Receipt.Status.FAILED: Q(status=Receipt.Status.FAILED, released_at=None),
+    RELEASED: Q(status=Receipt.Status.FAILED, released_at__isnull=False),
+}
+
+
 class ReceiptFilter(forms.Form):
-    """The receipts list's filters. The same form scopes the bulk-retry preview."""
+    """The receipts list's filters. The same form scopes the bulk-release preview."""
 
     q = forms.CharField(required=False, max_length=255, label="Key starts with")
-    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Receipt.Status.choices])
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any status"), *Receipt.Status.choices, (RELEASED, "Released (next attempt will run)")],
+    )
     operation = forms.CharField(required=False, max_length=100)
     scope = forms.CharField(required=False, max_length=255)
     conflict = forms.ChoiceField(
@@ -66,7 +78,10 @@ class ReceiptFilter(forms.Form):
         qs = Receipt.objects.all()
         if data.get("q"):
             qs = qs.filter(key__startswith=data["q"])
-        for name in ("status", "operation", "scope"):
+        status = data.get("status")
+        if status:
+            qs = qs.filter(RECEIPT_STATUSES.get(status, Q(status=status)))
+        for name in ("operation", "scope"):
             if data.get(name):
                 qs = qs.filter(**{name: data[name]})
         if data.get("conflict"):
@@ -202,3 +217,23 @@ class OutboxFilter(_TimeFiltered):
         if data.get("scope"):
             qs = qs.filter(scope=data["scope"])
         return self._time(qs)
+
+
+class AuditFilter(forms.Form):
+    """The audit log's filters; a bulk action's summary links to its own entries with them."""
+
+    actor = forms.CharField(required=False, max_length=255, label="Who")
+    action = forms.CharField(required=False, max_length=64, label="Action")
+    after_id = forms.IntegerField(required=False, min_value=0, label="After entry")
+    through_id = forms.IntegerField(required=False, min_value=0, label="Through entry")
+
+    def entries(self, qs: QuerySet) -> QuerySet:
+        data = self.cleaned_data
+        for name in ("actor", "action"):
+            if data.get(name):
+                qs = qs.filter(**{name: data[name]})
+        if data.get("after_id") is not None:
+            qs = qs.filter(id__gt=data["after_id"])
+        if data.get("through_id") is not None:
+            qs = qs.filter(id__lte=data["through_id"])
+        return qs

@@ -1,24 +1,24 @@
 from django.urls import path
 
-from idemdash.dashboard import alert_views, views, views_flow
+from idemdash.dashboard import alert_views, bulk, views, views_flow
 
 app_name = "dashboard"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("receipts/", views.receipts, name="receipts"),
-    path("receipts/bulk-retry/", views.bulk_retry, name="bulk_retry"),
+    path("receipts/bulk-retry/", bulk.bulk_action, {"kind": "receipts"}, name="bulk_retry"),
     path("receipts/<int:pk>/", views.receipt_detail, name="receipt"),
     path("receipts/<int:pk>/retry/", views.receipt_action, {"action": "retry"}, name="receipt_retry"),
     path("receipts/<int:pk>/release/", views.receipt_action, {"action": "release"}, name="receipt_release"),
     path("stuck/", views.stuck, name="stuck"),
     path("events/", views_flow.events, name="events"),
-    path("events/bulk-reprocess/", views_flow.bulk, {"kind": "events"}, name="events_bulk"),
+    path("events/bulk-reprocess/", bulk.bulk_action, {"kind": "events"}, name="events_bulk"),
     path("events/<int:pk>/", views_flow.event_detail, name="event"),
     path("events/<int:pk>/reprocess/", views_flow.event_action, {"action": "reprocess"}, name="event_reprocess"),
     path("events/<int:pk>/release/", views_flow.event_action, {"action": "release"}, name="event_release"),
     path("rejected/", views_flow.rejected, name="rejected"),
     path("outbox/", views_flow.outbox, name="outbox"),
-    path("outbox/bulk-requeue/", views_flow.bulk, {"kind": "outbox"}, name="outbox_bulk"),
+    path("outbox/bulk-requeue/", bulk.bulk_action, {"kind": "outbox"}, name="outbox_bulk"),
     path("outbox/<int:pk>/", views_flow.message_detail, name="message"),
     path("outbox/<int:pk>/retry/", views_flow.message_action, {"action": "retry"}, name="message_retry"),
     path("outbox/<int:pk>/requeue/", views_flow.message_action, {"action": "requeue"}, name="message_requeue"),

@@ -7,17 +7,18 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from idemdash import alerts, charts, conflicts, queries
-from idemdash.access import OPERATE, VIEW, operator_required, viewer_required
+from idemdash.access import VIEW, operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
-from idemdash.dashboard.forms import ReceiptFilter
+from idemdash.dashboard.bulk import describe_filter
+from idemdash.dashboard.forms import AuditFilter, ReceiptFilter
+from idemdash.templatetags.idemdash_tags import audit_verb
 from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
 from receipts.conf import policy_for
@@ -129,6 +130,8 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         "request_pretty": _pretty(receipt.request),
         "response_pretty": _pretty(receipt.response_body),
         "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
+        # Not final: the page polls its summary and timeline until the outcome lands.
+        "live": receipt.released or receipt.status == Status.PROCESSING,
         "audit": AuditEntry.objects.filter(object_type="receipts.receipt", object_id=str(receipt.pk)).order_by("-id")[:20],
     }
 
@@ -140,47 +143,40 @@ def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "dashboard/receipt_detail.html", _detail_context(receipt))
 
 
-class WrongStatus(Exception):
-    pass
+def _release(receipt: Receipt, *, actor: str, user: Any, reason: str) -> None:
+    store.release(receipt, actor=actor, user=user, reason=reason)
 
 
-def _release_when(status: str, verb: str):
-    """store.release, offered for receipts in `status` only: the same call retries a failed
-    key and fences off a stuck one, and the operator chose one of the two."""
-    def run(receipt: Receipt, *, actor: str, user: Any, reason: str) -> None:
-        if receipt.status != status:
-            raise WrongStatus(f"{verb} applies to {status} receipts; this one is {receipt.status}.")
-        store.release(receipt, actor=actor, user=user, reason=reason)
-    return run
-
-
-def _live_lease(receipt: Receipt) -> str:
+def _release_caution(receipt: Receipt) -> str:
+    if receipt.status != Status.PROCESSING:
+        return ""
+    text = ("It is processing: its lease is revoked and its fencing token bumped, so the worker "
+            "holding it can no longer store a result.")
     if receipt.lease_expires_at and receipt.lease_expires_at > timezone.now():
-        return "Its lease has not expired: a worker may still be running it. Its result will be refused."
-    return ""
+        text += " Its lease has not expired: a worker may still be running it. Its result will be refused."
+    return text
 
 
 RECEIPT_ACTIONS = {
-    "retry": ObjectAction(
-        name="retry",
-        verb="Retry",
-        explain="The key is released: the caller's next attempt with this key runs the operation again.",
-        applies_to=(Status.FAILED,),
-        run=_release_when(Status.FAILED, "Retry"),
-        refused=(WrongStatus, store.StaleToken, store.NotReleasable),
-    ),
     "release": ObjectAction(
         name="release",
         verb="Release",
-        explain="The lease is revoked and the key marked failed and retryable: the worker holding it "
-                "can no longer store a result, and the caller's next attempt runs the operation again.",
-        applies_to=(Status.PROCESSING,),
-        run=_release_when(Status.PROCESSING, "Release"),
-        refused=(WrongStatus, store.StaleToken, store.NotReleasable),
-        danger=True,
-        caution=_live_lease,
+        explain="The key is given back: the caller's next attempt with this key runs the operation "
+                "again (even for an operation that burns its key on failure). Your reason goes to the "
+                "audit log and to the release marker; a failed receipt keeps the error it failed with.",
+        applies_to=(Status.FAILED, Status.PROCESSING),
+        run=_release,
+        refused=(store.StaleToken, store.NotReleasable),
+        done="Released {label}: the caller's next attempt will run.",
+        caution=_release_caution,
     ),
 }
+# The old URL of releasing a failed receipt ("Retry"), kept for bookmarks.
+RECEIPT_ACTIONS["retry"] = RECEIPT_ACTIONS["release"]
+
+
+def _receipt_summary(receipt: Receipt) -> tuple[str, dict[str, Any]]:
+    return "dashboard/partials/receipt_summary.html", _detail_context(receipt)
 
 
 @require_http_methods(["GET", "POST"])
@@ -189,44 +185,9 @@ def receipt_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     receipt = get_object_or_404(Receipt, pk=pk)
     return run_object_action(
         request, receipt, RECEIPT_ACTIONS[action], label=receipt.key,
-        url_name=f"dashboard:receipt_{action}", detail_url=reverse("dashboard:receipt", args=[pk]),
-        summary=lambda r: ("dashboard/partials/receipt_summary.html", _detail_context(r)),
+        url_name="dashboard:receipt_release", detail_url=reverse("dashboard:receipt", args=[pk]),
+        summary=_receipt_summary,
     )
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def bulk_retry(request: HttpRequest) -> HttpResponse:
-    """GET previews how many failed receipts the filter matches; POST (operators) releases them."""
-    params = request.POST if request.method == "POST" else request.GET
-    form = ReceiptFilter(params)
-    if not form.is_valid():
-        return render(request, "dashboard/bulk_retry.html", {"form": form}, status=400)
-    targets = form.receipts().filter(status=Status.FAILED)
-    if request.method == "POST":
-        if not request.user.has_perm(OPERATE):
-            raise PermissionDenied("Only operators may retry.")
-        result = store.release_many(
-            targets, actor=request.user.get_username(), user=request.user,
-            reason=request.POST.get("reason", "").strip()[:500] or "bulk retry from the dashboard",
-        )
-        text = f"Bulk retry released {result.done} failed receipt(s)"
-        if result.skipped:
-            text += f"; {result.skipped} changed in the meantime and were left alone"
-        messages.success(request, text + ".")
-        query = params.copy()
-        for name in ("csrfmiddlewaretoken", "reason", "expected"):
-            query.pop(name, None)
-        return redirect(f"{reverse('dashboard:receipts')}?{query.urlencode()}")
-    query = request.GET.copy()
-    query["status"] = Status.FAILED
-    return render(request, "dashboard/bulk_retry.html", {
-        "form": form,
-        "count": targets.count(),
-        "limit": store.BULK_LIMIT,
-        "hidden": [(k, v) for k, v in query.items() if k not in ("after",)],
-        "back": f"{reverse('dashboard:receipts')}?{query.urlencode()}",
-    })
 
 
 @require_GET
@@ -246,7 +207,10 @@ def stuck(request: HttpRequest) -> HttpResponse:
 @require_GET
 @viewer_required
 def audit_log(request: HttpRequest) -> HttpResponse:
-    entries = AuditEntry.objects.select_related("user").order_by("-id")
+    form = AuditFilter(request.GET)
+    if not form.is_valid():
+        return render(request, "dashboard/audit.html", {"form": form, "entries": []}, status=400)
+    entries = form.entries(AuditEntry.objects.select_related("user").order_by("-id"))
     before = request.GET.get("before", "")
     if before.isdigit():
         entries = entries.filter(id__lt=int(before))
@@ -254,8 +218,15 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     more = len(rows) > 50
     rows = rows[:50]
     queries.name_audit_subjects(rows)
+    query = request.GET.copy()
+    query.pop("before", None)
     return render(request, "dashboard/audit.html", {
-        "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before)})
+        "form": form, "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before),
+        # The action by its verb, as the rows name it.
+        "filters": [(label, audit_verb(value) if label == form.fields["action"].label else value)
+                    for label, value in describe_filter(form)],
+        "query": query.urlencode(),
+    })
 
 
 # --- machine-readable figures --------------------------------------------------------------------

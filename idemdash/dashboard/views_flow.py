@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from idemdash.access import OPERATE, operator_required, viewer_required
+from idemdash.access import operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
 from idemdash.dashboard.pages import filtered_list
@@ -60,6 +58,8 @@ def _event_summary(event: WebhookEvent) -> tuple[str, dict[str, Any]]:
         "now": now,
         "stuck": event.status == EventStatus.PROCESSING and event.lease_expires_at and event.lease_expires_at < now,
         "reprocessable": event.status not in (EventStatus.PROCESSING, EventStatus.HELD),
+        # Not final: the page polls its summary and errors until the outcome lands.
+        "live": event.status in (EventStatus.RECEIVED, EventStatus.RETRY, EventStatus.PROCESSING),
     }
 
 
@@ -90,6 +90,7 @@ EVENT_ACTIONS = {
         applies_to=(EventStatus.RECEIVED, EventStatus.RETRY, EventStatus.COMPLETED, EventStatus.IGNORED, EventStatus.DEAD),
         run=processing.reprocess,
         refused=(processing.NotReprocessable,),
+        done="Reprocessing {label}: it is {status} and handed to a worker now. The outcome appears here when it lands.",
     ),
     "release": ObjectAction(
         name="release",
@@ -100,6 +101,7 @@ EVENT_ACTIONS = {
         applies_to=(EventStatus.PROCESSING,),
         run=processing.release_stuck,
         refused=(processing.NotStuck,),
+        done="Released {label} from its stuck worker: it is {status} now.",
         danger=True,
     ),
 }
@@ -154,6 +156,8 @@ def _message_summary(message: OutboxMessage) -> tuple[str, dict[str, Any]]:
         "message": message,
         "now": now,
         "stuck": message.status == MessageStatus.IN_FLIGHT and message.lease_expires_at and message.lease_expires_at < now,
+        # Not final: the page polls its summary and attempts until the outcome lands.
+        "live": message.status in (MessageStatus.PENDING, MessageStatus.RETRY, MessageStatus.IN_FLIGHT),
     }
 
 
@@ -176,20 +180,24 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
 MESSAGE_ACTIONS = {
     "retry": ObjectAction(
         name="retry",
-        verb="Retry now",
-        explain="The message is due now instead of at its backoff time: the next drain (within a minute) sends it.",
+        verb="Send now",
+        explain="The message is due now instead of at its backoff time, with the attempts it has left: "
+                "the running drain sends it within seconds.",
         applies_to=(MessageStatus.PENDING, MessageStatus.RETRY),
         run=outbox_store.retry_now,
         refused=(outbox_store.InvalidTransition,),
+        done="Sending {label} now: it is due now. The outcome appears here when it lands.",
     ),
     "requeue": ObjectAction(
         name="requeue",
-        verb="Requeue",
-        explain="The dead message gets a fresh set of attempts and is due now. Its key goes downstream "
-                "unchanged, so a receiver that honours Idempotency-Key absorbs a repeat.",
+        verb="Send again",
+        explain="The dead message gets a fresh set of attempts and is due now: the running drain sends "
+                "it within seconds. Its key goes downstream unchanged, so a receiver that honours "
+                "Idempotency-Key absorbs a repeat.",
         applies_to=(MessageStatus.DEAD,),
         run=outbox_store.requeue_dead,
         refused=(outbox_store.InvalidTransition,),
+        done="Sending {label} again: a fresh set of attempts, due now. The outcome appears here when it lands.",
     ),
     "release": ObjectAction(
         name="release",
@@ -199,6 +207,7 @@ MESSAGE_ACTIONS = {
         applies_to=(MessageStatus.IN_FLIGHT,),
         run=outbox_store.release_stuck,
         refused=(outbox_store.InvalidTransition,),
+        done="Released {label} from its stuck drainer: it is {status} now, due now.",
         danger=True,
     ),
 }
@@ -213,60 +222,3 @@ def message_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
         url_name=f"dashboard:message_{action}", detail_url=reverse("dashboard:message", args=[pk]),
         summary=_message_summary,
     )
-
-
-# --- bulk: dead events and dead messages ---------------------------------------------------------
-
-
-BULK = {
-    "events": {
-        "form": EventFilter, "rows": "events", "status": EventStatus.DEAD, "noun": "dead event",
-        "verb": "Reprocess", "done": "Reprocessed", "list": "dashboard:events", "url": "dashboard:events_bulk",
-        "run": processing.reprocess_many, "limit": processing.BULK_LIMIT,
-        "explain": "Each is reprocessed with a fresh attempt budget and written to the audit log.",
-    },
-    "outbox": {
-        "form": OutboxFilter, "rows": "messages", "status": MessageStatus.DEAD, "noun": "dead message",
-        "verb": "Requeue", "done": "Requeued", "list": "dashboard:outbox", "url": "dashboard:outbox_bulk",
-        "run": outbox_store.requeue_dead_many, "limit": outbox_store.BULK_LIMIT,
-        "explain": "Each gets a fresh set of attempts, due now, and is written to the audit log.",
-    },
-}
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def bulk(request: HttpRequest, kind: str) -> HttpResponse:
-    """GET previews how many dead rows the filter matches; POST (operators) acts on them."""
-    spec = BULK[kind]
-    params = request.POST if request.method == "POST" else request.GET
-    form = spec["form"](params)
-    context: dict[str, Any] = {"form": form, "spec": spec}
-    if not form.is_valid():
-        return render(request, "dashboard/bulk_flow.html", context, status=400)
-    targets = getattr(form, spec["rows"])().filter(status=spec["status"])
-    query = params.copy()
-    for name in ("csrfmiddlewaretoken", "reason", "expected", "after"):
-        query.pop(name, None)
-    query["status"] = spec["status"]
-    back = f"{reverse(spec['list'])}?{query.urlencode()}"
-    if request.method == "POST":
-        if not request.user.has_perm(OPERATE):
-            raise PermissionDenied("Only operators may act.")
-        result = spec["run"](
-            targets, actor=request.user.get_username(), user=request.user,
-            reason=request.POST.get("reason", "").strip()[:500] or f"bulk {spec['verb'].lower()} from the dashboard",
-        )
-        text = f"{spec['done']} {result.done} {spec['noun']}(s)"
-        if result.skipped:
-            text += f"; {result.skipped} changed in the meantime and were left alone"
-        messages.success(request, text + ".")
-        return redirect(back)
-    context.update({
-        "count": targets.count(),
-        "limit": spec["limit"],
-        "hidden": list(query.items()),
-        "back": back,
-        "action_url": reverse(spec["url"]),
-    })
-    return render(request, "dashboard/bulk_flow.html", context)

@@ -101,3 +101,31 @@ def _rough(n: int) -> str:
     if n >= 1_000_000:
         return f"{n / 1_000_000:.1f} million"
     return f"{round(n, -3):,}"
+
+
+# The operator's verb for each audit action (docs/architecture.md section 8); the stored
+# action names stay as they are.
+AUDIT_VERBS = {
+    "receipt.release": "Release",
+    "webhook_event.reprocess": "Reprocess",
+    "webhook_event.release": "Release (stuck)",
+    "outbox.retry_now": "Send now",
+    "outbox.requeue_dead": "Send again",
+    "outbox.release": "Release (stuck)",
+    "webhook_endpoint.pause": "Pause endpoint",
+    "webhook_endpoint.resume": "Resume endpoint",
+}
+
+
+@register.filter
+def audit_verb(action: str) -> str:
+    return AUDIT_VERBS.get(action, action)
+
+
+@register.filter
+def audit_status_after(entry) -> str:
+    """A receipt release recorded before the release marker existed reads "failed" after;
+    what it did was release the key."""
+    if entry.action == "receipt.release" and entry.status_after == "failed":
+        return "released"
+    return entry.status_after

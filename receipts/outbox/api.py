@@ -10,10 +10,12 @@ import json
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from receipts.auth import client_for_request
+from receipts.fingerprint import UnstorableJSON
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
 from receipts.problems import problem
@@ -60,6 +62,10 @@ def enqueue(request: HttpRequest) -> HttpResponse:
         result = store.enqueue(body.get("action"), payload, body.get("key"), scope=client.scope)
     except store.KeyReused as exc:
         return problem(422, "idempotency-key-reused", "Idempotency key reused", str(exc))
+    except UnstorableJSON as exc:
+        return problem(400, "invalid-json", "JSON payload cannot be stored", str(exc))
+    except DataError:  # a \u0000 in a string: PostgreSQL's jsonb refuses it
+        return problem(400, "invalid-json", "JSON payload cannot be stored", "A string holds U+0000.")
     except ValueError as exc:  # bad key, unknown action, payload refused by the action
         return problem(422, "invalid-message", "Invalid outbox message", str(exc))
     return JsonResponse(message_json(result.message), status=201 if result.created else 200)

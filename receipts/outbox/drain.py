@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from receipts.outbox import store
@@ -22,6 +23,16 @@ from receipts.outbox.conf import setting
 from receipts.outbox.models import OutboxMessage
 
 log = logging.getLogger(__name__)
+
+# Whether the process running the drain is being stopped. The worker points it at its
+# cluster's stop flag (idemdash/worker/cluster.py), so that a drain in flight stops at its
+# next message and releases the rest instead of running out its time.
+_stopping: Callable[[], bool] = lambda: False
+
+
+def stop_when(stopping: Callable[[], bool]) -> None:
+    global _stopping
+    _stopping = stopping
 
 
 @dataclass
@@ -47,18 +58,24 @@ def drain(
     idle_wait: float = 0,
     batch_size: int | None = None,
     drainer: str | None = None,
+    ids: list[int] | None = None,
 ) -> DrainReport:
     """Send due messages until none is due, or, with `idle_wait`, keep looking every
     `idle_wait` seconds until `max_seconds` have passed.
 
-    Messages claimed but not started when time runs out are released, not left to wait
-    for their lease.
+    Messages claimed but not started when time runs out, or when this process is asked
+    to stop, are released, not left to wait for their lease. With `ids`, only those
+    messages are claimed.
     """
     drainer = drainer or drainer_name()
     report = DrainReport()
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    while deadline is None or time.monotonic() < deadline:
-        batch = store.claim_batch(drainer, batch_size=batch_size)
+
+    def out_of_time() -> bool:
+        return _stopping() or (deadline is not None and time.monotonic() >= deadline)
+
+    while not out_of_time():
+        batch = store.claim_batch(drainer, batch_size=batch_size, ids=ids)
         report.claimed += len(batch)
         if not batch:
             if idle_wait <= 0 or deadline is None:
@@ -66,7 +83,7 @@ def drain(
             time.sleep(min(idle_wait, max(0.0, deadline - time.monotonic())))
             continue
         for message in batch:
-            if deadline is not None and time.monotonic() >= deadline:
+            if out_of_time():
                 report.released += store.release(message)
                 continue
             perform(message, drainer, report)

@@ -14,6 +14,7 @@ write lock, so drainers claim one after another. Actions run outside any transac
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 from dataclasses import dataclass
@@ -32,9 +33,12 @@ from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from receipts.store import audit, validate_key
 
+log = logging.getLogger(__name__)
+
 Status = OutboxMessage.Status
 Outcome = OutboxAttempt.Outcome
 
+SEND_TASK = "receipts.outbox.tasks.send"
 ACTION_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 
@@ -57,7 +61,8 @@ class Enqueued:
 
 
 def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued:
-    """Add a message, inside the caller's transaction when there is one.
+    """Add a message, inside the caller's transaction when there is one. Once that
+    transaction commits, the worker is asked to send it (send_soon).
 
     Repeating it with the same key and the same action and payload is harmless: it returns
     the existing message with `created=False`. The same key with a different message raises
@@ -85,6 +90,8 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
                 created_at=now,
                 updated_at=now,
             )
+            # Registered inside the savepoint, so a message that is rolled back sends nothing.
+            transaction.on_commit(lambda: send_soon(message.pk))
         return Enqueued(message, created=True)
     except IntegrityError:
         pass
@@ -94,27 +101,45 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
     return Enqueued(message, created=False)
 
 
+def send_soon(message_id: int) -> None:
+    """Ask the worker to send this message now (tasks.send). Failures are logged, not
+    raised: a message that no task sends is sent by the scheduled drain within a minute,
+    and one that two drainers see is claimed by one of them."""
+    try:
+        from django_q.tasks import async_task
+    except ImportError:  # the core install without the `outbox` extra: drain_outbox sends
+        return
+    try:
+        async_task(SEND_TASK, message_id, group="outbox")
+    except Exception:
+        log.warning("could not ask the worker to send outbox message %s; the scheduled drain will", message_id, exc_info=True)
+
+
 def _due(now: datetime, max_attempts: int) -> Q:
     return Q(status__in=[Status.PENDING, Status.RETRY], next_attempt_at__lte=now) | Q(
         status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__lt=max_attempts
     )
 
 
-def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: float | None = None) -> list[OutboxMessage]:
+def claim_batch(
+    drainer: str, *, batch_size: int | None = None, lease_seconds: float | None = None, ids: list[int] | None = None
+) -> list[OutboxMessage]:
     """Claim up to `batch_size` due messages for `drainer`: due retries and pending
     messages, and in-flight ones whose drainer's lease ran out. Each claimed message is
-    in flight with a fresh lease, a new claim token and its attempt counted."""
+    in flight with a fresh lease, a new claim token and its attempt counted. With `ids`,
+    only among those messages."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     max_attempts = setting("OUTBOX_MAX_ATTEMPTS")
     now = timezone.now()
+    messages = OutboxMessage.objects.all() if ids is None else OutboxMessage.objects.filter(id__in=ids)
     with transaction.atomic():
         # A message whose drainers kept dying while holding it (a poison message that
         # crashes the process, say) is not claimed forever: it dies at the attempt limit.
         # Rows are locked (skipping those another drainer holds) before the UPDATE, so two
         # drainers never lock the same rows in different orders and deadlock.
         exhausted = Q(status=Status.IN_FLIGHT, lease_expires_at__lte=now, attempts__gte=max_attempts)
-        exhausted_ids = _lock_ids(OutboxMessage.objects.filter(exhausted), batch_size)
+        exhausted_ids = _lock_ids(messages.filter(exhausted), batch_size)
         if exhausted_ids:
             error = "The drainer's lease ran out on the last allowed attempt."
             OutboxMessage.objects.filter(exhausted, id__in=exhausted_ids).update(
@@ -137,12 +162,12 @@ def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: f
                 )
                 for m in OutboxMessage.objects.filter(id__in=exhausted_ids, status=Status.DEAD)
             )
-        ids = _lock_ids(OutboxMessage.objects.filter(_due(now, max_attempts)), batch_size)
-        if not ids:
+        due_ids = _lock_ids(messages.filter(_due(now, max_attempts)), batch_size)
+        if not due_ids:
             return []
         # The due condition is repeated in the UPDATE so that the claim stays a
         # compare-and-set even where the SELECT took no lock.
-        OutboxMessage.objects.filter(_due(now, max_attempts), id__in=ids).update(
+        OutboxMessage.objects.filter(_due(now, max_attempts), id__in=due_ids).update(
             status=Status.IN_FLIGHT,
             claim_token=F("claim_token") + 1,
             attempts=F("attempts") + 1,
@@ -152,7 +177,7 @@ def claim_batch(drainer: str, *, batch_size: int | None = None, lease_seconds: f
         )
         return list(
             OutboxMessage.objects.filter(
-                id__in=ids, status=Status.IN_FLIGHT, claimed_by=drainer, lease_expires_at=now + lease
+                id__in=due_ids, status=Status.IN_FLIGHT, claimed_by=drainer, lease_expires_at=now + lease
             ).order_by("next_attempt_at", "id")
         )
 

@@ -26,6 +26,7 @@ FIGURES = {
     "dashboard.overview_30d",
     "purge.rows_per_s", "purge.claim_p99_ratio", "purge.claim_p99_during", "purge.claim_p99_without",
     "memory.web_worker", "memory.qcluster_worker",
+    "outbox.latency_p50", "outbox.latency_p99",
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
     # The same DRF view unprotected, under idemdash and under drf-idempotency.

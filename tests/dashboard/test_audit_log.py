@@ -17,8 +17,25 @@ def test_it_lists_operator_actions_newest_first_with_status_before_and_after(vie
     html = viewer_client.get("/audit/").content.decode()
     assert html.index("reason-beta") < html.index("reason-alpha")
     assert f'href="/receipts/{a.pk}/" title="a">a</a> <span class="muted small">client:shop</span>' in html
-    assert "receipt.release" in html
-    assert '<span class="badge badge-failed">failed</span> → <span class="badge badge-failed">failed</span>' in html
+    assert '<td title="receipt.release">Release</td>' in html
+    assert '<span class="badge badge-failed">failed</span> → <span class="badge badge-released">released</span>' in html
+
+
+def test_an_entry_written_before_the_release_marker_still_reads_released(viewer_client, operator):
+    store.audit("otto", "receipt.release", failed("a"), "failed", "failed", "old entry")
+    html = viewer_client.get("/audit/").content.decode()
+    assert '→ <span class="badge badge-released">released</span>' in html
+
+
+def test_it_filters_by_actor_action_and_entry_range(viewer_client, operator):
+    for i in range(4):
+        store.audit("otto" if i % 2 else "ada", "test.action", operator, detail=f"entry-{i}")
+    first = store.AuditEntry.objects.order_by("id").first().pk
+    html = viewer_client.get(f"/audit/?actor=otto&action=test.action&after_id={first}&through_id={first + 2}").content.decode()
+    assert "entry-1" in html and "entry-0" not in html and "entry-2" not in html and "entry-3" not in html
+    assert "Only entries with who <strong>otto</strong>, action <strong>test.action</strong>" in html
+    response = viewer_client.get("/audit/?after_id=x")
+    assert response.status_code == 400 and "After entry: " in response.content.decode()
 
 
 def test_it_pages_backwards_by_id(viewer_client, operator, monkeypatch):

@@ -121,30 +121,31 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     assert page.evaluate("window.__stayed") is True
     page.screenshot(path=SHOTS / "receipts-failed.png", full_page=True)
 
-    # Open the burned key, Retry, confirm: the summary changes in place.
+    # Open the burned key, Release, confirm: the summary changes in place.
     page.click("text=order-burned")
     page.wait_for_url(f"**/receipts/{burned.pk}/")
     assert "the next claim replays the failure" in page.locator("#receipt-summary").inner_text()
     page.evaluate("window.__stayed = true")
-    page.click("text=Retry…")
+    page.click("#receipt-actions >> text=Release…")
     page.wait_for_selector(".confirm")
     page.fill(".confirm input[name=reason]", "customer called")
     page.screenshot(path=SHOTS / "receipt-retry-confirm.png", full_page=True)
-    page.click("text=Confirm retry")
+    page.click("text=Confirm release")
     page.wait_for_selector(".alert-success")
     summary = page.locator("#receipt-summary").inner_text()
-    assert "the next claim replays the failure" not in summary and "Retry: order-burned is now failed" in summary
+    assert "the next claim replays the failure" not in summary
+    assert "Released order-burned: the caller's next attempt will run." in summary
     assert "RETRYABLE\nYES" in summary.upper()
     assert page.evaluate("window.__stayed") is True
     page.screenshot(path=SHOTS / "receipt-retried.png", full_page=True)
     assert read_in_place(lambda: Receipt.objects.get(pk=burned.pk).retryable) is True
 
-    # Release a stuck key: processing -> failed, in place.
+    # Release a stuck key: processing -> released, in place.
     page.goto(live_server.url + f"/receipts/{stale.pk}/")
     assert page.get_attribute("[data-status]", "data-status") == "processing"
-    page.click("text=Release…")
+    page.click("#receipt-actions >> text=Release…")
     page.click("text=Confirm release")
-    page.wait_for_selector('[data-status="failed"]')
+    page.wait_for_selector('[data-status="released"]')
 
     # The 422: the conflict explorer names the field that differs.
     page.goto(live_server.url + f"/receipts/{conflict.pk}/")
@@ -221,7 +222,7 @@ def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outb
     page.screenshot(path=SHOTS / "event-reprocess-confirm.png", full_page=True)
     page.click("text=Confirm reprocess")
     page.wait_for_selector('[data-status="received"]')
-    assert "Reprocess: event evt_ledger_down is now received" in page.inner_text("#webhookevent-summary")
+    assert "Reprocessing event evt_ledger_down: it is received" in page.inner_text("#webhookevent-summary")
     assert page.evaluate("window.__stayed") is True
     page.screenshot(path=SHOTS / "event-reprocessed.png", full_page=True)
     assert read_in_place(lambda: WebhookEvent.objects.get(pk=dead.pk).status) == "received"

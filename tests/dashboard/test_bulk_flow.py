@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -30,18 +32,28 @@ def test_the_event_preview_counts_the_dead_events_the_filter_matches(operator_cl
     assert not AuditEntry.objects.exists()
 
 
+def test_the_event_preview_names_the_first_events_and_the_filter_by_label(operator_client, dead_rows):
+    html = operator_client.get("/events/bulk-reprocess/?type=charge.failed").content.decode()
+    assert "<dt>Event type</dt><dd>charge.failed</dd>" in html and "<dt>Status</dt><dd>Dead</dd>" in html
+    assert ">evt_1</code>" in html and ">evt_2</code>" in html and ">evt_3</code>" not in html
+
+
 def test_confirming_reprocesses_exactly_the_previewed_events(operator_client, dead_rows):
     response = operator_client.post("/events/bulk-reprocess/", {"type": "charge.failed", "status": "dead"})
-    assert response.status_code == 302 and "type=charge.failed" in response["Location"]
+    html = response.content.decode()
+    assert response.status_code == 200 and "Reprocessed 2 dead events." in html
+    assert "type=charge.failed" in html  # back to the list with the same filter
     statuses = dict(WebhookEvent.objects.values_list("provider_event_id", "status"))
     assert statuses == {"evt_1": "received", "evt_2": "received", "evt_3": "dead", "evt_4": "completed"}
     assert AuditEntry.objects.filter(action="webhook_event.reprocess", actor="otto").count() == 2
-    assert "Reprocessed 2 dead event(s)." in operator_client.get(response["Location"]).content.decode()
+    audit_url = html.split('href="/audit/?')[1].split('"')[0].replace("&amp;", "&")
+    assert len(re.findall(r'href="/events/\d+/"', operator_client.get("/audit/?" + audit_url).content.decode())) == 2
 
 
 def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_client, dead_rows):
     assert 'data-count="1"' in operator_client.get("/outbox/bulk-requeue/?action=http.post").content.decode()
-    operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"})
+    html = operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"}).content.decode()
+    assert "Sent again 1 dead message." in html
     statuses = dict(OutboxMessage.objects.values_list("key", "status"))
     assert statuses == {"m1": "pending", "m2": "dead", "m3": "sent"}
     assert AuditEntry.objects.filter(action="outbox.requeue_dead").count() == 1
@@ -49,7 +61,7 @@ def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_cl
 
 def test_nothing_to_do_says_so(operator_client, dead_rows):
     assert "Nothing to reprocess" in operator_client.get("/events/bulk-reprocess/?type=nothing").content.decode()
-    assert "Nothing to requeue" in operator_client.get("/outbox/bulk-requeue/?action=crm.sync").content.decode()
+    assert "Nothing to send again" in operator_client.get("/outbox/bulk-requeue/?action=crm.sync").content.decode()
 
 
 @pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])

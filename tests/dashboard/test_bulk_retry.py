@@ -1,8 +1,13 @@
+"""Bulk release of failed receipts (/receipts/bulk-retry/): preview, confirmation, summary."""
+
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.test import Client
 
+from receipts import store
 from receipts.models import AuditEntry, Receipt
 from tests.dashboard.build import completed, failed
 
@@ -17,41 +22,76 @@ def receipts():
     completed("pay-3", "payment.create")
 
 
-def test_the_preview_counts_the_failed_receipts_the_filter_matches(operator_client, receipts):
-    html = operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
-    assert 'data-count="2"' in html and "Release 2 receipts" in html
+def test_the_preview_names_the_rows_and_the_filter_in_the_forms_words(operator_client, receipts):
+    html = operator_client.get("/receipts/bulk-retry/?operation=payment.create&q=pay").content.decode()
+    assert 'data-count="2"' in html and "Release 2 failed receipts" in html
+    first = re.findall(r'<li><a href="/receipts/(\d+)/"><code>([^<]+)</code>', html)
+    assert [key for _, key in first] == ["pay-1", "pay-2"]
+    assert "<dt>Operation</dt><dd>payment.create</dd>" in html and "<dt>Key starts with</dt><dd>pay</dd>" in html
+    assert "<dt>Status</dt><dd>Failed</dd>" in html
+    assert "<dt>q</dt>" not in html and "<dt>status</dt>" not in html
     assert not AuditEntry.objects.exists()  # the preview changes nothing
 
 
-def test_confirming_releases_exactly_the_previewed_rows(operator_client, receipts):
-    response = operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create", "status": "failed"})
-    assert response.status_code == 302
-    assert response["Location"].startswith("/receipts/?") and "operation=payment.create" in response["Location"]
-    retryable = dict(Receipt.objects.values_list("key", "retryable"))
-    assert retryable == {"pay-1": True, "pay-2": True, "mail-1": False, "pay-3": True}
-    assert AuditEntry.objects.filter(action="receipt.release", actor="otto").count() == 2
-    follow = operator_client.get(response["Location"]).content.decode()
-    assert "Bulk retry released 2 failed receipt(s)." in follow
+def test_the_preview_shows_the_first_ten_of_many(operator_client):
+    for i in range(12):
+        failed(f"k-{i:02d}")
+    html = operator_client.get("/receipts/bulk-retry/").content.decode()
+    assert 'data-count="12"' in html and "The first 10 of 12 it touches" in html
+    assert html.count('<li><a href="/receipts/') == 10 and "k-09" in html and "k-10" not in html
 
 
-def test_nothing_to_retry_says_so(operator_client, receipts):
+def test_confirming_releases_exactly_the_previewed_rows_and_summarises(operator_client, receipts):
+    response = operator_client.post(
+        "/receipts/bulk-retry/", {"operation": "payment.create", "status": "failed", "expected": "2", "reason": "outage over"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    released = {r.key for r in Receipt.objects.all() if r.released}
+    assert released == {"pay-1", "pay-2"}
+    assert Receipt.objects.get(key="mail-1").retryable is False
+    assert 'data-done="2" data-skipped="0"' in html and "Released 2 failed receipts." in html
+    audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
+    audit = operator_client.get(audit_url).content.decode()
+    assert len(re.findall(r'href="/receipts/\d+/"', audit)) == 2 and "outage over" in audit
+    assert "action <strong>Release</strong>" in audit
+    # A second run finds nothing: released receipts are no longer failed ones.
+    assert "Nothing to release" in operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
+
+
+def test_the_audit_link_shows_only_this_runs_entries(operator_client, receipts):
+    store.release(Receipt.objects.get(key="mail-1"), actor="otto", reason="earlier, by hand")
+    html = operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create"}).content.decode()
+    audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
+    audit = operator_client.get(audit_url).content.decode()
+    assert "earlier, by hand" not in audit and len(re.findall(r'href="/receipts/\d+/"', audit)) == 2
+
+
+def test_a_count_that_changed_since_the_preview_is_said(operator_client, receipts):
+    html = operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create", "expected": "3"}).content.decode()
+    assert "The preview counted 3; 2 matched when you confirmed." in html
+
+
+def test_nothing_to_release_says_so(operator_client, receipts):
     html = operator_client.get("/receipts/bulk-retry/?operation=refund.create").content.decode()
-    assert "Nothing to retry" in html
+    assert "Nothing to release" in html
 
 
 def test_a_viewer_sees_the_preview_but_a_post_is_403(viewer_client, receipts):
     html = viewer_client.get("/receipts/bulk-retry/").content.decode()
-    assert 'data-count="3"' in html and "Only operators" in html and "/receipts/bulk-retry/\" class=\"confirm-form\"" not in html
+    assert 'data-count="3"' in html and "Only operators" in html and 'class="confirm-form"' not in html
     assert viewer_client.post("/receipts/bulk-retry/", {}).status_code == 403
     assert not AuditEntry.objects.exists()
 
 
-def test_bulk_retry_needs_the_csrf_token(operator, receipts):
+def test_bulk_release_needs_the_csrf_token(operator, receipts):
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
     assert c.post("/receipts/bulk-retry/", {}).status_code == 403
     assert not AuditEntry.objects.exists()
 
 
-def test_a_bad_filter_is_a_400(operator_client):
-    assert operator_client.get("/receipts/bulk-retry/?since=yesterday").status_code == 400
+def test_a_bad_filter_is_a_400_in_the_forms_words(operator_client):
+    response = operator_client.get("/receipts/bulk-retry/?since=yesterday")
+    assert response.status_code == 400 and "Created from: " in response.content.decode()
+    assert "since:" not in response.content.decode()

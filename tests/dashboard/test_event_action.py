@@ -32,6 +32,24 @@ def test_with_htmx_the_summary_is_swapped_in_place_with_the_new_status(operator_
     event = webhook_event("evt_1", "dead")
     html = operator_client.post(f"/events/{event.pk}/reprocess/", headers={"HX-Request": "true"}).content.decode()
     assert html.lstrip().startswith('<section id="webhookevent-summary"') and 'data-status="received"' in html
+    assert "Reprocessing event evt_1: it is received and handed to a worker now." in html
+    # Not final: the summary polls the event page until the worker's outcome lands.
+    assert 'data-live="true"' in html and f'hx-get="/events/{event.pk}/" hx-trigger="every 2s' in html
+
+
+def test_a_finished_event_page_does_not_poll_and_a_stuck_one_offers_release_stuck(operator_client, viewer_client):
+    dead, stuck = webhook_event("evt_1", "dead"), webhook_event("evt_2", "processing", minutes_ago=30)
+    html = operator_client.get(f"/events/{dead.pk}/").content.decode()
+    assert 'data-live="false"' in html and "every 2s" not in html and "Reprocess…" in html
+    assert "Release (stuck)…" in operator_client.get(f"/events/{stuck.pk}/").content.decode()
+    viewed = viewer_client.get(f"/events/{stuck.pk}/").content.decode()
+    assert "Release (stuck)…" not in viewed and 'data-live="true"' in viewed
+
+
+def test_releasing_a_stuck_event_says_where_it_went(operator_client):
+    event = webhook_event("evt_1", "processing", minutes_ago=30)
+    html = operator_client.post(f"/events/{event.pk}/release/", headers={"HX-Request": "true"}).content.decode()
+    assert "Released event evt_1 from its stuck worker: it is retry now." in html
 
 
 def test_an_event_being_processed_is_refused_with_409(operator_client):

@@ -11,9 +11,11 @@ from tests.dashboard.build import outbox_message
 pytestmark = pytest.mark.django_db
 
 
-def test_requeue_asks_for_confirmation_before_acting(operator_client):
+def test_send_again_asks_for_confirmation_before_acting(operator_client):
     m = outbox_message("m1", "dead")
-    assert "Confirm requeue" in operator_client.get(f"/outbox/{m.pk}/requeue/").content.decode()
+    html = operator_client.get(f"/outbox/{m.pk}/").content.decode()
+    assert "Send again…" in html and 'data-live="false"' in html
+    assert "Confirm send again" in operator_client.get(f"/outbox/{m.pk}/requeue/").content.decode()
     assert OutboxMessage.objects.get(pk=m.pk).status == "dead"
 
 
@@ -32,7 +34,9 @@ def test_retry_now_makes_a_waiting_message_due_in_place(operator_client):
     m = outbox_message("m1", "retry", action="http.post")
     assert m.next_attempt_at > timezone.now()
     html = operator_client.post(f"/outbox/{m.pk}/retry/", headers={"HX-Request": "true"}).content.decode()
-    assert html.lstrip().startswith('<section id="outboxmessage-summary"') and "is now retry" in html
+    assert html.lstrip().startswith('<section id="outboxmessage-summary"')
+    assert "Sending message m1 now: it is due now. The outcome appears here when it lands." in html
+    assert 'data-live="true"' in html and 'hx-trigger="every 2s' in html  # until the drain settles it
     assert OutboxMessage.objects.get(pk=m.pk).next_attempt_at <= timezone.now()
     assert AuditEntry.objects.get().action == "outbox.retry_now"
 

@@ -46,9 +46,10 @@ def test_a_bad_filter_is_a_400(viewer_client):
     assert viewer_client.get("/outbox/?since=yesterday").status_code == 400
 
 
-def test_operators_are_offered_bulk_requeue_on_dead_messages(operator_client, viewer_client, messages):
-    assert "/outbox/bulk-requeue/?status=dead" in operator_client.get("/outbox/?status=dead").content.decode()
-    assert "Bulk requeue" not in viewer_client.get("/outbox/?status=dead").content.decode()
+def test_operators_are_offered_to_send_dead_messages_again_in_bulk(operator_client, viewer_client, messages):
+    html = operator_client.get("/outbox/?status=dead").content.decode()
+    assert "/outbox/bulk-requeue/?status=dead" in html and "Send dead messages again…" in html
+    assert "Send dead messages again" not in viewer_client.get("/outbox/?status=dead").content.decode()
 
 
 def test_an_empty_outbox_says_how_messages_get_there(viewer_client):

@@ -3,54 +3,96 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from idemdash import queries
+from receipts import store
 from receipts.models import Attempt, AuditEntry, Receipt
-from tests.dashboard.build import completed, failed, stuck
+from tests.dashboard.build import SCOPE, completed, failed, stuck
 
 pytestmark = pytest.mark.django_db
 
 
-def test_retry_asks_for_confirmation_before_acting(operator_client):
+def test_release_asks_for_confirmation_before_acting(operator_client):
     r = failed("k1", retryable=False)
-    response = operator_client.get(f"/receipts/{r.pk}/retry/")
-    assert response.status_code == 200 and "Confirm retry" in response.content.decode()
-    assert Receipt.objects.get(pk=r.pk).retryable is False  # a GET changes nothing
+    response = operator_client.get(f"/receipts/{r.pk}/release/")
+    html = response.content.decode()
+    assert response.status_code == 200 and "Confirm release" in html
+    assert "the caller&#x27;s next attempt with this key runs the operation again" in html
+    assert Receipt.objects.get(pk=r.pk).released_at is None  # a GET changes nothing
 
 
-def test_retrying_a_burned_key_makes_it_retryable_and_is_audited(operator_client, operator):
+def test_releasing_a_failed_key_marks_it_released_keeps_its_error_and_is_audited(operator_client, operator):
     r = failed("k1", retryable=False)
-    response = operator_client.post(f"/receipts/{r.pk}/retry/", {"reason": "customer asked"})
+    response = operator_client.post(f"/receipts/{r.pk}/release/", {"reason": "customer asked"})
     assert response.status_code == 302 and response["Location"] == f"/receipts/{r.pk}/"
     r.refresh_from_db()
-    assert r.status == "failed" and r.retryable and r.error == "customer asked"
+    assert (r.status, r.retryable, r.error) == ("failed", True, "card_declined")  # the root cause stays
+    assert (r.released, r.released_by, r.release_reason, r.shown_status) == (True, "otto", "customer asked", "released")
     entry = AuditEntry.objects.get()
     assert (entry.actor, entry.action, entry.object_id, entry.user) == ("otto", "receipt.release", str(r.pk), operator)
-    assert (entry.status_before, entry.status_after) == ("failed", "failed")
+    assert (entry.status_before, entry.status_after, entry.detail) == ("failed", "released", "customer asked")
     assert Attempt.objects.filter(receipt=r, outcome="released", actor="otto").exists()
+    html = operator_client.get(response["Location"]).content.decode()
+    assert "Released k1: the caller&#x27;s next attempt will run." in html
+    assert 'data-status="released"' in html and "Released — next attempt will run" in html
+    assert "by <strong>otto</strong>" in html and "customer asked" in html and "card_declined" in html
+    assert f'href="/receipts/{r.pk}/release/"' not in html  # nothing left to release
+    assert 'data-live="true"' in html and 'hx-trigger="every 2s' in html  # waits for the next attempt
+
+
+def test_a_released_key_is_not_counted_or_listed_as_failed(operator_client):
+    r = failed("k1")
+    failed("k2")
+    store.release(r, actor="otto")
+    assert queries.receipt_stats(queries.WINDOWS["1h"])["failed"] == 1
+    failed_list = operator_client.get("/receipts/?status=failed").content.decode()
+    released_list = operator_client.get("/receipts/?status=released").content.decode()
+    assert ">k2<" in failed_list and ">k1<" not in failed_list
+    assert ">k1<" in released_list and ">k2<" not in released_list and 'data-status="released"' in released_list
+
+
+def test_the_callers_next_attempt_clears_the_marker_and_appears_in_the_timeline(operator_client):
+    r = failed("k1", retryable=False)
+    store.release(r, actor="otto")
+    result = store.claim(SCOPE, "k1", "payment.create", {"key": "k1"})
+    assert result.outcome == "retried_after_failure"
+    store.complete(SCOPE, "k1", result.token, response_status=201, body="{}")
+    r.refresh_from_db()
+    assert (r.status, r.released_at, r.released_by, r.release_reason) == ("completed", None, "", "")
+    html = operator_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert html.index("tl-released") < html.index("tl-retried_after_failure") < html.index("tl-completed")
+    assert 'data-live="false"' in html and "hx-trigger" not in html.split('id="receipt-state"')[1][:200]
+
+
+def test_with_htmx_the_summary_is_swapped_in_place_with_the_new_state(operator_client):
+    r = stuck("k1")
+    response = operator_client.post(f"/receipts/{r.pk}/release/", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith('<section id="receipt-summary"')
+    assert 'data-status="released"' in html and "Released k1: the caller&#x27;s next attempt will run." in html
+    assert "is now failed" not in html
+
+
+def test_with_htmx_the_confirmation_is_a_fragment_that_posts_back_in_place(operator_client):
+    r = failed("k1")
+    html = operator_client.get(f"/receipts/{r.pk}/release/", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in html
+    assert f'hx-post="/receipts/{r.pk}/release/" hx-target="#receipt-summary"' in html
+    assert 'name="csrfmiddlewaretoken"' in html
+
+
+def test_the_old_retry_url_releases_too(operator_client):
+    r = failed("k1")
+    operator_client.post(f"/receipts/{r.pk}/retry/")
+    assert Receipt.objects.get(pk=r.pk).released
 
 
 def test_releasing_a_stuck_receipt_fences_off_its_worker(operator_client):
     r = stuck("k1")
     operator_client.post(f"/receipts/{r.pk}/release/")
     r.refresh_from_db()
-    assert r.status == "failed" and r.retryable and r.fencing_token == 2
+    assert r.released and r.retryable and r.fencing_token == 2 and r.error == ""
     assert AuditEntry.objects.get().status_before == "processing"
-
-
-def test_with_htmx_the_summary_is_swapped_in_place_with_the_new_status(operator_client):
-    r = stuck("k1")
-    response = operator_client.post(f"/receipts/{r.pk}/release/", headers={"HX-Request": "true"})
-    html = response.content.decode()
-    assert response.status_code == 200
-    assert html.lstrip().startswith('<section id="receipt-summary"')
-    assert 'data-status="failed"' in html and "Release: k1 is now failed" in html
-
-
-def test_with_htmx_the_confirmation_is_a_fragment_that_posts_back_in_place(operator_client):
-    r = failed("k1")
-    html = operator_client.get(f"/receipts/{r.pk}/retry/", headers={"HX-Request": "true"}).content.decode()
-    assert "<html" not in html
-    assert f'hx-post="/receipts/{r.pk}/retry/" hx-target="#receipt-summary"' in html
-    assert 'name="csrfmiddlewaretoken"' in html
 
 
 def test_releasing_a_receipt_whose_lease_is_live_warns_that_a_worker_may_still_run_it(operator_client):
@@ -62,19 +104,32 @@ def test_releasing_a_receipt_whose_lease_is_live_warns_that_a_worker_may_still_r
     assert "It is completed now: this will be refused." in page
 
 
-def test_an_action_that_does_not_fit_the_status_is_a_409_and_changes_nothing(operator_client):
-    c = completed("c")
-    f = failed("f")
-    assert operator_client.post(f"/receipts/{c.pk}/retry/", headers={"HX-Request": "true"}).status_code == 409
-    assert operator_client.post(f"/receipts/{f.pk}/release/", headers={"HX-Request": "true"}).status_code == 409
-    assert not AuditEntry.objects.exists()
+def test_from_the_stuck_board_the_confirmation_shows_the_whole_receipt_and_returns_with_the_outcome(operator_client):
+    r = stuck("k1", operation="refund.create")
+    html = operator_client.get(f"/receipts/{r.pk}/release/?next=/stuck/").content.decode()
+    for shown in ("refund.create", SCOPE, "Lease until", "Attempts", "Confirm release", 'value="/stuck/"'):
+        assert shown in html, shown
+    response = operator_client.post(f"/receipts/{r.pk}/release/", {"next": "/stuck/"})
+    assert response["Location"] == "/stuck/"
+    board = operator_client.get("/stuck/").content.decode()
+    assert "Released k1: the caller&#x27;s next attempt will run." in board and "No receipt is stuck" in board
+
+
+def test_an_action_that_does_not_fit_the_state_is_a_409_and_changes_nothing(operator_client):
+    c, f = completed("c"), failed("f")
+    store.release(f, actor="otto")
+    for r in (c, f):
+        response = operator_client.post(f"/receipts/{r.pk}/release/", headers={"HX-Request": "true"})
+        assert response.status_code == 409
+    assert "Not done: It is already released" in response.content.decode()
+    assert AuditEntry.objects.count() == 1
     assert Receipt.objects.get(pk=c.pk).status == "completed"
 
 
 def test_a_viewer_who_posts_an_action_gets_403_and_nothing_changes(viewer_client):
     r = failed("k1", retryable=False)
-    assert viewer_client.post(f"/receipts/{r.pk}/retry/").status_code == 403
-    assert viewer_client.get(f"/receipts/{r.pk}/retry/").status_code == 403
+    assert viewer_client.post(f"/receipts/{r.pk}/release/").status_code == 403
+    assert viewer_client.get(f"/receipts/{r.pk}/release/").status_code == 403
     assert Receipt.objects.get(pk=r.pk).retryable is False and not AuditEntry.objects.exists()
 
 
@@ -82,7 +137,7 @@ def test_an_action_without_the_csrf_token_is_refused(operator):
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
     r = failed("k1", retryable=False)
-    assert c.post(f"/receipts/{r.pk}/retry/").status_code == 403
+    assert c.post(f"/receipts/{r.pk}/release/").status_code == 403
     assert not AuditEntry.objects.exists()
 
 
@@ -95,4 +150,4 @@ def test_after_acting_it_returns_to_a_safe_next_page_only(operator_client):
 
 def test_anonymous_actions_go_to_the_login_page(client):
     r = failed("k1")
-    assert client.post(f"/receipts/{r.pk}/retry/")["Location"].startswith("/accounts/login/")
+    assert client.post(f"/receipts/{r.pk}/release/")["Location"].startswith("/accounts/login/")

@@ -96,11 +96,12 @@ def test_empty_states_say_what_to_do(viewer_client):
     assert "No receipts match these filters" in viewer_client.get("/receipts/?q=zzz").content.decode()
 
 
-def test_operators_see_bulk_retry_for_failed_receipts_and_viewers_do_not(viewer_client, operator_client):
+def test_operators_see_bulk_release_for_failed_receipts_and_viewers_do_not(viewer_client, operator_client):
     failed("k1")
-    assert "Bulk retry" in operator_client.get("/receipts/?status=failed").content.decode()
-    assert "Bulk retry" not in viewer_client.get("/receipts/?status=failed").content.decode()
-    assert "Bulk retry" not in operator_client.get("/receipts/").content.decode()
+    offer = "Release failed receipts…"
+    assert offer in operator_client.get("/receipts/?status=failed").content.decode()
+    assert offer not in viewer_client.get("/receipts/?status=failed").content.decode()
+    assert offer not in operator_client.get("/receipts/").content.decode()
 
 
 def test_a_stuck_receipt_is_listed_as_processing(viewer_client):

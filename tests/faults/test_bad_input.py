@@ -20,8 +20,12 @@ from dataclasses import dataclass
 
 import pytest
 from django.test import Client
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from receipts.auth import create_token
+from receipts.decorators import parse_key
 from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.webhooks.conftest import (
@@ -95,6 +99,15 @@ def api(endpoint: str, body: object, *, content_type: str | None = "application/
 
 def claim(body: object, **kw) -> Send:
     return api("claim", body, **kw)
+
+
+def outbox(payload: str) -> Send:
+    def send(w: World):
+        body = '{"key": "out-1", "action": "email.send", "payload": ' + payload + "}"
+        return w.client.post("/api/v1/outbox", body, content_type="application/json",
+                             headers={"Authorization": f"Bearer {w.token}"})
+
+    return send
 
 
 def nested(depth: int) -> str:
@@ -181,6 +194,17 @@ CORPUS = [
     case(view('"' + "k" * 256 + '"'), 400, "idempotency-key-invalid", id="an overlong quoted key is 400 invalid"),
     case(view('"order\n7"'), 400, "idempotency-key-invalid", id="a quoted key with a newline is 400 invalid"),
     case(view("k-big", b"x" * BIG), 413, "payload-too-large", id="a decorated view refuses a body over the upload limit with 413"),
+    case(view("k-sur", b'{"note": "\\ud800"}'), 400, "invalid-json", id="a decorated view refuses a lone surrogate escape in its json body"),
+    case(view("k-sur", b'{"\\udfff": 1}'), 400, "invalid-json", id="a decorated view refuses a lone surrogate in a json name"),
+    case(view("k-sur", b'{"note": "\xed\xa0\x80"}'), 400, "invalid-json", id="a decorated view refuses the raw bytes of a lone surrogate"),
+    case(view("k-nan", b'{"amount": NaN}'), 400, "invalid-json", id="a decorated view refuses NaN in its json body"),
+    case(view("k-inf", b'{"amount": 1e400}'), 400, "invalid-json", id="a decorated view refuses a number beyond a double"),
+    case(view("a,b"), 400, "idempotency-key-invalid", id="two keys joined by the server are 400 invalid"),
+    case(view("order-7, order-7"), 400, "idempotency-key-invalid", id="the same key sent twice is 400 invalid"),
+    case(view('"a", "b"'), 400, "idempotency-key-invalid", id="two quoted keys joined by the server are 400 invalid"),
+    case(view('"a","b"'), 400, "idempotency-key-invalid", id="two quoted keys joined without a space are 400 invalid"),
+    case(view('"a", b'), 400, "idempotency-key-invalid", id="a quoted and a bare key joined are 400 invalid"),
+    case(view('"a\\x"'), 400, "idempotency-key-invalid", id="a quoted key with an escape sf strings do not have is 400 invalid"),
     # --- the JSON API ---------------------------------------------------------------------
     case(claim("hello"), 400, "invalid-json", id="a claim body that is not json is 400"),
     case(claim('{"key": "a", "operat'), 400, "invalid-json", id="a truncated json claim is 400"),
@@ -226,6 +250,17 @@ CORPUS = [
          id="a wait given as a string is 400"),
     case(claim({"key": "a", "operation": "x", "request": {"note": "a\u0000b"}}), 400, "invalid-field", field="request",
          id="a request holding NUL is 400 on every database"),
+    case(claim('{"key": "a", "operation": "x", "request": "\\ud800"}'), 400, "invalid-field", field="request",
+         id="a request holding a lone surrogate is 400 on every database"),
+    case(claim('{"key": "a", "operation": "x", "request": {"\\udc00": 1}}'), 400, "invalid-field", field="request",
+         id="a request with a lone surrogate in a name is 400"),
+    case(claim(b'{"key": "a", "operation": "x", "request": "\xed\xa0\x80"}'), 400, "invalid-field", field="request",
+         id="a request holding the raw bytes of a lone surrogate is 400"),
+    case(claim('{"key": "a", "operation": "x", "request": [1e400]}'), 400, "invalid-field", field="request",
+         id="a request holding a number beyond a double is 400"),
+    case(claim('{"key": "\\ud800", "operation": "x"}'), 400, "invalid-field", field="key", id="a lone surrogate key is 400"),
+    case(claim('{"key": "a", "operation": "x", "\\ud800": 1}'), 400, "invalid-field", field="\ud800",
+         id="a lone surrogate field name is 400 naming it"),
     case(claim('{"key": "a", "operation": "x", "request": "' + "x" * BIG + '"}'), 413, "payload-too-large",
          id="a claim body over the upload limit is 413"),
     case(claim({"key": "a", "operation": "x"}, auth=None), 401, "unauthorized", id="a claim without a token is 401"),
@@ -247,6 +282,19 @@ CORPUS = [
          id="a failure with a blank error is 400"),
     case(api("fail", {"key": "a", "token": 1, "error": "x", "retryable": "yes"}), 400, "invalid-field", field="retryable",
          id="retryable given as a string is 400"),
+    case(api("fail", '{"key": "a", "token": 1, "error": "broke \\ud800"}'), 400, "invalid-field", field="error",
+         id="a failure whose error holds a lone surrogate is 400"),
+    case(api("complete", '{"key": "a", "token": 1, "response": {"n": "\\ud800"}}'), 400, "invalid-field", field="response",
+         id="a completion whose response holds a lone surrogate is 400"),
+    case(api("complete", '{"key": "a", "token": 1, "response": 1e400}'), 400, "invalid-field", field="response",
+         id="a completion whose response is beyond a double is 400"),
+    # --- the outbox API -------------------------------------------------------------------
+    case(outbox('{"to": "a@example.com", "subject": "\\ud800", "body": "x"}'), 400, "invalid-json",
+         id="an outbox payload holding a lone surrogate is 400"),
+    case(outbox('{"to": "a@example.com", "subject": "s", "body": "x", "\\ud800": 1}'), 400, "invalid-json",
+         id="an outbox payload with a lone surrogate in a name is 400"),
+    case(outbox('{"to": "a@example.com", "subject": "s", "body": "x", "n": NaN}'), 400, "invalid-json",
+         id="an outbox payload holding NaN is 400"),
     # --- Stripe ---------------------------------------------------------------------------
     case(stripe(header=""), 400, "webhook-rejected", cause="missing_header", id="stripe without a signature header is rejected"),
     case(stripe(header="garbage"), 400, "webhook-rejected", cause="malformed_header", id="stripe with a malformed header is rejected"),
@@ -263,6 +311,12 @@ CORPUS = [
          id="a stripe event id over 500 characters is rejected"),
     case(stripe(json.dumps({"id": "evt_1\r\nX-Injected: 1"}).encode()), 400, "webhook-rejected", cause="invalid_id",
          id="a stripe event id with CRLF is rejected"),
+    case(stripe(b'{"id": "evt_sur", "type": "x.y", "data": {"note": "\\ud800"}}'), 400, "webhook-rejected",
+         cause="unstorable_payload", id="a signed stripe event holding a lone surrogate is rejected on every database"),
+    case(stripe(b'{"id": "evt_sur", "type": "\\udbff"}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed stripe event whose type is a lone surrogate is rejected"),
+    case(stripe(b'{"id": "evt_nan", "type": "x.y", "data": NaN}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed stripe event holding NaN is rejected"),
     case(stripe(b" " * (MIB + 1)), 413, "payload-too-large", cause="body_too_large", id="a stripe body over 1 MiB is 413"),
     case(stripe(b"[" + nested(100_000).encode() + b"]"), 400, "webhook-rejected", cause="invalid_json",
          id="a signed stripe body nested past the recursion limit is rejected"),
@@ -286,6 +340,11 @@ CORPUS = [
          id="a shopify webhook id with CRLF is rejected"),
     case(shopify(**{"X-Shopify-Shop-Domain": "shop\x00.myshopify.com"}), 400, "webhook-rejected", cause="invalid_id",
          id="a shopify shop domain with NUL is rejected"),
+    case(shopify(b'{"id": 1, "note": "\\ud800"}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed shopify order holding a lone surrogate is rejected"),
+    case(shopify(b'{"id": 1, "note": "\xed\xa0\x80"}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed shopify order holding the raw bytes of a lone surrogate is rejected"),
+    case(shopify(b"null"), 400, "webhook-rejected", cause="invalid_json", id="a signed shopify body of json null is rejected"),
     case(shopify(b" " * (MIB + 1)), 413, "payload-too-large", cause="body_too_large", id="a shopify body over 1 MiB is 413"),
     case(shopify(("[" + nested(900) + "]").encode()), 400, "webhook-rejected", cause="invalid_json",
          id="a signed shopify body nested 900 deep is rejected before it is stored"),
@@ -309,6 +368,11 @@ CORPUS = [
          id="a signed standard body nested 66 deep is rejected before it is stored"),
     case(standard(msg_id="msg_1\r\nX-Injected: 1"), 400, "webhook-rejected", cause="invalid_id",
          id="a standard webhook id with CRLF is rejected"),
+    case(standard(b'{"type": "invoice.paid", "data": {"\\ud800": 1}}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed standard webhook with a lone surrogate in a name is rejected"),
+    case(standard(b'{"type": "invoice.paid", "data": {"total": 1e400}}'), 400, "webhook-rejected", cause="unstorable_payload",
+         id="a signed standard webhook holding a number beyond a double is rejected"),
+    case(standard(b"null"), 400, "webhook-rejected", cause="invalid_json", id="a signed standard body of json null is rejected"),
     case(standard(b" " * (MIB + 1)), 413, "payload-too-large", cause="body_too_large", id="a standard body over 1 MiB is 413"),
     # --- the receiver itself ---------------------------------------------------------------
     case(lambda w: w.client.post("/webhooks/nobody/", b"{}", content_type="application/json"), 404,
@@ -351,6 +415,14 @@ def test_a_garbage_prefer_wait_is_ignored_as_rfc_7240_asks(world):
         assert response.status_code == 201, (prefer, response.content)
         assert "Preference-Applied" not in response
     assert AuditEntry.objects.filter(action="faults.view_row").count() == 5
+
+
+def test_a_key_holding_a_comma_is_taken_when_sent_as_a_quoted_sf_string(world):
+    # A bare comma means the header was sent twice; inside an sf-string it is the key's own.
+    assert view('"a,b"')(world).status_code == 201
+    assert view('"a,b"')(world)["Idempotent-Replayed"] == "true"
+    assert view('"say \\"hi\\" \\\\o/"')(world).status_code == 201
+    assert sorted(Receipt.objects.values_list("key", flat=True)) == ["a,b", 'say "hi" \\o/']
 
 
 def test_a_decorated_view_takes_a_body_that_is_not_utf8_and_holds_nul_and_replays_it(world):
@@ -405,3 +477,32 @@ def test_duplicate_keys_in_a_webhook_payload_mean_the_last_value(world):
     assert (event.dedupe_key, event.payload["id"]) == ("evt_last", "evt_last")
     same = stripe(b'{"type": "x.y", "data": {"object": {}}, "id": "evt_last"}')(world).json()
     assert same["duplicate"] is True and same["payload_matches"] is True
+
+
+# --- Idempotency-Key: one key per header, a repeated header refused ------------------------
+
+PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+KEYS = st.text(PRINTABLE, min_size=1, max_size=40).filter(lambda k: k.strip() == k)
+
+
+def sf_string(key: str) -> str:
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def as_sent(key: str, quoted: bool) -> str:
+    """The header value for `key`: an sf-string, or bare when that reads the same."""
+    bare = key.startswith('"') and key.endswith('"') and len(key) >= 2
+    return sf_string(key) if quoted or bare or "," in key else key
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(key=KEYS, quoted=st.booleans())
+def test_every_printable_key_is_read_back_from_its_header(key, quoted):
+    assert parse_key(as_sent(key, quoted)) == key
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(first=KEYS, second=KEYS, quoted=st.tuples(st.booleans(), st.booleans()), separator=st.sampled_from([",", ", "]))
+def test_a_header_sent_twice_and_joined_is_never_read_as_a_key(first, second, quoted, separator):
+    joined = as_sent(first, quoted[0]) + separator + as_sent(second, quoted[1])
+    assert parse_key(joined) is None

@@ -17,9 +17,25 @@ def test_every_app_declares_its_periodic_work():
     assert {"outbox.drain", "receipts.purge", "receipts.rollup"} <= names
 
 
+def declared_names() -> set[str]:
+    return {entry["name"] for entry in declared_schedules().schedules}
+
+
+def test_migrate_installs_every_declared_schedule_with_no_other_step():
+    # The test database was made by migrate alone.
+    assert set(Schedule.objects.values_list("name", flat=True)) >= declared_names()
+    Schedule.objects.filter(name="outbox.drain").delete()
+    Schedule.objects.filter(name="receipts.purge").update(func="receipts.tasks.roll_up")
+    call_command("migrate", verbosity=0)
+    assert Schedule.objects.get(name="outbox.drain").func == "receipts.outbox.tasks.drain"
+    assert Schedule.objects.get(name="receipts.purge").func == "receipts.tasks.purge"
+    assert all(Schedule.objects.filter(name=name).count() == 1 for name in declared_names())
+
+
 def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():
+    Schedule.objects.all().delete()
     first = install_schedules()
-    declared = {entry["name"] for entry in declared_schedules().schedules}
+    declared = declared_names()
     assert set(first.created) == declared
     snapshot = list(Schedule.objects.order_by("name").values())
     second = install_schedules()
@@ -70,6 +86,7 @@ def test_a_bad_declaration_fails_loudly(monkeypatch, entry):
 
 
 def test_the_command_installs_and_reports():
+    Schedule.objects.all().delete()
     out = StringIO()
     call_command("install_schedules", stdout=out)
     assert "created:" in out.getvalue() and "outbox.drain" in out.getvalue()

@@ -16,7 +16,8 @@ def test_it_refuses_to_drive_a_server_on_another_host(url, tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--rate", "0"], ["--rate", "lots"], ["--duration", "0"], ["--actions", "0"],
-                                  ["--receiver-failures", "0.8", "--receiver-slow", "0.5"]])
+                                  ["--receiver-failures", "0.8", "--receiver-slow", "0.5"],
+                                  ["--receiver-refuse", "-1"], ["--stall-lease", "0"]])
 def test_it_refuses_bad_settings_before_sending_anything(args, tmp_path):
     with pytest.raises(CommandError):
         call_command("simulate", *args, "--token-file", str(tmp_path / "t"))
@@ -32,6 +33,7 @@ def test_it_runs_for_the_duration_and_keeps_one_private_api_client_across_runs(l
     call_command("simulate", *args, stdout=out)
 
     assert "simulating 10 actions/s against" in out.getvalue()
+    assert "/partner/invoices refused (403) for 180 s" in out.getvalue()  # the demo's partner outage, by default
     assert "stopped. [" in out.getvalue()
     assert (token_file.stat().st_mode & 0o777) == 0o600
     client = ApiClient.objects.get()

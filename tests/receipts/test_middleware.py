@@ -1,4 +1,4 @@
-"""receipts.middleware: a database that goes away under a request answers 503 with
+"""receipts.middleware.DatabaseUnavailableMiddleware: a database that goes away under a request answers 503 with
 Retry-After: problem+json for machines, the project's 503.html (or a line of text) for
 browsers. The failure is real: PostgreSQL ends the request's backend; SQLite reads a
 missing table."""

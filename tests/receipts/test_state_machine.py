@@ -35,6 +35,7 @@ class Model:
     request: int = 0
     retryable: bool = True
     result: str | None = None
+    released: bool = False  # given back and not claimed since
 
 
 @dataclass
@@ -84,6 +85,7 @@ class ReceiptMachine(RuleBasedStateMachine):
             if expected == "claimed":
                 m.expires_at, m.request, m.result = self.now + TTL, request, None
             m.status, m.token, m.lease_until = "processing", result.token, self.now + timedelta(seconds=LEASE)
+            m.released = False
             self.holders.append(Holder(key, result.token))
 
     def _settle(self, holder_index: int, fn, status: str, **kwargs) -> Model | None:
@@ -137,9 +139,11 @@ class ReceiptMachine(RuleBasedStateMachine):
                 released = True
             except store.NotReleasable:
                 released = False
-        assert released == (receipt.status != "completed")
+        # A released key is not released twice: it waits for the caller's next attempt.
+        assert released == (m.status != "completed" and not m.released)
         if released:
             m.status, m.retryable, m.token, m.lease_until = "failed", True, m.token + 1, None
+            m.released = True
 
     @rule(seconds=st.sampled_from([1, 10, LEASE + 1, 3600, 25 * 3600]))
     def time_passes(self, seconds: int) -> None:
@@ -157,6 +161,7 @@ class ReceiptMachine(RuleBasedStateMachine):
             row = Receipt.objects.filter(scope=SCOPE, key=key).first()
             if m.status:
                 assert row is not None and row.fencing_token == m.token and row.status == m.status
+                assert row.released == m.released
 
 
 @pytest.mark.django_db(transaction=True)

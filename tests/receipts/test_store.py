@@ -136,3 +136,24 @@ def test_a_completed_receipt_cannot_be_released():
 def test_a_plural_financial_noun_gets_the_financial_ttl():
     result = store.claim(SCOPE, "k7b", "payments.capture", {})
     assert result.receipt.expires_at - result.receipt.created_at == timedelta(days=7)
+
+
+def test_an_operator_release_keeps_the_error_and_marks_the_key_until_the_next_attempt():
+    first = store.claim(SCOPE, "k12", "email.send", {})
+    store.fail(SCOPE, "k12", first.token, error="smtp down")
+    released = store.release(Receipt.objects.get(key="k12"), actor="bob", reason="provider back")
+    assert (released.status, released.error, released.shown_status) == ("failed", "smtp down", "released")
+    assert (released.released_by, released.release_reason) == ("bob", "provider back")
+    with pytest.raises(store.NotReleasable):
+        store.release(released, actor="bob")  # once is enough: the next attempt will run
+    again = store.claim(SCOPE, "k12", "email.send", {})
+    assert again.outcome == "retried_after_failure"
+    store.fail(SCOPE, "k12", again.token, error="smtp down again")
+    r = Receipt.objects.get(key="k12")
+    assert (r.shown_status, r.released_at, r.released_by, r.error) == ("failed", None, "", "smtp down again")
+
+
+def test_a_workers_release_records_its_reason_as_the_error_and_marks_the_key():
+    first = store.claim(SCOPE, "k13", "email.send", {})
+    r = store.release(Receipt.objects.get(key="k13"), token=first.token, reason="HTTP 401: not stored")
+    assert (r.error, r.released, r.released_by) == ("HTTP 401: not stored", True, "")

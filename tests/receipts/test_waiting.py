@@ -147,3 +147,37 @@ def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_w
     holder.join(10)
     assert result.outcome == "replayed" and result.receipt.response_body == "held"
     assert time.monotonic() - started < 5
+
+
+def _listen_backends() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {waiting.CHANNEL}"],
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def _until(predicate, seconds: float = 10):
+    deadline = time.monotonic() + seconds
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_lost_listen_connection_is_one_warning_line_and_comes_back(caplog):
+    waiting._ensure_listener()
+    (backend,) = _until(_listen_backends)
+    caplog.set_level("WARNING", logger="receipts.waiting")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+    (again,) = _until(lambda: [pid for pid in _listen_backends() if pid != backend])
+    assert again != backend
+    (record,) = [r for r in caplog.records if r.name == "receipts.waiting"]
+    assert record.levelname == "WARNING" and record.exc_info is None
+    message = record.getMessage()
+    assert message.startswith("receipt LISTEN connection lost (") and "\n" not in message
+    assert "server closed the connection" in message or "terminating connection" in message  # psycopg's reason

@@ -35,7 +35,15 @@ class Command(BaseCommand):
         )
         parser.add_argument("--receiver-failures", type=_share, default=0.3, help="share of posts answered 503 (0.3)")
         parser.add_argument("--receiver-slow", type=_share, default=0.1, help="share of posts answered after 2 s (0.1)")
+        parser.add_argument(
+            "--receiver-refuse", type=float, default=180.0,
+            help=f"seconds from the start during which the receiver refuses {simulator.REFUSED_PATH} with a permanent 403 (180; 0: never)",
+        )
         parser.add_argument("--crash-lease", type=int, default=5, help="lease seconds of claims whose agent crashes (5)")
+        parser.add_argument(
+            "--stall-lease", type=int, default=60,
+            help="lease seconds of claims whose agent hangs and waits for an operator's release (60)",
+        )
         parser.add_argument("--say-every", type=float, default=10.0, help="seconds between two lines about one kind of traffic (10)")
         parser.add_argument("--summary-every", type=float, default=15.0, help="seconds between summary lines (15)")
         parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the server to answer (120)")
@@ -54,6 +62,8 @@ class Command(BaseCommand):
             raise CommandError("--duration must be a positive number of seconds")
         if options["actions"] is not None and options["actions"] <= 0:
             raise CommandError("--actions must be a positive number")
+        if options["receiver_refuse"] < 0 or options["stall_lease"] < 1:
+            raise CommandError("--receiver-refuse must not be negative and --stall-lease must be at least 1")
         if options["receiver_failures"] + options["receiver_slow"] > 1:
             raise CommandError("--receiver-failures and --receiver-slow add up to more than 1")
 
@@ -69,7 +79,9 @@ class Command(BaseCommand):
             receiver_port=options["receiver_port"],
             receiver_failures=options["receiver_failures"],
             receiver_slow=options["receiver_slow"],
+            receiver_refuse_seconds=options["receiver_refuse"],
             crash_lease_seconds=options["crash_lease"],
+            stall_lease_seconds=options["stall_lease"],
             say_every=options["say_every"],
             summary_every=options["summary_every"],
             wait_for_server=options["wait"],

@@ -231,3 +231,24 @@ def test_a_message_for_an_action_this_drainer_does_not_know_is_retried():
         actions._registry.pop("test.newer")
     assert drain().retried == 1
     assert "No outbox action" in OutboxMessage.objects.get().last_error
+
+
+@pytest.mark.django_db
+def test_a_drain_whose_worker_is_stopping_finishes_the_send_in_flight_and_hands_back_the_rest(monkeypatch):
+    from receipts.outbox import drain as drain_module
+
+    stopping = []
+    monkeypatch.setattr(drain_module, "_stopping", lambda: bool(stopping))
+
+    def policy(key, nth, body):
+        stopping.append(True)  # the worker is told to stop while the first message is sent
+        return (200, {}, 0)
+
+    with running_receiver(policy) as receiver:
+        keys = enqueue_posts(receiver.url, 3)
+        started = time.monotonic()
+        report = drain(max_seconds=30, idle_wait=1)
+    assert time.monotonic() - started < 5
+    assert (report.claimed, report.sent, report.released) == (3, 1, 2)
+    assert statuses() == {keys[0]: "sent", keys[1]: "pending", keys[2]: "pending"}
+    assert set(OutboxMessage.objects.filter(status="pending").values_list("attempts", flat=True)) == {0}

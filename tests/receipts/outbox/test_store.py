@@ -62,6 +62,30 @@ def test_enqueue_rolls_back_with_the_callers_transaction():
     assert not OutboxMessage.objects.exists()
 
 
+def queued_sends() -> list[tuple]:
+    from django_q.models import OrmQ
+
+    return [(task.func(), task.args()) for task in OrmQ.objects.all()]
+
+
+def test_a_new_message_is_handed_to_the_worker_once_its_transaction_commits(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with transaction.atomic():
+            message = post("k7")
+            assert queued_sends() == []  # not before the commit: the worker could not see it
+        post("k7")  # a repeat adds nothing
+    assert len(callbacks) == 1
+    assert queued_sends() == [(store.SEND_TASK, (message.pk,))]
+
+
+def test_a_message_rolled_back_is_never_handed_to_the_worker(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            post("k8")
+            raise RuntimeError("the caller's own write failed")
+    assert callbacks == [] and queued_sends() == []
+
+
 def test_scopes_keep_keys_apart():
     store.enqueue("http.post", {"url": URL}, "same", scope="client:a")
     assert store.enqueue("http.post", {"url": URL}, "same", scope="client:b").created

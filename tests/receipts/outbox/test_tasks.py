@@ -21,3 +21,14 @@ def test_the_scheduled_drain_keeps_watching_for_its_time_budget(settings):
         assert time.monotonic() - started >= 0.9  # it waited for more work, not just one pass
     assert report["sent"] == 1
     assert OutboxMessage.objects.get().status == "sent"
+
+
+def test_send_sends_its_own_message_and_leaves_the_others_to_the_drain():
+    with running_receiver() as receiver:
+        mine = store.enqueue("http.post", {"url": receiver.url}, "mine").message
+        store.enqueue("http.post", {"url": receiver.url}, "other")
+        report = tasks.send(mine.pk)
+        assert receiver.requests == {"mine": 1}
+    assert (report["claimed"], report["sent"]) == (1, 1)
+    assert dict(OutboxMessage.objects.values_list("key", "status")) == {"mine": "sent", "other": "pending"}
+    assert tasks.send(mine.pk)["claimed"] == 0  # already sent: a second task does nothing

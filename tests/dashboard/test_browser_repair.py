@@ -1,0 +1,261 @@
+"""The operator's repair loop in a real browser, for each kind of unit: make it fail, find it
+from the overview, repair it, and see it complete on the page without a reload; and a
+viewer sees the same pages without the actions.
+
+Screenshots (1440x900) go to var/screenshots/repair-*.png for a human to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.request
+
+import pytest
+from django.db import connections
+
+from receipts.auth import create_token
+from receipts.outbox import drain
+from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
+from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the Chromium fixture)
+from webhooks import handlers, processing
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SIZE = {"width": 1440, "height": 900}
+REPAIRED_TYPE = "invoice.repair_test"
+
+
+def _log_in(browser, live_server, username: str):  # noqa: F811
+    page = browser.new_page(viewport=SIZE)
+    page.set_default_timeout(15_000)
+    page.goto(live_server.url + "/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"pw-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server.url + "/")
+    return page
+
+
+def _in_a_thread(fn) -> None:
+    """Run `fn` as a worker would, on its own connection, while the page stays open."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and not errors, errors
+
+
+def _api(live_server, token: str, endpoint: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        f"{live_server.url}/api/v1/receipts/{endpoint}", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def broken(operator, viewer):
+    """One unit of each kind that needs an operator, made through the domain functions."""
+    calls: list[str] = []
+    handlers.webhook_handler("stripe", REPAIRED_TYPE)(lambda event: calls.append(event.provider_event_id))
+    try:
+        yield {
+            "receipt": failed("order-123"),
+            "token": create_token(SCOPE.removeprefix("client:"))[1],
+            "event": webhook_event("evt_repair_1", "dead", event_type=REPAIRED_TYPE),
+            "message": outbox_message("mail-dead-1", "dead"),
+            "stuck": stuck("order-stuck-9", operation="refund.create"),
+            "stuck_event": webhook_event("evt_stuck_1", "processing", event_type="invoice.paid", minutes_ago=30),
+            "stuck_message": outbox_message("mail-stuck-1", "in_flight", minutes_ago=10),
+            "calls": calls,
+        }
+    finally:
+        handlers.unregister("stripe", REPAIRED_TYPE)
+
+
+def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(
+    broken, browser, live_server  # noqa: F811
+):
+    page = _log_in(browser, live_server, "otto")
+    receipt = broken["receipt"]
+    assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "1"
+
+    # Find it from the overview: the Failed keys tile leads to the filtered list.
+    page.click('[data-figure="receipts.failed"]')
+    page.wait_for_url("**/receipts/?status=failed*")
+    page.click("text=order-123")
+    page.wait_for_url(f"**/receipts/{receipt.pk}/")
+    assert page.get_attribute("#receipt-state [data-status]", "data-status") == "failed"
+
+    # Release it: the confirmation says what it does; the summary shows what it did at once.
+    page.evaluate("window.__stayed = true")
+    page.click("#receipt-actions >> text=Release…")
+    assert "the caller's next attempt with this key runs the operation again" in page.inner_text(".confirm")
+    page.fill(".confirm input[name=reason]", "card issuer fixed")
+    page.click("text=Confirm release")
+    page.wait_for_selector('#receipt-state [data-status="released"]')
+    summary = page.inner_text("#receipt-summary")
+    assert "Released order-123: the caller's next attempt will run." in summary
+    assert "Released — next attempt will run" in summary and "by otto" in summary and "card issuer fixed" in summary
+    assert "card_declined" in summary  # the original error is kept
+    assert "Release…" not in summary
+    assert page.evaluate("window.__stayed") is True
+    page.screenshot(path=SHOTS / "repair-receipt-released.png")
+
+    # The caller's next attempt, over HTTP: it appears in the timeline without a reload.
+    claim = _api(live_server, broken["token"], "claim",
+                 {"key": "order-123", "operation": "payment.create", "request": {"key": "order-123"}})
+    assert claim["outcome"] == "retried_after_failure"
+    page.wait_for_selector("#receipt-timeline .tl-retried_after_failure")
+    _api(live_server, broken["token"], "complete", {"key": "order-123", "token": claim["token"], "response": {"id": "ch_2"}})
+    page.wait_for_selector('#receipt-state [data-status="completed"]')
+    page.wait_for_selector("#receipt-timeline .tl-completed")
+    assert "ch_2" in page.inner_text("#receipt-io")  # the stored response, also without a reload
+    assert page.evaluate("window.__stayed") is True
+    assert page.get_attribute("#receipt-state", "data-live") == "false"  # polling stopped
+    page.screenshot(path=SHOTS / "repair-receipt-detail.png")
+
+    # The tiles agree: nothing failed is left.
+    page.goto(live_server.url + "/")
+    assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "0"
+
+
+def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(
+    broken, browser, live_server  # noqa: F811
+):
+    page = _log_in(browser, live_server, "otto")
+    event = broken["event"]
+    assert page.inner_text('[data-figure="webhooks.dead"] .tile-value') == "1"
+    page.click('[data-figure="webhooks.dead"]')
+    page.wait_for_url("**/events/?status=dead")
+    page.click("text=evt_repair_1")
+    page.wait_for_url(f"**/events/{event.pk}/")
+    assert page.get_attribute("#webhookevent-state [data-status]", "data-status") == "dead"
+
+    page.evaluate("window.__stayed = true")
+    page.click("text=Reprocess…")
+    page.fill(".confirm input[name=reason]", "handler fixed")
+    page.click("text=Confirm reprocess")
+    page.wait_for_selector('#webhookevent-state [data-status="received"]')
+    assert "Reprocessing event evt_repair_1: it is received and handed to a worker now." in page.inner_text(
+        "#webhookevent-summary")
+    assert page.get_attribute("#webhookevent-state", "data-live") == "true"
+
+    # A worker runs it; the page shows the outcome when it lands, without a reload.
+    _in_a_thread(lambda: processing.process_event(event.pk))
+    assert broken["calls"] == ["evt_repair_1"]
+    page.wait_for_selector('#webhookevent-state [data-status="completed"]')
+    assert "The handler ran and committed." in page.inner_text("#webhookevent-state")
+    assert page.get_attribute("#webhookevent-state", "data-live") == "false"
+    assert "Reprocessing event evt_repair_1" in page.inner_text("#webhookevent-summary")  # the flash stays
+    assert page.evaluate("window.__stayed") is True
+    page.screenshot(path=SHOTS / "repair-event-detail.png")
+
+
+def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
+    broken, browser, live_server  # noqa: F811
+):
+    page = _log_in(browser, live_server, "otto")
+    message = broken["message"]
+    page.click('[data-figure="outbox.dead"]')
+    page.wait_for_url("**/outbox/?status=dead")
+    page.click("text=mail-dead-1")
+    page.wait_for_url(f"**/outbox/{message.pk}/")
+    assert page.get_attribute("#outboxmessage-state [data-status]", "data-status") == "dead"
+
+    page.evaluate("window.__stayed = true")
+    page.click("text=Send again…")
+    page.fill(".confirm input[name=reason]", "receiver fixed")
+    page.click("text=Confirm send again")
+    page.wait_for_selector('#outboxmessage-state [data-status="pending"]')
+    assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
+
+    _in_a_thread(lambda: drain.drain(max_seconds=5))
+    page.wait_for_selector('#outboxmessage-state [data-status="sent"]')
+    page.wait_for_selector("#outboxmessage-attempts .badge-outcome-sent")
+    assert page.get_attribute("#outboxmessage-state", "data-live") == "false"
+    assert page.evaluate("window.__stayed") is True
+    page.screenshot(path=SHOTS / "repair-message-detail.png")
+
+
+def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(
+    broken, browser, live_server  # noqa: F811
+):
+    page = _log_in(browser, live_server, "otto")
+    page.click('[data-figure="receipts.stuck"]')
+    page.wait_for_url("**/stuck/")
+    page.screenshot(path=SHOTS / "repair-stuck.png")
+    page.click("#stuck-receipts ~ .table-scroll >> text=Release…")
+    page.wait_for_selector(".confirm")
+    whole = page.inner_text("main")
+    for shown in ("order-stuck-9", "refund.create", SCOPE, "LEASE UNTIL", "ATTEMPTS", "stuck: lease expired"):
+        assert shown in whole or shown in whole.upper(), shown
+    page.screenshot(path=SHOTS / "repair-stuck-confirm.png")
+    page.fill(".confirm input[name=reason]", "worker crashed")
+    page.click("text=Confirm release")
+    page.wait_for_url("**/stuck/")
+    board = page.inner_text("main")
+    assert "Released order-stuck-9: the caller's next attempt will run." in board and "No receipt is stuck" in board
+
+    # A stuck event from the same board: its whole summary, then back with where it went.
+    page.click("#stuck-events-card >> text=Release…")
+    page.wait_for_selector("#webhookevent-actions .confirm")
+    assert "evt_stuck_1" in page.inner_text("#webhookevent-summary") and "stuck: lease expired" in page.inner_text("main")
+    page.click("text=Confirm release")
+    page.wait_for_url("**/stuck/")
+    assert "Released event evt_stuck_1 from its stuck worker: it is retry now." in page.inner_text("main")
+    assert "mail-stuck-1" in page.inner_text("#stuck-messages-card")
+
+
+def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
+    broken, browser, live_server  # noqa: F811
+):
+    page = _log_in(browser, live_server, "otto")
+    page.goto(live_server.url + "/receipts/?status=failed&operation=payment.create")
+    page.click("text=Release failed receipts…")
+    page.wait_for_selector('[data-role="first-rows"]')
+    preview = page.inner_text("#bulk")
+    assert "This will release 1 failed receipt." in preview and "order-123" in preview
+    assert "OPERATION\npayment.create" in preview.upper().replace("PAYMENT.CREATE", "payment.create")
+    assert "STATUS\nFAILED" in preview.upper() and "since" not in preview
+    page.screenshot(path=SHOTS / "repair-bulk-preview.png")
+    page.fill("input[name=reason]", "issuer outage over")
+    page.click("button:has-text(\"Release 1 failed receipt\")")
+    page.wait_for_selector('[data-role="result"]')
+    result = page.inner_text("#bulk")
+    assert "Released 1 failed receipt." in result and "0 skipped" in result
+    page.screenshot(path=SHOTS / "repair-bulk-result.png")
+    page.click("text=See the audit entries of this action")
+    page.wait_for_url(re.compile(r".*/audit/\?actor=otto.*"))
+    rows = page.locator("table.data tbody tr")
+    assert rows.count() == 1 and "issuer outage over" in rows.inner_text() and "released" in rows.inner_text()
+
+
+def test_a_viewer_sees_the_same_pages_without_the_actions(broken, browser, live_server):  # noqa: F811
+    page = _log_in(browser, live_server, "vera")
+    for kind, url in (("receipt", f"/receipts/{broken['receipt'].pk}/"), ("webhookevent", f"/events/{broken['event'].pk}/"),
+                      ("outboxmessage", f"/outbox/{broken['message'].pk}/")):
+        page.goto(live_server.url + url)
+        page.wait_for_selector(f"#{kind}-state [data-status]")
+        assert page.locator(f"#{kind}-actions").count() == 0, kind
+        assert page.locator("main a.button").count() == 0, kind
+    page.goto(live_server.url + "/stuck/")
+    board = page.inner_text("main")
+    assert "order-stuck-9" in board and "evt_stuck_1" in board and "mail-stuck-1" in board
+    assert page.locator("text=Release…").count() == 0
+    page.goto(live_server.url + "/receipts/bulk-retry/")
+    assert "Only operators can release failed receipts." in page.inner_text("#bulk")
+    assert page.locator("form.confirm-form").count() == 0
+    page.screenshot(path=SHOTS / "repair-viewer-bulk.png")

@@ -1,0 +1,187 @@
+"""Arbitrary JSON, lone surrogates included, to every body parser: never a 5xx, never a row
+half written.
+
+Hypothesis builds JSON values whose strings (values and object names) mix any Unicode
+with lone UTF-16 surrogates, and sends them as `\\ud800` escapes, as raw UTF-8-encoded
+surrogate bytes (Python's parser lets both through), or as arbitrary text that may not be
+JSON at all, plus numbers JSON allows but a double cannot hold (`1e400`) and the NaN and
+Infinity literals. Each target must answer 2xx or a 4xx problem; on a 4xx its tables are as
+before (a rejected webhook adds exactly its one RejectedDelivery row, with its cause), on a
+2xx exactly what the request made is stored, whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from receipts.models import AuditEntry, Receipt
+from tests.faults.test_bad_input import api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
+from tests.faults.urls import VIEW_ROW_ACTION
+from webhooks.models import RejectedDelivery, WebhookEvent
+
+pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
+
+SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"])
+TEXT = st.text(st.one_of(st.characters(), SURROGATES), max_size=12)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), TEXT)
+VALUES = st.recursive(
+    SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12
+)
+ODD_LITERALS = st.sampled_from([b"1e400", b"-1e400", b"NaN", b"Infinity", b'"\\ud800"', b'"\\udfff\\ud800"',
+                                b'{"\\ud800": 1}', b'"\xed\xa0\x80"', b'"\\u0000"'])
+# A JSON document: escaped (`\ud800`), raw UTF-8 bytes (surrogates as their raw bytes), or
+# arbitrary text that is often not JSON at all.
+DOCUMENTS = st.one_of(
+    VALUES.map(lambda v: json.dumps(v).encode()),
+    VALUES.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")),
+    TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")),
+    ODD_LITERALS,
+)
+PROPERTY = hypothesis_settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+_serial = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_serial)}"
+
+
+def assert_client_error_or_success(response) -> None:
+    assert response.status_code < 500, response.content[:300]
+    if response.status_code >= 400:
+        assert response["Content-Type"] == "application/problem+json"
+        assert response.json()["status"] == response.status_code
+
+
+def parsed(doc: bytes) -> object:
+    return as_stored(json.loads(doc))
+
+
+def as_stored(value: object) -> object:
+    """Numbers compared as doubles: PostgreSQL's jsonb keeps them as decimals, so it gives
+    3.602879701896397e+16 back as the integer 36028797018963970, the same JSON number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, list):
+        return [as_stored(item) for item in value]
+    if isinstance(value, dict):
+        return {k: as_stored(v) for k, v in value.items()}
+    return value
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_claim_takes_any_request_or_refuses_it_with_a_4xx(world, doc):
+    key = unique("claim")
+    before = snapshot()
+    response = claim(b'{"key": "%s", "operation": "prop.claim", "request": %s}' % (key.encode(), doc))(world)
+    assert_client_error_or_success(response)
+    if response.status_code == 201:
+        assert as_stored(Receipt.objects.get(key=key).request) == parsed(doc)
+    else:
+        assert snapshot() == before
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_claim_takes_any_object_as_its_whole_body_or_refuses_it(world, doc):
+    before = snapshot()
+    response = claim(b'{"operation": "prop.name", %s: 1}' % doc)(world)
+    assert_client_error_or_success(response)
+    assert response.status_code == 400 and snapshot() == before
+
+
+def settle(w, endpoint: str, field: str, doc: bytes):
+    """Claim a fresh key, then settle it through `endpoint` with `doc` as `field`. A 4xx
+    must leave every table as it was; returns the response and the receipt."""
+    key = unique(endpoint)
+    token = claim({"key": key, "operation": f"prop.{endpoint}"})(w).json()["token"]
+    before = snapshot()
+    response = api(endpoint, b'{"key": "%s", "token": %d, "%s": %s}' % (key.encode(), token, field.encode(), doc))(w)
+    assert_client_error_or_success(response)
+    if response.status_code >= 400:
+        assert snapshot() == before
+    return response, Receipt.objects.get(key=key)
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_failure_takes_any_error_or_refuses_it_and_leaves_the_claim_as_it_was(world, doc):
+    response, receipt = settle(world, "fail", "error", doc)
+    if response.status_code == 200:
+        assert (receipt.status, receipt.error) == ("failed", parsed(doc))
+    else:
+        assert receipt.status == "processing"
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_completion_takes_any_response_or_refuses_it(world, doc):
+    response, receipt = settle(world, "complete", "response", doc)
+    if response.status_code == 200:
+        assert receipt.status == "completed" and as_stored(response.json()["response"]) == parsed(doc)
+    else:
+        assert receipt.status == "processing"
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_decorated_view_runs_once_on_any_body_or_refuses_it_before_running(world, doc):
+    key = unique("view")
+    before = snapshot()
+    response = view(key, doc)(world)  # anonymous: no session, no token
+    assert_client_error_or_success(response)
+    if response.status_code == 201:
+        assert Receipt.objects.get(key=key).status == "completed"
+        assert AuditEntry.objects.filter(action=VIEW_ROW_ACTION, object_id=key).count() == 1
+        assert view(key, doc)(world)["Idempotent-Replayed"] == "true"
+    else:
+        assert response.json()["type"] == "urn:idemdash:problem:invalid-json"
+        assert snapshot() == before
+
+
+def assert_stored_or_rejected(response, before: dict[str, int]) -> None:
+    assert_client_error_or_success(response)
+    after = snapshot()
+    if response.status_code == 200:
+        assert response.json()["received"] is True
+        assert WebhookEvent.objects.filter(pk=response.json()["event"]).exists()
+        assert after["RejectedDelivery"] == before["RejectedDelivery"]
+    else:
+        cause = response.json()["cause"]
+        assert cause in {"invalid_json", "missing_id", "unstorable_payload"}
+        assert RejectedDelivery.objects.order_by("-id").first().cause == cause
+        assert after.pop("RejectedDelivery") == before.pop("RejectedDelivery") + 1
+        assert after == before
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_signed_stripe_delivery_of_any_data_is_stored_or_rejected_with_its_cause(world, doc):
+    event_id = unique("evt")
+    before = snapshot()
+    response = stripe(b'{"id": "%s", "type": "prop.event", "data": %s}' % (event_id.encode(), doc))(world)
+    assert_stored_or_rejected(response, before)
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_signed_shopify_delivery_of_any_body_is_stored_or_rejected_with_its_cause(world, doc):
+    before = snapshot()
+    response = shopify(doc, **{"X-Shopify-Webhook-Id": unique("shopify")})(world)
+    assert_stored_or_rejected(response, before)
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_a_signed_standard_webhook_of_any_body_is_stored_or_rejected_with_its_cause(world, doc):
+    before = snapshot()
+    response = standard(doc, msg_id=unique("msg"))(world)
+    assert_stored_or_rejected(response, before)

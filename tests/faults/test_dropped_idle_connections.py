@@ -1,0 +1,117 @@
+"""PostgreSQL drops the idle connections of a live gunicorn server (a failover, a restart,
+an idle timeout; here `pg_terminate_backend`) while it keeps persistent connections
+(DB_CONN_MAX_AGE): the settings health-check a kept connection before its next request
+uses it, so no request fails but those in flight at the kill."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.db import connection
+
+from receipts.auth import create_token
+from tests.qcluster import ROOT, database_url, stop_process
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+WORKERS, THREADS, CALLERS = 3, 4, 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_gunicorn(port: int, log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "IDEMDASH_TEST_DB_SUFFIX"}}
+    env.update(DATABASE_URL=database_url(), DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--workers", str(WORKERS), "--worker-class", "gthread", "--threads", str(THREADS)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+
+def _kill_idle_backends() -> tuple[float, float, int]:
+    """Terminate every idle backend of the test database but this one. pg_terminate_backend
+    only signals: the kill lasts until the backends are gone, so that is when it ends."""
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        # Two statements: in one, nothing says the filter runs before pg_terminate_backend.
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND state = 'idle'")
+        idle = [pid for (pid,) in cursor.fetchall()]
+        cursor.execute("SELECT pid FROM unnest(%s::int[]) AS pid WHERE pg_terminate_backend(pid)", [idle])
+        killed = [pid for (pid,) in cursor.fetchall()]
+        while True:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [killed])
+            if cursor.fetchone()[0] == 0:
+                return started, time.monotonic(), len(killed)
+            time.sleep(0.005)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_starts_after(tmp_path):
+    _, token = create_token("dropped-idle")
+    port = _free_port()
+    server = _start_gunicorn(port, tmp_path / "gunicorn.log")
+    results: list[tuple[float, float, int]] = []  # (started, ended, status)
+    stop = threading.Event()
+
+    def caller(n: int) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                          headers={"Authorization": f"Bearer {token}"}) as http:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                started = time.monotonic()
+                try:
+                    status = http.post("/api/v1/receipts/claim", json={"key": f"c{n}-{i}", "operation": "demo.op"}).status_code
+                except httpx.TransportError:
+                    if server.poll() is not None or started < ready_at:
+                        raise
+                    status = 0
+                results.append((started, time.monotonic(), status))
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "gunicorn.log").read_text()
+                time.sleep(0.1)
+        ready_at = time.monotonic()
+        callers = [threading.Thread(target=caller, args=(n,)) for n in range(CALLERS)]
+        for thread in callers:
+            thread.start()
+        time.sleep(3)  # every worker thread that served a request now keeps its connection
+        kills = []
+        for _ in range(3):  # three times, so that connections opened after a kill are killed too
+            kills.append(_kill_idle_backends())
+            time.sleep(2)
+        stop.set()
+        for thread in callers:
+            thread.join(30)
+    finally:
+        stop.set()
+        stop_process(server)
+
+    assert sum(killed for _, _, killed in kills) >= WORKERS, kills  # persistent connections were there to kill
+    in_flight = [r for r in results if any(r[0] <= ended and r[1] >= started for started, ended, _ in kills)]
+    after = [r for r in results if r not in in_flight]
+    assert len(after) > 100 and all(status == 201 for _, _, status in after), (
+        [r for r in after if r[2] != 201][:10], (tmp_path / "gunicorn.log").read_text()[-3000:]
+    )
+    # At most the request that was using a killed connection fails, once per connection.
+    assert len([r for r in in_flight if r[2] != 201]) <= sum(killed for _, _, killed in kills)

@@ -1,0 +1,102 @@
+"""Stop a real `manage.py qcluster` with SIGTERM mid-drain, the two ways systemd does
+(README, "Running under systemd"): to its main process only (KillMode=mixed) and to every
+one of its processes (KillMode=control-group). Either way the cluster is gone within the
+bound, the send in flight finished and was recorded, what the drain had claimed but not
+started was handed back, and after a restart every message is sent exactly once.
+
+The drain in flight is the scheduled one, which would otherwise keep draining for
+OUTBOX_DRAIN_SECONDS (40 s here): stopping well within that shows that it stopped early.
+
+Unmodified django-q2 (1.11) fails both ways: a SIGTERM to the group kills the send in
+flight and leaves the main process waiting forever; a SIGTERM to the main process alone
+waits out the whole drain.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django_q.models import OrmQ
+from django_q.tasks import async_task
+
+from receipts.outbox.models import OutboxMessage
+from receipts.outbox.store import enqueue
+from tests.faults.test_kill_qcluster import Receiver, wait_for
+from tests.qcluster import kill_process, signal_stop, start_qcluster
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
+
+# Well below the 40 s drain; the README's units allow 90 s (TimeoutStopSec).
+STOP_BOUND = 15
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["control-group", "mixed"])
+def test_sigterm_stops_the_cluster_after_the_send_in_flight_and_loses_nothing(tmp_path, group):
+    qlog = tmp_path / "qcluster.log"
+    env = {"OUTBOX_BATCH_SIZE": "2", "OUTBOX_DRAIN_SECONDS": "40", "OUTBOX_HTTP_ALLOWED_HOSTS": "127.0.0.1"}
+    keys = [f"stop-msg-{i}" for i in range(4)]
+    with Receiver(0, delay=2.0) as receiver:
+        url = f"http://127.0.0.1:{receiver.server.server_address[1]}/hook"
+        for i, key in enumerate(keys):
+            enqueue("http.post", {"url": url, "json": {"message": i}}, key)
+        # As if their prompt `send` tasks were lost: the scheduled drain is the one in flight.
+        OrmQ.objects.all().delete()
+        messages = OutboxMessage.objects.filter(key__in=keys)
+
+        cluster = start_qcluster(qlog, **env)
+        try:
+            async_task("receipts.outbox.tasks.drain")
+            wait_for(lambda: receiver.requests, 60, "a request at the receiver", qlog)
+            in_flight = receiver.requests[0][0]
+            took = signal_stop(cluster, group=group, within=STOP_BOUND)
+            assert took is not None, f"still running {STOP_BOUND} s after SIGTERM\n{qlog.read_text()[-3000:]}"
+
+            # The send in flight finished and was recorded; nothing was left in flight.
+            assert [key for key, _ in receiver.requests] == [in_flight]
+            assert dict(messages.values_list("key", "status")) == {
+                key: "sent" if key == in_flight else "pending" for key in keys
+            }
+            assert set(messages.exclude(key=in_flight).values_list("attempts", flat=True)) == {0}
+
+            cluster = start_qcluster(qlog, **env)
+            async_task("receipts.outbox.tasks.drain")
+            wait_for(lambda: messages.filter(status="sent").count() == len(keys), 60, "every message sent", qlog)
+            assert signal_stop(cluster, group=group, within=STOP_BOUND) is not None
+        finally:
+            kill_process(cluster)
+            connection.close()
+        time.sleep(0.2)  # a request the receiver is still reading
+
+    assert sorted(key for key, _ in receiver.requests) == keys
+    assert set(messages.values_list("attempts", flat=True)) == {1}
+
+
+def dead(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_stuck_past_its_task_timeout_is_still_killed_and_replaced(tmp_path):
+    """Workers ignore SIGTERM, except the one django-q2's guard sends to a timed-out worker."""
+    qlog = tmp_path / "qcluster.log"
+    marker = tmp_path / "stuck.pid"
+    cluster = start_qcluster(qlog, OUTBOX_HTTP_ALLOWED_HOSTS="127.0.0.1")  # the receiver; the fence refuses loopback otherwise
+    try:
+        async_task("tests.faults.stuck_task.stuck", str(marker), timeout=1)
+        wait_for(marker.exists, 30, "the stuck task to start", qlog)
+        pid = int(marker.read_text())
+        wait_for(lambda: dead(pid), 30, f"the stuck worker {pid} to be killed", qlog)
+        assert "after timeout" in qlog.read_text()
+        # Its replacement works.
+        with Receiver(0, delay=0) as receiver:
+            enqueue("http.post", {"url": f"http://127.0.0.1:{receiver.server.server_address[1]}/hook", "json": {}}, "after-stuck")
+            wait_for(lambda: receiver.requests, 30, "a send by the new worker", qlog)
+        assert signal_stop(cluster, group=True, within=STOP_BOUND) is not None
+    finally:
+        kill_process(cluster)
+        connection.close()

@@ -1,0 +1,72 @@
+"""Run the project under a real gunicorn against the test database, for what only a real
+server does: taking the chunking off a request body, joining a repeated header. Both
+databases: the subprocess reaches the test database by URL (on SQLite, its file)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.db import connection
+
+from idemdash.bench.servers import free_port
+from tests.qcluster import ROOT, database_url, subprocess_env
+
+
+def test_database_url() -> str:
+    if connection.vendor == "sqlite":
+        return "sqlite:///" + str(connection.settings_dict["NAME"])
+    return database_url()
+
+
+class Gunicorn:
+    """One sync worker in its own session (process group), so that stopping it stops the
+    worker too. `url` is its base URL on 127.0.0.1."""
+
+    def __init__(self, log_path: Path, settings_module: str) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        env = subprocess_env(
+            DATABASE_URL=test_database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1"
+        )
+        argv = [
+            sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
+            "--workers", "1", "--worker-class", "sync", "--timeout", "30", "--graceful-timeout", "2",
+            "--log-level", "warning",
+        ]
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._wait_until_up()
+
+    def _wait_until_up(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited at start:\n{self.log()}")
+            try:
+                httpx.get(self.url + "/admin/login/", timeout=2)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"gunicorn did not answer within 30 s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)

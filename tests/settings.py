@@ -1,0 +1,25 @@
+"""Settings for pytest: the project's own, with a random SECRET_KEY for this run and
+static files served straight from the finders.
+
+The key goes into os.environ before the project's settings read it, so that every server
+and worker a test starts as a subprocess (they inherit the environment) signs and checks
+sessions with the same key. Production settings refuse to start without a strong key;
+this is the one place the suite supplies it, rather than a weaker rule under tests.
+"""
+
+import os
+import secrets
+
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+
+from idemdash.settings import *  # noqa: E402, F403
+
+# The manifest storage needs `collectstatic` before any page can render; the suite renders
+# pages without running it, so names stay unhashed and WhiteNoise finds the files where
+# they live. tests/test_production.py runs the production settings, collectstatic included.
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+STATIC_ROOT = None  # nothing is collected, so there is no folder for WhiteNoise to index
