@@ -511,6 +511,14 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
 }
 
 
+def audit_of(obj: Any, limit: int = 20) -> list[AuditEntry]:
+    """A detail page's audit block: the object's latest entries, named as the audit log
+    names them."""
+    entries = list(AuditEntry.objects.filter(object_type=obj._meta.label_lower, object_id=str(obj.pk)).order_by("-id")[:limit])
+    name_audit_subjects(entries)
+    return entries
+
+
 def name_audit_subjects(entries: list[AuditEntry]) -> None:
     """Give each entry its `noun` and `subject` (None once the object is purged: the page
     shows the stored id): one query per kind of object on the page."""

@@ -132,7 +132,7 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
         # Not final: the page polls its summary and timeline until the outcome lands.
         "live": receipt.released or receipt.status == Status.PROCESSING,
-        "audit": AuditEntry.objects.filter(object_type="receipts.receipt", object_id=str(receipt.pk)).order_by("-id")[:20],
+        "audit": queries.audit_of(receipt),
     }
 
 

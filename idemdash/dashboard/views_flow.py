@@ -13,11 +13,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from idemdash import queries
 from idemdash.access import operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
 from idemdash.dashboard.pages import filtered_list
-from receipts.models import AuditEntry
 from receipts.outbox import store as outbox_store
 from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -30,10 +30,6 @@ MessageStatus = OutboxMessage.Status
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def _audit_of(obj: Any) -> Any:
-    return AuditEntry.objects.filter(object_type=obj._meta.label_lower, object_id=str(obj.pk)).order_by("-id")[:20]
 
 
 # --- webhook events -----------------------------------------------------------------------------
@@ -77,7 +73,7 @@ def event_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "deliveries": deliveries,
         "delivery_total": event.deliveries.count() if len(deliveries) == DELIVERY_LIMIT else len(deliveries),
         "payload_pretty": _pretty(event.payload),
-        "audit": _audit_of(event),
+        "audit": queries.audit_of(event),
     })
 
 
@@ -173,7 +169,7 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "attempts": log,
         "attempt_total": attempts.count() if len(log) == ATTEMPT_LIMIT else len(log),
         "payload_pretty": _pretty(masked_payload(message.payload)),
-        "audit": _audit_of(message),
+        "audit": queries.audit_of(message),
     })
 
 

@@ -97,3 +97,14 @@ def test_it_shows_the_policy_the_operation_gets_and_the_pattern_that_matched(vie
     html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
     assert "not financial" in html and "TTL 24 h" in html and "on failure: <strong>burn</strong>" in html
     assert "RECEIPTS_OPERATIONS[&#x27;payment.create&#x27;]" in html
+
+
+def test_its_audit_block_names_the_receipt_by_key_as_the_audit_log_does(viewer_client):
+    from receipts import store
+    from receipts.models import Receipt
+
+    f = failed("audit-named")
+    store.release(Receipt.objects.get(pk=f.pk), actor="otto", reason="card fixed")
+    html = viewer_client.get(f"/receipts/{f.pk}/").content.decode()
+    assert f'title="audit-named">audit-named</a>' in html
+    assert f"receipt {f.pk}</a>" not in html
