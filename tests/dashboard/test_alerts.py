@@ -103,7 +103,7 @@ def test_the_banner_says_how_long_the_alert_has_been_firing(viewer_client, ago, 
     alerts.evaluate(timezone.now() - ago)
     html = viewer_client.get("/").content.decode()
     assert text in html and "0 minutes" not in html
-    assert "UTC)" in html and "UTC UTC" not in html  # the banner and the overview name the zone once
+    assert "UTC</time>)" in html and "UTC UTC" not in html  # the banner and the overview name the zone once
 
 
 def test_the_history_shows_each_notification_by_channel_and_time_not_by_key(viewer_client):
