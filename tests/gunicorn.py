@@ -12,16 +12,8 @@ import time
 from pathlib import Path
 
 import httpx
-from django.db import connection
 
-from idemdash.bench.servers import free_port
-from tests.qcluster import ROOT, database_url, subprocess_env
-
-
-def test_database_url() -> str:
-    if connection.vendor == "sqlite":
-        return "sqlite:///" + str(connection.settings_dict["NAME"])
-    return database_url()
+from tests.qcluster import ROOT, database_url, free_port, subprocess_env
 
 
 class Gunicorn:
@@ -33,7 +25,7 @@ class Gunicorn:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         env = subprocess_env(
-            DATABASE_URL=test_database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1"
+            DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1"
         )
         argv = [
             sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
