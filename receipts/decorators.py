@@ -99,33 +99,47 @@ def idempotent(
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             _refuse_drf_dispatch(view, request, operation)
-            if request.method not in UNSAFE_METHODS:
-                return view(request, *args, **kwargs)
-            raw = request.headers.get(HEADER)
-            if raw is None:
-                if required:
-                    return problem(
-                        400,
-                        "idempotency-key-missing",
-                        "Idempotency-Key header required",
-                        f"{request.method} {request.path} needs an Idempotency-Key header.",
-                    )
-                return view(request, *args, **kwargs)
-            key = parse_key(raw)
-            if key is None:
-                return problem(
-                    400,
-                    "idempotency-key-invalid",
-                    "Malformed Idempotency-Key",
-                    "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
-                    'quoted structured-field string ("...").',
-                )
-            return _handle(request, view, args, kwargs, operation, key, scope)
+            return respond(request, view, args, kwargs, operation, required, scope)
 
         wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
         return wrapper
 
     return decorator
+
+
+def respond(
+    request: HttpRequest,
+    view: View,
+    args: tuple,
+    kwargs: dict,
+    operation: str,
+    required: bool,
+    scope: Callable[[HttpRequest], str] | None,
+) -> HttpResponseBase:
+    """The contract for one request to a protected view: checked once per decoration by
+    `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
+    if request.method not in UNSAFE_METHODS:
+        return view(request, *args, **kwargs)
+    raw = request.headers.get(HEADER)
+    if raw is None:
+        if required:
+            return problem(
+                400,
+                "idempotency-key-missing",
+                "Idempotency-Key header required",
+                f"{request.method} {request.path} needs an Idempotency-Key header.",
+            )
+        return view(request, *args, **kwargs)
+    key = parse_key(raw)
+    if key is None:
+        return problem(
+            400,
+            "idempotency-key-invalid",
+            "Malformed Idempotency-Key",
+            "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
+            'quoted structured-field string ("...").',
+        )
+    return _handle(request, view, args, kwargs, operation, key, scope)
 
 
 def _first_parameter(view: View) -> str | None:

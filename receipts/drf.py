@@ -30,18 +30,21 @@ def idempotent(
     """`receipts.decorators.idempotent` for an APIView/ViewSet handler method or a function
     below `@api_view`. The default scope is DRF's `request.user`, whatever the view's
     authentication_classes (token, session, JWT)."""
-    protect = decorators.idempotent(operation, required, scope=scope)
+    protect = decorators.idempotent(operation, required, scope=scope)  # validates the operation
 
     def decorator(handler: Handler) -> Handler:
         if hasattr(handler, "cls"):
             protect(handler)  # raises ImproperlyConfigured with the order to use
 
+        # The checks ran once, above; per request only the contract runs (decorating the
+        # bound handler anew on every call cost a signature inspection per request).
         @functools.wraps(handler)
         def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
             if args and isinstance(args[0], Request):  # a function below @api_view
-                return protect(handler)(*args, **kwargs)
+                return decorators.respond(args[0], handler, args[1:], kwargs, operation, required, scope)
             if len(args) >= 2 and isinstance(args[1], Request):  # a method: (self, request, ...)
-                return protect(functools.partial(handler, args[0]))(*args[1:], **kwargs)
+                bound = functools.partial(handler, args[0])
+                return decorators.respond(args[1], bound, args[2:], kwargs, operation, required, scope)
             raise ImproperlyConfigured(
                 f"receipts.drf.idempotent({operation!r}) on {handler.__qualname__} was called without "
                 "a DRF Request: it goes on an APIView/ViewSet handler method or below @api_view."
