@@ -35,7 +35,7 @@ def idempotent_on_drf_dispatch(app_configs: Any = None, **kwargs: Any) -> list[E
                 f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, which runs "
                 "before DRF authenticates the caller.",
                 hint="Decorate the handler method (post, create, ...) with receipts.drf.idempotent "
-                "(README: Each kind of view).",
+                "(docs/http-contract.md: Each kind of view).",
                 obj=view_class,
                 id="receipts.E001",
             ))

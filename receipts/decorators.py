@@ -1,7 +1,7 @@
 """`@idempotent`: the Idempotency-Key HTTP contract for a Django view.
 
 Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
-and problem types are tabled in the README ("HTTP contract").
+and problem types are tabled in docs/http-contract.md.
 
 The view and the receipt's completion commit in ONE transaction: if the lease was taken
 over while the view ran, completing raises StaleToken and the view's own writes roll back,
@@ -87,13 +87,15 @@ def idempotent(
             raise ImproperlyConfigured(
                 f"@idempotent({operation!r}) wraps {view.cls.__name__}.as_view(), where DRF has not "
                 "authenticated the caller yet. Put @idempotent below @api_view, or decorate the "
-                "APIView/ViewSet method with receipts.drf.idempotent (README: Each kind of view)."
+                "APIView/ViewSet method with receipts.drf.idempotent "
+                "(docs/http-contract.md: Each kind of view)."
             )
         if _first_parameter(view) == "self":
             raise ImproperlyConfigured(
                 f"@idempotent({operation!r}) decorates the method {view.__qualname__}, but takes the "
                 "request as its first argument. Use method_decorator(idempotent(...)) on a Django "
-                "class-based view, or receipts.drf.idempotent on a DRF one (README: Each kind of view)."
+                "class-based view, or receipts.drf.idempotent on a DRF one "
+                "(docs/http-contract.md: Each kind of view)."
             )
 
         @functools.wraps(view)
@@ -158,7 +160,7 @@ def _refuse_drf_dispatch(view: View, request: HttpRequest, operation: str) -> No
         raise ImproperlyConfigured(
             f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, which runs before "
             "DRF authenticates the caller. Decorate the handler method (post, create, ...) with "
-            "receipts.drf.idempotent instead (README: Each kind of view)."
+            "receipts.drf.idempotent instead (docs/http-contract.md: Each kind of view)."
         )
 
 

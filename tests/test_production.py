@@ -1,7 +1,7 @@
-"""The README's Production section, done literally: the commands of its `sh` blocks run in
-a fresh database with DEBUG off, a strong SECRET_KEY and no proxy (migrate, collectstatic,
-check --deploy, gunicorn, qcluster), then Chromium logs in and looks at the overview. The
-commands are read from the README, so the README and this test cannot drift apart.
+"""The Production section of docs/operations.md, done literally: the commands of its `sh`
+blocks run in a fresh database with DEBUG off, a strong SECRET_KEY and no proxy (migrate,
+collectstatic, check --deploy, gunicorn, qcluster), then Chromium logs in and looks at the
+overview. The commands are read from that page, so the page and this test cannot drift apart.
 
 Screenshots (1440x900) go to var/screenshots/production-*.png.
 """
@@ -28,15 +28,15 @@ from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixtu
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 ROOT = Path(settings.BASE_DIR)
 BIN = Path(sys.executable).parent
-README_PORT = "127.0.0.1:8000"
+DOCUMENTED_PORT = "127.0.0.1:8000"
 ADMIN_PASSWORD = "production-test-" + secrets.token_hex(8)
 
 
 def production_commands() -> list[str]:
-    """Every `python manage.py ...` and `gunicorn ...` line of the `sh` blocks in the README's
-    Production section, continuation lines joined, in order."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Production\n", 1)[1].split("\n## ", 1)[0]
+    """Every `python manage.py ...` and `gunicorn ...` line of the `sh` blocks in the Production
+    section of docs/operations.md, continuation lines joined, in order."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page.split("\n## Production\n", 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in re.findall(r"^```sh\n(.*?)^```", section, flags=re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
@@ -46,11 +46,11 @@ def production_commands() -> list[str]:
     return commands
 
 
-def test_the_readme_names_the_steps_this_test_relies_on():
+def test_the_production_page_names_the_steps_this_test_relies_on():
     commands = production_commands()
     assert commands[:3] == ["python manage.py migrate", "python manage.py install_schedules",
                             "python manage.py collectstatic --noinput"]
-    assert any(c.startswith("gunicorn idemdash.wsgi:application") and README_PORT in c for c in commands)
+    assert any(c.startswith("gunicorn idemdash.wsgi:application") and DOCUMENTED_PORT in c for c in commands)
     assert "python manage.py qcluster" in commands
 
 
@@ -84,7 +84,7 @@ def database_url(tmp_path):
 
 @pytest.fixture
 def production_env(tmp_path, database_url) -> dict[str, str]:
-    """The README's environment, for 127.0.0.1 over plain HTTP (so no Secure cookies)."""
+    """The documented environment, for 127.0.0.1 over plain HTTP (so no Secure cookies)."""
     drop = {"DJANGO_SETTINGS_MODULE", "IDEMDASH_TEST_DB_SUFFIX", "REDIS_URL", "DEBUG", "DB_CONN_MAX_AGE",
             "DJANGO_ALLOW_ASYNC_UNSAFE"}  # set for Playwright in this process; check --deploy refuses it
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.endswith("_WEBHOOK_SECRET")}
@@ -119,7 +119,7 @@ def _stop(process: subprocess.Popen) -> None:
         pass
 
 
-def test_the_readme_production_steps_serve_a_complete_dashboard_with_gunicorn_alone(
+def test_the_documented_production_steps_serve_a_complete_dashboard_with_gunicorn_alone(
     production_env, browser, tmp_path  # noqa: F811
 ):
     port = _free_port()
@@ -129,8 +129,8 @@ def test_the_readme_production_steps_serve_a_complete_dashboard_with_gunicorn_al
         for command in production_commands():
             log = tmp_path / f"{command.split()[0] if command.startswith('gunicorn ') else command.split()[2]}.log"
             if command.startswith("gunicorn "):
-                assert README_PORT in command
-                command = command.replace(README_PORT, f"127.0.0.1:{port}")
+                assert DOCUMENTED_PORT in command
+                command = command.replace(DOCUMENTED_PORT, f"127.0.0.1:{port}")
             if command.startswith("gunicorn ") or command == "python manage.py qcluster":
                 with open(log, "wb") as out:
                     started.append(subprocess.Popen(command, shell=True, cwd=ROOT, env=production_env, stdout=out,
@@ -141,7 +141,7 @@ def test_the_readme_production_steps_serve_a_complete_dashboard_with_gunicorn_al
             assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
             if "collectstatic" in command:
                 assert (tmp_path / "var" / "static" / "staticfiles.json").exists()
-        # The README's first-time step, without questions.
+        # The documented first-time step, without questions.
         done = subprocess.run(
             "python manage.py createsuperuser --noinput", shell=True, cwd=ROOT, capture_output=True, text=True,
             env={**production_env, "DJANGO_SUPERUSER_USERNAME": "admin", "DJANGO_SUPERUSER_EMAIL": "admin@localhost",

@@ -6,7 +6,7 @@ The connection is really lost: a PostgreSQL trigger on a marked key terminates i
 backend (`pg_terminate_backend(pg_backend_pid())`), or the view has a second connection
 terminate it. Each time the client gets the 503 `database-unavailable` problem with
 Retry-After; afterwards the receipt is absent, or processing under a lease that a retry
-takes over; the view's own rows are gone; and retrying as the README tells a client to
+takes over; the view's own rows are gone; and retrying as docs/operations.md tells a client to
 (503: retry; 409: retry after Retry-After) completes the key exactly once.
 """
 

@@ -1,5 +1,5 @@
 """Stop a real `manage.py qcluster` with SIGTERM mid-drain, the two ways systemd does
-(README, "Running under systemd"): to its main process only (KillMode=mixed) and to every
+(docs/operations.md, "Running under systemd"): to its main process only (KillMode=mixed) and to every
 one of its processes (KillMode=control-group). Either way the cluster is gone within the
 bound, the send in flight finished and was recorded, what the drain had claimed but not
 started was handed back, and after a restart every message is sent exactly once.
@@ -29,7 +29,7 @@ from tests.qcluster import kill_process, signal_stop, start_qcluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
-# Well below the 40 s drain; the README's units allow 90 s (TimeoutStopSec).
+# Well below the 40 s drain; the documented units allow 90 s (TimeoutStopSec).
 STOP_BOUND = 15
 
 

@@ -1,7 +1,7 @@
 """`pip install idemdash` (the core, no extras) in a fresh virtual environment, and a
-throwaway host project built by following the README's guide ("Add idemdash to an existing
-Django or DRF project") step by step: its marked code blocks are read from the README and
-used as they are, so the guide cannot drift from what works.
+throwaway host project built by following the guide in docs/host-project.md ("Add idemdash
+to an existing Django or DRF project") step by step: its marked code blocks are read from that
+page and used as they are, so the guide cannot drift from what works.
 
 The host project is served by a real server process (`runserver --noreload`: gunicorn is
 not core) on 127.0.0.1 and driven over HTTP. SQLite always; with DATABASE_URL on
@@ -36,11 +36,9 @@ EXTRAS_ONLY = {"django-q2", "stripe", "plotly", "honcho", "gunicorn", "psycopg",
 
 
 def guide_blocks() -> dict[str, tuple[str, str]]:
-    """{name: (language, code)} of the README blocks marked `<!-- guide:name -->`."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Add idemdash to an existing Django or DRF project"):]
-    section = section[: section.index("\n## ", 1)]
-    found = re.findall(r"<!-- guide:(\w+) -->\n```(\w+)\n(.*?)```", section, re.S)
+    """{name: (language, code)} of the guide's blocks marked `<!-- guide:name -->`."""
+    guide = (REPO / "docs" / "host-project.md").read_text()
+    found = re.findall(r"<!-- guide:(\w+) -->\n```(\w+)\n(.*?)```", guide, re.S)
     return {name: (language, code) for name, language, code in found}
 
 
@@ -99,7 +97,7 @@ def host_settings(database: str) -> str:
         MIDDLEWARE = []
         {database}
         """
-    ) + "\n# --- from the README guide ---\n" + guide
+    ) + "\n# --- from the guide (docs/host-project.md) ---\n" + guide
 
 
 # The host's own code the guide's view calls: it records each execution in a file (the

@@ -252,7 +252,7 @@ def test_the_server_side_wait_returns_the_first_attempts_result(live_server, tra
     assert again.replayed and again.response == "done"
 
 
-# --- the README's agent workflow -------------------------------------------------------------------
+# --- the agent workflow of docs/json-api.md -------------------------------------------------------
 
 class CountingSteps(Steps):
     def __init__(self, crash_on_send: bool) -> None:

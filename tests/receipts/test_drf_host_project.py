@@ -2,8 +2,8 @@
 
 The test writes a throwaway host project (its own settings, urls, an app with an Order
 model) that installs `receipts`, `rest_framework` and `rest_framework.authtoken` and puts
-the decorators where the README ("Each kind of view") says. It migrates its own database
-(beside the test database, on the same server or as a SQLite file), and users call it with
+the decorators where "Each kind of view" in docs/http-contract.md says. It migrates its own
+database (beside the test database, on the same server or as a SQLite file), and users call it with
 DRF TokenAuthentication and SessionAuthentication (a real login, a real CSRF token). The
 orders written are counted in that database.
 """

@@ -1,6 +1,6 @@
-"""Each kind of Django and DRF view behind the Idempotency-Key contract (README: "Each kind
-of view"), in-process against the test database; tests/receipts/test_drf_live.py serves a
-host DRF project with gunicorn."""
+"""Each kind of Django and DRF view behind the Idempotency-Key contract ("Each kind of view" in
+docs/http-contract.md), in-process against the test database; tests/receipts/test_drf_live.py
+serves a host DRF project with gunicorn."""
 
 from __future__ import annotations
 
@@ -272,5 +272,5 @@ def test_the_system_check_names_an_apiview_whose_dispatch_is_decorated():
 
 
 @pytest.mark.urls("tests.receipts.urls")
-def test_the_system_check_passes_views_placed_as_the_readme_says():
+def test_the_system_check_passes_views_placed_as_the_docs_say():
     assert idempotent_on_drf_dispatch() == []

@@ -1,5 +1,5 @@
-"""One view of each kind behind the Idempotency-Key contract, placed as the README's "Each
-kind of view" says (used with @pytest.mark.urls("tests.receipts.view_kinds_urls")).
+"""One view of each kind behind the Idempotency-Key contract, placed as "Each kind of view"
+in docs/http-contract.md says (used with @pytest.mark.urls("tests.receipts.view_kinds_urls")).
 
 Every view writes the side effect of tests.receipts.urls, then answers with the JSON (or
 text) `{"row": ..., "user": ...}`. The DRF views authenticate with DRF's own classes:
