@@ -234,8 +234,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 KNOWN_UPWARD_IMPORTS: set[tuple[str, str]] = {
     # The DemoSwitch admin. Step 8 moves it to idemdash/devtools/ with the demo.
     ("idemdash.admin", "idemdash.demo"),
-    # Step 3 moves problem+json to idemdash/core/problems.py.
-    ("idemdash.errors", "receipts.problems"),
     # The alias of receipts.middleware.DatabaseUnavailableMiddleware, kept for one release:
     # removed one release after step 12.
     ("idemdash.middleware", "receipts.middleware"),
