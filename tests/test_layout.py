@@ -274,6 +274,12 @@ def test_dependencies_point_one_way() -> None:
     _only_shrinks(upward_imports(import_graph()), KNOWN_UPWARD_IMPORTS, "upward imports")
 
 
+def test_every_module_not_yet_moved_is_still_there() -> None:
+    modules = runtime_modules()
+    moved = {name for name in NOT_YET_MOVED if not any(m == name or m.startswith(name + ".") for m in modules)}
+    assert not moved, f"moved (delete them from NOT_YET_MOVED): {sorted(moved)}"
+
+
 # A string that names the tests folder as a path: "tests" on its own (a path part, as in
 # `Path(...) / "tests"`) or "tests/" within a path.
 _TESTS_PATH = re.compile(r"^tests$|(^|[/\\])tests[/\\]")
