@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
-from receipts.problems import problem
+from idemdash.core.problems import problem
 
 API_PREFIX = "/api/"
 WEBHOOKS_PREFIX = "/webhooks/"

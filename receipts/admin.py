@@ -14,10 +14,12 @@ from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
+from idemdash.core import audit
+from idemdash.core.audit import AuditEntry
+from idemdash.core.clients import ApiClient, create_token
 from receipts import responses, store
-from receipts.auth import create_token
 from receipts.conf import policy_for
-from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
+from receipts.models import ArchivedReceipt, Attempt, Receipt
 
 
 def _pre(text: str) -> str:
@@ -243,7 +245,7 @@ class ApiClientAdmin(admin.ModelAdmin):
         obj.created_at = client.created_at
         obj._state.adding = False
         obj._new_token = token  # type: ignore[attr-defined]  # shown by response_add, never stored
-        store.audit(request.user.username, "apiclient.create", client, user=request.user)
+        audit.record(request.user.username, "apiclient.create", client, user=request.user)
 
     def response_add(self, request: HttpRequest, obj: ApiClient, post_url_continue: str | None = None) -> HttpResponse:
         # Rendered directly, not put in a message: messages may travel in a cookie.
@@ -258,6 +260,6 @@ class ApiClientAdmin(admin.ModelAdmin):
         revoked = 0
         for client in queryset.filter(revoked_at=None):
             if ApiClient.objects.filter(pk=client.pk, revoked_at=None).update(revoked_at=timezone.now()) == 1:
-                store.audit(request.user.username, "apiclient.revoke", client, "active", "revoked", user=request.user)
+                audit.record(request.user.username, "apiclient.revoke", client, "active", "revoked", user=request.user)
                 revoked += 1
         self.message_user(request, f"Revoked {revoked} API client(s).", messages.SUCCESS)

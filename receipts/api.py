@@ -18,12 +18,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from idemdash.core.canonical import UnstorableJSON, fingerprint_json, nesting_depth
+from idemdash.core.clients import ApiClient, client_for_request
+from idemdash.core.problems import problem
 from receipts import store
-from receipts.auth import client_for_request
 from receipts.conf import policy_for, setting
-from receipts.fingerprint import UnstorableJSON, fingerprint_json, nesting_depth
-from receipts.models import ApiClient, Receipt
-from receipts.problems import problem
+from receipts.models import Receipt
 
 MAX_DEPTH = 64
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}

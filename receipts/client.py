@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from receipts.fingerprint import canonical_json
+from idemdash.core.canonical import canonical_json
 
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
 MAX_KEY_LENGTH = 255

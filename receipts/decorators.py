@@ -31,13 +31,14 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 
+from idemdash.core.canonical import UnstorableJSON
+from idemdash.core.clients import client_for_request
+from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
+from idemdash.core.problems import problem
 from receipts import responses, store
-from receipts.auth import client_for_request
 from receipts.conf import setting
-from receipts.fingerprint import UnstorableJSON, fingerprint_http, is_json, parse_json_body
+from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
 from receipts.models import Attempt, Receipt
-from receipts.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
-from receipts.problems import problem
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template import TemplateDoesNotExist, loader
 
+from idemdash.core.problems import problem
 from receipts.conf import setting
-from receipts.problems import problem
 
 log = logging.getLogger(__name__)
 

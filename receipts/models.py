@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+# The models every app shares, declared in the core under this app's label (their tables,
+# permissions and migrations stay this app's): importing them here registers them with it,
+# and keeps them importable from here.
+from idemdash.core.audit import AuditEntry  # noqa: F401
+from idemdash.core.clients import ApiClient  # noqa: F401
+from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
 
 
 class Receipt(models.Model):
@@ -158,22 +164,6 @@ class Attempt(models.Model):
         return f"{self.key}: {self.outcome}"
 
 
-class HourlyCount(models.Model):
-    """A row of a roll-up table (`receipts.rollup.HourlyRollup`): how many rows of a log fell
-    in one UTC hour, per value of the table's group fields (declared by each table, with its
-    unique constraint on hour and groups)."""
-
-    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
-    count = models.PositiveIntegerField()
-
-    class Meta:
-        abstract = True
-
-    def __str__(self) -> str:
-        groups = [str(getattr(self, f.name)) for f in self._meta.concrete_fields if f.name not in ("id", "hour", "count")]
-        return f"{self.hour:%Y-%m-%d %H:00} {' '.join(groups)}".rstrip() + f": {self.count}"
-
-
 class AttemptHourly(HourlyCount):
     """How many attempts of each outcome were logged in one UTC hour: the attempt log rolled
     up (`receipts.rollup`), so that a dashboard window reads a few hundred rows, not every
@@ -187,60 +177,6 @@ class AttemptHourly(HourlyCount):
         constraints = [
             models.UniqueConstraint(fields=["hour", "outcome"], name="attempt_hourly_uniq"),
         ]
-
-
-class Rollup(models.Model):
-    """The watermark of one roll-up: `rolled_until` is the start of the first hour that is
-    NOT rolled up yet (null: none is). Readers take hours before it from the roll-up table
-    and everything after it from the raw log. The row is also the lock that makes two runs
-    of a roll-up take turns."""
-
-    name = models.CharField(max_length=64, primary_key=True)
-    rolled_until = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.name} until {self.rolled_until}"
-
-
-class ApiClient(models.Model):
-    """A caller of the JSON API. The token is shown once; only its sha256 is stored."""
-
-    name = models.CharField(max_length=100, unique=True)
-    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def scope(self) -> str:
-        return f"client:{self.name}"
-
-
-class AuditEntry(models.Model):
-    """Who did what to which object: every operator action and every manual repair."""
-
-    created_at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=255)
-    action = models.CharField(max_length=64)
-    object_type = models.CharField(max_length=64)
-    object_id = models.CharField(max_length=255)
-    status_before = models.CharField(max_length=32, blank=True)
-    status_after = models.CharField(max_length=32, blank=True)
-    detail = models.TextField(blank=True)
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-
-    class Meta:
-        verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object")]
-
-    def __str__(self) -> str:
-        return f"{self.actor} {self.action} {self.object_type}:{self.object_id}"
 
 
 class ArchivedReceipt(models.Model):

@@ -22,11 +22,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from receipts import bulk, fastpath, waiting
-from receipts.bulk import BULK_LIMIT, BulkResult
+from idemdash.core import audit as audit_log
+from idemdash.core import bulk
+from idemdash.core.bulk import BULK_LIMIT, BulkResult
+from idemdash.core.canonical import fingerprint_json
+from receipts import fastpath, waiting
 from receipts.conf import Policy, policy_for, setting
-from receipts.fingerprint import fingerprint_json
-from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.models import Attempt, Receipt
+
+# Moved to idemdash.core.audit.record; kept for one release.
+audit = audit_log.record
 
 Outcome = Attempt.Outcome
 Status = Receipt.Status
@@ -452,33 +457,10 @@ def release(
             created_at=now,
         )
         if actor:
-            audit(actor, "receipt.release", receipt, status_before, RELEASED, reason, user=user)
+            audit_log.record(actor, "receipt.release", receipt, status_before, RELEASED, reason, user=user)
         waiting.notify(receipt.scope, receipt.key)
     receipt.refresh_from_db()
     return receipt
-
-
-def audit(
-    actor: str,
-    action: str,
-    obj: Any,
-    status_before: str = "",
-    status_after: str = "",
-    detail: str = "",
-    *,
-    user: Any = None,
-) -> AuditEntry:
-    return AuditEntry.objects.create(
-        created_at=timezone.now(),
-        actor=actor,
-        action=action,
-        object_type=obj._meta.label_lower,
-        object_id=str(obj.pk),
-        status_before=status_before,
-        status_after=status_after,
-        detail=detail,
-        user=user if getattr(user, "pk", None) else None,
-    )
 
 
 def release_many(

@@ -2,7 +2,8 @@
 
 from dataclasses import asdict
 
-from receipts import retention, rollup
+from idemdash.core import rollup
+from receipts import retention
 
 
 def purge() -> list[dict]:

@@ -16,7 +16,7 @@ from django.core.signals import setting_changed
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from receipts.store import audit
+from idemdash.core import audit
 from webhooks.conf import setting
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 from webhooks.processing import enqueue_on_commit
@@ -112,7 +112,7 @@ def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> bool:
     with transaction.atomic():
         if WebhookEndpoint.objects.filter(pk=endpoint.pk, paused=False).update(paused=True) != 1:
             return False
-        audit(actor, "webhook_endpoint.pause", endpoint, "active", "paused", user=user)
+        audit.record(actor, "webhook_endpoint.pause", endpoint, "active", "paused", user=user)
     endpoint.paused = True
     return True
 
@@ -128,7 +128,7 @@ def resume(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> int:
         released = held.filter(pk__in=ids).update(
             status=WebhookEvent.Status.RECEIVED, next_attempt_at=now, enqueued_at=now
         )
-        audit(actor, "webhook_endpoint.resume", endpoint, "paused", "active", f"{released} held events released", user=user)
+        audit.record(actor, "webhook_endpoint.resume", endpoint, "paused", "active", f"{released} held events released", user=user)
         for event_id in ids:
             enqueue_on_commit(event_id)
     endpoint.paused = False

@@ -28,9 +28,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from receipts import bulk
-from receipts.bulk import BULK_LIMIT, BulkResult
-from receipts.store import audit
+from idemdash.core import audit, bulk
+from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from webhooks.conf import setting
 from webhooks.handlers import handler_for
 from webhooks.models import WebhookAttempt, WebhookEvent
@@ -332,7 +331,7 @@ def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str 
         )
         if updated != 1:
             raise NotReprocessable("The event changed before it could be reprocessed; reload it.")
-        audit(actor, "webhook_event.reprocess", event, before, Status.RECEIVED, reason, user=user)
+        audit.record(actor, "webhook_event.reprocess", event, before, Status.RECEIVED, reason, user=user)
         enqueue_on_commit(event.pk)
     event.refresh_from_db()
     return event
@@ -362,7 +361,7 @@ def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: 
             raise NotStuck("The event changed before it could be released; reload it.")
         after = Status.DEAD if out_of_attempts else Status.RETRY
         _log_attempt(event, WebhookAttempt.Outcome.RELEASED, "released by an operator: " + LEASE_LOST, now)
-        audit(actor, "webhook_event.release", event, Status.PROCESSING, after, reason, user=user)
+        audit.record(actor, "webhook_event.release", event, Status.PROCESSING, after, reason, user=user)
         if not out_of_attempts:
             WebhookEvent.objects.filter(pk=event.pk, status=Status.RETRY).update(enqueued_at=now)
             enqueue_on_commit(event.pk)

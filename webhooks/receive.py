@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
-from receipts.fingerprint import fingerprint_json
+from idemdash.core.canonical import fingerprint_json
 from webhooks import fastpath
 from webhooks.conf import setting
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEndpoint, WebhookEvent

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
-from receipts.retention import Purger
+from idemdash.core.retention import Purger
 from webhooks.conf import setting
 from webhooks.models import RejectedDelivery, WebhookEvent
 from webhooks.rollup import DELIVERIES

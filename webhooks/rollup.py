@@ -1,12 +1,12 @@
 """Webhook deliveries rolled up by hour and kind (first delivery or redelivery, payload
 matched or not): what the overview's webhook figures and deliveries chart count. The
-machinery (watermark, settling, repair, read side) is `receipts.rollup`'s; the
+machinery (watermark, settling, repair, read side) is `idemdash.core.rollup`'s; the
 `receipts.rollup` schedule, `manage.py rollup` and the seeder's rewind find this roll-up
 through ROLLUPS."""
 
 from __future__ import annotations
 
-from receipts.rollup import HourlyRollup
+from idemdash.core.rollup import HourlyRollup
 from webhooks.models import DeliveryHourly, WebhookDelivery
 
 DELIVERIES = HourlyRollup(

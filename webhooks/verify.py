@@ -21,7 +21,7 @@ import stripe
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError as StandardVerificationError
 
-from receipts.fingerprint import MAX_JSON_DEPTH, nesting_depth
+from idemdash.core.canonical import MAX_JSON_DEPTH, nesting_depth
 
 MAX_KEY_LENGTH = 500  # WebhookEvent.dedupe_key holds 512
 # C0 and C1 control characters and DEL: an id holding one (a CR/LF header injection, a NUL

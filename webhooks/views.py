@@ -6,8 +6,8 @@ from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from receipts.fingerprint import UnstorableJSON
-from receipts.problems import problem
+from idemdash.core.canonical import UnstorableJSON
+from idemdash.core.problems import problem
 from webhooks import endpoints
 from webhooks.conf import setting
 from webhooks.models import WebhookEndpoint

@@ -14,11 +14,11 @@ from django.db import DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from receipts.auth import client_for_request
-from receipts.fingerprint import UnstorableJSON
+from idemdash.core.canonical import UnstorableJSON
+from idemdash.core.clients import client_for_request
+from idemdash.core.problems import problem
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
-from receipts.problems import problem
 
 
 def message_json(message: OutboxMessage) -> dict[str, Any]:

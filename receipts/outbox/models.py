@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from receipts.models import HourlyCount
+from idemdash.core.rollup import HourlyCount
 
 
 class OutboxMessage(models.Model):

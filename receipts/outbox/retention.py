@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
+from idemdash.core.retention import Purger
 from receipts.outbox.conf import setting
-from receipts.retention import Purger
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from receipts.outbox.rollup import ATTEMPTS, ENQUEUED
 

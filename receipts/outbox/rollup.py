@@ -1,12 +1,12 @@
 """The outbox rolled up by hour: messages enqueued, and attempts by outcome. What the
 overview's outbox figures and the flow chart count. The machinery (watermark, settling,
-repair, read side) is `receipts.rollup`'s; the `receipts.rollup` schedule, `manage.py rollup`
+repair, read side) is `idemdash.core.rollup`'s; the `receipts.rollup` schedule, `manage.py rollup`
 and the seeder's rewind find these roll-ups through ROLLUPS."""
 
 from __future__ import annotations
 
+from idemdash.core.rollup import HourlyRollup
 from receipts.outbox.models import OutboxAttempt, OutboxAttemptHourly, OutboxMessage, OutboxMessageHourly
-from receipts.rollup import HourlyRollup
 
 # No group: the chart and the figure count every message alike, whatever its action.
 ENQUEUED = HourlyRollup(

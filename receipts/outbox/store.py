@@ -25,13 +25,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from receipts import bulk
-from receipts.bulk import BULK_LIMIT, BulkResult
-from receipts.fingerprint import fingerprint_json
+from idemdash.core import audit, bulk
+from idemdash.core.bulk import BULK_LIMIT, BulkResult
+from idemdash.core.canonical import fingerprint_json
 from receipts.outbox.actions import get_action
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from receipts.store import audit, validate_key
+from receipts.store import validate_key
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ def _repair(
         if updated != 1:
             raise InvalidTransition(f"outbox message {message.key!r} changed; look again")
         message.refresh_from_db()
-        audit(actor, action, message, status_before, message.status, reason, user=user)
+        audit.record(actor, action, message, status_before, message.status, reason, user=user)
     return message
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from receipts import store
-from receipts.models import Receipt
+from receipts.models import AuditEntry, Receipt
 from tests.dashboard.build import failed
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ def test_an_entry_written_before_the_release_marker_still_reads_released(viewer_
 def test_it_filters_by_actor_action_and_entry_range(viewer_client, operator):
     for i in range(4):
         store.audit("otto" if i % 2 else "ada", "test.action", operator, detail=f"entry-{i}")
-    first = store.AuditEntry.objects.order_by("id").first().pk
+    first = AuditEntry.objects.order_by("id").first().pk
     html = viewer_client.get(f"/audit/?actor=otto&action=test.action&after_id={first}&through_id={first + 2}").content.decode()
     assert "entry-1" in html and "entry-0" not in html and "entry-2" not in html and "entry-3" not in html
     assert "Only entries with who <strong>otto</strong>, action <strong>test.action</strong>" in html

@@ -10,6 +10,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from idemdash.core import retention as core_retention
 from receipts import retention, rollup, store
 from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
 from receipts.outbox import store as outbox
@@ -172,9 +173,9 @@ def test_on_postgresql_a_batch_without_financial_receipts_is_a_plain_delete():
 def test_only_a_model_nothing_else_follows_is_deleted_alone():
     from webhooks.models import WebhookEvent
 
-    assert retention._deletes_alone(Receipt)  # attempts: DO_NOTHING
-    assert not retention._deletes_alone(OutboxMessage)  # its attempts are set to NULL
-    assert not retention._deletes_alone(WebhookEvent)  # its deliveries cascade
+    assert core_retention._deletes_alone(Receipt)  # attempts: DO_NOTHING
+    assert not core_retention._deletes_alone(OutboxMessage)  # its attempts are set to NULL
+    assert not core_retention._deletes_alone(WebhookEvent)  # its deliveries cascade
 
 
 @pytest.mark.django_db

@@ -1,7 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from receipts.auth import create_token
-from receipts.models import ApiClient
+from idemdash.core.clients import ApiClient, create_token
 
 
 class Command(BaseCommand):

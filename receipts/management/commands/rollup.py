@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from receipts import rollup
+from idemdash.core import rollup
 
 
 class Command(BaseCommand):

@@ -1,0 +1,72 @@
+"""API clients and their bearer tokens for the JSON APIs. A token is shown once; only its
+sha256 is stored.
+
+Tokens carry 256 bits of randomness, so an unsalted sha256 is enough to make the stored
+hash useless to a thief, and it lets us find the client with one indexed lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+
+from django.db import models
+from django.http import HttpRequest
+from django.utils import timezone
+
+
+class ApiClient(models.Model):
+    """A caller of the JSON API. The token is shown once; only its sha256 is stored."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Shared by the receipts and outbox APIs; its table, permissions and migration stay
+        # the receipts app's (receipts_apiclient), the app every other one requires.
+        app_label = "receipts"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def scope(self) -> str:
+        return f"client:{self.name}"
+
+
+TOKEN_PREFIX = "idem_"
+# What create_token makes: the prefix and 32 random bytes as unpadded URL-safe base64.
+TOKEN_FORMAT = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{43}")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(name: str) -> tuple[ApiClient, str]:
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    client = ApiClient.objects.create(name=name, token_prefix=token[:12], token_hash=hash_token(token))
+    return client, token
+
+
+def client_for_request(request: HttpRequest) -> ApiClient | None:
+    """The API client named by `Authorization: Bearer <token>`, or None."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not TOKEN_FORMAT.fullmatch(token):
+        # Not one of ours (a JWT, another app's key): it cannot match a stored hash, so
+        # it costs no query. The format says nothing secret; the hash lookup still decides.
+        return None
+    client = ApiClient.objects.filter(token_hash=hash_token(token), revoked_at=None).first()
+    if client is not None:
+        # Touch at most once a minute: last-used is for humans, not worth a write per call.
+        now = timezone.now()
+        if client.last_used_at is None or (now - client.last_used_at).total_seconds() > 60:
+            ApiClient.objects.filter(pk=client.pk).update(last_used_at=now)
+    return client

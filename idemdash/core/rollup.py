@@ -1,0 +1,303 @@
+"""Logs rolled up by hour: what the dashboard's windows count.
+
+A `HourlyRollup` counts the rows of a log (the attempt log in `receipts.rollup`, webhook
+deliveries in `webhooks.rollup`, outbox messages and attempts in `receipts.outbox.rollup`)
+by UTC hour of a time field and a few group fields into a table of (hour, groups...,
+count), a `HourlyCount`, with its watermark row in `Rollup` under its name. Each app lists
+its roll-ups in `<app>/rollup.py` as `ROLLUPS`; `installed_rollups()` collects them, so the
+schedule, `manage.py rollup` and `rewind()` serve every roll-up without the core importing
+the apps it rolls up for.
+
+**Write side.** `roll_up()` (the `receipts.rollup` schedule, every minute, for every
+roll-up) recomputes, from the log, the absolute count of every (UTC hour, group) for the
+hours from a little before the watermark up to the settled instant (SETTLE ago, to the
+minute), writes them with one upsert, and moves the watermark (`Rollup.rolled_until`: every
+row before it is rolled up) there. The hour the watermark falls in is rolled up as far as
+the watermark, and counted again, further, by the next run, so the log is read for minutes,
+not for the hour so far: at a few hundred rows a second, the hour so far is a million rows.
+Absolute counts, not increments: running it twice changes nothing, and a row that committed
+after its hour was rolled up is counted by the next run.
+
+- A row's time is taken before its transaction commits, so a row is rolled up only once it
+  is SETTLE old; the hours just before the watermark are recomputed on every run (REPAIR)
+  in case a transaction took even longer.
+- The first run (empty roll-up) starts at the oldest row; each run covers at most
+  MAX_HOURS_PER_RUN hours in one short transaction, so a full 35-day log is caught up in a
+  few runs without ever holding a long transaction. `manage.py rollup` runs them all now.
+- The watermark row is locked for the run (`select_for_update`; on SQLite the IMMEDIATE
+  transaction does the same), so two runs take turns and the later one counts last.
+- Nothing on the request path writes here: traffic pays nothing for the roll-up.
+- Only the REPAIR span is ever recomputed, so rows that the log's own retention deletes
+  later (purged attempts, the deliveries of purged events) stay counted in their hours.
+  Roll-up rows have a retention of their own (`expired`).
+
+**Read side.** `counts(start, end)` counts rows in (start, end]: the hours from the first
+hour boundary after `start` up to the watermark come from the roll-up (the watermark's own
+hour as far as the watermark), the partial first hour and everything from the watermark on
+from the log. So a figure is exact whether the roll-up is empty, behind, or caught up; a
+24-hour window reads about 24 roll-up rows per group, the first partial hour and the last
+few minutes of the log instead of every row of the day.
+
+Rows are written with their time = now, so only `rewind()` (a bulk load of past rows,
+`seed`) ever needs to send a roll-up back over old hours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Count, Min, QuerySet, Sum
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from idemdash.core.discovery import declared_by_apps
+
+HOUR = timedelta(hours=1)
+SETTLE = timedelta(minutes=5)
+REPAIR = timedelta(hours=3)
+MAX_HOURS_PER_RUN = 48
+# The scheduled task's runs per call: 24 x 45 new hours covers the 35-day log on a first
+# run, each run its own short transaction, well within the task timeout.
+MAX_RUNS_PER_TASK = 24
+# Roll-up rows outlive their logs (35 days), so the 30-day charts keep their counts.
+RETENTION_DAYS = 90
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def floor_minute(moment: datetime) -> datetime:
+    return moment.astimezone(dt_timezone.utc).replace(second=0, microsecond=0)
+
+
+class HourlyCount(models.Model):
+    """A row of a roll-up table (`HourlyRollup`): how many rows of a log fell in one UTC
+    hour, per value of the table's group fields (declared by each table, with its unique
+    constraint on hour and groups)."""
+
+    hour = models.DateTimeField(help_text="Start of the hour (UTC).")
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        # No app_label: an abstract model has no table, and a subclass without a Meta of its
+        # own would inherit the label and land in another app.
+        abstract = True
+
+    def __str__(self) -> str:
+        groups = [str(getattr(self, f.name)) for f in self._meta.concrete_fields if f.name not in ("id", "hour", "count")]
+        return f"{self.hour:%Y-%m-%d %H:00} {' '.join(groups)}".rstrip() + f": {self.count}"
+
+
+class Rollup(models.Model):
+    """The watermark of one roll-up: `rolled_until` is the start of the first hour that is
+    NOT rolled up yet (null: none is). Readers take hours before it from the roll-up table
+    and everything after it from the raw log. The row is also the lock that makes two runs
+    of a roll-up take turns."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    rolled_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Shared by every app's roll-ups; its table, permissions and migration stay the
+        # receipts app's (receipts_rollup), the app every other one requires.
+        app_label = "receipts"
+
+    def __str__(self) -> str:
+        return f"{self.name} until {self.rolled_until}"
+
+
+@dataclass
+class RollupResult:
+    name: str  # the roll-up's
+    start: datetime | None = None  # first hour recomputed
+    end: datetime | None = None  # end of the last hour recomputed
+    rolled_until: datetime | None = None  # the watermark after the run
+    rows: int = 0  # (hour, group) counts written
+    caught_up: bool = True
+
+
+@dataclass(frozen=True)
+class HourlyRollup:
+    """`log` rows counted by (UTC hour of `time_field`, *`groups`) into `table`, a model with
+    `hour`, the same group fields and `count`, unique on (hour, *groups). `groups` may be
+    empty: rows counted by hour alone."""
+
+    name: str  # the watermark row's key in Rollup
+    log: type[models.Model]
+    time_field: str
+    groups: tuple[str, ...]
+    table: type[models.Model]
+    retention_setting: str  # days to keep the roll-up's rows (default RETENTION_DAYS)
+
+    def _logged(self, where: dict[str, Any], **span: datetime) -> QuerySet:
+        """The log filtered by `where` and by the time field: gt=, gte=, lt=, lte=."""
+        bounds = {f"{self.time_field}__{op}": moment for op, moment in span.items()}
+        return self.log._default_manager.filter(**where, **bounds)
+
+    def _state(self) -> Rollup:
+        # get_or_create settles the race of two first runs with the unique primary key.
+        return Rollup.objects.get_or_create(name=self.name)[0]
+
+    def roll_up(self, now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN) -> RollupResult:
+        """One run: recompute a bounded span of hours and advance the watermark."""
+        now = now or timezone.now()
+        settled = floor_minute(now - SETTLE)
+        self._state()
+        with transaction.atomic():
+            state = Rollup.objects.select_for_update().get(name=self.name)
+            if state.rolled_until is not None:
+                start = floor_hour(state.rolled_until - REPAIR)
+            else:
+                oldest = self._logged({}).aggregate(t=Min(self.time_field))["t"]
+                start = floor_hour(oldest) if oldest is not None else floor_hour(settled)
+            end = min(settled, start + max_hours * HOUR)
+            if state.rolled_until is not None:
+                # On a slow clock, still count the watermark's hour as far as the watermark:
+                # counting it to an earlier instant would lose what lies in between.
+                end = max(end, state.rolled_until)
+            result = RollupResult(self.name, rolled_until=state.rolled_until)
+            if end > start:
+                result.start, result.end, result.rows = start, end, self._recompute(start, end)
+            # Never backwards: a run with a slow clock must not hand settled hours back to the log.
+            if state.rolled_until is None or end > state.rolled_until:
+                state.rolled_until = max(end, start)
+                state.save(update_fields=["rolled_until"])
+            result.rolled_until = state.rolled_until
+            result.caught_up = state.rolled_until >= settled
+        return result
+
+    def _recompute(self, start: datetime, end: datetime) -> int:
+        counted = (
+            self._logged({}, gte=start, lt=end)
+            .annotate(hour=TruncHour(self.time_field, tzinfo=dt_timezone.utc))
+            .values_list("hour", *self.groups)
+            .annotate(n=Count("*"))
+            .order_by()
+        )
+        rows = [self.table(hour=floor_hour(hour), **dict(zip(self.groups, group)), count=n) for hour, *group, n in counted]
+        span = self.table._default_manager.filter(hour__gte=start, hour__lt=end)
+        # Every count of the span is set to zero, the log's counts are written over them, and
+        # what is still zero is deleted: a count that fell to nothing (its rows deleted) does
+        # not linger. An update, not a delete and insert: on PostgreSQL it changes no indexed
+        # column, so it leaves no dead index entries behind for every run.
+        span.update(count=0)
+        self.table._default_manager.bulk_create(
+            rows, update_conflicts=True, unique_fields=["hour", *self.groups], update_fields=["count"]
+        )
+        span.filter(count=0).delete()
+        return len(rows)
+
+    def catch_up(
+        self, now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN, max_runs: int | None = None
+    ) -> list[RollupResult]:
+        """Run until the watermark reaches the settled instant (or `max_runs` runs), one
+        transaction per run."""
+        results = [self.roll_up(now, max_hours=max_hours)]
+        while not results[-1].caught_up and (max_runs is None or len(results) < max_runs):
+            results.append(self.roll_up(now, max_hours=max_hours))
+        return results
+
+    def rewind(self, to: datetime | None = None) -> None:
+        """Hand hours back to the log: from `to`'s hour on, or, with None, every hour (the
+        roll-up is emptied and rebuilt from the oldest row, so hours whose rows the log no
+        longer has lose them). For bulk loads of past rows; figures stay exact meanwhile,
+        they just read more of the log until runs catch up."""
+        self._state()
+        with transaction.atomic():
+            state = Rollup.objects.select_for_update().get(name=self.name)
+            if to is None:
+                self.table._default_manager.all().delete()
+                state.rolled_until = None
+            elif state.rolled_until is not None and state.rolled_until > floor_hour(to):
+                state.rolled_until = floor_hour(to)
+            state.save(update_fields=["rolled_until"])
+
+    def rolled_until(self) -> datetime | None:
+        return Rollup.objects.filter(name=self.name).values_list("rolled_until", flat=True).first()
+
+    def expired(self, now: datetime) -> QuerySet:
+        """Roll-up rows past their retention, for a Purger."""
+        days = getattr(settings, self.retention_setting, RETENTION_DAYS)
+        return self.table._default_manager.filter(hour__lt=now - timedelta(days=days))
+
+    def counts(self, start: datetime, end: datetime, *, by_hour: bool = False, **where: Any) -> list[tuple]:
+        """(hour, *groups, count) of the rows logged in (start, end], filtered by `where`
+        (lookups on the group fields only: they apply to the log and the roll-up alike);
+        the hour is the UTC hour with `by_hour`, else None (rows per group, possibly
+        several for one group: add them up)."""
+        trunc = TruncHour if by_hour else None
+        # The first whole hour is the one after start's: the hour start falls in is partial
+        # (a window is open at its start), so it is read from the log.
+        first_whole = floor_hour(start) + HOUR
+        watermark = self.rolled_until()
+        if watermark is None:
+            return self._grouped(self._logged(where, gt=start, lte=end), trunc)
+        if end >= watermark:
+            # Every hour that starts before the watermark, its own (partial) hour included.
+            tail = watermark
+        else:
+            # A span that ends before the watermark: whole hours only, the rest from the log.
+            tail = floor_hour(end)
+        if tail <= first_whole:
+            return self._grouped(self._logged(where, gt=start, lte=end), trunc)
+        rolled = self.table._default_manager.filter(hour__gte=first_whole, hour__lt=tail, **where)
+        if by_hour:
+            from_rollup = list(rolled.values_list("hour", *self.groups, "count"))
+        else:
+            from_rollup = self._per_group(rolled, Sum("count"))
+        # Two range queries rather than one with OR: each is an index-only scan of the log's
+        # (time, groups...) index on PostgreSQL, where an OR would visit the heap.
+        return (
+            self._grouped(self._logged(where, gt=start, lt=first_whole), trunc)
+            + from_rollup
+            + self._grouped(self._logged(where, gte=tail, lte=end), trunc)
+        )
+
+    def log_counts(self, start: datetime, end: datetime, *, trunc: type, **where: Any) -> list[tuple]:
+        """(t, *groups, count) straight from the log for (start, end], `t` truncated by
+        `trunc` (TruncMinute...): for chart buckets finer than the roll-up's hours."""
+        return self._grouped(self._logged(where, gt=start, lte=end), trunc)
+
+    def _per_group(self, qs: QuerySet, total: Any) -> list[tuple]:
+        """(None, *groups, total) of `qs` per group; with no groups, one row (none if empty)."""
+        if not self.groups:
+            # values_list() without fields would mean every field: one aggregate instead.
+            n = qs.aggregate(n=total)["n"]
+            return [(None, n)] if n else []
+        return [(None, *row) for row in qs.values_list(*self.groups).annotate(n=total).order_by()]
+
+    def _grouped(self, qs: QuerySet, trunc: type | None) -> list[tuple]:
+        # COUNT(*), never COUNT(id): the logs' time indexes hold the groups but not the id.
+        if trunc is None:
+            return self._per_group(qs, Count("*"))
+        rows = qs.annotate(t=trunc(self.time_field, tzinfo=dt_timezone.utc)).values_list("t", *self.groups)
+        return list(rows.annotate(n=Count("*")).order_by())
+
+
+def installed_rollups() -> list[HourlyRollup]:
+    """The ROLLUPS of every installed app's `rollup` module, in INSTALLED_APPS order."""
+    return declared_by_apps("rollup", "ROLLUPS")
+
+
+def catch_up(
+    now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN, max_runs: int | None = None
+) -> list[RollupResult]:
+    """Catch every installed roll-up up, one after the other (`max_runs` runs each)."""
+    return [
+        result
+        for rollup in installed_rollups()
+        for result in rollup.catch_up(now, max_hours=max_hours, max_runs=max_runs)
+    ]
+
+
+def rewind(to: datetime | None = None) -> None:
+    """Rewind every installed roll-up (see `HourlyRollup.rewind`): after a bulk load or a
+    bulk delete of past rows, whichever logs it touched."""
+    for rollup in installed_rollups():
+        rollup.rewind(to)
