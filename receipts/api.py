@@ -2,154 +2,60 @@
 languages). Bearer-token auth; the token's API client is the scope. Endpoints, bodies and
 status codes are in the README ("JSON API").
 
-Every body is validated completely before the store is called, so bad input gets a 4xx
-problem and writes nothing.
+Method, token, media type, size and the JSON itself are checked by the one front door
+(`idemdash.core.jsonapi`); the fields here. Every body is validated completely before the
+store is called, so bad input gets a 4xx problem and writes nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import re
-from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
-from idemdash.core.canonical import UnstorableJSON, fingerprint_json, nesting_depth
-from idemdash.core.clients import ApiClient, client_for_request
+from idemdash.core.canonical import UnstorableJSON, fingerprint_json
+from idemdash.core.clients import ApiClient
+from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem
 from receipts import store
 from receipts.conf import policy_for, setting
 from receipts.models import Receipt
 
-MAX_DEPTH = 64
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
 COMPLETE_FIELDS = {"key", "token", "response"}
 FAIL_FIELDS = {"key", "token", "error", "retryable"}
-SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class _Invalid(Exception):
-    def __init__(self, field: str, detail: str) -> None:
-        self.field = field
-        self.detail = detail
-
-
-def _api(method: str) -> Callable:
-    """Method, bearer token and (for POST) a JSON object body, checked in that order."""
-
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
-        @csrf_exempt  # bearer-token auth: no cookie, so no cross-site request to forge
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest) -> HttpResponse:
-            if request.method != method:
-                return problem(
-                    405,
-                    "method-not-allowed",
-                    "Method not allowed",
-                    f"{request.path} accepts {method} only.",
-                    headers={"Allow": method},
-                )
-            client = client_for_request(request)
-            if client is None:
-                return problem(
-                    401,
-                    "unauthorized",
-                    "Bearer token required",
-                    "Send Authorization: Bearer <token> with a token from `manage.py create_api_token`.",
-                    headers={"WWW-Authenticate": 'Bearer realm="idemdash"'},
-                )
-            if method != "POST":
-                return view(request, client)
-            media_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
-            if media_type != "application/json" and not media_type.endswith("+json"):
-                return problem(
-                    415,
-                    "unsupported-media-type",
-                    "JSON required",
-                    "Send the body with Content-Type: application/json.",
-                )
-            try:
-                raw = request.body
-            except RequestDataTooBig:
-                return problem(413, "payload-too-large", "Request body too large", "The body exceeds the size limit.")
-            try:
-                body = json.loads(raw, parse_constant=_refuse_constant)
-            except (ValueError, RecursionError) as exc:
-                return problem(400, "invalid-json", "Body is not valid JSON", str(exc)[:200])
-            if not isinstance(body, dict):
-                return problem(400, "invalid-json", "Body must be a JSON object", "")
-            try:
-                _check_depth(body)
-                return view(request, client, body)
-            except _Invalid as invalid:
-                return problem(400, "invalid-field", f"Invalid field: {invalid.field}", invalid.detail, field=invalid.field)
-
-        return wrapper
-
-    return decorator
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _check_depth(value: Any) -> None:
-    # Deeper bodies would exhaust the recursion of canonicalisation: refuse them up front.
-    if nesting_depth(value) > MAX_DEPTH:
-        raise _Invalid("body", f"JSON nested deeper than {MAX_DEPTH} levels")
-
-
-def _unstorable_text(value: Any) -> bool:
-    if isinstance(value, str):
-        # isascii() is O(1) in CPython: only non-ASCII strings are searched for a surrogate.
-        return "\x00" in value or (not value.isascii() and SURROGATE.search(value) is not None)
-    if isinstance(value, list):
-        return any(_unstorable_text(item) for item in value)
-    if isinstance(value, dict):
-        return any(_unstorable_text(k) or _unstorable_text(v) for k, v in value.items())
-    return False
 
 
 def _fields(body: dict, allowed: set[str], required: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise _Invalid(unknown[0], f"Unknown field; allowed: {', '.join(sorted(allowed))}")
+        raise Invalid(unknown[0], f"Unknown field; allowed: {', '.join(sorted(allowed))}")
     for name in sorted(required):
         if name not in body:
-            raise _Invalid(name, "Required.")
+            raise Invalid(name, "Required.")
 
 
 def _key(body: dict) -> str:
     try:
         return store.validate_key(body["key"])
     except store.InvalidKey as exc:
-        raise _Invalid("key", str(exc)) from None
+        raise Invalid("key", str(exc)) from None
 
 
 def _integer(body: dict, name: str, minimum: int, maximum: int) -> int:
     value = body[name]
     # bool is a subclass of int in Python; `true` is not a number of seconds or a token.
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise _Invalid(name, f"An integer from {minimum} to {maximum}.")
+        raise Invalid(name, f"An integer from {minimum} to {maximum}.")
     return value
 
 
 def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
     value = body[name]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
-        raise _Invalid(name, f"A number from {minimum} to {maximum}.")
+        raise Invalid(name, f"A number from {minimum} to {maximum}.")
     return float(value)
-
-
-def _storable_text(body: dict, name: str) -> None:
-    if _unstorable_text(body.get(name)):
-        # PostgreSQL text and jsonb cannot hold U+0000, and no database takes a lone UTF-16
-        # surrogate (it is not Unicode text); refuse both on SQLite too, for one contract.
-        raise _Invalid(name, "Must not contain U+0000 or a lone UTF-16 surrogate (\\ud800 to \\udfff).")
 
 
 def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
@@ -225,24 +131,24 @@ def _landed(receipt: Receipt, token: int, status: str, **fields: Any) -> bool:
     )
 
 
-@_api("POST")
+@json_api("POST")
 def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, CLAIM_FIELDS, {"key", "operation"})
     key = _key(body)
     try:
         operation = store.validate_operation(body["operation"])
     except store.InvalidOperation as exc:
-        raise _Invalid("operation", str(exc)) from None
+        raise Invalid("operation", str(exc)) from None
     lease_seconds = (
         _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
     )
     wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
-    _storable_text(body, "request")
+    storable_text(body, "request")
     payload = body.get("request")
     try:
         fingerprint = fingerprint_json(payload)
     except UnstorableJSON as exc:  # a number read as infinity (1e400)
-        raise _Invalid("request", str(exc)) from None
+        raise Invalid("request", str(exc)) from None
 
     result = store.claim(
         client.scope,
@@ -294,16 +200,16 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     return _json_response(data, **{"Idempotent-Replayed": "true"})
 
 
-@_api("POST")
+@json_api("POST")
 def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, COMPLETE_FIELDS, COMPLETE_FIELDS)
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
-    _storable_text(body, "response")
+    storable_text(body, "response")
     try:
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
-        raise _Invalid("response", "A number is beyond the range of a double.") from None
+        raise Invalid("response", "A number is beyond the range of a double.") from None
     # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
     # key that does not exist; the completion itself is the store's conditional update.
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
@@ -317,18 +223,18 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
-@_api("POST")
+@json_api("POST")
 def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, FAIL_FIELDS, {"key", "token", "error"})
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
     error = body["error"]
     if not isinstance(error, str) or not error.strip():
-        raise _Invalid("error", "A non-empty string saying what went wrong.")
-    _storable_text(body, "error")
+        raise Invalid("error", "A non-empty string saying what went wrong.")
+    storable_text(body, "error")
     retryable = body.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
-        raise _Invalid("retryable", "true, false, or absent for the operation's policy.")
+        raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
     try:
@@ -340,7 +246,7 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
-@_api("GET")
+@json_api("GET")
 def receipt_detail(request: HttpRequest, client: ApiClient) -> HttpResponse:
     if "key" not in request.GET:
         return problem(400, "invalid-field", "Invalid field: key", "Pass ?key=<idempotency key>.", field="key")

@@ -1,5 +1,6 @@
 """Arbitrary JSON, lone surrogates included, to every body parser: never a 5xx, never a row
-half written.
+half written. The outbox API also gets arbitrary headers (method, media type, token, and
+others), and each of its refusals must be one of the problems it documents.
 
 Hypothesis builds JSON values whose strings (values and object names) mix any Unicode
 with lone UTF-16 surrogates, and sends them as `\\ud800` escapes, as raw UTF-8-encoded
@@ -16,12 +17,13 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from receipts.models import AuditEntry, Receipt
-from tests.faults.test_bad_input import api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
+from receipts.outbox.models import OutboxMessage
+from tests.faults.test_bad_input import World, api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
 from tests.faults.urls import VIEW_ROW_ACTION
 from webhooks.models import RejectedDelivery, WebhookEvent
 
@@ -185,3 +187,127 @@ def test_a_signed_standard_webhook_of_any_body_is_stored_or_rejected_with_its_ca
     before = snapshot()
     response = standard(doc, msg_id=unique("msg"))(world)
     assert_stored_or_rejected(response, before)
+
+
+# --- the outbox API -----------------------------------------------------------------------
+
+# Every problem the outbox API may answer, with its status, as its documentation lists them.
+OUTBOX_PROBLEMS = {
+    "invalid-json": 400,
+    "invalid-field": 400,
+    "unauthorized": 401,
+    "method-not-allowed": 405,
+    "length-required": 411,  # a chunked body where the server leaves the chunking on (the middleware's)
+    "payload-too-large": 413,
+    "unsupported-media-type": 415,
+    "invalid-message": 422,
+    "idempotency-key-reused": 422,
+}
+EMAIL = b'"action": "email.send", "payload": {"to": "a@example.com", "subject": "s", "body": "b", "data": %s}'
+
+
+def enqueue(w: World, body: bytes, *, method: str = "POST", **headers: str):
+    headers.setdefault("Authorization", f"Bearer {w.token}")
+    content_type = headers.pop("Content-Type", "application/json")
+    return w.client.generic(method, "/api/v1/outbox", body, content_type=content_type, headers=headers)
+
+
+def strings(value: object):
+    """Every string in parsed JSON, object names included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield name
+            yield from strings(item)
+
+
+def assert_enqueued_or_refused(response, body: bytes, before: dict[str, int]) -> OutboxMessage | None:
+    """A 201 (or a 200: the same message again) with the message the body describes, stored
+    whole; or a documented problem that wrote nothing."""
+    event(f"outbox answered {response.status_code}")  # see them with --hypothesis-show-statistics
+    assert_client_error_or_success(response)
+    if response.status_code in (200, 201):
+        message = OutboxMessage.objects.get(pk=response.json()["id"])
+        sent = json.loads(body)
+        assert (message.scope, message.key, message.action) == ("client:fault-corpus", sent["key"], sent["action"])
+        assert as_stored(message.payload) == as_stored(sent.get("payload", {}))
+        # Nothing that one of the databases refuses got in, on SQLite either.
+        for text in strings(message.payload):
+            assert "\x00" not in text
+            text.encode()  # raises on a lone surrogate
+        return message
+    slug = response.json()["type"].removeprefix("urn:idemdash:problem:")
+    assert OUTBOX_PROBLEMS.get(slug) == response.status_code, response.content[:300]
+    assert snapshot() == before
+    return None
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_an_outbox_message_takes_any_json_in_its_payload_or_refuses_it(world, doc):
+    before = snapshot()
+    body = b'{"key": "%s", %s}' % (unique("out").encode(), EMAIL % doc)
+    message = assert_enqueued_or_refused(enqueue(world, body), body, before)
+    if message is not None:
+        assert as_stored(message.payload["data"]) == parsed(doc)
+
+
+@PROPERTY
+@given(doc=DOCUMENTS)
+def test_an_outbox_message_takes_any_json_as_its_payload_key_action_or_body_or_refuses_it(world, doc):
+    for body in (
+        b'{"key": "%s", "action": "email.send", "payload": %s}' % (unique("out").encode(), doc),
+        b'{"key": %s, %s}' % (doc, EMAIL % b"1"),
+        b'{"key": "%s", "action": %s, "payload": {}}' % (unique("out").encode(), doc),
+        doc,
+    ):
+        before = snapshot()
+        assert_enqueued_or_refused(enqueue(world, body), body, before)
+
+
+# Each with the value that passes as one choice of its own, so that a good share of the
+# examples gets past the header checks to the body.
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=40)
+METHODS = st.one_of(st.just("POST"), st.sampled_from(["GET", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]))
+CONTENT_TYPES = st.one_of(
+    st.just("application/json"),
+    st.sampled_from(["application/json; charset=utf-8", "application/problem+json", "APPLICATION/JSON", "text/json",
+                     "application/x-json", "text/plain", "multipart/form-data; boundary=x",
+                     "application/x-www-form-urlencoded", ""]),
+    HEADER_TEXT,
+)
+AUTHORIZATIONS = st.one_of(
+    st.just("token"),
+    st.sampled_from(["bearer-lowercase", "Bearer idem_wrong", "Basic dXNlcjpwYXNz", "Bearer ", ""]),
+    HEADER_TEXT,
+)
+OTHER_HEADERS = st.dictionaries(
+    st.sampled_from(["Idempotency-Key", "Accept", "Prefer", "Content-Encoding", "Transfer-Encoding", "X-Anything"]),
+    HEADER_TEXT,
+    max_size=3,
+)
+
+
+@PROPERTY
+@given(
+    method=METHODS,
+    content_type=CONTENT_TYPES,
+    authorization=AUTHORIZATIONS,
+    others=OTHER_HEADERS,
+    doc=DOCUMENTS,
+)
+def test_an_outbox_message_with_any_headers_is_enqueued_or_refused(world, method, content_type, authorization, others,
+                                                                    doc):
+    token = {"token": f"Bearer {world.token}", "bearer-lowercase": f"bearer {world.token}"}.get(authorization, authorization)
+    before = snapshot()
+    body = b'{"key": "%s", %s}' % (unique("out").encode(), EMAIL % doc)
+    response = enqueue(world, body, method=method, **{**others, "Content-Type": content_type, "Authorization": token})
+    if method == "HEAD":  # the same answer without its body
+        assert response.status_code == 405 and snapshot() == before
+        return
+    if assert_enqueued_or_refused(response, body, before) is not None:
+        assert method == "POST"

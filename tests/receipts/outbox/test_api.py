@@ -5,6 +5,7 @@ import json
 import pytest
 
 from receipts.auth import create_token
+from idemdash.core.canonical import nesting_depth
 from receipts.outbox.models import OutboxMessage
 
 pytestmark = pytest.mark.django_db
@@ -98,3 +99,81 @@ def test_a_body_over_the_upload_limit_is_413(client, token, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
     big = {**MESSAGE, "payload": {"url": "https://example.com/", "json": "x" * 200}}
     assert_problem(post(client, big, token), 413, "payload-too-large")
+
+
+# --- the JSON front door, as for the receipts API ------------------------------------------
+
+def with_json(raw: str) -> str:
+    """MESSAGE with `raw` (JSON text, sent as it is) as its http.post payload's `json`."""
+    return '{"key": "k-raw", "action": "http.post", "payload": {"url": "https://example.com/hook", "json": %s}}' % raw
+
+
+def nested(depth: int) -> str:
+    """A JSON array `depth` deep: nesting_depth counts `[1]` as 1."""
+    return "[" * depth + "1" + "]" * depth
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/json", "application/x-json", "application/jsonl", ""])
+def test_a_body_not_sent_as_json_or_a_plus_json_type_is_415(client, token, content_type):
+    assert_problem(post(client, MESSAGE, token, content_type=content_type), 415, "unsupported-media-type")
+    assert not OutboxMessage.objects.exists()
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON", "application/vnd.shop+json"])
+def test_json_with_parameters_any_case_or_a_plus_json_type_is_taken(client, token, content_type):
+    assert post(client, MESSAGE, token, content_type=content_type).status_code == 201
+
+
+def test_a_body_nested_64_levels_deep_is_taken(client, token):
+    raw = with_json(nested(62))
+    assert nesting_depth(json.loads(raw)) == 64
+    assert post(client, raw, token).status_code == 201
+
+
+@pytest.mark.parametrize("depth", [63, 900])
+def test_a_body_nested_deeper_than_64_levels_is_400_and_writes_nothing(client, token, depth):
+    raw = with_json(nested(depth))
+    assert nesting_depth(json.loads(raw)) > 64
+    body = assert_problem(post(client, raw, token), 400, "invalid-field")
+    assert body["field"] == "body"
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_body_nested_past_the_parsers_limit_is_400_not_a_500(client, token):
+    assert_problem(post(client, with_json(nested(100_000)), token), 400, "invalid-json")
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_anywhere_in_the_body(client, token, literal):
+    assert_problem(post(client, with_json(literal), token), 400, "invalid-json")
+    other_field = '{"key": "k-1", "action": "http.post", "payload": {"url": "https://example.com/"}, "note": %s}' % literal
+    assert_problem(post(client, other_field, token), 400, "invalid-json")
+    assert not OutboxMessage.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '"a\\u0000b"',  # U+0000: PostgreSQL's jsonb cannot hold it; refused on SQLite too
+        '{"a\\u0000": 1}',
+        '"\\ud800"',  # a lone surrogate, escaped
+        '["ok", "\\udfff\\ud800"]',
+        '{"\\udc00": 1}',
+    ],
+)
+def test_text_no_database_stores_in_the_payload_is_400_naming_it(client, token, raw):
+    body = assert_problem(post(client, with_json(raw), token), 400, "invalid-field")
+    assert body["field"] == "payload"
+    assert not OutboxMessage.objects.exists()
+
+
+def test_the_raw_bytes_of_a_lone_surrogate_are_refused_like_its_escape(client, token):
+    raw = with_json('"x"').encode().replace(b'"x"', b'"\xed\xa0\x80"')
+    body = assert_problem(post(client, raw, token), 400, "invalid-field")
+    assert body["field"] == "payload"
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_pair_of_surrogates_is_one_character_and_is_taken(client, token):
+    assert post(client, with_json('"\\ud83d\\ude00"'), token).status_code == 201
+    assert OutboxMessage.objects.get().payload["json"] == "\U0001f600"
