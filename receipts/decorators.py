@@ -188,11 +188,14 @@ def parse_key(raw: str) -> str | None:
     taking either would settle the other's request. A key that needs a comma is sent as a
     structured-field string (RFC 8941 3.3.3), `"a,b"`, where the comma is inside the quotes
     and `\\"` and `\\\\` are escapes; anything after its closing quote (`"a", "b"`) is refused.
+    So is a bare key that begins or ends with `"`: such a key is sent as a structured-field string.
     """
     value = raw.strip()
     if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
         value = _sf_string(value)
-    elif "," in value:
+    elif "," in value or value.startswith('"') or value.endswith('"'):
+        # A bare `"` at either end is half a quoted string: two such headers joined (`"` and
+        # `"` give `","`) would read as the quoted key `,`.
         return None
     try:
         return store.validate_key(value)
