@@ -12,7 +12,7 @@ from django.http import HttpRequest
 
 from idemdash import alerts, demo
 from idemdash.models import Alert, AlertRule, DemoSwitch
-from receipts.admin import to_the_second
+from idemdash.core.columns import to_the_second
 
 # The app list beside every page took 300 of 1440 px from the changelists, whose last columns
 # were then cut off; the admin index and the breadcrumbs lead to the same pages.

@@ -11,54 +11,18 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import dateformat, timezone
+from django.utils import timezone
 from django.utils.html import format_html
 
 from idemdash.core import audit
 from idemdash.core.audit import AuditEntry
 from idemdash.core.clients import ApiClient, create_token
+from idemdash.core.columns import clipped, to_the_second  # noqa: F401 (used here; re-exported for one release)
+from idemdash.core.columns import pre as _pre
+from idemdash.core.columns import pretty_json as _pretty_json
 from receipts import responses, store
 from receipts.conf import policy_for
 from receipts.models import ArchivedReceipt, Attempt, Receipt
-
-
-def _pre(text: str) -> str:
-    return format_html('<pre style="white-space:pre-wrap;max-width:80em">{}</pre>', text)
-
-
-def _pretty_json(value: Any) -> str:
-    return _pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
-
-
-# List columns that fit at 1440 px: times to the second with their zone on one line, and long
-# keys cut to a fixed width on one line, whole in their title. Shared by every app's admin.
-
-
-def to_the_second(field: str, description: str | None = None) -> Any:
-    """A list column showing `field` as '2026-11-24 06:10:09 UTC', sortable by it."""
-
-    @admin.display(description=description or field.replace("_", " "), ordering=field)
-    def column(obj: Any) -> str | None:
-        value = getattr(obj, field)
-        if value is None:
-            return None
-        return format_html('<span style="white-space:nowrap">{}</span>',
-                           dateformat.format(timezone.localtime(value), "Y-m-d H:i:s T"))
-
-    return column
-
-
-def clipped(field: str, description: str | None = None, width: int = 32) -> Any:
-    """A list column showing `field` on one line, at most `width` characters, the whole
-    value in its title (hover) and in the search."""
-
-    @admin.display(description=description or field.replace("_", " "), ordering=field)
-    def column(obj: Any) -> str:
-        value = str(getattr(obj, field) or "")
-        shown = value if len(value) <= width else value[: width - 1] + "…"
-        return format_html('<span title="{}" style="white-space:nowrap">{}</span>', value, shown)
-
-    return column
 
 
 class StoredResultDisplay:

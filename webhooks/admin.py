@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from receipts.admin import clipped, to_the_second
+from idemdash.core.columns import clipped, to_the_second
 from webhooks import endpoints, processing
 from webhooks.models import (
     Fulfilment,

@@ -4,7 +4,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from receipts.admin import _pretty_json, clipped, to_the_second
+from idemdash.core.columns import clipped, to_the_second
+from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import store
 from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
