@@ -32,15 +32,10 @@ from typing import Any
 from django.db import connection
 from django_q.models import OrmQ
 
-from receipts import fastpath as receipts_fastpath
-from receipts.fastpath import cursor, insert_unless_exists
+from idemdash.core.pg import cursor, insert_unless_exists, usable  # noqa: F401
 from webhooks.models import WebhookDelivery, WebhookEvent
 
 _EVENT_FIELDS = [f for f in WebhookEvent._meta.concrete_fields if not f.primary_key]
-
-
-def usable() -> bool:
-    return receipts_fastpath.usable()
 
 
 @functools.cache

@@ -55,12 +55,12 @@ def _prepared_statements() -> list[str]:
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_djangos_cursor_wrapper_runs_the_server_binding_cursor_swapped_into_it(persistent_connection):
-    from receipts import fastpath
+    from idemdash.core import pg
 
-    with pinned("Django", "ServerBindingCursor or CursorWrapper.cursor", "receipts/fastpath.py:cursor"):
+    with pinned("Django", "ServerBindingCursor or CursorWrapper.cursor", "idemdash/core/pg.py:cursor"):
         from django.db.backends.postgresql.base import ServerBindingCursor
 
-        with fastpath.cursor() as wrapper:
+        with pg.cursor() as wrapper:
             # The wrapper keeps its database cursor in `.cursor` and runs statements on it.
             assert isinstance(wrapper.cursor, ServerBindingCursor)
             wrapper.execute("SELECT %s::int + 1 AS guard_swapped", [41])
@@ -69,20 +69,20 @@ def test_djangos_cursor_wrapper_runs_the_server_binding_cursor_swapped_into_it(p
         from django.db import ProgrammingError
 
         with pytest.raises(ProgrammingError), transaction.atomic():
-            with fastpath.cursor() as wrapper:
+            with pg.cursor() as wrapper:
                 wrapper.execute("SELECT guard_no_such_column")
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_psycopgs_execute_prepares_on_the_server_when_asked(persistent_connection):
-    from receipts import fastpath
+    from idemdash.core import pg
 
-    with pinned("psycopg", "Cursor.execute(prepare=True)", "receipts/fastpath.py:_prepared_cursor_class"):
+    with pinned("psycopg", "Cursor.execute(prepare=True)", "idemdash/core/pg.py:_prepared_cursor_class"):
         import psycopg
 
         assert "prepare" in inspect.signature(psycopg.Cursor.execute).parameters
-        with fastpath.cursor() as wrapper:
+        with pg.cursor() as wrapper:
             wrapper.execute("SELECT %s::int AS guard_prepared", [1])
         assert any("guard_prepared" in statement for statement in _prepared_statements())
 
@@ -90,15 +90,15 @@ def test_psycopgs_execute_prepares_on_the_server_when_asked(persistent_connectio
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_djangos_query_log_reads_the_query_the_prepared_cursor_records(persistent_connection):
-    from receipts import fastpath
+    from idemdash.core import pg
 
     with pinned(
         "psycopg",
         "Cursor._query or Cursor._convert_query (what Django's query log reads)",
-        "receipts/fastpath.py:_prepared_cursor_class",
+        "idemdash/core/pg.py:_prepared_cursor_class",
     ):
         with CaptureQueriesContext(connection) as queries:
-            with fastpath.cursor() as wrapper:
+            with pg.cursor() as wrapper:
                 assert wrapper.cursor.logged  # connection.queries_logged, read when it was swapped in
                 wrapper.execute("SELECT %s::int AS guard_logged", [7])
         logged = queries.captured_queries[-1]["sql"]
@@ -106,14 +106,14 @@ def test_djangos_query_log_reads_the_query_the_prepared_cursor_records(persisten
 
 
 def test_the_database_wrapper_names_its_driver_module():
-    from receipts import fastpath
+    from idemdash.core import pg
 
-    with pinned("Django", "DatabaseWrapper.Database", "receipts/fastpath.py:usable"):
+    with pinned("Django", "DatabaseWrapper.Database", "idemdash/core/pg.py:usable"):
         driver = type(connections[DEFAULT_DB_ALIAS]).Database  # a class attribute: no connection needed
         assert inspect.ismodule(driver)
         if connection.vendor == "postgresql":
             assert driver.__name__ == "psycopg"  # this project installs psycopg 3
-        assert fastpath.usable() == (connection.vendor == "postgresql")
+        assert pg.usable() == (connection.vendor == "postgresql")
 
 
 @pytest.mark.postgres
@@ -122,7 +122,7 @@ def test_a_fields_converters_turn_a_raw_row_into_what_the_orm_loads():
     from receipts import store
     from receipts.models import Receipt
 
-    with pinned("Django", "Field.get_db_converters or Model.from_db", "receipts/fastpath.py:claim_or_replay"):
+    with pinned("Django", "Field.get_db_converters or Model.from_db", "receipts/pg.py:claim_or_replay"):
         claimed = store.claim("client:guards", "k", "email.send", {"to": "a@example.com", "n": [1, 2]})
         fields = Receipt._meta.concrete_fields
         with connection.cursor() as cursor:
@@ -142,7 +142,7 @@ def test_a_fields_converters_turn_a_raw_row_into_what_the_orm_loads():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_connection_says_whether_it_is_inside_a_transaction():
-    with pinned("Django", "BaseDatabaseWrapper.in_atomic_block", "receipts/fastpath.py and webhooks/receive.py"):
+    with pinned("Django", "BaseDatabaseWrapper.in_atomic_block", "receipts/pg.py and webhooks/receive.py"):
         assert connection.in_atomic_block is False
         with transaction.atomic():
             assert transaction.get_connection().in_atomic_block is True
@@ -229,7 +229,7 @@ def test_the_compiled_select_of_a_queryset_runs_inside_our_own_statement():
     from receipts.models import AuditEntry
 
     _audit_entries(2)
-    with pinned("Django", "SQLCompiler.as_sql (query.get_compiler)", "receipts/retention.py:archive_financial_receipts"):
+    with pinned("Django", "SQLCompiler.as_sql (query.get_compiler)", "receipts/archive.py:archive_financial_receipts"):
         rows = AuditEntry.objects.filter(actor="guard").order_by().values_list("pk", "object_id", "created_at")
         select, params = rows.query.get_compiler(using=rows.db).as_sql()
         with connection.cursor() as cursor:
@@ -323,6 +323,23 @@ def test_the_orm_broker_dequeues_a_row_written_as_its_enqueue_writes_it():
         OrmQ.objects.create(key=queue, payload=package, lock=timezone.now() - timedelta(microseconds=1))
         (_, payload), = broker.dequeue()
         assert SignedPackage.loads(payload)["args"] == (7, "evt_guard")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_orm_broker_dequeues_the_task_our_statement_writes_with_its_event():
+    from tests.webhooks.conftest import make_endpoint
+    from webhooks.receive import store_delivery
+    from webhooks.verify import VerifiedDelivery
+
+    endpoint = make_endpoint("guard", "stripe", "whsec_guard_0000000000000000")
+    store_delivery(endpoint, VerifiedDelivery(0, {"id": "evt_guard"}, "evt_guard", "a.b", "evt_guard", ""))
+    with pinned("django-q2", "the ORM broker's dequeue of a row in OrmQ", "webhooks/fastpath.py:_store_sql"):
+        from django_q.brokers import get_broker
+        from django_q.signing import SignedPackage
+
+        (_, payload), = get_broker().dequeue()
+        assert SignedPackage.loads(payload)["args"] == (endpoint.pk, "evt_guard")
 
 
 # --- Django's request: the chunked-body middleware ---------------------------------------
