@@ -142,7 +142,7 @@ def test_a_fields_converters_turn_a_raw_row_into_what_the_orm_loads():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_connection_says_whether_it_is_inside_a_transaction():
-    with pinned("Django", "BaseDatabaseWrapper.in_atomic_block", "receipts/pg.py and webhooks/receive.py"):
+    with pinned("Django", "BaseDatabaseWrapper.in_atomic_block", "receipts/pg.py and webhooks/pg.py"):
         assert connection.in_atomic_block is False
         with transaction.atomic():
             assert transaction.get_connection().in_atomic_block is True
@@ -301,7 +301,7 @@ def test_the_orm_broker_dequeues_a_row_written_as_its_enqueue_writes_it():
 
     from webhooks import processing
 
-    with pinned("django-q2", "OrmQ's columns (key, payload, lock) or the ORM broker's enqueue", "webhooks/fastpath.py:_store_sql"):
+    with pinned("django-q2", "OrmQ's columns (key, payload, lock) or the ORM broker's enqueue", "webhooks/pg.py:_store_sql"):
         from django_q.brokers import get_broker
         from django_q.brokers.orm import ORM
         from django_q.models import OrmQ
@@ -334,7 +334,7 @@ def test_the_orm_broker_dequeues_the_task_our_statement_writes_with_its_event():
 
     endpoint = make_endpoint("guard", "stripe", "whsec_guard_0000000000000000")
     store_delivery(endpoint, VerifiedDelivery(0, {"id": "evt_guard"}, "evt_guard", "a.b", "evt_guard", ""))
-    with pinned("django-q2", "the ORM broker's dequeue of a row in OrmQ", "webhooks/fastpath.py:_store_sql"):
+    with pinned("django-q2", "the ORM broker's dequeue of a row in OrmQ", "webhooks/pg.py:_store_sql"):
         from django_q.brokers import get_broker
         from django_q.signing import SignedPackage
 

@@ -10,6 +10,7 @@ from django.db import DEFAULT_DB_ALIAS, connection
 
 from idemdash.core import pg
 from receipts import store
+from webhooks import receive
 
 PG, ORM = ModuleType("the statements"), ModuleType("their twin")
 
@@ -22,6 +23,7 @@ def test_postgresql_through_psycopg_3_is_usable_and_nothing_else():
 def test_each_app_gets_its_statements_on_postgresql_and_their_twins_elsewhere():
     on_postgresql = connection.vendor == "postgresql"
     assert store.path().__name__ == ("receipts.pg" if on_postgresql else "receipts.orm")
+    assert receive.path().__name__ == ("webhooks.pg" if on_postgresql else "webhooks.orm")
 
 
 def test_the_choice_is_made_once_per_database(monkeypatch):
