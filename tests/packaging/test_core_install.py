@@ -268,13 +268,15 @@ def test_a_host_project_on_sqlite_follows_the_guide(make_server, tmp_path):
         f'DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{tmp_path / "host.sqlite3"}"}}}}'
     )
     check_the_contract(host, client)
-    # Importing the app and the store loaded no optional package.
+    # Importing the app and the store loaded no optional package, and of the idemdash
+    # package only the shared core (its __init__ is empty): no dashboard, settings or tooling.
     loaded = host.manage("shell", "--no-imports", "-c", (
         "import sys, receipts.api, receipts.decorators, receipts.store, receipts.middleware; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'django_q', 'stripe', 'plotly', 'psycopg', 'psycopg2', 'django_htmx', 'tqdm', 'dj_database_url', 'idemdash', 'webhooks'}))"
+        "{'django_q', 'stripe', 'plotly', 'psycopg', 'psycopg2', 'django_htmx', 'tqdm', 'dj_database_url', 'webhooks'}), "
+        "sorted(m for m in sys.modules if m.partition('.')[0] == 'idemdash' and m != 'idemdash' and not m.startswith('idemdash.core')))"
     ))
-    assert loaded.strip() == "[]"
+    assert loaded.strip() == "[] []"
     # The periodic work the guide names runs on the core alone (no tqdm, no django-q2).
     assert "receipts.expired: 0 due" in host.manage("purge", "--dry-run")
     host.manage("rollup")
