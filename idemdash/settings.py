@@ -152,7 +152,7 @@ if DATABASE_URL:
     if _db["ENGINE"] == "django.db.backends.postgresql":
         _db.setdefault("OPTIONS", {})
         _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
-        # Lets receipts.fastpath prepare its claim and settle statements on persistent
+        # Lets the fast paths (idemdash/core/pg.py) prepare their few statements on persistent
         # connections; the ORM binds on the client and never prepares, whatever the value.
         # Off for PgBouncer in transaction mode before 1.21, which cannot route them.
         if envbool("DB_PREPARED_STATEMENTS", True):

@@ -48,7 +48,8 @@ class Receipt(models.Model):
     # The release marker: set when the key is given back (store.release) and cleared by the
     # caller's next claim, so a failed receipt with a marker is "released: the next attempt
     # will run". The status stays failed and retryable, which is what lets the claim paths
-    # (store._claim_once, fastpath) treat it exactly as before; `error` keeps the failure.
+    # treat it exactly as before, and the replay rule never replays a marked failed receipt
+    # (receipts/rules.py); `error` keeps the failure.
     released_at = models.DateTimeField(null=True, blank=True)
     # Database defaults too, so that a writer that does not know the marker (a raw INSERT,
     # an older release during a rolling deploy) can still insert receipts.

@@ -24,11 +24,13 @@ from django.utils import timezone
 
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
+from idemdash.core import pg as core_pg
 from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from idemdash.core.canonical import fingerprint_json
-from receipts import fastpath, waiting
+from receipts import orm, pg, rules, waiting
 from receipts.conf import Policy, policy_for, setting
 from receipts.models import Attempt, Receipt
+from receipts.orm import log_settle
 
 # Moved to idemdash.core.audit.record; kept for one release.
 audit = audit_log.record
@@ -58,6 +60,10 @@ class StaleToken(Exception):
 class NotReleasable(Exception):
     pass
 
+
+# The receipts' PostgreSQL statements (receipts/pg.py) or their plain-ORM twins
+# (receipts/orm.py), chosen once per database: path() returns one of the two modules.
+path = core_pg.choose(pg, orm)
 
 # What the audit log records as a released receipt's status after (its status is failed,
 # with the release marker: Receipt.shown_status).
@@ -131,17 +137,17 @@ def claim(
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
-            if fastpath.usable():
-                # A new key or a replay in one statement, log line included; any other
-                # case comes back as the existing row for the decisions below.
-                now = timezone.now()
-                found = fastpath.claim_or_replay(_new_receipt(intent, now), now)
-                if found is not None:
-                    logged, existing = found
-                    if logged == Outcome.CLAIMED:
-                        return ClaimResult(Outcome.CLAIMED, existing, token=1)
-                    if logged == Outcome.REPLAYED:
-                        return ClaimResult(Outcome.REPLAYED, existing)
+            # On PostgreSQL a new key or a replay is one statement, log line included, and
+            # any other case comes back as the existing row; the ORM path decides every
+            # case below.
+            now = timezone.now()
+            found = path().claim_or_replay(_new_receipt(intent, now), now)
+            if found is not None:
+                logged, existing = found
+                if logged == Outcome.CLAIMED:
+                    return ClaimResult(Outcome.CLAIMED, existing, token=1)
+                if logged == Outcome.REPLAYED:
+                    return ClaimResult(Outcome.REPLAYED, existing)
             # The decision and its line in the attempt log commit together: never a claim
             # without its log line.
             with transaction.atomic():
@@ -152,13 +158,10 @@ def claim(
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if settled:
                 return result
-            if not announced and fastpath.usable():
-                # Ask for a NOTIFY (settling sends one only to a receipt that has waiters).
-                # Our UPDATE and the settle's are ordered by the row lock: if the settle
-                # came first, the row is no longer processing and we look again at once.
+            if not announced:
                 announced = True
-                if not Receipt.objects.filter(pk=result.receipt.pk, status=Status.PROCESSING).update(waiters=True):
-                    continue
+                if not path().announce_waiter(result.receipt):
+                    continue  # settled meanwhile: look again at once
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
             wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
@@ -216,12 +219,10 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
         if receipt.fingerprint != intent.fp:
             return ClaimResult(Outcome.MISMATCH, receipt)
 
-        if receipt.status == Status.COMPLETED:
-            return ClaimResult(Outcome.REPLAYED, receipt)
+        if rules.REPLAY.holds(receipt, fingerprint=intent.fp, now=now):
+            return ClaimResult(Outcome.REPLAYED, receipt)  # completed, or the key was burned
 
-        if receipt.status == Status.FAILED:
-            if not receipt.retryable:
-                return ClaimResult(Outcome.REPLAYED, receipt)  # the key was burned
+        if receipt.status == Status.FAILED:  # retryable, or released
             won = _transition(
                 receipt,
                 now,
@@ -318,38 +319,11 @@ def _settle(
     now = timezone.now()
     # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
     with transaction.atomic(savepoint=False):
-        if fastpath.usable():
-            updated = fastpath.settle(
-                scope, key, token, outcome, detail, now, changes, channel=waiting.CHANNEL, topic=waiting.topic(scope, key)
-            )
-            if updated:
-                waiting.wake_on_commit(scope, key)  # the statement sent the NOTIFY
-        else:
-            updated = Receipt.objects.filter(
-                scope=scope, key=key, fencing_token=token, status=Status.PROCESSING
-            ).update(updated_at=now, lease_expires_at=None, **changes)
-            if updated:
-                log_settle(scope, key, token, outcome, detail, now)
-                waiting.notify(scope, key)
+        updated = path().settle(scope, key, token, outcome, detail, now, changes)
         if not updated:
             log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
     if not updated:
         raise StaleToken(f"token {token} no longer owns {key!r}")
-
-
-def log_settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime | None = None) -> None:
-    """A settle's line in the attempt log, written on its own (the stale-token cases)."""
-    receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
-    Attempt.objects.create(
-        receipt=receipt,
-        scope=scope,
-        key=key,
-        operation=receipt.operation if receipt else "",
-        outcome=outcome,
-        fencing_token=token,
-        detail=detail,
-        created_at=now or timezone.now(),
-    )
 
 
 def complete(
@@ -458,7 +432,7 @@ def release(
         )
         if actor:
             audit_log.record(actor, "receipt.release", receipt, status_before, RELEASED, reason, user=user)
-        waiting.notify(receipt.scope, receipt.key)
+        path().notify(receipt.scope, receipt.key)
     receipt.refresh_from_db()
     return receipt
 

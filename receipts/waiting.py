@@ -4,7 +4,8 @@ A waiter subscribes to its key and sleeps on a threading.Event. Settling a recei
 the waiters of its key:
 - in this process, through `transaction.on_commit`, so nobody wakes before the result is
   visible;
-- in other processes on PostgreSQL, through NOTIFY, which the server delivers at commit.
+- in other processes on PostgreSQL (through psycopg 3), through NOTIFY, which the server
+  delivers at commit (receipts/pg.py sends it; receipts/orm.py wakes this process only).
   One daemon thread per process LISTENs on one connection and sets the local events.
 Nothing depends on a notification arriving: a waiter also wakes on a slow, growing timer
 and looks again, so a lost notification (or SQLite, which has none across processes)
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 
 from django.db import connection, transaction
 
-from receipts import fastpath
+from idemdash.core import pg
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +86,11 @@ def wake_on_commit(scope: str, key: str) -> None:
     transaction.on_commit(lambda: _wake(name))
 
 
-def notify(scope: str, key: str) -> None:
-    """Call inside the transaction that settles the receipt."""
-    wake_on_commit(scope, key)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, topic(scope, key)])
-
-
 def _ensure_listener() -> None:
     global _listener
     # The listener speaks psycopg 3; on psycopg2 (and SQLite) other processes' settles are
     # seen by the fallback timer.
-    if not fastpath.usable():
+    if not pg.usable():
         return
     with _lock:
         if _listener is not None and _listener.is_alive():

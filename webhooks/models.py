@@ -8,6 +8,8 @@ in `webhooks.processing`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db import models
 from django.db.models import Q
 
@@ -160,6 +162,26 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery of {self.event_id} at {self.received_at:%Y-%m-%d %H:%M:%S}"
+
+
+@dataclass
+class Stored:
+    """What storing a delivery answered (webhooks/receive.py): the event's id and counters,
+    read without its payload."""
+
+    event_id: int
+    status: str
+    delivery_count: int
+    created: bool
+    payload_matches: bool = True
+    _event: WebhookEvent | None = None
+
+    @property
+    def event(self) -> WebhookEvent:
+        """The stored event, read on first use (answering the delivery does not need it)."""
+        if self._event is None:
+            self._event = WebhookEvent.objects.get(pk=self.event_id)
+        return self._event
 
 
 class WebhookAttempt(models.Model):

@@ -92,7 +92,7 @@ class _KeptPackage:
 def delivery_task(endpoint_id: int, dedupe_key: str) -> tuple[str, str] | None:
     """The django-q2 task for a delivery's event, as the (queue, signed package) of a row of
     the ORM broker's table, for the statement that stores the delivery to write only if it
-    inserts the event (webhooks/fastpath.py): event and task then commit together, in one
+    inserts the event (webhooks/pg.py): event and task then commit together, in one
     round trip. The event has no id yet, so the task names it by its key. None when another
     broker (or django-q2's sync mode) is configured: the caller uses enqueue_on_commit."""
     if not _orm_broker_in_this_database():

@@ -30,6 +30,8 @@ from idemdash.core.discovery import declared_by_apps
 
 Due = Callable[[datetime], QuerySet]
 Archive = Callable[[QuerySet, datetime], int]
+# (the due rows, now, batch_size) -> (taken, deleted, archived), or None.
+Batch = Callable[[QuerySet, datetime, int], tuple[int, int, int] | None]
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,10 @@ class Purger:
     # that each batch is an index range scan that stops after batch_size rows. Taking them
     # by pk instead walks past every not-yet-due row with a lower id on every batch.
     order_by: str = "pk"
-    # On PostgreSQL, a whole batch written for this purger: (now, batch_size) -> (taken,
-    # deleted, archived), in the caller's transaction. Used instead of due/archive/delete_rows.
-    postgresql_batch: Callable[[datetime, int], tuple[int, int, int]] | None = None
+    # A whole batch written for this purger (one statement on PostgreSQL, say), in the
+    # caller's transaction; it returns None to leave the batch to due/archive/delete_rows.
+    # Used only while nothing else points at the rows: it may delete with a plain DELETE.
+    batch: Batch | None = None
 
 
 def installed_purgers() -> list[Purger]:
@@ -119,12 +122,13 @@ def purge_batches(
 ) -> PurgeResult:
     """Delete the purger's due rows, one bounded transaction per batch."""
     result = PurgeResult(purger.name)
-    fast = purger.postgresql_batch if connection.vendor == "postgresql" else None
-    if fast is not None and not _deletes_alone(purger.due(now).model):
-        fast = None  # something would have to follow the rows: the generic path settles it
+    own = purger.batch
+    if own is not None and not _deletes_alone(purger.due(now).model):
+        own = None  # something would have to follow the rows: the generic path settles it
     while max_batches is None or result.batches < max_batches:
         with transaction.atomic():
-            taken, deleted, archived = fast(now, batch_size) if fast else _generic_batch(purger, now, batch_size)
+            counts = own(purger.due(now), now, batch_size) if own else None
+            taken, deleted, archived = counts if counts is not None else _generic_batch(purger, now, batch_size)
         if not taken:
             break
         result.batches += 1

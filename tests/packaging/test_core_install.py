@@ -307,10 +307,10 @@ def test_a_host_on_psycopg2_and_postgresql_gets_the_orm_path_with_the_same_guara
     database = {"ENGINE": "django.db.backends.postgresql", **postgres_database, "CONN_MAX_AGE": 60}
     host, client = make_server(f"DATABASES = {{'default': {database!r}}}")
     driver = host.manage("shell", "--no-imports", "-c", (
-        "from django.db import connection; from receipts import fastpath; "
-        "print(connection.vendor, connection.Database.__name__, fastpath.usable())"
+        "from django.db import connection; from idemdash.core import pg; from receipts import store; "
+        "print(connection.vendor, connection.Database.__name__, pg.usable(), store.path().__name__)"
     ))
-    assert driver.split() == ["postgresql", "psycopg2", "False"]
+    assert driver.split() == ["postgresql", "psycopg2", "False", "receipts.orm"]
     check_the_contract(host, client)
 
     # Several threads per key at once: each key's view runs exactly once; the others get

@@ -1,9 +1,12 @@
-"""receipts/fastpath.py: the PostgreSQL single-statement claim, replay and settle.
+"""receipts/pg.py: the PostgreSQL single-statement claim, replay and settle, on the prepared
+cursor of idemdash/core/pg.py.
 
 The rules themselves are proven for both paths by the rest of tests/receipts (which runs on
-SQLite through the ORM and on PostgreSQL through these statements); here: that the hot
-transitions really are one statement, write the same log lines, keep the caller's commit
-synchronous, and fall back correctly when a concurrent insert is invisible to the statement.
+SQLite through the ORM and on PostgreSQL through these statements) and by test_rules.py,
+which runs both paths side by side; the purge's statement is tested in test_retention.py.
+Here: that the hot transitions really are one statement, write the same log lines, keep
+the caller's commit synchronous, are prepared on persistent connections, and fall back
+correctly when a concurrent insert is invisible to the statement.
 """
 
 from __future__ import annotations

@@ -1,0 +1,53 @@
+"""The archive of financial receipts: a financial operation's receipt is copied into
+ArchivedReceipt in the transaction that purges it.
+
+Both ways of purging a batch of expired receipts write the archive from here: the generic
+batch (receipts/retention.py, both databases) with `archive_financial_receipts`, and
+PostgreSQL's one statement (receipts/pg.py) with `DELETE ... RETURNING` feeding
+`insert_into_archive`. Which operations are financial is decided by the same policy lookup
+as a claim (RECEIPTS_OPERATIONS and RECEIPTS_FINANCIAL_OPERATIONS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import connections
+from django.db.models import QuerySet
+
+from receipts.conf import policy_for
+from receipts.models import ArchivedReceipt
+
+
+def financial(operations: Iterable[str]) -> list[str]:
+    """Which of `operations` are financial: their receipts are archived before they are deleted."""
+    return sorted({op for op in operations if policy_for(op).financial})
+
+
+def insert_into_archive(db) -> str:
+    """`INSERT INTO` the archive's columns: the receipt's id, its COPIED columns in that
+    order, and the time it was archived; for a SELECT of the same shape to follow."""
+    opts = ArchivedReceipt._meta
+    columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
+    return f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))})"
+
+
+def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
+    """Copy the financial receipts of a batch into ArchivedReceipt (same transaction).
+
+    The rows are copied by the database with one INSERT ... SELECT, never loaded into Python.
+    """
+    operations = financial(batch.order_by().values_list("operation", flat=True).distinct())
+    if not operations:
+        return 0
+    rows = batch.filter(operation__in=operations).order_by().values_list("pk", *ArchivedReceipt.COPIED)
+    db = connections[rows.db]
+    select, params = rows.query.get_compiler(using=rows.db).as_sql()
+    # The ORM has no INSERT ... SELECT. The SELECT is the ORM's own (the batch's conditions,
+    # the columns in COPIED order), so only the INSERT around it is written here; it runs as
+    # is on PostgreSQL and SQLite.
+    sql = f"{insert_into_archive(db)} SELECT copied.*, %s FROM ({select}) copied"
+    with db.cursor() as cursor:
+        cursor.execute(sql, [db.ops.adapt_datetimefield_value(now), *params])
+        return cursor.rowcount

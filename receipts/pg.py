@@ -1,0 +1,202 @@
+"""The receipts' PostgreSQL statements: the two transitions on every protected request, and
+a batch of the purge, each in one statement.
+
+Through the ORM, claiming a new key takes six round trips (BEGIN, SAVEPOINT, INSERT,
+RELEASE, INSERT of the log line, COMMIT), replaying a completed key eight (the failed
+insert in its savepoint, a SELECT, the log line) and completing one seven. Each is here
+a single statement built from data-modifying CTEs, so the decision, the receipt's row and
+its line in the attempt log still change together, atomically, and the rules are the same
+as the ORM path's (receipts/rules.py):
+
+- `claim_or_replay` inserts the receipt (ON CONFLICT DO NOTHING) and logs "claimed"; or,
+  when the key exists, returns its row and, if it replays (rules.REPLAY), logs "replayed".
+  Every other decision (mismatch, in progress, retry after failure, lease takeover,
+  expiry) stays in store.py, which is given the row this statement read.
+- `settle` is the fenced UPDATE (rules.SETTLE) with its log line, and a NOTIFY when a
+  caller waits for the receipt (`waiters`, set by `announce_waiter` before it sleeps); it
+  changes nothing when the token no longer owns the receipt.
+- `purge_expired_receipts` deletes a batch and archives its financial receipts in one
+  statement.
+
+receipts/orm.py has the same functions through the ORM, for SQLite and for PostgreSQL
+through psycopg2 (idemdash/core/pg.py:usable); store.path() chooses once per database,
+and both paths run the same tests.
+
+Durability of a claim: outside a caller's transaction, the claim statement commits with
+`synchronous_commit = off` for itself alone (set_config(..., is_local => true)), so it
+does not wait for its WAL flush. That is safe here because nothing a claim enables is
+durable before a later synchronous commit, which flushes all earlier WAL with it: the
+decorator completes in the view's own (synchronous) transaction, and an API caller's
+completion is synchronous. A server crash can lose only a claim whose completion never
+committed, and then the next attempt runs, as it would after the lease of a crashed
+worker ran out. A replay's log line is a statistic; losing one in a crash loses no
+result. Inside a caller's own transaction the setting would apply to the caller's
+commit too, so there the statement leaves the commit synchronous.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from idemdash.core.pg import cursor, insert_unless_exists
+from receipts import rules, waiting
+from receipts.archive import financial, insert_into_archive
+from receipts.models import ArchivedReceipt, Attempt, Receipt
+
+_RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
+_RECEIPT_COLUMNS = [f.attname for f in Receipt._meta.concrete_fields]  # id first
+# The attempt-log columns both statements fill, in this order.
+_LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, fingerprint, request, detail, actor, created_at"
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+@functools.cache
+def _claim_sql(asynchronous: bool) -> str:
+    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
+    returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
+    commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
+    # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
+    # at most one of the two has a row. Both empty means a concurrent insert committed
+    # after our snapshot was taken; the caller then looks again.
+    return f"""
+        WITH ins AS (
+            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned)}
+        ), cur AS (
+            SELECT {returned} FROM {receipt} WHERE scope = %s AND key = %s
+        ), rep AS (
+            SELECT id, scope, key, operation FROM cur WHERE {rules.REPLAY.sql}
+        ), log AS (
+            INSERT INTO {attempt} ({_LOG_COLUMNS})
+            SELECT id, scope, key, operation, 'claimed', 1, %s, NULL::jsonb, '', '', %s FROM ins
+            UNION ALL
+            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s FROM rep
+            RETURNING outcome
+        )
+        SELECT u.*, (SELECT outcome FROM log) AS logged{commit}
+        FROM (SELECT * FROM ins UNION ALL SELECT * FROM cur) AS u
+    """
+
+
+@functools.cache
+def _converters() -> list[list]:
+    return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
+
+
+def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
+    """Insert the receipt described by `values` (every Receipt field but id), or read the
+    existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
+    existing receipt that replays, logged), or None (an existing receipt the caller must
+    decide about; nothing was written). Returns None when the key exists but this
+    statement's snapshot cannot see it yet.
+    """
+    params = [f.get_db_prep_save(values[f.attname], connection) for f in _RECEIPT_FIELDS]
+    fp = values["fingerprint"]
+    params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, fp, now]
+    with cursor() as c:
+        c.execute(_claim_sql(not connection.in_atomic_block), params)
+        row = c.fetchone()
+    if row is None:
+        return None
+    # Built by hand rather than by QuerySet.raw(), which reads the cursor's description: its
+    # column type lookups cost more than the rest of this function.
+    values = list(row[: len(_RECEIPT_COLUMNS)])
+    for i, converters in enumerate(_converters()):
+        for convert in converters:
+            values[i] = convert(values[i], None, connection)
+    return row[len(_RECEIPT_COLUMNS)], Receipt.from_db(connection.alias, _RECEIPT_COLUMNS, values)
+
+
+@functools.cache
+def _settle_sql(changed: tuple[str, ...]) -> str:
+    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
+    assignments = ", ".join(f"{_q(Receipt._meta.get_field(name).column)} = %s" for name in changed)
+    return f"""
+        WITH u AS (
+            UPDATE {receipt} SET updated_at = %s, lease_expires_at = NULL, {assignments}
+            WHERE scope = %s AND key = %s AND {rules.SETTLE.sql}
+            RETURNING id, operation, waiters
+        ), log AS (
+            INSERT INTO {attempt} ({_LOG_COLUMNS})
+            SELECT id, %s, %s, operation, %s, %s, '', NULL::jsonb, %s, '', %s FROM u
+        )
+        SELECT id, CASE WHEN waiters THEN pg_notify(%s, %s) END FROM u
+    """
+
+
+def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime, changes: dict[str, Any]) -> bool:
+    """The fenced settle with its log line and NOTIFY, waking this process's waiters at
+    commit. False (nothing written) when `token` no longer owns a processing receipt."""
+    changed = tuple(sorted(changes))
+    params: list[Any] = [now]
+    params += [Receipt._meta.get_field(name).get_db_prep_save(changes[name], connection) for name in changed]
+    params += [scope, key, *rules.SETTLE.arguments(token=token)]
+    params += [scope, key, outcome, token, detail, now, waiting.CHANNEL, waiting.topic(scope, key)]
+    with cursor() as c:
+        c.execute(_settle_sql(changed), params)
+        updated = c.fetchone() is not None
+    if updated:
+        waiting.wake_on_commit(scope, key)  # the statement sent the NOTIFY for other processes
+    return updated
+
+
+def announce_waiter(receipt: Receipt) -> bool:
+    """Ask for a NOTIFY when the receipt settles (settle sends one only to a receipt that has
+    waiters). False when it is no longer processing: the caller looks again at once. Our
+    UPDATE and the settle's are ordered by the row lock, so no settle is missed."""
+    return bool(Receipt.objects.filter(pk=receipt.pk, status=Receipt.Status.PROCESSING).update(waiters=True))
+
+
+def notify(scope: str, key: str) -> None:
+    """Wake the key's waiters, here and in other processes, when the current transaction
+    commits (a NOTIFY is delivered at commit)."""
+    waiting.wake_on_commit(scope, key)
+    with connection.cursor() as c:
+        c.execute("SELECT pg_notify(%s, %s)", [waiting.CHANNEL, waiting.topic(scope, key)])
+
+
+def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tuple[int, int, int]:
+    """One batch of expired receipts (`due`, retention.due_receipts) in two statements: lock
+    the batch's ids (with their operations, so the policy decides here which are financial),
+    then delete them with `DELETE ... RETURNING` feeding the archive's INSERT. The generic
+    path reads the batch's rows four times (ids, operations, archive, delete); this reads
+    them twice, and a heap page dirtied by the delete is the page the archive copy was read
+    from.
+
+    The ids are locked (FOR UPDATE SKIP LOCKED) in this transaction, so no claim can take
+    one of them back between the two statements; the DELETE needs no second look at "due".
+    Attempt rows stay (no constraint, DO_NOTHING); the purge runs this only while nothing
+    else points at receipts (retention.purge_batches).
+    """
+    rows = list(due.order_by("expires_at").select_for_update(skip_locked=True).values_list("pk", "operation")[:batch_size])
+    if not rows:
+        return 0, 0, 0
+    ids = [pk for pk, _ in rows]
+    operations = financial(op for _, op in rows)
+    receipt = Receipt._meta
+    with connection.cursor() as c:
+        if not operations:
+            c.execute(f"DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s)", [ids])
+            return len(ids), c.rowcount, 0
+        copied = [_q(receipt.get_field(name).column) for name in ArchivedReceipt.COPIED]
+        c.execute(
+            f"""
+            WITH gone AS (
+                DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s) RETURNING id, {', '.join(copied)}
+            ), kept AS (
+                {insert_into_archive(connection)}
+                SELECT gone.*, %s FROM gone WHERE operation = ANY(%s) RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)
+            """,
+            [ids, now, operations],
+        )
+        deleted, archived = c.fetchone()
+    return len(ids), deleted, archived
