@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db import models
 from django.db.models import QuerySet
 
 from idemdash.core.pg import cursor, insert_unless_exists
@@ -85,6 +86,27 @@ def _claim_sql(asynchronous: bool) -> str:
     """
 
 
+# On PostgreSQL Django's get_db_prep_save returns a value of these fields unchanged when it
+# already has the field's Python type (integers are not among them: Django wraps them in
+# psycopg's Int2/Int4/Int8 so that a server-side prepared statement knows their type);
+# calling it for every field cost more per claim than building the rest of the statement.
+_PLAIN_TYPES = (
+    (models.CharField, str),
+    (models.TextField, str),
+    (models.BooleanField, bool),
+    (models.DateTimeField, datetime),
+)
+
+
+@functools.cache
+def _preparers() -> list[tuple[str, type | None, Any]]:
+    """(attname, the type passed as is, the field's get_db_prep_save) per inserted field."""
+    return [
+        (f.attname, next((t for cls, t in _PLAIN_TYPES if isinstance(f, cls)), None), f.get_db_prep_save)
+        for f in _RECEIPT_FIELDS
+    ]
+
+
 @functools.cache
 def _converters() -> list[list]:
     return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
@@ -97,7 +119,11 @@ def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, 
     decide about; nothing was written). Returns None when the key exists but this
     statement's snapshot cannot see it yet.
     """
-    params = [f.get_db_prep_save(values[f.attname], connection) for f in _RECEIPT_FIELDS]
+    params = [
+        value if value is None or type(value) is plain else prepare(value, connection)
+        for name, plain, prepare in _preparers()
+        for value in (values[name],)
+    ]
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, fp, now]
     with cursor() as c:

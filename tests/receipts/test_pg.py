@@ -232,3 +232,21 @@ def test_a_prepared_statement_on_a_lost_connection_raises_djangos_error_not_psyc
     with pytest.raises(OperationalError):  # what idemdash.middleware answers with a 503
         store.claim(SCOPE, "lost1", "email.send", {"n": 1})
     connection.close()
+
+
+def test_the_fields_passed_as_is_are_those_django_would_pass_unchanged(db):
+    # receipts/pg.py skips get_db_prep_save for a value that already has its field's plain
+    # type; this holds only while Django returns such a value unchanged on PostgreSQL.
+    from datetime import datetime, timezone as tz
+
+    from receipts import pg
+
+    samples = {str: "x", bool: True, datetime: datetime(2026, 11, 24, tzinfo=tz.utc)}
+    checked = 0
+    for name, plain, prepare in pg._preparers():
+        if plain is None:
+            continue
+        value = samples[plain]
+        assert prepare(value, connection) is value, f"{name}: Django now converts a {plain.__name__}"
+        checked += 1
+    assert checked >= 15  # the text, flag and time fields; not the integers nor the JSON request
