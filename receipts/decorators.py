@@ -245,8 +245,7 @@ def default_scope(request: HttpRequest) -> str:
     return "anonymous"
 
 
-def _stored_request(request: HttpRequest, body: bytes, content_type: str) -> dict[str, Any]:
-    parsed = parse_json_body(body, content_type)
+def _stored_request(request: HttpRequest, body: bytes, content_type: str, parsed: Any) -> dict[str, Any]:
     if is_json(parsed):
         stored_body = _without_nul(parsed)
     else:
@@ -282,7 +281,8 @@ def _handle(
     content_type = request.META.get("CONTENT_TYPE", "")
     try:
         body = request.body
-        fingerprint = fingerprint_http(request.method, request.get_full_path(), body, content_type)
+        parsed = parse_json_body(body, content_type)  # parsed once: fingerprinted, then stored
+        fingerprint = fingerprint_http(request.method, request.get_full_path(), body, content_type, parsed)
     except RequestDataTooBig:
         return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
     except UnstorableJSON as exc:
@@ -299,7 +299,7 @@ def _handle(
         principal,
         key,
         operation,
-        _stored_request(request, body, content_type),
+        _stored_request(request, body, content_type, parsed),
         fingerprint=fingerprint,
         wait_seconds=applied_wait,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",

@@ -13,11 +13,14 @@ from idemdash.core.canonical import MAX_JSON_DEPTH, canonical_json, nesting_dept
 from idemdash.core.canonical import UnstorableJSON, fingerprint_json  # noqa: F401
 
 
-def fingerprint_http(method: str, path: str, body: bytes, content_type: str) -> str:
-    """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise."""
+def fingerprint_http(method: str, path: str, body: bytes, content_type: str, parsed: Any = None) -> str:
+    """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise.
+    `parsed` is parse_json_body's result when the caller has it already (it is needed again
+    to store the request)."""
     digest = hashlib.sha256()
     digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
-    parsed = parse_json_body(body, content_type)
+    if parsed is None:
+        parsed = parse_json_body(body, content_type)
     canonical = None
     if parsed is not _NOT_JSON:
         try:
