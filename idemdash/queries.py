@@ -20,6 +20,7 @@ from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
+from idemdash.core.leases import stuck
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox import rollup as outbox_rollup
@@ -174,10 +175,7 @@ def failed_receipts(start: datetime | None = None, end: datetime | None = None):
 
 def stuck_receipts(now: datetime | None = None):
     """Processing past the lease, oldest lease first (served by the partial index)."""
-    now = now or timezone.now()
-    return Receipt.objects.filter(
-        status=Receipt.Status.PROCESSING, lease_expires_at__lt=now
-    ).order_by("lease_expires_at", "id")
+    return stuck(Receipt, Receipt.Status.PROCESSING, now or timezone.now())
 
 
 def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:

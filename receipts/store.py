@@ -22,6 +22,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from idemdash.core.attempts import record_stale
+# StaleToken is the core's; `receipts.store.StaleToken` keeps working for callers.
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set  # noqa: F401
 from receipts import bulk, fastpath, waiting
 from receipts.bulk import BULK_LIMIT, BulkResult
 from receipts.conf import Policy, policy_for, setting
@@ -46,12 +49,8 @@ class InvalidOperation(ValueError):
     pass
 
 
-class StaleToken(Exception):
-    """The caller no longer owns the receipt: its lease was taken over, or it was settled."""
-
-
-class NotReleasable(Exception):
-    pass
+class NotReleasable(NotApplicable):
+    """A completed receipt, or (for an operator) one already released."""
 
 
 # What the audit log records as a released receipt's status after (its status is failed,
@@ -280,10 +279,11 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
 
 def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **changes: Any) -> Receipt | None:
     """Compare-and-set on (id, fencing token, status); bumps the token. None if we lost."""
-    updated = Receipt.objects.filter(
-        pk=receipt.pk, fencing_token=receipt.fencing_token, status=expect_status
-    ).update(fencing_token=F("fencing_token") + 1, updated_at=now, **changes)
-    if updated != 1:
+    won = compare_and_set(
+        Receipt.objects.filter(pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
+        fencing_token=F("fencing_token") + 1, updated_at=now, **changes,
+    )
+    if not won:
         return None
     for name, value in changes.items():
         setattr(receipt, name, value)
@@ -320,31 +320,36 @@ def _settle(
             if updated:
                 waiting.wake_on_commit(scope, key)  # the statement sent the NOTIFY
         else:
-            updated = Receipt.objects.filter(
-                scope=scope, key=key, fencing_token=token, status=Status.PROCESSING
-            ).update(updated_at=now, lease_expires_at=None, **changes)
+            updated = compare_and_set(
+                Receipt.objects.filter(scope=scope, key=key), "fencing_token", token, Status.PROCESSING,
+                updated_at=now, lease_expires_at=None, **changes,
+            )
             if updated:
                 log_settle(scope, key, token, outcome, detail, now)
                 waiting.notify(scope, key)
         if not updated:
-            log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
+            record_stale(Attempt, **_settle_line(scope, key, token, detail, now))
     if not updated:
         raise StaleToken(f"token {token} no longer owns {key!r}")
 
 
 def log_settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime | None = None) -> None:
-    """A settle's line in the attempt log, written on its own (the stale-token cases)."""
+    """A settle's line in the attempt log, written on its own (the ORM path)."""
+    Attempt.objects.create(outcome=outcome, **_settle_line(scope, key, token, detail, now))
+
+
+def _settle_line(scope: str, key: str, token: int, detail: str, now: datetime | None) -> dict[str, Any]:
+    """A settle's line in the attempt log but its outcome."""
     receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
-    Attempt.objects.create(
-        receipt=receipt,
-        scope=scope,
-        key=key,
-        operation=receipt.operation if receipt else "",
-        outcome=outcome,
-        fencing_token=token,
-        detail=detail,
-        created_at=now or timezone.now(),
-    )
+    return {
+        "receipt": receipt,
+        "scope": scope,
+        "key": key,
+        "operation": receipt.operation if receipt else "",
+        "fencing_token": token,
+        "detail": detail,
+        "created_at": now or timezone.now(),
+    }
 
 
 def complete(
@@ -423,11 +428,13 @@ def release(
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
         raise NotReleasable("It is already released: the caller's next attempt will run.")
-    filters: dict[str, Any] = {"pk": receipt.pk, "status": status_before}
-    filters["fencing_token"] = receipt.fencing_token if token is None else token
     changes: dict[str, Any] = {} if token is None else {"error": reason or "released"}
     with transaction.atomic():
-        updated = Receipt.objects.filter(**filters).update(
+        won = compare_and_set(
+            Receipt.objects.filter(pk=receipt.pk),
+            "fencing_token",
+            receipt.fencing_token if token is None else token,
+            status_before,
             status=Status.FAILED,
             retryable=True,
             lease_expires_at=None,
@@ -438,7 +445,7 @@ def release(
             release_reason=reason,
             **changes,
         )
-        if updated != 1:
+        if not won:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
         Attempt.objects.create(
             receipt=receipt,

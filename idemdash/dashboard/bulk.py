@@ -57,7 +57,7 @@ BULK: dict[str, BulkSpec] = {
     "receipts": BulkSpec(
         form=ReceiptFilter, rows=lambda f: f.receipts(), status="failed", noun="failed receipt",
         verb="Release", done="Released", title="Receipts", list_url="dashboard:receipts",
-        url="dashboard:bulk_retry", detail_url="dashboard:receipt", run=store.release_many,
+        url="dashboard:receipts_bulk", detail_url="dashboard:receipt", run=store.release_many,
         audit_action="receipt.release",
         explain="Each key is given back, one by one, so that its caller's next attempt runs the "
                 "operation again; each keeps its error and gets its own audit entry.",
