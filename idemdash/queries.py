@@ -212,10 +212,7 @@ def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
 
 
 def stuck_events(now: datetime | None = None):
-    now = now or timezone.now()
-    return WebhookEvent.objects.filter(
-        status=WebhookEvent.Status.PROCESSING, lease_expires_at__lt=now
-    ).order_by("lease_expires_at", "id")
+    return stuck(WebhookEvent, WebhookEvent.Status.PROCESSING, now or timezone.now())
 
 
 def stuck_messages(now: datetime | None = None):

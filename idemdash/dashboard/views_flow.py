@@ -95,7 +95,7 @@ EVENT_ACTIONS = {
                 "now (or dead, if it has used every attempt). The worker that held it can no longer "
                 "complete it.",
         applies_to=(EventStatus.PROCESSING,),
-        run=processing.release_stuck,
+        run=processing.release,
         refused=(processing.NotStuck,),
         done="Released {label} from its stuck worker: it is {status} now.",
         danger=True,

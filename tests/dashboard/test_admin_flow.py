@@ -18,7 +18,7 @@ def test_releasing_a_stuck_event_from_the_admin_is_audited_with_the_user(admin_c
     stuck = webhook_event("evt_1", "processing", minutes_ago=10)
     live = webhook_event("evt_2", "processing")
     response = admin_client.post("/admin/webhooks/webhookevent/",
-                                 {"action": "release_stuck_events", "_selected_action": [stuck.pk, live.pk]})
+                                 {"action": "release", "_selected_action": [stuck.pk, live.pk]})
     assert response.status_code == 302
     assert dict(WebhookEvent.objects.values_list("provider_event_id", "status")) == {"evt_1": "retry", "evt_2": "processing"}
     entry = AuditEntry.objects.get()

@@ -55,7 +55,7 @@ def test_operator_releases_of_stuck_rows_are_charted_from_the_audit_log(traffic)
     from webhooks import processing
 
     with time_machine.travel(NOW, tick=False):
-        processing.release_stuck(WebhookEvent.objects.get(provider_event_id="evt_g"), actor="otto")
+        processing.release(WebhookEvent.objects.get(provider_event_id="evt_g"), actor="otto")
     series = queries.flow_series(queries.WINDOWS["1h"], NOW)
     assert series[-1]["events_released"] == 1 and sum(r["messages_released"] for r in series) == 0
 
