@@ -314,9 +314,10 @@ def mark_failed(
     return Status.RETRY
 
 
-def release(message: OutboxMessage) -> bool:
-    """Hand back a claimed message that was not performed (the drain ran out of time):
-    due at once, and the claim does not count as an attempt."""
+def hand_back(message: OutboxMessage) -> bool:
+    """Hand back a claimed message that was not performed (the drain ran out of time, or its
+    worker is stopping): due at once, and the claim does not count as an attempt. The
+    drainer's own, not an operator action, so not audited (an operator's is `release_stuck`)."""
     now = timezone.now()
     updated = OutboxMessage.objects.filter(
         pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token

@@ -243,10 +243,10 @@ def test_a_repair_loses_to_a_drainer_that_claimed_the_message_meanwhile():
         store.retry_now(m, actor="alice")
 
 
-def test_a_released_message_is_due_again_and_its_claim_does_not_count():
+def test_a_handed_back_message_is_due_again_and_its_claim_does_not_count():
     post("k21")
     m = claim_one()
-    assert store.release(m)
+    assert store.hand_back(m)
     again = claim_one()
     assert again.attempts == 1 and again.claim_token == 2
 
