@@ -300,7 +300,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                 outcome, code, error = "dead", 410, "HTTP 410 Gone"
             else:
                 outcome, code, error = "retry", 503, "HTTP 503 Service Unavailable"
-            log.append({"scope": scope, "key": key, "action": action, "number": n, "claim_token": n,
+            log.append({"scope": scope, "key": key, "action": action, "number": n, "fencing_token": n,
                         "outcome": outcome, "status_code": code, "error": error,
                         "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
         rows.parents.append({
@@ -309,7 +309,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                         else {"url": "https://example.com/hook", "body": {"n": i}}),
             "fingerprint": _sha(key + action), "status": status, "attempts": tries,
             "next_attempt_at": at + timedelta(minutes=5) if status in ("pending", "retry") else at,
-            "claim_token": tries,
+            "fencing_token": tries,
             "lease_expires_at": at + timedelta(seconds=60) if status == "in_flight" else None,
             "claimed_by": "seed" if status == "in_flight" else "",
             "last_error": log[-1]["error"] if log else "",

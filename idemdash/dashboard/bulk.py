@@ -75,8 +75,8 @@ BULK: dict[str, BulkSpec] = {
     "outbox": BulkSpec(
         form=OutboxFilter, rows=lambda f: f.messages(), status="dead", noun="dead message",
         verb="Send again", done="Sent again", title="Outbox", list_url="dashboard:outbox",
-        url="dashboard:outbox_bulk", detail_url="dashboard:message", run=outbox_store.requeue_dead_many,
-        audit_action="outbox.requeue_dead",
+        url="dashboard:outbox_bulk", detail_url="dashboard:message", run=outbox_store.send_again_many,
+        audit_action="outbox_message.send_again",
         explain="Each message gets a fresh set of attempts and is due now, so the next drain "
                 "sends it; each gets its own audit entry. Its key goes downstream unchanged.",
         label=lambda m: m.key,

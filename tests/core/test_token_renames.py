@@ -15,6 +15,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 RENAMES = [
     ("webhooks", "0006_event_fencing_token", "webhooks.WebhookEvent"),
+    ("outbox", "0004_fencing_token", "outbox.OutboxMessage"),
+    ("outbox", "0004_fencing_token", "outbox.OutboxAttempt"),
 ]
 
 
