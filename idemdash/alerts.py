@@ -190,7 +190,7 @@ def dead_webhook_events(m: Measurements, span: timedelta) -> int:
 
 
 def dead_outbox_messages(m: Measurements, span: timedelta) -> int:
-    """Messages now dead that died in the window; requeueing one clears it."""
+    """Messages now dead that died in the window; sending one again clears it."""
     return m.block(queries.outbox_stats, span)["dead"]
 
 

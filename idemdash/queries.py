@@ -20,6 +20,7 @@ from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
+from idemdash.core.leases import audit_action_names, current_audit_action, stuck
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox import rollup as outbox_rollup
@@ -112,7 +113,7 @@ OUTBOX_FIELDS: dict[str, str] = {
     "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
     "independent of the window.",
     "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
-    "the window: what a bulk requeue of that window would touch.",
+    "the window: what sending that window's dead messages again would touch.",
     "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
     "was enqueued, right now, as a whole number; 0 when nothing waits.",
     "stuck": "Messages in flight past their lease right now (independent of the window); the "
@@ -174,10 +175,7 @@ def failed_receipts(start: datetime | None = None, end: datetime | None = None):
 
 def stuck_receipts(now: datetime | None = None):
     """Processing past the lease, oldest lease first (served by the partial index)."""
-    now = now or timezone.now()
-    return Receipt.objects.filter(
-        status=Receipt.Status.PROCESSING, lease_expires_at__lt=now
-    ).order_by("lease_expires_at", "id")
+    return stuck(Receipt, Receipt.Status.PROCESSING, now or timezone.now())
 
 
 def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
@@ -214,17 +212,11 @@ def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
 
 
 def stuck_events(now: datetime | None = None):
-    now = now or timezone.now()
-    return WebhookEvent.objects.filter(
-        status=WebhookEvent.Status.PROCESSING, lease_expires_at__lt=now
-    ).order_by("lease_expires_at", "id")
+    return stuck(WebhookEvent, WebhookEvent.Status.PROCESSING, now or timezone.now())
 
 
 def stuck_messages(now: datetime | None = None):
-    now = now or timezone.now()
-    return OutboxMessage.objects.filter(
-        status=OutboxMessage.Status.IN_FLIGHT, lease_expires_at__lt=now
-    ).order_by("lease_expires_at", "id")
+    return stuck(OutboxMessage, OutboxMessage.Status.IN_FLIGHT, now or timezone.now())
 
 
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
@@ -346,8 +338,9 @@ def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
     )
 
 
-# Operator releases of stuck webhook events and outbox messages, as the audit log names them.
-STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox.release": "messages_released"}
+# Operator releases of stuck webhook events and outbox messages, as the audit log names them
+# (entries stored under a former name count too: core.leases.audit_action_names).
+STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox_message.release": "messages_released"}
 
 
 def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -381,10 +374,13 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     attempts = _bucket_counts(outbox_rollup.ATTEMPTS, window, start, now, outcome__in=list(outcomes))
     _fold(buckets, window, attempts, outcomes.get)
     releases = _grouped(
-        AuditEntry.objects.filter(action__in=list(STUCK_RELEASE_ACTIONS), created_at__gt=start, created_at__lte=now),
+        AuditEntry.objects.filter(
+            action__in=[name for action in STUCK_RELEASE_ACTIONS for name in audit_action_names(action)],
+            created_at__gt=start, created_at__lte=now,
+        ),
         window, "created_at", "action",
     )
-    _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
+    _fold(buckets, window, releases, lambda action: STUCK_RELEASE_ACTIONS.get(current_audit_action(action)))
     return list(buckets.values())
 
 

@@ -261,7 +261,7 @@ def event_rows(rng: random.Random, tag: str, start: int, count: int, now: dateti
             "provider_event_id": event_id, "account": "", "payload": payload,
             "payload_sha256": _sha(event_id), "payload_mismatch": mismatch, "status": status,
             "attempts": attempts, "next_attempt_at": received + timedelta(minutes=attempts),
-            "lease_expires_at": lease, "claim_token": token, "enqueued_at": received,
+            "lease_expires_at": lease, "fencing_token": token, "enqueued_at": received,
             "stuck_recoveries": 0, "last_error": error, "delivery_count": len(deliveries),
             "received_at": received, "last_delivery_at": at, "finished_at": finished,
         })
@@ -300,7 +300,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                 outcome, code, error = "dead", 410, "HTTP 410 Gone"
             else:
                 outcome, code, error = "retry", 503, "HTTP 503 Service Unavailable"
-            log.append({"scope": scope, "key": key, "action": action, "number": n, "claim_token": n,
+            log.append({"scope": scope, "key": key, "action": action, "number": n, "fencing_token": n,
                         "outcome": outcome, "status_code": code, "error": error,
                         "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
         rows.parents.append({
@@ -309,7 +309,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                         else {"url": "https://example.com/hook", "body": {"n": i}}),
             "fingerprint": _sha(key + action), "status": status, "attempts": tries,
             "next_attempt_at": at + timedelta(minutes=5) if status in ("pending", "retry") else at,
-            "claim_token": tries,
+            "fencing_token": tries,
             "lease_expires_at": at + timedelta(seconds=60) if status == "in_flight" else None,
             "claimed_by": "seed" if status == "in_flight" else "",
             "last_error": log[-1]["error"] if log else "",
@@ -336,7 +336,9 @@ class _Writer:
             objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
             return [obj.pk for obj in objs] if ids else []
         table = model._meta.db_table
-        columns = list(rows[0])
+        # Rows are keyed by attribute name (as bulk_create wants); COPY names columns, and a
+        # field may have a column of another name (WebhookEvent.fencing_token's is claim_token).
+        columns = [model._meta.get_field(name).column for name in rows[0]]
         reserved: list[int] = []
         with connection.cursor() as cursor:
             if ids:

@@ -53,7 +53,7 @@ class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
     list_filter = ("status", "operation", "scope")
     search_fields = ("key",)
     date_hierarchy = "created_at"
-    actions = ["release_selected"]
+    actions = ["release"]
     fields = (
         "scope",
         "key",
@@ -95,13 +95,13 @@ class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
         )
 
     @admin.action(description="Release selected receipts", permissions=["change"])
-    def release_selected(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
+    def release(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
         released = skipped = 0
         for receipt in queryset:
             try:
                 store.release(
                     receipt,
-                    actor=request.user.username,
+                    actor=request.user.get_username(),
                     user=request.user,
                     reason="released from the admin",
                 )

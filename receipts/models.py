@@ -6,12 +6,15 @@ from django.db.models import Q
 # The models every app shares, declared in the core under this app's label (their tables,
 # permissions and migrations stay this app's): importing them here registers them with it,
 # and keeps them importable from here.
+from idemdash.core.attempts import AttemptLog
 from idemdash.core.audit import AuditEntry  # noqa: F401
 from idemdash.core.clients import ApiClient  # noqa: F401
+from idemdash.core.leases import LeasedWork
 from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
 
 
-class Receipt(models.Model):
+
+class Receipt(LeasedWork):
     """One intent, identified by (scope, key): the idempotency log's unit."""
 
     class Status(models.TextChoices):
@@ -34,7 +37,6 @@ class Receipt(models.Model):
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=1)
     fencing_token = models.PositiveBigIntegerField(default=1)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -95,7 +97,7 @@ class Receipt(models.Model):
         return "released" if self.released else self.status
 
 
-class Attempt(models.Model):
+class Attempt(AttemptLog):
     """Every request that touched a key, with what it got. Feeds charts and timelines.
 
     Scope, key and operation are copied so that the log outlives the receipt it refers to.
@@ -112,6 +114,8 @@ class Attempt(models.Model):
         FAILED = "failed"
         RELEASED = "released"
         STALE_TOKEN = "stale_token"
+
+    STALE_OUTCOME = Outcome.STALE_TOKEN
 
     # Outcomes that are a caller's claim request (the denominator of the duplicate rate).
     CLAIM_OUTCOMES = (
@@ -140,7 +144,6 @@ class Attempt(models.Model):
         related_name="attempt_log",
     )
     scope = models.CharField(max_length=255)
-    key = models.CharField(max_length=255)
     operation = models.CharField(max_length=100)
     outcome = models.CharField(max_length=32, choices=Outcome.choices)
     fencing_token = models.PositiveBigIntegerField(null=True, blank=True)
@@ -149,7 +152,6 @@ class Attempt(models.Model):
     request = models.JSONField(null=True, blank=True)
     detail = models.TextField(blank=True)
     actor = models.CharField(max_length=255, blank=True)
-    created_at = models.DateTimeField()
 
     class Meta:
         indexes = [

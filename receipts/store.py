@@ -27,6 +27,8 @@ from idemdash.core import bulk
 from idemdash.core import pg as core_pg
 from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from idemdash.core.canonical import fingerprint_json
+# StaleToken is the core's; `receipts.store.StaleToken` keeps working for callers.
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set  # noqa: F401
 from receipts import orm, pg, rules, waiting
 from receipts.conf import Policy, policy_for, setting
 from receipts.models import Attempt, Receipt
@@ -53,12 +55,8 @@ class InvalidOperation(ValueError):
     pass
 
 
-class StaleToken(Exception):
-    """The caller no longer owns the receipt: its lease was taken over, or it was settled."""
-
-
-class NotReleasable(Exception):
-    pass
+class NotReleasable(NotApplicable):
+    """A completed receipt, or (for an operator) one already released."""
 
 
 # The receipts' PostgreSQL statements (receipts/pg.py) or their plain-ORM twins
@@ -286,10 +284,11 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
 
 def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **changes: Any) -> Receipt | None:
     """Compare-and-set on (id, fencing token, status); bumps the token. None if we lost."""
-    updated = Receipt.objects.filter(
-        pk=receipt.pk, fencing_token=receipt.fencing_token, status=expect_status
-    ).update(fencing_token=F("fencing_token") + 1, updated_at=now, **changes)
-    if updated != 1:
+    won = compare_and_set(
+        Receipt.objects.filter(pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
+        fencing_token=F("fencing_token") + 1, updated_at=now, **changes,
+    )
+    if not won:
         return None
     for name, value in changes.items():
         setattr(receipt, name, value)
@@ -402,11 +401,13 @@ def release(
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
         raise NotReleasable("It is already released: the caller's next attempt will run.")
-    filters: dict[str, Any] = {"pk": receipt.pk, "status": status_before}
-    filters["fencing_token"] = receipt.fencing_token if token is None else token
     changes: dict[str, Any] = {} if token is None else {"error": reason or "released"}
     with transaction.atomic():
-        updated = Receipt.objects.filter(**filters).update(
+        won = compare_and_set(
+            Receipt.objects.filter(pk=receipt.pk),
+            "fencing_token",
+            receipt.fencing_token if token is None else token,
+            status_before,
             status=Status.FAILED,
             retryable=True,
             lease_expires_at=None,
@@ -417,7 +418,7 @@ def release(
             release_reason=reason,
             **changes,
         )
-        if updated != 1:
+        if not won:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
         Attempt.objects.create(
             receipt=receipt,

@@ -117,7 +117,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
     search_fields = ["dedupe_key", "provider_event_id", "event_type"]
     date_hierarchy = "received_at"
     inlines = [AttemptInline, DeliveryInline]
-    actions = ["reprocess_events", "release_stuck_events"]
+    actions = ["reprocess", "release"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
         return [f.name for f in self.model._meta.fields]
@@ -126,7 +126,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
         return False
 
     @admin.action(description="Reprocess")
-    def reprocess_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
         done = 0
         for event in queryset:
             try:
@@ -136,12 +136,12 @@ class WebhookEventAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
         self.message_user(request, f"{done} event(s) queued for reprocessing.")
 
-    @admin.action(description="Release stuck (processing past its lease)")
-    def release_stuck_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+    @admin.action(description="Release (stuck: processing past its lease)")
+    def release(self, request: HttpRequest, queryset: QuerySet) -> None:
         done = 0
         for event in queryset:
             try:
-                processing.release_stuck(event, actor=request.user.get_username(), user=request.user)
+                processing.release(event, actor=request.user.get_username(), user=request.user)
                 done += 1
             except processing.NotStuck as exc:
                 self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.db import models
 from django.db.models import Q
 
+from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.rollup import HourlyCount
 
 
@@ -76,7 +77,7 @@ class WebhookSecret(models.Model):
         return f"<WebhookSecret {self.pk} {self.masked}>"
 
 
-class WebhookEvent(models.Model):
+class WebhookEvent(LeasedWork, Scheduled):
     class Status(models.TextChoices):
         HELD = "held"  # received while the endpoint was paused
         RECEIVED = "received"
@@ -109,9 +110,11 @@ class WebhookEvent(models.Model):
     )
     status = models.CharField(max_length=16, choices=Status.choices)
     attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField()
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    claim_token = models.UUIDField(null=True, blank=True, help_text="Fences the worker holding the lease.")
+    # A fresh UUID per claim, cleared when nobody owns the event. Named claim_token before
+    # the vocabulary was one; the column keeps that name (no data migration).
+    fencing_token = models.UUIDField(
+        null=True, blank=True, db_column="claim_token", help_text="Fences the worker holding the lease."
+    )
     enqueued_at = models.DateTimeField(null=True, blank=True)
     stuck_recoveries = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)

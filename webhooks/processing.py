@@ -3,7 +3,7 @@
 An event moves only through conditional UPDATEs with a rowcount check:
     received/retry --claim--> processing --complete--> completed | ignored
                                          --fail-----> retry (backoff) | dead
-A claim writes a fresh claim token and a lease. Completing or failing requires that token
+A claim writes a fresh fencing token and a lease. Completing or failing requires that token
 and status `processing`, so a worker whose lease expired and was recovered by the sweeper
 (or whose event was claimed again) cannot mark the event done: its handler's writes roll
 back with the refused completion.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import traceback
 import uuid
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from django.utils import timezone
 
 from idemdash.core import audit, bulk
 from idemdash.core.bulk import BULK_LIMIT, BulkResult
+from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, stuck
 from webhooks.conf import setting
 from webhooks.handlers import handler_for
 from webhooks.models import WebhookAttempt, WebhookEvent
@@ -41,12 +41,16 @@ TASK = "webhooks.tasks.process_event"
 TASK_BY_KEY = "webhooks.tasks.process_event_by_key"
 
 
-class LeaseLost(Exception):
+class LeaseLost(StaleToken):
     """The worker no longer owns the event; its handler's writes are rolled back."""
 
 
-class NotReprocessable(Exception):
-    pass
+class NotReprocessable(NotApplicable):
+    """A processing event (its worker holds the lease) or a held one (resume its endpoint)."""
+
+
+class NotStuck(NotApplicable):
+    """Only an event processing past its lease can be released."""
 
 
 def enqueue(event_id: int) -> None:
@@ -111,10 +115,9 @@ def _orm_broker_in_this_database() -> bool:
 
 
 def backoff_delay(attempt: int) -> timedelta:
-    """Exponential from WEBHOOKS_BACKOFF_BASE, capped, with jitter over its upper half so
-    that events that failed together (a handler's dependency was down) do not retry together."""
-    ceiling = min(setting("WEBHOOKS_BACKOFF_CAP"), setting("WEBHOOKS_BACKOFF_BASE") * 2 ** max(0, attempt - 1))
-    return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
+    """The core's backoff with this app's settings, as fail_event schedules a retry; the name
+    from before core.leases.backoff, kept for one release."""
+    return timedelta(seconds=backoff(attempt, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP")))
 
 
 def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | None:
@@ -129,6 +132,7 @@ def _claim_sql(match: tuple[str, ...]) -> str:
     columns = ", ".join(q(f.column) for f in WebhookEvent._meta.concrete_fields)
     return (
         f"UPDATE {q(WebhookEvent._meta.db_table)} "
+        # claim_token is fencing_token's column (its name from before the vocabulary was one).
         "SET status = %s, attempts = attempts + 1, lease_expires_at = %s, claim_token = %s "
         f"WHERE {where} AND status IN (%s, %s) AND next_attempt_at <= %s RETURNING {columns}"
     )
@@ -144,17 +148,17 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     if not connection.features.can_return_columns_from_insert:  # SQLite before 3.35
         events = WebhookEvent.objects.filter(**match)
         claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
-            status=Status.PROCESSING, attempts=F("attempts") + 1, lease_expires_at=lease, claim_token=token
+            status=Status.PROCESSING, attempts=F("attempts") + 1, lease_expires_at=lease, fencing_token=token
         )
         # Our token is on the row, so this read sees our claim (nobody else can claim it now).
-        return events.filter(claim_token=token).first() if claimed == 1 else None
+        return events.filter(fencing_token=token).first() if claimed == 1 else None
     field = WebhookEvent._meta.get_field
 
     def prep(name: str, value: Any) -> Any:
         return field(name).get_db_prep_value(value, connection)
 
     params = [
-        Status.PROCESSING, prep("lease_expires_at", lease), prep("claim_token", token),
+        Status.PROCESSING, prep("lease_expires_at", lease), prep("fencing_token", token),
         *match.values(), *WebhookEvent.CLAIMABLE, prep("next_attempt_at", now),
     ]
     # A raw query (not a cursor) so that the row comes back as a model with Django's
@@ -181,12 +185,13 @@ def _settle(event: WebhookEvent, outcome: str, error: str = "", **changes: Any) 
     transaction (the handler's, when there is one: no savepoint)."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
-        updated = WebhookEvent.objects.filter(
-            pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token
-        ).update(lease_expires_at=None, claim_token=None, **changes)
-        if updated == 1:
+        won = compare_and_set(
+            WebhookEvent.objects.filter(pk=event.pk), "fencing_token", event.fencing_token, Status.PROCESSING,
+            lease_expires_at=None, fencing_token=None, **changes,
+        )
+        if won:
             _log_attempt(event, outcome, error, now)
-    return updated == 1
+    return won
 
 
 def complete_event(event: WebhookEvent, status: str = Status.COMPLETED) -> bool:
@@ -207,7 +212,9 @@ def fail_event(event: WebhookEvent, error: str) -> str | None:
             Status.RETRY,
             error,
             status=Status.RETRY,
-            next_attempt_at=now + backoff_delay(event.attempts),
+            next_attempt_at=now + timedelta(
+                seconds=backoff(event.attempts, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP"))
+            ),
             enqueued_at=None,  # the sweeper enqueues it when it is due
             last_error=error,
         )
@@ -269,7 +276,7 @@ def _recovery(now: datetime, *, out_of_attempts: bool, error: str = LEASE_LOST) 
     now, or dead when it has used its attempts. Shared by the sweeper and the operator."""
     changes: dict[str, Any] = {
         "lease_expires_at": None,
-        "claim_token": None,
+        "fencing_token": None,
         "stuck_recoveries": F("stuck_recoveries") + 1,
         "last_error": error,
     }
@@ -282,11 +289,11 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     """Repair what a lost worker or a lost message left behind. Safe to run concurrently."""
     now = now or timezone.now()
     result = SweepResult()
-    stuck = WebhookEvent.objects.filter(status=Status.PROCESSING, lease_expires_at__lt=now)
-    result.stuck_dead = stuck.filter(attempts__gte=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
+    stuck_events = stuck(WebhookEvent, Status.PROCESSING, now)
+    result.stuck_dead = stuck_events.filter(attempts__gte=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
         **_recovery(now, out_of_attempts=True)
     )
-    result.stuck_recovered = stuck.filter(attempts__lt=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
+    result.stuck_recovered = stuck_events.filter(attempts__lt=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
         **_recovery(now, out_of_attempts=False)
     )
     # A delivery stored as held just as its endpoint was resumed is released here.
@@ -320,16 +327,18 @@ def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str 
         raise NotReprocessable(f"A {before} event cannot be reprocessed.")
     now = timezone.now()
     with transaction.atomic():
-        updated = WebhookEvent.objects.filter(pk=event.pk, status=before).update(
+        # Unowned in every status it applies to, so the token it is guarded by is None.
+        won = compare_and_set(
+            WebhookEvent.objects.filter(pk=event.pk), "fencing_token", event.fencing_token, before,
             status=Status.RECEIVED,
             attempts=0,
             next_attempt_at=now,
             enqueued_at=now,
             finished_at=None,
             lease_expires_at=None,
-            claim_token=None,
+            fencing_token=None,
         )
-        if updated != 1:
+        if not won:
             raise NotReprocessable("The event changed before it could be reprocessed; reload it.")
         audit.record(actor, "webhook_event.reprocess", event, before, Status.RECEIVED, reason, user=user)
         enqueue_on_commit(event.pk)
@@ -337,27 +346,25 @@ def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str 
     return event
 
 
-class NotStuck(Exception):
-    pass
-
-
-def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = "") -> WebhookEvent:
+def release(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = "") -> WebhookEvent:
     """What the sweeper does for one stuck event, now, by an operator, recorded in the audit
     log: back to retry (due now), or dead when out of attempts.
 
-    Guarded by the claim token the operator saw and by the lease having run out, so a
+    Guarded by the fencing token the operator saw and by the lease having run out, so a
     worker that is still inside its lease, or that re-claimed the event meanwhile, is never
     cut off. The worker that lost the event can no longer complete it (its token is gone).
     """
     now = timezone.now()
-    if event.status != Status.PROCESSING or not event.lease_expires_at or event.lease_expires_at >= now:
+    if not is_stuck(event, Status.PROCESSING, now):
         raise NotStuck("Only an event processing past its lease can be released.")
     out_of_attempts = event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS")
+    recovery = _recovery(now, out_of_attempts=out_of_attempts, error="released by an operator: " + LEASE_LOST)
     with transaction.atomic():
-        updated = WebhookEvent.objects.filter(
-            pk=event.pk, status=Status.PROCESSING, claim_token=event.claim_token, lease_expires_at__lt=now
-        ).update(**_recovery(now, out_of_attempts=out_of_attempts, error="released by an operator: " + LEASE_LOST))
-        if updated != 1:
+        won = compare_and_set(
+            WebhookEvent.objects.filter(pk=event.pk, lease_expires_at__lt=now), "fencing_token", event.fencing_token,
+            Status.PROCESSING, **recovery,
+        )
+        if not won:
             raise NotStuck("The event changed before it could be released; reload it.")
         after = Status.DEAD if out_of_attempts else Status.RETRY
         _log_attempt(event, WebhookAttempt.Outcome.RELEASED, "released by an operator: " + LEASE_LOST, now)
@@ -367,6 +374,10 @@ def release_stuck(event: WebhookEvent, *, actor: str, user: Any = None, reason: 
             enqueue_on_commit(event.pk)
     event.refresh_from_db()
     return event
+
+
+# The name before the operator verbs were one (docs/architecture.md, section 8); kept for one release.
+release_stuck = release
 
 
 def reprocess_many(

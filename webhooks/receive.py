@@ -53,7 +53,7 @@ def store_delivery(
         "attempts": 0,
         "next_attempt_at": now,
         "lease_expires_at": None,
-        "claim_token": None,
+        "fencing_token": None,
         "enqueued_at": None if endpoint.paused else now,
         "stuck_recoveries": 0,
         "last_error": "",

@@ -57,7 +57,7 @@ BULK: dict[str, BulkSpec] = {
     "receipts": BulkSpec(
         form=ReceiptFilter, rows=lambda f: f.receipts(), status="failed", noun="failed receipt",
         verb="Release", done="Released", title="Receipts", list_url="dashboard:receipts",
-        url="dashboard:bulk_retry", detail_url="dashboard:receipt", run=store.release_many,
+        url="dashboard:receipts_bulk", detail_url="dashboard:receipt", run=store.release_many,
         audit_action="receipt.release",
         explain="Each key is given back, one by one, so that its caller's next attempt runs the "
                 "operation again; each keeps its error and gets its own audit entry.",
@@ -75,8 +75,8 @@ BULK: dict[str, BulkSpec] = {
     "outbox": BulkSpec(
         form=OutboxFilter, rows=lambda f: f.messages(), status="dead", noun="dead message",
         verb="Send again", done="Sent again", title="Outbox", list_url="dashboard:outbox",
-        url="dashboard:outbox_bulk", detail_url="dashboard:message", run=outbox_store.requeue_dead_many,
-        audit_action="outbox.requeue_dead",
+        url="dashboard:outbox_bulk", detail_url="dashboard:message", run=outbox_store.send_again_many,
+        audit_action="outbox_message.send_again",
         explain="Each message gets a fresh set of attempts and is due now, so the next drain "
                 "sends it; each gets its own audit entry. Its key goes downstream unchanged.",
         label=lambda m: m.key,

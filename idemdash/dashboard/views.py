@@ -171,8 +171,6 @@ RECEIPT_ACTIONS = {
         caution=_release_caution,
     ),
 }
-# The old URL of releasing a failed receipt ("Retry"), kept for bookmarks.
-RECEIPT_ACTIONS["retry"] = RECEIPT_ACTIONS["release"]
 
 
 def _receipt_summary(receipt: Receipt) -> tuple[str, dict[str, Any]]:

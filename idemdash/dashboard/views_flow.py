@@ -95,7 +95,7 @@ EVENT_ACTIONS = {
                 "now (or dead, if it has used every attempt). The worker that held it can no longer "
                 "complete it.",
         applies_to=(EventStatus.PROCESSING,),
-        run=processing.release_stuck,
+        run=processing.release,
         refused=(processing.NotStuck,),
         done="Released {label} from its stuck worker: it is {status} now.",
         danger=True,
@@ -174,24 +174,24 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 MESSAGE_ACTIONS = {
-    "retry": ObjectAction(
-        name="retry",
+    "send_now": ObjectAction(
+        name="send_now",
         verb="Send now",
         explain="The message is due now instead of at its backoff time, with the attempts it has left: "
                 "the running drain sends it within seconds.",
         applies_to=(MessageStatus.PENDING, MessageStatus.RETRY),
-        run=outbox_store.retry_now,
+        run=outbox_store.send_now,
         refused=(outbox_store.InvalidTransition,),
         done="Sending {label} now: it is due now. The outcome appears here when it lands.",
     ),
-    "requeue": ObjectAction(
-        name="requeue",
+    "send_again": ObjectAction(
+        name="send_again",
         verb="Send again",
         explain="The dead message gets a fresh set of attempts and is due now: the running drain sends "
                 "it within seconds. Its key goes downstream unchanged, so a receiver that honours "
                 "Idempotency-Key absorbs a repeat.",
         applies_to=(MessageStatus.DEAD,),
-        run=outbox_store.requeue_dead,
+        run=outbox_store.send_again,
         refused=(outbox_store.InvalidTransition,),
         done="Sending {label} again: a fresh set of attempts, due now. The outcome appears here when it lands.",
     ),
@@ -201,7 +201,7 @@ MESSAGE_ACTIONS = {
         explain="Its drainer's lease has run out: the message goes back to retry, due now. The drainer "
                 "may have sent it already; the key lets the receiver absorb the repeat.",
         applies_to=(MessageStatus.IN_FLIGHT,),
-        run=outbox_store.release_stuck,
+        run=outbox_store.release,
         refused=(outbox_store.InvalidTransition,),
         done="Released {label} from its stuck drainer: it is {status} now, due now.",
         danger=True,

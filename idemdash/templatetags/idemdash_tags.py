@@ -7,6 +7,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from idemdash.core.leases import current_audit_action
+
 register = template.Library()
 
 
@@ -103,15 +105,14 @@ def _rough(n: int) -> str:
     return f"{round(n, -3):,}"
 
 
-# The operator's verb for each audit action (docs/architecture.md section 8); the stored
-# action names stay as they are.
+# The operator's verb for each audit action (docs/architecture.md section 8).
 AUDIT_VERBS = {
     "receipt.release": "Release",
     "webhook_event.reprocess": "Reprocess",
     "webhook_event.release": "Release (stuck)",
-    "outbox.retry_now": "Send now",
-    "outbox.requeue_dead": "Send again",
-    "outbox.release": "Release (stuck)",
+    "outbox_message.send_now": "Send now",
+    "outbox_message.send_again": "Send again",
+    "outbox_message.release": "Release (stuck)",
     "webhook_endpoint.pause": "Pause endpoint",
     "webhook_endpoint.resume": "Resume endpoint",
 }
@@ -119,7 +120,8 @@ AUDIT_VERBS = {
 
 @register.filter
 def audit_verb(action: str) -> str:
-    return AUDIT_VERBS.get(action, action)
+    """The verb of an action stored under its current name or a former one."""
+    return AUDIT_VERBS.get(current_audit_action(action), action)
 
 
 @register.filter

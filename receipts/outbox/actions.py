@@ -163,7 +163,7 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
     other status (other 4xx, and redirects, which are not followed) is permanent. So is a
     target the fence refuses ("Blocked by policy"): the policy does not change between
-    retries, and after the operator changes it, "Requeue dead" sends the message again.
+    retries, and after the operator changes it, "Send again" sends the message again.
     """
     try:
         _validate_http_post(payload)  # the allow-list may have shrunk since enqueue

@@ -27,7 +27,7 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
     done, refused = 0, 0
     for message in queryset:
         try:
-            repair(message, actor=f"admin:{request.user.get_username()}", user=request.user)
+            repair(message, actor=request.user.get_username(), user=request.user)
             done += 1
         except store.InvalidTransition:
             refused += 1
@@ -45,9 +45,9 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     inlines = [OutboxAttemptInline]
-    actions = ["retry_now", "requeue_dead", "release_stuck"]
+    actions = ["send_now", "send_again", "release"]
     # Everything is read-only: a message changes only through the drain and the audited
-    # repairs below. The payload is shown as the dashboard shows it, credentials masked,
+    # operator actions below. The payload is shown as the dashboard shows it, credentials masked,
     # and the raw field is never on the page (nor in the form).
     readonly_fields = [f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields]
     exclude = ["payload"]
@@ -59,17 +59,17 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     def payload_masked(self, obj: OutboxMessage) -> str:
         return _pretty_json(masked_payload(obj.payload))
 
-    @admin.action(description="Retry now", permissions=["change"])
-    def retry_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.retry_now, "Due now")
+    @admin.action(description="Send now", permissions=["change"])
+    def send_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.send_now, "Due now")
 
-    @admin.action(description="Requeue dead", permissions=["change"])
-    def requeue_dead(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.requeue_dead, "Requeued")
+    @admin.action(description="Send again (dead)", permissions=["change"])
+    def send_again(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.send_again, "Sent again")
 
-    @admin.action(description="Release stuck (in flight past its lease)", permissions=["change"])
-    def release_stuck(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.release_stuck, "Released")
+    @admin.action(description="Release (stuck: in flight past its lease)", permissions=["change"])
+    def release(self, request: HttpRequest, queryset: QuerySet) -> None:
+        _repair(self, request, queryset, store.release, "Released")
 
 
 @admin.register(OutboxAttempt)

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # Whether the process running the drain is being stopped. The worker points it at its
 # cluster's stop flag (idemdash/worker/cluster.py), so that a drain in flight stops at its
-# next message and releases the rest instead of running out its time.
+# next message and hands back the rest instead of running out its time.
 _stopping: Callable[[], bool] = lambda: False
 
 
@@ -64,7 +64,7 @@ def drain(
     `idle_wait` seconds until `max_seconds` have passed.
 
     Messages claimed but not started when time runs out, or when this process is asked
-    to stop, are released, not left to wait for their lease. With `ids`, only those
+    to stop, are handed back, not left to wait for their lease. With `ids`, only those
     messages are claimed.
     """
     drainer = drainer or drainer_name()
@@ -84,7 +84,7 @@ def drain(
             continue
         for message in batch:
             if out_of_time():
-                report.released += store.release(message)
+                report.released += store.hand_back(message)
                 continue
             perform(message, drainer, report)
     return report

@@ -3,10 +3,12 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from idemdash.core.attempts import AttemptLog
+from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.rollup import HourlyCount
 
 
-class OutboxMessage(models.Model):
+class OutboxMessage(LeasedWork, Scheduled):
     """A side effect to perform once, written in the same transaction as the change it follows.
 
     Identified by (scope, key): in-process callers use the empty scope, API clients their
@@ -28,12 +30,11 @@ class OutboxMessage(models.Model):
     fingerprint = models.CharField(max_length=64, help_text="sha256 of action and payload.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0, help_text="Claims so far, including one in flight.")
-    next_attempt_at = models.DateTimeField()
     # Fencing: every claim bumps the token, and a drainer may settle a message only with the
     # token it claimed it with, so a drainer whose lease ran out cannot overwrite the result
-    # of the drainer that took the message over.
-    claim_token = models.PositiveBigIntegerField(default=0)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # of the drainer that took the message over. Named claim_token before the vocabulary
+    # was one; the column keeps that name (no data migration).
+    fencing_token = models.PositiveBigIntegerField(default=0, db_column="claim_token")
     claimed_by = models.CharField(max_length=255, blank=True)
     last_error = models.TextField(blank=True)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -69,7 +70,7 @@ class OutboxMessage(models.Model):
         return f"{self.action} {self.key} ({self.status})"
 
 
-class OutboxAttempt(models.Model):
+class OutboxAttempt(AttemptLog):
     """One try at performing a message: what came back and how long it took.
 
     Scope, key and action are copied so that the log (and the charts built on it) outlive
@@ -84,20 +85,20 @@ class OutboxAttempt(models.Model):
         # downstream, which the idempotency key lets the receiver absorb.
         STALE = "stale"
 
+    STALE_OUTCOME = Outcome.STALE
+
     message = models.ForeignKey(
         OutboxMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempt_log"
     )
     scope = models.CharField(max_length=255, blank=True)
-    key = models.CharField(max_length=255)
     action = models.CharField(max_length=100)
     number = models.PositiveIntegerField(help_text="Which attempt of the message this was.")
-    claim_token = models.PositiveBigIntegerField()
+    fencing_token = models.PositiveBigIntegerField(db_column="claim_token")
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     drainer = models.CharField(max_length=255, blank=True)
-    created_at = models.DateTimeField()
 
     class Meta:
         indexes = [

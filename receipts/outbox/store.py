@@ -1,8 +1,8 @@
-"""The outbox state machine: enqueue, claim, and settle (sent, retry, dead), plus the two
-operator repairs (retry now, requeue dead).
+"""The outbox state machine: enqueue, claim, and settle (sent, retry, dead), the drainer's
+hand-back, and the operator actions (send now, send again, release).
 
 Like receipts/store.py, every transition is a conditional UPDATE with a rowcount check.
-A claim bumps the message's claim token; settling requires the token the drainer claimed
+A claim bumps the message's fencing token; settling requires the token the drainer claimed
 with, so a drainer whose lease ran out (and whose message another drainer re-claimed)
 cannot write its result over the newer one.
 
@@ -15,7 +15,6 @@ write lock, so drainers claim one after another. Actions run outside any transac
 from __future__ import annotations
 
 import logging
-import random
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,8 +25,10 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
+from idemdash.core.attempts import record_stale
 from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from idemdash.core.canonical import fingerprint_json
+from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
 from receipts.outbox.actions import get_action
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -46,12 +47,12 @@ class KeyReused(ValueError):
     """The key names a message with another action or payload."""
 
 
-class StaleClaim(Exception):
+class StaleClaim(StaleToken):
     """The drainer no longer owns the message: its lease ran out and it was re-claimed."""
 
 
-class InvalidTransition(Exception):
-    """An operator repair does not apply to the message's current status."""
+class InvalidTransition(NotApplicable):
+    """An operator action does not apply to the message's current state."""
 
 
 @dataclass
@@ -126,7 +127,7 @@ def claim_batch(
 ) -> list[OutboxMessage]:
     """Claim up to `batch_size` due messages for `drainer`: due retries and pending
     messages, and in-flight ones whose drainer's lease ran out. Each claimed message is
-    in flight with a fresh lease, a new claim token and its attempt counted. With `ids`,
+    in flight with a fresh lease, a new fencing token and its attempt counted. With `ids`,
     only among those messages."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
@@ -154,7 +155,7 @@ def claim_batch(
                     key=m.key,
                     action=m.action,
                     number=m.attempts,
-                    claim_token=m.claim_token,
+                    fencing_token=m.fencing_token,
                     outcome=Outcome.DEAD,
                     error=error,
                     drainer=m.claimed_by,
@@ -169,7 +170,7 @@ def claim_batch(
         # compare-and-set even where the SELECT took no lock.
         OutboxMessage.objects.filter(_due(now, max_attempts), id__in=due_ids).update(
             status=Status.IN_FLIGHT,
-            claim_token=F("claim_token") + 1,
+            fencing_token=F("fencing_token") + 1,
             attempts=F("attempts") + 1,
             lease_expires_at=now + lease,
             claimed_by=drainer,
@@ -197,28 +198,29 @@ def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -
     """Extend the lease just before performing the message; False if it was lost."""
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     now = timezone.now()
-    updated = OutboxMessage.objects.filter(
-        pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
-    ).update(lease_expires_at=now + lease, updated_at=now)
-    if updated:
+    won = compare_and_set(
+        OutboxMessage.objects.filter(pk=message.pk), "fencing_token", message.fencing_token, Status.IN_FLIGHT,
+        lease_expires_at=now + lease, updated_at=now,
+    )
+    if won:
         message.lease_expires_at = now + lease
-    return updated == 1
+    return won
 
 
-def backoff_seconds(attempts: int, retry_after: float | None = None) -> float:
-    """Exponential backoff with jitter, never shorter than what the server asked for.
+def _backoff(attempts: int, retry_after: float | None = None) -> float:
+    """The core's backoff with this app's settings, never shorter than what the server
+    asked for (Retry-After, capped at RETRY_AFTER_MAX_SECONDS)."""
+    return backoff(
+        attempts,
+        float(setting("OUTBOX_BACKOFF_BASE_SECONDS")),
+        float(setting("OUTBOX_BACKOFF_CAP_SECONDS")),
+        retry_after=retry_after,
+        retry_after_max=RETRY_AFTER_MAX_SECONDS,
+    )
 
-    The jitter takes a random point in the upper half of the exponential step ("equal
-    jitter"): the delay still grows with each attempt, and drainers that failed together
-    do not come back together.
-    """
-    base = float(setting("OUTBOX_BACKOFF_BASE_SECONDS"))
-    cap = float(setting("OUTBOX_BACKOFF_CAP_SECONDS"))
-    step = min(cap, base * 2 ** max(0, attempts - 1))
-    delay = random.uniform(step / 2, step)
-    if retry_after is not None:
-        delay = max(delay, min(float(retry_after), RETRY_AFTER_MAX_SECONDS))
-    return delay
+
+# The name from before core.leases.backoff; kept for one release.
+backoff_seconds = _backoff
 
 
 def _settle(
@@ -233,31 +235,33 @@ def _settle(
 ) -> None:
     now = timezone.now()
     with transaction.atomic():
-        updated = OutboxMessage.objects.filter(
-            pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
-        ).update(
+        won = compare_and_set(
+            OutboxMessage.objects.filter(pk=message.pk), "fencing_token", message.fencing_token, Status.IN_FLIGHT,
             lease_expires_at=None,
             last_status_code=status_code,
             last_error=error,
             updated_at=now,
             **changes,
         )
-        OutboxAttempt.objects.create(
-            message=message,
-            scope=message.scope,
-            key=message.key,
-            action=message.action,
-            number=message.attempts,
-            claim_token=message.claim_token,
-            outcome=outcome if updated else Outcome.STALE,
-            status_code=status_code,
-            error=error[:2000],
-            duration_ms=duration_ms,
-            drainer=drainer,
-            created_at=now,
-        )
-    if not updated:
-        raise StaleClaim(f"claim {message.claim_token} no longer owns outbox message {message.key!r}")
+        line = {
+            "message": message,
+            "scope": message.scope,
+            "key": message.key,
+            "action": message.action,
+            "number": message.attempts,
+            "fencing_token": message.fencing_token,
+            "status_code": status_code,
+            "error": error[:2000],
+            "duration_ms": duration_ms,
+            "drainer": drainer,
+            "created_at": now,
+        }
+        if won:
+            OutboxAttempt.objects.create(outcome=outcome, **line)
+        else:
+            record_stale(OutboxAttempt, **line)
+    if not won:
+        raise StaleClaim(f"fencing token {message.fencing_token} no longer owns outbox message {message.key!r}")
     for name, value in changes.items():
         setattr(message, name, value)
 
@@ -300,7 +304,7 @@ def mark_failed(
             status=Status.DEAD,
         )
         return Status.DEAD
-    delay = backoff_seconds(message.attempts, retry_after)
+    delay = _backoff(message.attempts, retry_after)
     _settle(
         message,
         Outcome.RETRY,
@@ -314,20 +318,19 @@ def mark_failed(
     return Status.RETRY
 
 
-def release(message: OutboxMessage) -> bool:
-    """Hand back a claimed message that was not performed (the drain ran out of time):
-    due at once, and the claim does not count as an attempt."""
+def hand_back(message: OutboxMessage) -> bool:
+    """Hand back a claimed message that was not performed (the drain ran out of time, or its
+    worker is stopping): due at once, and the claim does not count as an attempt. The
+    drainer's own, not an operator action, so not audited (an operator's is `release`)."""
     now = timezone.now()
-    updated = OutboxMessage.objects.filter(
-        pk=message.pk, status=Status.IN_FLIGHT, claim_token=message.claim_token
-    ).update(
+    return compare_and_set(
+        OutboxMessage.objects.filter(pk=message.pk), "fencing_token", message.fencing_token, Status.IN_FLIGHT,
         status=Status.PENDING if message.attempts <= 1 else Status.RETRY,
         attempts=F("attempts") - 1,
         lease_expires_at=None,
         next_attempt_at=now,
         updated_at=now,
     )
-    return updated == 1
 
 
 def _repair(
@@ -346,36 +349,37 @@ def _repair(
     if status_before not in allowed:
         raise InvalidTransition(f"{action} applies to {', '.join(allowed)} messages, not {status_before}")
     with transaction.atomic():
-        # Guarded by the status and claim token we looked at: if a drainer claimed the
-        # message meanwhile, the repair is refused rather than racing the drainer.
-        updated = OutboxMessage.objects.filter(
-            guard or Q(), pk=message.pk, status=status_before, claim_token=message.claim_token
-        ).update(next_attempt_at=now, updated_at=now, **changes)
-        if updated != 1:
+        # Guarded by the status and fencing token we looked at: if a drainer claimed the
+        # message meanwhile, the action is refused rather than racing the drainer.
+        won = compare_and_set(
+            OutboxMessage.objects.filter(guard or Q(), pk=message.pk), "fencing_token", message.fencing_token,
+            status_before, next_attempt_at=now, updated_at=now, **changes,
+        )
+        if not won:
             raise InvalidTransition(f"outbox message {message.key!r} changed; look again")
         message.refresh_from_db()
         audit.record(actor, action, message, status_before, message.status, reason, user=user)
     return message
 
 
-def retry_now(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+def send_now(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
     """Make a waiting message (pending or retry) due now instead of at its backoff time."""
     return _repair(
         message,
         allowed=(Status.PENDING, Status.RETRY),
-        action="outbox.retry_now",
+        action="outbox_message.send_now",
         actor=actor,
         user=user,
         reason=reason,
     )
 
 
-def requeue_dead(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+def send_again(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
     """Give a dead message a fresh set of attempts, due now."""
     return _repair(
         message,
         allowed=(Status.DEAD,),
-        action="outbox.requeue_dead",
+        action="outbox_message.send_again",
         actor=actor,
         user=user,
         reason=reason,
@@ -384,19 +388,19 @@ def requeue_dead(message: OutboxMessage, *, actor: str, user: Any = None, reason
     )
 
 
-def release_stuck(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
-    """Hand back an in-flight message whose drainer's lease ran out, due now, without
-    waiting for the next drain to notice. The claim counts as an attempt (the drainer may
+def release(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
+    """Take an in-flight message whose drainer's lease ran out from that drainer, due now,
+    without waiting for the next drain to notice. The claim counts as an attempt (the drainer may
     have performed it: the key lets the receiver absorb a second send). Refused while the
     lease is live, so a drainer still inside it is never cut off; a drainer that outlived
     it can no longer record its result once the next claim bumps the token."""
     now = timezone.now()
-    if message.lease_expires_at is None or message.lease_expires_at >= now:
+    if not is_stuck(message, Status.IN_FLIGHT, now):
         raise InvalidTransition(f"outbox message {message.key!r} is not past its lease")
     return _repair(
         message,
         allowed=(Status.IN_FLIGHT,),
-        action="outbox.release",
+        action="outbox_message.release",
         actor=actor,
         user=user,
         reason=reason,
@@ -406,14 +410,22 @@ def release_stuck(message: OutboxMessage, *, actor: str, user: Any = None, reaso
     )
 
 
-def requeue_dead_many(
+def send_again_many(
     messages: QuerySet[OutboxMessage], *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
 ) -> BulkResult:
-    """Requeue every dead message in `messages`, each through `requeue_dead`: one
+    """Send every dead message in `messages` again, each through `send_again`: one
     compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
     return bulk.each(
         messages.filter(status=Status.DEAD),
-        lambda message: requeue_dead(message, actor=actor, user=user, reason=reason),
+        lambda message: send_again(message, actor=actor, user=user, reason=reason),
         refused=(InvalidTransition,),
         limit=limit,
     )
+
+
+# The names before the operator verbs were one (docs/architecture.md, section 8); kept for
+# one release.
+retry_now = send_now
+requeue_dead = send_again
+release_stuck = release
+requeue_dead_many = send_again_many

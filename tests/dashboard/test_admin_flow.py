@@ -18,7 +18,7 @@ def test_releasing_a_stuck_event_from_the_admin_is_audited_with_the_user(admin_c
     stuck = webhook_event("evt_1", "processing", minutes_ago=10)
     live = webhook_event("evt_2", "processing")
     response = admin_client.post("/admin/webhooks/webhookevent/",
-                                 {"action": "release_stuck_events", "_selected_action": [stuck.pk, live.pk]})
+                                 {"action": "release", "_selected_action": [stuck.pk, live.pk]})
     assert response.status_code == 302
     assert dict(WebhookEvent.objects.values_list("provider_event_id", "status")) == {"evt_1": "retry", "evt_2": "processing"}
     entry = AuditEntry.objects.get()
@@ -27,10 +27,10 @@ def test_releasing_a_stuck_event_from_the_admin_is_audited_with_the_user(admin_c
 
 def test_releasing_a_stuck_message_from_the_admin_is_audited_with_the_user(admin_client, admin_user):
     m = outbox_message("m1", "in_flight", minutes_ago=10)
-    admin_client.post("/admin/outbox/outboxmessage/", {"action": "release_stuck", "_selected_action": [m.pk]})
+    admin_client.post("/admin/outbox/outboxmessage/", {"action": "release", "_selected_action": [m.pk]})
     assert OutboxMessage.objects.get(pk=m.pk).status == "retry"
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.user, entry.actor) == ("outbox.release", admin_user, "admin:admin")
+    assert (entry.action, entry.user, entry.actor) == ("outbox_message.release", admin_user, "admin")
 
 
 def test_deliveries_and_outbox_attempts_have_read_only_admins(admin_client):

@@ -38,6 +38,21 @@ def test_it_filters_by_actor_action_and_entry_range(viewer_client, operator):
     assert response.status_code == 400 and "After entry: " in response.content.decode()
 
 
+def test_entries_stored_under_a_former_action_name_read_by_its_verb_and_filter_by_either_name(viewer_client):
+    from tests.dashboard.build import outbox_message
+
+    message = outbox_message("m1", "pending")
+    store.audit("otto", "outbox.requeue_dead", message, "dead", "pending", "stored-before")
+    store.audit("otto", "outbox_message.send_again", message, "dead", "pending", "stored-after")
+    html = viewer_client.get("/audit/").content.decode()
+    assert '<td title="outbox.requeue_dead">Send again</td>' in html
+    assert '<td title="outbox_message.send_again">Send again</td>' in html
+    for name in ("outbox_message.send_again", "outbox.requeue_dead"):
+        html = viewer_client.get(f"/audit/?action={name}").content.decode()
+        assert "stored-before" in html and "stored-after" in html
+        assert "action <strong>Send again</strong>" in html
+
+
 def test_it_pages_backwards_by_id(viewer_client, operator, monkeypatch):
     for i in range(55):
         store.audit("otto", "test.action", operator, detail=f"entry-{i:02d}")
@@ -60,7 +75,7 @@ def test_webhook_event_and_outbox_message_entries_link_to_their_pages(viewer_cli
     event = webhook_event("evt_1", "dead")
     processing.reprocess(event, actor="otto")
     message = outbox_message("m1", "dead")
-    outbox_store.requeue_dead(message, actor="otto")
+    outbox_store.send_again(message, actor="otto")
     html = viewer_client.get("/audit/").content.decode()
     assert f'webhook event</span> <a class="key" href="/events/{event.pk}/" title="evt_1">evt_1</a>' in html
     assert f'outbox message</span> <a class="key" href="/outbox/{message.pk}/" title="m1">m1</a>' in html
@@ -82,7 +97,7 @@ def test_objects_are_named_in_one_query_per_kind(viewer_client, operator, django
     dead = [outbox_message(f"m{i}", "dead") for i in range(6)]
     for i, message in enumerate(dead):
         store.release(failed(f"k{i}", retryable=False), actor="otto", user=operator, reason="r")
-        outbox_store.requeue_dead(message, actor="otto")
+        outbox_store.send_again(message, actor="otto")
     viewer_client.get("/audit/")
     with django_assert_max_num_queries(7):  # session, user, 2 x permissions, entries, then one per kind
         html = viewer_client.get("/audit/").content.decode()

@@ -255,7 +255,7 @@ def test_a_viewer_sees_the_same_pages_without_the_actions(broken, browser, live_
     board = page.inner_text("main")
     assert "order-stuck-9" in board and "evt_stuck_1" in board and "mail-stuck-1" in board
     assert page.locator("text=Release…").count() == 0
-    page.goto(live_server.url + "/receipts/bulk-retry/")
+    page.goto(live_server.url + "/receipts/bulk-release/")
     assert "Only operators can release failed receipts." in page.inner_text("#bulk")
     assert page.locator("form.confirm-form").count() == 0
     page.screenshot(path=SHOTS / "repair-viewer-bulk.png")

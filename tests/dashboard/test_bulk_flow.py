@@ -1,4 +1,4 @@
-"""Bulk reprocess of dead webhook events and bulk requeue of dead outbox messages."""
+"""Bulk reprocess of dead webhook events and bulk send-again of dead outbox messages."""
 
 from __future__ import annotations
 
@@ -51,20 +51,26 @@ def test_confirming_reprocesses_exactly_the_previewed_events(operator_client, de
 
 
 def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_client, dead_rows):
-    assert 'data-count="1"' in operator_client.get("/outbox/bulk-requeue/?action=http.post").content.decode()
-    html = operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"}).content.decode()
+    assert 'data-count="1"' in operator_client.get("/outbox/bulk-send-again/?action=http.post").content.decode()
+    html = operator_client.post("/outbox/bulk-send-again/", {"action": "http.post"}).content.decode()
     assert "Sent again 1 dead message." in html
     statuses = dict(OutboxMessage.objects.values_list("key", "status"))
     assert statuses == {"m1": "pending", "m2": "dead", "m3": "sent"}
-    assert AuditEntry.objects.filter(action="outbox.requeue_dead").count() == 1
+    assert AuditEntry.objects.filter(action="outbox_message.send_again").count() == 1
+
+
+def test_the_old_outbox_bulk_path_still_sends_again_and_its_form_posts_to_the_new_one(operator_client, dead_rows):
+    html = operator_client.get("/outbox/bulk-requeue/?action=http.post").content.decode()
+    assert 'data-count="1"' in html and 'action="/outbox/bulk-send-again/"' in html
+    assert "Sent again 1 dead message." in operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"}).content.decode()
 
 
 def test_nothing_to_do_says_so(operator_client, dead_rows):
     assert "Nothing to reprocess" in operator_client.get("/events/bulk-reprocess/?type=nothing").content.decode()
-    assert "Nothing to send again" in operator_client.get("/outbox/bulk-requeue/?action=crm.sync").content.decode()
+    assert "Nothing to send again" in operator_client.get("/outbox/bulk-send-again/?action=crm.sync").content.decode()
 
 
-@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-send-again/"])
 def test_a_viewer_sees_the_preview_but_a_post_is_403(viewer_client, dead_rows, url):
     html = viewer_client.get(url).content.decode()
     assert "data-count=" in html and "Only operators" in html
@@ -72,7 +78,7 @@ def test_a_viewer_sees_the_preview_but_a_post_is_403(viewer_client, dead_rows, u
     assert not AuditEntry.objects.exists()
 
 
-@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-send-again/"])
 def test_it_needs_the_csrf_token(operator, dead_rows, url):
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
@@ -80,11 +86,11 @@ def test_it_needs_the_csrf_token(operator, dead_rows, url):
     assert not AuditEntry.objects.exists()
 
 
-@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-requeue/"])
+@pytest.mark.parametrize("url", ["/events/bulk-reprocess/", "/outbox/bulk-send-again/"])
 def test_anonymous_is_sent_to_log_in(client, url):
     assert client.post(url, {})["Location"].startswith("/accounts/login/")
 
 
 def test_a_bad_filter_is_a_400(operator_client):
     assert operator_client.get("/events/bulk-reprocess/?since=yesterday").status_code == 400
-    assert operator_client.get("/outbox/bulk-requeue/?since=yesterday").status_code == 400
+    assert operator_client.get("/outbox/bulk-send-again/?since=yesterday").status_code == 400

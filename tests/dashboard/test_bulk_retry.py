@@ -1,4 +1,4 @@
-"""Bulk release of failed receipts (/receipts/bulk-retry/): preview, confirmation, summary."""
+"""Bulk release of failed receipts (/receipts/bulk-release/): preview, confirmation, summary."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def receipts():
 
 
 def test_the_preview_names_the_rows_and_the_filter_in_the_forms_words(operator_client, receipts):
-    html = operator_client.get("/receipts/bulk-retry/?operation=payment.create&q=pay").content.decode()
+    html = operator_client.get("/receipts/bulk-release/?operation=payment.create&q=pay").content.decode()
     assert 'data-count="2"' in html and "Release 2 failed receipts" in html
     first = re.findall(r'<li><a href="/receipts/(\d+)/"><code>([^<]+)</code>', html)
     assert [key for _, key in first] == ["pay-1", "pay-2"]
@@ -36,14 +36,14 @@ def test_the_preview_names_the_rows_and_the_filter_in_the_forms_words(operator_c
 def test_the_preview_shows_the_first_ten_of_many(operator_client):
     for i in range(12):
         failed(f"k-{i:02d}")
-    html = operator_client.get("/receipts/bulk-retry/").content.decode()
+    html = operator_client.get("/receipts/bulk-release/").content.decode()
     assert 'data-count="12"' in html and "The first 10 of 12 it touches" in html
     assert html.count('<li><a href="/receipts/') == 10 and "k-09" in html and "k-10" not in html
 
 
 def test_confirming_releases_exactly_the_previewed_rows_and_summarises(operator_client, receipts):
     response = operator_client.post(
-        "/receipts/bulk-retry/", {"operation": "payment.create", "status": "failed", "expected": "2", "reason": "outage over"}
+        "/receipts/bulk-release/", {"operation": "payment.create", "status": "failed", "expected": "2", "reason": "outage over"}
     )
     html = response.content.decode()
     assert response.status_code == 200
@@ -56,42 +56,49 @@ def test_confirming_releases_exactly_the_previewed_rows_and_summarises(operator_
     assert len(re.findall(r'href="/receipts/\d+/"', audit)) == 2 and "outage over" in audit
     assert "action <strong>Release</strong>" in audit
     # A second run finds nothing: released receipts are no longer failed ones.
-    assert "Nothing to release" in operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
+    assert "Nothing to release" in operator_client.get("/receipts/bulk-release/?operation=payment.create").content.decode()
 
 
 def test_the_audit_link_shows_only_this_runs_entries(operator_client, receipts):
     store.release(Receipt.objects.get(key="mail-1"), actor="otto", reason="earlier, by hand")
-    html = operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create"}).content.decode()
+    html = operator_client.post("/receipts/bulk-release/", {"operation": "payment.create"}).content.decode()
     audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
     audit = operator_client.get(audit_url).content.decode()
     assert "earlier, by hand" not in audit and len(re.findall(r'href="/receipts/\d+/"', audit)) == 2
 
 
 def test_a_count_that_changed_since_the_preview_is_said(operator_client, receipts):
-    html = operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create", "expected": "3"}).content.decode()
+    html = operator_client.post("/receipts/bulk-release/", {"operation": "payment.create", "expected": "3"}).content.decode()
     assert "The preview counted 3; 2 matched when you confirmed." in html
 
 
 def test_nothing_to_release_says_so(operator_client, receipts):
-    html = operator_client.get("/receipts/bulk-retry/?operation=refund.create").content.decode()
+    html = operator_client.get("/receipts/bulk-release/?operation=refund.create").content.decode()
     assert "Nothing to release" in html
 
 
 def test_a_viewer_sees_the_preview_but_a_post_is_403(viewer_client, receipts):
-    html = viewer_client.get("/receipts/bulk-retry/").content.decode()
+    html = viewer_client.get("/receipts/bulk-release/").content.decode()
     assert 'data-count="3"' in html and "Only operators" in html and 'class="confirm-form"' not in html
-    assert viewer_client.post("/receipts/bulk-retry/", {}).status_code == 403
+    assert viewer_client.post("/receipts/bulk-release/", {}).status_code == 403
     assert not AuditEntry.objects.exists()
 
 
 def test_bulk_release_needs_the_csrf_token(operator, receipts):
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
-    assert c.post("/receipts/bulk-retry/", {}).status_code == 403
+    assert c.post("/receipts/bulk-release/", {}).status_code == 403
     assert not AuditEntry.objects.exists()
 
 
 def test_a_bad_filter_is_a_400_in_the_forms_words(operator_client):
-    response = operator_client.get("/receipts/bulk-retry/?since=yesterday")
+    response = operator_client.get("/receipts/bulk-release/?since=yesterday")
     assert response.status_code == 400 and "Created from: " in response.content.decode()
     assert "since:" not in response.content.decode()
+
+
+def test_the_old_bulk_retry_path_still_releases_and_its_form_posts_to_the_new_one(operator_client, receipts):
+    html = operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
+    assert 'data-count="2"' in html and 'action="/receipts/bulk-release/"' in html
+    operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create"})
+    assert {r.key for r in Receipt.objects.all() if r.released} == {"pay-1", "pay-2"}

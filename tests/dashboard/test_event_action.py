@@ -61,11 +61,11 @@ def test_an_event_being_processed_is_refused_with_409(operator_client):
 
 def test_releasing_a_stuck_event_returns_it_to_retry_and_fences_its_worker(operator_client):
     event = webhook_event("evt_1", "processing", minutes_ago=10)
-    token = event.claim_token
+    token = event.fencing_token
     response = operator_client.post(f"/events/{event.pk}/release/", {"next": "/stuck/"})
     assert response["Location"] == "/stuck/"
     event.refresh_from_db()
-    assert (event.status, event.claim_token, event.stuck_recoveries) == ("retry", None, 1)
+    assert (event.status, event.fencing_token, event.stuck_recoveries) == ("retry", None, 1)
     assert token is not None
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.status_before, entry.status_after) == ("webhook_event.release", "processing", "retry")

@@ -5,7 +5,7 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/receipts/", "/receipts/bulk-retry/", "/stuck/", "/audit/"]
+PAGES = ["/", "/receipts/", "/receipts/bulk-release/", "/stuck/", "/audit/"]
 
 
 @pytest.mark.parametrize("url", PAGES)

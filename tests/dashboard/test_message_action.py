@@ -15,30 +15,30 @@ def test_send_again_asks_for_confirmation_before_acting(operator_client):
     m = outbox_message("m1", "dead")
     html = operator_client.get(f"/outbox/{m.pk}/").content.decode()
     assert "Send again…" in html and 'data-live="false"' in html
-    assert "Confirm send again" in operator_client.get(f"/outbox/{m.pk}/requeue/").content.decode()
+    assert "Confirm send again" in operator_client.get(f"/outbox/{m.pk}/send-again/").content.decode()
     assert OutboxMessage.objects.get(pk=m.pk).status == "dead"
 
 
-def test_requeueing_a_dead_message_is_audited(operator_client, operator):
+def test_sending_a_dead_message_again_is_audited(operator_client, operator):
     m = outbox_message("m1", "dead")
-    response = operator_client.post(f"/outbox/{m.pk}/requeue/", {"reason": "receiver fixed"})
+    response = operator_client.post(f"/outbox/{m.pk}/send-again/", {"reason": "receiver fixed"})
     assert response.status_code == 302 and response["Location"] == f"/outbox/{m.pk}/"
     m.refresh_from_db()
     assert (m.status, m.attempts) == ("pending", 0)
     entry = AuditEntry.objects.get()
-    assert (entry.actor, entry.user, entry.action) == ("otto", operator, "outbox.requeue_dead")
+    assert (entry.actor, entry.user, entry.action) == ("otto", operator, "outbox_message.send_again")
     assert (entry.status_before, entry.status_after, entry.detail) == ("dead", "pending", "receiver fixed")
 
 
-def test_retry_now_makes_a_waiting_message_due_in_place(operator_client):
+def test_send_now_makes_a_waiting_message_due_in_place(operator_client):
     m = outbox_message("m1", "retry", action="http.post")
     assert m.next_attempt_at > timezone.now()
-    html = operator_client.post(f"/outbox/{m.pk}/retry/", headers={"HX-Request": "true"}).content.decode()
+    html = operator_client.post(f"/outbox/{m.pk}/send-now/", headers={"HX-Request": "true"}).content.decode()
     assert html.lstrip().startswith('<section id="outboxmessage-summary"')
     assert "Sending message m1 now: it is due now. The outcome appears here when it lands." in html
     assert 'data-live="true"' in html and 'hx-trigger="every 2s' in html  # until the drain settles it
     assert OutboxMessage.objects.get(pk=m.pk).next_attempt_at <= timezone.now()
-    assert AuditEntry.objects.get().action == "outbox.retry_now"
+    assert AuditEntry.objects.get().action == "outbox_message.send_now"
 
 
 def test_releasing_a_stuck_message_makes_it_due_and_is_audited(operator_client):
@@ -47,7 +47,7 @@ def test_releasing_a_stuck_message_makes_it_due_and_is_audited(operator_client):
     m.refresh_from_db()
     assert (m.status, m.lease_expires_at) == ("retry", None) and m.next_attempt_at <= timezone.now()
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.status_before, entry.status_after) == ("outbox.release", "in_flight", "retry")
+    assert (entry.action, entry.status_before, entry.status_after) == ("outbox_message.release", "in_flight", "retry")
 
 
 def test_a_message_within_its_lease_is_not_released(operator_client):
@@ -58,11 +58,20 @@ def test_a_message_within_its_lease_is_not_released(operator_client):
 
 def test_an_action_that_does_not_fit_the_status_is_409(operator_client):
     m = outbox_message("m1", "sent")
-    response = operator_client.post(f"/outbox/{m.pk}/requeue/", headers={"HX-Request": "true"})
+    response = operator_client.post(f"/outbox/{m.pk}/send-again/", headers={"HX-Request": "true"})
     assert response.status_code == 409 and "Not done" in response.content.decode()
 
 
-@pytest.mark.parametrize("action", ["retry", "requeue", "release"])
+@pytest.mark.parametrize("old, new, status", [("requeue", "send-again", "dead"), ("retry", "send-now", "retry")])
+def test_the_old_paths_still_act_and_confirm_to_the_new_ones(operator_client, old, new, status):
+    m = outbox_message("m1", status, action="http.post")
+    html = operator_client.get(f"/outbox/{m.pk}/{old}/", headers={"HX-Request": "true"}).content.decode()
+    assert f'hx-post="/outbox/{m.pk}/{new}/"' in html
+    assert operator_client.post(f"/outbox/{m.pk}/{old}/").status_code == 302
+    assert AuditEntry.objects.get().action == f"outbox_message.{new.replace('-', '_')}"
+
+
+@pytest.mark.parametrize("action", ["send-now", "send-again", "release", "retry", "requeue"])
 def test_a_viewer_gets_403_and_nothing_changes(viewer_client, action):
     m = outbox_message("m1", "dead")
     assert viewer_client.get(f"/outbox/{m.pk}/{action}/").status_code == 403
@@ -72,12 +81,12 @@ def test_a_viewer_gets_403_and_nothing_changes(viewer_client, action):
 
 def test_anonymous_is_sent_to_log_in(client):
     m = outbox_message("m1", "dead")
-    assert client.post(f"/outbox/{m.pk}/requeue/")["Location"].startswith("/accounts/login/")
+    assert client.post(f"/outbox/{m.pk}/send-again/")["Location"].startswith("/accounts/login/")
 
 
 def test_it_needs_the_csrf_token(operator):
     m = outbox_message("m1", "dead")
     c = Client(enforce_csrf_checks=True)
     c.force_login(operator)
-    assert c.post(f"/outbox/{m.pk}/requeue/").status_code == 403
+    assert c.post(f"/outbox/{m.pk}/send-again/").status_code == 403
     assert OutboxMessage.objects.get(pk=m.pk).status == "dead"

@@ -25,7 +25,7 @@ def test_a_message_never_tried_says_so(viewer_client):
     assert "Not attempted yet" in viewer_client.get(f"/outbox/{m.pk}/").content.decode()
 
 
-@pytest.mark.parametrize("status,action", [("pending", "retry"), ("retry", "retry"), ("dead", "requeue")])
+@pytest.mark.parametrize("status,action", [("pending", "send-now"), ("retry", "send-now"), ("dead", "send-again")])
 def test_operators_get_the_action_that_fits_the_status(operator_client, status, action):
     m = outbox_message("m1", status, action="http.post")
     assert f'hx-get="/outbox/{m.pk}/{action}/"' in operator_client.get(f"/outbox/{m.pk}/").content.decode()
@@ -33,7 +33,7 @@ def test_operators_get_the_action_that_fits_the_status(operator_client, status, 
 
 def test_viewers_get_no_action(viewer_client):
     m = outbox_message("m1", "dead")
-    assert "Requeue…" not in viewer_client.get(f"/outbox/{m.pk}/").content.decode()
+    assert "Send again…" not in viewer_client.get(f"/outbox/{m.pk}/").content.decode()
 
 
 def test_an_unknown_message_is_404(viewer_client):

@@ -48,7 +48,7 @@ def test_a_bad_filter_is_a_400(viewer_client):
 
 def test_operators_are_offered_to_send_dead_messages_again_in_bulk(operator_client, viewer_client, messages):
     html = operator_client.get("/outbox/?status=dead").content.decode()
-    assert "/outbox/bulk-requeue/?status=dead" in html and "Send dead messages again…" in html
+    assert "/outbox/bulk-send-again/?status=dead" in html and "Send dead messages again…" in html
     assert "Send dead messages again" not in viewer_client.get("/outbox/?status=dead").content.decode()
 
 

@@ -15,13 +15,13 @@ FORM = {"name": "stuck", "metric": "stuck_rows", "comparison": ">", "threshold":
         "channel": "email", "target": "ops@example.com", "enabled": "on"}
 
 
-def test_adding_a_rule_in_the_admin_is_audited_with_the_admin_as_actor(admin_client, admin_user):
+def test_adding_a_rule_in_the_admin_is_audited_with_the_admins_username_as_actor(admin_client, admin_user):
     response = admin_client.post("/admin/idemdash/alertrule/add/", FORM)
     assert response.status_code == 302
     rule = AlertRule.objects.get()
     assert rule.created_by == admin_user
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.actor, entry.object_id) == ("alert_rule.create", "admin:admin", str(rule.pk))
+    assert (entry.action, entry.actor, entry.object_id) == ("alert_rule.create", "admin", str(rule.pk))
 
 
 def test_the_admin_refuses_a_bad_target_like_the_dashboard(admin_client):
@@ -82,5 +82,5 @@ def test_the_demo_switch_is_fixed_and_broken_again_by_admin_actions_that_are_aud
     admin_client.post("/admin/idemdash/demoswitch/", {"action": "break_again", "_selected_action": [switch.pk]})
     assert demo.failing(demo.REFUNDS)
     assert list(AuditEntry.objects.filter(action__startswith="demo_switch.").order_by("id").values_list("action", "actor")) == [
-        ("demo_switch.fix", "admin:admin"), ("demo_switch.break", "admin:admin"),
+        ("demo_switch.fix", "admin"), ("demo_switch.break", "admin"),
     ]

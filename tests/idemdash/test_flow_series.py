@@ -9,6 +9,7 @@ import pytest
 import time_machine
 
 from idemdash import charts, queries
+from receipts.outbox.models import OutboxMessage
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver
 from webhooks import handlers
@@ -55,9 +56,20 @@ def test_operator_releases_of_stuck_rows_are_charted_from_the_audit_log(traffic)
     from webhooks import processing
 
     with time_machine.travel(NOW, tick=False):
-        processing.release_stuck(WebhookEvent.objects.get(provider_event_id="evt_g"), actor="otto")
+        processing.release(WebhookEvent.objects.get(provider_event_id="evt_g"), actor="otto")
     series = queries.flow_series(queries.WINDOWS["1h"], NOW)
     assert series[-1]["events_released"] == 1 and sum(r["messages_released"] for r in series) == 0
+
+
+def test_outbox_releases_stored_under_the_former_action_name_are_charted_too(traffic):
+    from receipts.store import audit
+
+    message = OutboxMessage.objects.first()
+    with time_machine.travel(NOW, tick=False):
+        audit("otto", "outbox.release", message, "in_flight", "retry")  # stored before the names were one
+        audit("otto", "outbox_message.release", message, "in_flight", "retry")
+    series = queries.flow_series(queries.WINDOWS["1h"], NOW)
+    assert series[-1]["messages_released"] == 2
 
 
 def test_the_charts_name_what_they_count_and_are_plain_json(traffic):

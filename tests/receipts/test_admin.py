@@ -55,12 +55,12 @@ def test_receipts_cannot_be_added_in_the_admin(admin_client):
     assert admin_client.get("/admin/receipts/receipt/add/").status_code == 403
 
 
-def test_release_selected_releases_audits_and_skips_completed_receipts(admin_client, admin_user):
+def test_release_releases_audits_and_skips_completed_receipts(admin_client, admin_user):
     stuck = a_receipt("stuck")
     done = a_receipt("done", complete=True)
     response = admin_client.post(
         "/admin/receipts/receipt/",
-        {"action": "release_selected", "_selected_action": [stuck.pk, done.pk]},
+        {"action": "release", "_selected_action": [stuck.pk, done.pk]},
         follow=True,
     )
     assert response.status_code == 200

@@ -6,6 +6,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from idemdash.core import leases
 from receipts import store
 from receipts.models import Attempt, Receipt
 
@@ -131,6 +132,16 @@ def test_a_completed_receipt_cannot_be_released():
     store.complete(SCOPE, "k11", r.token)
     with pytest.raises(store.NotReleasable):
         store.release(Receipt.objects.get(key="k11"), actor="bob")
+
+
+def test_the_refusals_are_the_cores_under_their_old_names():
+    r = store.claim(SCOPE, "k11b", "email.send", {})
+    store.complete(SCOPE, "k11b", r.token)
+    with pytest.raises(leases.NotApplicable):
+        store.release(Receipt.objects.get(key="k11b"), actor="bob")
+    with pytest.raises(leases.StaleToken):
+        store.complete(SCOPE, "k11b", r.token)
+    assert store.StaleToken is leases.StaleToken and issubclass(store.NotReleasable, leases.NotApplicable)
 
 
 def test_a_plural_financial_noun_gets_the_financial_ttl():

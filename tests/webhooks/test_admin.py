@@ -58,7 +58,7 @@ def test_the_reprocess_action_is_audited_with_the_admin_user(admin_client, admin
     event = WebhookEvent.objects.get()
     WebhookEvent.objects.filter(pk=event.pk).update(status="dead")
     response = admin_client.post(
-        "/admin/webhooks/webhookevent/", {"action": "reprocess_events", "_selected_action": [event.pk]}
+        "/admin/webhooks/webhookevent/", {"action": "reprocess", "_selected_action": [event.pk]}
     )
     assert response.status_code == 302
     assert WebhookEvent.objects.get(pk=event.pk).status == "received"

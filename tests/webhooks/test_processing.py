@@ -57,8 +57,8 @@ def test_a_claim_is_one_statement_that_returns_the_claimed_event_as_stored(djang
         claimed = processing.claim_event(event.pk)
     stored = WebhookEvent.objects.get(pk=event.pk)
     assert claimed.payload == stored.payload == {"id": "evt_1", "data": {"object": {"amount": 5}}}
-    assert (claimed.claim_token, claimed.lease_expires_at, claimed.attempts) == (
-        stored.claim_token, stored.lease_expires_at, 1
+    assert (claimed.fencing_token, claimed.lease_expires_at, claimed.attempts) == (
+        stored.fencing_token, stored.lease_expires_at, 1
     )
     assert claimed.received_at == stored.received_at and claimed.status == "processing"
 
@@ -86,7 +86,7 @@ def test_a_handled_event_is_completed(registry):
     event = make_event()
     assert processing.process_event(event.pk) == "completed"
     event.refresh_from_db()
-    assert event.status == "completed" and event.finished_at and event.claim_token is None
+    assert event.status == "completed" and event.finished_at and event.fencing_token is None
     assert [e.pk for e in seen] == [event.pk]
     assert processing.process_event(event.pk) == "not_claimed"
     assert len(seen) == 1
@@ -145,7 +145,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_settle_the_event():
     later = timezone.now() + timedelta(seconds=3600)
     assert processing.sweep(later).stuck_recovered == 1
     fast = processing.claim_event(event.pk, now=later)
-    assert fast is not None and fast.claim_token != slow.claim_token
+    assert fast is not None and fast.fencing_token != slow.fencing_token
     assert processing.complete_event(slow) is False
     assert processing.fail_event(slow, "late") is None
     assert processing.complete_event(fast) is True
@@ -156,7 +156,7 @@ def test_a_handler_whose_completion_is_refused_leaves_no_writes(registry):
     def fulfil_then_lose_the_lease(event: WebhookEvent) -> None:
         Fulfilment.objects.create(payment_id="pi_lost", source_event=event)
         # What a sweeper and another worker would have done meanwhile:
-        WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)
+        WebhookEvent.objects.filter(pk=event.pk).update(fencing_token=None)
 
     registry("stripe", "thing.happened", fulfil_then_lose_the_lease)
     event = make_event()
@@ -308,14 +308,14 @@ def test_the_attempt_row_is_written_with_the_settling_update_and_no_savepoint(dj
 def test_a_refused_settlement_writes_no_attempt_of_that_outcome():
     event = make_event()
     slow = processing.claim_event(event.pk)
-    WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)  # taken over meanwhile
+    WebhookEvent.objects.filter(pk=event.pk).update(fencing_token=None)  # taken over meanwhile
     assert processing.complete_event(slow) is False
     assert not WebhookAttempt.objects.exists()
 
 
 def test_a_lost_lease_is_logged_as_such(registry):
     def lose_the_lease(event: WebhookEvent) -> None:
-        WebhookEvent.objects.filter(pk=event.pk).update(claim_token=None)
+        WebhookEvent.objects.filter(pk=event.pk).update(fencing_token=None)
 
     registry("stripe", "thing.happened", lose_the_lease)
     event = make_event()
@@ -333,7 +333,7 @@ def test_an_operator_release_logs_the_stuck_attempt():
     with time_machine.travel(timezone.now() + timedelta(hours=1), tick=False):
         processing.claim_event(event.pk)
     with time_machine.travel(timezone.now() + timedelta(hours=2), tick=False):
-        processing.release_stuck(WebhookEvent.objects.get(pk=event.pk), actor="otto")
+        processing.release(WebhookEvent.objects.get(pk=event.pk), actor="otto")
     (attempt,) = WebhookAttempt.objects.filter(event=event)
     assert (attempt.number, attempt.outcome) == (1, "released")
     assert attempt.duration_ms >= 3_600_000 - 1000

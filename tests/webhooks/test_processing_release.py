@@ -1,4 +1,4 @@
-"""release_stuck (the sweeper's recovery for one event, by an operator) and reprocess_many."""
+"""release (the sweeper's recovery for one event, by an operator) and reprocess_many."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from idemdash.core import leases
 from receipts.models import AuditEntry
 from webhooks import processing
 from webhooks.models import WebhookEndpoint, WebhookEvent
@@ -30,8 +31,8 @@ def stuck_event(minutes_ago: int = 10) -> WebhookEvent:
 
 def test_a_stuck_event_goes_back_to_retry_due_now_and_is_audited():
     event = stuck_event()
-    released = processing.release_stuck(event, actor="otto", reason="worker host died")
-    assert (released.status, released.claim_token, released.lease_expires_at) == ("retry", None, None)
+    released = processing.release(event, actor="otto", reason="worker host died")
+    assert (released.status, released.fencing_token, released.lease_expires_at) == ("retry", None, None)
     assert released.next_attempt_at <= timezone.now() and released.stuck_recoveries == 1
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.status_before, entry.status_after, entry.detail) == (
@@ -40,14 +41,14 @@ def test_a_stuck_event_goes_back_to_retry_due_now_and_is_audited():
 
 def test_the_worker_that_held_it_can_no_longer_complete_it():
     event = stuck_event()
-    processing.release_stuck(WebhookEvent.objects.get(pk=event.pk), actor="otto")
+    processing.release(WebhookEvent.objects.get(pk=event.pk), actor="otto")
     assert processing.complete_event(event) is False  # its claim token is gone
     assert WebhookEvent.objects.get(pk=event.pk).status == "retry"
 
 
 def test_an_event_out_of_attempts_is_released_dead(settings):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1
-    released = processing.release_stuck(stuck_event(), actor="otto")
+    released = processing.release(stuck_event(), actor="otto")
     assert released.status == "dead" and released.finished_at is not None
     assert AuditEntry.objects.get().status_after == "dead"
 
@@ -55,7 +56,7 @@ def test_an_event_out_of_attempts_is_released_dead(settings):
 def test_an_event_within_its_lease_is_refused():
     event = processing.claim_event(make_event().pk)
     with pytest.raises(processing.NotStuck):
-        processing.release_stuck(event, actor="otto")
+        processing.release(event, actor="otto")
     assert WebhookEvent.objects.get(pk=event.pk).status == "processing" and not AuditEntry.objects.exists()
 
 
@@ -65,8 +66,20 @@ def test_an_event_re_claimed_since_the_operator_looked_is_refused():
     assert processing.claim_event(seen.pk) is not None  # a worker took it again: new token, live lease
     WebhookEvent.objects.filter(pk=seen.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(processing.NotStuck):
-        processing.release_stuck(seen, actor="otto")  # the token the operator saw is stale
+        processing.release(seen, actor="otto")  # the token the operator saw is stale
     assert not AuditEntry.objects.exists()
+
+
+def test_the_old_names_still_work():
+    event = stuck_event()
+    assert processing.release_stuck is processing.release
+    processing.release_stuck(event, actor="otto")
+    assert WebhookEvent.objects.get(pk=event.pk).status == "retry"
+    with pytest.raises(leases.NotApplicable):
+        processing.release_stuck(WebhookEvent.objects.get(pk=event.pk), actor="otto")
+    assert issubclass(processing.NotStuck, leases.NotApplicable)
+    assert issubclass(processing.NotReprocessable, leases.NotApplicable)
+    assert issubclass(processing.LeaseLost, leases.StaleToken)
 
 
 def test_reprocess_many_reprocesses_the_dead_events_only_one_audit_entry_each(settings):
@@ -109,7 +122,7 @@ def test_operators_releasing_one_stuck_event_at_once_release_it_once():
             seen = WebhookEvent.objects.get(pk=event.pk)
             barrier.wait()
             try:
-                processing.release_stuck(seen, actor=f"op{n}")
+                processing.release(seen, actor=f"op{n}")
                 outcomes.append("released")
             except processing.NotStuck:
                 outcomes.append("refused")

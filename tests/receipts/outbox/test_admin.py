@@ -28,17 +28,17 @@ def test_the_list_filters_by_status_and_searches_by_key(admin_client):
     assert b"hay" not in admin_client.get(changelist, {"q": "needle"}).content
 
 
-def test_requeue_dead_from_the_admin_is_audited_with_the_user(admin_client, admin_user):
+def test_send_again_from_the_admin_is_audited_with_the_username(admin_client, admin_user):
     m = dead_message("k1")
     pending = store.enqueue("http.post", {"url": URL}, "k2").message
     changelist = reverse("admin:outbox_outboxmessage_changelist")
     response = admin_client.post(
-        changelist, {"action": "requeue_dead", "_selected_action": [m.pk, pending.pk]}, follow=True
+        changelist, {"action": "send_again", "_selected_action": [m.pk, pending.pk]}, follow=True
     )
     assert response.status_code == 200
     assert OutboxMessage.objects.get(pk=m.pk).status == "pending"
     entry = AuditEntry.objects.get()  # the pending message was refused, not audited
-    assert (entry.actor, entry.user, entry.action) == ("admin:admin", admin_user, "outbox.requeue_dead")
+    assert (entry.actor, entry.user, entry.action) == ("admin", admin_user, "outbox_message.send_again")
 
 
 def test_the_message_page_shows_the_payload_read_only(admin_client):

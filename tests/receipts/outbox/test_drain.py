@@ -86,7 +86,7 @@ def test_a_requeued_dead_message_is_sent_by_the_next_drain():
     with running_receiver(policy) as receiver:
         enqueue_posts(receiver.url, 1)
         drain()
-        store.requeue_dead(OutboxMessage.objects.get(), actor="alice")
+        store.send_again(OutboxMessage.objects.get(), actor="alice")
         drain()
     assert statuses() == {"msg-0000": "sent"}
     assert receiver.requests == {"msg-0000": 2}

@@ -38,7 +38,7 @@ def enqueue(key: str, when: datetime) -> OutboxMessage:
 def attempt(key: str, outcome: str, when: datetime) -> None:
     """One logged try of message `key`, as the drainer's settle writes it."""
     OutboxAttempt.objects.create(
-        key=key, action="http.post", number=1, claim_token=1, outcome=outcome, created_at=when
+        key=key, action="http.post", number=1, fencing_token=1, outcome=outcome, created_at=when
     )
 
 

@@ -109,7 +109,7 @@ def test_a_message_its_action_cannot_perform_is_refused_before_writing(action, p
 def test_a_claim_puts_the_message_in_flight_with_a_lease_and_a_new_token():
     post("k8")
     m = claim_one()
-    assert (m.status, m.attempts, m.claim_token, m.claimed_by) == ("in_flight", 1, 1, "d1")
+    assert (m.status, m.attempts, m.fencing_token, m.claimed_by) == ("in_flight", 1, 1, "d1")
     assert m.lease_expires_at > timezone.now()
     assert store.claim_batch("d2") == []  # nothing else is due
 
@@ -126,7 +126,7 @@ def test_a_drainer_whose_lease_ran_out_cannot_settle_the_message_it_lost():
         slow = claim_one("slow")
         traveller.shift(timedelta(seconds=61))
         fast = claim_one("fast")
-        assert fast.claim_token == slow.claim_token + 1 and fast.attempts == 2
+        assert fast.fencing_token == slow.fencing_token + 1 and fast.attempts == 2
         store.mark_sent(fast, status_code=200, drainer="fast")
         with pytest.raises(store.StaleClaim):
             store.mark_failed(slow, "HTTP 503", drainer="slow")
@@ -153,7 +153,7 @@ def test_a_retry_waits_an_exponential_jittered_delay(settings):
     for attempt, delay in enumerate(delays, start=1):
         step = 10 * 2 ** (attempt - 1)
         assert step / 2 <= delay <= step
-    assert store.backoff_seconds(30) <= 1000  # capped
+    assert store.backoff_seconds(30) <= 1000  # capped (the old name, kept for one release)
 
 
 def test_a_retry_honours_retry_after(settings):
@@ -194,17 +194,17 @@ def test_a_message_whose_drainers_keep_dying_dies_at_the_attempt_limit(settings)
     assert (logged.outcome, logged.number, logged.drainer) == ("dead", 1, "d1")
 
 
-def test_requeue_dead_gives_fresh_attempts_and_is_audited(admin_user):
+def test_send_again_gives_fresh_attempts_and_is_audited(admin_user):
     post("k16")
     store.mark_failed(claim_one(), "HTTP 404", permanent=True)
     m = OutboxMessage.objects.get(key="k16")
-    store.requeue_dead(m, actor="admin:admin", user=admin_user, reason="endpoint fixed")
+    store.send_again(m, actor="admin", user=admin_user, reason="endpoint fixed")
     m.refresh_from_db()
     assert (m.status, m.attempts) == ("pending", 0)
     assert claim_one().key == "k16"
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.status_before, entry.status_after, entry.user) == (
-        "outbox.requeue_dead",
+        "outbox_message.send_again",
         "dead",
         "pending",
         admin_user,
@@ -212,43 +212,43 @@ def test_requeue_dead_gives_fresh_attempts_and_is_audited(admin_user):
     assert entry.detail == "endpoint fixed" and entry.object_id == str(m.pk)
 
 
-def test_requeue_applies_only_to_dead_messages():
+def test_send_again_applies_only_to_dead_messages():
     m = post("k17")
     with pytest.raises(store.InvalidTransition):
-        store.requeue_dead(m, actor="bob")
+        store.send_again(m, actor="bob")
     assert not AuditEntry.objects.exists()
 
 
-def test_retry_now_makes_a_waiting_message_due_and_is_audited():
+def test_send_now_makes_a_waiting_message_due_and_is_audited():
     post("k18")
     store.mark_failed(claim_one(), "HTTP 503")
     OutboxMessage.objects.update(next_attempt_at=timezone.now() + timedelta(hours=1))
     m = OutboxMessage.objects.get(key="k18")
-    store.retry_now(m, actor="alice")
+    store.send_now(m, actor="alice")
     assert claim_one().key == "k18"
-    assert AuditEntry.objects.get().action == "outbox.retry_now"
+    assert AuditEntry.objects.get().action == "outbox_message.send_now"
 
 
-def test_retry_now_is_refused_for_a_message_in_flight():
+def test_send_now_is_refused_for_a_message_in_flight():
     post("k19")
     m = claim_one()
     with pytest.raises(store.InvalidTransition):
-        store.retry_now(m, actor="alice")
+        store.send_now(m, actor="alice")
 
 
 def test_a_repair_loses_to_a_drainer_that_claimed_the_message_meanwhile():
     m = post("k20")
     claim_one()  # m is now stale: pending in our hands, in flight in the database
     with pytest.raises(store.InvalidTransition):
-        store.retry_now(m, actor="alice")
+        store.send_now(m, actor="alice")
 
 
-def test_a_released_message_is_due_again_and_its_claim_does_not_count():
+def test_a_handed_back_message_is_due_again_and_its_claim_does_not_count():
     post("k21")
     m = claim_one()
-    assert store.release(m)
+    assert store.hand_back(m)
     again = claim_one()
-    assert again.attempts == 1 and again.claim_token == 2
+    assert again.attempts == 1 and again.fencing_token == 2
 
 
 @pytest.mark.django_db(transaction=True)
@@ -280,4 +280,4 @@ def test_concurrent_claims_from_threads_take_disjoint_batches():
     keys = [key for mine in claimed.values() for key in mine]
     assert len(claimed) == 6
     assert sorted(keys) == sorted(f"t-{n}" for n in range(60))  # each exactly once
-    assert set(OutboxMessage.objects.values_list("claim_token", flat=True)) == {1}
+    assert set(OutboxMessage.objects.values_list("fencing_token", flat=True)) == {1}

@@ -1,5 +1,5 @@
-"""release_stuck (an in-flight message past its lease, handed back by an operator) and
-requeue_dead_many."""
+"""release (an in-flight message past its lease, taken from its drainer by an operator) and
+send_again_many."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from idemdash.core import leases
 from receipts.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
@@ -25,17 +26,17 @@ def stuck_message(key: str = "k1") -> OutboxMessage:
 
 def test_a_stuck_message_goes_back_to_retry_due_now_and_is_audited():
     m = stuck_message()
-    released = store.release_stuck(m, actor="otto", reason="drainer host died")
+    released = store.release(m, actor="otto", reason="drainer host died")
     assert (released.status, released.lease_expires_at, released.attempts) == ("retry", None, 1)
     assert released.next_attempt_at <= timezone.now()
     entry = AuditEntry.objects.get()
-    assert (entry.action, entry.status_before, entry.status_after) == ("outbox.release", "in_flight", "retry")
+    assert (entry.action, entry.status_before, entry.status_after) == ("outbox_message.release", "in_flight", "retry")
     assert claim_one().key == "k1"  # the next drain takes it at once
 
 
 def test_the_drainer_that_held_it_cannot_record_a_result_after_the_next_claim():
     held = stuck_message()
-    store.release_stuck(OutboxMessage.objects.get(pk=held.pk), actor="otto")
+    store.release(OutboxMessage.objects.get(pk=held.pk), actor="otto")
     claim_one("d2")
     with pytest.raises(store.StaleClaim):
         store.mark_sent(held, drainer="d1")
@@ -45,7 +46,7 @@ def test_a_message_within_its_lease_is_refused():
     post("k1")
     m = claim_one()
     with pytest.raises(store.InvalidTransition):
-        store.release_stuck(m, actor="otto")
+        store.release(m, actor="otto")
     assert OutboxMessage.objects.get(pk=m.pk).status == "in_flight" and not AuditEntry.objects.exists()
 
 
@@ -54,26 +55,26 @@ def test_a_message_re_claimed_since_the_operator_looked_is_refused():
     claim_one("d2")  # the expired lease is due: another drainer takes it, with a new token
     OutboxMessage.objects.filter(pk=seen.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(store.InvalidTransition):
-        store.release_stuck(seen, actor="otto")
+        store.release(seen, actor="otto")
     assert not AuditEntry.objects.exists()
 
 
-def test_requeue_dead_many_requeues_the_dead_messages_only_one_audit_entry_each():
+def test_send_again_many_sends_the_dead_messages_again_only_one_audit_entry_each():
     for key in ("d1", "d2"):
         post(key)
         store.mark_failed(claim_one(), "HTTP 400", permanent=True)
     post("waiting")
-    result = store.requeue_dead_many(OutboxMessage.objects.all(), actor="otto")
+    result = store.send_again_many(OutboxMessage.objects.all(), actor="otto")
     assert (result.done, result.skipped) == (2, 0)
     assert dict(OutboxMessage.objects.values_list("key", "status")) == {"d1": "pending", "d2": "pending", "waiting": "pending"}
-    assert AuditEntry.objects.filter(action="outbox.requeue_dead").count() == 2
+    assert AuditEntry.objects.filter(action="outbox_message.send_again").count() == 2
 
 
-def test_requeue_dead_many_stops_at_its_limit():
+def test_send_again_many_stops_at_its_limit():
     for key in ("d1", "d2", "d3"):
         post(key)
         store.mark_failed(claim_one(), "HTTP 400", permanent=True)
-    assert store.requeue_dead_many(OutboxMessage.objects.all(), actor="otto", limit=2).done == 2
+    assert store.send_again_many(OutboxMessage.objects.all(), actor="otto", limit=2).done == 2
     assert OutboxMessage.objects.filter(status="dead").count() == 1
 
 
@@ -94,7 +95,7 @@ def test_operators_releasing_one_stuck_message_at_once_release_it_once():
             seen = OutboxMessage.objects.get(pk=message.pk)
             barrier.wait()
             try:
-                store.release_stuck(seen, actor=f"op{n}")
+                store.release(seen, actor=f"op{n}")
                 outcomes.append("released")
             except store.InvalidTransition:
                 outcomes.append("refused")
@@ -107,4 +108,14 @@ def test_operators_releasing_one_stuck_message_at_once_release_it_once():
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["refused"] * 7 + ["released"]
-    assert AuditEntry.objects.filter(action="outbox.release").count() == 1
+    assert AuditEntry.objects.filter(action="outbox_message.release").count() == 1
+
+
+def test_the_old_names_still_work():
+    assert (store.retry_now, store.requeue_dead, store.release_stuck, store.requeue_dead_many) == (
+        store.send_now, store.send_again, store.release, store.send_again_many)
+    m = stuck_message()
+    store.release_stuck(m, actor="otto")
+    with pytest.raises(leases.NotApplicable):
+        store.requeue_dead(OutboxMessage.objects.get(pk=m.pk), actor="otto")
+    assert issubclass(store.InvalidTransition, leases.NotApplicable) and issubclass(store.StaleClaim, leases.StaleToken)

@@ -1,0 +1,113 @@
+"""The leased-work vocabulary that receipts, webhook events and outbox messages share
+(docs/architecture.md, section 8).
+
+A unit of work is owned by one worker at a time, for a bounded time (its lease), proved
+by a fencing token that changes on every claim. Every change to a unit is a compare-and-set
+on the status and the token its writer last saw, so a writer that lost the unit (its
+lease was taken over, or an operator acted) changes nothing. Each kind keeps its own
+states and transitions in its own app and calls this module for the shared pieces.
+
+This module imports no app of ours.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import QuerySet
+
+
+class StaleToken(Exception):
+    """The caller no longer owns the unit: its lease was taken over, it was settled, or an
+    operator acted on it. Nothing was written."""
+
+
+class NotApplicable(Exception):
+    """The unit's state does not allow the action (an operator's, usually)."""
+
+
+def compare_and_set(queryset: QuerySet, token_field: str, token: Any, status: str, /, **changes: Any) -> bool:
+    """Apply `changes` to the unit in `queryset` only if it still has `status` and the
+    fencing token `token` (the ones its writer last saw). True if this writer won; False if
+    another process changed the unit first, and then nothing was written. (Positional
+    parameters, so that `changes` may set the status and the token.)
+
+    One UPDATE with a rowcount check, never a read followed by a write: on PostgreSQL the
+    row lock and READ COMMITTED's re-check settle a race, on SQLite the one writer does."""
+    return queryset.filter(**{token_field: token, "status": status}).update(**changes) == 1
+
+
+def backoff(
+    attempt: int,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    retry_after_max: float | None = None,
+) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1 = the first): exponential
+    from `base`, capped at `cap`, at a random point in the upper half of the step ("equal
+    jitter"), so that units that failed together (a dependency was down) do not come back
+    together while the delay still grows with each attempt. Never shorter than what the
+    other side asked for (`retry_after`), itself capped at `retry_after_max`."""
+    step = min(cap, base * 2 ** max(0, attempt - 1))
+    delay = random.uniform(step / 2, step)
+    if retry_after is not None:
+        asked = float(retry_after)
+        if retry_after_max is not None:
+            asked = min(asked, retry_after_max)
+        delay = max(delay, asked)
+    return delay
+
+
+def stuck(model: type[models.Model], owned_status: str, now: datetime) -> QuerySet:
+    """Units owned past their lease, oldest lease first. Each kind has a partial index on
+    `lease_expires_at` for its owned status, which serves this."""
+    return model.objects.filter(status=owned_status, lease_expires_at__lt=now).order_by("lease_expires_at", "id")
+
+
+def is_stuck(unit: Any, owned_status: str, now: datetime) -> bool:
+    """`stuck` for a unit already read."""
+    return unit.status == owned_status and unit.lease_expires_at is not None and unit.lease_expires_at < now
+
+
+# Audit action names are `<model>.<verb>`, the model's name in snake case. Entries stored
+# under an older name stay readable for as long as RECEIPTS_AUDIT_RETENTION_DAYS keeps them:
+# the former name -> the name it has now.
+FORMER_AUDIT_ACTIONS = {
+    "outbox.retry_now": "outbox_message.send_now",
+    "outbox.requeue_dead": "outbox_message.send_again",
+    "outbox.release": "outbox_message.release",
+}
+
+
+def current_audit_action(action: str) -> str:
+    """The name an audit action has now, for an entry stored under either name."""
+    return FORMER_AUDIT_ACTIONS.get(action, action)
+
+
+def audit_action_names(action: str) -> list[str]:
+    """Every name stored entries of `action` (given by either name) may carry: what a reader
+    filters the audit log by."""
+    current = current_audit_action(action)
+    return [current, *(former for former, now in FORMER_AUDIT_ACTIONS.items() if now == current)]
+
+
+class LeasedWork(models.Model):
+    """What every kind of unit has alike: the end of its owner's lease (null: unowned)."""
+
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class Scheduled(models.Model):
+    """A unit that waits for its time: due at `next_attempt_at` (events and messages)."""
+
+    next_attempt_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True

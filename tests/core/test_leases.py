@@ -1,0 +1,71 @@
+"""The leased-work vocabulary (idemdash/core/leases.py), on the receipts' model: the core
+functions work on any kind of unit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from idemdash.core import leases
+from receipts.models import Receipt
+
+pytestmark = pytest.mark.django_db
+
+
+def a_receipt(key: str = "k1", *, status: str = "processing", lease_minutes: float = 1) -> Receipt:
+    now = timezone.now()
+    return Receipt.objects.create(
+        scope="s", key=key, operation="op", fingerprint="f", status=status, created_at=now, updated_at=now,
+        expires_at=now + timedelta(days=1), lease_expires_at=now + timedelta(minutes=lease_minutes),
+    )
+
+
+def test_compare_and_set_changes_the_unit_when_status_and_token_still_match():
+    r = a_receipt()
+    rows = Receipt.objects.filter(pk=r.pk)
+    assert leases.compare_and_set(rows, "fencing_token", 1, "processing", status="failed", fencing_token=F("fencing_token") + 1)
+    r.refresh_from_db()
+    assert (r.status, r.fencing_token) == ("failed", 2)
+
+
+@pytest.mark.parametrize("token, status", [(2, "processing"), (1, "completed")])
+def test_compare_and_set_changes_nothing_for_a_stale_token_or_status(token, status):
+    r = a_receipt()
+    assert not leases.compare_and_set(Receipt.objects.filter(pk=r.pk), "fencing_token", token, status, status="failed")
+    assert Receipt.objects.get(pk=r.pk).status == "processing"
+
+
+def test_backoff_grows_from_base_with_jitter_in_the_upper_half_and_stops_at_the_cap():
+    for attempt, step in [(1, 2), (2, 4), (3, 8), (10, 60)]:
+        delays = [leases.backoff(attempt, 2, 60) for _ in range(50)]
+        assert all(step / 2 <= d <= step for d in delays)
+        assert len(set(delays)) > 1
+
+
+def test_backoff_is_never_shorter_than_retry_after_capped_at_its_maximum():
+    assert leases.backoff(1, 2, 60, retry_after=30) == 30
+    assert leases.backoff(1, 2, 60, retry_after="30") == 30
+    assert leases.backoff(1, 2, 60, retry_after=10_000, retry_after_max=120) == 120
+    assert 1 <= leases.backoff(1, 2, 60, retry_after=0.5) <= 2
+
+
+def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
+    later = a_receipt("later", lease_minutes=-1)
+    first = a_receipt("first", lease_minutes=-5)
+    a_receipt("live", lease_minutes=5)
+    a_receipt("failed", status="failed", lease_minutes=-5)
+    now = timezone.now()
+    assert list(leases.stuck(Receipt, "processing", now)) == [first, later]
+    assert [leases.is_stuck(r, "processing", now) for r in (first, Receipt.objects.get(key="live"))] == [True, False]
+    assert not leases.is_stuck(Receipt.objects.get(key="failed"), "processing", now)
+
+
+def test_every_former_audit_action_name_reads_as_the_current_one():
+    assert leases.current_audit_action("outbox.requeue_dead") == "outbox_message.send_again"
+    assert leases.current_audit_action("receipt.release") == "receipt.release"
+    assert leases.audit_action_names("outbox.retry_now") == ["outbox_message.send_now", "outbox.retry_now"]
+    assert leases.audit_action_names("outbox_message.release") == ["outbox_message.release", "outbox.release"]
+    assert leases.audit_action_names("webhook_event.reprocess") == ["webhook_event.reprocess"]
