@@ -10,8 +10,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash import alerts, demo
-from idemdash.models import Alert, AlertRule, DemoSwitch
+from idemdash import alerts
+from idemdash.models import Alert, AlertRule
 from receipts.admin import to_the_second
 
 # The app list beside every page took 300 of 1440 px from the changelists, whose last columns
@@ -72,28 +72,3 @@ class AlertAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-@admin.register(DemoSwitch)
-class DemoSwitchAdmin(admin.ModelAdmin):
-    """`make demo`'s staged outages: "Fix" is the operator's bug fix (idemdash.demo)."""
-
-    list_display = ("name", "failing", "description", "updated_at")
-    readonly_fields = ("name", "failing", "description", "updated_at")
-    actions = ["fix", "break_again"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # `manage.py demo_stage` makes them
-
-    def _flip(self, request: HttpRequest, queryset: QuerySet, on: bool) -> None:
-        changed = [s.name for s in queryset if demo.set_failing(s, on, actor=_actor(request), user=request.user)]
-        state = "failing again" if on else "fixed: its handler succeeds now; reprocess its dead events"
-        self.message_user(request, f"{', '.join(changed) or 'nothing'} {state}.")
-
-    @admin.action(description="Fix: the handler succeeds from now on")
-    def fix(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._flip(request, queryset, False)
-
-    @admin.action(description="Break again: the handler fails")
-    def break_again(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._flip(request, queryset, True)

@@ -169,7 +169,7 @@ class Alert(models.Model):
 
 
 class DemoSwitch(models.Model):
-    """A switch of `make demo`'s staged outages (idemdash.demo): while `failing` is on, the
+    """A switch of `make demo`'s staged outages (idemdash.devtools.demo): while `failing` is on, the
     demo's handler of that name fails. Only `manage.py demo_setup` creates rows, so a
     project that never ran the demo has none and nothing fails."""
 

@@ -69,7 +69,7 @@ def test_the_admin_lists_a_rate_threshold_in_percent(admin_client):
 
 
 def test_the_demo_switch_is_fixed_and_broken_again_by_admin_actions_that_are_audited(admin_client):
-    from idemdash import demo
+    from idemdash.devtools import demo
     from idemdash.models import DemoSwitch
 
     demo.setup()
