@@ -28,7 +28,7 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
 ]
 
-# Alerts (idemdash.alerts): history for viewers, rules for operators.
+# Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.
 urlpatterns += [
     path("alerts/", alert_views.alert_history, name="alerts"),
     path("alerts/rules/", alert_views.alert_rules, name="alert_rules"),

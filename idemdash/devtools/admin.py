@@ -7,8 +7,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from idemdash.dashboard.models import DemoSwitch
 from idemdash.devtools import demo
-from idemdash.models import DemoSwitch
 
 
 @admin.register(DemoSwitch)

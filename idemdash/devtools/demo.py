@@ -18,8 +18,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from idemdash import alerts
-from idemdash.models import AlertRule, DemoSwitch
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import AlertRule, DemoSwitch
 from receipts.store import audit
 
 REFUNDS = "refunds"

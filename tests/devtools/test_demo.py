@@ -5,8 +5,8 @@ import json
 import pytest
 from django.test import override_settings
 
+from idemdash.dashboard.models import AlertRule, DemoSwitch
 from idemdash.devtools import demo
-from idemdash.models import AlertRule, DemoSwitch
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import SHOPIFY_SECRET, deliver, make_endpoint, shopify_headers
 from webhooks import processing

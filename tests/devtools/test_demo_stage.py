@@ -5,8 +5,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule, DemoSwitch
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import Alert, AlertRule, DemoSwitch
 
 pytestmark = pytest.mark.django_db
 

@@ -70,7 +70,7 @@ import django
 django.setup()
 from django.contrib import admin
 from webhooks.handlers import registered
-from idemdash.models import DemoSwitch
+from idemdash.dashboard.models import DemoSwitch
 print(("shopify", "refunds/create") in registered(), admin.site.is_registered(DemoSwitch))
 """
 

@@ -39,12 +39,14 @@ def wheel_files(tmp_path_factory) -> list[str]:
 def test_the_wheel_holds_the_apps(wheel_files):
     assert {
         "idemdash/settings.py",
-        "idemdash/apps.py",
-        "idemdash/migrations/0004_demo_switch.py",
-        "idemdash/management/commands/install_schedules.py",
+        "idemdash/core/schedules.py",
+        "idemdash/dashboard/apps.py",
+        "idemdash/dashboard/migrations/0004_demo_switch.py",
+        "idemdash/dashboard/templatetags/idemdash_tags.py",
         "idemdash/dashboard/views.py",
         "idemdash/worker/apps.py",
         "receipts/store.py",
+        "receipts/management/commands/install_schedules.py",
         "webhooks/demo_handlers.py",
     } <= set(wheel_files)
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from idemdash.scheduling import install_schedules
+from idemdash.core.schedules import install_schedules
 
 
 class Command(BaseCommand):

@@ -28,7 +28,7 @@ GROUPS = {
 
 
 def ensure_groups() -> None:
-    from idemdash.models import Dashboard
+    from idemdash.dashboard.models import Dashboard
 
     content_type = ContentType.objects.get_for_model(Dashboard, for_concrete_model=False)
     perms = {}

@@ -19,26 +19,29 @@ notification.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
-from idemdash import queries
-from idemdash.models import Alert, AlertRule
-from idemdash.templatetags.idemdash_tags import duration, percent
+from idemdash.dashboard import queries
+from idemdash.dashboard.alert_rules import (
+    INSTANT_METRICS,
+    PERCENT_METRICS,
+    WINDOW_NAMES,
+    format_threshold,
+    format_value,
+    window_label,
+)
+from idemdash.dashboard.models import Alert, AlertRule
 from receipts.models import Attempt
-from receipts.outbox.actions import get_action
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import enqueue
 from receipts.store import audit
@@ -52,20 +55,6 @@ State = Alert.State
 # (each failed attempt is one row of the attempt log, so retried keys are counted once).
 REPEATED_FAILURES = 2
 
-# The attempt logs are kept 35 days (RECEIPTS_ATTEMPT_RETENTION_DAYS); a longer window
-# would quietly count less than it says.
-MAX_WINDOW_MINUTES = 30 * 24 * 60
-
-# The dashboard's windows, by their minutes, so a rule reads like the overview.
-WINDOW_NAMES = {int(w.span.total_seconds() // 60): name for name, w in queries.WINDOWS.items()}
-
-# Figures that describe the present, not a span of time: their rule's window is ignored.
-INSTANT_METRICS = frozenset({Metric.STUCK_ROWS, Metric.OUTBOX_BACKLOG_AGE})
-
-# Rates: measured as a fraction (as the stats document has them), but read, typed and
-# stored in percent, as the tile shows them: a rule's threshold of 20 means 20%.
-PERCENT_METRICS = frozenset({Metric.DUPLICATE_RATE})
-
 # The page that shows what a metric counts, filtered to it: where a notification links.
 CAUSE_PAGES: dict[str, str] = {
     Metric.DUPLICATE_RATE: "dashboard:overview",
@@ -78,47 +67,6 @@ CAUSE_PAGES: dict[str, str] = {
     Metric.OUTBOX_BACKLOG_AGE: "dashboard:outbox?status=waiting",
     Metric.REJECTED_DELIVERIES: "dashboard:rejected",
 }
-
-
-# --- windows ------------------------------------------------------------------------------
-
-
-def window_label(minutes: int) -> str:
-    if minutes in WINDOW_NAMES:
-        return WINDOW_NAMES[minutes]
-    if minutes % 60 == 0:
-        return f"{minutes // 60}h"
-    return f"{minutes}m"
-
-
-_WINDOW_RE = re.compile(r"^\s*(\d{1,6})\s*([mhd]?)\s*$", re.I)
-
-
-def parse_window_minutes(text: str) -> int:
-    """`1h`, `24h`, `7d`, `30d`, `15m` or a bare number of minutes."""
-    match = _WINDOW_RE.match(text or "")
-    if not match:
-        raise ValidationError("Give a window such as 15m, 1h, 24h, 7d, 30d, or a number of minutes.")
-    number, unit = int(match[1]), match[2].lower() or "m"
-    minutes = number * {"m": 1, "h": 60, "d": 1440}[unit]
-    if not 1 <= minutes <= MAX_WINDOW_MINUTES:
-        raise ValidationError(f"The window must be between 1 minute and 30 days; got {window_label(minutes)}.")
-    return minutes
-
-
-# --- targets ------------------------------------------------------------------------------
-
-
-def check_target(channel: str, target: str) -> None:
-    """Refuse a target now that the outbox would refuse at the first firing."""
-    if channel == AlertRule.Channel.EMAIL:
-        validate_email(target)
-        return
-    URLValidator(schemes=["http", "https"], message="Give an http or https URL.")(target)
-    try:
-        get_action("http.post").validate({"url": target, "json": {}})
-    except ValueError as exc:  # e.g. a host outside OUTBOX_HTTP_ALLOWED_HOSTS
-        raise ValidationError(str(exc)) from None
 
 
 # --- metrics ------------------------------------------------------------------------------
@@ -253,24 +201,6 @@ def cause_url(metric: str, window_minutes: int | None = None) -> str:
 def notification_key(alert: Alert, transition: str) -> str:
     """One key per (alert, transition): a repeated evaluation cannot add a second message."""
     return f"idemdash:alert:{alert.pk}:{transition}"
-
-
-def format_value(metric: str, value: float) -> str:
-    """A measured figure as its tile shows it: "36.74%", "3 min", "4"."""
-    if metric in PERCENT_METRICS:
-        return percent(value)
-    if metric == Metric.OUTBOX_BACKLOG_AGE:
-        return duration(value) if value >= 1 else "0 s"
-    return f"{value:g}"
-
-
-def format_threshold(metric: str, threshold: float) -> str:
-    """A rule's threshold in its unit: "20%", "300 s", "0"."""
-    if metric in PERCENT_METRICS:
-        return f"{threshold:g}%"
-    if metric == Metric.OUTBOX_BACKLOG_AGE:
-        return f"{threshold:g} s"
-    return f"{threshold:g}"
 
 
 UNITS = {Metric.DUPLICATE_RATE: "percent", Metric.OUTBOX_BACKLOG_AGE: "seconds"}

@@ -1,5 +1,5 @@
 """Admin for alert rules and their alerts. Saving or deleting a rule here goes through
-idemdash.alerts, like the dashboard, so it is audited; alerts are read-only (only the
+idemdash.dashboard.alerts, like the dashboard, so it is audited; alerts are read-only (only the
 evaluator moves them)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import Alert, AlertRule
 from receipts.admin import to_the_second
 
 # The app list beside every page took 300 of 1440 px from the changelists, whose last columns

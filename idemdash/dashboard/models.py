@@ -6,6 +6,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from idemdash.dashboard import alert_rules
+
 
 class Dashboard(models.Model):
     """Holds the dashboard's permissions; no table.
@@ -24,26 +26,14 @@ class Dashboard(models.Model):
 
 
 class AlertRule(models.Model):
-    """A threshold on one dashboard figure over a window; `idemdash.alerts.evaluate` watches it."""
+    """A threshold on one dashboard figure over a window; `idemdash.dashboard.alerts.evaluate` watches it."""
 
-    class Metric(models.TextChoices):
-        DUPLICATE_RATE = "duplicate_rate", "Duplicate rate"
-        IN_PROGRESS_CONFLICTS = "in_progress_conflicts", "409 in-progress conflicts"
-        MISMATCH_CONFLICTS = "mismatch_conflicts", "422 mismatches"
-        FAILING_KEYS = "failing_keys", "Keys failing repeatedly"
-        STUCK_ROWS = "stuck_rows", "Stuck rows (receipts, webhook events, outbox messages)"
-        DEAD_WEBHOOK_EVENTS = "dead_webhook_events", "Dead webhook events"
-        DEAD_OUTBOX_MESSAGES = "dead_outbox_messages", "Dead outbox messages"
-        OUTBOX_BACKLOG_AGE = "outbox_backlog_age", "Outbox backlog age (seconds)"
-        REJECTED_DELIVERIES = "rejected_deliveries", "Rejected webhook deliveries (signature and format)"
+    Metric = alert_rules.Metric
+    Channel = alert_rules.Channel
 
     class Comparison(models.TextChoices):
         GT = ">", "above (>)"
         GTE = ">=", "at or above (>=)"
-
-    class Channel(models.TextChoices):
-        EMAIL = "email", "Email"
-        WEBHOOK = "webhook", "HTTP POST (Slack-compatible JSON)"
 
     name = models.CharField(max_length=100, unique=True)
     metric = models.CharField(max_length=32, choices=Metric.choices)
@@ -73,19 +63,15 @@ class AlertRule(models.Model):
     def clean(self) -> None:
         # The model validates the target, so the dashboard form and the admin refuse the
         # same bad input, and `evaluate` never meets a target the outbox would refuse.
-        from idemdash.alerts import check_target
-
         if self.channel and self.target:
             try:
-                check_target(self.channel, self.target)
+                alert_rules.check_target(self.channel, self.target)
             except ValidationError as exc:
                 raise ValidationError({"target": exc.messages}) from None
 
     @property
     def window_label(self) -> str:
-        from idemdash.alerts import window_label
-
-        return window_label(self.window_minutes)
+        return alert_rules.window_label(self.window_minutes)
 
     @property
     def target_display(self) -> str:
@@ -99,21 +85,15 @@ class AlertRule(models.Model):
 
     @property
     def span_text(self) -> str:
-        from idemdash.alerts import INSTANT_METRICS
-
-        return "now" if self.metric in INSTANT_METRICS else f"over {self.window_label}"
+        return "now" if self.metric in alert_rules.INSTANT_METRICS else f"over {self.window_label}"
 
     @property
     def condition(self) -> str:
-        from idemdash.alerts import format_threshold
-
-        return f"{self.get_metric_display()} {self.comparison} {format_threshold(self.metric, self.threshold)} {self.span_text}"
+        return f"{self.get_metric_display()} {self.comparison} {alert_rules.format_threshold(self.metric, self.threshold)} {self.span_text}"
 
     @property
     def threshold_display(self) -> str:
-        from idemdash.alerts import format_threshold
-
-        return format_threshold(self.metric, self.threshold)
+        return alert_rules.format_threshold(self.metric, self.threshold)
 
 
 class Alert(models.Model):
@@ -154,15 +134,11 @@ class Alert(models.Model):
 
     @property
     def value_display(self) -> str:
-        from idemdash.alerts import format_value
-
-        return format_value(self.metric, self.value)
+        return alert_rules.format_value(self.metric, self.value)
 
     @property
     def resolved_value_display(self) -> str:
-        from idemdash.alerts import format_value
-
-        return "" if self.resolved_value is None else format_value(self.metric, self.resolved_value)
+        return "" if self.resolved_value is None else alert_rules.format_value(self.metric, self.resolved_value)
 
     def __str__(self) -> str:
         return f"{self.rule_name} ({self.state} since {self.fired_at:%Y-%m-%d %H:%M})"
