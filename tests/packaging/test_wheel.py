@@ -3,29 +3,21 @@ the demo, simulator, seeder, bench and their fixtures), which pyproject.toml exc
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
+from tests.packaging.source import copy_source
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def wheel_files(tmp_path_factory) -> list[str]:
     root = tmp_path_factory.mktemp("wheel")
-    # A copy of the project's source, so the build writes nothing into the worktree.
-    source = root / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for package in ("idemdash", "receipts", "webhooks"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    source = copy_source(root)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", root / "dist", source],
         capture_output=True, text=True, timeout=200,
