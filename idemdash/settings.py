@@ -88,7 +88,7 @@ INSTALLED_APPS = [
     "receipts",
     "receipts.outbox",
     "webhooks",
-    "idemdash",
+    "idemdash.dashboard",  # label "idemdash"
 ]
 
 MIDDLEWARE = [
@@ -195,7 +195,7 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     # static/vendor/plotly.min.js, straight from the installed plotly package.
-    "idemdash.vendor.PlotlyFinder",
+    "idemdash.dashboard.vendor.PlotlyFinder",
 ]
 # collectstatic writes every file under a content-hashed name plus a gzip copy; WhiteNoise
 # serves the hashed names with a ten-year immutable Cache-Control. A page that names a file

@@ -1,9 +1,4 @@
-"""django-q2 entry points, referred to by dotted path from schedules.py."""
+"""Moved to idemdash.dashboard.tasks; kept for one release, as tasks queued or scheduled
+before the move name this path."""
 
-from typing import Any
-
-from idemdash import alerts
-
-
-def evaluate_alerts() -> dict[str, Any]:
-    return alerts.evaluate().as_dict()
+from idemdash.dashboard.tasks import evaluate_alerts  # noqa: F401

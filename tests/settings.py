@@ -1,4 +1,5 @@
-"""Settings for pytest: the project's own, with a random SECRET_KEY for this run and
+"""Settings for pytest: the devtools settings (the project's own plus the devtools app, whose
+demo, simulator and seeder the suite tests too), with a random SECRET_KEY for this run and
 static files served straight from the finders.
 
 The key goes into os.environ before the project's settings read it, so that every server
@@ -12,7 +13,7 @@ import secrets
 
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
-from idemdash.settings import *  # noqa: E402, F403
+from idemdash.devtools.settings import *  # noqa: E402, F403
 
 # The manifest storage needs `collectstatic` before any page can render; the suite renders
 # pages without running it, so names stay unhashed and WhiteNoise finds the files where

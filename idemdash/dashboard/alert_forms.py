@@ -4,8 +4,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from idemdash.alerts import PERCENT_METRICS, parse_window_minutes, window_label
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard.alert_rules import PERCENT_METRICS, parse_window_minutes, window_label
+from idemdash.dashboard.models import Alert, AlertRule
 
 
 class AlertRuleForm(forms.ModelForm):

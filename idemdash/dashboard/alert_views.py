@@ -1,5 +1,5 @@
 """Alert pages: the history (viewers), and rules that operators create, edit, delete and
-evaluate. Every change goes through idemdash.alerts, which writes the audit log."""
+evaluate. Every change goes through idemdash.dashboard.alerts, which writes the audit log."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idemdash import alerts
-from idemdash.access import operator_required, viewer_required
+from idemdash.dashboard import alerts
+from idemdash.dashboard.access import operator_required, viewer_required
 from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
 from idemdash.dashboard.actions import safe_next
 from idemdash.dashboard.pages import partial_or_page
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard.models import Alert, AlertRule
 
 PAGE_SIZE = 50
 

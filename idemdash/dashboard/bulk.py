@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from idemdash.access import OPERATE, viewer_required
+from idemdash.dashboard.access import OPERATE, viewer_required
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, ReceiptFilter
 from receipts import store
 from receipts.models import AuditEntry

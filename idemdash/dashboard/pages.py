@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from idemdash import queries
+from idemdash.dashboard import queries
 from idemdash.dashboard.forms import BadCursor, keyset_page
 
 

@@ -37,7 +37,7 @@ urlpatterns += [
     path("outbox/<int:pk>/requeue/", views_flow.message_action, {"action": "send_again"}, name="message_requeue"),
 ]
 
-# Alerts (idemdash.alerts): history for viewers, rules for operators.
+# Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.
 urlpatterns += [
     path("alerts/", alert_views.alert_history, name="alerts"),
     path("alerts/rules/", alert_views.alert_rules, name="alert_rules"),

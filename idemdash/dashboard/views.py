@@ -1,4 +1,4 @@
-"""The dashboard: thin function views. Reads come from idemdash.queries, every action goes
+"""The dashboard: thin function views. Reads come from idemdash.dashboard.queries, every action goes
 through the receipt store, which writes the audit log."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from idemdash import alerts, charts, conflicts, queries
-from idemdash.access import VIEW, operator_required, viewer_required
+from idemdash.dashboard import alerts, charts, conflicts, queries
+from idemdash.dashboard.access import VIEW, operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.bulk import describe_filter
 from idemdash.dashboard.forms import AuditFilter, ReceiptFilter
-from idemdash.templatetags.idemdash_tags import audit_verb
+from idemdash.dashboard.templatetags.idemdash_tags import audit_verb
 from idemdash.dashboard.pages import filtered_list, partial_or_page
 from receipts import store
 from receipts.conf import policy_for

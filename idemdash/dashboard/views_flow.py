@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from idemdash import queries
-from idemdash.access import operator_required, viewer_required
+from idemdash.dashboard import queries
+from idemdash.dashboard.access import operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
 from idemdash.dashboard.pages import filtered_list

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard.models import Alert, AlertRule
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.build import stuck

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import Alert, AlertRule
 from receipts import store
 from tests.dashboard.build import stuck
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import Alert, AlertRule
 from tests.dashboard.build import stuck
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
 

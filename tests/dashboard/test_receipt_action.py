@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from idemdash import queries
+from idemdash.dashboard import queries
 from receipts import store
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.dashboard.build import SCOPE, completed, failed, stuck

@@ -141,7 +141,7 @@ def test_the_pager_says_how_many_receipts_match_the_filter(viewer_client, monkey
 
 
 def test_past_the_cap_the_total_says_more_than(viewer_client, monkeypatch):
-    from idemdash import queries
+    from idemdash.dashboard import queries
 
     monkeypatch.setattr(queries, "TOTAL_CAP", 3)
     for i in range(5):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from idemdash.access import ensure_groups
+from idemdash.dashboard.access import ensure_groups
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule
+from idemdash.dashboard import alerts
+from idemdash.dashboard.models import Alert, AlertRule
 from receipts.models import AuditEntry
 from tests.dashboard.build import stuck
 
@@ -66,21 +66,3 @@ def test_the_admin_lists_a_rate_threshold_in_percent(admin_client):
     AlertRule.objects.create(name="dups", metric="duplicate_rate", threshold=20, channel="email", target="ops@example.com")
     html = admin_client.get("/admin/idemdash/alertrule/").content.decode()
     assert '<td class="field-threshold_shown">20%</td>' in html
-
-
-def test_the_demo_switch_is_fixed_and_broken_again_by_admin_actions_that_are_audited(admin_client):
-    from idemdash import demo
-    from idemdash.models import DemoSwitch
-
-    demo.setup()
-    switch = DemoSwitch.objects.get()
-    assert admin_client.get("/admin/idemdash/demoswitch/add/").status_code == 403  # only demo_stage makes them
-
-    response = admin_client.post("/admin/idemdash/demoswitch/", {"action": "fix", "_selected_action": [switch.pk]}, follow=True)
-    assert "Refunds fixed: its handler succeeds now" in response.content.decode()
-    assert not demo.failing(demo.REFUNDS)
-    admin_client.post("/admin/idemdash/demoswitch/", {"action": "break_again", "_selected_action": [switch.pk]})
-    assert demo.failing(demo.REFUNDS)
-    assert list(AuditEntry.objects.filter(action__startswith="demo_switch.").order_by("id").values_list("action", "actor")) == [
-        ("demo_switch.fix", "admin"), ("demo_switch.break", "admin"),
-    ]

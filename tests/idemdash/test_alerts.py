@@ -1,4 +1,4 @@
-"""idemdash.alerts: each metric against known data, the fire / stay / resolve / fire-again
+"""idemdash.dashboard.alerts: each metric against known data, the fire / stay / resolve / fire-again
 cycle, notifications enqueued once and then really sent, and evaluators racing."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from django.core import mail
 from django.db import connections
 from django.utils import timezone
 
-from idemdash import alerts
-from idemdash.models import Alert, AlertRule
-from idemdash.scheduling import declared_schedules
-from idemdash.tasks import evaluate_alerts
+from idemdash.dashboard import alert_rules, alerts
+from idemdash.dashboard.models import Alert, AlertRule
+from idemdash.core.schedules import declared_schedules
+from idemdash.dashboard.tasks import evaluate_alerts
 from receipts import store
 from receipts.models import AuditEntry
 from receipts.outbox import store as outbox
@@ -48,17 +48,17 @@ def measure(metric: str, window: int, now) -> float:
 @pytest.mark.parametrize("text,minutes", [("1h", 60), ("24h", 1440), ("7d", 10080), ("30d", 43200),
                                           ("15m", 15), ("15", 15), (" 2H ", 120)])
 def test_a_window_is_read_as_the_dashboards_names_or_minutes(text, minutes):
-    assert alerts.parse_window_minutes(text) == minutes
+    assert alert_rules.parse_window_minutes(text) == minutes
 
 
 @pytest.mark.parametrize("text", ["", "0", "31d", "1w", "-5", "1.5h"])
 def test_a_window_outside_one_minute_to_thirty_days_is_refused(text):
-    with pytest.raises(alerts.ValidationError):
-        alerts.parse_window_minutes(text)
+    with pytest.raises(alert_rules.ValidationError):
+        alert_rules.parse_window_minutes(text)
 
 
 def test_window_labels_use_the_dashboards_names():
-    assert [alerts.window_label(m) for m in (60, 1440, 10080, 43200, 15, 120)] == ["1h", "24h", "7d", "30d", "15m", "2h"]
+    assert [alert_rules.window_label(m) for m in (60, 1440, 10080, 43200, 15, 120)] == ["1h", "24h", "7d", "30d", "15m", "2h"]
 
 
 # --- metrics against known data ---------------------------------------------------------------
@@ -334,7 +334,7 @@ def test_the_migration_turns_fraction_thresholds_into_percent():
 
     from django.apps import apps
 
-    migration = import_module("idemdash.migrations.0003_alert_thresholds_in_percent")
+    migration = import_module("idemdash.dashboard.migrations.0003_alert_thresholds_in_percent")
     rate, count = rule(Metric.DUPLICATE_RATE, 0.2), rule(Metric.STUCK_ROWS, 3)
     migration.fractions_to_percent(apps, None)
     rate.refresh_from_db(), count.refresh_from_db()
@@ -520,7 +520,13 @@ def test_saving_and_deleting_a_rule_is_audited_and_deleting_resolves_its_alert(d
 
 def test_the_alerts_schedule_is_declared_every_minute():
     (entry,) = [e for e in declared_schedules().schedules if e["name"] == "idemdash.alerts"]
-    assert (entry["func"], entry["schedule_type"], entry["minutes"]) == ("idemdash.tasks.evaluate_alerts", "I", 1)
+    assert (entry["func"], entry["schedule_type"], entry["minutes"]) == ("idemdash.dashboard.tasks.evaluate_alerts", "I", 1)
+
+
+def test_tasks_queued_under_the_path_before_the_move_still_run():
+    from idemdash.tasks import evaluate_alerts as before_the_move
+
+    assert before_the_move is evaluate_alerts
 
 
 @pytest.mark.django_db

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from idemdash import charts
+from idemdash.dashboard import charts
 
 T0 = datetime(2026, 3, 10, 9, 0, tzinfo=timezone.utc)
 BUCKET = timedelta(minutes=5)

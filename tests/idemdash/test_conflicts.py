@@ -1,4 +1,4 @@
-from idemdash.conflicts import Difference, diff_requests
+from idemdash.dashboard.conflicts import Difference, diff_requests
 
 
 def test_identical_requests_have_no_differences():

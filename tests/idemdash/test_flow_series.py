@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 import time_machine
 
-from idemdash import charts, queries
+from idemdash.dashboard import charts, queries
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import time_machine
 
-from idemdash import queries
+from idemdash.dashboard import queries
 from receipts import rollup, store
 from receipts.models import Attempt, AttemptHourly
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
@@ -208,7 +208,7 @@ def test_duplicate_counts_group_replays_409s_and_422s_per_receipt(django_assert_
 
 
 def test_the_pager_words_for_each_kind_of_total():
-    from idemdash.templatetags.idemdash_tags import total_of
+    from idemdash.dashboard.templatetags.idemdash_tags import total_of
 
     assert total_of(queries.Total(1234)) == "1,234"
     assert total_of(queries.Total(10_000, False, 2_345_678)) == "more than 10,000 (about 2.3 million, estimated)"

@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django_q.models import Schedule
 
-from idemdash.scheduling import Declared, declared_schedules, install_schedules
+from idemdash.core.schedules import Declared, declared_schedules, install_schedules
 
 pytestmark = pytest.mark.django_db
 
@@ -30,6 +30,18 @@ def test_migrate_installs_every_declared_schedule_with_no_other_step():
     assert Schedule.objects.get(name="outbox.drain").func == "receipts.outbox.tasks.drain"
     assert Schedule.objects.get(name="receipts.purge").func == "receipts.tasks.purge"
     assert all(Schedule.objects.filter(name=name).count() == 1 for name in declared_names())
+
+
+def test_migrate_points_a_schedule_made_before_the_dashboard_moved_at_the_new_task_path():
+    Schedule.objects.filter(name="idemdash.alerts").update(func="idemdash.tasks.evaluate_alerts")
+    call_command("migrate", verbosity=0)
+    assert Schedule.objects.get(name="idemdash.alerts").func == "idemdash.dashboard.tasks.evaluate_alerts"
+
+
+def test_the_old_module_path_still_installs_schedules():
+    from idemdash import scheduling
+
+    assert scheduling.install_schedules is install_schedules
 
 
 def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings as django_settings
+
+from tests.packaging.source import copy_source
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
 
@@ -59,13 +60,7 @@ def venv(tmp_path_factory) -> Path:
     language, command = GUIDE["install"]
     assert language == "sh" and command.strip() == "pip install idemdash"
     root = tmp_path_factory.mktemp("core")
-    # A copy of the project's source, so the build writes nothing into the worktree.
-    source = root / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    for package in ("idemdash", "receipts", "webhooks"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    source = copy_source(root)
     env_dir = root / "venv"
     run(sys.executable, "-m", "venv", env_dir)
     run(env_dir / "bin" / "pip", "install", "--quiet", source, timeout=180)

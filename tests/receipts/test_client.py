@@ -20,7 +20,7 @@ from receipts.client import (
     make_key,
     tool_call_key,
 )
-from receipts.examples.agent_workflow import Steps, run_workflow
+from idemdash.devtools.examples.agent_workflow import Steps, run_workflow
 from receipts.models import Receipt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def test_the_client_imports_without_django():
         "import sys\n"
         "sys.modules['django'] = None  # any `import django...` now raises ImportError\n"
         "import receipts.client\n"
-        "import receipts.examples.agent_workflow\n"
+        "import idemdash.devtools.examples.agent_workflow\n"
         "loaded = [m for m in sys.modules if m == 'django' or m.startswith('django.')]\n"
         "assert loaded == ['django'], loaded\n"
         "print('ok')\n"

@@ -247,7 +247,7 @@ def test_hourly_roll_ups_outlive_the_attempt_log_and_have_their_own_retention(se
     kept = set(AttemptHourly.objects.values_list("hour", flat=True))
     assert kept == {h for h in hours if h > timezone.now() - timedelta(days=60)} and len(kept) == 1
     # The 30-day window still counts the 20-day-old request, now from the roll-up alone.
-    from idemdash import queries
+    from idemdash.dashboard import queries
 
     assert queries.receipt_stats(queries.WINDOWS["30d"])["claimed"] == 1
 

@@ -16,6 +16,7 @@ import stripe
 from django.test import Client
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 
+from idemdash.devtools.simulator import FIXTURES
 from webhooks import handlers
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 
@@ -23,6 +24,8 @@ STRIPE_SECRET = "whsec_test_stripe_0123456789abcdef"
 SHOPIFY_SECRET = "shpss_test_shopify_0123456789abcdef"
 STANDARD_SECRET = "whsec_" + base64.b64encode(b"standard-webhooks-test-secret-32b").decode()
 
+# The demo's small Stripe objects, the ones the simulator sends.
+LOCAL_OBJECTS = json.loads((FIXTURES / "stripe_objects.json").read_text())
 FIXTURES3 = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "stripe" / "fixtures3.json"
 
 

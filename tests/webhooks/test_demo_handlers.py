@@ -1,17 +1,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.webhooks.conftest import SHOPIFY_SECRET, deliver, deliver_stripe, make_endpoint, shopify_headers, stripe_event
+from tests.webhooks.conftest import LOCAL_OBJECTS, SHOPIFY_SECRET, deliver, deliver_stripe, make_endpoint, shopify_headers, stripe_event
 from webhooks import processing
 from webhooks.models import Fulfilment, ShopifyOrder, WebhookEvent
 
 pytestmark = pytest.mark.django_db
-
-LOCAL_OBJECTS = json.loads((Path(__file__).parent / "fixtures" / "stripe_objects.json").read_text())
 
 
 def process_all() -> list[str]:

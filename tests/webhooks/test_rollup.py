@@ -12,7 +12,7 @@ import pytest
 import time_machine
 from django.core.management import call_command
 
-from idemdash import queries
+from idemdash.dashboard import queries
 from receipts import retention, rollup, tasks
 from receipts.models import AttemptHourly
 from tests.webhooks.conftest import make_endpoint

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from tests.webhooks.conftest import (
+    LOCAL_OBJECTS,
     SHOPIFY_SECRET,
     STANDARD_SECRET,
     STRIPE_SECRET,
@@ -23,8 +23,6 @@ from tests.webhooks.conftest import (
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 
 pytestmark = pytest.mark.django_db
-
-LOCAL_OBJECTS = json.loads((Path(__file__).parent / "fixtures" / "stripe_objects.json").read_text())
 
 
 def problem_of(response) -> dict:

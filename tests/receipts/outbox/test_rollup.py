@@ -14,7 +14,7 @@ import time_machine
 from django.core.management import call_command
 from django.db.models import F
 
-from idemdash import queries
+from idemdash.dashboard import queries
 from receipts import retention, rollup, tasks
 from receipts.outbox import store
 from receipts.outbox.models import OutboxAttempt, OutboxAttemptHourly, OutboxMessage, OutboxMessageHourly

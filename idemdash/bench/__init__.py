@@ -1,5 +1,0 @@
-"""`make bench`: idemdash's latency, throughput, scale and purge figures, measured on
-PostgreSQL under gunicorn. Run with `python -m idemdash.bench [--quick]`.
-
-This app exists only under `idemdash.bench.settings`; production settings never load it.
-"""

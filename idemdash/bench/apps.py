@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class BenchConfig(AppConfig):
-    name = "idemdash.bench"
-    label = "bench"
-    verbose_name = "Benchmarks"
-    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,429 @@
+"""Alerts: rules on the dashboard's figures, evaluated on a schedule, notified through the outbox.
+
+`evaluate()` measures every enabled rule's figure and moves its alert between two states:
+
+- **fire**: a unique insert of a firing Alert. A partial unique index allows one firing
+  alert per rule, so when two evaluators see the same breach at once, one insert wins and
+  the other gets an IntegrityError and does nothing.
+- **resolve**: a conditional UPDATE firing → resolved with a rowcount check, so only one
+  evaluator resolves a given alert.
+
+Each transition enqueues its notification (`email.send` or `http.post`) in the same
+transaction, under a key made of the alert's id and the transition. The transition
+happens once, so the message is enqueued once; the outbox then delivers it (at least once,
+with that key as the Idempotency-Key / Message-ID so that a receiver can drop a repeat).
+A rule that fires again after resolving opens a new Alert, hence a new key and a new
+notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Min
+from django.db.models.functions import TruncMinute
+from django.urls import reverse
+from django.utils import timezone
+
+from idemdash.dashboard import queries
+from idemdash.dashboard.alert_rules import (
+    INSTANT_METRICS,
+    PERCENT_METRICS,
+    WINDOW_NAMES,
+    format_threshold,
+    format_value,
+    window_label,
+)
+from idemdash.dashboard.models import Alert, AlertRule
+from receipts.models import Attempt
+from receipts.outbox.models import OutboxMessage
+from receipts.outbox.store import enqueue
+from receipts.store import audit
+
+log = logging.getLogger(__name__)
+
+Metric = AlertRule.Metric
+State = Alert.State
+
+# A key "fails repeatedly" when its receipt failed at least this many times in the window
+# (each failed attempt is one row of the attempt log, so retried keys are counted once).
+REPEATED_FAILURES = 2
+
+# The page that shows what a metric counts, filtered to it: where a notification links.
+CAUSE_PAGES: dict[str, str] = {
+    Metric.DUPLICATE_RATE: "dashboard:overview",
+    Metric.IN_PROGRESS_CONFLICTS: "dashboard:receipts?conflict=409",
+    Metric.MISMATCH_CONFLICTS: "dashboard:receipts?conflict=422",
+    Metric.FAILING_KEYS: "dashboard:receipts?status=failed&sort=-updated",
+    Metric.STUCK_ROWS: "dashboard:stuck",
+    Metric.DEAD_WEBHOOK_EVENTS: "dashboard:events?status=dead",
+    Metric.DEAD_OUTBOX_MESSAGES: "dashboard:outbox?status=dead",
+    Metric.OUTBOX_BACKLOG_AGE: "dashboard:outbox?status=waiting",
+    Metric.REJECTED_DELIVERIES: "dashboard:rejected",
+}
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+class Measurements:
+    """The figures of one evaluation, all at the same instant. Rules sharing a metric and
+    a window share one measurement, and one block of the dashboard's figures for a window
+    (queries.receipt_stats, webhook_stats, outbox_stats) serves every metric taken from it,
+    so an alert means exactly what the tile of the same name shows."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._cache: dict[tuple[str, int], float] = {}
+        self._blocks: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def __call__(self, metric: str, window_minutes: int) -> float:
+        if metric in INSTANT_METRICS:
+            window_minutes = 0
+        key = (metric, window_minutes)
+        if key not in self._cache:
+            self._cache[key] = float(METRICS[metric](self, timedelta(minutes=window_minutes)))
+        return self._cache[key]
+
+    def block(self, stats: Callable[[queries.Window, datetime], dict[str, Any]], span: timedelta) -> dict[str, Any]:
+        minutes = int(span.total_seconds() // 60)
+        key = (stats.__name__, minutes)
+        if key not in self._blocks:
+            window = queries.Window(window_label(minutes), span, span, TruncMinute)
+            self._blocks[key] = stats(window, self.now)
+        return self._blocks[key]
+
+    def start(self, span: timedelta) -> datetime:
+        return self.now - span
+
+
+def duplicate_rate(m: Measurements, span: timedelta) -> float:
+    return m.block(queries.receipt_stats, span)["duplicate_rate"]
+
+
+def in_progress_conflicts(m: Measurements, span: timedelta) -> int:
+    return m.block(queries.receipt_stats, span)["in_progress_conflicts"]
+
+
+def mismatch_conflicts(m: Measurements, span: timedelta) -> int:
+    return m.block(queries.receipt_stats, span)["mismatch_conflicts"]
+
+
+def failing_keys(m: Measurements, span: timedelta) -> int:
+    """Keys with at least REPEATED_FAILURES failed attempts in the window (from the attempt
+    log, so a key counts even after retention removed its receipt)."""
+    return (
+        Attempt.objects.filter(outcome=Attempt.Outcome.FAILED, created_at__gt=m.start(span), created_at__lte=m.now)
+        .values("scope", "key")
+        .annotate(n=Count("id"))
+        .filter(n__gte=REPEATED_FAILURES)
+        .count()
+    )
+
+
+def stuck_rows(m: Measurements, span: timedelta) -> int:
+    """Rows a worker holds past its lease right now, in all three stores."""
+    return sum(stuck(m.now).count() for stuck in (queries.stuck_receipts, queries.stuck_events, queries.stuck_messages))
+
+
+def dead_webhook_events(m: Measurements, span: timedelta) -> int:
+    """Events now dead that died in the window; reprocessing one clears it."""
+    return m.block(queries.webhook_stats, span)["dead"]
+
+
+def dead_outbox_messages(m: Measurements, span: timedelta) -> int:
+    """Messages now dead that died in the window; sending one again clears it."""
+    return m.block(queries.outbox_stats, span)["dead"]
+
+
+BACKLOG = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY, OutboxMessage.Status.IN_FLIGHT)
+
+
+def outbox_backlog_age(m: Measurements, span: timedelta) -> float:
+    """Seconds since the oldest message that is neither sent nor dead was enqueued; 0 when
+    the outbox is empty."""
+    oldest = OutboxMessage.objects.filter(status__in=BACKLOG).aggregate(t=Min("created_at"))["t"]
+    return max(0.0, (m.now - oldest).total_seconds()) if oldest else 0.0
+
+
+def rejected_deliveries(m: Measurements, span: timedelta) -> int:
+    """Webhook deliveries refused by verification (bad or missing signatures, stale
+    timestamps, malformed bodies) in the window."""
+    return m.block(queries.webhook_stats, span)["rejected"]
+
+
+# Where each figure comes from: the dashboard's own blocks and stuck queries, except the
+# two it has no tile for (keys failing repeatedly, and the backlog age counting messages
+# in flight too).
+METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
+    Metric.DUPLICATE_RATE: duplicate_rate,
+    Metric.IN_PROGRESS_CONFLICTS: in_progress_conflicts,
+    Metric.MISMATCH_CONFLICTS: mismatch_conflicts,
+    Metric.FAILING_KEYS: failing_keys,
+    Metric.STUCK_ROWS: stuck_rows,
+    Metric.DEAD_WEBHOOK_EVENTS: dead_webhook_events,
+    Metric.DEAD_OUTBOX_MESSAGES: dead_outbox_messages,
+    Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
+    Metric.REJECTED_DELIVERIES: rejected_deliveries,
+}
+assert set(METRICS) == set(Metric.values), "every metric needs a function"
+
+
+def in_rule_unit(metric: str, value: float) -> float:
+    """A measured figure in the unit its rule's threshold is in (percent for rates)."""
+    return round(value * 100, 6) if metric in PERCENT_METRICS else value
+
+
+def breached(rule: AlertRule, value: float) -> bool:
+    value = in_rule_unit(rule.metric, value)
+    if rule.comparison == AlertRule.Comparison.GTE:
+        return value >= rule.threshold
+    return value > rule.threshold
+
+
+def cause_url(metric: str, window_minutes: int | None = None) -> str:
+    """The absolute URL of the page that shows what `metric` counts (IDEMDASH_BASE_URL)."""
+    name, _, query = CAUSE_PAGES[metric].partition("?")
+    if name == "dashboard:overview" and window_minutes in WINDOW_NAMES:
+        query = f"window={WINDOW_NAMES[window_minutes]}"
+    return settings.IDEMDASH_BASE_URL + reverse(name) + (f"?{query}" if query else "")
+
+
+# --- notifications --------------------------------------------------------------------------
+
+
+def notification_key(alert: Alert, transition: str) -> str:
+    """One key per (alert, transition): a repeated evaluation cannot add a second message."""
+    return f"idemdash:alert:{alert.pk}:{transition}"
+
+
+UNITS = {Metric.DUPLICATE_RATE: "percent", Metric.OUTBOX_BACKLOG_AGE: "seconds"}
+
+
+def notification_text(alert: Alert, rule: AlertRule, transition: str) -> str:
+    if transition == "fired":
+        return (
+            f"[FIRING] {rule.name}: {rule.get_metric_display()} is "
+            f"{format_value(rule.metric, alert.value)} ({rule.comparison} {format_threshold(rule.metric, rule.threshold)} {rule.span_text})"
+        )
+    now_value = "" if alert.resolved_value is None else f", now {format_value(rule.metric, alert.resolved_value)}"
+    reason = f" ({alert.resolved_reason})" if alert.resolved_reason else ""
+    return f"[RESOLVED] {rule.name}: {rule.get_metric_display()}{now_value}{reason}; fired at {alert.fired_at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, dict[str, Any]]:
+    """The outbox action and payload for one transition of `alert`."""
+    text = notification_text(alert, rule, transition)
+    url = cause_url(rule.metric, rule.window_minutes)
+    # Threshold and values in one unit, the rule's (percent for rates), named by `unit`.
+    details = {
+        "alert_id": alert.pk,
+        "rule": rule.name,
+        "state": alert.state,
+        "metric": rule.metric,
+        "comparison": rule.comparison,
+        "threshold": rule.threshold,
+        "unit": UNITS.get(rule.metric, "count"),
+        "window_minutes": rule.window_minutes,
+        "value": in_rule_unit(rule.metric, alert.value),
+        "resolved_value": None if alert.resolved_value is None else in_rule_unit(rule.metric, alert.resolved_value),
+        "fired_at": alert.fired_at.isoformat(),
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+        "url": url,
+    }
+    if rule.channel == AlertRule.Channel.EMAIL:
+        lines = [text, "", f"See what caused it: {url}", ""] + [f"{name}: {value}" for name, value in details.items()]
+        return "email.send", {"to": rule.target, "subject": f"[idemdash] {text}"[:200], "body": "\n".join(lines)}
+    # Slack's incoming webhooks read `text` and ignore the rest; other receivers get the figures.
+    return "http.post", {"url": rule.target, "json": {"text": f"{text} <{url}>", "alert": details}, "headers": {}}
+
+
+def _notify(alert: Alert, rule: AlertRule, transition: str) -> None:
+    """Enqueue the notification, in the caller's transaction."""
+    key = notification_key(alert, transition)
+    action, payload = notification(alert, rule, transition)
+    try:
+        enqueue(action, payload, key)
+    except ValueError as exc:
+        # The target passed validation when the rule was saved, but the outbox refuses it
+        # now (OUTBOX_HTTP_ALLOWED_HOSTS changed, say). The alert still changes state, so
+        # the dashboard shows it; the reason is kept on the alert.
+        log.warning("alert %s: %s notification not queued: %s", alert.pk, transition, exc)
+        Alert.objects.filter(pk=alert.pk).update(notification_error=f"{transition}: {exc}")
+        alert.notification_error = f"{transition}: {exc}"
+        return
+    name = "fired_notification_key" if transition == "fired" else "resolved_notification_key"
+    Alert.objects.filter(pk=alert.pk).update(**{name: key})
+    setattr(alert, name, key)
+
+
+# --- transitions ------------------------------------------------------------------------
+
+
+def fire(rule: AlertRule, value: float, now: datetime) -> Alert | None:
+    """Open a firing alert for `rule` and enqueue its notification; None when the rule
+    already has a firing alert (another evaluator got there first)."""
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                alert = Alert.objects.create(
+                    rule=rule, rule_name=rule.name, metric=rule.metric, condition=rule.condition,
+                    state=State.FIRING, value=value, fired_at=now,
+                )
+        except IntegrityError:
+            return None
+        _notify(alert, rule, "fired")
+    return alert
+
+
+def resolve(alert: Alert, now: datetime, *, value: float | None = None, reason: str = "") -> bool:
+    """firing → resolved, once; the resolved notification goes out with it. False when
+    someone else resolved it first, or when it fired after `now` (a later evaluation
+    than the one whose figure says it cleared)."""
+    with transaction.atomic():
+        updated = Alert.objects.filter(pk=alert.pk, state=State.FIRING, fired_at__lte=now).update(
+            state=State.RESOLVED, resolved_at=now, resolved_value=value, resolved_reason=reason[:255]
+        )
+        if updated != 1:
+            return False
+        alert.refresh_from_db()
+        if alert.rule is not None:
+            _notify(alert, alert.rule, "resolved")
+    return True
+
+
+@dataclass
+class EvaluationResult:
+    evaluated: int = 0
+    fired: list[int] = field(default_factory=list)  # alert ids
+    resolved: list[int] = field(default_factory=list)
+    still_firing: int = 0
+    values: dict[str, float] = field(default_factory=dict)  # rule name -> figure
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None = None) -> EvaluationResult:
+    """Measure every rule (or those given) and fire or resolve its alert.
+
+    Safe to run in several processes at once: the insert and the conditional UPDATE are
+    the only guards, and the read of firing alerts below only saves them work.
+    """
+    now = now or timezone.now()
+    result = EvaluationResult()
+    measurements = Measurements(now)
+    rules = list(AlertRule.objects.all() if rules is None else rules)
+    firing = {a.rule_id: a for a in Alert.objects.filter(state=State.FIRING, rule__in=[r.pk for r in rules])}
+    for rule in rules:
+        alert = firing.get(rule.pk)
+        if not rule.enabled:
+            if alert is not None and resolve(alert, now, reason="rule disabled"):
+                result.resolved.append(alert.pk)
+            continue
+        value = measurements(rule.metric, rule.window_minutes)
+        result.evaluated += 1
+        result.values[rule.name] = value
+        if breached(rule, value):
+            if alert is not None:
+                result.still_firing += 1
+                continue
+            fired = fire(rule, value, now)
+            if fired is not None:
+                result.fired.append(fired.pk)
+            else:
+                result.still_firing += 1
+        elif alert is not None and resolve(alert, now, value=value, reason="condition cleared"):
+            result.resolved.append(alert.pk)
+    return result
+
+
+# --- operators' changes to rules (dashboard and admin alike), audited ----------------------
+
+
+def _rule_state(rule: AlertRule) -> str:
+    return "enabled" if rule.enabled else "disabled"
+
+
+def save_rule(rule: AlertRule, *, actor: str, user: Any = None, before: str = "") -> AlertRule:
+    """Create or update a rule; `before` is the rule's state before the edit ("" for new)."""
+    created = rule.pk is None
+    if created and getattr(user, "pk", None) and rule.created_by_id is None:
+        rule.created_by = user
+    with transaction.atomic():
+        rule.save()
+        audit(actor, "alert_rule.create" if created else "alert_rule.update", rule,
+              status_before=before, status_after=_rule_state(rule),
+              detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
+    return rule
+
+
+def delete_rule(rule: AlertRule, *, actor: str, user: Any = None) -> None:
+    """Delete a rule, resolving its firing alert first (with its notification), so no
+    alert is left firing with no rule to clear it. The history keeps the rule's name."""
+    now = timezone.now()
+    with transaction.atomic():
+        for alert in Alert.objects.filter(rule=rule, state=State.FIRING):
+            resolve(alert, now, reason="rule deleted")
+        audit(actor, "alert_rule.delete", rule, status_before=_rule_state(rule), status_after="deleted",
+              detail=rule.condition, user=user)
+        rule.delete()
+
+
+def evaluate_rule(rule: AlertRule, *, actor: str, user: Any = None) -> EvaluationResult:
+    """An operator's "evaluate now" of one rule, written to the audit log."""
+    before = "firing" if Alert.objects.filter(rule=rule, state=State.FIRING).exists() else "ok"
+    result = evaluate(rules=[rule])
+    after = "firing" if Alert.objects.filter(rule=rule, state=State.FIRING).exists() else "ok"
+    value = result.values.get(rule.name)
+    audit(actor, "alert_rule.evaluate", rule, status_before=before, status_after=after,
+          detail="" if value is None else f"value {format_value(rule.metric, value)}", user=user)
+    return result
+
+
+# --- reads for the pages ------------------------------------------------------------------
+
+
+CHANNEL_OF_ACTION = {"email.send": AlertRule.Channel.EMAIL.label, "http.post": "HTTP POST"}
+
+
+@dataclass
+class Notification:
+    transition: str  # fired / resolved
+    channel: str
+    message: OutboxMessage | None  # None once retention purged it
+
+
+def attach_notifications(rows: list[Alert]) -> None:
+    """Give each alert `notifications`: its channel, and the outbox message that carries
+    each transition's notification (when it was queued, its status), in one query."""
+    keys = [k for a in rows for k in (a.fired_notification_key, a.resolved_notification_key) if k]
+    messages = {m.key: m for m in OutboxMessage.objects.filter(key__in=keys)} if keys else {}
+    for a in rows:
+        a.notifications = []
+        for transition, key in (("fired", a.fired_notification_key), ("resolved", a.resolved_notification_key)):
+            if not key:
+                continue
+            message = messages.get(key)
+            if a.rule is not None:
+                channel = f"{a.rule.get_channel_display().split(' (')[0]} to {a.rule.target_display}"
+            else:
+                channel = CHANNEL_OF_ACTION.get(message.action, message.action) if message else "?"
+            a.notifications.append(Notification(transition, channel, message))
+
+
+def overview_alerts(window: queries.Window, now: datetime | None = None, *, limit: int = 5) -> dict[str, Any]:
+    """Firing alerts, and alerts resolved within the overview's window."""
+    now = now or timezone.now()
+    resolved = Alert.objects.filter(state=State.RESOLVED, resolved_at__gt=now - window.span, resolved_at__lte=now)
+    return {
+        "firing": list(Alert.objects.filter(state=State.FIRING).order_by("-fired_at", "-id")),
+        "resolved": list(resolved.order_by("-resolved_at", "-id")[:limit]),
+        "resolved_total": resolved.count(),
+    }

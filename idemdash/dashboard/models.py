@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from idemdash.dashboard import alert_rules
+
+
+class Dashboard(models.Model):
+    """Holds the dashboard's permissions; no table.
+
+    Permissions hang off a content type, and the receipts/webhooks models belong to other
+    apps, so the two access levels live on this model-less anchor instead.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("view_dashboard", "Can see every dashboard page and figure"),
+            ("operate", "Can retry, release and bulk-retry from the dashboard"),
+        ]
+
+
+class AlertRule(models.Model):
+    """A threshold on one dashboard figure over a window; `idemdash.dashboard.alerts.evaluate` watches it."""
+
+    Metric = alert_rules.Metric
+    Channel = alert_rules.Channel
+
+    class Comparison(models.TextChoices):
+        GT = ">", "above (>)"
+        GTE = ">=", "at or above (>=)"
+
+    name = models.CharField(max_length=100, unique=True)
+    metric = models.CharField(max_length=32, choices=Metric.choices)
+    comparison = models.CharField(max_length=2, choices=Comparison.choices, default=Comparison.GT)
+    threshold = models.FloatField(
+        help_text="In the unit of the figure's tile: percent for the duplicate rate (20 means 20%), "
+                  "seconds for the backlog age, otherwise a count."
+    )
+    window_minutes = models.PositiveIntegerField(
+        default=60, help_text="The figure is measured over the last this many minutes."
+    )
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    target = models.CharField(max_length=500, help_text="An email address, or the URL to POST to.")
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        # The model validates the target, so the dashboard form and the admin refuse the
+        # same bad input, and `evaluate` never meets a target the outbox would refuse.
+        if self.channel and self.target:
+            try:
+                alert_rules.check_target(self.channel, self.target)
+            except ValidationError as exc:
+                raise ValidationError({"target": exc.messages}) from None
+
+    @property
+    def window_label(self) -> str:
+        return alert_rules.window_label(self.window_minutes)
+
+    @property
+    def target_display(self) -> str:
+        """The target as pages, the audit log and log lines show it. A webhook URL is masked:
+        a Slack incoming webhook's path is its credential, and viewers see these pages."""
+        if self.channel != self.Channel.WEBHOOK:
+            return self.target
+        parts = urlsplit(self.target)
+        host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or "")
+        return f"{parts.scheme}://{host}/…{self.target[-4:]}"
+
+    @property
+    def span_text(self) -> str:
+        return "now" if self.metric in alert_rules.INSTANT_METRICS else f"over {self.window_label}"
+
+    @property
+    def condition(self) -> str:
+        return f"{self.get_metric_display()} {self.comparison} {alert_rules.format_threshold(self.metric, self.threshold)} {self.span_text}"
+
+    @property
+    def threshold_display(self) -> str:
+        return alert_rules.format_threshold(self.metric, self.threshold)
+
+
+class Alert(models.Model):
+    """One episode of a rule's condition holding: fired once, resolved once.
+
+    At most one alert per rule is firing, enforced by a partial unique index, so two
+    evaluators that see the same breach at the same moment insert one row between them.
+    """
+
+    class State(models.TextChoices):
+        FIRING = "firing"
+        RESOLVED = "resolved"
+
+    # The history outlives the rule: a deleted rule's alerts keep its name and condition.
+    rule = models.ForeignKey(AlertRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts")
+    rule_name = models.CharField(max_length=100)
+    metric = models.CharField(max_length=32, choices=AlertRule.Metric.choices)
+    condition = models.CharField(max_length=255)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.FIRING)
+    value = models.FloatField(help_text="The figure when the alert fired.")
+    resolved_value = models.FloatField(null=True, blank=True)
+    fired_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_reason = models.CharField(max_length=255, blank=True)
+    fired_notification_key = models.CharField(max_length=255, blank=True)
+    resolved_notification_key = models.CharField(max_length=255, blank=True)
+    notification_error = models.TextField(
+        blank=True, help_text="Why a notification could not be queued (the alert changed state regardless)."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule"], condition=models.Q(state="firing"), name="alert_one_firing_per_rule"
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "fired_at"], name="alert_state_fired")]
+
+    @property
+    def value_display(self) -> str:
+        return alert_rules.format_value(self.metric, self.value)
+
+    @property
+    def resolved_value_display(self) -> str:
+        return "" if self.resolved_value is None else alert_rules.format_value(self.metric, self.resolved_value)
+
+    def __str__(self) -> str:
+        return f"{self.rule_name} ({self.state} since {self.fired_at:%Y-%m-%d %H:%M})"
+
+
+class DemoSwitch(models.Model):
+    """A switch of `make demo`'s staged outages (idemdash.devtools.demo): while `failing` is on, the
+    demo's handler of that name fails. Only `manage.py demo_setup` creates rows, so a
+    project that never ran the demo has none and nothing fails."""
+
+    name = models.CharField(max_length=64, unique=True)
+    failing = models.BooleanField(default=True, help_text="On: the demo handler fails. Off: it succeeds.")
+    description = models.CharField(max_length=255, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "demo switch"
+        verbose_name_plural = "demo switches"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'failing' if self.failing else 'fixed'})"

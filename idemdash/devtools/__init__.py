@@ -1,0 +1,6 @@
+"""Developer tooling: the demo, the traffic simulator, the seeder and the bench.
+
+An app (label "devtools", no models) that only `idemdash.devtools.settings` installs, for
+`make demo`, `make bench` and the test suite. It is left out of the wheel
+(pyproject.toml), and no runtime module imports it.
+"""

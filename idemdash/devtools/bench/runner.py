@@ -1,0 +1,849 @@
+"""The bench run: seed, start gunicorn, run each scenario, report.
+
+Every compared pair runs in alternating rounds in one run (see loadgen.compare), because
+the machine is shared and noisy; each figure is a median over rounds, each ratio the median
+of per-round ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone as dt_timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import connection
+from django.db.models import Exists, Min, OuterRef, Q
+
+from idemdash.devtools import seeding
+from idemdash.devtools.bench import loadgen, servers
+from idemdash.devtools.bench.models import BenchRow
+from idemdash.devtools.bench.report import Figure, markdown_table, table, write_chart, write_json
+from receipts import rollup
+from receipts.models import Attempt, Receipt
+
+CLIENTS = 8
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int
+    requests: int  # per variant per round
+    time_limit: float  # seconds, per variant per round
+    receipts: int
+    events: int
+    outbox: int
+    purge_receipts: int
+    page_samples: int  # timed requests per dashboard page
+    purge_budget: float  # seconds the purge may run; the rate is over what it deleted
+    latency_messages: int  # outbox messages enqueued one at a time for scenario 8
+
+
+FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=2_000_000,
+             outbox=500_000, purge_receipts=1_000_000, page_samples=40, purge_budget=300,
+             latency_messages=300)
+QUICK = Sizes(rounds=2, requests=150, time_limit=8, receipts=5_000, events=5_000, outbox=2_000,
+              purge_receipts=5_000, page_samples=5, purge_budget=120, latency_messages=40)
+
+
+@dataclass
+class Bench:
+    sizes: Sizes
+    base_url: str
+    out_dir: Path
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    details: dict[str, Any] = field(default_factory=dict)
+    loads: list[tuple[int, float, str]] = field(default_factory=list)  # (rows, seconds, what) per bulk load
+    running: dict[str, servers.Process] = field(default_factory=dict)  # "web", "qcluster"
+
+    def cpu_probe(self) -> dict[str, dict[int, float]]:
+        """CPU seconds used so far by each process of the web workers, the qcluster and
+        PostgreSQL (this database's backends and the WAL writers)."""
+        parts = {name: servers.cpu_by_pid([p.proc.pid, *p.children()]) for name, p in self.running.items()}
+        parts["db"] = servers.cpu_by_pid(servers.database_pids())
+        return parts
+
+    def load(self, name: str, request: loadgen.Request, **kw: Any) -> loadgen.LoadResult:
+        kw.setdefault("max_requests", self.sizes.requests)
+        kw.setdefault("time_limit", self.sizes.time_limit)
+        kw.setdefault("cpu_probe", self.cpu_probe)
+        result = loadgen.run_load(name, self.base_url, request, clients=CLIENTS, **kw)
+        if result.errors:
+            print(f"  ! {name}: {result.errors} errors, first: {getattr(result, 'first_error', '?')}", flush=True)
+        return result
+
+    def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
+        self.details.setdefault("rounds", {})[scenario] = comparison.summary()
+        for name in comparison.rounds[0]:
+            # Keyed by scenario too: the bare insert is the baseline of three scenarios.
+            self.details.setdefault("variants", {})[f"{scenario.split()[0]}: {name}"] = {
+                "throughput_rps": round(comparison.median(name, "throughput"), 1),
+                "p50_ms": round(comparison.median(name, "p50"), 2),
+                "p99_ms": round(comparison.median(name, "p99"), 2),
+                "errors": sum(r[name].errors for r in comparison.rounds),
+                "cpu_ms_per_request": {part: round(ms, 3) for part, ms in comparison.cpu_ms(name).items()},
+            }
+
+    def cpu_figures(self, scenario: str, comparison: loadgen.Comparison, prefix: str) -> list[Figure]:
+        """Where each variant's CPU went, per request: the client (this load generator), the
+        web workers, the qcluster and PostgreSQL, all sharing the machine's cores. When the
+        cores are saturated, throughput ratios follow these totals."""
+        figures = []
+        for i, name in enumerate(comparison.rounds[0]):
+            parts = comparison.cpu_ms(name)
+            note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
+            figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
+                                  "ms", note=note))
+        return figures
+
+
+# --- Requests ----------------------------------------------------------------------------------
+
+
+def bare_insert(client: httpx.Client, n: int) -> httpx.Response:
+    return client.post("/bench/insert/bare/", json={"n": n})
+
+
+def protected_insert(prefix: str) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        return client.post("/bench/insert/protected/", json={"n": n},
+                           headers={"Idempotency-Key": f"{prefix}-{n}"})
+    return request
+
+
+def replay_insert(prefix: str, keys: int) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys
+        return client.post("/bench/insert/protected/", json={"n": k},
+                           headers={"Idempotency-Key": f"{prefix}-{k}"})
+    return request
+
+
+def _replayed(response: httpx.Response) -> bool:
+    return response.status_code == 201 and response.headers.get("Idempotent-Replayed") == "true"
+
+
+# --- Scenarios ----------------------------------------------------------------------------------
+
+S1, S2, S3, S4, S5, S6, S7, S8, S9 = (
+    "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
+    "6 purge", "7 memory", "8 DRF view", "9 outbox latency",
+)
+
+
+def claim_overhead(b: Bench) -> list[Figure]:
+    prefix = f"bench-{b.run_id}-fresh"
+    comparison = loadgen.compare({
+        "bare insert": lambda r: b.load("bare insert", bare_insert),
+        "protected insert (fresh keys)": lambda r: b.load("protected insert", protected_insert(f"{prefix}-{r}")),
+    }, b.sizes.rounds)
+    b.record(S1, comparison)
+    bare, prot = "bare insert", "protected insert (fresh keys)"
+    return [
+        Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
+        Figure("claim.bare_rps", S1, "unprotected throughput", comparison.median(bare, "throughput"), "req/s"),
+        Figure("claim.protected_rps", S1, "protected throughput", comparison.median(prot, "throughput"), "req/s"),
+        Figure("claim.bare_p50", S1, "unprotected p50", comparison.median(bare, "p50"), "ms"),
+        Figure("claim.bare_p99", S1, "unprotected p99", comparison.median(bare, "p99"), "ms"),
+        Figure("claim.protected_p50", S1, "protected p50", comparison.median(prot, "p50"), "ms"),
+        Figure("claim.protected_p99", S1, "protected p99", comparison.median(prot, "p99"), "ms"),
+        *b.cpu_figures(S1, comparison, "claim"),
+    ]
+
+
+def replay(b: Bench) -> list[Figure]:
+    keys = min(500, b.sizes.requests)
+    prefix = f"bench-{b.run_id}-replay"
+    first = b.load("replay setup", protected_insert(prefix), max_requests=keys, time_limit=120)
+    if first.count != keys:
+        raise RuntimeError(f"replay setup completed {first.count} of {keys} keys")
+    comparison = loadgen.compare({
+        "bare insert": lambda r: b.load("bare insert", bare_insert),
+        "replay of completed keys": lambda r: b.load("replay", replay_insert(prefix, keys), ok=_replayed),
+    }, b.sizes.rounds)
+    b.record(S2, comparison)
+    bare, rep = "bare insert", "replay of completed keys"
+    return [
+        Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
+        Figure("replay.rps", S2, "replay throughput", comparison.median(rep, "throughput"), "req/s"),
+        Figure("replay.p50", S2, "replay p50", comparison.median(rep, "p50"), "ms"),
+        Figure("replay.p99", S2, "replay p99", comparison.median(rep, "p99"), "ms"),
+        *b.cpu_figures(S2, comparison, "replay"),
+    ]
+
+
+DRF_LAYERS = {"idemdash": "/bench/drf/idemdash/", "drf-idempotency": "/bench/drf/drf-idempotency/"}
+
+
+def drf_request(path: str, prefix: str | None = None, keys: int | None = None) -> loadgen.Request:
+    """A POST to one of the DRF views: with fresh keys, or cycling through `keys` keys."""
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys if keys else n
+        headers = {"Idempotency-Key": f"{prefix}-{k}"} if prefix else {}
+        return client.post(path, json={"n": k}, headers=headers)
+    return request
+
+
+def drf_view(b: Bench) -> list[Figure]:
+    """The same DRF view unprotected, under idemdash and under drf-idempotency: fresh keys,
+    then replays of completed keys, each against the unprotected view in the same rounds."""
+    bare = "DRF unprotected"
+    keys = min(500, b.sizes.requests)
+    bare_again = "DRF unprotected, replay rounds"
+    fresh = {bare: lambda r: b.load(bare, drf_request("/bench/drf/unprotected/"))}
+    replays = {bare_again: lambda r: b.load(bare_again, drf_request("/bench/drf/unprotected/"))}
+    for layer, path in DRF_LAYERS.items():
+        prefix = f"bench-{b.run_id}-drf-{layer}"
+        fresh[f"{layer} fresh"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
+            f"{layer} fresh", drf_request(path, f"{prefix}-{r}"))
+        first = b.load(f"{layer} replay setup", drf_request(path, f"{prefix}-replay"), max_requests=keys, time_limit=120)
+        if first.count != keys:
+            raise RuntimeError(f"{layer} replay setup completed {first.count} of {keys} keys")
+        replays[f"{layer} replay"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
+            f"{layer} replay", drf_request(path, f"{prefix}-replay", keys), ok=_replayed)
+    fresh_runs = loadgen.compare(fresh, b.sizes.rounds)
+    replay_runs = loadgen.compare(replays, b.sizes.rounds)
+    b.record(S8 + " fresh keys", fresh_runs)
+    b.record(S8 + " replays", replay_runs)
+    figures = [Figure("drf.unprotected_rps", S8, "unprotected DRF view throughput",
+                      fresh_runs.median(bare, "throughput"), "req/s")]
+    side_by_side = []
+    for layer in DRF_LAYERS:
+        fresh_ratio = fresh_runs.ratio(f"{layer} fresh", bare)
+        replay_ratio = replay_runs.ratio(f"{layer} replay", bare_again)
+        side_by_side.append(f"{layer}: fresh keys {fresh_ratio:.2f}x, replays {replay_ratio:.2f}x")
+        figures += [
+            Figure(f"drf.{layer}.fresh_ratio", S8, f"{layer}, fresh keys / unprotected throughput", fresh_ratio, "x"),
+            Figure(f"drf.{layer}.replay_ratio", S8, f"{layer}, replays / unprotected throughput", replay_ratio, "x"),
+            Figure(f"drf.{layer}.fresh_rps", S8, f"{layer}, fresh keys throughput",
+                   fresh_runs.median(f"{layer} fresh", "throughput"), "req/s"),
+            Figure(f"drf.{layer}.replay_rps", S8, f"{layer}, replays throughput",
+                   replay_runs.median(f"{layer} replay", "throughput"), "req/s"),
+            Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
+                   fresh_runs.median(f"{layer} fresh", "p99"), "ms"),
+        ]
+    print("  DRF view, throughput against the unprotected view: " + "; ".join(side_by_side), flush=True)
+    return figures
+
+
+def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
+    """Claim a fresh key, then complete it with the token the claim returned."""
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        key = f"{prefix}-{n}"
+        claimed = client.post("/api/v1/receipts/claim", headers=headers,
+                              json={"key": key, "operation": "bench.api", "request": {"n": n}})
+        if claimed.status_code != 201:
+            return claimed
+        return client.post("/api/v1/receipts/complete", headers=headers,
+                           json={"key": key, "token": claimed.json()["token"], "response": {"ok": True}})
+    return request
+
+
+def claim_api(b: Bench) -> list[Figure]:
+    from receipts.auth import create_token
+
+    _, token = create_token(f"bench-{b.run_id}")
+    connection.close()
+    name = "API claim + complete"
+    comparison = loadgen.compare(
+        {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))}, b.sizes.rounds
+    )
+    b.record(S3, comparison)
+    return [
+        Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
+        Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
+        Figure("api.p99", S3, "round trip p99", comparison.median(name, "p99"), "ms"),
+    ]
+
+
+BENCH_ENDPOINT = "bench-stripe"
+
+
+def bench_webhook_endpoint() -> str:
+    """The bench's own Stripe endpoint; returns its signing secret."""
+    from webhooks.models import WebhookEndpoint, WebhookSecret
+
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(
+        slug=BENCH_ENDPOINT, defaults={"provider": "stripe", "description": "make bench"}
+    )
+    secret = WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
+    if secret is None:
+        secret = WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_bench" + uuid.uuid4().hex)
+    return secret.secret
+
+
+def stripe_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
+    """A Stripe event signed as Stripe signs it: v1 = HMAC-SHA256(secret, "t.body")."""
+    now = int(time.time())
+    body = json.dumps({
+        "id": event_id, "object": "event", "type": "payment_intent.succeeded", "created": now,
+        "api_version": "2024-06-20", "livemode": False,
+        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", "amount": 1000 + n,
+                            "currency": "eur", "status": "succeeded"}},
+    }).encode()
+    signature = hmac.new(secret.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    return body, {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
+
+
+def webhook_request(secret: str, prefix: str, keys: int | None = None) -> loadgen.Request:
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        k = n % keys if keys else n
+        body, headers = stripe_delivery(secret, f"evt_{prefix}_{k}", k)
+        return client.post(f"/webhooks/{BENCH_ENDPOINT}/", content=body, headers=headers)
+    return request
+
+
+def _duplicate(response: httpx.Response) -> bool:
+    return response.status_code == 200 and b'"duplicate": true' in response.content
+
+
+def webhook_ingest(b: Bench) -> list[Figure]:
+    secret = bench_webhook_endpoint()
+    connection.close()
+    keys = min(500, b.sizes.requests)
+    dup_prefix = f"bench{b.run_id}dup"
+    first = b.load("webhook setup", webhook_request(secret, dup_prefix), max_requests=keys, time_limit=120)
+    if first.count != keys:
+        raise RuntimeError(f"webhook setup stored {first.count} of {keys} events")
+    bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
+    with autovacuum_stand_in(QUEUE_TABLES) as vacuumed:
+        comparison = loadgen.compare({
+            bare: lambda r: b.load(bare, bare_insert),
+            new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
+            dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, keys), ok=_duplicate),
+        }, b.sizes.rounds)
+    b.record(S4, comparison)
+    return [
+        Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7,
+               note="; ".join(vacuumed)),
+        Figure("webhook.dup_ratio", S4, "duplicate deliveries / bare insert throughput", comparison.ratio(dup, bare), "x", ">=", 0.7),
+        Figure("webhook.new_rps", S4, "new deliveries throughput", comparison.median(new, "throughput"), "req/s"),
+        Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
+        Figure("webhook.new_p99", S4, "new deliveries p99", comparison.median(new, "p99"), "ms", "<=", 50),
+        Figure("webhook.dup_p99", S4, "duplicate deliveries p99", comparison.median(dup, "p99"), "ms", "<=", 50),
+        *b.cpu_figures(S4, comparison, "webhook"),
+    ]
+
+
+DASHBOARD_FIGURES = [
+    ("dashboard.overview", "overview p95", "ms", "<=", 300),
+    ("dashboard.filtered", "filtered receipts page p95", "ms", "<=", 150),
+    ("dashboard.detail", "receipt detail p95", "ms", "<=", 50),
+    ("dashboard.stats", "stats endpoint p95", "ms", None, None),
+    # Informational: the widest window, whose figures and charts read the most roll-up hours.
+    ("dashboard.overview_30d", "overview p95, 30d window", "ms", None, None),
+]
+
+
+# (figure id, url) for each timed page; "{receipt}" is a seeded receipt with a long timeline.
+DASHBOARD_PAGES: list[tuple[str, str]] = [
+    ("dashboard.overview", "/"),
+    ("dashboard.filtered", "/receipts/?status=failed&operation=payment.create"),
+    ("dashboard.detail", "/receipts/{receipt}/"),
+    ("dashboard.stats", "/api/v1/stats"),
+    ("dashboard.overview_30d", "/?window=30d"),
+]
+
+
+def bench_session() -> tuple[Any, str]:
+    """A logged-in superuser session for the dashboard: (user, session key)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    User = get_user_model()
+    user = User.objects.filter(username="bench-admin").first() or User.objects.create_superuser(
+        "bench-admin", "bench@localhost", uuid.uuid4().hex
+    )
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return user, session.session_key
+
+
+def busy_receipt() -> int:
+    """A seeded receipt with replays: a detail page with a timeline to draw."""
+    # Taken from the receipts' side: an attempt keeps the id of a receipt that the purge
+    # scenario has since deleted.
+    replayed = Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome="replayed"))
+    newest_first = seeding.seeded_receipts().order_by("-id").values_list("id", flat=True)
+    return newest_first.filter(replayed).first() or newest_first[0]
+
+
+def time_pages(b: Bench, pages: dict[str, str], session_key: str) -> dict[str, loadgen.LoadResult]:
+    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed."""
+    results = {page: loadgen.LoadResult(page) for page in pages}
+    with httpx.Client(base_url=b.base_url, cookies={"sessionid": session_key}, timeout=60) as client:
+        for url in pages.values():  # a first, untimed visit: worker caches, template loading
+            client.get(url)
+        for _ in range(b.sizes.page_samples):
+            for page, url in pages.items():
+                started = time.perf_counter()
+                response = client.get(url)
+                took = time.perf_counter() - started
+                if response.status_code == 200:
+                    results[page].latencies.append(took)
+                else:
+                    results[page].errors += 1
+                results[page].elapsed += took
+    return results
+
+
+def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
+    """Run each page in-process, capture its queries and EXPLAIN (ANALYZE, BUFFERS) each;
+    write the plans to `out` and return, per page, its query count and its slowest plans."""
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    client.force_login(user)
+    summary: dict[str, Any] = {}
+    lines: list[str] = []
+    for page, url in pages.items():
+        with CaptureQueriesContext(connection) as captured:
+            client.get(url)
+        plans = []
+        for query in captured.captured_queries:
+            sql = query["sql"]
+            if not sql.lstrip().upper().startswith(("SELECT", "WITH")) or "django_session" in sql:
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            ms = float(plan.rsplit("Execution Time: ", 1)[1].split()[0]) if "Execution Time: " in plan else 0.0
+            seq = sorted({line.split("Seq Scan on ")[1].split()[0] for line in plan.splitlines() if "Seq Scan on " in line})
+            plans.append({"ms": ms, "seq_scans": seq, "sql": sql[:300]})
+            lines += [f"=== {page} {url}: {ms:.1f} ms", sql, plan, ""]
+        plans.sort(key=lambda p: -p["ms"])
+        summary[page] = {"url": url, "queries": len(captured.captured_queries),
+                         "explained_ms_total": round(sum(p["ms"] for p in plans), 1), "slowest": plans[:3]}
+    out.write_text("\n".join(lines))
+    return summary
+
+
+def dashboard(b: Bench) -> list[Figure]:
+    figures = seed_figures(b)
+    user, session_key = bench_session()
+    pages = {page: url.format(receipt=busy_receipt()) for page, url in DASHBOARD_PAGES}
+    # What the every-minute receipts.rollup schedule would have done by now (the bench
+    # removes the schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
+    # attempts up to five minutes ago, as in a deployment.
+    rollup.catch_up()
+    vacuumed = vacuum_if_autovacuum_is_off()
+    if vacuumed:
+        figures[0].note += f"; autovacuum is off on this server, so the bench vacuumed {vacuumed} first"
+    connection.close()
+    results = time_pages(b, pages, session_key)
+    b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
+    b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
+    for fid, label, unit, op, bound in DASHBOARD_FIGURES:
+        r = results[fid]
+        note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else ""
+        figures.append(Figure(fid, S5, label, r.percentile(95) if r.count else None, unit, op, bound, note=note))
+    return figures
+
+
+def purge(b: Bench) -> list[Figure]:
+    from django.utils import timezone
+
+    # Topped up to the size, like the dashboard's rows: a purge cut short by its time
+    # budget leaves a backlog that the next run purges first.
+    have = seeding.seeded_receipts().filter(expires_at__lt=timezone.now()).count()
+    n = max(0, b.sizes.purge_receipts - have)
+    print(f"  {have} expired receipts present; seeding {n} more", flush=True)
+    if n:
+        started = time.monotonic()
+        counts = seeding.seed(receipts=n, expired_only=True, batch=10_000, progress=_bar)
+        b.loads.append((counts.receipts + counts.attempts, time.monotonic() - started, f"{n} expired receipts"))
+    connection.close()
+    prefix = f"bench-{b.run_id}-purge"
+    slice_s = 3.0 if b.sizes is FULL else 1.0
+    rounds: list[dict[str, Any]] = []
+
+    def claims(phase: str) -> loadgen.LoadResult:
+        result = b.load(f"claims {phase}", protected_insert(f"{prefix}-{len(rounds)}"), max_requests=10**9,
+                        time_limit=slice_s)
+        rounds.append({"phase": phase, **result.summary()})
+        return result
+
+    for _ in range(b.sizes.rounds):
+        claims("before")
+    purger = subprocess.Popen([sys.executable, "-m", "idemdash.devtools.bench.purge", "--budget", str(b.sizes.purge_budget)],
+                              cwd=settings.BASE_DIR,
+                              env=servers.server_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30 * 60
+    while purger.poll() is None and time.monotonic() < deadline:
+        claims("during")
+        if purger.poll() is not None:
+            rounds[-1]["phase"] = "overlapping the end"  # not wholly during the purge
+    if purger.poll() is None:
+        purger.kill()
+        raise RuntimeError("the purge ran for more than 30 minutes")
+    out, err = purger.communicate()
+    if purger.returncode != 0:
+        raise RuntimeError(f"purge failed: {err[-2000:]}")
+    for _ in range(b.sizes.rounds):
+        claims("after")
+    forget_purged_attempts()
+    done = json.loads(out)
+    b.details["purge"] = {**done, "claim_rounds": rounds}
+    without = statistics.median(r["p99_ms"] for r in rounds if r["phase"] in ("before", "after"))
+    during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "during"]
+    note = ""
+    if not during_rounds:  # a small purge on a fast machine can end inside the first slice
+        during_rounds = [r["p99_ms"] for r in rounds if r["phase"] == "overlapping the end"]
+        note = "the purge ended within one claim slice: 'during' is that slice, which overlapped it"
+    during = statistics.median(during_rounds)
+    return [
+        Figure("purge.rows_per_s", S6, "purge rate, expired receipts", done["deleted"] / done["seconds"], "rows/s",
+               ">=", 20_000, note=f"{done['deleted']} rows ({done['archived']} archived) in {done['seconds']:.1f} s, "
+                                 f"batches of {done['batch_size']}" + ("" if done["finished"] else
+                                 f"; stopped by the {b.sizes.purge_budget:.0f} s budget with rows still due")),
+        Figure("purge.claim_p99_ratio", S6, "claim p99 during purge / without",
+               during / without if during and without else None, "x", "<=", 2, note=note),
+        Figure("purge.claim_p99_during", S6, "claim p99 during purge", during, "ms"),
+        Figure("purge.claim_p99_without", S6, "claim p99 without purge", without, "ms"),
+    ]
+
+
+DASHBOARD_TABLES = ("receipts_receipt", "receipts_attempt", "webhooks_webhookevent", "webhooks_webhookdelivery",
+                    "outbox_outboxmessage", "outbox_outboxattempt")
+
+
+# django-q2's queue: every new event adds a row and the cluster deletes it, and every poll
+# of the cluster reads the table whole (it has no index but its key).
+QUEUE_TABLES = ("django_q_ormq",)
+# PostgreSQL's autovacuum_naptime default: how often autovacuum looks at a busy table.
+AUTOVACUUM_NAPTIME = 60.0
+
+
+def _autovacuum_is_on() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0] == "on"
+
+
+@contextlib.contextmanager
+def autovacuum_stand_in(tables: tuple[str, ...]) -> Iterator[list[str]]:
+    """On a server with autovacuum off, vacuum `tables` now and then every naptime while the
+    block runs, as autovacuum would: without it a queue table only ever grows (dead rows
+    of every task ever queued), and the cluster's polls, which read it whole, with it.
+    Yields a list that holds, after the block, a note saying so (empty if autovacuum is on)."""
+    note: list[str] = []
+    if _autovacuum_is_on():
+        yield note
+        return
+    stop = threading.Event()
+    runs: list[float] = []
+
+    def vacuum() -> None:
+        try:
+            while True:
+                started = time.monotonic()
+                with connection.cursor() as cursor:
+                    for name in tables:
+                        cursor.execute(f"VACUUM {connection.ops.quote_name(name)}")
+                runs.append(time.monotonic() - started)
+                if stop.wait(AUTOVACUUM_NAPTIME):
+                    return
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=vacuum, name="autovacuum-stand-in", daemon=True)
+    worker.start()
+    try:
+        yield note
+    finally:
+        stop.set()
+        worker.join()
+        connection.close()
+        note.append(f"autovacuum is off on this server, so the bench vacuumed {', '.join(tables)} "
+                    f"at the start and every {AUTOVACUUM_NAPTIME:.0f} s ({len(runs)} times), as autovacuum would")
+
+
+def vacuum_if_autovacuum_is_off() -> str:
+    """A server with autovacuum off (some CI images) never sets its visibility map, so the
+    dashboard's index-only scans visit the heap for every row the scenarios or an earlier
+    purge touched. A deployment vacuums; so does the bench, there, before timing pages.
+    Returns what it vacuumed ("" when autovacuum is on)."""
+    if _autovacuum_is_on():
+        return ""
+    with connection.cursor() as cursor:
+        for name in DASHBOARD_TABLES:
+            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(name)}")
+    return ", ".join(DASHBOARD_TABLES)
+
+
+def forget_purged_attempts() -> None:
+    """Delete the attempt log of the seeded receipts the purge just removed. The purge keeps
+    attempts (their own 35-day retention), so without this every full run would leave
+    another ~2.8M rows in the log and the next run's dashboard would measure a bigger one."""
+    gone = Attempt.objects.filter(key__startswith=seeding.PREFIX).exclude(
+        Exists(Receipt.objects.filter(pk=OuterRef("receipt_id")))
+    )
+    earliest = gone.aggregate(t=Min("created_at"))["t"]
+    gone._raw_delete(gone.db)
+    if earliest is not None:
+        rollup.rewind(earliest)
+        rollup.catch_up()
+    connection.close()
+
+
+def _bar(name: str, total: int) -> Callable[[int], None]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr, leave=False)
+    return bar.update
+
+
+# --- Seeding ------------------------------------------------------------------------------------
+
+
+def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
+    """Top the seeded rows up to the run's sizes, so a second full run reuses the first
+    one's million rows; with `always` (quick mode, small sizes) seed the sizes anew."""
+    from tqdm import tqdm
+
+    have = {"receipts": seeding.seeded_receipts().count(), "events": seeding.seeded_events().count(),
+            "outbox": seeding.seeded_outbox().count()}
+    want = {"receipts": b.sizes.receipts, "events": b.sizes.events, "outbox": b.sizes.outbox}
+    missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want}
+    bars: list[tqdm] = []
+
+    def progress(name: str, total: int):
+        for done in bars:
+            done.close()
+        bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr)
+        bars.append(bar)
+        return bar.update
+
+    started = time.monotonic()
+    counts = seeding.seed(**missing, batch=10_000, progress=progress)
+    for bar in bars:
+        bar.close()
+    took = time.monotonic() - started
+    seeded = sum(missing.values())
+    info = {"had": have, "added": missing, "seconds": round(took, 1),
+            "rows_written": counts.__dict__, "total_receipts": Receipt.objects.count(),
+            "total_attempts": Attempt.objects.count()}
+    b.details["seed"] = info
+    if seeded:
+        b.loads.append((sum(counts.__dict__.values()), took, f"{missing} (with their child rows)"))
+    return info
+
+
+def seed_figures(b: Bench) -> list[Figure]:
+    info = b.details.get("seed", {})
+    return [Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
+                   note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")]
+
+
+def loader_figure(b: Bench) -> Figure:
+    """The bulk loader's rate, from the largest load of this run (the dashboard's seed, or
+    the purge's expired receipts when the dashboard's was reused from an earlier run)."""
+    if not b.loads:
+        return Figure("seed.rows_per_s", S5, "bulk loader rate, all tables", None, "rows/s",
+                      note="nothing was loaded in this run (seeded rows reused)")
+    rows, took, what = max(b.loads)
+    return Figure("seed.rows_per_s", S5, "bulk loader rate, all tables", rows / took, "rows/s",
+                  note=f"{rows} rows in {took:.0f} s: {what}")
+
+
+# --- Outbox latency -----------------------------------------------------------------------------
+
+OUTBOX_LATENCY_SPACING = 0.05  # seconds between enqueues: traffic, not one burst
+
+
+def outbox_latency(b: Bench) -> list[Figure]:
+    """Enqueue to first attempt, with the worker running and no schedule installed: each
+    message is sent by the task its commit enqueues (receipts.outbox.store.send_soon)."""
+    from django_q.models import OrmQ
+
+    from receipts.outbox import store
+    from receipts.outbox.models import OutboxAttempt, OutboxMessage
+
+    # Tasks left by scenario 4 (its webhook events) would measure that backlog instead.
+    deadline = time.monotonic() + 300
+    while OrmQ.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    prefix = f"bench-{b.run_id}-latency"
+    for n in range(b.sizes.latency_messages):
+        store.enqueue("bench.noop", {"n": n}, f"{prefix}-{n}", scope="bench")
+        time.sleep(OUTBOX_LATENCY_SPACING)
+    messages = dict(OutboxMessage.objects.filter(scope="bench", key__startswith=prefix).values_list("id", "created_at"))
+    first: dict[int, datetime] = {}
+    deadline = time.monotonic() + 120
+    while len(first) < len(messages) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
+        first = dict(attempts)
+    connection.close()
+    waits = [(first[pk] - created).total_seconds() for pk, created in messages.items() if pk in first]
+    note = f"{len(messages) - len(waits)} of {len(messages)} messages had no attempt within 120 s" if len(waits) < len(messages) else ""
+    note = note or f"{len(waits)} messages, one every {OUTBOX_LATENCY_SPACING * 1000:.0f} ms"
+    b.details["outbox_latency"] = {"messages": len(messages), "attempted": len(waits)}
+    p50, p99 = (loadgen.percentile_ms(waits, p) / 1000 if waits else None for p in (50, 99))
+    return [
+        Figure("outbox.latency_p50", S9, "enqueue to first attempt p50", p50, "s", "<=", 1, note=note),
+        Figure("outbox.latency_p99", S9, "enqueue to first attempt p99", p99, "s", "<=", 5),
+    ]
+
+
+# --- Memory -------------------------------------------------------------------------------------
+
+
+def memory_figures(b: Bench, web: servers.Process, cluster: servers.Process | None) -> list[Figure]:
+    web_peaks = [p for p in (servers.peak_rss_mb(pid) for pid in web.children()) if p]
+    b.details["memory"] = {"gunicorn_workers_mb": web_peaks}
+    figures = [Figure("memory.web_worker", S7, "peak RSS, gunicorn worker (max)", max(web_peaks, default=None), "MiB")]
+    if cluster is not None and cluster.alive():
+        peaks = [p for p in (servers.peak_rss_mb(pid) for pid in cluster.children()) if p]
+        b.details["memory"]["qcluster_processes_mb"] = peaks
+        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)",
+                              max(peaks, default=None), "MiB"))
+    else:
+        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)", None, "MiB",
+                              note="qcluster did not run" + (f": {cluster.tail(300)}" if cluster else "")))
+    return figures
+
+
+# --- The run ------------------------------------------------------------------------------------
+
+
+def reset_bench_rows() -> None:
+    """Start each run from the same bench tables: the rows earlier runs' requests made."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
+    from receipts.models import ApiClient
+
+    for scope in (Q(scope="bench"), Q(scope="bench-drf"), Q(scope__startswith="client:bench-")):
+        earliest = Attempt.objects.filter(scope).aggregate(t=Min("created_at"))["t"]
+        Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
+        Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
+        if earliest is not None:  # recount the hours those attempts were rolled up in
+            rollup.rewind(earliest)
+            rollup.catch_up()
+    ApiClient.objects.filter(name__startswith="bench-").delete()
+    # Scenario 8's other layer keeps its records in its own table.
+    from drf_idempotency.models import IdempotencyRecord
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {IdempotencyRecord._meta.db_table}")
+
+
+def warm_up(b: Bench) -> None:
+    b.load("warm-up bare", bare_insert, max_requests=100, time_limit=30)
+    b.load("warm-up protected", protected_insert(f"bench-{b.run_id}-warm"), max_requests=100, time_limit=30)
+
+
+def meta(quick: bool, started: datetime) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        sync_commit = cursor.fetchone()[0]
+        cursor.execute("SHOW autovacuum")
+        autovacuum = cursor.fetchone()[0]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=settings.BASE_DIR,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "mode": "quick" if quick else "full", "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": os.cpu_count(), "load_average_at_start": os.getloadavg(), "python": platform.python_version(),
+        "postgresql": pg, "synchronous_commit": sync_commit, "autovacuum": autovacuum, "gunicorn_workers": servers.GUNICORN_WORKERS, "worker_class": "sync",
+        "clients": CLIENTS, "commit": commit,
+    }
+
+
+def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None = None) -> int:
+    """Every scenario, or with `only` the numbered ones (for iterating on one figure; such a
+    run does not replace latest.*, which keeps the last complete run)."""
+    from django.core.management import call_command
+
+    sizes = QUICK if quick else FULL
+    started = datetime.now(dt_timezone.utc)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"bench ({'quick' if quick else 'full'}): migrating {connection.settings_dict['NAME']}", flush=True)
+    call_command("migrate", verbosity=0, interactive=False)
+    # migrate installs the schedules; the bench runs without them, so that the purge does not
+    # race scenario 6 and scenario 8 measures the prompt send alone.
+    from django_q.models import Schedule
+
+    Schedule.objects.all().delete()
+    info = meta(quick, started)
+    reset_bench_rows()
+    port = port or servers.free_port()
+    b = Bench(sizes, f"http://127.0.0.1:{port}", out_dir)
+    print("seeding the log (reused from earlier runs when present)", flush=True)
+    seed_to_size(b, always=quick)
+    connection.close()  # the servers and the load need no connection of ours meanwhile
+    print(f"starting gunicorn ({servers.GUNICORN_WORKERS} sync workers) on {b.base_url}", flush=True)
+    web = servers.start_gunicorn(port, out_dir)
+    b.running["web"] = web
+    cluster = None
+    figures: list[Figure] = []
+    try:
+        warm_up(b)
+        for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view)):
+            if only is None or number in only:
+                figures += timed(name, scenario, b)
+        cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
+        for number, (name, scenario) in enumerate(((S4, webhook_ingest), (S5, dashboard), (S6, purge)), 4):
+            if only is None or number in only:
+                figures += timed(name, scenario, b)
+        if only is None or 9 in only:
+            figures += timed(S9, outbox_latency, b)
+        if any(f.id == "seed.receipts" for f in figures):
+            figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
+        figures += memory_figures(b, web, cluster)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        web.stop()
+    info["seconds"] = round((datetime.now(dt_timezone.utc) - started).total_seconds(), 1)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    if only is not None:
+        info["only"] = sorted(only)
+        write_json(out_dir / f"bench-{stamp}-only.json", info, figures, b.details)
+        print()
+        print(table(figures))
+        print(f"\n{info['mode']} run of scenarios {sorted(only)}, {info['cores']} cores, {info['seconds']} s; "
+              f"wrote {out_dir / f'bench-{stamp}-only.json'}")
+        return 0
+    for path in (out_dir / f"bench-{stamp}.json", out_dir / "latest.json"):
+        write_json(path, info, figures, b.details)
+    write_chart(out_dir / "latest.html", info, figures, b.details)
+    (out_dir / "latest.md").write_text(markdown_table(figures) + "\n")
+    print()
+    print(table(figures))
+    print(f"\n{info['mode']} run, {info['cores']} cores, {info['seconds']} s; "
+          f"wrote {out_dir / 'latest.json'}, latest.html, latest.md")
+    return 0
+
+
+def timed(name: str, scenario: Callable[[Bench], list[Figure]], b: Bench) -> list[Figure]:
+    print(f"scenario {name} ...", flush=True)
+    started = time.monotonic()
+    figures = scenario(b)
+    print(f"  done in {time.monotonic() - started:.1f} s", flush=True)
+    return figures

@@ -1,0 +1,173 @@
+"""The processes a bench run starts and measures: gunicorn and django-q2's qcluster.
+
+Each is started in its own session (process group), so that stopping it stops its workers
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+# Sync workers, 2 x cores: Django views here are CPU-bound Python plus short queries, so a
+# worker per request slot is what they want. Threads (gthread) would add GIL contention
+# inside a worker, not throughput, on a 2-core machine, and one connection per worker keeps
+# the database side equal for every variant. Sync workers close the connection after each
+# response; on loopback a TCP connect costs tens of microseconds and every variant pays it.
+GUNICORN_WORKERS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "idemdash.devtools.bench.settings"
+    env.setdefault("DB_CONN_MAX_AGE", "600")
+    env["LOG_LEVEL"] = "WARNING"
+    return env
+
+
+class Process:
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            argv, cwd=settings.BASE_DIR, env=server_env(), stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def children(self) -> list[int]:
+        return descendants(self.proc.pid)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+    def tail(self, chars: int = 2000) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+def start_gunicorn(port: int, log_dir: Path) -> Process:
+    argv = [
+        sys.executable, "-m", "gunicorn", "idemdash.wsgi:application",
+        "--bind", f"127.0.0.1:{port}", "--workers", str(GUNICORN_WORKERS), "--worker-class", "sync",
+        "--backlog", "2048", "--timeout", "120", "--graceful-timeout", "5", "--log-level", "warning",
+        "--worker-tmp-dir", "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp",
+    ]
+    server = Process("gunicorn", argv, log_dir / "gunicorn.log")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"gunicorn exited at start:\n{server.tail()}")
+        try:
+            httpx.get(base + "/admin/login/", timeout=2)
+            if len(server.children()) >= GUNICORN_WORKERS:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"gunicorn did not answer on {base} within 60 s:\n{server.tail()}")
+
+
+def start_qcluster(log_dir: Path) -> Process:
+    """django-q2's cluster: a sentinel with a monitor, a pusher and Q_CLUSTER["workers"]
+    worker processes. Returns once they are all up."""
+    cluster = Process("qcluster", [sys.executable, "manage.py", "qcluster"], log_dir / "qcluster.log")
+    wanted = settings.Q_CLUSTER.get("workers", 1) + 3
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and cluster.alive():
+        if len(cluster.children()) >= wanted:
+            return cluster
+        time.sleep(0.2)
+    cluster.stop()
+    raise RuntimeError(f"qcluster did not start its {wanted} processes within 60 s:\n{cluster.tail()}")
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # The command name may hold spaces; the fields after its ')' are fixed.
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM: the most resident memory the process has had, in MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds each process has used so far (gone processes are left out)."""
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            found[pid] = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def database_pids() -> list[int]:
+    """PostgreSQL's processes working for this database: its backends (the web workers',
+    the qcluster's), and the WAL writer, checkpointer and background writer they share.
+    Backends of other databases on the same server are left out."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE (datname = current_database() AND pid <> pg_backend_pid())"
+            " OR backend_type IN ('walwriter', 'checkpointer', 'background writer')"
+        )
+        return [pid for (pid,) in cursor.fetchall()]

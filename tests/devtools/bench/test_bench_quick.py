@@ -1,0 +1,94 @@
+"""`make bench QUICK=1` end to end: every figure is measured (a number > 0). Timings are
+not asserted: CI machines are shared and slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+
+pytestmark = pytest.mark.postgres
+
+FIGURES = {
+    "claim.ratio", "claim.bare_rps", "claim.protected_rps", "claim.bare_p50", "claim.bare_p99",
+    "claim.protected_p50", "claim.protected_p99",
+    "replay.ratio", "replay.rps", "replay.p50", "replay.p99",
+    "api.roundtrips", "api.p50", "api.p99",
+    "webhook.new_ratio", "webhook.dup_ratio", "webhook.new_rps", "webhook.dup_rps", "webhook.new_p99",
+    "webhook.dup_p99",
+    "seed.receipts", "seed.rows_per_s", "dashboard.overview", "dashboard.filtered", "dashboard.detail", "dashboard.stats",
+    "dashboard.overview_30d",
+    "purge.rows_per_s", "purge.claim_p99_ratio", "purge.claim_p99_during", "purge.claim_p99_without",
+    "memory.web_worker", "memory.qcluster_worker",
+    "outbox.latency_p50", "outbox.latency_p99",
+    # CPU per request of each compared variant, with its breakdown by process in the note.
+    "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
+    # The same DRF view unprotected, under idemdash and under drf-idempotency.
+    "drf.unprotected_rps",
+    *(f"drf.{layer}.{what}" for layer in ("idemdash", "drf-idempotency")
+      for what in ("fresh_ratio", "replay_ratio", "fresh_rps", "replay_rps", "fresh_p99")),
+}
+
+
+def test_the_quick_bench_measures_every_figure(tmp_path: Path):
+    db = settings.DATABASES["default"]
+    suffix = settings.TEST_DB_SUFFIX
+    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
+        path=f"/idemdash_bench_test{'_' + suffix if suffix else ''}"
+    ))
+    env = {**os.environ, "DATABASE_URL": url}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    assert db["ENGINE"].endswith("postgresql")
+    done = subprocess.run(
+        [sys.executable, "-m", "idemdash.devtools.bench", "--quick", "--out", str(tmp_path)],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    report = json.loads((tmp_path / "latest.json").read_text())
+    figures = {f["id"]: f for f in report["figures"]}
+    assert set(figures) == FIGURES
+    for figure in figures.values():
+        assert figure["value"] is not None and figure["value"] > 0, figure
+    for fid in ("claim.cpu1", "webhook.cpu1"):
+        parts = dict(part.split() for part in figures[fid]["note"].split(", "))
+        assert {"client", "web", "db"} <= set(parts) and all(float(ms) >= 0 for ms in parts.values()), figures[fid]
+    assert "qcluster" in figures["webhook.cpu1"]["note"]
+    assert report["meta"]["mode"] == "quick" and report["meta"]["cores"] >= 1
+    assert (tmp_path / "latest.html").exists() and (tmp_path / "plotly.min.js").exists()
+    # The table on stdout names every figure's target.
+    assert ">= 0.8" in done.stdout and ">= 20000" in done.stdout
+
+
+def test_only_runs_the_named_scenarios_and_leaves_the_latest_complete_run_alone(tmp_path: Path):
+    suffix = settings.TEST_DB_SUFFIX
+    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
+        path=f"/idemdash_bench_test{'_' + suffix if suffix else ''}"
+    ))
+    (tmp_path / "latest.json").write_text("{}")
+    done = subprocess.run(
+        [sys.executable, "-m", "idemdash.devtools.bench", "--quick", "--only", "2", "--out", str(tmp_path)],
+        cwd=settings.BASE_DIR, env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "latest.json").read_text() == "{}"
+    (written,) = tmp_path.glob("bench-*-only.json")
+    report = json.loads(written.read_text())
+    groups = {f["id"].split(".")[0] for f in report["figures"]}
+    assert groups == {"replay", "memory"} and report["meta"]["only"] == [2]
+
+
+@pytest.mark.parametrize("only", ["7", "x", "0,1"])
+def test_only_refuses_what_is_not_a_scenario_number(only: str):
+    done = subprocess.run(
+        [sys.executable, "-m", "idemdash.devtools.bench", "--only", only],
+        cwd=settings.BASE_DIR, env={**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2 and "--only" in done.stderr

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+from idemdash.dashboard.models import AlertRule, DemoSwitch
+from idemdash.devtools import demo
+from receipts.models import AuditEntry
+from tests.webhooks.conftest import SHOPIFY_SECRET, deliver, make_endpoint, shopify_headers
+from webhooks import processing
+from webhooks.models import WebhookEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def deliver_refund(client) -> WebhookEvent:
+    body = json.dumps({"id": 8301, "order_id": 8201, "transactions": [{"amount": "19.00"}]}).encode()
+    headers = shopify_headers(body, SHOPIFY_SECRET, topic="refunds/create")
+    assert deliver(client, "shop", body, headers).status_code == 200
+    return WebhookEvent.objects.get(event_type="refunds/create")
+
+
+def process(event: WebhookEvent) -> WebhookEvent:
+    processing.process_event(event.pk)
+    event.refresh_from_db()
+    return event
+
+
+# --- the staged bug -----------------------------------------------------------------------------
+
+
+@override_settings(WEBHOOKS_MAX_ATTEMPTS=2, WEBHOOKS_BACKOFF_BASE=1)
+def test_the_refund_handler_fails_until_the_switch_is_fixed_then_a_reprocess_completes(client, time_machine):
+    make_endpoint("shop", "shopify", SHOPIFY_SECRET)
+    demo.setup()
+    event = deliver_refund(client)
+
+    assert process(event).status == "retry"
+    assert "demo outage 'refunds'" in event.last_error and "/admin/idemdash/demoswitch/" in event.last_error
+    time_machine.move_to(event.next_attempt_at, tick=False)  # its backoff is over
+    assert process(event).status == "dead"
+
+    switch = DemoSwitch.objects.get(name=demo.REFUNDS)
+    assert demo.set_failing(switch, False, actor="admin:ops") is True
+    assert demo.set_failing(switch, False, actor="admin:ops") is False  # already fixed: nothing to do
+    processing.reprocess(event, actor="admin:ops")
+    assert process(event).status == "completed"
+    assert AuditEntry.objects.filter(action="demo_switch.fix", status_before="failing", status_after="fixed").count() == 1
+
+
+def test_without_the_demo_setup_the_refund_handler_succeeds(client):
+    make_endpoint("shop", "shopify", SHOPIFY_SECRET)
+    assert process(deliver_refund(client)).status == "completed"
+
+
+# --- the setup -------------------------------------------------------------------------------
+
+
+def test_setup_installs_the_alert_rule_once_and_keeps_an_operators_edits():
+    armed, created = demo.setup()
+    assert (armed, created) == (["refunds"], True)
+    rule = AlertRule.objects.get()
+    assert (rule.name, rule.metric, rule.comparison, rule.threshold, rule.window_minutes, rule.channel, rule.target) == (
+        "Demo: dead webhook events", "dead_webhook_events", ">", 0, 60, "email", "admin@localhost"
+    )
+    rule.threshold = 3
+    rule.save()
+
+    assert demo.setup() == ([], False)  # still failing: nothing armed, nothing created
+    assert AlertRule.objects.get().threshold == 3
+    assert AuditEntry.objects.filter(action="alert_rule.create").count() == 1
+
+
+def test_setup_arms_a_fixed_switch_again_so_each_demo_starts_broken():
+    demo.setup()
+    switch = DemoSwitch.objects.get()
+    demo.set_failing(switch, False, actor="admin:ops")
+    assert not demo.failing(demo.REFUNDS)
+
+    assert demo.setup() == (["refunds"], False)
+    assert demo.failing(demo.REFUNDS)
+    assert DemoSwitch.objects.count() == 1
