@@ -167,37 +167,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 # Modules that are not yet in the package section 6 puts them in, and the part each belongs
 # to (a name covers its submodules). An entry goes when its module moves.
 NOT_YET_MOVED: dict[str, str] = {
-    # Step 7 (the dashboard as one app) moves these into idemdash/dashboard/.
-    "idemdash.access": DASHBOARD,
-    "idemdash.admin": DASHBOARD,
-    "idemdash.alerts": DASHBOARD,
-    "idemdash.apps": DASHBOARD,
-    "idemdash.charts": DASHBOARD,
-    "idemdash.conflicts": DASHBOARD,
-    "idemdash.management": DASHBOARD,
-    "idemdash.migrations": DASHBOARD,
-    "idemdash.models": DASHBOARD,
-    "idemdash.queries": DASHBOARD,
-    "idemdash.schedules": DASHBOARD,
-    "idemdash.tasks": DASHBOARD,
-    "idemdash.templatetags": DASHBOARD,
-    "idemdash.vendor": DASHBOARD,
-    # Step 7 moves install_schedules to the receipts app's commands.
-    "idemdash.management.commands.install_schedules": RECEIPTS,
-    # Step 3 moves it to idemdash/core/schedules.py.
-    "idemdash.scheduling": CORE,
-    # Step 8 (dev tooling and the demo) moves these into idemdash/devtools/.
-    "idemdash.bench": DEVTOOLS,
-    "idemdash.demo": DEVTOOLS,
-    "idemdash.demo_env": DEVTOOLS,
-    "idemdash.management.commands.demo_setup": DEVTOOLS,
-    "idemdash.management.commands.demo_stage": DEVTOOLS,
-    "idemdash.management.commands.ensure_admin": DEVTOOLS,
-    "idemdash.management.commands.seed": DEVTOOLS,
-    "idemdash.management.commands.simulate": DEVTOOLS,
-    "idemdash.seeding": DEVTOOLS,
-    "idemdash.simulator": DEVTOOLS,
-    "idemdash.webhook_handlers": DEVTOOLS,
+    # Empty since steps 3, 7 and 8: every module is in its part. A module placed outside
+    # the package section 6 puts it in is listed here, with the step that moves it.
 }
 
 PARTS = (CORE, OUTBOX, RECEIPTS, WEBHOOKS, WORKER, DASHBOARD, DEVTOOLS, WIRING)
@@ -225,25 +196,21 @@ def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 # ---------------------------------------------------------------------------------------
 # Today's exceptions
 
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # AlertRule's methods import the alerts' helpers inside the method. Step 7 moves those
-    # pure helpers to a module that both import.
-    frozenset({"idemdash.alerts", "idemdash.models"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 KNOWN_UPWARD_IMPORTS: set[tuple[str, str]] = {
-    # The DemoSwitch admin. Step 8 moves it to idemdash/devtools/ with the demo.
-    ("idemdash.admin", "idemdash.demo"),
+    # The dashboard's old paths, kept for one release (a host's INSTALLED_APPS may say
+    # "idemdash", its STATICFILES_FINDERS idemdash.vendor.PlotlyFinder, and a queued task
+    # idemdash.tasks.evaluate_alerts): removed one release after step 12.
+    ("idemdash.apps", "idemdash.dashboard.apps"),
+    ("idemdash.tasks", "idemdash.dashboard.tasks"),
+    ("idemdash.vendor", "idemdash.dashboard.vendor"),
     # The alias of receipts.middleware.DatabaseUnavailableMiddleware, kept for one release:
     # removed one release after step 12.
     ("idemdash.middleware", "receipts.middleware"),
 }
 
-KNOWN_READS_OF_TESTS: set[str] = {
-    # FIXTURES, the simulator's webhook payloads. Step 8 moves them out of tests/ with the
-    # simulator.
-    "idemdash.simulator",
-}
+KNOWN_READS_OF_TESTS: set[str] = set()
 
 
 def _shown(entries: set) -> list:

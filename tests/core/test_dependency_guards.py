@@ -243,7 +243,7 @@ def test_a_querysets_sql_with_params_runs_as_is():
     from receipts.models import AuditEntry
 
     _audit_entries(2)
-    with pinned("Django", "Query.sql_with_params", "idemdash/queries.py:_planner_rows"):
+    with pinned("Django", "Query.sql_with_params", "idemdash/dashboard/queries.py:_planner_rows"):
         qs = AuditEntry.objects.filter(actor="guard")
         sql, params = qs.values("pk").query.sql_with_params()
         with connection.cursor() as cursor:
@@ -472,7 +472,7 @@ def test_collectstatic_places_a_finders_files_under_its_storage_prefix(tmp_path,
     from django.contrib.staticfiles import finders
     from django.core.management import call_command
 
-    with pinned("plotly", "the location of plotly.min.js in its package", "idemdash/vendor.py"):
+    with pinned("plotly", "the location of plotly.min.js in its package", "idemdash/dashboard/vendor.py"):
         from idemdash import vendor
 
         assert (vendor.PACKAGE_DATA / "plotly.min.js").is_file()
@@ -481,7 +481,7 @@ def test_collectstatic_places_a_finders_files_under_its_storage_prefix(tmp_path,
     settings.STATICFILES_FINDERS = ["idemdash.vendor.PlotlyFinder"]
     finders.get_finder.cache_clear()
     try:
-        with pinned("Django", "collectstatic's use of a finder storage's `prefix`", "idemdash/vendor.py:PlotlyFinder"):
+        with pinned("Django", "collectstatic's use of a finder storage's `prefix`", "idemdash/dashboard/vendor.py:PlotlyFinder"):
             call_command("collectstatic", interactive=False, verbosity=0)
             assert (tmp_path / "vendor" / "plotly.min.js").is_file()
     finally:
