@@ -1,6 +1,7 @@
 """idemdash settings, read from the environment.
 
-Every variable is documented in the README. A value that cannot be parsed raises
+Every variable is documented under docs/ (most in docs/operations.md, "Configuration"; tests/test_docs.py
+checks that none is missing). A value that cannot be parsed raises
 ImproperlyConfigured naming the variable, so a typo in a deployment fails at start-up
 instead of silently falling back to a default.
 """
@@ -218,7 +219,7 @@ EMAIL_FILE_PATH = VAR_DIR / "mail"
 # --- Receipts: operation policies ---------------------------------------------------------
 # The receipts app reads flat RECEIPTS_* settings (receipts/conf.py, defaults there); these
 # environment variables are this project's way of setting them. RECEIPTS_OPERATIONS and
-# RECEIPTS_FINANCIAL_OPERATIONS keep their defaults here (README, Operation policies).
+# RECEIPTS_FINANCIAL_OPERATIONS keep their defaults here (docs/receipt-store.md, "Operation policies").
 RECEIPTS_DEFAULT_TTL_SECONDS = envint("RECEIPTS_DEFAULT_TTL", 24 * 3600, minimum=1)
 RECEIPTS_FINANCIAL_TTL_SECONDS = envint("RECEIPTS_FINANCIAL_TTL", 7 * 24 * 3600, minimum=1)
 RECEIPTS_LEASE_SECONDS = envint("RECEIPTS_LEASE_SECONDS", 30, minimum=1)

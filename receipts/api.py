@@ -1,6 +1,6 @@
 """The JSON API: receipts for callers that are not Django views (workers, agents, other
 languages). Bearer-token auth; the token's API client is the scope. Endpoints, bodies and
-status codes are in the README ("JSON API").
+status codes are in docs/json-api.md.
 
 Method, token, media type, size and the JSON itself are checked by the one front door
 (`idemdash.core.jsonapi`); the fields here. Every body is validated completely before the

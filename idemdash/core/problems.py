@@ -9,7 +9,7 @@ from django.http import HttpResponse
 
 CONTENT_TYPE = "application/problem+json"
 
-# type URIs are stable identifiers (documented in the README), not links.
+# type URIs are stable identifiers (documented in docs/http-contract.md, "Problem types"), not links.
 TYPE_PREFIX = "urn:idemdash:problem:"
 
 

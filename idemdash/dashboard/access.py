@@ -1,6 +1,7 @@
 """Who may see and who may act: two groups over two permissions.
 
-`viewers` see every page; `operators` may also retry, release and bulk-retry. Superusers
+`viewers` see every page; `operators` may also act (release, reprocess, send now, send again, singly or in bulk;
+the permission's stored name still says "retry"). Superusers
 pass every check. The groups are (re)created after every migrate, which also covers a test
 database flushed between tests.
 """

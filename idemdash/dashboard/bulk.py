@@ -3,7 +3,7 @@ outbox messages again.
 
 GET previews what the action would touch (how many rows, the first of them by key, the
 filter in the words of the list's form); POST (operators) runs the domain function's
-`..._many` (receipts/bulk.py: one compare-and-set and one audit entry per row) and shows
+`..._many` (idemdash/core/bulk.py:each: one compare-and-set and one audit entry per row) and shows
 what changed, with a link to exactly the audit entries it wrote.
 """
 
@@ -47,7 +47,7 @@ class BulkSpec:
     list_url: str  # URL names
     url: str
     detail_url: str
-    run: Callable[..., Any]  # fn(rows, *, actor, user, reason) -> receipts.bulk.BulkResult
+    run: Callable[..., Any]  # fn(rows, *, actor, user, reason) -> idemdash.core.bulk.BulkResult
     audit_action: str  # what `run` writes to the audit log for each row
     explain: str
     label: Callable[[Any], str]  # a row's key or event id

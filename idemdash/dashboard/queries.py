@@ -68,7 +68,7 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
         raise BadWindow(f"window must be one of {', '.join(WINDOWS)}; got {value!r}") from None
 
 
-# The documentation of every figure: the README table and the /metrics HELP lines come
+# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") and the /metrics HELP lines come
 # from here, so the definition lives in one place.
 RECEIPT_FIELDS: dict[str, str] = {
     "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "

@@ -167,7 +167,7 @@ def test_raw_delete_deletes_in_one_statement_without_the_collector():
     from receipts.models import AuditEntry
 
     _audit_entries(3)
-    with pinned("Django", "QuerySet._raw_delete", "receipts/retention.py:delete_rows"):
+    with pinned("Django", "QuerySet._raw_delete", "idemdash/core/retention.py:delete_rows"):
         rows = AuditEntry.objects.filter(actor="guard", object_id__in=["0", "1"])
         with CaptureQueriesContext(connection) as queries:
             assert rows._raw_delete(rows.db) == 2
@@ -183,7 +183,7 @@ def test_the_relations_a_delete_must_settle_are_listed_with_their_on_delete():
     from receipts.models import Attempt, Receipt
     from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
-    with pinned("Django", "django.db.models.deletion.get_candidate_relations_to_delete", "receipts/retention.py:delete_rows"):
+    with pinned("Django", "django.db.models.deletion.get_candidate_relations_to_delete", "idemdash/core/retention.py:delete_rows"):
         from django.db.models.deletion import get_candidate_relations_to_delete
 
         def relations(model) -> dict:
@@ -209,7 +209,7 @@ def test_the_deletes_that_need_the_collector_can_still_be_told_apart():
     with pinned(
         "Django",
         "Signal.has_listeners or GenericRelation.bulk_related_objects",
-        "receipts/retention.py:_settles_in_sql",
+        "idemdash/core/retention.py:_settles_in_sql",
     ):
         # A generic relation is a private field that the collector follows by this method.
         assert callable(GenericRelation.bulk_related_objects)

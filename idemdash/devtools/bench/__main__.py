@@ -1,4 +1,4 @@
-"""`python -m idemdash.devtools.bench [--quick]`: see idemdash/devtools/bench/runner.py and the README."""
+"""`python -m idemdash.devtools.bench [--quick]`: see idemdash/devtools/bench/runner.py and docs/benchmarks.md."""
 
 from __future__ import annotations
 

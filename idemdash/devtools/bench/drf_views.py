@@ -2,7 +2,7 @@
 
 The same APIView each time, with no authentication (as the scenario 1 views), so that the
 only difference between the variants is the idempotency layer. Each layer sits where it
-works: idemdash's inside the APIView, on the handler (README: Each kind of view);
+works: idemdash's inside the APIView, on the handler (docs/http-contract.md: Each kind of view);
 drf-idempotency's around `as_view()`, because below it (its documented `@api_view` order)
 it renders a Response DRF has not finalized yet and answers 500, then 409 to every retry.
 """

@@ -51,7 +51,7 @@ class Sizes:
     purge_receipts: int
     page_samples: int  # timed requests per dashboard page
     purge_budget: float  # seconds the purge may run; the rate is over what it deleted
-    latency_messages: int  # outbox messages enqueued one at a time for scenario 8
+    latency_messages: int  # outbox messages enqueued one at a time for scenario 9
 
 
 FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=2_000_000,
@@ -786,7 +786,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     print(f"bench ({'quick' if quick else 'full'}): migrating {connection.settings_dict['NAME']}", flush=True)
     call_command("migrate", verbosity=0, interactive=False)
     # migrate installs the schedules; the bench runs without them, so that the purge does not
-    # race scenario 6 and scenario 8 measures the prompt send alone.
+    # race scenario 6 and scenario 9 measures the prompt send alone.
     from django_q.models import Schedule
 
     Schedule.objects.all().delete()
