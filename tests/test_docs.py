@@ -19,8 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 DOCUMENTS = [README, *PAGES]
-# docs/architecture.md is kept by the lead of issue 13 and has no link back yet.
-WITHOUT_BACK_LINK = {ROOT / "docs" / "architecture.md"}
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`[^`]*`")
@@ -102,9 +100,8 @@ def test_every_page_opens_with_its_summary_and_a_way_back(path):
     assert blocks[0].startswith("# ") and "\n" not in blocks[0], "a title first"
     summary = blocks[1]
     assert not summary.startswith(("#", "-", "|", "```", "    ", "<!--")), "then a paragraph"
-    if path not in WITHOUT_BACK_LINK:
-        readme = Path("..", *[".."] * (len(path.relative_to(ROOT / "docs").parts) - 1), "README.md")
-        assert f"]({readme.as_posix()})" in blocks[2], "then a link back to the README"
+    readme = Path("..", *[".."] * (len(path.relative_to(ROOT / "docs").parts) - 1), "README.md")
+    assert f"]({readme.as_posix()})" in blocks[2], "then a link back to the README"
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
