@@ -10,6 +10,7 @@ store is called, so bad input gets a 4xx problem and writes nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -131,6 +132,23 @@ def _landed(receipt: Receipt, token: int, status: str, **fields: Any) -> bool:
     )
 
 
+def _settle(client: ApiClient, key: str, token: int, run: Callable[[], Any], status: str, **fields: Any) -> HttpResponse:
+    """Settle a receipt by `run` (store.complete or store.fail) and answer with the receipt:
+    404 for a key this client does not have, 409 for a token that no longer owns it (unless
+    this very settlement already landed)."""
+    # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
+    # key that does not exist; the settlement itself is the store's conditional update.
+    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
+        return _not_found(key)
+    try:
+        run()
+    except store.StaleToken:
+        receipt = Receipt.objects.get(scope=client.scope, key=key)
+        if not _landed(receipt, token, status, **fields):
+            return _stale(key)
+    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+
+
 @json_api("POST")
 def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, CLAIM_FIELDS, {"key", "operation"})
@@ -210,17 +228,9 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
-    # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
-    # key that does not exist; the completion itself is the store's conditional update.
-    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
-        return _not_found(key)
-    try:
-        store.complete(client.scope, key, token, content_type="application/json", body=stored)
-    except store.StaleToken:
-        receipt = Receipt.objects.get(scope=client.scope, key=key)
-        if not _landed(receipt, token, Receipt.Status.COMPLETED, response_body=stored):
-            return _stale(key)
-    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+    return _settle(client, key, token, lambda: store.complete(
+        client.scope, key, token, content_type="application/json", body=stored,
+    ), Receipt.Status.COMPLETED, response_body=stored)
 
 
 @json_api("POST")
@@ -235,15 +245,8 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     retryable = body.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
-    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
-        return _not_found(key)
-    try:
-        store.fail(client.scope, key, token, error=error, retryable=retryable)
-    except store.StaleToken:
-        receipt = Receipt.objects.get(scope=client.scope, key=key)
-        if not _landed(receipt, token, Receipt.Status.FAILED, error=error):
-            return _stale(key)
-    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+    return _settle(client, key, token, lambda: store.fail(client.scope, key, token, error=error, retryable=retryable),
+                   Receipt.Status.FAILED, error=error)
 
 
 @json_api("GET")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 
@@ -116,6 +118,13 @@ class Attempt(AttemptLog):
         STALE_TOKEN = "stale_token"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
+
+    @classmethod
+    def record(cls, receipt: Receipt, **fields: Any) -> Attempt:
+        """Write a row about `receipt`, copying its scope, key and operation (see above)."""
+        return cls.objects.create(
+            receipt=receipt, scope=receipt.scope, key=receipt.key, operation=receipt.operation, **fields
+        )
 
     # Outcomes that are a caller's claim request (the denominator of the duplicate rate).
     CLAIM_OUTCOMES = (

@@ -299,11 +299,8 @@ def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **change
 
 def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
     r = result.receipt
-    Attempt.objects.create(
-        receipt=r,
-        scope=r.scope,
-        key=r.key,
-        operation=r.operation,
+    Attempt.record(
+        r,
         outcome=result.outcome,
         fencing_token=result.token,
         fingerprint=fp,
@@ -420,11 +417,8 @@ def release(
         )
         if not won:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
-        Attempt.objects.create(
-            receipt=receipt,
-            scope=receipt.scope,
-            key=receipt.key,
-            operation=receipt.operation,
+        Attempt.record(
+            receipt,
             outcome=Outcome.RELEASED,
             fencing_token=token,
             detail=reason,

@@ -125,27 +125,26 @@ class WebhookEventAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.action(description="Reprocess")
-    def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
-        done = 0
+    def _each(self, request: HttpRequest, queryset: QuerySet, run, refused: type[Exception], done: str) -> None:
+        """Run one domain action (which writes the audit entry) on each selected event; an event
+        it refuses is reported by its own warning and the rest go ahead."""
+        count = 0
         for event in queryset:
             try:
-                processing.reprocess(event, actor=request.user.get_username(), user=request.user)
-                done += 1
-            except processing.NotReprocessable as exc:
+                run(event, actor=request.user.get_username(), user=request.user)
+                count += 1
+            except refused as exc:
                 self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
-        self.message_user(request, f"{done} event(s) queued for reprocessing.")
+        self.message_user(request, done.format(count))
+
+    @admin.action(description="Reprocess")
+    def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._each(request, queryset, processing.reprocess, processing.NotReprocessable,
+                   "{} event(s) queued for reprocessing.")
 
     @admin.action(description="Release (stuck: processing past its lease)")
     def release(self, request: HttpRequest, queryset: QuerySet) -> None:
-        done = 0
-        for event in queryset:
-            try:
-                processing.release(event, actor=request.user.get_username(), user=request.user)
-                done += 1
-            except processing.NotStuck as exc:
-                self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
-        self.message_user(request, f"{done} stuck event(s) released.")
+        self._each(request, queryset, processing.release, processing.NotStuck, "{} stuck event(s) released.")
 
 
 @admin.register(WebhookDelivery)

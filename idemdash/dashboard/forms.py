@@ -126,6 +126,15 @@ class _TimeFiltered(forms.Form):
 
     time_field = "created_at"
     names: tuple[str, ...] = ()
+    # The filters that are one exact lookup each: form field -> ORM lookup.
+    lookups: dict[str, str] = {}
+
+    def _filtered(self, qs: QuerySet) -> QuerySet:
+        """`qs` narrowed by every filled-in lookup filter and the time range."""
+        for name, lookup in self.lookups.items():
+            if self.cleaned_data.get(name):
+                qs = qs.filter(**{lookup: self.cleaned_data[name]})
+        return self._time(qs)
 
     def _time(self, qs: QuerySet) -> QuerySet:
         if self.cleaned_data.get("since"):
@@ -153,21 +162,13 @@ class EventFilter(_TimeFiltered):
 
     time_field = "received_at"
     names = ("endpoint", "provider", "type", "status", "q")
+    lookups = {"endpoint": "endpoint__slug", "provider": "provider", "type": "event_type", "status": "status"}
 
     def events(self) -> QuerySet[WebhookEvent]:
-        data = self.cleaned_data
         qs = WebhookEvent.objects.select_related("endpoint")
-        if data.get("endpoint"):
-            qs = qs.filter(endpoint__slug=data["endpoint"])
-        if data.get("provider"):
-            qs = qs.filter(provider=data["provider"])
-        if data.get("type"):
-            qs = qs.filter(event_type=data["type"])
-        if data.get("status"):
-            qs = qs.filter(status=data["status"])
-        if data.get("q"):
-            qs = qs.filter(Q(provider_event_id__startswith=data["q"]) | Q(dedupe_key__startswith=data["q"]))
-        return self._time(qs)
+        if q := self.cleaned_data.get("q"):
+            qs = qs.filter(Q(provider_event_id__startswith=q) | Q(dedupe_key__startswith=q))
+        return self._filtered(qs)
 
 
 class RejectedFilter(_TimeFiltered):
@@ -177,16 +178,10 @@ class RejectedFilter(_TimeFiltered):
 
     time_field = "received_at"
     names = ("endpoint", "provider", "cause")
+    lookups = {"endpoint": "endpoint__slug", "provider": "provider", "cause": "cause"}
 
     def rejections(self) -> QuerySet[RejectedDelivery]:
-        data = self.cleaned_data
-        qs = RejectedDelivery.objects.select_related("endpoint")
-        if data.get("endpoint"):
-            qs = qs.filter(endpoint__slug=data["endpoint"])
-        for name in ("provider", "cause"):
-            if data.get(name):
-                qs = qs.filter(**{name: data[name]})
-        return self._time(qs)
+        return self._filtered(RejectedDelivery.objects.select_related("endpoint"))
 
 
 # "waiting" is the backlog tile's filter: everything the drain has yet to send.
@@ -203,21 +198,16 @@ class OutboxFilter(_TimeFiltered):
     scope = forms.CharField(required=False, max_length=255)
 
     names = ("action", "status", "q", "scope")
+    lookups = {"action": "action", "q": "key__startswith", "scope": "scope"}
 
     def messages(self) -> QuerySet[OutboxMessage]:
-        data = self.cleaned_data
         qs = OutboxMessage.objects.all()
-        if data.get("action"):
-            qs = qs.filter(action=data["action"])
-        if data.get("status") == WAITING:
+        status = self.cleaned_data.get("status")
+        if status == WAITING:
             qs = qs.filter(status__in=[OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY])
-        elif data.get("status"):
-            qs = qs.filter(status=data["status"])
-        if data.get("q"):
-            qs = qs.filter(key__startswith=data["q"])
-        if data.get("scope"):
-            qs = qs.filter(scope=data["scope"])
-        return self._time(qs)
+        elif status:
+            qs = qs.filter(status=status)
+        return self._filtered(qs)
 
 
 class AuditFilter(forms.Form):

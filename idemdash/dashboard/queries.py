@@ -256,15 +256,8 @@ def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any
 
 # --- time series for the charts ------------------------------------------------------------
 
-SERIES_OUTCOMES = (
-    Outcome.CLAIMED,
-    Outcome.REPLAYED,
-    Outcome.IN_PROGRESS,
-    Outcome.MISMATCH,
-    Outcome.RETRIED_AFTER_FAILURE,
-    Outcome.LEASE_TAKEOVER,
-    Outcome.RELEASED,
-)
+# The claim requests, then the operator's releases.
+SERIES_OUTCOMES = (*Attempt.CLAIM_OUTCOMES, Outcome.RELEASED)
 
 
 def _floor(moment: datetime, bucket: timedelta) -> datetime:

@@ -19,7 +19,7 @@ from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.bulk import describe_filter
 from idemdash.dashboard.forms import AuditFilter, ReceiptFilter
 from idemdash.dashboard.templatetags.idemdash_tags import audit_verb
-from idemdash.dashboard.pages import filtered_list, partial_or_page
+from idemdash.dashboard.pages import filtered_list, latest, partial_or_page
 from receipts import store
 from receipts.conf import policy_for
 from receipts.auth import client_for_request
@@ -112,20 +112,22 @@ def _policy(operation: str) -> dict[str, Any]:
 
 def _detail_context(receipt: Receipt) -> dict[str, Any]:
     attempts = Attempt.objects.filter(receipt=receipt)
-    timeline = list(attempts.order_by("-created_at", "-id")[:TIMELINE_LIMIT])[::-1]
-    rejected = attempts.filter(outcome=Attempt.Outcome.MISMATCH).order_by("-created_at", "-id")[:CONFLICT_LIMIT]
+    timeline, timeline_total = latest(attempts, "-created_at", "-id", limit=TIMELINE_LIMIT)
+    rejected, mismatch_total = latest(
+        attempts.filter(outcome=Attempt.Outcome.MISMATCH), "-created_at", "-id", limit=CONFLICT_LIMIT
+    )
     mismatches = [
         {"attempt": a, "differences": conflicts.diff_requests(receipt.request, a.request),
          "pretty": _pretty(a.request)}
-        for a in reversed(rejected)
+        for a in rejected
     ]
     return {
         "receipt": receipt,
         # From today's settings: the policy a claim of this operation gets now.
         "policy": _policy(receipt.operation),
         "timeline": timeline,
-        "timeline_total": attempts.count() if len(timeline) == TIMELINE_LIMIT else len(timeline),
-        "mismatch_total": attempts.filter(outcome=Attempt.Outcome.MISMATCH).count() if len(mismatches) == CONFLICT_LIMIT else len(mismatches),
+        "timeline_total": timeline_total,
+        "mismatch_total": mismatch_total,
         "mismatches": mismatches,
         "request_pretty": _pretty(receipt.request),
         "response_pretty": _pretty(receipt.response_body),

@@ -17,7 +17,7 @@ from idemdash.dashboard import queries
 from idemdash.dashboard.access import operator_required, viewer_required
 from idemdash.dashboard.actions import ObjectAction, run_object_action
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, RejectedFilter
-from idemdash.dashboard.pages import filtered_list
+from idemdash.dashboard.pages import filtered_list, latest
 from receipts.outbox import store as outbox_store
 from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -63,15 +63,15 @@ def _event_summary(event: WebhookEvent) -> tuple[str, dict[str, Any]]:
 @viewer_required
 def event_detail(request: HttpRequest, pk: int) -> HttpResponse:
     event = get_object_or_404(WebhookEvent.objects.select_related("endpoint"), pk=pk)
-    deliveries = list(event.deliveries.order_by("-received_at", "-id")[:DELIVERY_LIMIT])[::-1]
-    tries = list(event.attempt_log.order_by("-id")[:ATTEMPT_LIMIT])[::-1]
+    deliveries, delivery_total = latest(event.deliveries.all(), "-received_at", "-id", limit=DELIVERY_LIMIT)
+    tries, attempt_total = latest(event.attempt_log.all(), "-id", limit=ATTEMPT_LIMIT)
     _, context = _event_summary(event)
     return render(request, "dashboard/event_detail.html", {
         **context,
         "attempts": tries,
-        "attempt_total": event.attempt_log.count() if len(tries) == ATTEMPT_LIMIT else len(tries),
+        "attempt_total": attempt_total,
         "deliveries": deliveries,
-        "delivery_total": event.deliveries.count() if len(deliveries) == DELIVERY_LIMIT else len(deliveries),
+        "delivery_total": delivery_total,
         "payload_pretty": _pretty(event.payload),
         "audit": queries.audit_of(event),
     })
@@ -161,13 +161,12 @@ def _message_summary(message: OutboxMessage) -> tuple[str, dict[str, Any]]:
 @viewer_required
 def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     message = get_object_or_404(OutboxMessage, pk=pk)
-    attempts = OutboxAttempt.objects.filter(message=message)
-    log = list(attempts.order_by("-created_at", "-id")[:ATTEMPT_LIMIT])[::-1]
+    log, attempt_total = latest(OutboxAttempt.objects.filter(message=message), "-created_at", "-id", limit=ATTEMPT_LIMIT)
     _, context = _message_summary(message)
     return render(request, "dashboard/message_detail.html", {
         **context,
         "attempts": log,
-        "attempt_total": attempts.count() if len(log) == ATTEMPT_LIMIT else len(log),
+        "attempt_total": attempt_total,
         "payload_pretty": _pretty(masked_payload(message.payload)),
         "audit": queries.audit_of(message),
     })

@@ -75,6 +75,23 @@ DECK: dict[str, int] = {
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
 
 
+def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None = None, **extra: Any) -> dict:
+    """A Stripe event envelope around an API object, as Stripe sends it (the webhook tests
+    build theirs with it too)."""
+    return {
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
+        "object": "event",
+        "api_version": "2024-06-20",
+        "created": int(time.time()),
+        "data": {"object": obj},
+        "livemode": False,
+        "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None},
+        "type": event_type,
+        **extra,
+    }
+
+
 class NotLocal(ValueError):
     pass
 
@@ -738,20 +755,11 @@ class Simulator:
         session = {**self._checkout, "id": session_id, "payment_intent": intent_id, "amount_total": amount}
         intent = {**self._intent, "id": intent_id, "amount": amount, "amount_received": amount}
 
-        def envelope(obj: dict[str, Any], event_type: str, suffix: str) -> dict[str, Any]:
-            return {
-                "id": f"evt_sim{self.run_id}{n:06d}{suffix}",
-                "object": "event",
-                "api_version": "2024-06-20",
-                "created": int(time.time()),
-                "data": {"object": obj},
-                "livemode": False,
-                "pending_webhooks": 1,
-                "request": {"id": None, "idempotency_key": None},
-                "type": event_type,
-            }
-
-        return [envelope(session, "checkout.session.completed", "c"), envelope(intent, "payment_intent.succeeded", "p")]
+        event_id = f"evt_sim{self.run_id}{n:06d}"
+        return [
+            stripe_event(session, "checkout.session.completed", event_id=f"{event_id}c"),
+            stripe_event(intent, "payment_intent.succeeded", event_id=f"{event_id}p"),
+        ]
 
     def _stripe_payment(self, n: int, rng: random.Random) -> None:
         events = self._stripe_events(n, rng)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 
@@ -86,6 +88,18 @@ class OutboxAttempt(AttemptLog):
         STALE = "stale"
 
     STALE_OUTCOME = Outcome.STALE
+
+    @staticmethod
+    def copied_from(message: OutboxMessage) -> dict[str, Any]:
+        """The fields a row copies from its message (see above), as of the attempt it records."""
+        return {
+            "message": message,
+            "scope": message.scope,
+            "key": message.key,
+            "action": message.action,
+            "number": message.attempts,
+            "fencing_token": message.fencing_token,
+        }
 
     message = models.ForeignKey(
         OutboxMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempt_log"

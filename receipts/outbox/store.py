@@ -150,12 +150,7 @@ def claim_batch(
             # the attempt log include these.
             OutboxAttempt.objects.bulk_create(
                 OutboxAttempt(
-                    message=m,
-                    scope=m.scope,
-                    key=m.key,
-                    action=m.action,
-                    number=m.attempts,
-                    fencing_token=m.fencing_token,
+                    **OutboxAttempt.copied_from(m),
                     outcome=Outcome.DEAD,
                     error=error,
                     drainer=m.claimed_by,
@@ -244,12 +239,7 @@ def _settle(
             **changes,
         )
         line = {
-            "message": message,
-            "scope": message.scope,
-            "key": message.key,
-            "action": message.action,
-            "number": message.attempts,
-            "fencing_token": message.fencing_token,
+            **OutboxAttempt.copied_from(message),
             "status_code": status_code,
             "error": error[:2000],
             "duration_ms": duration_ms,

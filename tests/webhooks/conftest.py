@@ -16,7 +16,7 @@ import stripe
 from django.test import Client
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 
-from idemdash.devtools.simulator import FIXTURES
+from idemdash.devtools.simulator import FIXTURES, stripe_event  # noqa: F401 (stripe_event re-exported for the webhook tests)
 from webhooks import handlers
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret
 
@@ -34,22 +34,6 @@ def make_endpoint(slug: str, provider: str, *secrets: str, paused: bool = False)
     for secret in secrets:
         WebhookSecret.objects.create(endpoint=endpoint, secret=secret)
     return endpoint
-
-
-def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None = None, **extra: Any) -> dict:
-    """A Stripe event envelope around an API object, as Stripe sends it."""
-    return {
-        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
-        "object": "event",
-        "api_version": "2024-06-20",
-        "created": int(time.time()),
-        "data": {"object": obj},
-        "livemode": False,
-        "pending_webhooks": 1,
-        "request": {"id": None, "idempotency_key": None},
-        "type": event_type,
-        **extra,
-    }
 
 
 def body_of(payload: Any) -> bytes:
