@@ -13,6 +13,7 @@ from idemdash.core import leases
 from receipts.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
+from tests.concurrently import operators_at_once
 from tests.receipts.outbox.test_store import claim_one, post
 
 pytestmark = pytest.mark.django_db
@@ -82,32 +83,11 @@ def test_send_again_many_stops_at_its_limit():
 def test_operators_releasing_one_stuck_message_at_once_release_it_once():
     """Eight operators (threads, each with its own connection) release the same stuck
     message at the same moment: exactly one release and one audit entry."""
-    import threading
-
-    from django.db import connection
-
     message = stuck_message()
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def operator(n: int) -> None:
-        try:
-            seen = OutboxMessage.objects.get(pk=message.pk)
-            barrier.wait()
-            try:
-                store.release(seen, actor=f"op{n}")
-                outcomes.append("released")
-            except store.InvalidTransition:
-                outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=operator, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
+    outcomes = operators_at_once(
+        8, lambda: OutboxMessage.objects.get(pk=message.pk),
+        lambda seen, actor: store.release(seen, actor=actor), refused=store.InvalidTransition)
+    assert outcomes == ["done"] + ["refused"] * 7
     assert AuditEntry.objects.filter(action="outbox_message.release").count() == 1
 
 

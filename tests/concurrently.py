@@ -1,0 +1,56 @@
+"""Running the same step from many threads or processes at the same moment, for the tests that
+race operators, drainers or evaluators against each other (one copy of the thread and fork
+plumbing, so each test says only what races and what it expects)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection, connections
+
+
+def operators_at_once(n: int, fetch: Callable[[], Any], act: Callable[[Any, str], Any], refused: type[Exception]) -> list[str]:
+    """n operators (threads, each with its own connection) each read the row as they saw it,
+    then act on it at the same moment. Returns the sorted outcomes, "done" or "refused"."""
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+
+    def operator(i: int) -> None:
+        try:
+            seen = fetch()
+            barrier.wait()
+            try:
+                act(seen, f"op{i}")
+                outcomes.append("done")
+            except refused:
+                outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=operator, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(outcomes)
+
+
+def in_forked_processes(target: Callable[..., None], args: list[tuple], timeout: float) -> list:
+    """Fork one process per tuple in `args`, call target(*args, go, queue) in each, set `go` once
+    all have started, and return every item each put on the queue (one list per process). Each
+    process must exit cleanly."""
+    connections.close_all()  # children must not share the parent's socket
+    ctx = multiprocessing.get_context("fork")
+    queue, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(*a, go, queue)) for a in args]
+    for p in procs:
+        p.start()
+    go.set()
+    results = [item for _ in procs for item in queue.get(timeout=timeout)]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return results
