@@ -38,6 +38,22 @@ def _log_in(browser, live_server, username: str):  # noqa: F811
     return page
 
 
+def _open_from_tile(page, figure: str, list_url: str, link: str, detail_url: str, kind: str, status: str) -> None:
+    """From the overview, a tile leads to the filtered list and the row to its detail page."""
+    page.click(f'[data-figure="{figure}"]')
+    page.wait_for_url(list_url)
+    page.click(f"text={link}")
+    page.wait_for_url(detail_url)
+    assert page.get_attribute(f"#{kind}-state [data-status]", "data-status") == status
+
+
+def _confirm(page, kind: str, reason: str, confirm: str, status: str) -> None:
+    """Give the open confirmation a reason, confirm, and wait for the new status on the page."""
+    page.fill(".confirm input[name=reason]", reason)
+    page.click(f"text={confirm}")
+    page.wait_for_selector(f'#{kind}-state [data-status="{status}"]')
+
+
 def _in_a_thread(fn) -> None:
     """Run `fn` as a worker would, on its own connection, while the page stays open."""
     errors: list[BaseException] = []
@@ -93,19 +109,14 @@ def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt
     assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "1"
 
     # Find it from the overview: the Failed keys tile leads to the filtered list.
-    page.click('[data-figure="receipts.failed"]')
-    page.wait_for_url("**/receipts/?status=failed*")
-    page.click("text=order-123")
-    page.wait_for_url(f"**/receipts/{receipt.pk}/")
-    assert page.get_attribute("#receipt-state [data-status]", "data-status") == "failed"
+    _open_from_tile(page, "receipts.failed", "**/receipts/?status=failed*", "order-123",
+                    f"**/receipts/{receipt.pk}/", "receipt", "failed")
 
     # Release it: the confirmation says what it does; the summary shows what it did at once.
     page.evaluate("window.__stayed = true")
     page.click("#receipt-actions >> text=Release…")
     assert "the caller's next attempt with this key runs the operation again" in page.inner_text(".confirm")
-    page.fill(".confirm input[name=reason]", "card issuer fixed")
-    page.click("text=Confirm release")
-    page.wait_for_selector('#receipt-state [data-status="released"]')
+    _confirm(page, "receipt", "card issuer fixed", "Confirm release", "released")
     summary = page.inner_text("#receipt-summary")
     assert "Released order-123: the caller's next attempt will run." in summary
     assert "Released — next attempt will run" in summary and "by otto" in summary and "card issuer fixed" in summary
@@ -138,17 +149,12 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
     page = _log_in(browser, live_server, "otto")
     event = broken["event"]
     assert page.inner_text('[data-figure="webhooks.dead"] .tile-value') == "1"
-    page.click('[data-figure="webhooks.dead"]')
-    page.wait_for_url("**/events/?status=dead")
-    page.click("text=evt_repair_1")
-    page.wait_for_url(f"**/events/{event.pk}/")
-    assert page.get_attribute("#webhookevent-state [data-status]", "data-status") == "dead"
+    _open_from_tile(page, "webhooks.dead", "**/events/?status=dead", "evt_repair_1",
+                    f"**/events/{event.pk}/", "webhookevent", "dead")
 
     page.evaluate("window.__stayed = true")
     page.click("text=Reprocess…")
-    page.fill(".confirm input[name=reason]", "handler fixed")
-    page.click("text=Confirm reprocess")
-    page.wait_for_selector('#webhookevent-state [data-status="received"]')
+    _confirm(page, "webhookevent", "handler fixed", "Confirm reprocess", "received")
     assert "Reprocessing event evt_repair_1: it is received and handed to a worker now." in page.inner_text(
         "#webhookevent-summary")
     assert page.get_attribute("#webhookevent-state", "data-live") == "true"
@@ -169,17 +175,12 @@ def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
 ):
     page = _log_in(browser, live_server, "otto")
     message = broken["message"]
-    page.click('[data-figure="outbox.dead"]')
-    page.wait_for_url("**/outbox/?status=dead")
-    page.click("text=mail-dead-1")
-    page.wait_for_url(f"**/outbox/{message.pk}/")
-    assert page.get_attribute("#outboxmessage-state [data-status]", "data-status") == "dead"
+    _open_from_tile(page, "outbox.dead", "**/outbox/?status=dead", "mail-dead-1",
+                    f"**/outbox/{message.pk}/", "outboxmessage", "dead")
 
     page.evaluate("window.__stayed = true")
     page.click("text=Send again…")
-    page.fill(".confirm input[name=reason]", "receiver fixed")
-    page.click("text=Confirm send again")
-    page.wait_for_selector('#outboxmessage-state [data-status="pending"]')
+    _confirm(page, "outboxmessage", "receiver fixed", "Confirm send again", "pending")
     assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
 
     _in_a_thread(lambda: drain.drain(max_seconds=5))
