@@ -4,6 +4,7 @@ import pytest
 from django.test import Client
 
 from receipts.models import AuditEntry
+from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import webhook_event
 from webhooks.models import WebhookEvent
 
@@ -19,13 +20,10 @@ def test_reprocess_asks_for_confirmation_before_acting(operator_client):
 
 def test_reprocessing_a_dead_event_is_audited_with_the_status_before_and_after(operator_client, operator):
     event = webhook_event("evt_1", "dead")
-    response = operator_client.post(f"/events/{event.pk}/reprocess/", {"reason": "ledger is back"})
-    assert response.status_code == 302 and response["Location"] == f"/events/{event.pk}/"
+    post_action(operator_client, f"/events/{event.pk}/", "reprocess", "ledger is back")
     event.refresh_from_db()
     assert (event.status, event.attempts) == ("received", 0)
-    entry = AuditEntry.objects.get()
-    assert (entry.actor, entry.user, entry.action, entry.object_id) == ("otto", operator, "webhook_event.reprocess", str(event.pk))
-    assert (entry.status_before, entry.status_after, entry.detail) == ("dead", "received", "ledger is back")
+    assert_audited(operator, "webhook_event.reprocess", event, "dead", "received", "ledger is back")
 
 
 def test_with_htmx_the_summary_is_swapped_in_place_with_the_new_status(operator_client):

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
+from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import outbox_message
 
 pytestmark = pytest.mark.django_db
@@ -21,13 +22,10 @@ def test_send_again_asks_for_confirmation_before_acting(operator_client):
 
 def test_sending_a_dead_message_again_is_audited(operator_client, operator):
     m = outbox_message("m1", "dead")
-    response = operator_client.post(f"/outbox/{m.pk}/send-again/", {"reason": "receiver fixed"})
-    assert response.status_code == 302 and response["Location"] == f"/outbox/{m.pk}/"
+    post_action(operator_client, f"/outbox/{m.pk}/", "send-again", "receiver fixed")
     m.refresh_from_db()
     assert (m.status, m.attempts) == ("pending", 0)
-    entry = AuditEntry.objects.get()
-    assert (entry.actor, entry.user, entry.action) == ("otto", operator, "outbox_message.send_again")
-    assert (entry.status_before, entry.status_after, entry.detail) == ("dead", "pending", "receiver fixed")
+    assert_audited(operator, "outbox_message.send_again", m, "dead", "pending", "receiver fixed")
 
 
 def test_send_now_makes_a_waiting_message_due_in_place(operator_client):

@@ -6,6 +6,7 @@ from django.test import Client
 from idemdash.dashboard import queries
 from receipts import store
 from receipts.models import Attempt, AuditEntry, Receipt
+from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import SCOPE, completed, failed, stuck
 
 pytestmark = pytest.mark.django_db
@@ -22,14 +23,11 @@ def test_release_asks_for_confirmation_before_acting(operator_client):
 
 def test_releasing_a_failed_key_marks_it_released_keeps_its_error_and_is_audited(operator_client, operator):
     r = failed("k1", retryable=False)
-    response = operator_client.post(f"/receipts/{r.pk}/release/", {"reason": "customer asked"})
-    assert response.status_code == 302 and response["Location"] == f"/receipts/{r.pk}/"
+    response = post_action(operator_client, f"/receipts/{r.pk}/", "release", "customer asked")
     r.refresh_from_db()
     assert (r.status, r.retryable, r.error) == ("failed", True, "card_declined")  # the root cause stays
     assert (r.released, r.released_by, r.release_reason, r.shown_status) == (True, "otto", "customer asked", "released")
-    entry = AuditEntry.objects.get()
-    assert (entry.actor, entry.action, entry.object_id, entry.user) == ("otto", "receipt.release", str(r.pk), operator)
-    assert (entry.status_before, entry.status_after, entry.detail) == ("failed", "released", "customer asked")
+    assert_audited(operator, "receipt.release", r, "failed", "released", "customer asked")
     assert Attempt.objects.filter(receipt=r, outcome="released", actor="otto").exists()
     html = operator_client.get(response["Location"]).content.decode()
     assert "Released k1: the caller&#x27;s next attempt will run." in html
