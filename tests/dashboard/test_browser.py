@@ -155,13 +155,25 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     page.screenshot(path=SHOTS / "receipt-422.png", full_page=True)
 
     # The same overview on a phone.
+    phone = _on_a_phone(browser, page, live_server, charts=4, shot="phone-overview.png")
+    _shoot(phone, live_server, [("/receipts/", "phone-receipts")])
+
+
+def _on_a_phone(browser, page, live_server, charts: int, shot: str):
+    """The same session on a 390x844 phone: its overview, once `charts` charts are drawn."""
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.context.add_cookies(page.context.cookies())
     phone.goto(live_server.url + "/")
-    phone.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4")
-    phone.screenshot(path=SHOTS / "phone-overview.png", full_page=True)
-    phone.goto(live_server.url + "/receipts/")
-    phone.screenshot(path=SHOTS / "phone-receipts.png", full_page=True)
+    phone.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}")
+    phone.screenshot(path=SHOTS / shot, full_page=True)
+    return phone
+
+
+def _shoot(page, live_server, pages: list[tuple[str, str]]) -> None:
+    """A full-page screenshot of each (path, name) for a human to look at."""
+    for path, name in pages:
+        page.goto(live_server.url + path)
+        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
 
 
 @pytest.fixture
@@ -227,24 +239,16 @@ def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outb
     page.screenshot(path=SHOTS / "event-reprocessed.png", full_page=True)
     assert read_in_place(lambda: WebhookEvent.objects.get(pk=dead.pk).status) == "received"
 
-    for path, name in [("/rejected/", "rejected"), ("/outbox/", "outbox"), ("/stuck/", "stuck-all")]:
-        page.goto(live_server.url + path)
-        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    _shoot(page, live_server, [("/rejected/", "rejected"), ("/outbox/", "outbox"), ("/stuck/", "stuck-all")])
     page.goto(live_server.url + "/outbox/?status=dead")
     page.click("text=crm-sync-7")
     page.wait_for_selector("#outboxmessage-summary")
     page.screenshot(path=SHOTS / "message-dead.png", full_page=True)
 
-    phone = browser.new_page(viewport={"width": 390, "height": 844})
-    phone.context.add_cookies(page.context.cookies())
-    phone.goto(live_server.url + "/")
-    phone.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6")
-    phone.screenshot(path=SHOTS / "phone-overview-flow.png", full_page=True)
+    phone = _on_a_phone(browser, page, live_server, charts=6, shot="phone-overview-flow.png")
     phone.locator("#chart-stuck").screenshot(path=SHOTS / "phone-chart-stuck.png")
-    for path, name in [("/events/", "phone-events"), (f"/events/{dead.pk}/", "phone-event"), ("/outbox/", "phone-outbox"),
-                       ("/stuck/", "phone-stuck")]:
-        phone.goto(live_server.url + path)
-        phone.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    _shoot(phone, live_server, [("/events/", "phone-events"), (f"/events/{dead.pk}/", "phone-event"),
+                                ("/outbox/", "phone-outbox"), ("/stuck/", "phone-stuck")])
 
 
 def test_a_receipt_page_shows_the_policy_the_operation_got(operator_page, live_server):
