@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from idemdash.dashboard import queries
 from receipts import store
@@ -124,28 +123,8 @@ def test_an_action_that_does_not_fit_the_state_is_a_409_and_changes_nothing(oper
     assert Receipt.objects.get(pk=c.pk).status == "completed"
 
 
-def test_a_viewer_who_posts_an_action_gets_403_and_nothing_changes(viewer_client):
-    r = failed("k1", retryable=False)
-    assert viewer_client.post(f"/receipts/{r.pk}/release/").status_code == 403
-    assert viewer_client.get(f"/receipts/{r.pk}/release/").status_code == 403
-    assert Receipt.objects.get(pk=r.pk).retryable is False and not AuditEntry.objects.exists()
-
-
-def test_an_action_without_the_csrf_token_is_refused(operator):
-    c = Client(enforce_csrf_checks=True)
-    c.force_login(operator)
-    r = failed("k1", retryable=False)
-    assert c.post(f"/receipts/{r.pk}/release/").status_code == 403
-    assert not AuditEntry.objects.exists()
-
-
 def test_after_acting_it_returns_to_a_safe_next_page_only(operator_client):
     a, b = stuck("a"), stuck("b")
     assert operator_client.post(f"/receipts/{a.pk}/release/", {"next": "/stuck/"})["Location"] == "/stuck/"
     response = operator_client.post(f"/receipts/{b.pk}/release/", {"next": "https://evil.example/"})
     assert response["Location"] == f"/receipts/{b.pk}/"
-
-
-def test_anonymous_actions_go_to_the_login_page(client):
-    r = failed("k1")
-    assert client.post(f"/receipts/{r.pk}/release/")["Location"].startswith("/accounts/login/")
