@@ -5,7 +5,6 @@ from django.utils import timezone
 
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
-from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import outbox_message
 
 pytestmark = pytest.mark.django_db
@@ -17,14 +16,6 @@ def test_send_again_asks_for_confirmation_before_acting(operator_client):
     assert "Send again…" in html and 'data-live="false"' in html
     assert "Confirm send again" in operator_client.get(f"/outbox/{m.pk}/send-again/").content.decode()
     assert OutboxMessage.objects.get(pk=m.pk).status == "dead"
-
-
-def test_sending_a_dead_message_again_is_audited(operator_client, operator):
-    m = outbox_message("m1", "dead")
-    post_action(operator_client, f"/outbox/{m.pk}/", "send-again", "receiver fixed")
-    m.refresh_from_db()
-    assert (m.status, m.attempts) == ("pending", 0)
-    assert_audited(operator, "outbox_message.send_again", m, "dead", "pending", "receiver fixed")
 
 
 def test_send_now_makes_a_waiting_message_due_in_place(operator_client):

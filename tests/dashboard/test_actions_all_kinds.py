@@ -1,7 +1,8 @@
-"""Who may act on a receipt, an event or a message: a viewer gets 403 on every action's
-confirmation and POST, anonymous is sent to log in, and a POST without the CSRF token is
-refused; in each case the row and the audit log are untouched. One parametrized copy for
-the three kinds."""
+"""What holds for an operator's action on a receipt, an event or a message alike, one
+parametrized copy for the kinds: a dead event reprocessed or a dead message sent again is
+audited with the status before and after; a viewer gets 403 on every action's confirmation
+and POST, anonymous is sent to log in, and a POST without the CSRF token is refused, each
+leaving the row and the audit log untouched."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.test import Client
 
 from receipts.models import AuditEntry, Receipt
 from receipts.outbox.models import OutboxMessage
+from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import failed, outbox_message, webhook_event
 from webhooks.models import WebhookEvent
 
@@ -26,6 +28,19 @@ KINDS = {
 }
 ACTIONS = [("receipt", "release"), ("event", "reprocess"), ("event", "release")] + [
     ("message", action) for action in ("send-now", "send-again", "release", "retry", "requeue")]
+
+
+@pytest.mark.parametrize("kind,reason,audited,after", [
+    ("event", "ledger is back", "webhook_event.reprocess", "received"),
+    ("message", "receiver fixed", "outbox_message.send_again", "pending"),
+])
+def test_acting_on_a_dead_row_is_audited_with_the_status_before_and_after(operator_client, operator, kind, reason, audited, after):
+    make, prefix, action, _ = KINDS[kind]
+    row = make()
+    post_action(operator_client, f"{prefix}{row.pk}/", action, reason)
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == (after, 0)
+    assert_audited(operator, audited, row, "dead", after, reason)
 
 
 def _a_row(kind: str):
