@@ -11,19 +11,22 @@ from typing import Any
 
 from django.db import connection, connections
 
+from receipts.models import AuditEntry
 
-def operators_at_once(n: int, fetch: Callable[[], Any], act: Callable[[Any, str], Any], refused: type[Exception]) -> list[str]:
+
+def operators_at_once(n: int, row, act: Callable[..., Any], refused: type[Exception]) -> list[str]:
     """n operators (threads, each with its own connection) each read the row as they saw it,
-    then act on it at the same moment. Returns the sorted outcomes, "done" or "refused"."""
+    then call act(seen, actor=...) on it at the same moment. Returns the sorted outcomes,
+    "done" or "refused"."""
     barrier = threading.Barrier(n)
     outcomes: list[str] = []
 
     def operator(i: int) -> None:
         try:
-            seen = fetch()
+            seen = type(row).objects.get(pk=row.pk)
             barrier.wait()
             try:
-                act(seen, f"op{i}")
+                act(seen, actor=f"op{i}")
                 outcomes.append("done")
             except refused:
                 outcomes.append("refused")
@@ -36,6 +39,12 @@ def operators_at_once(n: int, fetch: Callable[[], Any], act: Callable[[Any, str]
     for t in threads:
         t.join()
     return sorted(outcomes)
+
+
+def assert_one_of_eight_operators_acts(row, act: Callable[..., Any], refused: type[Exception], audit_action: str) -> None:
+    """Eight operators acting on the same row at once: exactly one acts, and is audited once."""
+    assert operators_at_once(8, row, act, refused) == ["done"] + ["refused"] * 7
+    assert AuditEntry.objects.filter(action=audit_action).count() == 1
 
 
 def in_forked_processes(target: Callable[..., None], args: list[tuple], timeout: float) -> list:

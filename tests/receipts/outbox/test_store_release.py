@@ -13,7 +13,7 @@ from idemdash.core import leases
 from receipts.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
-from tests.concurrently import operators_at_once
+from tests.concurrently import assert_one_of_eight_operators_acts
 from tests.receipts.outbox.test_store import claim_one, post
 
 pytestmark = pytest.mark.django_db
@@ -83,12 +83,7 @@ def test_send_again_many_stops_at_its_limit():
 def test_operators_releasing_one_stuck_message_at_once_release_it_once():
     """Eight operators (threads, each with its own connection) release the same stuck
     message at the same moment: exactly one release and one audit entry."""
-    message = stuck_message()
-    outcomes = operators_at_once(
-        8, lambda: OutboxMessage.objects.get(pk=message.pk),
-        lambda seen, actor: store.release(seen, actor=actor), refused=store.InvalidTransition)
-    assert outcomes == ["done"] + ["refused"] * 7
-    assert AuditEntry.objects.filter(action="outbox_message.release").count() == 1
+    assert_one_of_eight_operators_acts(stuck_message(), store.release, store.InvalidTransition, "outbox_message.release")
 
 
 def test_the_old_names_still_work():
