@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, connections
@@ -63,3 +64,23 @@ def in_forked_processes(target: Callable[..., None], args: list[tuple], timeout:
         p.join(30)
         assert p.exitcode == 0
     return results
+
+
+@contextmanager
+def in_a_thread(fn: Callable[[], None], stop: threading.Event, join: float) -> Iterator[threading.Thread]:
+    """Run fn in a thread, on its own connections, for the length of the block; then set `stop`
+    (which fn watches) and wait up to `join` seconds for it to end."""
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(join)
