@@ -125,13 +125,8 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     page.click("text=order-burned")
     page.wait_for_url(f"**/receipts/{burned.pk}/")
     assert "the next claim replays the failure" in page.locator("#receipt-summary").inner_text()
-    page.evaluate("window.__stayed = true")
-    page.click("#receipt-actions >> text=Release…")
-    page.wait_for_selector(".confirm")
-    page.fill(".confirm input[name=reason]", "customer called")
-    page.screenshot(path=SHOTS / "receipt-retry-confirm.png", full_page=True)
-    page.click("text=Confirm release")
-    page.wait_for_selector(".alert-success")
+    act_in_place(page, "#receipt-actions >> text=Release…", "customer called", "Confirm release", ".alert-success",
+                 shot="receipt-retry-confirm.png")
     summary = page.locator("#receipt-summary").inner_text()
     assert "the next claim replays the failure" not in summary
     assert "Released order-burned: the caller's next attempt will run." in summary
@@ -158,6 +153,22 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     phone = _on_a_phone(browser, page, live_server, charts=4, shot="phone-overview.png")
     _shoot(phone, live_server, [("/receipts/", "phone-receipts")])
 
+
+def act_in_place(page, button: str, reason: str, confirm: str, done: str, *, warns: str | None = None,
+                 shot: str | None = None) -> None:
+    """Open an action's confirmation, check what it warns of, give a reason, confirm, and wait
+    for `done`. window.__stayed is set first: a test that finds it still set later knows the
+    page was never reloaded."""
+    page.evaluate("window.__stayed = true")
+    page.click(button)
+    page.wait_for_selector(".confirm")
+    if warns is not None:
+        assert warns in page.inner_text(".confirm")
+    page.fill(".confirm input[name=reason]", reason)
+    if shot is not None:
+        page.screenshot(path=SHOTS / shot, full_page=True)
+    page.click(f"text={confirm}")
+    page.wait_for_selector(done)
 
 def _on_a_phone(browser, page, live_server, charts: int, shot: str):
     """The same session on a 390x844 phone: its overview, once `charts` charts are drawn."""
@@ -227,13 +238,8 @@ def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outb
     assert page.get_attribute("[data-status]", "data-status") == "dead"
     assert "RuntimeError: ledger down" in page.inner_text('[data-role="traceback"]')
     page.screenshot(path=SHOTS / "event-dead.png", full_page=True)
-    page.evaluate("window.__stayed = true")
-    page.click("text=Reprocess…")
-    page.wait_for_selector(".confirm")
-    page.fill(".confirm input[name=reason]", "ledger is back")
-    page.screenshot(path=SHOTS / "event-reprocess-confirm.png", full_page=True)
-    page.click("text=Confirm reprocess")
-    page.wait_for_selector('[data-status="received"]')
+    act_in_place(page, "text=Reprocess…", "ledger is back", "Confirm reprocess", '[data-status="received"]',
+                 shot="event-reprocess-confirm.png")
     assert "Reprocessing event evt_ledger_down: it is received" in page.inner_text("#webhookevent-summary")
     assert page.evaluate("window.__stayed") is True
     page.screenshot(path=SHOTS / "event-reprocessed.png", full_page=True)

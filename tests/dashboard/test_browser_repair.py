@@ -18,7 +18,7 @@ from django.db import connections
 from receipts.auth import create_token
 from receipts.outbox import drain
 from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
-from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the Chromium fixture)
+from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)
 from webhooks import handlers, processing
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,20 +38,17 @@ def _log_in(browser, live_server, username: str):  # noqa: F811
     return page
 
 
-def _open_from_tile(page, figure: str, list_url: str, link: str, detail_url: str, kind: str, status: str) -> None:
-    """From the overview, a tile leads to the filtered list and the row to its detail page."""
+def _open_from_tile(page, figure: str, list_url: str, link: str, detail_url: str, kind: str, status: str,
+                    *, count: str | None = None) -> None:
+    """From the overview (its tile showing `count`, where given), a tile leads to the filtered
+    list and the row to its detail page."""
+    if count is not None:
+        assert page.inner_text(f'[data-figure="{figure}"] .tile-value') == count
     page.click(f'[data-figure="{figure}"]')
     page.wait_for_url(list_url)
     page.click(f"text={link}")
     page.wait_for_url(detail_url)
     assert page.get_attribute(f"#{kind}-state [data-status]", "data-status") == status
-
-
-def _confirm(page, kind: str, reason: str, confirm: str, status: str) -> None:
-    """Give the open confirmation a reason, confirm, and wait for the new status on the page."""
-    page.fill(".confirm input[name=reason]", reason)
-    page.click(f"text={confirm}")
-    page.wait_for_selector(f'#{kind}-state [data-status="{status}"]')
 
 
 def _in_a_thread(fn) -> None:
@@ -106,17 +103,15 @@ def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt
 ):
     page = _log_in(browser, live_server, "otto")
     receipt = broken["receipt"]
-    assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "1"
 
-    # Find it from the overview: the Failed keys tile leads to the filtered list.
+    # Find it from the overview: the Failed keys tile (1) leads to the filtered list.
     _open_from_tile(page, "receipts.failed", "**/receipts/?status=failed*", "order-123",
-                    f"**/receipts/{receipt.pk}/", "receipt", "failed")
+                    f"**/receipts/{receipt.pk}/", "receipt", "failed", count="1")
 
     # Release it: the confirmation says what it does; the summary shows what it did at once.
-    page.evaluate("window.__stayed = true")
-    page.click("#receipt-actions >> text=Release…")
-    assert "the caller's next attempt with this key runs the operation again" in page.inner_text(".confirm")
-    _confirm(page, "receipt", "card issuer fixed", "Confirm release", "released")
+    act_in_place(page, "#receipt-actions >> text=Release…", "card issuer fixed", "Confirm release",
+                 '#receipt-state [data-status="released"]',
+                 warns="the caller's next attempt with this key runs the operation again")
     summary = page.inner_text("#receipt-summary")
     assert "Released order-123: the caller's next attempt will run." in summary
     assert "Released — next attempt will run" in summary and "by otto" in summary and "card issuer fixed" in summary
@@ -148,13 +143,10 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
 ):
     page = _log_in(browser, live_server, "otto")
     event = broken["event"]
-    assert page.inner_text('[data-figure="webhooks.dead"] .tile-value') == "1"
     _open_from_tile(page, "webhooks.dead", "**/events/?status=dead", "evt_repair_1",
-                    f"**/events/{event.pk}/", "webhookevent", "dead")
+                    f"**/events/{event.pk}/", "webhookevent", "dead", count="1")
 
-    page.evaluate("window.__stayed = true")
-    page.click("text=Reprocess…")
-    _confirm(page, "webhookevent", "handler fixed", "Confirm reprocess", "received")
+    act_in_place(page, "text=Reprocess…", "handler fixed", "Confirm reprocess", '#webhookevent-state [data-status="received"]')
     assert "Reprocessing event evt_repair_1: it is received and handed to a worker now." in page.inner_text(
         "#webhookevent-summary")
     assert page.get_attribute("#webhookevent-state", "data-live") == "true"
@@ -178,9 +170,7 @@ def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
     _open_from_tile(page, "outbox.dead", "**/outbox/?status=dead", "mail-dead-1",
                     f"**/outbox/{message.pk}/", "outboxmessage", "dead")
 
-    page.evaluate("window.__stayed = true")
-    page.click("text=Send again…")
-    _confirm(page, "outboxmessage", "receiver fixed", "Confirm send again", "pending")
+    act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again", '#outboxmessage-state [data-status="pending"]')
     assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
 
     _in_a_thread(lambda: drain.drain(max_seconds=5))
