@@ -38,6 +38,11 @@ def _log_in(browser, live_server, username: str):  # noqa: F811
     return page
 
 
+@pytest.fixture
+def otto_page(browser, live_server):  # noqa: F811
+    """A page logged in as the operator."""
+    return _log_in(browser, live_server, "otto")
+
 def _open_from_tile(page, figure: str, list_url: str, link: str, detail_url: str, kind: str, status: str,
                     *, count: str | None = None) -> None:
     """From the overview (its tile showing `count`, where given), a tile leads to the filtered
@@ -98,10 +103,8 @@ def broken(operator, viewer):
         handlers.unregister("stripe", REPAIRED_TYPE)
 
 
-def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(broken, otto_page, live_server):
+    page = otto_page
     receipt = broken["receipt"]
 
     # Find it from the overview: the Failed keys tile (1) leads to the filtered list.
@@ -138,15 +141,14 @@ def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt
     assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "0"
 
 
-def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(broken, otto_page, live_server):
+    page = otto_page
     event = broken["event"]
     _open_from_tile(page, "webhooks.dead", "**/events/?status=dead", "evt_repair_1",
                     f"**/events/{event.pk}/", "webhookevent", "dead", count="1")
 
-    act_in_place(page, "text=Reprocess…", "handler fixed", "Confirm reprocess", '#webhookevent-state [data-status="received"]')
+    act_in_place(page, "text=Reprocess…", "handler fixed", "Confirm reprocess",
+                 '#webhookevent-state [data-status="received"]')
     assert "Reprocessing event evt_repair_1: it is received and handed to a worker now." in page.inner_text(
         "#webhookevent-summary")
     assert page.get_attribute("#webhookevent-state", "data-live") == "true"
@@ -162,15 +164,14 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
     page.screenshot(path=SHOTS / "repair-event-detail.png")
 
 
-def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(broken, otto_page, live_server):
+    page = otto_page
     message = broken["message"]
     _open_from_tile(page, "outbox.dead", "**/outbox/?status=dead", "mail-dead-1",
                     f"**/outbox/{message.pk}/", "outboxmessage", "dead")
 
-    act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again", '#outboxmessage-state [data-status="pending"]')
+    act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again",
+                 '#outboxmessage-state [data-status="pending"]')
     assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
 
     _in_a_thread(lambda: drain.drain(max_seconds=5))
@@ -181,10 +182,8 @@ def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
     page.screenshot(path=SHOTS / "repair-message-detail.png")
 
 
-def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(broken, otto_page, live_server):
+    page = otto_page
     page.click('[data-figure="receipts.stuck"]')
     page.wait_for_url("**/stuck/")
     page.screenshot(path=SHOTS / "repair-stuck.png")
@@ -210,10 +209,8 @@ def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with
     assert "mail-stuck-1" in page.inner_text("#stuck-messages-card")
 
 
-def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(broken, otto_page, live_server):
+    page = otto_page
     page.goto(live_server.url + "/receipts/?status=failed&operation=payment.create")
     page.click("text=Release failed receipts…")
     page.wait_for_selector('[data-role="first-rows"]')
