@@ -34,7 +34,9 @@ ACTIONS = [("receipt", "release"), ("event", "reprocess"), ("event", "release")]
     ("event", "ledger is back", "webhook_event.reprocess", "received"),
     ("message", "receiver fixed", "outbox_message.send_again", "pending"),
 ])
-def test_acting_on_a_dead_row_is_audited_with_the_status_before_and_after(operator_client, operator, kind, reason, audited, after):
+def test_acting_on_a_dead_row_is_audited_with_the_status_before_and_after(
+    operator_client, operator, kind, reason, audited, after
+):
     make, prefix, action, _ = KINDS[kind]
     row = make()
     post_action(operator_client, f"{prefix}{row.pk}/", action, reason)

@@ -109,7 +109,8 @@ def settle(w, endpoint: str, field: str, doc: bytes):
     must leave every table as it was; returns the response and the receipt."""
     key = unique(endpoint)
     token = claim({"key": key, "operation": f"prop.{endpoint}"})(w).json()["token"]
-    before, response = sent(w, api(endpoint, b'{"key": "%s", "token": %d, "%s": %s}' % (key.encode(), token, field.encode(), doc)))
+    body = b'{"key": "%s", "token": %d, "%s": %s}' % (key.encode(), token, field.encode(), doc)
+    before, response = sent(w, api(endpoint, body))
     assert_client_error_or_success(response)
     if response.status_code >= 400:
         assert snapshot() == before
