@@ -43,17 +43,31 @@ def otto_page(browser, live_server):  # noqa: F811
     """A page logged in as the operator."""
     return _log_in(browser, live_server, "otto")
 
-def _open_from_tile(page, figure: str, list_url: str, link: str, detail_url: str, kind: str, status: str,
-                    *, count: str | None = None) -> None:
-    """From the overview (its tile showing `count`, where given), a tile leads to the filtered
-    list and the row to its detail page."""
+
+
+# Where each broken unit (a key of the `broken` fixture) is found from the overview: its tile
+# and the count it shows (None: not checked), the filtered list, the row's link text, the
+# detail page's path, the id prefix of its sections there, and the status it is in.
+FOUND_FROM = {
+    "receipt": ("receipts.failed", "1", "**/receipts/?status=failed*", "order-123", "receipts", "receipt", "failed"),
+    "event": ("webhooks.dead", "1", "**/events/?status=dead", "evt_repair_1", "events", "webhookevent", "dead"),
+    "message": ("outbox.dead", None, "**/outbox/?status=dead", "mail-dead-1", "outbox", "outboxmessage", "dead"),
+}
+
+
+def _open_from_overview(page, broken, kind: str):
+    """From the overview, the unit's tile leads to the filtered list and its row to its detail
+    page, which shows its status. Returns the unit."""
+    figure, count, list_url, link, path, section, status = FOUND_FROM[kind]
+    row = broken[kind]
     if count is not None:
         assert page.inner_text(f'[data-figure="{figure}"] .tile-value') == count
     page.click(f'[data-figure="{figure}"]')
     page.wait_for_url(list_url)
     page.click(f"text={link}")
-    page.wait_for_url(detail_url)
-    assert page.get_attribute(f"#{kind}-state [data-status]", "data-status") == status
+    page.wait_for_url(f"**/{path}/{row.pk}/")
+    assert page.get_attribute(f"#{section}-state [data-status]", "data-status") == status
+    return row
 
 
 def _in_a_thread(fn) -> None:
@@ -105,11 +119,8 @@ def broken(operator, viewer):
 
 def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(broken, otto_page, live_server):
     page = otto_page
-    receipt = broken["receipt"]
-
     # Find it from the overview: the Failed keys tile (1) leads to the filtered list.
-    _open_from_tile(page, "receipts.failed", "**/receipts/?status=failed*", "order-123",
-                    f"**/receipts/{receipt.pk}/", "receipt", "failed", count="1")
+    receipt = _open_from_overview(page, broken, "receipt")
 
     # Release it: the confirmation says what it does; the summary shows what it did at once.
     act_in_place(page, "#receipt-actions >> text=Release…", "card issuer fixed", "Confirm release",
@@ -143,9 +154,7 @@ def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt
 
 def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(broken, otto_page, live_server):
     page = otto_page
-    event = broken["event"]
-    _open_from_tile(page, "webhooks.dead", "**/events/?status=dead", "evt_repair_1",
-                    f"**/events/{event.pk}/", "webhookevent", "dead", count="1")
+    event = _open_from_overview(page, broken, "event")
 
     act_in_place(page, "text=Reprocess…", "handler fixed", "Confirm reprocess",
                  '#webhookevent-state [data-status="received"]')
@@ -166,9 +175,7 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
 
 def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(broken, otto_page, live_server):
     page = otto_page
-    message = broken["message"]
-    _open_from_tile(page, "outbox.dead", "**/outbox/?status=dead", "mail-dead-1",
-                    f"**/outbox/{message.pk}/", "outboxmessage", "dead")
+    message = _open_from_overview(page, broken, "message")
 
     act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again",
                  '#outboxmessage-state [data-status="pending"]')
