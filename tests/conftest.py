@@ -62,25 +62,25 @@ def outsider(django_user_model):
     return _member(django_user_model, "nobody", None)
 
 
+def _logged_in(user) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
 @pytest.fixture
 def viewer_client(viewer) -> Client:
-    c = Client()
-    c.force_login(viewer)
-    return c
+    return _logged_in(viewer)
 
 
 @pytest.fixture
 def operator_client(operator) -> Client:
-    c = Client()
-    c.force_login(operator)
-    return c
+    return _logged_in(operator)
 
 
 @pytest.fixture
 def outsider_client(outsider) -> Client:
-    c = Client()
-    c.force_login(outsider)
-    return c
+    return _logged_in(outsider)
 
 
 @pytest.fixture

@@ -28,21 +28,24 @@ def fired_then_resolved(rule: AlertRule) -> None:
     alerts.evaluate(rules=[rule])
 
 
+def one_resolved_one_firing(resolved: str, firing: str) -> tuple[AlertRule, AlertRule]:
+    """Two rules: the first fired and resolved, then the second fired and still firing."""
+    first, second = make_rule(resolved), make_rule(firing)
+    fired_then_resolved(first)
+    stuck(f"r-{firing}")
+    alerts.evaluate(rules=[second])
+    return first, second
+
+
 def test_the_history_lists_firing_and_resolved_alerts_newest_first(viewer_client):
-    old, new = make_rule("old"), make_rule("new")
-    fired_then_resolved(old)
-    stuck("r-new")
-    alerts.evaluate(rules=[new])
+    one_resolved_one_firing("old", "new")
     html = viewer_client.get("/alerts/").content.decode()
     assert html.index('data-state="firing"') < html.index('data-state="resolved"')
     assert "condition cleared" in html and "Email to ops@example.com" in html
 
 
 def test_the_history_filters_by_rule_and_state(viewer_client):
-    a, b = make_rule("a"), make_rule("b")
-    fired_then_resolved(a)
-    stuck("r-b")
-    alerts.evaluate(rules=[b])
+    a, _ = one_resolved_one_firing("a", "b")
     firing = viewer_client.get("/alerts/?state=firing").content.decode()
     assert firing.count("data-alert=") == 1 and 'data-state="firing"' in firing
     only_a = viewer_client.get(f"/alerts/?rule={a.pk}").content.decode()

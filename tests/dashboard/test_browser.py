@@ -125,13 +125,8 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     page.click("text=order-burned")
     page.wait_for_url(f"**/receipts/{burned.pk}/")
     assert "the next claim replays the failure" in page.locator("#receipt-summary").inner_text()
-    page.evaluate("window.__stayed = true")
-    page.click("#receipt-actions >> text=Release…")
-    page.wait_for_selector(".confirm")
-    page.fill(".confirm input[name=reason]", "customer called")
-    page.screenshot(path=SHOTS / "receipt-retry-confirm.png", full_page=True)
-    page.click("text=Confirm release")
-    page.wait_for_selector(".alert-success")
+    act_in_place(page, "#receipt-actions >> text=Release…", "customer called", "Confirm release", ".alert-success",
+                 shot="receipt-retry-confirm.png")
     summary = page.locator("#receipt-summary").inner_text()
     assert "the next claim replays the failure" not in summary
     assert "Released order-burned: the caller's next attempt will run." in summary
@@ -155,13 +150,41 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     page.screenshot(path=SHOTS / "receipt-422.png", full_page=True)
 
     # The same overview on a phone.
+    phone = _on_a_phone(browser, page, live_server, charts=4, shot="phone-overview.png")
+    _shoot(phone, live_server, [("/receipts/", "phone-receipts")])
+
+
+def act_in_place(page, button: str, reason: str, confirm: str, done: str, *, warns: str | None = None,
+                 shot: str | None = None) -> None:
+    """Open an action's confirmation, check what it warns of, give a reason, confirm, and wait
+    for `done`. window.__stayed is set first: a test that finds it still set later knows the
+    page was never reloaded."""
+    page.evaluate("window.__stayed = true")
+    page.click(button)
+    page.wait_for_selector(".confirm")
+    if warns is not None:
+        assert warns in page.inner_text(".confirm")
+    page.fill(".confirm input[name=reason]", reason)
+    if shot is not None:
+        page.screenshot(path=SHOTS / shot, full_page=True)
+    page.click(f"text={confirm}")
+    page.wait_for_selector(done)
+
+def _on_a_phone(browser, page, live_server, charts: int, shot: str):
+    """The same session on a 390x844 phone: its overview, once `charts` charts are drawn."""
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.context.add_cookies(page.context.cookies())
     phone.goto(live_server.url + "/")
-    phone.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4")
-    phone.screenshot(path=SHOTS / "phone-overview.png", full_page=True)
-    phone.goto(live_server.url + "/receipts/")
-    phone.screenshot(path=SHOTS / "phone-receipts.png", full_page=True)
+    phone.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}")
+    phone.screenshot(path=SHOTS / shot, full_page=True)
+    return phone
+
+
+def _shoot(page, live_server, pages: list[tuple[str, str]]) -> None:
+    """A full-page screenshot of each (path, name) for a human to look at."""
+    for path, name in pages:
+        page.goto(live_server.url + path)
+        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
 
 
 @pytest.fixture
@@ -215,36 +238,23 @@ def test_an_operator_reprocesses_a_dead_event_in_place_and_sees_webhook_and_outb
     assert page.get_attribute("[data-status]", "data-status") == "dead"
     assert "RuntimeError: ledger down" in page.inner_text('[data-role="traceback"]')
     page.screenshot(path=SHOTS / "event-dead.png", full_page=True)
-    page.evaluate("window.__stayed = true")
-    page.click("text=Reprocess…")
-    page.wait_for_selector(".confirm")
-    page.fill(".confirm input[name=reason]", "ledger is back")
-    page.screenshot(path=SHOTS / "event-reprocess-confirm.png", full_page=True)
-    page.click("text=Confirm reprocess")
-    page.wait_for_selector('[data-status="received"]')
+    act_in_place(page, "text=Reprocess…", "ledger is back", "Confirm reprocess", '[data-status="received"]',
+                 shot="event-reprocess-confirm.png")
     assert "Reprocessing event evt_ledger_down: it is received" in page.inner_text("#webhookevent-summary")
     assert page.evaluate("window.__stayed") is True
     page.screenshot(path=SHOTS / "event-reprocessed.png", full_page=True)
     assert read_in_place(lambda: WebhookEvent.objects.get(pk=dead.pk).status) == "received"
 
-    for path, name in [("/rejected/", "rejected"), ("/outbox/", "outbox"), ("/stuck/", "stuck-all")]:
-        page.goto(live_server.url + path)
-        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    _shoot(page, live_server, [("/rejected/", "rejected"), ("/outbox/", "outbox"), ("/stuck/", "stuck-all")])
     page.goto(live_server.url + "/outbox/?status=dead")
     page.click("text=crm-sync-7")
     page.wait_for_selector("#outboxmessage-summary")
     page.screenshot(path=SHOTS / "message-dead.png", full_page=True)
 
-    phone = browser.new_page(viewport={"width": 390, "height": 844})
-    phone.context.add_cookies(page.context.cookies())
-    phone.goto(live_server.url + "/")
-    phone.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6")
-    phone.screenshot(path=SHOTS / "phone-overview-flow.png", full_page=True)
+    phone = _on_a_phone(browser, page, live_server, charts=6, shot="phone-overview-flow.png")
     phone.locator("#chart-stuck").screenshot(path=SHOTS / "phone-chart-stuck.png")
-    for path, name in [("/events/", "phone-events"), (f"/events/{dead.pk}/", "phone-event"), ("/outbox/", "phone-outbox"),
-                       ("/stuck/", "phone-stuck")]:
-        phone.goto(live_server.url + path)
-        phone.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    _shoot(phone, live_server, [("/events/", "phone-events"), (f"/events/{dead.pk}/", "phone-event"),
+                                ("/outbox/", "phone-outbox"), ("/stuck/", "phone-stuck")])
 
 
 def test_a_receipt_page_shows_the_policy_the_operation_got(operator_page, live_server):

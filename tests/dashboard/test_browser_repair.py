@@ -18,7 +18,7 @@ from django.db import connections
 from receipts.auth import create_token
 from receipts.outbox import drain
 from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
-from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the Chromium fixture)
+from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)
 from webhooks import handlers, processing
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -36,6 +36,38 @@ def _log_in(browser, live_server, username: str):  # noqa: F811
     page.click("button[type=submit]")
     page.wait_for_url(live_server.url + "/")
     return page
+
+
+@pytest.fixture
+def otto_page(browser, live_server):  # noqa: F811
+    """A page logged in as the operator."""
+    return _log_in(browser, live_server, "otto")
+
+
+
+# Where each broken unit (a key of the `broken` fixture) is found from the overview: its tile
+# and the count it shows (None: not checked), the filtered list, the row's link text, the
+# detail page's path, the id prefix of its sections there, and the status it is in.
+FOUND_FROM = {
+    "receipt": ("receipts.failed", "1", "**/receipts/?status=failed*", "order-123", "receipts", "receipt", "failed"),
+    "event": ("webhooks.dead", "1", "**/events/?status=dead", "evt_repair_1", "events", "webhookevent", "dead"),
+    "message": ("outbox.dead", None, "**/outbox/?status=dead", "mail-dead-1", "outbox", "outboxmessage", "dead"),
+}
+
+
+def _open_from_overview(page, broken, kind: str):
+    """From the overview, the unit's tile leads to the filtered list and its row to its detail
+    page, which shows its status. Returns the unit."""
+    figure, count, list_url, link, path, section, status = FOUND_FROM[kind]
+    row = broken[kind]
+    if count is not None:
+        assert page.inner_text(f'[data-figure="{figure}"] .tile-value') == count
+    page.click(f'[data-figure="{figure}"]')
+    page.wait_for_url(list_url)
+    page.click(f"text={link}")
+    page.wait_for_url(f"**/{path}/{row.pk}/")
+    assert page.get_attribute(f"#{section}-state [data-status]", "data-status") == status
+    return row
 
 
 def _in_a_thread(fn) -> None:
@@ -85,27 +117,15 @@ def broken(operator, viewer):
         handlers.unregister("stripe", REPAIRED_TYPE)
 
 
-def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
-    receipt = broken["receipt"]
-    assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "1"
-
-    # Find it from the overview: the Failed keys tile leads to the filtered list.
-    page.click('[data-figure="receipts.failed"]')
-    page.wait_for_url("**/receipts/?status=failed*")
-    page.click("text=order-123")
-    page.wait_for_url(f"**/receipts/{receipt.pk}/")
-    assert page.get_attribute("#receipt-state [data-status]", "data-status") == "failed"
+def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(broken, otto_page, live_server):
+    page = otto_page
+    # Find it from the overview: the Failed keys tile (1) leads to the filtered list.
+    receipt = _open_from_overview(page, broken, "receipt")
 
     # Release it: the confirmation says what it does; the summary shows what it did at once.
-    page.evaluate("window.__stayed = true")
-    page.click("#receipt-actions >> text=Release…")
-    assert "the caller's next attempt with this key runs the operation again" in page.inner_text(".confirm")
-    page.fill(".confirm input[name=reason]", "card issuer fixed")
-    page.click("text=Confirm release")
-    page.wait_for_selector('#receipt-state [data-status="released"]')
+    act_in_place(page, "#receipt-actions >> text=Release…", "card issuer fixed", "Confirm release",
+                 '#receipt-state [data-status="released"]',
+                 warns="the caller's next attempt with this key runs the operation again")
     summary = page.inner_text("#receipt-summary")
     assert "Released order-123: the caller's next attempt will run." in summary
     assert "Released — next attempt will run" in summary and "by otto" in summary and "card issuer fixed" in summary
@@ -132,23 +152,12 @@ def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt
     assert page.inner_text('[data-figure="receipts.failed"] .tile-value') == "0"
 
 
-def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
-    event = broken["event"]
-    assert page.inner_text('[data-figure="webhooks.dead"] .tile-value') == "1"
-    page.click('[data-figure="webhooks.dead"]')
-    page.wait_for_url("**/events/?status=dead")
-    page.click("text=evt_repair_1")
-    page.wait_for_url(f"**/events/{event.pk}/")
-    assert page.get_attribute("#webhookevent-state [data-status]", "data-status") == "dead"
+def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_outcome(broken, otto_page, live_server):
+    page = otto_page
+    event = _open_from_overview(page, broken, "event")
 
-    page.evaluate("window.__stayed = true")
-    page.click("text=Reprocess…")
-    page.fill(".confirm input[name=reason]", "handler fixed")
-    page.click("text=Confirm reprocess")
-    page.wait_for_selector('#webhookevent-state [data-status="received"]')
+    act_in_place(page, "text=Reprocess…", "handler fixed", "Confirm reprocess",
+                 '#webhookevent-state [data-status="received"]')
     assert "Reprocessing event evt_repair_1: it is received and handed to a worker now." in page.inner_text(
         "#webhookevent-summary")
     assert page.get_attribute("#webhookevent-state", "data-live") == "true"
@@ -164,22 +173,12 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
     page.screenshot(path=SHOTS / "repair-event-detail.png")
 
 
-def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
-    message = broken["message"]
-    page.click('[data-figure="outbox.dead"]')
-    page.wait_for_url("**/outbox/?status=dead")
-    page.click("text=mail-dead-1")
-    page.wait_for_url(f"**/outbox/{message.pk}/")
-    assert page.get_attribute("#outboxmessage-state [data-status]", "data-status") == "dead"
+def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(broken, otto_page, live_server):
+    page = otto_page
+    message = _open_from_overview(page, broken, "message")
 
-    page.evaluate("window.__stayed = true")
-    page.click("text=Send again…")
-    page.fill(".confirm input[name=reason]", "receiver fixed")
-    page.click("text=Confirm send again")
-    page.wait_for_selector('#outboxmessage-state [data-status="pending"]')
+    act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again",
+                 '#outboxmessage-state [data-status="pending"]')
     assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
 
     _in_a_thread(lambda: drain.drain(max_seconds=5))
@@ -190,10 +189,8 @@ def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(
     page.screenshot(path=SHOTS / "repair-message-detail.png")
 
 
-def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(broken, otto_page, live_server):
+    page = otto_page
     page.click('[data-figure="receipts.stuck"]')
     page.wait_for_url("**/stuck/")
     page.screenshot(path=SHOTS / "repair-stuck.png")
@@ -219,10 +216,8 @@ def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with
     assert "mail-stuck-1" in page.inner_text("#stuck-messages-card")
 
 
-def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
-    broken, browser, live_server  # noqa: F811
-):
-    page = _log_in(browser, live_server, "otto")
+def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(broken, otto_page, live_server):
+    page = otto_page
     page.goto(live_server.url + "/receipts/?status=failed&operation=payment.create")
     page.click("text=Release failed receipts…")
     page.wait_for_selector('[data-role="first-rows"]')

@@ -34,15 +34,26 @@ def test_an_htmx_request_gets_the_figures_fragment_only(viewer_client):
     assert "<html" not in html and "plotly.min.js" not in html
 
 
-def test_an_unknown_window_falls_back_to_the_default_and_says_so(viewer_client):
-    html = viewer_client.get("/?window=2h").content.decode()
-    assert "window must be one of" in html
-    assert 'hx-get="/?window=1h"' in html
-
-
-def test_a_fresh_session_opens_on_the_last_hour(viewer_client):
-    html = viewer_client.get("/").content.decode()
-    assert 'hx-get="/?window=1h"' in html and 'aria-current="true">1h' in html
+# What the overview shows, one parameter a case (the log is empty): the URL and the texts it must show.
+@pytest.mark.parametrize("url,shown", [
+    pytest.param("/?window=2h", ["window must be one of", 'hx-get="/?window=1h"'],
+                 id="an unknown window falls back to the default and says so"),
+    pytest.param("/", ['hx-get="/?window=1h"', 'aria-current="true">1h'], id="a fresh session opens on the last hour"),
+    pytest.param("/", ["No claim requests in the last 1h", "Idempotency-Key"],
+                 id="an empty log tells the operator where receipts come from"),
+    pytest.param("/?window=24h", ["No webhook deliveries and no outbox messages in the last 24h",
+                                  "No claim requests in the last 24h"],
+                 id="an empty overview says how to get webhook and outbox figures"),
+    pytest.param("/", ['data-empty="No webhook deliveries in the last 1h"', 'data-empty="No claim requests in the last 1h"'],
+                 id="each empty chart carries its reason"),
+    # Each poll swaps the charts out; under the pointer that would wipe the hover box.
+    pytest.param("/", ["every 15s [!document.querySelector('.chart-plot:hover')]"],
+                 id="the poll pauses while the pointer is on a chart"),
+])
+def test_the_overview_says(viewer_client, url, shown):
+    html = viewer_client.get(url).content.decode()
+    for text in shown:
+        assert text in html, text
 
 
 def test_the_window_picked_is_kept_by_the_session_for_the_next_visit(viewer_client, client, viewer):
@@ -54,25 +65,3 @@ def test_the_window_picked_is_kept_by_the_session_for_the_next_visit(viewer_clie
     # Another session (the same user in another browser) starts from the default.
     client.force_login(viewer)
     assert 'aria-current="true">1h' in client.get("/").content.decode()
-
-
-def test_an_empty_log_tells_the_operator_where_receipts_come_from(viewer_client):
-    html = viewer_client.get("/").content.decode()
-    assert "No claim requests in the last 1h" in html and "Idempotency-Key" in html
-
-
-def test_an_empty_overview_says_how_to_get_webhook_and_outbox_figures(viewer_client):
-    html = viewer_client.get("/?window=24h").content.decode()
-    assert "No webhook deliveries and no outbox messages in the last 24h" in html
-    assert "No claim requests in the last 24h" in html
-
-
-def test_each_empty_chart_carries_its_reason(viewer_client):
-    html = viewer_client.get("/").content.decode()
-    assert 'data-empty="No webhook deliveries in the last 1h"' in html
-    assert 'data-empty="No claim requests in the last 1h"' in html
-
-
-def test_the_poll_pauses_while_the_pointer_is_on_a_chart(viewer_client):
-    # Each poll swaps the charts out; under the pointer that would wipe the hover box.
-    assert "every 15s [!document.querySelector('.chart-plot:hover')]" in viewer_client.get("/").content.decode()

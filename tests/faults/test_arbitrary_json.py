@@ -66,6 +66,12 @@ def parsed(doc: bytes) -> object:
     return as_stored(json.loads(doc))
 
 
+def sent(world, request) -> tuple[dict, object]:
+    """The tables as they were, then the response to `request` (a sender already bound to its body)."""
+    before = snapshot()
+    return before, request(world)
+
+
 def as_stored(value: object) -> object:
     """Numbers compared as doubles: PostgreSQL's jsonb keeps them as decimals, so it gives
     3.602879701896397e+16 back as the integer 36028797018963970, the same JSON number."""
@@ -82,8 +88,7 @@ def as_stored(value: object) -> object:
 @given(doc=DOCUMENTS)
 def test_a_claim_takes_any_request_or_refuses_it_with_a_4xx(world, doc):
     key = unique("claim")
-    before = snapshot()
-    response = claim(b'{"key": "%s", "operation": "prop.claim", "request": %s}' % (key.encode(), doc))(world)
+    before, response = sent(world, claim(b'{"key": "%s", "operation": "prop.claim", "request": %s}' % (key.encode(), doc)))
     assert_client_error_or_success(response)
     if response.status_code == 201:
         assert as_stored(Receipt.objects.get(key=key).request) == parsed(doc)
@@ -94,8 +99,7 @@ def test_a_claim_takes_any_request_or_refuses_it_with_a_4xx(world, doc):
 @PROPERTY
 @given(doc=DOCUMENTS)
 def test_a_claim_takes_any_object_as_its_whole_body_or_refuses_it(world, doc):
-    before = snapshot()
-    response = claim(b'{"operation": "prop.name", %s: 1}' % doc)(world)
+    before, response = sent(world, claim(b'{"operation": "prop.name", %s: 1}' % doc))
     assert_client_error_or_success(response)
     assert response.status_code == 400 and snapshot() == before
 
@@ -105,8 +109,8 @@ def settle(w, endpoint: str, field: str, doc: bytes):
     must leave every table as it was; returns the response and the receipt."""
     key = unique(endpoint)
     token = claim({"key": key, "operation": f"prop.{endpoint}"})(w).json()["token"]
-    before = snapshot()
-    response = api(endpoint, b'{"key": "%s", "token": %d, "%s": %s}' % (key.encode(), token, field.encode(), doc))(w)
+    body = b'{"key": "%s", "token": %d, "%s": %s}' % (key.encode(), token, field.encode(), doc)
+    before, response = sent(w, api(endpoint, body))
     assert_client_error_or_success(response)
     if response.status_code >= 400:
         assert snapshot() == before
@@ -137,8 +141,7 @@ def test_a_completion_takes_any_response_or_refuses_it(world, doc):
 @given(doc=DOCUMENTS)
 def test_a_decorated_view_runs_once_on_any_body_or_refuses_it_before_running(world, doc):
     key = unique("view")
-    before = snapshot()
-    response = view(key, doc)(world)  # anonymous: no session, no token
+    before, response = sent(world, view(key, doc))  # anonymous: no session, no token
     assert_client_error_or_success(response)
     if response.status_code == 201:
         assert Receipt.objects.get(key=key).status == "completed"
@@ -168,24 +171,21 @@ def assert_stored_or_rejected(response, before: dict[str, int]) -> None:
 @given(doc=DOCUMENTS)
 def test_a_signed_stripe_delivery_of_any_data_is_stored_or_rejected_with_its_cause(world, doc):
     event_id = unique("evt")
-    before = snapshot()
-    response = stripe(b'{"id": "%s", "type": "prop.event", "data": %s}' % (event_id.encode(), doc))(world)
+    before, response = sent(world, stripe(b'{"id": "%s", "type": "prop.event", "data": %s}' % (event_id.encode(), doc)))
     assert_stored_or_rejected(response, before)
 
 
 @PROPERTY
 @given(doc=DOCUMENTS)
 def test_a_signed_shopify_delivery_of_any_body_is_stored_or_rejected_with_its_cause(world, doc):
-    before = snapshot()
-    response = shopify(doc, **{"X-Shopify-Webhook-Id": unique("shopify")})(world)
+    before, response = sent(world, shopify(doc, **{"X-Shopify-Webhook-Id": unique("shopify")}))
     assert_stored_or_rejected(response, before)
 
 
 @PROPERTY
 @given(doc=DOCUMENTS)
 def test_a_signed_standard_webhook_of_any_body_is_stored_or_rejected_with_its_cause(world, doc):
-    before = snapshot()
-    response = standard(doc, msg_id=unique("msg"))(world)
+    before, response = sent(world, standard(doc, msg_id=unique("msg")))
     assert_stored_or_rejected(response, before)
 
 

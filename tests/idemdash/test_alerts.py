@@ -3,7 +3,6 @@ cycle, notifications enqueued once and then really sent, and evaluators racing."
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from datetime import timedelta
 
@@ -22,6 +21,7 @@ from receipts.models import AuditEntry
 from receipts.outbox import store as outbox
 from receipts.outbox.drain import drain
 from receipts.outbox.models import OutboxMessage
+from tests.concurrently import in_forked_processes
 from tests.dashboard.build import EXPECTED_STATS, known_traffic, stuck
 from tests.receipts.outbox.receiver import running_receiver
 from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
@@ -450,17 +450,7 @@ def _process(go, queue) -> None:
 
 
 def _race() -> list[tuple[int, int]]:
-    connections.close_all()  # children must not share the parent's socket
-    ctx = multiprocessing.get_context("fork")
-    queue, go = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_process, args=(go, queue)) for _ in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    go.set()
-    results = [item for _ in procs for item in queue.get(timeout=120)]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    results = in_forked_processes(_process, [()] * PROCESSES, timeout=120)
     assert len(results) == PROCESSES * THREADS
     return results
 

@@ -22,6 +22,7 @@ from django.db import connections
 
 from receipts import store
 from receipts.models import Attempt, Receipt
+from tests.concurrently import in_forked_processes
 
 KEYS = [f"order-{i:02d}" for i in range(20)]
 PROCESSES = 5
@@ -48,7 +49,7 @@ def _caller(scope: str, effects: Path, seed: int, start: threading.Barrier | Non
         connections.close_all()
 
 
-def _process(scope: str, effects: str, seed: int, go: multiprocessing.synchronize.Event, wait: float, queue) -> None:
+def _process(scope: str, effects: str, seed: int, wait: float, go: multiprocessing.synchronize.Event, queue) -> None:
     out: list = []
     barrier = threading.Barrier(THREADS)
     threads = [
@@ -64,19 +65,7 @@ def _process(scope: str, effects: str, seed: int, go: multiprocessing.synchroniz
 
 
 def _run(scope: str, effects: Path, wait: float) -> list[tuple[str, str]]:
-    connections.close_all()  # children must not share the parent's socket
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    go = ctx.Event()
-    procs = [ctx.Process(target=_process, args=(scope, str(effects), p, go, wait, queue)) for p in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    go.set()
-    results = [item for _ in procs for item in queue.get(timeout=180)]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    return results
+    return in_forked_processes(_process, [(scope, str(effects), p, wait) for p in range(PROCESSES)], timeout=180)
 
 
 def _assert_once_per_key(effects: Path, scope: str) -> None:

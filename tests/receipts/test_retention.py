@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -15,6 +15,7 @@ from receipts import retention, rollup, store
 from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from tests.concurrently import in_a_thread
 
 SCOPE = "client:test"
 
@@ -298,22 +299,14 @@ def test_a_purge_skips_a_row_that_another_transaction_holds_instead_of_waiting()
     locked, done = threading.Event(), threading.Event()
 
     def hold_row() -> None:
-        try:
-            with transaction.atomic():
-                list(Receipt.objects.select_for_update().filter(pk=held))
-                locked.set()
-                done.wait(20)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            list(Receipt.objects.select_for_update().filter(pk=held))
+            locked.set()
+            done.wait(20)
 
-    holder = threading.Thread(target=hold_row)
-    holder.start()
-    try:
+    with in_a_thread(hold_row, done, join=10):
         assert locked.wait(10)
         (result,) = retention.purge(purgers=only("receipts.expired"))
-    finally:
-        done.set()
-        holder.join(10)
     assert result.deleted == 2
     assert list(Receipt.objects.values_list("pk", flat=True)) == [held]
     assert connection.vendor == "postgresql"

@@ -37,6 +37,12 @@ def _status_from(request: HttpRequest) -> int:
     return int(request.GET.get("status", "201"))
 
 
+def _row_created(request: HttpRequest, key_if_none: str = "") -> HttpResponse:
+    """The plain 201: one side-effect row under the request's key, its id in the body."""
+    row = side_effect(request.headers.get("Idempotency-Key", key_if_none))
+    return JsonResponse({"row": row.pk}, status=201)
+
+
 @csrf_exempt
 @idempotent("payment.capture")
 def capture(request: HttpRequest) -> HttpResponse:
@@ -53,8 +59,7 @@ def capture(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @idempotent("email.send", required=False)
 def optional(request: HttpRequest) -> HttpResponse:
-    row = side_effect(request.headers.get("Idempotency-Key", "none"))
-    return JsonResponse({"row": row.pk}, status=201)
+    return _row_created(request, key_if_none="none")
 
 
 @csrf_exempt
@@ -104,8 +109,7 @@ def session_view(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @idempotent("email.send", scope=lambda request: "tenant:" + request.headers.get("X-Tenant", "none"))
 def tenant(request: HttpRequest) -> HttpResponse:
-    row = side_effect(request.headers.get("Idempotency-Key", ""))
-    return JsonResponse({"row": row.pk}, status=201)
+    return _row_created(request)
 
 
 @csrf_exempt

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from idemdash.core import leases
 from receipts.models import AuditEntry
+from tests.concurrently import assert_one_of_eight_operators_acts
 from webhooks import processing
 from webhooks.models import WebhookEndpoint, WebhookEvent
 from webhooks.receive import store_delivery
@@ -109,31 +110,6 @@ def test_reprocess_many_stops_at_its_limit(settings):
 def test_operators_releasing_one_stuck_event_at_once_release_it_once():
     """Eight operators (threads, each with its own connection) release the same stuck event
     at the same moment: exactly one release, one audit entry, one recovery counted."""
-    import threading
-
-    from django.db import connection
-
     event = stuck_event()
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def operator(n: int) -> None:
-        try:
-            seen = WebhookEvent.objects.get(pk=event.pk)
-            barrier.wait()
-            try:
-                processing.release(seen, actor=f"op{n}")
-                outcomes.append("released")
-            except processing.NotStuck:
-                outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=operator, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
-    assert AuditEntry.objects.filter(action="webhook_event.release").count() == 1
+    assert_one_of_eight_operators_acts(event, processing.release, processing.NotStuck, "webhook_event.release")
     assert WebhookEvent.objects.get(pk=event.pk).stuck_recoveries == 1

@@ -14,6 +14,7 @@ from django_q.tasks import async_task
 
 from receipts.outbox import drain, store
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from tests.concurrently import in_a_thread
 from tests.faults.test_kill_qcluster import wait_for
 from tests.qcluster import kill_process, signal_stop, start_qcluster
 
@@ -47,27 +48,21 @@ def test_prompt_tasks_and_scheduled_drains_racing_send_each_message_exactly_once
         stop = threading.Event()
 
         def drain_here() -> None:  # one more drainer, in this process, on its own connection
-            try:
-                while not stop.is_set():
-                    drain.drain()
-                    time.sleep(0.01)
-            finally:
-                connection.close()
+            while not stop.is_set():
+                drain.drain()
+                time.sleep(0.01)
 
-        racer = threading.Thread(target=drain_here)
-        racer.start()
         try:
-            async_task("receipts.outbox.tasks.drain")  # what the minute's schedule runs
-            for n, key in enumerate(keys):
-                store.enqueue("http.post", {"url": receiver.url, "json": {"n": n}}, key)
-                if n % 10 == 0:
-                    async_task("receipts.outbox.tasks.drain")
-            messages = OutboxMessage.objects.filter(key__in=keys)
-            wait_for(lambda: messages.filter(status="sent").count() == len(keys), 60, "every message sent", qlog)
-            assert signal_stop(cluster, group=True, within=20) is not None
+            with in_a_thread(drain_here, stop, join=30):
+                async_task("receipts.outbox.tasks.drain")  # what the minute's schedule runs
+                for n, key in enumerate(keys):
+                    store.enqueue("http.post", {"url": receiver.url, "json": {"n": n}}, key)
+                    if n % 10 == 0:
+                        async_task("receipts.outbox.tasks.drain")
+                messages = OutboxMessage.objects.filter(key__in=keys)
+                wait_for(lambda: messages.filter(status="sent").count() == len(keys), 60, "every message sent", qlog)
+                assert signal_stop(cluster, group=True, within=20) is not None
         finally:
-            stop.set()
-            racer.join(timeout=30)
             kill_process(cluster)
             connection.close()
     assert receiver.requests == {key: 1 for key in keys}

@@ -13,6 +13,7 @@ from idemdash.core import leases
 from receipts.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
+from tests.concurrently import assert_one_of_eight_operators_acts
 from tests.receipts.outbox.test_store import claim_one, post
 
 pytestmark = pytest.mark.django_db
@@ -82,33 +83,7 @@ def test_send_again_many_stops_at_its_limit():
 def test_operators_releasing_one_stuck_message_at_once_release_it_once():
     """Eight operators (threads, each with its own connection) release the same stuck
     message at the same moment: exactly one release and one audit entry."""
-    import threading
-
-    from django.db import connection
-
-    message = stuck_message()
-    barrier = threading.Barrier(8)
-    outcomes: list[str] = []
-
-    def operator(n: int) -> None:
-        try:
-            seen = OutboxMessage.objects.get(pk=message.pk)
-            barrier.wait()
-            try:
-                store.release(seen, actor=f"op{n}")
-                outcomes.append("released")
-            except store.InvalidTransition:
-                outcomes.append("refused")
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=operator, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
-    assert AuditEntry.objects.filter(action="outbox_message.release").count() == 1
+    assert_one_of_eight_operators_acts(stuck_message(), store.release, store.InvalidTransition, "outbox_message.release")
 
 
 def test_the_old_names_still_work():

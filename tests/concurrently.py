@@ -1,0 +1,86 @@
+"""Running the same step from many threads or processes at the same moment, for the tests that
+race operators, drainers or evaluators against each other (one copy of the thread and fork
+plumbing, so each test says only what races and what it expects)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection, connections
+
+from receipts.models import AuditEntry
+
+
+def operators_at_once(n: int, row, act: Callable[..., Any], refused: type[Exception]) -> list[str]:
+    """n operators (threads, each with its own connection) each read the row as they saw it,
+    then call act(seen, actor=...) on it at the same moment. Returns the sorted outcomes,
+    "done" or "refused"."""
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+
+    def operator(i: int) -> None:
+        try:
+            seen = type(row).objects.get(pk=row.pk)
+            barrier.wait()
+            try:
+                act(seen, actor=f"op{i}")
+                outcomes.append("done")
+            except refused:
+                outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=operator, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(outcomes)
+
+
+def assert_one_of_eight_operators_acts(row, act: Callable[..., Any], refused: type[Exception], audit_action: str) -> None:
+    """Eight operators acting on the same row at once: exactly one acts, and is audited once."""
+    assert operators_at_once(8, row, act, refused) == ["done"] + ["refused"] * 7
+    assert AuditEntry.objects.filter(action=audit_action).count() == 1
+
+
+def in_forked_processes(target: Callable[..., None], args: list[tuple], timeout: float) -> list:
+    """Fork one process per tuple in `args`, call target(*args, go, queue) in each, set `go` once
+    all have started, and return every item each put on the queue (one list per process). Each
+    process must exit cleanly."""
+    connections.close_all()  # children must not share the parent's socket
+    ctx = multiprocessing.get_context("fork")
+    queue, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(*a, go, queue)) for a in args]
+    for p in procs:
+        p.start()
+    go.set()
+    results = [item for _ in procs for item in queue.get(timeout=timeout)]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return results
+
+
+@contextmanager
+def in_a_thread(fn: Callable[[], None], stop: threading.Event, join: float) -> Iterator[threading.Thread]:
+    """Run fn in a thread, on its own connections, for the length of the block; then set `stop`
+    (which fn watches) and wait up to `join` seconds for it to end."""
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(join)

@@ -1,0 +1,39 @@
+"""What the dashboard's event, outbox and rejected-delivery lists share: each needs a login and
+the view permission, a bad filter is a 400, and operators (not viewers) are offered the
+list's bulk action on its dead rows. One parametrized test each instead of a copy per page."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dashboard.test_events import events  # noqa: F401 (fixture)
+from tests.dashboard.test_outbox import messages  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("url", ["/events/", "/outbox/", "/rejected/"])
+def test_it_needs_a_login_and_the_view_permission(client, outsider_client, url):
+    assert client.get(url)["Location"].startswith("/accounts/login/")
+    assert outsider_client.get(url).status_code == 403
+
+
+@pytest.mark.parametrize("url", [
+    "/events/?status=exploded",
+    "/outbox/?status=lost",
+    "/outbox/?since=yesterday",
+    "/rejected/?cause=bored",
+])
+def test_a_bad_filter_is_a_400(viewer_client, url):
+    assert viewer_client.get(url).status_code == 400
+
+
+@pytest.mark.parametrize("rows,url,bulk_url,label", [
+    ("events", "/events/?status=dead", "/events/bulk-reprocess/?status=dead", "Reprocess dead events"),
+    ("messages", "/outbox/?status=dead", "/outbox/bulk-send-again/?status=dead", "Send dead messages again"),
+])
+def test_operators_are_offered_the_bulk_action_on_dead_rows(request, operator_client, viewer_client, rows, url, bulk_url, label):
+    request.getfixturevalue(rows)
+    html = operator_client.get(url).content.decode()
+    assert bulk_url in html and f"{label}…" in html
+    assert label not in viewer_client.get(url).content.decode()
