@@ -9,6 +9,7 @@ import time
 
 import pytest
 from django.db import connection, transaction
+from django_q.brokers import get_broker
 from django_q.models import Schedule
 from django_q.tasks import async_task
 
@@ -53,8 +54,11 @@ def test_prompt_tasks_and_scheduled_drains_racing_send_each_message_exactly_once
                 time.sleep(0.01)
 
         try:
+            async_task("receipts.outbox.tasks.drain")  # what the minute's schedule runs
+            # The race needs the cluster up: on a loaded machine it can take seconds to start,
+            # and this process's drainer alone would then send every message.
+            wait_for(lambda: get_broker().queue_size() == 0, 30, "the cluster took its first task", qlog)
             with in_a_thread(drain_here, stop, join=30):
-                async_task("receipts.outbox.tasks.drain")  # what the minute's schedule runs
                 for n, key in enumerate(keys):
                     store.enqueue("http.post", {"url": receiver.url, "json": {"n": n}}, key)
                     if n % 10 == 0:
