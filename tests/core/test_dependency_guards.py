@@ -473,7 +473,7 @@ def test_collectstatic_places_a_finders_files_under_its_storage_prefix(tmp_path,
     from django.core.management import call_command
 
     with pinned("plotly", "the location of plotly.min.js in its package", "idemdash/dashboard/vendor.py"):
-        from idemdash import vendor
+        from idemdash.dashboard import vendor
 
         assert (vendor.PACKAGE_DATA / "plotly.min.js").is_file()
 
