@@ -1,17 +1,35 @@
-"""What every dashboard page shares: the full page or, under htmx, only its partial; and the
-filtered list with keyset pages (receipts, events, rejected deliveries, outbox)."""
+"""What every dashboard page shares: the full page or, under htmx, only its partial; the
+filtered list with keyset pages (receipts, events, rejected deliveries, outbox); the latest
+rows of a detail page's log; and where to go back to after an action."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from django import forms
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from idemdash.dashboard import queries
 from idemdash.dashboard.forms import BadCursor, keyset_page
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    """The page to go back to (`next`), if it is on this site; otherwise `fallback`."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return fallback
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
@@ -61,3 +79,19 @@ def filtered_list(
     else:
         status = 400
     return partial_or_page(request, page, partial, context, status)
+
+
+def describe_filter(form: forms.Form, skip: tuple[str, ...] = ("sort",)) -> list[tuple[str, str]]:
+    """A valid filter form's values as the form shows them: (label, value) pairs, choices by
+    their label and times with their zone, never field names like `since` or `q`."""
+    described = []
+    for name, field in form.fields.items():
+        value = form.cleaned_data.get(name)
+        if name in skip or value in (None, ""):
+            continue
+        if isinstance(field, forms.ChoiceField):
+            value = dict(field.choices).get(value, value)
+        elif isinstance(value, datetime):
+            value = timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+        described.append((str(form[name].label), str(value)))
+    return described
