@@ -24,29 +24,18 @@ def _release_caution(receipt: Receipt) -> str:
 
 
 RELEASE = OperatorAction(
-    name="release",
-    verb="Release",
+    "release", (Status.FAILED, Status.PROCESSING), store.release, (store.StaleToken, store.NotReleasable),
     explain="The key is given back: the caller's next attempt with this key runs the operation "
             "again (even for an operation that burns its key on failure). Your reason goes to the "
             "audit log and to the release marker; a failed receipt keeps the error it failed with.",
-    applies_to=(Status.FAILED, Status.PROCESSING),
-    run=store.release,
-    refused=(store.StaleToken, store.NotReleasable),
-    done="Released {label}: the caller's next attempt will run.",
-    caution=_release_caution,
+    done="Released {label}: the caller's next attempt will run.", caution=_release_caution,
 )
 
 RECEIPT = Kind(
-    name="receipt",
-    model=Receipt,
-    row_key=lambda receipt: receipt.key,
-    actions={"release": RELEASE},
-    bulk=BulkAction(
-        status=Status.FAILED, noun="failed receipt", verb="Release", done="Released",
-        run_many=store.release_many, audit_action="receipt.release",
-        explain="Each key is given back, one by one, so that its caller's next attempt runs the "
-                "operation again; each keeps its error and gets its own audit entry.",
-    ),
+    "receipt", Receipt, row_key=lambda receipt: receipt.key, actions=(RELEASE,),
+    bulk=BulkAction(RELEASE, Status.FAILED, "failed receipt", "Released", store.release_many, "receipt.release",
+                    explain="Each key is given back, one by one, so that its caller's next attempt runs the "
+                            "operation again; each keeps its error and gets its own audit entry."),
 )
 
 KINDS = [RECEIPT]

@@ -11,42 +11,28 @@ from webhooks.models import WebhookEvent
 Status = WebhookEvent.Status
 
 REPROCESS = OperatorAction(
-    name="reprocess",
-    verb="Reprocess",
+    "reprocess", (Status.RECEIVED, Status.RETRY, Status.COMPLETED, Status.IGNORED, Status.DEAD),
+    processing.reprocess, (processing.NotReprocessable,),
     explain="The event goes back to received with a fresh attempt budget and is handed to a worker "
             "now. Its handler runs again, so it must be idempotent on the provider's object id.",
-    applies_to=(Status.RECEIVED, Status.RETRY, Status.COMPLETED, Status.IGNORED, Status.DEAD),
-    run=processing.reprocess,
-    refused=(processing.NotReprocessable,),
     done="Reprocessing {label}: it is {status} and handed to a worker now. The outcome appears here when it lands.",
 )
 
 RELEASE = OperatorAction(
-    name="release",
-    verb="Release",
+    "release", (Status.PROCESSING,), processing.release, (processing.NotStuck,), danger=True,
     explain="Its worker's lease has run out: the event goes back to retry and is handed to a worker "
             "now (or dead, if it has used every attempt). The worker that held it can no longer "
             "complete it.",
-    applies_to=(Status.PROCESSING,),
-    run=processing.release,
-    refused=(processing.NotStuck,),
     done="Released {label} from its stuck worker: it is {status} now.",
-    danger=True,
 )
 
 EVENT = Kind(
-    name="event",
-    model=WebhookEvent,
-    row_key=lambda event: event.provider_event_id or event.dedupe_key,
-    label_prefix="event ",
-    related=("endpoint",),
-    actions={"reprocess": REPROCESS, "release": RELEASE},
-    bulk=BulkAction(
-        status=Status.DEAD, noun="dead event", verb="Reprocess", done="Reprocessed",
-        run_many=processing.reprocess_many, audit_action="webhook_event.reprocess",
-        explain="Each event gets a fresh attempt budget and is handed to a worker now; each gets "
-                "its own audit entry. Handlers run again, so they must be idempotent.",
-    ),
+    "event", WebhookEvent, row_key=lambda event: event.provider_event_id or event.dedupe_key,
+    label_prefix="event ", related=("endpoint",), actions=(REPROCESS, RELEASE),
+    bulk=BulkAction(REPROCESS, Status.DEAD, "dead event", "Reprocessed", processing.reprocess_many,
+                    "webhook_event.reprocess",
+                    explain="Each event gets a fresh attempt budget and is handed to a worker now; each gets "
+                            "its own audit entry. Handlers run again, so they must be idempotent."),
 )
 
 KINDS = [EVENT]

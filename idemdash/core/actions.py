@@ -27,12 +27,11 @@ class OperatorAction:
     """One action on one unit: run(obj, *, actor, user, reason) raises one of `refused`
     when the unit's state does not allow it."""
 
-    name: str  # e.g. "send_again": the URL name's suffix and the admin action's name
-    verb: str  # e.g. "Send again"
-    explain: str  # what it does, on the confirmation
+    name: str  # e.g. "send_again": its verb, and in URLs and admin actions its name
     applies_to: tuple[str, ...]  # statuses it is offered for
     run: Callable[..., Any]
     refused: tuple[type[Exception], ...]
+    explain: str  # what it does, on the confirmation
     # What was done, for the message after it: formatted with the verb, the unit's `label`
     # and its `status` after the action, e.g. "Released {label}: the caller's next attempt will run."
     done: str = "{verb} {label}: it is {status} now."
@@ -40,20 +39,29 @@ class OperatorAction:
     # A warning about this unit to show on the confirmation ("" for none), e.g. a live lease.
     caution: Callable[[Any], str] | None = None
 
+    @property
+    def verb(self) -> str:
+        """The name as the pages and messages say it: "send_again" is "Send again"."""
+        return self.name.replace("_", " ").capitalize()
+
 
 @dataclass(frozen=True)
 class BulkAction:
-    """One action on every unit of a filtered set that is in `status`: run_many(rows, *,
-    actor, user, reason) -> idemdash.core.bulk.BulkResult, one compare-and-set and one audit
-    entry (`audit_action`) per row."""
+    """`action` on every unit of a filtered set that is in `status`: run_many(rows, *, actor,
+    user, reason) -> idemdash.core.bulk.BulkResult, one compare-and-set and one audit entry
+    (`audit_action`) per row."""
 
+    action: OperatorAction
     status: str
     noun: str  # one row, e.g. "failed receipt"
-    verb: str  # e.g. "Release"
     done: str  # e.g. "Released"
     run_many: Callable[..., Any]
     audit_action: str
     explain: str
+
+    @property
+    def verb(self) -> str:
+        return self.action.verb
 
 
 @dataclass(frozen=True)
@@ -61,10 +69,13 @@ class Kind:
     name: str  # "receipt", "event", "message"
     model: type[Model]
     row_key: Callable[[Any], str]  # what names a row in a list: its key, an event's id
-    actions: dict[str, OperatorAction]
+    actions: tuple[OperatorAction, ...]
     bulk: BulkAction | None = None
     label_prefix: str = ""  # before the row's key in a sentence: "event evt_1"
     related: tuple[str, ...] = field(default=())  # select_related when a unit is loaded
+
+    def action(self, name: str) -> OperatorAction | None:
+        return next((action for action in self.actions if action.name == name), None)
 
     def label(self, obj: Any) -> str:
         return f"{self.label_prefix}{self.row_key(obj)}"

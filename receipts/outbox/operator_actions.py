@@ -13,54 +13,37 @@ from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
 
 Status = OutboxMessage.Status
+REFUSED = (store.InvalidTransition,)
 
 SEND_NOW = OperatorAction(
-    name="send_now",
-    verb="Send now",
+    "send_now", (Status.PENDING, Status.RETRY), store.send_now, REFUSED,
     explain="The message is due now instead of at its backoff time, with the attempts it has left: "
             "the running drain sends it within seconds.",
-    applies_to=(Status.PENDING, Status.RETRY),
-    run=store.send_now,
-    refused=(store.InvalidTransition,),
     done="Sending {label} now: it is due now. The outcome appears here when it lands.",
 )
 
 SEND_AGAIN = OperatorAction(
-    name="send_again",
-    verb="Send again",
+    "send_again", (Status.DEAD,), store.send_again, REFUSED,
     explain="The dead message gets a fresh set of attempts and is due now: the running drain sends "
             "it within seconds. Its key goes downstream unchanged, so a receiver that honours "
             "Idempotency-Key absorbs a repeat.",
-    applies_to=(Status.DEAD,),
-    run=store.send_again,
-    refused=(store.InvalidTransition,),
     done="Sending {label} again: a fresh set of attempts, due now. The outcome appears here when it lands.",
 )
 
 RELEASE = OperatorAction(
-    name="release",
-    verb="Release",
+    "release", (Status.IN_FLIGHT,), store.release, REFUSED, danger=True,
     explain="Its drainer's lease has run out: the message goes back to retry, due now. The drainer "
             "may have sent it already; the key lets the receiver absorb the repeat.",
-    applies_to=(Status.IN_FLIGHT,),
-    run=store.release,
-    refused=(store.InvalidTransition,),
     done="Released {label} from its stuck drainer: it is {status} now, due now.",
-    danger=True,
 )
 
 MESSAGE = Kind(
-    name="message",
-    model=OutboxMessage,
-    row_key=lambda message: message.key,
-    label_prefix="message ",
-    actions={"send_now": SEND_NOW, "send_again": SEND_AGAIN, "release": RELEASE},
-    bulk=BulkAction(
-        status=Status.DEAD, noun="dead message", verb="Send again", done="Sent again",
-        run_many=store.send_again_many, audit_action="outbox_message.send_again",
-        explain="Each message gets a fresh set of attempts and is due now, so the next drain "
-                "sends it; each gets its own audit entry. Its key goes downstream unchanged.",
-    ),
+    "message", OutboxMessage, row_key=lambda message: message.key, label_prefix="message ",
+    actions=(SEND_NOW, SEND_AGAIN, RELEASE),
+    bulk=BulkAction(SEND_AGAIN, Status.DEAD, "dead message", "Sent again", store.send_again_many,
+                    "outbox_message.send_again",
+                    explain="Each message gets a fresh set of attempts and is due now, so the next drain "
+                            "sends it; each gets its own audit entry. Its key goes downstream unchanged."),
 )
 
 KINDS = [MESSAGE]

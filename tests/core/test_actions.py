@@ -17,7 +17,8 @@ def test_it_finds_the_kind_each_app_declares():
     assert {name: kind.model._meta.label_lower for name, kind in kinds.items()} == {
         "receipt": "receipts.receipt", "event": "webhooks.webhookevent", "message": "outbox.outboxmessage",
     }
-    assert set(kinds["message"].actions) == {"send_now", "send_again", "release"}
+    assert [(a.name, a.verb) for a in kinds["message"].actions] == [
+        ("send_now", "Send now"), ("send_again", "Send again"), ("release", "Release")]
     assert kinds["event"].bulk.audit_action == "webhook_event.reprocess"
 
 
@@ -32,7 +33,7 @@ def test_a_row_is_labelled_for_a_sentence_and_for_a_list():
 @pytest.mark.django_db
 def test_acting_on_each_does_what_applies_and_reports_each_refusal():
     dead, pending = outbox_message("m-dead", "dead"), outbox_message("m-pending", "pending")
-    send_again = actions.kind("message").actions["send_again"]
+    send_again = actions.kind("message").action("send_again")
     done, refused = actions.act_on_each(
         OutboxMessage.objects.order_by("key"), send_again, actor="otto", user=None, reason="receiver fixed"
     )

@@ -40,9 +40,9 @@ SUMMARIES: dict[str, Callable[[Any], tuple[str, dict[str, Any]]]] = {
 @operator_required
 def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> HttpResponse:
     unit_kind = actions.kind(kind)
-    if action not in unit_kind.actions:
+    spec = unit_kind.action(action)
+    if spec is None:
         raise Http404("No such action.")
-    spec = unit_kind.actions[action]
     obj = get_object_or_404(unit_kind.units(), pk=pk)
     label = unit_kind.label(obj)
     summary = SUMMARIES[kind]

@@ -10,13 +10,12 @@ what changed, with a link to exactly the audit entries it wrote.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max, QuerySet
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
@@ -42,19 +41,15 @@ class BulkPage:
 
     kind: str  # the registry's kind
     form: type[forms.Form]
-    rows: Callable[[Any], QuerySet]  # the filter form's rows
     title: str  # the list's title
     list_url: str  # URL names
     url: str
 
 
 BULK: dict[str, BulkPage] = {
-    "receipts": BulkPage(kind="receipt", form=ReceiptFilter, rows=lambda f: f.receipts(), title="Receipts",
-                         list_url="dashboard:receipts", url="dashboard:receipts_bulk"),
-    "events": BulkPage(kind="event", form=EventFilter, rows=lambda f: f.events(), title="Webhook events",
-                       list_url="dashboard:events", url="dashboard:events_bulk"),
-    "outbox": BulkPage(kind="message", form=OutboxFilter, rows=lambda f: f.messages(), title="Outbox",
-                       list_url="dashboard:outbox", url="dashboard:outbox_bulk"),
+    "receipts": BulkPage("receipt", ReceiptFilter, "Receipts", "dashboard:receipts", "dashboard:receipts_bulk"),
+    "events": BulkPage("event", EventFilter, "Webhook events", "dashboard:events", "dashboard:events_bulk"),
+    "outbox": BulkPage("message", OutboxFilter, "Outbox", "dashboard:outbox", "dashboard:outbox_bulk"),
 }
 
 # Parameters of the confirmation form that are not filters.
@@ -93,7 +88,7 @@ def bulk_action(request: HttpRequest, kind: str) -> HttpResponse:
     }
     if not form.is_valid():
         return render(request, "dashboard/bulk_flow.html", context, status=400)
-    targets = page.rows(form)
+    targets = form.rows()
     context["filters"] = describe_filter(form)
     matched = targets.count()
     if request.method == "POST":

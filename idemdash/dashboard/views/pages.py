@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from idemdash.core.leases import is_stuck
 from idemdash.dashboard import queries
 from idemdash.dashboard.forms import BadCursor, keyset_page
 
@@ -30,6 +31,26 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
 
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+# A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.
+LOG_LIMIT = 300
+
+
+def lease_state(unit: Any, owned: str, live: tuple[str, ...]) -> dict[str, Any]:
+    """What a summary says of a leased unit (event, message): `stuck` in its owned status past
+    its lease, and `live` (not final: the page polls its summary and log until the outcome lands)."""
+    now = timezone.now()
+    return {"now": now, "stuck": is_stuck(unit, owned, now), "live": unit.status in live}
+
+
+def detail_page(
+    request: HttpRequest, template: str, summary: Callable[[Any], tuple[str, dict[str, Any]]], unit: Any,
+    **shown: Any,
+) -> HttpResponse:
+    """A unit's page: what its summary partial shows, what the page adds, and its audit entries."""
+    _, context = summary(unit)
+    return render(request, template, {**context, **shown, "audit": queries.audit_of(unit)})
 
 
 def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
@@ -48,20 +69,24 @@ def partial_or_page(request: HttpRequest, page: str, partial: str, context: dict
 def filtered_list(
     request: HttpRequest,
     form: Any,
-    rows: Callable[[], tuple[QuerySet, str, bool]],
     page: str,
     partial: str,
-    extra: dict[str, Any] | None = None,
     decorate: Callable[[list], None] | None = None,
 ) -> HttpResponse:
     """A filter form's rows, a keyset page at a time, with the total the filter matches
-    (`queries.list_total`). `rows()`, called once the form is valid, gives the queryset, the
-    field it is ordered by and whether descending; `decorate(page)` may add to the page's
-    rows what they show beside their own fields (one query for the page)."""
-    context: dict[str, Any] = {"form": form, "rows": [], "next_cursor": None, **(extra or {})}
+    (`queries.list_total`). Once the form is valid, `form.rows()` gives the queryset and
+    `form.ordering()` the field it is ordered by and whether descending (idemdash/dashboard/forms.py);
+    `decorate(page)` may add to the page's
+    rows what they show beside their own fields (one query for the page). The page's filter
+    form (templates/dashboard/list_page.html) swaps the table partial in place by its id,
+    the partial's file name with dashes (`receipt_table.html` is `#receipt-table`)."""
+    context: dict[str, Any] = {
+        "form": form, "rows": [], "next_cursor": None, "table": partial,
+        "table_id": partial.rpartition("/")[2].removesuffix(".html").replace("_", "-"),
+    }
     status = 200
     if form.is_valid():
-        queryset, field, descending = rows()
+        queryset, (field, descending) = form.rows(), form.ordering()
         try:
             context["rows"], context["next_cursor"] = keyset_page(queryset, field, descending, request.GET.get("after"))
             context["total"] = queries.list_total(queryset)

@@ -24,8 +24,7 @@ Status = Receipt.Status
 @require_GET
 @viewer_required
 def receipts(request: HttpRequest) -> HttpResponse:
-    form = ReceiptFilter(request.GET)
-    return filtered_list(request, form, lambda: (form.receipts(), *form.sort_key()), "dashboard/receipts.html",
+    return filtered_list(request, ReceiptFilter(request.GET), "dashboard/receipts.html",
                          "dashboard/partials/receipt_table.html", decorate=_with_duplicate_counts)
 
 
