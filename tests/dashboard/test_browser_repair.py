@@ -176,6 +176,7 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
     _in_a_thread(lambda: processing.process_event(event.pk))
     assert broken["calls"] == ["evt_repair_1"]
     page.wait_for_selector('#webhookevent-state [data-status="completed"]')
+    page.wait_for_selector("#event-attempts .badge-outcome-completed")  # the log too, from the same poll
     assert "The handler ran and committed." in page.inner_text("#webhookevent-state")
     assert page.get_attribute("#webhookevent-state", "data-live") == "false"
     assert "Reprocessing event evt_repair_1" in page.inner_text("#webhookevent-summary")  # the flash stays
