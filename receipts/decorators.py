@@ -203,6 +203,16 @@ def parse_key(raw: str) -> str | None:
         return None
 
 
+def format_key(key: str) -> str:
+    """The Idempotency-Key header value that `parse_key` reads back as `key`, for sending a
+    key downstream (the outbox's http.post): the key itself, or a structured-field string
+    when it holds a comma, begins or ends with `"`, or begins or ends with a space (a
+    server strips those from a bare value)."""
+    if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip():
+        return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return key
+
+
 def _sf_string(quoted: str) -> str | None:
     chars = []
     escaped = False
