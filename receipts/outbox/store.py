@@ -283,28 +283,14 @@ def mark_failed(
     """Schedule a retry with backoff, or mark the message dead when the error is permanent
     or this was the last allowed attempt. Returns the new status."""
     if permanent or message.attempts >= setting("OUTBOX_MAX_ATTEMPTS"):
-        _settle(
-            message,
-            Outcome.DEAD,
-            status_code=status_code,
-            error=error,
-            duration_ms=duration_ms,
-            drainer=drainer,
-            status=Status.DEAD,
-        )
-        return Status.DEAD
-    delay = _backoff(message.attempts, retry_after)
+        outcome, changes = Outcome.DEAD, {"status": Status.DEAD}
+    else:
+        due = timezone.now() + timedelta(seconds=_backoff(message.attempts, retry_after))
+        outcome, changes = Outcome.RETRY, {"status": Status.RETRY, "next_attempt_at": due}
     _settle(
-        message,
-        Outcome.RETRY,
-        status_code=status_code,
-        error=error,
-        duration_ms=duration_ms,
-        drainer=drainer,
-        status=Status.RETRY,
-        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer, **changes
     )
-    return Status.RETRY
+    return changes["status"]
 
 
 def hand_back(message: OutboxMessage) -> bool:
