@@ -216,49 +216,6 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "idemdash@localhost")
 # Where django.core.mail.backends.filebased.EmailBackend writes (`make demo` uses it).
 EMAIL_FILE_PATH = VAR_DIR / "mail"
 
-# --- Receipts: operation policies ---------------------------------------------------------
-# The receipts app reads flat RECEIPTS_* settings (receipts/conf.py, defaults there); these
-# environment variables are this project's way of setting them. RECEIPTS_OPERATIONS and
-# RECEIPTS_FINANCIAL_OPERATIONS keep their defaults here (docs/receipt-store.md, "Operation policies").
-RECEIPTS_DEFAULT_TTL_SECONDS = envint("RECEIPTS_DEFAULT_TTL", 24 * 3600, minimum=1)
-RECEIPTS_FINANCIAL_TTL_SECONDS = envint("RECEIPTS_FINANCIAL_TTL", 7 * 24 * 3600, minimum=1)
-RECEIPTS_LEASE_SECONDS = envint("RECEIPTS_LEASE_SECONDS", 30, minimum=1)
-RECEIPTS_MAX_WAIT_SECONDS = envint("RECEIPTS_MAX_WAIT_SECONDS", 30, minimum=0)
-
-# --- Outbox & retention -------------------------------------------------------------------
-OUTBOX_MAX_ATTEMPTS = envint("OUTBOX_MAX_ATTEMPTS", 10, minimum=1)
-OUTBOX_BACKOFF_BASE_SECONDS = envint("OUTBOX_BACKOFF_BASE_SECONDS", 2, minimum=1)
-OUTBOX_BACKOFF_CAP_SECONDS = envint("OUTBOX_BACKOFF_CAP_SECONDS", 3600, minimum=1)
-# The lease must outlast one action: an action's timeout is kept below it.
-OUTBOX_LEASE_SECONDS = envint("OUTBOX_LEASE_SECONDS", 60, minimum=2)
-OUTBOX_BATCH_SIZE = envint("OUTBOX_BATCH_SIZE", 20, minimum=1)
-OUTBOX_HTTP_TIMEOUT_SECONDS = envint("OUTBOX_HTTP_TIMEOUT_SECONDS", 10, minimum=1)
-# Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
-# public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
-OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
-# How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
-OUTBOX_DRAIN_SECONDS = envint("OUTBOX_DRAIN_SECONDS", 45, minimum=1)
-OUTBOX_SENT_RETENTION_DAYS = envint("OUTBOX_SENT_RETENTION_DAYS", 7, minimum=1)
-OUTBOX_DEAD_RETENTION_DAYS = envint("OUTBOX_DEAD_RETENTION_DAYS", 30, minimum=1)
-# Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
-OUTBOX_ATTEMPT_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
-# The hourly roll-ups of the outbox (receipts.outbox.rollup), kept past the messages (sent
-# ones purged after 7 days) and attempts they count: at least the 30-day chart window.
-OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS = envint("OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS", 90, minimum=31)
-OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS = envint("OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS", 90, minimum=31)
-RECEIPTS_ATTEMPT_RETENTION_DAYS = envint("RECEIPTS_ATTEMPT_RETENTION_DAYS", 35, minimum=1)
-# The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
-RECEIPTS_ROLLUP_RETENTION_DAYS = envint("RECEIPTS_ROLLUP_RETENTION_DAYS", 90, minimum=31)
-# The audit log of operator actions; at least the 30-day window the dashboard charts it over.
-RECEIPTS_AUDIT_RETENTION_DAYS = envint("RECEIPTS_AUDIT_RETENTION_DAYS", 365, minimum=31)
-# Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
-# LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
-# the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,
-# 0.5 s for 5,000 here), which every claim queues behind.
-RECEIPTS_RETENTION_BATCH_SIZE = envint(
-    "RETENTION_BATCH_SIZE", 5000 if _db["ENGINE"] == "django.db.backends.postgresql" else 1000, minimum=1
-)
-
 # --- Background work: django-q2 -----------------------------------------------------------
 # The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below
 # `retry` so the broker never hands a task that is still running to a second worker.
@@ -307,18 +264,78 @@ LOGGING = {
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "").strip()
 SHOPIFY_WEBHOOK_SECRET = os.environ.get("SHOPIFY_WEBHOOK_SECRET", "").strip()
 STANDARD_WEBHOOK_SECRET = os.environ.get("STANDARD_WEBHOOK_SECRET", "").strip()
-WEBHOOKS_MAX_BODY_BYTES = envint("WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024, minimum=1)
-WEBHOOKS_STRIPE_TOLERANCE = envint("WEBHOOKS_STRIPE_TOLERANCE", 300, minimum=1)
-WEBHOOKS_MAX_ATTEMPTS = envint("WEBHOOKS_MAX_ATTEMPTS", 8, minimum=1)
-WEBHOOKS_BACKOFF_BASE = envint("WEBHOOKS_BACKOFF_BASE", 30, minimum=1)  # seconds, doubled per attempt
-WEBHOOKS_BACKOFF_CAP = envint("WEBHOOKS_BACKOFF_CAP", 6 * 3600, minimum=1)
-# Longer than Q_CLUSTER["timeout"]: a task the cluster has not yet killed still owns its event.
-WEBHOOKS_LEASE_SECONDS = envint("WEBHOOKS_LEASE_SECONDS", Q_CLUSTER["timeout"] + 30, minimum=1)
-# A due event not picked up this long after it was enqueued is enqueued again by the sweeper.
-WEBHOOKS_REQUEUE_AFTER_SECONDS = envint("WEBHOOKS_REQUEUE_AFTER_SECONDS", 120, minimum=1)
-WEBHOOKS_EVENT_RETENTION_DAYS = envint("WEBHOOKS_EVENT_RETENTION_DAYS", 30, minimum=1)
-WEBHOOKS_REJECTED_RETENTION_DAYS = envint("WEBHOOKS_REJECTED_RETENTION_DAYS", 7, minimum=1)
-# The hourly roll-up of webhook deliveries (webhooks.rollup), kept past the events it counts
-# (purged after 30 days with their deliveries): at least the 30-day chart window.
-WEBHOOKS_ROLLUP_RETENTION_DAYS = envint("WEBHOOKS_ROLLUP_RETENTION_DAYS", 90, minimum=31)
-WEBHOOKS_REJECTED_MAX_ROWS = envint("WEBHOOKS_REJECTED_MAX_ROWS", 10_000, minimum=1)
+
+# --- The apps' integer settings -------------------------------------------------------------
+# Each app reads flat settings with its own defaults (receipts/conf.py, receipts/outbox/conf.py,
+# webhooks/conf.py; the roll-ups' retention: idemdash/core/rollup.py:RETENTION_DAYS); this
+# project sets them from environment variables of the same name (ENVIRONMENT_NAMES: the few
+# named otherwise), refusing a value below the least one given here. The defaults restate
+# the apps' (tests/idemdash/test_settings.py holds them equal), except where this project
+# chooses its own and says why. RECEIPTS_OPERATIONS and RECEIPTS_FINANCIAL_OPERATIONS keep
+# the app's defaults (docs/receipt-store.md, "Operation policies").
+#
+# setting: (default, least value the environment may give)
+APP_INTEGERS: dict[str, tuple[int, int]] = {
+    "RECEIPTS_DEFAULT_TTL_SECONDS": (24 * 3600, 1),
+    "RECEIPTS_FINANCIAL_TTL_SECONDS": (7 * 24 * 3600, 1),
+    "RECEIPTS_LEASE_SECONDS": (30, 1),
+    "RECEIPTS_MAX_WAIT_SECONDS": (30, 0),
+    "RECEIPTS_ATTEMPT_RETENTION_DAYS": (35, 1),
+    # The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
+    "RECEIPTS_ROLLUP_RETENTION_DAYS": (90, 31),
+    # The audit log of operator actions; at least the 30-day window the dashboard charts it over.
+    "RECEIPTS_AUDIT_RETENTION_DAYS": (365, 31),
+    # Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
+    # LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
+    # the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,
+    # 0.5 s for 5,000 here), which every claim queues behind: there, the app's default.
+    "RECEIPTS_RETENTION_BATCH_SIZE": (5000 if _db["ENGINE"] == "django.db.backends.postgresql" else 1000, 1),
+    "OUTBOX_MAX_ATTEMPTS": (10, 1),
+    "OUTBOX_BACKOFF_BASE_SECONDS": (2, 1),
+    "OUTBOX_BACKOFF_CAP_SECONDS": (3600, 1),
+    # The lease must outlast one action: an action's timeout is kept below it.
+    "OUTBOX_LEASE_SECONDS": (60, 2),
+    "OUTBOX_BATCH_SIZE": (20, 1),
+    "OUTBOX_HTTP_TIMEOUT_SECONDS": (10, 1),
+    # How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
+    "OUTBOX_DRAIN_SECONDS": (45, 1),
+    "OUTBOX_SENT_RETENTION_DAYS": (7, 1),
+    "OUTBOX_DEAD_RETENTION_DAYS": (30, 1),
+    # Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
+    "OUTBOX_ATTEMPT_RETENTION_DAYS": (35, 1),
+    # The hourly roll-ups of the outbox (receipts.outbox.rollup), kept past the messages (sent
+    # ones purged after 7 days) and attempts they count: at least the 30-day chart window.
+    "OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS": (90, 31),
+    "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS": (90, 31),
+    "WEBHOOKS_MAX_BODY_BYTES": (1024 * 1024, 1),
+    "WEBHOOKS_STRIPE_TOLERANCE": (300, 1),
+    "WEBHOOKS_MAX_ATTEMPTS": (8, 1),
+    "WEBHOOKS_BACKOFF_BASE": (30, 1),  # seconds, doubled per attempt
+    "WEBHOOKS_BACKOFF_CAP": (6 * 3600, 1),
+    # Longer than Q_CLUSTER["timeout"]: a task the cluster has not yet killed still owns its event.
+    "WEBHOOKS_LEASE_SECONDS": (Q_CLUSTER["timeout"] + 30, 1),
+    # A due event not picked up this long after it was enqueued is enqueued again by the sweeper.
+    "WEBHOOKS_REQUEUE_AFTER_SECONDS": (120, 1),
+    "WEBHOOKS_EVENT_RETENTION_DAYS": (30, 1),
+    "WEBHOOKS_REJECTED_RETENTION_DAYS": (7, 1),
+    # The hourly roll-up of webhook deliveries (webhooks.rollup), kept past the events it counts
+    # (purged after 30 days with their deliveries): at least the 30-day chart window.
+    "WEBHOOKS_ROLLUP_RETENTION_DAYS": (90, 31),
+    "WEBHOOKS_REJECTED_MAX_ROWS": (10_000, 1),
+}
+# The environment variables not named as their setting: the names these had before the
+# settings were the apps' own, kept so that no deployment has to change.
+ENVIRONMENT_NAMES = {
+    "RECEIPTS_DEFAULT_TTL_SECONDS": "RECEIPTS_DEFAULT_TTL",
+    "RECEIPTS_FINANCIAL_TTL_SECONDS": "RECEIPTS_FINANCIAL_TTL",
+    "RECEIPTS_RETENTION_BATCH_SIZE": "RETENTION_BATCH_SIZE",
+}
+globals().update(
+    {
+        setting: envint(ENVIRONMENT_NAMES.get(setting, setting), default, minimum=minimum)
+        for setting, (default, minimum) in APP_INTEGERS.items()
+    }
+)
+# Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
+# public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
+OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])

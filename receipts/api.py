@@ -19,7 +19,7 @@ from idemdash.core.canonical import UnstorableJSON, fingerprint_json
 from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem
-from receipts import store
+from receipts import responses, store
 from receipts.conf import policy_for, setting
 from receipts.models import Receipt
 
@@ -149,6 +149,15 @@ def _settle(client: ApiClient, key: str, token: int, run: Callable[[], Any], sta
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
+# How the JSON API words a claim it does not grant (receipts/responses.py:refusal).
+CLAIM_REFUSAL_WORDS = responses.RefusalWords(
+    in_progress_title="A claim on this key is in progress",
+    in_progress_detail="Another worker holds the lease; retry after Retry-After seconds to get its result.",
+    reused_title="Key reused with a different request",
+    reused_detail="This key was first claimed for {operation} with another request.",
+)
+
+
 @json_api("POST")
 def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, CLAIM_FIELDS, {"key", "operation"})
@@ -191,22 +200,9 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
             },
             status=201,
         )
-    if result.outcome == store.Outcome.IN_PROGRESS:
-        return problem(
-            409,
-            "request-in-progress",
-            "A claim on this key is in progress",
-            "Another worker holds the lease; retry after Retry-After seconds to get its result.",
-            headers={"Retry-After": str(result.retry_after)},
-            retry_after=result.retry_after,
-        )
-    if result.outcome == store.Outcome.MISMATCH:
-        return problem(
-            422,
-            "idempotency-key-reused",
-            "Key reused with a different request",
-            f"This key was first claimed for {receipt.operation} with another request.",
-        )
+    refused = responses.refusal(result, CLAIM_REFUSAL_WORDS)
+    if refused is not None:
+        return refused
     data: dict[str, Any] = {
         "outcome": "replayed",
         "key": key,

@@ -6,6 +6,8 @@ from django.apps import AppConfig, apps
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models.signals import post_migrate
 
+from idemdash.core.appconfig import BigIntegerIds
+
 # Moved to idemdash.core.discovery; kept for one release.
 from idemdash.core.discovery import declared_by_apps  # noqa: F401
 
@@ -25,10 +27,9 @@ def _install_schedules(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwarg
     install_schedules()
 
 
-class ReceiptsConfig(AppConfig):
+class ReceiptsConfig(BigIntegerIds, AppConfig):
     name = "receipts"
     verbose_name = "Idempotency receipts"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from receipts import checks  # noqa: F401  (registers the system checks)

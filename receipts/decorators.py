@@ -203,6 +203,16 @@ def parse_key(raw: str) -> str | None:
         return None
 
 
+def format_key(key: str) -> str:
+    """The Idempotency-Key header value that `parse_key` reads back as `key`, for sending a
+    key downstream (the outbox's http.post): the key itself, or a structured-field string
+    when it holds a comma, begins or ends with `"`, or begins or ends with a space (a
+    server strips those from a bare value)."""
+    if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip():
+        return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return key
+
+
 def _sf_string(quoted: str) -> str | None:
     chars = []
     escaped = False
@@ -314,25 +324,20 @@ def _handle(
     return response
 
 
+# How the decorator words a claim it does not run (receipts/responses.py:refusal).
+REFUSAL_WORDS = responses.RefusalWords(
+    in_progress_title="A request with this Idempotency-Key is in progress",
+    in_progress_detail="Retry after the first attempt finishes; it will then be replayed.",
+    reused_title="Idempotency-Key reused with a different request",
+    reused_detail="This key was first used for {operation} with another method, path or body.",
+)
+
+
 def _refusal(result: store.ClaimResult) -> HttpResponseBase:
+    refused = responses.refusal(result, REFUSAL_WORDS)
+    if refused is not None:
+        return refused
     receipt = result.receipt
-    if result.outcome == store.Outcome.IN_PROGRESS:
-        retry_after = result.retry_after
-        return problem(
-            409,
-            "request-in-progress",
-            "A request with this Idempotency-Key is in progress",
-            "Retry after the first attempt finishes; it will then be replayed.",
-            headers={"Retry-After": str(retry_after)},
-            retry_after=retry_after,
-        )
-    if result.outcome == store.Outcome.MISMATCH:
-        return problem(
-            422,
-            "idempotency-key-reused",
-            "Idempotency-Key reused with a different request",
-            f"This key was first used for {receipt.operation} with another method, path or body.",
-        )
     # Replayed: the stored result, or a burned failure's stored response.
     if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
         response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)

@@ -7,15 +7,26 @@ response whose meaning lives in a header (a redirect's Location). Those are stor
 envelope: ENVELOPE followed by JSON with the body (base64 when binary) and the kept
 headers. A text body that happens to start with ENVELOPE is wrapped too, so reading back
 is never ambiguous.
+
+Also the answers to a claim that does not run because another caller holds the key or the
+key was used for another request (`refusal`): the same for every front door but for their
+words.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpResponse
+
+from idemdash.core.problems import problem
+from receipts.models import Attempt
+
+if TYPE_CHECKING:
+    from receipts.store import ClaimResult
 
 ENVELOPE = "idemdash:envelope:v1:"
 
@@ -62,3 +73,32 @@ def rebuild(status: int | None, content_type: str, stored: str) -> HttpResponse:
     for name, value in headers.items():
         response[name] = value
     return response
+
+
+# --- A claim that does not run ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefusalWords:
+    """How one front door words the two refusals of a claim (`reused_detail` is formatted
+    with the receipt's `operation`)."""
+
+    in_progress_title: str
+    in_progress_detail: str
+    reused_title: str
+    reused_detail: str
+
+
+def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
+    """The answer to a claim whose key another caller holds (409, with Retry-After: what is
+    left of its lease) or that reused its key with another request (422); None otherwise."""
+    if result.outcome == Attempt.Outcome.IN_PROGRESS:
+        retry_after = result.retry_after
+        return problem(
+            409, "request-in-progress", words.in_progress_title, words.in_progress_detail,
+            headers={"Retry-After": str(retry_after)}, retry_after=retry_after,
+        )
+    if result.outcome == Attempt.Outcome.MISMATCH:
+        detail = words.reused_detail.format(operation=result.receipt.operation)
+        return problem(422, "idempotency-key-reused", words.reused_title, detail)
+    return None

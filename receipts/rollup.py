@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from idemdash.core.rollup import HourlyRollup
+from idemdash.core.attempts import rollup_by_outcome
 from receipts.models import Attempt, AttemptHourly
 
 # Moved to idemdash.core.rollup; kept for one release.
 from idemdash.core.rollup import (  # noqa: F401
     HOUR,
+    HourlyRollup,
     MAX_HOURS_PER_RUN,
     MAX_RUNS_PER_TASK,
     REPAIR,
@@ -22,13 +23,6 @@ from idemdash.core.rollup import (  # noqa: F401
     rewind,
 )
 
-ATTEMPTS = HourlyRollup(
-    name="receipts.attempts",
-    log=Attempt,
-    time_field="created_at",
-    groups=("outcome",),
-    table=AttemptHourly,
-    retention_setting="RECEIPTS_ROLLUP_RETENTION_DAYS",
-)
+ATTEMPTS = rollup_by_outcome("receipts.attempts", Attempt, AttemptHourly, "RECEIPTS_ROLLUP_RETENTION_DAYS")
 
 ROLLUPS = [ATTEMPTS]

@@ -19,13 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
 from idemdash.core import pg as core_pg
-from idemdash.core.bulk import BULK_LIMIT, BulkResult
+from idemdash.core.bulk import BULK_LIMIT  # noqa: F401  (the dashboard's bulk page shows it)
 from idemdash.core.canonical import fingerprint_json
 # StaleToken is the core's; `receipts.store.StaleToken` keeps working for callers.
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set  # noqa: F401
@@ -432,17 +432,8 @@ def release(
     return receipt
 
 
-def release_many(
-    receipts: Any, *, actor: str, reason: str = "", user: Any = None, limit: int = BULK_LIMIT
-) -> BulkResult:
-    """Release every failed receipt in `receipts` (a queryset), each through `release`.
-
-    Each row goes through the same compare-and-set as a single release, so each gets its
-    own Attempt and AuditEntry, and a row that a caller retried or an operator released in
-    the meantime is skipped rather than overwritten. Processing and completed rows in the
-    queryset, and failed ones already released, are left alone.
-    """
-    failed = receipts.filter(status=Status.FAILED, released_at=None)
-    return bulk.each(
-        failed, lambda r: release(r, actor=actor, reason=reason, user=user), refused=(StaleToken, NotReleasable), limit=limit
-    )
+# Each failed receipt not yet released, released through `release`: each row goes through the
+# same compare-and-set as a single release, so each gets its own Attempt and AuditEntry, and a
+# row that a caller retried or an operator released in the meantime is skipped rather than
+# overwritten. Processing and completed rows in the queryset are left alone.
+release_many = bulk.many(release, Q(status=Status.FAILED, released_at=None), refused=(StaleToken, NotReleasable))

@@ -5,6 +5,8 @@ from django.db import connections
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
+from idemdash.core.appconfig import BigIntegerIds
+
 
 def _ensure_env_endpoints(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
     from webhooks.endpoints import ensure_env_endpoints
@@ -15,10 +17,9 @@ def _ensure_env_endpoints(sender: AppConfig, using: str = "default", **kwargs: A
         ensure_env_endpoints(using=using)
 
 
-class WebhooksConfig(AppConfig):
+class WebhooksConfig(BigIntegerIds, AppConfig):
     name = "webhooks"
     verbose_name = "Webhooks"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         # Registration only: no database access here.

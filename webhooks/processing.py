@@ -28,7 +28,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
-from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, stuck
 from webhooks.conf import setting
 from webhooks.handlers import handler_for
@@ -380,14 +379,6 @@ def release(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = 
 release_stuck = release
 
 
-def reprocess_many(
-    events: Any, *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
-) -> BulkResult:
-    """Reprocess every dead event in `events` (a queryset), each through `reprocess`: one
-    compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
-    return bulk.each(
-        events.filter(status=Status.DEAD),
-        lambda event: reprocess(event, actor=actor, user=user, reason=reason),
-        refused=(NotReprocessable,),
-        limit=limit,
-    )
+# Each dead event reprocessed through `reprocess`: one compare-and-set and one audit entry per
+# row; a row that changed meanwhile is skipped.
+reprocess_many = bulk.many(reprocess, Q(status=Status.DEAD), refused=(NotReprocessable,))

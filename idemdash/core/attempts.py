@@ -11,6 +11,8 @@ from typing import Any
 
 from django.db import models
 
+from idemdash.core.rollup import HourlyCount, HourlyRollup
+
 
 class AttemptLog(models.Model):
     """The fields every attempt log has alike: the unit's key and when it happened."""
@@ -30,3 +32,11 @@ def record_stale(log: type[AttemptLog], **fields: Any) -> AttemptLog:
     unit. Written in the settle's own transaction; the caller raises its StaleToken after
     that transaction commits, so the record is kept."""
     return log.objects.create(outcome=log.STALE_OUTCOME, **fields)
+
+
+def rollup_by_outcome(name: str, log: type[AttemptLog], table: type[HourlyCount], retention_setting: str) -> HourlyRollup:
+    """An attempt log's hourly roll-up, as the dashboard charts it: rows counted by the hour
+    they happened in and their outcome (`table` has `hour`, `outcome` and `count`)."""
+    return HourlyRollup(
+        name=name, log=log, time_field="created_at", groups=("outcome",), table=table, retention_setting=retention_setting
+    )

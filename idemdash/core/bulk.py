@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 # A bulk action runs inside one web request; past this many rows, run it again.
 BULK_LIMIT = 5000
@@ -35,3 +35,23 @@ def each(
         else:
             result.done += 1
     return result
+
+
+def many(
+    action: Callable[..., object], where: Q, *, refused: tuple[type[Exception], ...]
+) -> Callable[..., BulkResult]:
+    """The bulk form of a single-row operator action: `action` for every row of a queryset
+    that matches `where` (the rows the action applies to), through `each`. The result is
+    called as `action_many(rows, *, actor, user=None, reason="", limit=BULK_LIMIT)`."""
+
+    def action_many(
+        rows: QuerySet, *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
+    ) -> BulkResult:
+        return each(
+            rows.filter(where), lambda row: action(row, actor=actor, user=user, reason=reason), refused=refused, limit=limit
+        )
+
+    action_many.__name__ = action_many.__qualname__ = f"{action.__name__}_many"
+    action_many.__module__ = action.__module__
+    action_many.__doc__ = f"`{action.__name__}` for every row of a queryset it applies to, one by one (`bulk.each`)."
+    return action_many

@@ -3,6 +3,8 @@ from typing import Any
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
+from idemdash.core.appconfig import BigIntegerIds
+
 
 def _ensure_groups(sender: AppConfig, **kwargs: Any) -> None:
     from idemdash.dashboard.access import ensure_groups
@@ -10,14 +12,13 @@ def _ensure_groups(sender: AppConfig, **kwargs: Any) -> None:
     ensure_groups()
 
 
-class IdemdashConfig(AppConfig):
+class IdemdashConfig(BigIntegerIds, AppConfig):
     name = "idemdash.dashboard"
     # The label the app had when it was the `idemdash` package itself: its tables
     # (idemdash_*), its rows in django_migrations and its permissions
     # (idemdash.view_dashboard, idemdash.operate) are all keyed by it.
     label = "idemdash"
     verbose_name = "idemdash"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         # After migrate and after a test flush, so the groups always exist.

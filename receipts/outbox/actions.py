@@ -23,6 +23,7 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
+from receipts.decorators import format_key
 from receipts.outbox import fence
 
 Perform = Callable[[Any, "ActionContext"], "int | None"]
@@ -158,7 +159,9 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 @outbox_action("http.post", validate=_validate_http_post)
 def http_post(payload: dict, ctx: ActionContext) -> int:
-    """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key.
+    """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key
+    (bare, or as a structured-field string when it would not read back bare: see
+    `receipts.decorators.format_key`).
 
     2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
     other status (other 4xx, and redirects, which are not followed) is permanent. So is a
@@ -169,7 +172,7 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
         _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
     except ValueError as exc:
         raise PermanentError(str(exc)) from exc
-    headers = {**payload.get("headers", {}), "Idempotency-Key": ctx.key, "User-Agent": "idemdash-outbox"}
+    headers = {**payload.get("headers", {}), "Idempotency-Key": format_key(ctx.key), "User-Agent": "idemdash-outbox"}
     try:
         response = http_client().post(
             payload["url"], json=payload.get("json", {}), headers=headers, timeout=ctx.timeout

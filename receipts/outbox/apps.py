@@ -1,12 +1,13 @@
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
+from idemdash.core.appconfig import BigIntegerIds
 
-class OutboxConfig(AppConfig):
+
+class OutboxConfig(BigIntegerIds, AppConfig):
     name = "receipts.outbox"
     label = "outbox"
     verbose_name = "Outbox"
-    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         # Built-in actions first, then each installed app's `outbox_actions` module, so a

@@ -18,6 +18,10 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_SENT_RETENTION_DAYS": 7,
     "OUTBOX_DEAD_RETENTION_DAYS": 30,
     "OUTBOX_ATTEMPT_RETENTION_DAYS": 35,
+    # Read by the roll-ups themselves (idemdash/core/rollup.py, its RETENTION_DAYS); here so
+    # that every OUTBOX_* setting has its default in this table.
+    "OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS": 90,
+    "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS": 90,
 }
 
 # A server may ask for a long pause (Retry-After), but not for one longer than a day.

@@ -5,6 +5,7 @@ and the seeder's rewind find these roll-ups through ROLLUPS."""
 
 from __future__ import annotations
 
+from idemdash.core.attempts import rollup_by_outcome
 from idemdash.core.rollup import HourlyRollup
 from receipts.outbox.models import OutboxAttempt, OutboxAttemptHourly, OutboxMessage, OutboxMessageHourly
 
@@ -18,13 +19,6 @@ ENQUEUED = HourlyRollup(
     retention_setting="OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS",
 )
 
-ATTEMPTS = HourlyRollup(
-    name="outbox.attempts",
-    log=OutboxAttempt,
-    time_field="created_at",
-    groups=("outcome",),
-    table=OutboxAttemptHourly,
-    retention_setting="OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS",
-)
+ATTEMPTS = rollup_by_outcome("outbox.attempts", OutboxAttempt, OutboxAttemptHourly, "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS")
 
 ROLLUPS = [ENQUEUED, ATTEMPTS]

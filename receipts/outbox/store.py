@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from idemdash.core import audit, bulk
 from idemdash.core.attempts import record_stale
-from idemdash.core.bulk import BULK_LIMIT, BulkResult
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
 from receipts.outbox.actions import get_action
@@ -284,28 +283,14 @@ def mark_failed(
     """Schedule a retry with backoff, or mark the message dead when the error is permanent
     or this was the last allowed attempt. Returns the new status."""
     if permanent or message.attempts >= setting("OUTBOX_MAX_ATTEMPTS"):
-        _settle(
-            message,
-            Outcome.DEAD,
-            status_code=status_code,
-            error=error,
-            duration_ms=duration_ms,
-            drainer=drainer,
-            status=Status.DEAD,
-        )
-        return Status.DEAD
-    delay = _backoff(message.attempts, retry_after)
+        outcome, changes = Outcome.DEAD, {"status": Status.DEAD}
+    else:
+        due = timezone.now() + timedelta(seconds=_backoff(message.attempts, retry_after))
+        outcome, changes = Outcome.RETRY, {"status": Status.RETRY, "next_attempt_at": due}
     _settle(
-        message,
-        Outcome.RETRY,
-        status_code=status_code,
-        error=error,
-        duration_ms=duration_ms,
-        drainer=drainer,
-        status=Status.RETRY,
-        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+        message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer, **changes
     )
-    return Status.RETRY
+    return changes["status"]
 
 
 def hand_back(message: OutboxMessage) -> bool:
@@ -323,59 +308,50 @@ def hand_back(message: OutboxMessage) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Repair:
+    """An operator's repair of one message: the statuses it applies to and what it changes
+    besides making the message due now; `action` is its audit entry's name."""
+
+    action: str
+    allowed: tuple[str, ...]
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+SEND_NOW = Repair("outbox_message.send_now", (Status.PENDING, Status.RETRY))
+SEND_AGAIN = Repair("outbox_message.send_again", (Status.DEAD,), {"status": Status.PENDING, "attempts": 0})
+RELEASE = Repair("outbox_message.release", (Status.IN_FLIGHT,), {"status": Status.RETRY, "lease_expires_at": None})
+
+
 def _repair(
-    message: OutboxMessage,
-    *,
-    allowed: tuple[str, ...],
-    action: str,
-    actor: str,
-    user: Any,
-    reason: str,
-    guard: Q | None = None,
-    **changes: Any,
+    message: OutboxMessage, repair: Repair, *, actor: str, user: Any, reason: str, guard: Q | None = None
 ) -> OutboxMessage:
     now = timezone.now()
     status_before = message.status
-    if status_before not in allowed:
-        raise InvalidTransition(f"{action} applies to {', '.join(allowed)} messages, not {status_before}")
+    if status_before not in repair.allowed:
+        raise InvalidTransition(f"{repair.action} applies to {', '.join(repair.allowed)} messages, not {status_before}")
     with transaction.atomic():
         # Guarded by the status and fencing token we looked at: if a drainer claimed the
         # message meanwhile, the action is refused rather than racing the drainer.
         won = compare_and_set(
             OutboxMessage.objects.filter(guard or Q(), pk=message.pk), "fencing_token", message.fencing_token,
-            status_before, next_attempt_at=now, updated_at=now, **changes,
+            status_before, next_attempt_at=now, updated_at=now, **repair.changes,
         )
         if not won:
             raise InvalidTransition(f"outbox message {message.key!r} changed; look again")
         message.refresh_from_db()
-        audit.record(actor, action, message, status_before, message.status, reason, user=user)
+        audit.record(actor, repair.action, message, status_before, message.status, reason, user=user)
     return message
 
 
 def send_now(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
     """Make a waiting message (pending or retry) due now instead of at its backoff time."""
-    return _repair(
-        message,
-        allowed=(Status.PENDING, Status.RETRY),
-        action="outbox_message.send_now",
-        actor=actor,
-        user=user,
-        reason=reason,
-    )
+    return _repair(message, SEND_NOW, actor=actor, user=user, reason=reason)
 
 
 def send_again(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
     """Give a dead message a fresh set of attempts, due now."""
-    return _repair(
-        message,
-        allowed=(Status.DEAD,),
-        action="outbox_message.send_again",
-        actor=actor,
-        user=user,
-        reason=reason,
-        status=Status.PENDING,
-        attempts=0,
-    )
+    return _repair(message, SEND_AGAIN, actor=actor, user=user, reason=reason)
 
 
 def release(message: OutboxMessage, *, actor: str, user: Any = None, reason: str = "") -> OutboxMessage:
@@ -387,30 +363,12 @@ def release(message: OutboxMessage, *, actor: str, user: Any = None, reason: str
     now = timezone.now()
     if not is_stuck(message, Status.IN_FLIGHT, now):
         raise InvalidTransition(f"outbox message {message.key!r} is not past its lease")
-    return _repair(
-        message,
-        allowed=(Status.IN_FLIGHT,),
-        action="outbox_message.release",
-        actor=actor,
-        user=user,
-        reason=reason,
-        guard=Q(lease_expires_at__lt=now),
-        status=Status.RETRY,
-        lease_expires_at=None,
-    )
+    return _repair(message, RELEASE, actor=actor, user=user, reason=reason, guard=Q(lease_expires_at__lt=now))
 
 
-def send_again_many(
-    messages: QuerySet[OutboxMessage], *, actor: str, user: Any = None, reason: str = "", limit: int = BULK_LIMIT
-) -> BulkResult:
-    """Send every dead message in `messages` again, each through `send_again`: one
-    compare-and-set and one audit entry per row; a row that changed meanwhile is skipped."""
-    return bulk.each(
-        messages.filter(status=Status.DEAD),
-        lambda message: send_again(message, actor=actor, user=user, reason=reason),
-        refused=(InvalidTransition,),
-        limit=limit,
-    )
+# Each dead message sent again through `send_again`: one compare-and-set and one audit entry per
+# row; a row that changed meanwhile is skipped.
+send_again_many = bulk.many(send_again, Q(status=Status.DEAD), refused=(InvalidTransition,))
 
 
 # The names before the operator verbs were one (docs/architecture.md, section 8); kept for

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+import idemdash.settings as idemdash_settings
 from idemdash.settings import envbool, envint, envlist
 
 NAME = "IDEMDASH_TEST_SETTING"
@@ -119,6 +120,45 @@ def test_an_empty_envlist_is_an_empty_list_not_the_default(monkeypatch, raw):
     assert envlist(NAME, ["default"]) == []
 
 
+# --- the apps' integer settings -----------------------------------------------------------------
+
+
+def test_the_project_defaults_are_the_apps_own():
+    # settings.APP_INTEGERS restates each app's default (an app's conf module is not imported
+    # by the project's settings): this holds the two equal, so they cannot drift apart.
+    from idemdash.core.rollup import RETENTION_DAYS
+    from receipts import conf as receipts_conf
+    from receipts.outbox import conf as outbox_conf
+    from webhooks import conf as webhooks_conf
+
+    app_defaults = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS}
+    project = {name: default for name, (default, _) in idemdash_settings.APP_INTEGERS.items()}
+    # The one deliberate difference: purge batches are larger on PostgreSQL (settings.py says why).
+    postgres = idemdash_settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    assert project.pop("RECEIPTS_RETENTION_BATCH_SIZE") == (5000 if postgres else app_defaults["RECEIPTS_RETENTION_BATCH_SIZE"])
+    assert project == {name: app_defaults[name] for name in project}
+    assert {default for name, default in project.items() if name.endswith("_ROLLUP_RETENTION_DAYS")} == {RETENTION_DAYS}
+
+
+def test_every_app_integer_setting_is_set_from_its_environment_variable():
+    names = list(idemdash_settings.APP_INTEGERS)
+    show = f"import json; from django.conf import settings as s; print(json.dumps({{n: getattr(s, n) for n in {names!r}}}))"
+    env = {idemdash_settings.ENVIRONMENT_NAMES.get(name, name): str(100 + i) for i, name in enumerate(names)}
+    done = _load(show, SECRET_KEY=STRONG_KEY, **env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {name: 100 + i for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("variable,minimum", [
+    ("RETENTION_BATCH_SIZE", 1), ("RECEIPTS_MAX_WAIT_SECONDS", 0), ("OUTBOX_LEASE_SECONDS", 2),
+    ("WEBHOOKS_ROLLUP_RETENTION_DAYS", 31),
+])
+def test_an_app_integer_setting_below_its_least_value_stops_the_start(variable, minimum):
+    done = _load(SECRET_KEY=STRONG_KEY, **{variable: str(minimum - 1)})
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {variable} must be at least {minimum}, got {minimum - 1}" in done.stderr
+
+
 # --- the production settings ----------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,10 +170,10 @@ SHOW = (
 )
 
 
-def _load(**env: str) -> subprocess.CompletedProcess:
+def _load(show: str = SHOW, /, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DATABASE_URL", "DB_CONN_MAX_AGE"}}
     return subprocess.run(
-        [sys.executable, "-c", SHOW], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", show], cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**base, "DJANGO_SETTINGS_MODULE": "idemdash.settings", **env},
     )
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from django.utils import timezone
 
 from receipts import store
 from receipts.models import Attempt, AuditEntry, Receipt
@@ -43,14 +46,17 @@ def test_it_leaves_processing_and_completed_receipts_alone():
 def test_it_skips_a_receipt_that_changed_after_it_was_read(monkeypatch):
     failed("x")
     failed("y")
-    real_release = store.release
+    raced = []
 
-    def caller_retries_first(receipt, **kwargs):
-        if receipt.key == "x":  # the caller's retry wins the race for this key
+    def now_after_the_callers_retry():
+        # The bulk action has read the rows; as it starts on the first (x, in id order), the
+        # caller's retry wins the race for that key. (release reads the clock first.)
+        if not raced:
+            raced.append("x")
             store.claim(SCOPE, "x", "email.send", {"k": "x"})
-        return real_release(receipt, **kwargs)
+        return timezone.now()
 
-    monkeypatch.setattr(store, "release", caller_retries_first)
+    monkeypatch.setattr(store, "timezone", SimpleNamespace(now=now_after_the_callers_retry))
     result = store.release_many(Receipt.objects.all(), actor="ops")
     assert (result.done, result.skipped) == (1, 1)
     assert Receipt.objects.get(key="x").status == "processing"

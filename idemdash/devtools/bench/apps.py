@@ -1,8 +1,9 @@
 from django.apps import AppConfig
 
+from idemdash.core.appconfig import BigIntegerIds
 
-class BenchConfig(AppConfig):
+
+class BenchConfig(BigIntegerIds, AppConfig):
     name = "idemdash.devtools.bench"
     label = "bench"
     verbose_name = "Benchmarks"
-    default_auto_field = "django.db.models.BigAutoField"

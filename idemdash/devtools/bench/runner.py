@@ -146,6 +146,17 @@ S1, S2, S3, S4, S5, S6, S7, S8, S9 = (
 )
 
 
+def load_figures(scenario: str, comparison: loadgen.Comparison, variants: dict[str, tuple[str, str]]) -> list[Figure]:
+    """The usual figures of load variants (variant: id prefix, label), each the median over
+    the rounds: every variant's throughput (id `<prefix>rps`), then each one's p50 and p99."""
+    return [
+        *(Figure(f"{prefix}rps", scenario, f"{label} throughput", comparison.median(variant, "throughput"), "req/s")
+          for variant, (prefix, label) in variants.items()),
+        *(Figure(f"{prefix}{p}", scenario, f"{label} {p}", comparison.median(variant, p), "ms")
+          for variant, (prefix, label) in variants.items() for p in ("p50", "p99")),
+    ]
+
+
 def claim_overhead(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-fresh"
     comparison = loadgen.compare({
@@ -156,12 +167,7 @@ def claim_overhead(b: Bench) -> list[Figure]:
     bare, prot = "bare insert", "protected insert (fresh keys)"
     return [
         Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
-        Figure("claim.bare_rps", S1, "unprotected throughput", comparison.median(bare, "throughput"), "req/s"),
-        Figure("claim.protected_rps", S1, "protected throughput", comparison.median(prot, "throughput"), "req/s"),
-        Figure("claim.bare_p50", S1, "unprotected p50", comparison.median(bare, "p50"), "ms"),
-        Figure("claim.bare_p99", S1, "unprotected p99", comparison.median(bare, "p99"), "ms"),
-        Figure("claim.protected_p50", S1, "protected p50", comparison.median(prot, "p50"), "ms"),
-        Figure("claim.protected_p99", S1, "protected p99", comparison.median(prot, "p99"), "ms"),
+        *load_figures(S1, comparison, {bare: ("claim.bare_", "unprotected"), prot: ("claim.protected_", "protected")}),
         *b.cpu_figures(S1, comparison, "claim"),
     ]
 
@@ -180,9 +186,7 @@ def replay(b: Bench) -> list[Figure]:
     bare, rep = "bare insert", "replay of completed keys"
     return [
         Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
-        Figure("replay.rps", S2, "replay throughput", comparison.median(rep, "throughput"), "req/s"),
-        Figure("replay.p50", S2, "replay p50", comparison.median(rep, "p50"), "ms"),
-        Figure("replay.p99", S2, "replay p99", comparison.median(rep, "p99"), "ms"),
+        *load_figures(S2, comparison, {rep: ("replay.", "replay")}),
         *b.cpu_figures(S2, comparison, "replay"),
     ]
 

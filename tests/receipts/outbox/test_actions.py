@@ -6,6 +6,7 @@ from email.utils import format_datetime
 import pytest
 from django.core import mail
 
+from receipts.decorators import parse_key
 from receipts.outbox import actions
 from receipts.outbox.actions import ActionContext, PermanentError, RetryableError
 
@@ -33,6 +34,19 @@ def test_http_post_lets_no_payload_header_replace_the_key():
     with running_receiver() as receiver:
         actions.http_post({"url": receiver.url, "headers": {"Idempotency-Key": "forged"}}, CTX)
     assert list(receiver.requests) == ["order-42"]
+
+
+@pytest.mark.parametrize("key, sent", [
+    ("order-42", "order-42"),
+    ("a,b", '"a,b"'),  # bare, a server would read two keys joined with ","
+    ('"quoted"', '"\\"quoted\\""'),
+    (" padded ", '" padded "'),  # bare, a server would strip the spaces
+])
+def test_http_post_sends_a_key_the_receiver_reads_back(key, sent):
+    with running_receiver() as receiver:
+        actions.http_post({"url": receiver.url}, ActionContext(key=key, scope="", attempt=1, timeout=2))
+    assert list(receiver.requests) == [sent]
+    assert parse_key(sent) == key
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503])
