@@ -15,14 +15,16 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from idemdash.core import audit
+from idemdash.core.actions import act_on_each
 from idemdash.core.audit import AuditEntry
 from idemdash.core.clients import ApiClient, create_token
 from idemdash.core.columns import clipped, to_the_second  # noqa: F401 (used here; re-exported for one release)
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
-from receipts import responses, store
+from receipts import responses
 from receipts.conf import policy_for
 from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts.operator_actions import RELEASE
 
 
 class StoredResultDisplay:
@@ -96,23 +98,13 @@ class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
 
     @admin.action(description="Release selected receipts", permissions=["change"])
     def release(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
-        released = skipped = 0
-        for receipt in queryset:
-            try:
-                store.release(
-                    receipt,
-                    actor=request.user.get_username(),
-                    user=request.user,
-                    reason="released from the admin",
-                )
-                released += 1
-            except (store.NotReleasable, store.StaleToken):
-                skipped += 1
+        released, refused = act_on_each(queryset, RELEASE, actor=request.user.get_username(), user=request.user,
+                                         reason="released from the admin")
         self.message_user(request, f"Released {released} receipt(s).", messages.SUCCESS)
-        if skipped:
+        if refused:
             self.message_user(
                 request,
-                f"Skipped {skipped}: completed receipts keep their result, and some changed meanwhile.",
+                f"Skipped {len(refused)}: completed receipts keep their result, and some changed meanwhile.",
                 messages.WARNING,
             )
 

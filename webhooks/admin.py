@@ -5,8 +5,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from idemdash.core.actions import OperatorAction, act_on_each
 from idemdash.core.columns import clipped, to_the_second
-from webhooks import endpoints, processing
+from webhooks import endpoints, operator_actions
 from webhooks.models import (
     Fulfilment,
     RejectedDelivery,
@@ -125,26 +126,21 @@ class WebhookEventAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def _each(self, request: HttpRequest, queryset: QuerySet, run, refused: type[Exception], done: str) -> None:
-        """Run one domain action (which writes the audit entry) on each selected event; an event
-        it refuses is reported by its own warning and the rest go ahead."""
-        count = 0
-        for event in queryset:
-            try:
-                run(event, actor=request.user.get_username(), user=request.user)
-                count += 1
-            except refused as exc:
-                self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
+    def _each(self, request: HttpRequest, queryset: QuerySet, action: OperatorAction, done: str) -> None:
+        """Run one operator action (whose domain function writes the audit entry) on each selected
+        event; an event it refuses is reported by its own warning and the rest go ahead."""
+        count, refused = act_on_each(queryset, action, actor=request.user.get_username(), user=request.user)
+        for event, exc in refused:
+            self.message_user(request, f"Event {event.pk}: {exc}", level=messages.WARNING)
         self.message_user(request, done.format(count))
 
     @admin.action(description="Reprocess")
     def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._each(request, queryset, processing.reprocess, processing.NotReprocessable,
-                   "{} event(s) queued for reprocessing.")
+        self._each(request, queryset, operator_actions.REPROCESS, "{} event(s) queued for reprocessing.")
 
     @admin.action(description="Release (stuck: processing past its lease)")
     def release(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._each(request, queryset, processing.release, processing.NotStuck, "{} stuck event(s) released.")
+        self._each(request, queryset, operator_actions.RELEASE, "{} stuck event(s) released.")
 
 
 @admin.register(WebhookDelivery)

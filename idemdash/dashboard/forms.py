@@ -54,7 +54,10 @@ RECEIPT_STATUSES = {
 
 
 class ReceiptFilter(forms.Form):
-    """The receipts list's filters. The same form scopes the bulk-release preview."""
+    """The receipts list's filters. The same form scopes the bulk-release preview.
+
+    Each list's form gives the list page (idemdash/dashboard/views/pages.py:filtered_list)
+    its `rows()` and their `ordering()`: the field and whether descending."""
 
     q = forms.CharField(required=False, max_length=255, label="Key starts with")
     status = forms.ChoiceField(
@@ -74,7 +77,7 @@ class ReceiptFilter(forms.Form):
                  ("-updated", "Recently changed"), ("updated", "Least recently changed")],
     )
 
-    def receipts(self) -> QuerySet[Receipt]:
+    def rows(self) -> QuerySet[Receipt]:
         data = self.cleaned_data
         qs = Receipt.objects.all()
         if data.get("q"):
@@ -94,7 +97,7 @@ class ReceiptFilter(forms.Form):
             qs = qs.filter(created_at__lte=data["until"])
         return qs
 
-    def sort_key(self) -> tuple[str, bool]:
+    def ordering(self) -> tuple[str, bool]:
         return SORTS[self.cleaned_data.get("sort") or "-created"]
 
     def is_filtered(self) -> bool:
@@ -143,6 +146,9 @@ class _TimeFiltered(forms.Form):
             qs = qs.filter(**{f"{self.time_field}__lte": self.cleaned_data["until"]})
         return qs
 
+    def ordering(self) -> tuple[str, bool]:
+        return self.time_field, True  # newest first
+
     def is_filtered(self) -> bool:
         return any(self.cleaned_data.get(n) for n in (*self.names, "since", "until"))
 
@@ -164,7 +170,11 @@ class EventFilter(_TimeFiltered):
     names = ("endpoint", "provider", "type", "status", "q")
     lookups = {"endpoint": "endpoint__slug", "provider": "provider", "type": "event_type", "status": "status"}
 
-    def events(self) -> QuerySet[WebhookEvent]:
+    def endpoint_slugs(self) -> QuerySet:
+        """What the endpoint field suggests."""
+        return WebhookEndpoint.objects.order_by("slug").values_list("slug", flat=True)
+
+    def rows(self) -> QuerySet[WebhookEvent]:
         qs = WebhookEvent.objects.select_related("endpoint")
         if q := self.cleaned_data.get("q"):
             qs = qs.filter(Q(provider_event_id__startswith=q) | Q(dedupe_key__startswith=q))
@@ -180,7 +190,7 @@ class RejectedFilter(_TimeFiltered):
     names = ("endpoint", "provider", "cause")
     lookups = {"endpoint": "endpoint__slug", "provider": "provider", "cause": "cause"}
 
-    def rejections(self) -> QuerySet[RejectedDelivery]:
+    def rows(self) -> QuerySet[RejectedDelivery]:
         return self._filtered(RejectedDelivery.objects.select_related("endpoint"))
 
 
@@ -200,7 +210,11 @@ class OutboxFilter(_TimeFiltered):
     names = ("action", "status", "q", "scope")
     lookups = {"action": "action", "q": "key__startswith", "scope": "scope"}
 
-    def messages(self) -> QuerySet[OutboxMessage]:
+    def action_names(self) -> QuerySet:
+        """What the action field suggests: the actions messages were enqueued with."""
+        return OutboxMessage.objects.order_by("action").values_list("action", flat=True).distinct()
+
+    def rows(self) -> QuerySet[OutboxMessage]:
         qs = OutboxMessage.objects.all()
         status = self.cleaned_data.get("status")
         if status == WAITING:

@@ -21,7 +21,7 @@ class Dashboard(models.Model):
         default_permissions = ()
         permissions = [
             ("view_dashboard", "Can see every dashboard page and figure"),
-            ("operate", "Can retry, release and bulk-retry from the dashboard"),
+            ("operate", "Can release, reprocess, send now and send again, one by one or in bulk, from the dashboard"),
         ]
 
 

@@ -1,48 +1,69 @@
-from django.urls import path
+"""The dashboard's pages, kind by kind: each kind's list, bulk action, unit page and actions.
 
-from idemdash.dashboard import alert_views, bulk, views, views_flow
+An action on one unit is `views.actions.object_action` with the registry's kind and action
+(idemdash/core/actions.py), under the URL name `<kind>_<action>`; a bulk action is
+`views.bulk.bulk_action` with the list it is offered under (`views.bulk.BULK`).
+"""
+
+from django.urls import URLPattern, path
+
+from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, receipts, stuck
+from idemdash.dashboard.views.actions import object_action
+
+
+def _action(route: str, kind: str, action: str, name: str | None = None) -> URLPattern:
+    return path(route, object_action, {"kind": kind, "action": action}, name=name or f"{kind}_{action}")
+
+
+def _bulk(route: str, listed: str, name: str | None) -> URLPattern:
+    return path(route, bulk.bulk_action, {"kind": listed}, name=name)
+
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", views.overview, name="overview"),
-    path("receipts/", views.receipts, name="receipts"),
-    path("receipts/bulk-release/", bulk.bulk_action, {"kind": "receipts"}, name="receipts_bulk"),
-    path("receipts/<int:pk>/", views.receipt_detail, name="receipt"),
-    path("receipts/<int:pk>/release/", views.receipt_action, {"action": "release"}, name="receipt_release"),
-    path("stuck/", views.stuck, name="stuck"),
-    path("events/", views_flow.events, name="events"),
-    path("events/bulk-reprocess/", bulk.bulk_action, {"kind": "events"}, name="events_bulk"),
-    path("events/<int:pk>/", views_flow.event_detail, name="event"),
-    path("events/<int:pk>/reprocess/", views_flow.event_action, {"action": "reprocess"}, name="event_reprocess"),
-    path("events/<int:pk>/release/", views_flow.event_action, {"action": "release"}, name="event_release"),
-    path("rejected/", views_flow.rejected, name="rejected"),
-    path("outbox/", views_flow.outbox, name="outbox"),
-    path("outbox/bulk-send-again/", bulk.bulk_action, {"kind": "outbox"}, name="outbox_bulk"),
-    path("outbox/<int:pk>/", views_flow.message_detail, name="message"),
-    path("outbox/<int:pk>/send-now/", views_flow.message_action, {"action": "send_now"}, name="message_send_now"),
-    path("outbox/<int:pk>/send-again/", views_flow.message_action, {"action": "send_again"}, name="message_send_again"),
-    path("outbox/<int:pk>/release/", views_flow.message_action, {"action": "release"}, name="message_release"),
-    path("audit/", views.audit_log, name="audit"),
-    path("api/v1/stats", views.api_stats, name="api_stats"),
-    path("metrics", views.metrics, name="metrics"),
+    path("", overview.overview, name="overview"),
+    path("stuck/", stuck.stuck, name="stuck"),
+    # Receipts
+    path("receipts/", receipts.receipts, name="receipts"),
+    _bulk("receipts/bulk-release/", "receipts", "receipts_bulk"),
+    path("receipts/<int:pk>/", receipts.receipt_detail, name="receipt"),
+    _action("receipts/<int:pk>/release/", "receipt", "release"),
+    # Webhook events and rejected deliveries
+    path("events/", events.events, name="events"),
+    _bulk("events/bulk-reprocess/", "events", "events_bulk"),
+    path("events/<int:pk>/", events.event_detail, name="event"),
+    _action("events/<int:pk>/reprocess/", "event", "reprocess"),
+    _action("events/<int:pk>/release/", "event", "release"),
+    path("rejected/", events.rejected, name="rejected"),
+    # Outbox messages
+    path("outbox/", outbox.outbox, name="outbox"),
+    _bulk("outbox/bulk-send-again/", "outbox", "outbox_bulk"),
+    path("outbox/<int:pk>/", outbox.message_detail, name="message"),
+    _action("outbox/<int:pk>/send-now/", "message", "send_now"),
+    _action("outbox/<int:pk>/send-again/", "message", "send_again"),
+    _action("outbox/<int:pk>/release/", "message", "release"),
+    # What every kind shares
+    path("audit/", audit.audit_log, name="audit"),
+    path("api/v1/stats", machine.api_stats, name="api_stats"),
+    path("metrics", machine.metrics, name="metrics"),
 ]
 
 # The old paths of actions since named by their verb (docs/architecture.md, section 8), kept
 # for bookmarks and open pages for one release: each serves its action under its new path.
 urlpatterns += [
-    path("receipts/bulk-retry/", bulk.bulk_action, {"kind": "receipts"}, name="bulk_retry"),
-    path("receipts/<int:pk>/retry/", views.receipt_action, {"action": "release"}, name="receipt_retry"),
-    path("outbox/bulk-requeue/", bulk.bulk_action, {"kind": "outbox"}),
-    path("outbox/<int:pk>/retry/", views_flow.message_action, {"action": "send_now"}, name="message_retry"),
-    path("outbox/<int:pk>/requeue/", views_flow.message_action, {"action": "send_again"}, name="message_requeue"),
+    _bulk("receipts/bulk-retry/", "receipts", "bulk_retry"),
+    _action("receipts/<int:pk>/retry/", "receipt", "release", name="receipt_retry"),
+    _bulk("outbox/bulk-requeue/", "outbox", None),
+    _action("outbox/<int:pk>/retry/", "message", "send_now", name="message_retry"),
+    _action("outbox/<int:pk>/requeue/", "message", "send_again", name="message_requeue"),
 ]
 
 # Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.
 urlpatterns += [
-    path("alerts/", alert_views.alert_history, name="alerts"),
-    path("alerts/rules/", alert_views.alert_rules, name="alert_rules"),
-    path("alerts/rules/new/", alert_views.alert_rule_edit, name="alert_rule_new"),
-    path("alerts/rules/<int:pk>/", alert_views.alert_rule_edit, name="alert_rule"),
-    path("alerts/rules/<int:pk>/delete/", alert_views.alert_rule_delete, name="alert_rule_delete"),
-    path("alerts/rules/<int:pk>/evaluate/", alert_views.alert_rule_evaluate, name="alert_rule_evaluate"),
+    path("alerts/", alerts.alert_history, name="alerts"),
+    path("alerts/rules/", alerts.alert_rules, name="alert_rules"),
+    path("alerts/rules/new/", alerts.alert_rule_edit, name="alert_rule_new"),
+    path("alerts/rules/<int:pk>/", alerts.alert_rule_edit, name="alert_rule"),
+    path("alerts/rules/<int:pk>/delete/", alerts.alert_rule_delete, name="alert_rule_delete"),
+    path("alerts/rules/<int:pk>/evaluate/", alerts.alert_rule_evaluate, name="alert_rule_evaluate"),
 ]

@@ -4,9 +4,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from idemdash.core.actions import OperatorAction, act_on_each
 from idemdash.core.columns import clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
-from receipts.outbox import store
+from receipts.outbox import operator_actions
 from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
@@ -23,17 +24,13 @@ class OutboxAttemptInline(admin.TabularInline):
         return False
 
 
-def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, repair, label: str) -> None:
-    done, refused = 0, 0
-    for message in queryset:
-        try:
-            repair(message, actor=request.user.get_username(), user=request.user)
-            done += 1
-        except store.InvalidTransition:
-            refused += 1
+def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, action: OperatorAction,
+            label: str) -> None:
+    done, refused = act_on_each(queryset, action, actor=request.user.get_username(), user=request.user)
     modeladmin.message_user(request, f"{label}: {done} message(s).", messages.SUCCESS)
     if refused:
-        modeladmin.message_user(request, f"{refused} message(s) were not in a state that allows it.", messages.WARNING)
+        modeladmin.message_user(request, f"{len(refused)} message(s) were not in a state that allows it.",
+                                messages.WARNING)
 
 
 @admin.register(OutboxMessage)
@@ -61,15 +58,15 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
     @admin.action(description="Send now", permissions=["change"])
     def send_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.send_now, "Due now")
+        _repair(self, request, queryset, operator_actions.SEND_NOW, "Due now")
 
     @admin.action(description="Send again (dead)", permissions=["change"])
     def send_again(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.send_again, "Sent again")
+        _repair(self, request, queryset, operator_actions.SEND_AGAIN, "Sent again")
 
     @admin.action(description="Release (stuck: in flight past its lease)", permissions=["change"])
     def release(self, request: HttpRequest, queryset: QuerySet) -> None:
-        _repair(self, request, queryset, store.release, "Released")
+        _repair(self, request, queryset, operator_actions.RELEASE, "Released")
 
 
 @admin.register(OutboxAttempt)

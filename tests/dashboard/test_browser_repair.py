@@ -70,6 +70,16 @@ def _open_from_overview(page, broken, kind: str):
     return row
 
 
+def _confirm(page, shot: str, reason_field: str, reason: str, button: str, arrived, shown: str) -> str:
+    """Screenshot a confirmation, give the reason and confirm; once `arrived()`, the text of
+    `shown`, where the outcome is said."""
+    page.screenshot(path=SHOTS / shot)
+    page.fill(reason_field, reason)
+    page.click(button)
+    arrived()
+    return page.inner_text(shown)
+
+
 def _in_a_thread(fn) -> None:
     """Run `fn` as a worker would, on its own connection, while the page stays open."""
     errors: list[BaseException] = []
@@ -166,6 +176,7 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
     _in_a_thread(lambda: processing.process_event(event.pk))
     assert broken["calls"] == ["evt_repair_1"]
     page.wait_for_selector('#webhookevent-state [data-status="completed"]')
+    page.wait_for_selector("#event-attempts .badge-outcome-completed")  # the log too, from the same poll
     assert "The handler ran and committed." in page.inner_text("#webhookevent-state")
     assert page.get_attribute("#webhookevent-state", "data-live") == "false"
     assert "Reprocessing event evt_repair_1" in page.inner_text("#webhookevent-summary")  # the flash stays
@@ -199,11 +210,8 @@ def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with
     whole = page.inner_text("main")
     for shown in ("order-stuck-9", "refund.create", SCOPE, "LEASE UNTIL", "ATTEMPTS", "stuck: lease expired"):
         assert shown in whole or shown in whole.upper(), shown
-    page.screenshot(path=SHOTS / "repair-stuck-confirm.png")
-    page.fill(".confirm input[name=reason]", "worker crashed")
-    page.click("text=Confirm release")
-    page.wait_for_url("**/stuck/")
-    board = page.inner_text("main")
+    board = _confirm(page, "repair-stuck-confirm.png", ".confirm input[name=reason]", "worker crashed",
+                     "text=Confirm release", lambda: page.wait_for_url("**/stuck/"), "main")
     assert "Released order-stuck-9: the caller's next attempt will run." in board and "No receipt is stuck" in board
 
     # A stuck event from the same board: its whole summary, then back with where it went.
@@ -225,11 +233,9 @@ def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
     assert "This will release 1 failed receipt." in preview and "order-123" in preview
     assert "OPERATION\npayment.create" in preview.upper().replace("PAYMENT.CREATE", "payment.create")
     assert "STATUS\nFAILED" in preview.upper() and "since" not in preview
-    page.screenshot(path=SHOTS / "repair-bulk-preview.png")
-    page.fill("input[name=reason]", "issuer outage over")
-    page.click("button:has-text(\"Release 1 failed receipt\")")
-    page.wait_for_selector('[data-role="result"]')
-    result = page.inner_text("#bulk")
+    result = _confirm(page, "repair-bulk-preview.png", "input[name=reason]", "issuer outage over",
+                      "button:has-text(\"Release 1 failed receipt\")",
+                      lambda: page.wait_for_selector('[data-role="result"]'), "#bulk")
     assert "Released 1 failed receipt." in result and "0 skipped" in result
     page.screenshot(path=SHOTS / "repair-bulk-result.png")
     page.click("text=See the audit entries of this action")

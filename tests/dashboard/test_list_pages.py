@@ -1,6 +1,8 @@
 """What the dashboard's event, outbox and rejected-delivery lists share: each needs a login and
 the view permission, a bad filter is a 400, and operators (not viewers) are offered the
-list's bulk action on its dead rows. One parametrized test each instead of a copy per page."""
+list's bulk action on its dead rows; every list (receipts too) is one list page
+(templates/dashboard/list_page.html) under the site's navigation. One parametrized test each
+instead of a copy per page."""
 
 from __future__ import annotations
 
@@ -16,6 +18,19 @@ pytestmark = pytest.mark.django_db
 def test_it_needs_a_login_and_the_view_permission(client, outsider_client, url):
     assert client.get(url)["Location"].startswith("/accounts/login/")
     assert outsider_client.get(url).status_code == 403
+
+
+@pytest.mark.parametrize("url,table,segments", [
+    ("/receipts/", "receipt-table", False),
+    ("/events/", "event-table", True),
+    ("/rejected/", "rejected-table", True),
+    ("/outbox/", "outbox-table", False),
+])
+def test_each_list_keeps_the_site_navigation_and_filters_its_own_table(viewer_client, url, table, segments):
+    html = viewer_client.get(url).content.decode()
+    assert '<nav class="nav">' in html and 'href="/audit/"' in html
+    assert f'action="{url}" hx-get="{url}" hx-target="#{table}"' in html and f'id="{table}"' in html
+    assert ('aria-label="Webhook pages"' in html) == segments
 
 
 @pytest.mark.parametrize("url", [

@@ -61,7 +61,7 @@ def test_an_unknown_receipt_is_404(viewer_client):
 
 
 def test_a_retry_storm_shows_the_latest_attempts_and_the_true_count(viewer_client, monkeypatch):
-    from idemdash.dashboard import views
+    from idemdash.dashboard.views import receipts as views
     from receipts import store
 
     monkeypatch.setattr(views, "TIMELINE_LIMIT", 5)

@@ -56,7 +56,7 @@ def names_tests(text: str) -> bool:
 
 def test_the_scan_sees_the_runtime_and_what_it_looks_for():
     modules = {path.relative_to(ROOT).as_posix() for path in runtime_modules()}
-    assert {"idemdash/settings.py", "idemdash/dashboard/views.py", "receipts/store.py", "webhooks/apps.py"} <= modules
+    assert {"idemdash/settings.py", "idemdash/dashboard/views/receipts.py", "receipts/store.py", "webhooks/apps.py"} <= modules
     assert not any(m.startswith("idemdash/devtools/") for m in modules)
     assert names_devtools("idemdash.devtools.demo") and not names_devtools("idemdash.devtoolsmith")
     assert names_tests("tests/webhooks/fixtures") and names_tests("tests.settings") and not names_tests("contests")

@@ -35,7 +35,7 @@ def test_the_wheel_holds_the_apps(wheel_files):
         "idemdash/dashboard/apps.py",
         "idemdash/dashboard/migrations/0004_demo_switch.py",
         "idemdash/dashboard/templatetags/idemdash_tags.py",
-        "idemdash/dashboard/views.py",
+        "idemdash/dashboard/views/receipts.py",
         "idemdash/worker/apps.py",
         "receipts/store.py",
         "receipts/management/commands/install_schedules.py",

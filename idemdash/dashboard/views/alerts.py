@@ -14,8 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from idemdash.dashboard import alerts
 from idemdash.dashboard.access import operator_required, viewer_required
 from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
-from idemdash.dashboard.actions import safe_next
-from idemdash.dashboard.pages import partial_or_page
+from idemdash.dashboard.views.pages import partial_or_page, safe_next
 from idemdash.dashboard.models import Alert, AlertRule
 
 PAGE_SIZE = 50

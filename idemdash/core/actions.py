@@ -1,0 +1,114 @@
+"""The operator actions on units of work, declared once per kind and read by every front end.
+
+A kind (a receipt, a webhook event, an outbox message) is declared by its own app, in its
+`operator_actions.py` (`KINDS`), beside the domain functions its actions call; the core
+finds the declarations by module name (idemdash/core/discovery.py), so it imports no app.
+The dashboard's one action view and its bulk view, and the apps' admin actions, read the
+same specs: the verb, the statuses an action applies to, the domain function and what that
+function raises when it refuses.
+
+The domain function does the work: its own compare-and-set and its own audit entry
+(idemdash/core/audit.py:record). Nothing here writes to the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Model, QuerySet
+
+from idemdash.core.discovery import declared_by_apps
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    """One action on one unit: run(obj, *, actor, user, reason) raises one of `refused`
+    when the unit's state does not allow it."""
+
+    name: str  # e.g. "send_again": its verb, and in URLs and admin actions its name
+    applies_to: tuple[str, ...]  # statuses it is offered for
+    run: Callable[..., Any]
+    refused: tuple[type[Exception], ...]
+    explain: str  # what it does, on the confirmation
+    # What was done, for the message after it: formatted with the verb, the unit's `label`
+    # and its `status` after the action, e.g. "Released {label}: the caller's next attempt will run."
+    done: str = "{verb} {label}: it is {status} now."
+    danger: bool = False
+    # A warning about this unit to show on the confirmation ("" for none), e.g. a live lease.
+    caution: Callable[[Any], str] | None = None
+
+    @property
+    def verb(self) -> str:
+        """The name as the pages and messages say it: "send_again" is "Send again"."""
+        return self.name.replace("_", " ").capitalize()
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """`action` on every unit of a filtered set that is in `status`: run_many(rows, *, actor,
+    user, reason) -> idemdash.core.bulk.BulkResult, one compare-and-set and one audit entry
+    (`audit_action`) per row."""
+
+    action: OperatorAction
+    status: str
+    noun: str  # one row, e.g. "failed receipt"
+    done: str  # e.g. "Released"
+    run_many: Callable[..., Any]
+    audit_action: str
+    explain: str
+
+    @property
+    def verb(self) -> str:
+        return self.action.verb
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # "receipt", "event", "message"
+    model: type[Model]
+    row_key: Callable[[Any], str]  # what names a row in a list: its key, an event's id
+    actions: tuple[OperatorAction, ...]
+    bulk: BulkAction | None = None
+    label_prefix: str = ""  # before the row's key in a sentence: "event evt_1"
+    related: tuple[str, ...] = field(default=())  # select_related when a unit is loaded
+
+    def action(self, name: str) -> OperatorAction | None:
+        return next((action for action in self.actions if action.name == name), None)
+
+    def label(self, obj: Any) -> str:
+        return f"{self.label_prefix}{self.row_key(obj)}"
+
+    def units(self) -> QuerySet:
+        return self.model._default_manager.select_related(*self.related)
+
+
+def kinds() -> dict[str, Kind]:
+    """Every installed app's kinds (`<app>/operator_actions.py:KINDS`), by name."""
+    return {kind.name: kind for kind in declared_by_apps("operator_actions", "KINDS")}
+
+
+def kind(name: str) -> Kind:
+    return kinds()[name]
+
+
+def shown_status(obj: Any) -> str:
+    """The status an operator reads (a released receipt reads "released")."""
+    return getattr(obj, "shown_status", obj.status)
+
+
+def act_on_each(
+    rows: Iterable[Any], action: OperatorAction, *, actor: str, user: Any, reason: str = ""
+) -> tuple[int, list[tuple[Any, Exception]]]:
+    """`action` on each of `rows` (an admin's selection): how many were done, and each row it
+    refused with why. A refused row does not stop the others."""
+    done, refused = 0, []
+    for row in rows:
+        try:
+            action.run(row, actor=actor, user=user, reason=reason)
+        except action.refused as exc:
+            refused.append((row, exc))
+        else:
+            done += 1
+    return done, refused

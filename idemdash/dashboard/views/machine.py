@@ -1,0 +1,56 @@
+"""The figures for machines: `/api/v1/stats` (JSON) and `/metrics` (Prometheus), for a
+viewer's session or an API bearer token."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from idemdash.dashboard import queries
+from idemdash.dashboard.access import VIEW
+from idemdash.core.clients import client_for_request
+from idemdash.core.problems import problem
+
+def _machine_access(request: HttpRequest) -> HttpResponse | None:
+    """A viewer's session or an API bearer token; otherwise a problem."""
+    if request.user.is_authenticated:
+        if request.user.has_perm(VIEW):
+            return None
+        return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
+    if client_for_request(request) is not None:
+        return None
+    return problem(401, "unauthorized", "Authentication required",
+                   "Log in, or send Authorization: Bearer <API token>.",
+                   headers={"WWW-Authenticate": 'Bearer realm="idemdash"'})
+
+
+@require_GET
+def api_stats(request: HttpRequest) -> HttpResponse:
+    denied = _machine_access(request)
+    if denied:
+        return denied
+    try:
+        window = queries.parse_window(request.GET.get("window"))
+    except queries.BadWindow as exc:
+        return problem(400, "bad-window", "Unknown window", str(exc))
+    return JsonResponse(queries.overview_stats(window))
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Every figure of every window as a Prometheus gauge labelled with its window."""
+    denied = _machine_access(request)
+    if denied:
+        return denied
+    now = timezone.now()
+    documents = [queries.overview_stats(w, now) for w in queries.WINDOWS.values()]
+    lines: list[str] = []
+    for block, fields in queries.FIELD_DOCS.items():
+        for field, help_text in fields.items():
+            name = f"idemdash_{block}_{field}"
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} gauge")
+            for doc in documents:
+                lines.append(f'{name}{{window="{doc["window"]}"}} {doc[block][field]}')
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")

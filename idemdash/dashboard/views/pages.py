@@ -1,0 +1,122 @@
+"""What every dashboard page shares: the full page or, under htmx, only its partial; the
+filtered list with keyset pages (receipts, events, rejected deliveries, outbox); the latest
+rows of a detail page's log; and where to go back to after an action."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from idemdash.core.leases import is_stuck
+from idemdash.dashboard import queries
+from idemdash.dashboard.forms import BadCursor, keyset_page
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    """The page to go back to (`next`), if it is on this site; otherwise `fallback`."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return fallback
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+# A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.
+LOG_LIMIT = 300
+
+
+def lease_state(unit: Any, owned: str, live: tuple[str, ...]) -> dict[str, Any]:
+    """What a summary says of a leased unit (event, message): `stuck` in its owned status past
+    its lease, and `live` (not final: the page polls its summary and log until the outcome lands)."""
+    now = timezone.now()
+    return {"now": now, "stuck": is_stuck(unit, owned, now), "live": unit.status in live}
+
+
+def detail_page(
+    request: HttpRequest, template: str, summary: Callable[[Any], tuple[str, dict[str, Any]]], unit: Any,
+    **shown: Any,
+) -> HttpResponse:
+    """A unit's page: what its summary partial shows, what the page adds, and its audit entries."""
+    _, context = summary(unit)
+    return render(request, template, {**context, **shown, "audit": queries.audit_of(unit)})
+
+
+def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
+    """The latest `limit` rows of `qs` by `order` (newest first), returned oldest first, and
+    how many rows there are; counted only when the page is full. A retry storm can leave
+    thousands of rows on one unit: a detail page shows the latest ones."""
+    rows = list(qs.order_by(*order)[:limit])[::-1]
+    return rows, qs.count() if len(rows) == limit else len(rows)
+
+
+def partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    template = partial if request.htmx and not request.htmx.boosted else page
+    return render(request, template, context, status=status)
+
+
+def filtered_list(
+    request: HttpRequest,
+    form: Any,
+    page: str,
+    partial: str,
+    decorate: Callable[[list], None] | None = None,
+) -> HttpResponse:
+    """A filter form's rows, a keyset page at a time, with the total the filter matches
+    (`queries.list_total`). Once the form is valid, `form.rows()` gives the queryset and
+    `form.ordering()` the field it is ordered by and whether descending (idemdash/dashboard/forms.py);
+    `decorate(page)` may add to the page's
+    rows what they show beside their own fields (one query for the page). The page's filter
+    form (templates/dashboard/list_page.html) swaps the table partial in place by its id,
+    the partial's file name with dashes (`receipt_table.html` is `#receipt-table`)."""
+    context: dict[str, Any] = {
+        "form": form, "rows": [], "next_cursor": None, "table": partial,
+        "table_id": partial.rpartition("/")[2].removesuffix(".html").replace("_", "-"),
+    }
+    status = 200
+    if form.is_valid():
+        queryset, (field, descending) = form.rows(), form.ordering()
+        try:
+            context["rows"], context["next_cursor"] = keyset_page(queryset, field, descending, request.GET.get("after"))
+            context["total"] = queries.list_total(queryset)
+            if decorate and context["rows"]:
+                decorate(context["rows"])
+        except BadCursor as exc:
+            context["error"] = str(exc)
+            status = 400
+        context["filtered"] = form.is_filtered()
+        context["paged"] = bool(request.GET.get("after"))
+        query = request.GET.copy()
+        query.pop("after", None)
+        context["query"] = query.urlencode()
+        context["status_filter"] = form.cleaned_data.get("status")
+    else:
+        status = 400
+    return partial_or_page(request, page, partial, context, status)
+
+
+def describe_filter(form: forms.Form, skip: tuple[str, ...] = ("sort",)) -> list[tuple[str, str]]:
+    """A valid filter form's values as the form shows them: (label, value) pairs, choices by
+    their label and times with their zone, never field names like `since` or `q`."""
+    described = []
+    for name, field in form.fields.items():
+        value = form.cleaned_data.get(name)
+        if name in skip or value in (None, ""):
+            continue
+        if isinstance(field, forms.ChoiceField):
+            value = dict(field.choices).get(value, value)
+        elif isinstance(value, datetime):
+            value = timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+        described.append((str(form[name].label), str(value)))
+    return described
