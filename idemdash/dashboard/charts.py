@@ -19,7 +19,6 @@ the same way:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 import plotly.graph_objects as go

@@ -130,7 +130,7 @@ def broken(operator, viewer):
 def test_an_operator_releases_a_failed_receipt_and_sees_the_callers_next_attempt_land(broken, otto_page, live_server):
     page = otto_page
     # Find it from the overview: the Failed keys tile (1) leads to the filtered list.
-    receipt = _open_from_overview(page, broken, "receipt")
+    _open_from_overview(page, broken, "receipt")
 
     # Release it: the confirmation says what it does; the summary shows what it did at once.
     act_in_place(page, "#receipt-actions >> text=Release…", "card issuer fixed", "Confirm release",
@@ -186,7 +186,7 @@ def test_an_operator_reprocesses_a_dead_event_and_the_page_shows_the_workers_out
 
 def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(broken, otto_page, live_server):
     page = otto_page
-    message = _open_from_overview(page, broken, "message")
+    _open_from_overview(page, broken, "message")
 
     act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again",
                  '#outboxmessage-state [data-status="pending"]')

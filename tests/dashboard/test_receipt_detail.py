@@ -106,5 +106,5 @@ def test_its_audit_block_names_the_receipt_by_key_as_the_audit_log_does(viewer_c
     f = failed("audit-named")
     store.release(Receipt.objects.get(pk=f.pk), actor="otto", reason="card fixed")
     html = viewer_client.get(f"/receipts/{f.pk}/").content.decode()
-    assert f'title="audit-named">audit-named</a>' in html
+    assert 'title="audit-named">audit-named</a>' in html
     assert f"receipt {f.pk}</a>" not in html
