@@ -1,12 +1,14 @@
 """README.md and the pages under docs/: the README stays a front door, every relative link and
 anchor between the pages resolves, each page opens with its summary and a way back, the
-examples are valid Python that imports what exists, and every environment variable the
-settings read is documented. Anchors are GitHub's: the heading in lower case, punctuation
-dropped, spaces as hyphens, and -1, -2 ... for a repeated heading."""
+examples are valid Python that imports what exists, every environment variable the settings
+read is documented, and every code reference (`path:function`) names what exists. Anchors are
+GitHub's: the heading in lower case, punctuation dropped, spaces as hyphens, and -1, -2 ...
+for a repeated heading."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 import textwrap
@@ -130,3 +132,79 @@ def test_every_environment_variable_the_settings_read_is_documented():
     assert {"DATABASE_URL", "SECRET_KEY", "OUTBOX_HTTP_ALLOWED_HOSTS"} <= read  # the scan finds them
     documented = "\n".join(path.read_text() for path in DOCUMENTS)
     assert {name for name in read if not re.search(rf"\b{name}\b", documented)} == set()
+
+
+# --- code references: `path`, `path:name`, `path:Class.member` -------------------------------
+
+CODE_REF = re.compile(
+    r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|html|md|js|css|toml))(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?))?"
+)
+# Written when the service or the bench runs, not kept in the repository.
+GENERATED = ("var/", "static/vendor/")
+
+
+def top_level_names(source: str) -> dict[str, set[str]]:
+    """Each name a module defines at its top level (functions, classes, assignments, imports),
+    with a class's own members."""
+    names: dict[str, set[str]] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            names[node.name] = {
+                target.id if isinstance(member, (ast.Assign, ast.AnnAssign)) else member.name
+                for member in node.body
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                or isinstance(member, (ast.Assign, ast.AnnAssign))
+                for target in (getattr(member, "targets", None) or [getattr(member, "target", member)])
+                if not isinstance(member, (ast.Assign, ast.AnnAssign)) or isinstance(target, ast.Name)
+            }
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = set()
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in getattr(node, "targets", None) or [node.target]:
+                names.update({n.id: set() for n in ast.walk(target) if isinstance(n, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({(alias.asname or alias.name).split(".")[0]: set() for alias in node.names})
+    return names
+
+
+def resolve(reference: str, page: Path, tracked: list[str]) -> Path | None:
+    """The file a reference names: from the top of the repository, from the page's folder, or,
+    inside a package's listing (`management/commands/qcluster.py`), the one file ending so."""
+    for candidate in (ROOT / reference, page.parent / reference):
+        if candidate.is_file():
+            return candidate
+    ending = [name for name in tracked if name.endswith("/" + reference)]
+    return ROOT / ending[0] if len(ending) == 1 else None
+
+
+@functools.cache
+def repository_files() -> list[str]:
+    skipped = {".venv", ".git", "var", "node_modules", "__pycache__"}
+    return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not skipped & set(p.parts)]
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_code_reference_names_what_exists(path):
+    # docs/architecture.md promises that every `path:function` it names exists: this holds
+    # every page to it, so that a rename without the page's update fails here.
+    tracked = repository_files()
+    missing = []
+    for reference, name in CODE_REF.findall(path.read_text()):
+        if reference.startswith(GENERATED):
+            continue
+        found = resolve(reference, path, tracked)
+        if found is None:
+            missing.append(reference)
+        elif name and found.suffix == ".py":
+            head, _, member = name.partition(".")
+            names = top_level_names(found.read_text())
+            if head not in names or (member and member not in names[head]):
+                missing.append(f"{reference}:{name}")
+    assert missing == []
+
+
+def test_a_stale_code_reference_is_caught():
+    names = top_level_names((ROOT / "receipts" / "store.py").read_text())
+    assert "claim" in names and "no_such_function" not in names
+    assert "DoesNotExist" not in names["ClaimResult"] and "receipt" in names["ClaimResult"]
+    assert resolve("no/such/module.py", README, []) is None
