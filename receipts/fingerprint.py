@@ -13,13 +13,16 @@ from idemdash.core.canonical import MAX_JSON_DEPTH, canonical_json, nesting_dept
 from idemdash.core.canonical import UnstorableJSON, fingerprint_json  # noqa: F401
 
 
-def fingerprint_http(method: str, path: str, body: bytes, content_type: str, parsed: Any = None) -> str:
+_UNPARSED = object()  # the caller has not parsed the body (a parsed `null` body is None)
+
+
+def fingerprint_http(method: str, path: str, body: bytes, content_type: str, parsed: Any = _UNPARSED) -> str:
     """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise.
     `parsed` is parse_json_body's result when the caller has it already (it is needed again
     to store the request)."""
     digest = hashlib.sha256()
     digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
-    if parsed is None:
+    if parsed is _UNPARSED:
         parsed = parse_json_body(body, content_type)
     canonical = None
     if parsed is not _NOT_JSON:
