@@ -1,0 +1,40 @@
+"""`python -m idemdash.devtools.bench.inprocess`, run as a user runs it, on PostgreSQL (it needs
+the bench app's table, which the suite's settings do not install). It refuses to report when a
+path did not do what it is named for (a claim not fresh, a replay not replayed, a delivery not
+stored), so a zero exit says each path ran as named. Timings are not asserted."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+
+from idemdash.devtools.bench.inprocess import PATHS
+
+pytestmark = pytest.mark.postgres
+
+
+def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
+    suffix = settings.TEST_DB_SUFFIX
+    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
+        path=f"/idemdash_inprocess_test{'_' + suffix if suffix else ''}"
+    ))
+    env = {**os.environ, "DATABASE_URL": url}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "idemdash.devtools.bench.inprocess", "--requests", "6", "--rounds", "2", "--label", "t"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("t CPU per request, median of 2 rounds: ")
+    figures = dict(re.findall(r"(\w+) (\d+) µs", line))
+    assert set(figures) == set(PATHS) and all(int(us) > 0 for us in figures.values())
+    assert len(re.findall(r"\(\d+\.\d\dx bare\)", line)) == len(PATHS) - 1
+
