@@ -78,3 +78,26 @@ def test_it_needs_the_csrf_token(operator, kind):
     c.force_login(operator)
     assert c.post(f"{url}{action}/").status_code == 403
     _untouched(kind, row, before)
+
+
+@pytest.mark.parametrize("kind,card", [
+    ("receipt", "receipt-audit"), ("event", "webhookevent-audit"), ("message", "outboxmessage-audit"),
+])
+def test_an_action_done_in_place_refreshes_the_pages_operator_actions_card(operator_client, operator, kind, card):
+    row, url, action, _ = _a_row(kind)
+    page = operator_client.get(url).content.decode()
+    assert f'<div id="{card}">' in page and "Operator actions" not in page  # the empty card's place
+
+    swapped = operator_client.post(f"{url}{action}/", {"reason": "fixed upstream"}, HTTP_HX_REQUEST="true")
+    html = swapped.content.decode()
+    assert swapped.status_code == 200 and "{#" not in html and "#}" not in html
+    # The summary is swapped in place; the card is swapped out of band, with the new entry.
+    oob = html[html.index(f'<div id="{card}" hx-swap-oob="true">'):]
+    assert "Operator actions" in oob and "fixed upstream" in oob and f"<td>{operator.get_username()}</td>" in oob
+
+
+def test_a_refused_action_done_in_place_leaves_the_card_alone(operator_client):
+    row, url, action, _ = _a_row("event")
+    WebhookEvent.objects.filter(pk=row.pk).update(status="processing")
+    refused = operator_client.post(f"{url}reprocess/", {"reason": "x"}, HTTP_HX_REQUEST="true")
+    assert refused.status_code == 409 and "hx-swap-oob" not in refused.content.decode()

@@ -191,13 +191,15 @@ def test_an_operator_sends_a_dead_message_again_and_the_page_shows_it_sent(broke
     act_in_place(page, "text=Send again…", "receiver fixed", "Confirm send again",
                  '#outboxmessage-state [data-status="pending"]')
     assert "Sending message mail-dead-1 again" in page.inner_text("#outboxmessage-summary")
+    # The page's "Operator actions" card shows the entry at once, without a reload.
+    assert "receiver fixed" in page.inner_text("#outboxmessage-audit")
 
     _in_a_thread(lambda: drain.drain(max_seconds=5))
     page.wait_for_selector('#outboxmessage-state [data-status="sent"]')
     page.wait_for_selector("#outboxmessage-attempts .badge-outcome-sent")
     assert page.get_attribute("#outboxmessage-state", "data-live") == "false"
     assert page.evaluate("window.__stayed") is True
-    page.screenshot(path=SHOTS / "repair-message-detail.png")
+    page.screenshot(path=SHOTS / "repair-message-detail.png", full_page=True)
 
 
 def test_from_the_stuck_board_a_release_shows_the_whole_receipt_and_returns_with_the_outcome(broken, otto_page, live_server):

@@ -17,12 +17,14 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from idemdash.core import actions
 from idemdash.core.actions import shown_status
+from idemdash.dashboard import queries
 from idemdash.dashboard.access import operator_required
 from idemdash.dashboard.views import events, outbox, receipts
 from idemdash.dashboard.views.pages import safe_next
@@ -75,5 +77,12 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
         messages.success(request, spec.done.format(verb=spec.verb, label=label, status=shown_status(obj)))
     if request.htmx:
         template, summary_context = summary(obj)
-        return render(request, template, summary_context, status=status)
+        response = render(request, template, summary_context, status=status)
+        if status == 200:
+            # The entry the action wrote, in the page's "Operator actions" card at once (the
+            # card is outside the summary this swap replaces).
+            response.content += render_to_string("dashboard/partials/object_audit.html", {
+                "audit": queries.audit_of(obj), "audit_id": f"{obj._meta.model_name}-audit", "oob": True,
+            }, request).encode()
+        return response
     return redirect(safe_next(request, detail_url))
