@@ -13,12 +13,13 @@ The domain function does the work: its own compare-and-set and its own audit ent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Model, QuerySet
 
+from idemdash.core import bulk
 from idemdash.core.discovery import declared_by_apps
 
 
@@ -99,16 +100,11 @@ def shown_status(obj: Any) -> str:
 
 
 def act_on_each(
-    rows: Iterable[Any], action: OperatorAction, *, actor: str, user: Any, reason: str = ""
+    rows: QuerySet, action: OperatorAction, *, actor: str, user: Any, reason: str = ""
 ) -> tuple[int, list[tuple[Any, Exception]]]:
-    """`action` on each of `rows` (an admin's selection): how many were done, and each row it
-    refused with why. A refused row does not stop the others."""
-    done, refused = 0, []
-    for row in rows:
-        try:
-            action.run(row, actor=actor, user=user, reason=reason)
-        except action.refused as exc:
-            refused.append((row, exc))
-        else:
-            done += 1
-    return done, refused
+    """`action` on each of `rows` (an admin's selection), through the bulk actions' loop
+    (idemdash/core/bulk.py:each): how many were done, and each row it refused with why. A
+    refused row does not stop the others."""
+    result = bulk.each(rows, lambda row: action.run(row, actor=actor, user=user, reason=reason),
+                       refused=action.refused)
+    return result.done, result.refused

@@ -8,7 +8,7 @@ and the action is skipped (counted) rather than overwritten.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -20,7 +20,13 @@ BULK_LIMIT = 5000
 @dataclass
 class BulkResult:
     done: int = 0
-    skipped: int = 0  # changed by someone else between the preview and the action
+    # Each row the action refused, with why: changed by someone else between the preview and
+    # the action (the admin reports each one).
+    refused: list[tuple[Any, Exception]] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.refused)
 
 
 def each(
@@ -30,8 +36,8 @@ def each(
     for row in rows.order_by("id")[:limit].iterator(chunk_size=500):
         try:
             act(row)
-        except refused:
-            result.skipped += 1
+        except refused as exc:
+            result.refused.append((row, exc))
         else:
             result.done += 1
     return result
