@@ -12,8 +12,9 @@ endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# The extras installed, and a pip constraints file for the install: `.ci/oldest.txt` is the
-# oldest end of the range CI proves (`make test VENV=.venv-oldest CONSTRAINTS=.ci/oldest.txt`).
+# The extras installed, and a pip constraints file for the install: .ci/run makes the oldest
+# end of the range it proves with `VENV=var/venv-oldest CONSTRAINTS=.ci/oldest.txt
+# EXTRAS=dev,bench` (under var/, which the docs' tests do not read).
 EXTRAS ?= dev
 CONSTRAINTS ?=
 
