@@ -32,7 +32,9 @@ def interpreters(folder: Path, working: list[str], failing: list[str] = ()) -> P
 
 
 def make(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHON"} | {"PATH": str(folder)}
+    # Nothing of an outer make (`make test` runs this: its MAKEFLAGS carry PYTHON=, VENV=, ...).
+    inherited = {"PYTHON", "VENV", "EXTRAS", "CONSTRAINTS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    env = {k: v for k, v in os.environ.items() if k not in inherited} | {"PATH": str(folder)}
     return subprocess.run([MAKE, "--no-print-directory", *args, f"VENV={folder.parent / 'venv'}"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=60)
 
