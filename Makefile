@@ -1,16 +1,36 @@
 # The two commands a new user needs: `make demo` and `make test`.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The Pythons idemdash supports (pyproject.toml, docs/install.md), newest first: the newest
+# one that runs is used (`python3` last, when it is one of them); `make test PYTHON=...`
+# names another. Each candidate is run, not just looked up, as a pyenv shim of a version
+# pyenv has not selected exists but fails.
+SUPPORTED_PYTHONS := 3.13 3.12 3.11
+SUPPORTED_CHECK := import sys; sys.exit(f"{sys.version_info[0]}.{sys.version_info[1]}" not in "$(SUPPORTED_PYTHONS)".split())
+ifndef PYTHON
+PYTHON := $(shell for p in $(addprefix python,$(SUPPORTED_PYTHONS)) python3; do \
+	$$p -c '$(SUPPORTED_CHECK)' >/dev/null 2>&1 && { $$p -c 'import sys; print(sys.executable)'; break; }; done)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The extras installed, and a pip constraints file for the install: .ci/run makes the oldest
+# end of the range it proves with `VENV=var/venv-oldest CONSTRAINTS=.ci/oldest.txt
+# EXTRAS=dev,bench` (under var/, which the docs' tests do not read).
+EXTRAS ?= dev
+CONSTRAINTS ?=
 
 .PHONY: demo test install migrate bench clean
 
-$(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "idemdash needs Python 3.11, found " + sys.version' 
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@test -n "$(PYTHON)" && $(PYTHON) -c '$(SUPPORTED_CHECK)' 2>/dev/null || { \
+	echo "idemdash needs Python 3.11, 3.12 or 3.13;" $(if $(PYTHON),"PYTHON=$(PYTHON) is not one of them.", \
+	"none was found (tried $(addprefix python,$(SUPPORTED_PYTHONS)) python3 on PATH).") >&2; \
+	echo "Install one, or name it: make $(or $(MAKECMDGOALS),install) PYTHON=/path/to/python3.x" >&2; exit 1; }
+	@echo "idemdash: $(VENV) on $$($(PYTHON) -V) ($(PYTHON))"
+	@# A venv made by another Python (the one picked changed) is made anew.
+	$(PYTHON) -c 'import sys; sys.exit(open("$(VENV)/pyvenv.cfg").read().find("version = %d.%d." % sys.version_info[:2]) < 0)' 2>/dev/null \
+	|| $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 	touch $(STAMP)
 
 install: $(STAMP)

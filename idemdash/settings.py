@@ -116,7 +116,9 @@ WSGI_APPLICATION = "idemdash.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The dashboard's templates are its app's (idemdash/dashboard/templates links to the
+        # top-level templates/, so that the wheel carries them): found through APP_DIRS.
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -191,9 +193,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
+    # The dashboard's static files: idemdash/dashboard/static links to the top-level static/.
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     # static/vendor/plotly.min.js, straight from the installed plotly package.
     "idemdash.dashboard.vendor.PlotlyFinder",

@@ -82,7 +82,10 @@ class Kind:
         return f"{self.label_prefix}{self.row_key(obj)}"
 
     def units(self) -> QuerySet:
-        return self.model._default_manager.select_related(*self.related)
+        units = self.model._default_manager.all()
+        # Without names, select_related() means every non-null foreign key (deprecated in
+        # Django 6.1), not none.
+        return units.select_related(*self.related) if self.related else units
 
 
 def kinds() -> dict[str, Kind]:

@@ -1,4 +1,4 @@
-"""`pip install idemdash` (the core, no extras) in a fresh virtual environment, and a
+"""The core (no extras) installed from a checkout in a fresh virtual environment, and a
 throwaway host project built by following the guide in docs/host-project.md ("Add idemdash
 to an existing Django or DRF project") step by step: its marked code blocks are read from that
 page and used as they are, so the guide cannot drift from what works.
@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import socket
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -26,44 +22,27 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 
+from tests.packaging.host import GUIDE, Host, host_env, make_host, marked_blocks, new_venv, run, run_block, stop
 from tests.packaging.source import copy_source
+
+INSTALL = marked_blocks("install.md", "install")
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[2]
 # What a core install must not pull in (each is an extra).
 EXTRAS_ONLY = {"django-q2", "stripe", "plotly", "honcho", "gunicorn", "psycopg", "psycopg-binary", "django-htmx",
                "dj-database-url", "tqdm", "standardwebhooks", "redis"}
 
 
-def guide_blocks() -> dict[str, tuple[str, str]]:
-    """{name: (language, code)} of the guide's blocks marked `<!-- guide:name -->`."""
-    guide = (REPO / "docs" / "host-project.md").read_text()
-    found = re.findall(r"<!-- guide:(\w+) -->\n```(\w+)\n(.*?)```", guide, re.S)
-    return {name: (language, code) for name, language, code in found}
-
-
-GUIDE = guide_blocks()
-
-
-def run(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> str:
-    done = subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """A virtual environment with the core installed, as the guide's first step says."""
-    language, command = GUIDE["install"]
-    assert language == "sh" and command.strip() == "pip install idemdash"
+    """A virtual environment with the core installed from a checkout, as the guide's first
+    step says (the same command as docs/install.md's)."""
+    assert GUIDE["install"] == INSTALL["checkout"]
     root = tmp_path_factory.mktemp("core")
     source = copy_source(root)
-    env_dir = root / "venv"
-    run(sys.executable, "-m", "venv", env_dir)
-    run(env_dir / "bin" / "pip", "install", "--quiet", source, timeout=180)
+    env_dir = new_venv(root / "venv")
+    run_block(GUIDE["install"], env_dir, checkout=source, cwd=root, timeout=180)
     return env_dir
 
 
@@ -78,135 +57,19 @@ def test_the_core_install_pulls_in_no_extra(venv):
     assert not packages & EXTRAS_ONLY
 
 
-def host_settings(database: str) -> str:
-    language, guide = GUIDE["settings"]
-    assert language == "python"
-    return textwrap.dedent(
-        f"""\
-        SECRET_KEY = "host-project-test-key"
-        DEBUG = False
-        ALLOWED_HOSTS = ["127.0.0.1"]
-        ROOT_URLCONF = "host.urls"
-        USE_TZ = True
-        INSTALLED_APPS = []
-        MIDDLEWARE = []
-        {database}
-        """
-    ) + "\n# --- from the guide (docs/host-project.md) ---\n" + guide
-
-
-# The host's own code the guide's view calls: it records each execution in a file (the
-# server's process writes it, the test reads it) and can take its time.
-HOST_CODE = '''\
-import os
-import time
-
-
-def capture_payment(payload):
-    with open(os.environ["HOST_EXECUTIONS"], "a") as log:
-        log.write(payload["order"] + "\\n")
-    time.sleep(payload.get("seconds", 0))
-    return {"order": payload["order"], "amount": payload["amount"]}
-
-'''
-
-
-def make_host(root: Path, database: str) -> Path:
-    """The throwaway project: manage.py, settings (base + the guide's block), the guide's
-    view and URLs."""
-    project = root / "hostproject"
-    (project / "host").mkdir(parents=True)
-    (project / "manage.py").write_text(textwrap.dedent("""\
-        import os
-        import sys
-
-        from django.core.management import execute_from_command_line
-
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "host.settings")
-        execute_from_command_line(sys.argv)
-        """))
-    (project / "host" / "__init__.py").write_text("")
-    (project / "host" / "settings.py").write_text(host_settings(database))
-    language, view = GUIDE["view"]
-    assert language == "python"
-    (project / "host" / "views.py").write_text(HOST_CODE + view)
-    language, urls = GUIDE["urls"]
-    assert language == "python"
-    (project / "host" / "urls.py").write_text(
-        "from django.urls import path\n\nfrom host import views\n\n"
-        'urlpatterns = [path("payments/capture", views.capture)]\n\n' + urls
-    )
-    return project
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Host:
-    def __init__(self, venv: Path, project: Path, env: dict[str, str]) -> None:
-        self.venv, self.project, self.env = venv, project, env
-        self.executions = Path(env["HOST_EXECUTIONS"])
-
-    def manage(self, *args: str) -> str:
-        return run(self.venv / "bin" / "python", "manage.py", *args, cwd=self.project, env=self.env)
-
-    def migrate(self) -> str:
-        language, command = GUIDE["migrate"]
-        assert language == "sh" and command.strip() == "python manage.py migrate"
-        return self.manage("migrate", "--noinput")
-
-    @property
-    def executed(self) -> list[str]:
-        return self.executions.read_text().split() if self.executions.exists() else []
-
-
 @pytest.fixture
 def make_server(venv, tmp_path) -> Iterator:
-    servers: list[subprocess.Popen] = []
-    clients: list[httpx.Client] = []
+    served: list[tuple[subprocess.Popen, httpx.Client]] = []
 
     def start(database: str) -> tuple[Host, httpx.Client]:
-        project = make_host(tmp_path, database)
-        env = {
-            "PATH": os.environ["PATH"],
-            "HOME": str(tmp_path),
-            "HOST_EXECUTIONS": str(tmp_path / "executions.log"),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        host = Host(venv, project, env)
+        host = Host(venv, make_host(tmp_path, database), host_env(tmp_path))
         host.migrate()
-        port = free_port()
-        server = subprocess.Popen(
-            [str(venv / "bin" / "python"), "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-            cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        servers.append(server)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-        clients.append(client)
-        deadline = time.monotonic() + 30
-        while True:
-            assert server.poll() is None, server.stderr.read().decode()
-            try:
-                client.get("/payments/capture")
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the host's server did not start"
-                time.sleep(0.2)
-        return host, client
+        served.append(host.serve())
+        return host, served[-1][1]
 
     yield start
-    for client in clients:
-        client.close()
-    for server in servers:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    for server, client in served:
+        stop(server, client)
 
 
 def capture(client: httpx.Client, key: str, **payload) -> httpx.Response:

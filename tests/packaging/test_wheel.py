@@ -1,31 +1,76 @@
-"""The built wheel holds the apps and none of the developer tooling (idemdash/devtools/:
-the demo, simulator, seeder, bench and their fixtures), which pyproject.toml excludes."""
+"""The sdist and wheel built as docs/install.md says (`python -m build`, `twine check`, in a
+fresh virtual environment), and what the wheel holds: the apps, the dashboard's templates and
+static files, and none of the developer tooling (idemdash/devtools/: the demo, simulator,
+seeder, bench and their fixtures), which pyproject.toml excludes. Then the wheel installed
+with the dashboard extra into another fresh environment, and a host project that mounts the
+dashboard as docs/host-project.md says, served by `runserver`: a logged-in operator gets a
+dashboard page, and its CSS and JavaScript are served from the installed app."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import re
+import tarfile
 import zipfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.packaging.host import GUIDE, REPO, Host, host_env, make_host, marked_blocks, new_venv, run_block, stop
 from tests.packaging.source import copy_source
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.packaging, pytest.mark.timeout(420)]
+
+INSTALL = marked_blocks("install.md", "install")
+# The dashboard's files, kept at the top of the repository; in the wheel, inside its app.
+DASHBOARD_FILES = {
+    f"idemdash/dashboard/{folder}/{path.relative_to(REPO / folder)}": path
+    for folder in ("templates", "static")
+    for path in sorted((REPO / folder).rglob("*"))
+    if path.is_file()
+}
 
 
 @pytest.fixture(scope="module")
-def wheel_files(tmp_path_factory) -> list[str]:
+def checkout(tmp_path_factory) -> Path:
+    """A copy of the checkout, with dist/ built in it by docs/install.md's build block, run
+    in a fresh virtual environment."""
     root = tmp_path_factory.mktemp("wheel")
     source = copy_source(root)
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", root / "dist", source],
-        capture_output=True, text=True, timeout=200,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (wheel,) = (root / "dist").glob("idemdash-*.whl")
+    run_block(INSTALL["build"], new_venv(root / "build-venv"), checkout=source, cwd=root)
+    return source
+
+
+@pytest.fixture(scope="module")
+def wheel(checkout) -> Path:
+    (built,) = (checkout / "dist").glob("idemdash-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def wheel_files(wheel) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         return archive.namelist()
+
+
+def test_the_build_makes_an_sdist_and_a_wheel_that_twine_accepts(checkout):
+    # The build block ends with `twine check --strict`: the fixture failed if it did not pass.
+    assert sorted(p.name for p in (checkout / "dist").iterdir()) == [
+        "idemdash-0.1.0-py3-none-any.whl", "idemdash-0.1.0.tar.gz"
+    ]
+    with tarfile.open(checkout / "dist" / "idemdash-0.1.0.tar.gz") as sdist:
+        names = set(sdist.getnames())
+    assert {f"idemdash-0.1.0/{name}" for name in DASHBOARD_FILES} <= names
+
+
+def test_the_wheel_says_which_versions_it_supports(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read("idemdash-0.1.0.dist-info/METADATA").decode()
+    assert "Requires-Python: <3.14,>=3.11" in metadata
+    assert "Requires-Dist: Django<6.2,>=5.2" in metadata
+    classifiers = set(re.findall(r"^Classifier: (.*)$", metadata, re.M))
+    assert {f"Programming Language :: Python :: 3.{minor}" for minor in (11, 12, 13)} <= classifiers
+    assert {f"Framework :: Django :: {version}" for version in ("5.2", "6.0", "6.1")} <= classifiers
 
 
 def test_the_wheel_holds_the_apps(wheel_files):
@@ -43,6 +88,17 @@ def test_the_wheel_holds_the_apps(wheel_files):
     } <= set(wheel_files)
 
 
+def test_the_wheel_holds_every_template_and_static_file_of_the_dashboard_in_its_app(wheel):
+    assert "idemdash/dashboard/templates/dashboard/overview.html" in DASHBOARD_FILES
+    assert "idemdash/dashboard/static/css/idemdash.css" in DASHBOARD_FILES
+    with zipfile.ZipFile(wheel) as archive:
+        held = set(archive.namelist())
+        assert set(DASHBOARD_FILES) <= held
+        assert all(archive.read(name) == path.read_bytes() for name, path in DASHBOARD_FILES.items())
+    # Nowhere else: not at the top of site-packages, where they would clash with other projects'.
+    assert not [name for name in held if name.startswith(("templates/", "static/"))]
+
+
 def test_the_wheel_holds_no_developer_tooling(wheel_files):
     tooling = [
         name for name in wheel_files
@@ -50,3 +106,57 @@ def test_the_wheel_holds_no_developer_tooling(wheel_files):
         or any(word in name for word in ("bench", "simulat", "seed", "demo_env", "fixtures", "agent_workflow"))
     ]
     assert tooling == []
+
+
+@pytest.fixture
+def dashboard_host(checkout, wheel, tmp_path) -> Iterator[Host]:
+    """A fresh environment with the wheel and its dashboard extra, as docs/install.md says,
+    and a host project on SQLite that mounts the dashboard as docs/host-project.md says."""
+    venv = new_venv(tmp_path / "venv")
+    run_block(INSTALL["wheel"], venv, checkout=checkout, cwd=tmp_path)
+    database = f'DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{tmp_path / "host.sqlite3"}"}}}}'
+    host = Host(venv, make_host(tmp_path, database, dashboard=True), host_env(tmp_path))
+    yield host
+
+
+def test_a_host_installed_from_the_wheel_serves_the_dashboard_with_its_css(dashboard_host, tmp_path):
+    host = dashboard_host
+    # Nothing of the checkout is on the host's path: the apps come from the wheel.
+    where = host.manage("shell", "--no-imports", "-c", "import idemdash.dashboard; print(idemdash.dashboard.__file__)")
+    assert "/site-packages/idemdash/dashboard/" in where
+    host.migrate()
+    host.manage("shell", "--no-imports", "-c", (
+        "from django.contrib.auth import get_user_model; "
+        "get_user_model().objects.create_superuser('operator', password='wheel-host-password')"
+    ))
+    run_block(GUIDE["dashboard_static"], host.venv, checkout=tmp_path, cwd=host.project, env=host.env)
+    collected = tmp_path / "collected"
+    assert (collected / "css" / "idemdash.css").read_bytes() == (REPO / "static" / "css" / "idemdash.css").read_bytes()
+    assert (collected / "vendor" / "plotly.min.js").stat().st_size > 1_000_000
+
+    # --insecure: runserver serves /static/ through the finders, as DEBUG would.
+    server, client = host.serve("--insecure")
+    try:
+        login = client.get("/accounts/login/")
+        assert login.status_code == 200 and 'name="password"' in login.text  # the dashboard's login page
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        done = client.post("/accounts/login/?next=/idemdash/", data={
+            "username": "operator", "password": "wheel-host-password", "csrfmiddlewaretoken": token,
+        })
+        assert done.status_code == 302 and done.headers["location"] == "/idemdash/"
+        page = client.get("/idemdash/receipts/")
+        assert page.status_code == 200 and "· idemdash</title>" in page.text
+        stylesheets = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page.text)
+        scripts = re.findall(r'<script src="([^"]+)"', page.text)
+        assert "/static/css/idemdash.css" in stylesheets and "/static/js/idemdash.js" in scripts
+        css = client.get("/static/css/idemdash.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        assert css.content == (REPO / "static" / "css" / "idemdash.css").read_bytes()
+        assert client.get("/static/js/idemdash.js").status_code == 200
+        overview = client.get("/idemdash/")
+        assert overview.status_code == 200
+        assert '<script src="/static/vendor/plotly.min.js"' in overview.text  # the PlotlyFinder's file
+        assert client.get("/static/vendor/plotly.min.js").status_code == 200
+    finally:
+        stop(server, client)
+

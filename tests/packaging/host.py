@@ -1,0 +1,188 @@
+"""A throwaway host project built from the marked code blocks of the docs, in a virtual
+environment of its own, served by a real `runserver` on 127.0.0.1: what
+test_core_install.py (the core, from a checkout) and test_wheel.py (the dashboard, from the
+built wheel) share."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+# The placeholder the docs' shell blocks use for a checkout of idemdash.
+CHECKOUT = "/path/to/idemdash"
+
+
+def marked_blocks(page: str, prefix: str) -> dict[str, tuple[str, str]]:
+    """{name: (language, code)} of the blocks of docs/`page` marked `<!-- prefix:name -->`."""
+    text = (REPO / "docs" / page).read_text()
+    found = re.findall(rf"<!-- {prefix}:(\w+) -->\n```(\w+)\n(.*?)```", text, re.S)
+    return {name: (language, code) for name, language, code in found}
+
+
+GUIDE = marked_blocks("host-project.md", "guide")
+
+
+def run(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> str:
+    done = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def run_block(block: tuple[str, str], venv: Path, checkout: Path, cwd: Path, env: dict[str, str] | None = None,
+              timeout: float = 300) -> str:
+    """A shell block of the docs, as written, in `venv` (first on PATH, as when it is
+    activated), with the checkout's placeholder path replaced by `checkout`; in `env`, else
+    this environment less the tests' own Django settings."""
+    language, code = block
+    assert language == "sh"
+    base = env if env is not None else {k: v for k, v in os.environ.items()
+                                        if k not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
+    env = {**base, "PATH": f"{venv / 'bin'}{os.pathsep}{base['PATH']}", "VIRTUAL_ENV": str(venv)}
+    return run("bash", "-euo", "pipefail", "-c", code.replace(CHECKOUT, str(checkout)), cwd=cwd, env=env,
+               timeout=timeout)
+
+
+def new_venv(path: Path) -> Path:
+    """A fresh virtual environment on the Python running the tests."""
+    run(sys.executable, "-m", "venv", path)
+    return path
+
+
+def host_settings(database: str, *blocks: str) -> str:
+    base = textwrap.dedent(
+        f"""\
+        SECRET_KEY = "host-project-test-key"
+        DEBUG = False
+        ALLOWED_HOSTS = ["127.0.0.1"]
+        ROOT_URLCONF = "host.urls"
+        USE_TZ = True
+        INSTALLED_APPS = []
+        MIDDLEWARE = []
+        {database}
+        """
+    )
+    return base + "".join(f"\n# --- from the guide (docs/host-project.md): {name} ---\n" + GUIDE[name][1]
+                          for name in ("settings", *blocks))
+
+
+# The host's own code the guide's view calls: it records each execution in a file (the
+# server's process writes it, the test reads it) and can take its time.
+HOST_CODE = '''\
+import os
+import time
+
+
+def capture_payment(payload):
+    with open(os.environ["HOST_EXECUTIONS"], "a") as log:
+        log.write(payload["order"] + "\\n")
+    time.sleep(payload.get("seconds", 0))
+    return {"order": payload["order"], "amount": payload["amount"]}
+
+'''
+
+
+def make_host(root: Path, database: str, *, dashboard: bool = False) -> Path:
+    """The throwaway project: manage.py, settings (base + the guide's blocks), the guide's
+    view and URLs; with `dashboard`, the blocks that mount the dashboard too."""
+    project = root / "hostproject"
+    (project / "host").mkdir(parents=True)
+    (project / "manage.py").write_text(textwrap.dedent("""\
+        import os
+        import sys
+
+        from django.core.management import execute_from_command_line
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "host.settings")
+        execute_from_command_line(sys.argv)
+        """))
+    (project / "host" / "__init__.py").write_text("")
+    settings = host_settings(database, *(("dashboard_settings",) if dashboard else ()))
+    if dashboard:
+        settings += f"\nSTATIC_ROOT = {str(root / 'collected')!r}\n"
+    for name in ("settings", "view", "urls", *(("dashboard_settings", "dashboard_urls") if dashboard else ())):
+        assert GUIDE[name][0] == "python", name
+    (project / "host" / "settings.py").write_text(settings)
+    (project / "host" / "views.py").write_text(HOST_CODE + GUIDE["view"][1])
+    (project / "host" / "urls.py").write_text(
+        "from django.urls import path\n\nfrom host import views\n\n"
+        'urlpatterns = [path("payments/capture", views.capture)]\n\n' + GUIDE["urls"][1]
+        + ("\n" + GUIDE["dashboard_urls"][1] if dashboard else "")
+    )
+    return project
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Host:
+    def __init__(self, venv: Path, project: Path, env: dict[str, str]) -> None:
+        self.venv, self.project, self.env = venv, project, env
+        self.executions = Path(env["HOST_EXECUTIONS"])
+
+    def manage(self, *args: str) -> str:
+        return run(self.venv / "bin" / "python", "manage.py", *args, cwd=self.project, env=self.env)
+
+    def migrate(self) -> str:
+        language, command = GUIDE["migrate"]
+        assert language == "sh" and command.strip() == "python manage.py migrate"
+        return self.manage("migrate", "--noinput")
+
+    @property
+    def executed(self) -> list[str]:
+        return self.executions.read_text().split() if self.executions.exists() else []
+
+    def serve(self, *options: str) -> tuple[subprocess.Popen, httpx.Client]:
+        """`runserver` on a free port, once it answers; the caller stops both."""
+        port = free_port()
+        server = subprocess.Popen(
+            [str(self.venv / "bin" / "python"), "manage.py", "runserver", "--noreload", *options,
+             f"127.0.0.1:{port}"],
+            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        deadline = time.monotonic() + 30
+        while True:
+            if server.poll() is not None:
+                client.close()
+                raise AssertionError(server.stderr.read().decode())
+            try:
+                client.get("/payments/capture")
+                return server, client
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    stop(server, client)
+                    raise AssertionError("the host's server did not start") from None
+                time.sleep(0.2)
+
+
+def host_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "HOST_EXECUTIONS": str(tmp_path / "executions.log"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def stop(server: subprocess.Popen, client: httpx.Client) -> None:
+    client.close()
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
