@@ -295,8 +295,9 @@ APP_INTEGERS: dict[str, tuple[int, int]] = {
     "OUTBOX_MAX_ATTEMPTS": (10, 1),
     "OUTBOX_BACKOFF_BASE_SECONDS": (2, 1),
     "OUTBOX_BACKOFF_CAP_SECONDS": (3600, 1),
-    # The lease must outlast one action: an action's timeout is kept below it.
-    "OUTBOX_LEASE_SECONDS": (60, 2),
+    # The lease must outlast one action: an action's timeout is kept below it. Short, so that
+    # a message whose drainer died is sent again within seconds (docs/architecture.md, section 2).
+    "OUTBOX_LEASE_SECONDS": (20, 2),
     "OUTBOX_BATCH_SIZE": (20, 1),
     "OUTBOX_HTTP_TIMEOUT_SECONDS": (10, 1),
     # How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
@@ -314,16 +315,22 @@ APP_INTEGERS: dict[str, tuple[int, int]] = {
     "WEBHOOKS_MAX_ATTEMPTS": (8, 1),
     "WEBHOOKS_BACKOFF_BASE": (30, 1),  # seconds, doubled per attempt
     "WEBHOOKS_BACKOFF_CAP": (6 * 3600, 1),
-    # Longer than Q_CLUSTER["timeout"]: a task the cluster has not yet killed still owns its event.
-    "WEBHOOKS_LEASE_SECONDS": (Q_CLUSTER["timeout"] + 30, 1),
+    # Renewed every quarter of it while the handler runs (webhooks/processing.py:_process), so
+    # short: an event whose worker died is taken over within seconds.
+    "WEBHOOKS_LEASE_SECONDS": (20, 1),
     # A due event not picked up this long after it was enqueued is enqueued again by the sweeper.
     "WEBHOOKS_REQUEUE_AFTER_SECONDS": (120, 1),
+    # ... or this long, when no task waits in the broker (its task was lost with a dead cluster).
+    "WEBHOOKS_REQUEUE_IDLE_SECONDS": (15, 1),
     "WEBHOOKS_EVENT_RETENTION_DAYS": (30, 1),
     "WEBHOOKS_REJECTED_RETENTION_DAYS": (7, 1),
     # The hourly roll-up of webhook deliveries (webhooks.rollup), kept past the events it counts
     # (purged after 30 days with their deliveries): at least the 30-day chart window.
     "WEBHOOKS_ROLLUP_RETENTION_DAYS": (90, 31),
     "WEBHOOKS_REJECTED_MAX_ROWS": (10_000, 1),
+    # The worker (idemdash/worker/conf.py): its tick (0: none), and when a cluster is called stale.
+    "WORKER_TICK_SECONDS": (5, 0),
+    "WORKER_STALE_SECONDS": (90, 5),
 }
 # The environment variables not named as their setting: the names these had before the
 # settings were the apps' own, kept so that no deployment has to change.

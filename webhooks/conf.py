@@ -20,8 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "WEBHOOKS_BACKOFF_CAP": 6 * 3600,
     # Longer than django-q2's task timeout (60 s in idemdash's Q_CLUSTER): a task the
     # cluster has not yet killed still owns its event.
-    "WEBHOOKS_LEASE_SECONDS": 90,
+    "WEBHOOKS_LEASE_SECONDS": 20,
     "WEBHOOKS_REQUEUE_AFTER_SECONDS": 120,
+    "WEBHOOKS_REQUEUE_IDLE_SECONDS": 15,
     "WEBHOOKS_EVENT_RETENTION_DAYS": 30,
     "WEBHOOKS_REJECTED_RETENTION_DAYS": 7,
     "WEBHOOKS_ROLLUP_RETENTION_DAYS": 90,

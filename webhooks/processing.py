@@ -9,12 +9,16 @@ and status `processing`, so a worker whose lease expired and was recovered by th
 back with the refused completion.
 
 Enqueueing is best-effort by design: a lost enqueue, a lost broker message or a dead worker
-is repaired by `sweep`, which runs every minute and enqueues every due event that nobody
-has picked up. A duplicate enqueue is harmless because the claim admits one worker.
+is repaired by `sweep`, which every worker cluster runs every few seconds (its tick,
+idemdash/worker/liveness.py) besides the every-minute schedule, and which enqueues every due
+event that nobody has picked up. A duplicate enqueue is harmless because the claim admits
+one worker. The lease is short and renewed while the handler runs (`_process`), so the
+event of a dead worker is taken over within seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import traceback
@@ -23,12 +27,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
-from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, stuck
+from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, renewing, stuck
 from webhooks.conf import setting
 from webhooks.handlers import handler_for
 from webhooks.models import WebhookAttempt, WebhookEvent
@@ -52,14 +56,23 @@ class NotStuck(NotApplicable):
     """Only an event processing past its lease can be released."""
 
 
-def enqueue(event_id: int) -> None:
-    """Hand the event to django-q2. Failures are logged, not raised: the sweeper retries."""
+def enqueue(event_id: int) -> bool:
+    """Hand the event to django-q2. A failure (the broker down) is logged in one line, not
+    raised, and the event is marked as not enqueued, so that the next sweep, seconds away,
+    enqueues it again rather than waiting WEBHOOKS_REQUEUE_AFTER_SECONDS."""
     from django_q.tasks import async_task
 
     try:
         async_task(TASK, event_id, group="webhooks")
-    except Exception:
-        log.warning("could not enqueue webhook event %s; the sweeper will", event_id, exc_info=True)
+        return True
+    except Exception as exc:  # noqa: BLE001 -- any broker's failure; the sweep repairs it
+        log.warning("could not enqueue webhook event %s (%s: %s); the sweep will again", event_id,
+                    type(exc).__name__, " ".join(str(exc).split())[:200])
+    try:
+        WebhookEvent.objects.filter(pk=event_id, status__in=WebhookEvent.CLAIMABLE).update(enqueued_at=None)
+    except DatabaseError:
+        pass  # then the sweep finds it after WEBHOOKS_REQUEUE_AFTER_SECONDS
+    return False
 
 
 def enqueue_on_commit(event_id: int) -> None:
@@ -119,6 +132,19 @@ def backoff_delay(attempt: int) -> timedelta:
     return timedelta(seconds=backoff(attempt, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP")))
 
 
+def lease_seconds() -> int:
+    """The lease a claim takes. Renewed every quarter of it while the handler runs
+    (`_process`), so short: WEBHOOKS_LEASE_SECONDS (20 s). On SQLite it cannot be renewed
+    (one writer at a time, and the handler's transaction is that writer), so there it
+    covers the task's timeout instead, as it did before leases were renewed."""
+    lease = setting("WEBHOOKS_LEASE_SECONDS")
+    if connection.vendor == "sqlite":
+        from django_q.conf import Conf
+
+        return max(lease, (Conf.TIMEOUT or 60) + 30)
+    return lease
+
+
 def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | None:
     """Take the event if it is due; None if another worker has it or it is not due."""
     return _claim({"id": event_id}, now)
@@ -143,7 +169,7 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     ORM building and running those two. `match` is columns and values that pick the event."""
     now = now or timezone.now()
     token = uuid.uuid4()
-    lease = now + timedelta(seconds=setting("WEBHOOKS_LEASE_SECONDS"))
+    lease = now + timedelta(seconds=lease_seconds())
     if not connection.features.can_return_columns_from_insert:  # SQLite before 3.35
         events = WebhookEvent.objects.filter(**match)
         claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
@@ -170,7 +196,7 @@ def _log_attempt(event: WebhookEvent, outcome: str, error: str, now: datetime) -
     """The attempt the event's claim began, settled now. It began when the claim was taken,
     which is when the claim's lease started: no column or round trip of its own for that."""
     started = (
-        event.lease_expires_at - timedelta(seconds=setting("WEBHOOKS_LEASE_SECONDS"))
+        event.lease_expires_at - timedelta(seconds=lease_seconds())
         if event.lease_expires_at else now
     )
     WebhookAttempt.objects.create(
@@ -236,7 +262,7 @@ def _process(event: WebhookEvent | None) -> str:
         return "not_claimed"
     handler = handler_for(event.provider, event.event_type)
     try:
-        with transaction.atomic():
+        with _renewing(event), transaction.atomic():
             if handler is not None:
                 handler(event)
             if not complete_event(event, Status.COMPLETED if handler else Status.IGNORED):
@@ -254,6 +280,15 @@ def _process(event: WebhookEvent | None) -> str:
             _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, error, timezone.now())
         return status or "lease_lost"
     return Status.COMPLETED if handler else Status.IGNORED
+
+
+def _renewing(event: WebhookEvent) -> Any:
+    """The lease kept alive while the handler runs, where it can be: not on SQLite, and not
+    when the claim has not committed (called inside a transaction, as some tests do)."""
+    if connection.vendor == "sqlite" or connection.in_atomic_block:
+        return contextlib.nullcontext()
+    return renewing(WebhookEvent.objects.filter(pk=event.pk), "fencing_token", event.fencing_token,
+                    Status.PROCESSING, lease_seconds())
 
 
 @dataclass
@@ -302,17 +337,34 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     not_queued = Q(enqueued_at=None) | Q(
         enqueued_at__lt=now - timedelta(seconds=setting("WEBHOOKS_REQUEUE_AFTER_SECONDS"))
     )
+    if _broker_is_empty():
+        # No task waits in the broker, so a due event enqueued a while ago that nobody has
+        # claimed lost its task: pulled by a cluster that died before running it (the ORM
+        # broker hands it out again only after Q_CLUSTER's `retry`, 120 s), or lost with
+        # Redis. While tasks wait, events wait their turn behind them and are not doubled.
+        not_queued |= Q(enqueued_at__lt=now - timedelta(seconds=setting("WEBHOOKS_REQUEUE_IDLE_SECONDS")))
     due = WebhookEvent.objects.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).filter(
         not_queued
     )
     for event_id in list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:batch]):
         # Marked before enqueueing, conditionally, so two sweepers do not both enqueue it.
         if due.filter(pk=event_id).update(enqueued_at=now) == 1:
-            enqueue(event_id)
+            if not enqueue(event_id):
+                break  # the broker is down: the next sweep, seconds away, tries again
             result.enqueued += 1
     if any(asdict(result).values()):
         log.info("webhook sweep: %s", result.as_dict())
     return result
+
+
+def _broker_is_empty() -> bool:
+    """Whether no task waits in django-q2's broker (False when it cannot be asked)."""
+    from django_q.brokers import get_broker
+
+    try:
+        return get_broker().queue_size() == 0
+    except Exception:  # noqa: BLE001 -- the broker is down: then do as if tasks waited
+        return False
 
 
 def reprocess(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = "") -> WebhookEvent:

@@ -10,3 +10,8 @@ SCHEDULES = [
         "repeats": -1,
     },
 ]
+
+# Run by every worker cluster every few seconds (idemdash/worker/liveness.py:tick), finer than
+# a schedule: a stuck event is taken over, and an event whose enqueue failed is enqueued
+# again, within seconds.
+TICKS = ["webhooks.tasks.sweep"]

@@ -12,12 +12,19 @@ This module imports no app of ours.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
-from datetime import datetime
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import models
+from django.db import DatabaseError, connections, models
 from django.db.models import QuerySet
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
 
 
 class StaleToken(Exception):
@@ -38,6 +45,42 @@ def compare_and_set(queryset: QuerySet, token_field: str, token: Any, status: st
     One UPDATE with a rowcount check, never a read followed by a write: on PostgreSQL the
     row lock and READ COMMITTED's re-check settle a race, on SQLite the one writer does."""
     return queryset.filter(**{token_field: token, "status": status}).update(**changes) == 1
+
+
+@contextlib.contextmanager
+def renewing(queryset: QuerySet, token_field: str, token: Any, status: str, lease_seconds: float) -> Iterator[None]:
+    """Keep the lease of the unit in `queryset` alive while the block runs: a thread of its
+    own, with its own connection, pushes `lease_expires_at` to `lease_seconds` from now every
+    quarter of that, as long as the unit still has `status` and `token`. So the lease can be
+    short (a dead owner's unit is taken over soon) and the work as long as it needs.
+
+    Only for a unit whose claim has committed (the thread's connection must see it), and not
+    on SQLite, where the block's write transaction would shut the thread out (callers keep a
+    long lease there). A failed renewal is logged and tried again at the next beat; the
+    block never waits on the thread for more than a second."""
+    stop = threading.Event()
+    renewals = queryset.filter(**{token_field: token, "status": status})
+
+    def beat() -> None:
+        try:
+            while not stop.wait(lease_seconds / 4):
+                try:
+                    if not renewals.update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds)):
+                        return  # settled, or taken over: nothing left to keep
+                except DatabaseError as exc:
+                    log.warning("could not renew the lease of %s %s: %s", queryset.model._meta.label, token,
+                                " ".join(str(exc).split())[:200])
+                    connections.close_all()  # a lost connection: the next beat opens another
+        finally:
+            connections.close_all()  # this thread's own
+
+    thread = threading.Thread(target=beat, name="lease-renewal", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(1)
 
 
 def backoff(

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.apps import apps
 from django.db import OperationalError, connections, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
@@ -241,6 +242,15 @@ def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
         "oldest_pending_age_seconds": max(0, int((now - oldest).total_seconds())) if oldest else 0,
         "stuck": stuck_messages(now).count(),
     }
+
+
+def worker_clusters() -> list[Any]:
+    """The worker clusters seen in the last day, each with when it last took work and its
+    state (idemdash/worker/models.py:ClusterHeartbeat), newest first; none without the
+    worker app. By model name: the dashboard does not import the worker."""
+    if not apps.is_installed("idemdash.worker"):
+        return []
+    return list(apps.get_model("idemdash_worker", "ClusterHeartbeat").objects.recent()[:20])
 
 
 def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:

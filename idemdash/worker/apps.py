@@ -7,3 +7,10 @@ class WorkerConfig(AppConfig):
     name = "idemdash.worker"
     label = "idemdash_worker"
     verbose_name = "Background worker"
+
+    def ready(self) -> None:
+        from django_q.signals import pre_execute
+
+        from idemdash.worker import liveness
+
+        pre_execute.connect(liveness._took_work, dispatch_uid="idemdash.worker.took_work")

@@ -1,44 +1,81 @@
-"""A django-q2 cluster that stops cleanly whether SIGTERM reaches only its main process
-(systemd's KillMode=mixed, `kill PID`) or every one of its processes at once
-(KillMode=control-group, `kill -- -PGID`, most process supervisors).
+"""A django-q2 cluster that stops cleanly on SIGTERM, and that a process killed at any
+point cannot wedge.
 
-Why django-q2 alone hangs then: its sentinel process resets SIGTERM to the default action,
-and the worker, pusher and monitor processes that it forks inherit that. A SIGTERM to the
-whole group kills all of them on the spot, the task in flight included, while the main
-process, in its own handler, sets the stop event that the dead sentinel was waiting on. A
-multiprocessing Event.set waits for each waiter to acknowledge the wake-up, and a dead
-waiter never does: the main process waits forever.
+**Stopping.** A SIGTERM may reach only the main process (systemd's KillMode=mixed,
+`kill PID`) or every process of the cluster at once (KillMode=control-group,
+`kill -- -PGID`, most process supervisors). django-q2 alone hangs on the second: its
+sentinel process resets SIGTERM to the default action, and the worker, pusher and monitor
+processes that it forks inherit that. A SIGTERM to the whole group kills all of them on the
+spot, the task in flight included, while the main process, in its own handler, sets the
+stop event that the dead sentinel was waiting on. A multiprocessing Event.set waits for each
+waiter to acknowledge the wake-up, and a dead waiter never does: the main process waits
+forever. Here only the main process acts on SIGTERM, and the others ignore it. The main
+process sets the stop event, and the sentinel stops the cluster as django-q2 does on Ctrl-C
+(the pusher first, then a STOP queued behind the tasks already handed over, then the
+monitor, which acknowledges what the workers finished). It also raises a flag in memory
+shared with every process of the cluster, read without a lock, by which a long task (the
+outbox drain) ends at its next unit of work rather than running out its time. One exception
+keeps django-q2's timeout working: its guard sends SIGTERM to a worker whose task overran
+the timeout (the worker's timer reads 0), and that worker still dies.
 
-Here only the main process acts on SIGTERM, and the others ignore it. The main process sets
-the stop event, and the sentinel stops the cluster as django-q2 does on Ctrl-C (the pusher
-first, then a STOP queued behind the tasks already handed over, then the monitor, which
-acknowledges what the workers finished). It also raises a flag in memory shared with every
-process of the cluster, read without a lock, by which a long task (the outbox drain) ends
-at its next unit of work rather than running out its time.
+**A process killed.** The cluster's processes share two multiprocessing queues (tasks from
+the pusher to the workers, results from the workers to the monitor) and a lock per worker
+(its timer). A process killed while it holds one of their locks (an idle worker waits for
+its next task inside the task queue's get(), holding the queue's read lock) or while it
+writes a message into one of their pipes leaves that lock held for good, or the pipe
+half-written, and django-q2's answer, a new process in its place on the same queues, waits
+forever: nothing is processed again, SIGTERM never finishes, and the scheduler, which runs
+in the sentinel, keeps firing, so the cluster looks alive. So a process of the cluster that
+dies unasked (a worker, the monitor or the pusher, by a signal or a non-zero exit) is not
+replaced alone: the sentinel kills every process it started and exits with
+`LOST_A_PROCESS`, and the main process starts a new sentinel, with new queues and new
+processes, within a second or two (`Cluster.run`). A dead sentinel is handled the same way;
+its processes die with it (`_die_with_parent`). Work the killed processes held is taken
+over by its lease (docs/architecture.md, section 2); tasks they held but had not started
+are taken again by the ORM broker after its `retry`, and swept (events) or drained
+(messages) before that. What django-q2 replaces on purpose is still replaced in place: a
+worker that exited by itself after its recycle count or a timeout, and one its guard ended
+after a timeout. A cluster that loses its sentinel `RESTART_LIMIT` times within
+`RESTART_WINDOW` seconds (its database gone, say) exits non-zero, for its supervisor.
 
-One exception keeps django-q2's timeout working: its guard sends SIGTERM to a worker whose
-task overran the timeout (the worker's timer reads 0), and that worker still dies.
+**Liveness.** The sentinel also hands its workers a tick task every few seconds and the
+workers record when they take work (idemdash/worker/liveness.py).
 
-This relies on django-q2 internals (Sentinel's `start` argument, the `timer` on each worker
-process, Cluster's events and its start()); tests/idemdash/test_worker_cluster.py checks
-them and names the django-q2 version when they change.
+This relies on django-q2 internals (Sentinel's `start` argument, its `guard` loop, the
+`timer` on each worker process, Cluster's events and its start()); tests/idemdash/
+test_worker_cluster.py checks them and names the django-q2 version when they change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import ctypes.util
 import os
 import signal
+import time
 import uuid
+from collections import deque
 from multiprocessing import Event, RawValue, current_process
 from time import sleep
 from types import FrameType
 from typing import Any
 
 from django_q import cluster as django_q_cluster
-from django_q.conf import logger, setproctitle
+from django_q.conf import Conf, logger, setproctitle
+from django_q.humanhash import humanize
+from django_q.scheduler import scheduler
+from django_q.status import Stat
 
+from idemdash.worker import liveness
+from idemdash.worker.conf import setting
 from receipts.outbox import drain
+
+# The sentinel's exit code when one of its processes died unasked.
+LOST_A_PROCESS = 3
+RESTART_LIMIT = 5
+RESTART_WINDOW = 60
+_PR_SET_PDEATHSIG = 1
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -50,15 +87,107 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux), so that no process
+    of a dead sentinel (or of a dead main process) keeps running unsupervised."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    with contextlib.suppress(AttributeError, OSError):
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the prctl
+        os._exit(1)
+
+
+def _role(sentinel: django_q_cluster.Sentinel, process: Any) -> str:
+    if process is sentinel.monitor:
+        return "monitor"
+    if process is sentinel.pusher:
+        return "pusher"
+    return "worker"
+
+
 class Sentinel(django_q_cluster.Sentinel):
     def __init__(self, stop_event: Any, start_event: Any, cluster_id: uuid.UUID, broker: Any = None,
                  timeout: int | None = None, start: bool = True) -> None:
+        _die_with_parent(os.getppid())
         super().__init__(stop_event, start_event, cluster_id, broker, timeout, start=False)
         # django-q2 has just set SIGTERM back to its default action; the processes forked
         # from here on inherit this handler instead.
         signal.signal(signal.SIGTERM, _on_sigterm)
+        me = os.getpid()
+        os.register_at_fork(after_in_child=lambda: _die_with_parent(me))
+        liveness.CLUSTER_ID = cluster_id  # for the workers forked from here on
+        self.next_tick = 0.0
         if start:
             self.start()
+
+    def guard(self) -> None:
+        """django-q2's guard loop, except that a process that died unasked ends the sentinel
+        (`_lost`), that a worker's timer lock is never waited on for longer than a cycle
+        (a worker killed inside it would hold it for good), and the tick."""
+        name = humanize(self.cluster_id.hex) + f" [{self.queue_name()}]"
+        logger.info("%s guarding cluster %s", current_process().name, name)
+        self.start_event.set()
+        Stat(self).save()
+        liveness.started(self.cluster_id, humanize(self.cluster_id.hex), self.parent_pid, self.queue_name())
+        logger.info("Q Cluster %s running.", name)
+        counter = 0
+        cycle = Conf.GUARD_CYCLE
+        while True:
+            for p in list(self.pool):
+                if not p.is_alive():
+                    if p.exitcode != 0:
+                        self._lost(p)
+                    self.reincarnate(p)  # recycled, or ended itself after a timeout
+                    continue
+                lock = p.timer.get_lock()
+                if not lock.acquire(timeout=cycle):
+                    continue  # held by a worker killed inside it: seen dead next cycle
+                try:
+                    if p.timer.value == 0:
+                        self.reincarnate(p)  # django-q2 ends a worker past its timeout
+                    elif p.timer.value > 0:
+                        p.timer.value -= cycle
+                finally:
+                    lock.release()
+            for p in (self.monitor, self.pusher):
+                if not p.is_alive():
+                    if p.exitcode != 0:
+                        self._lost(p)
+                    self.reincarnate(p)  # the pusher leaves by itself when the broker fails
+            self._tick()
+            counter += cycle
+            if counter >= 30 and Conf.SCHEDULER:
+                counter = 0
+                scheduler(broker=self.broker)
+            Stat(self).save()
+            if self.stop_event.wait(cycle):
+                break
+        self.stop()
+        liveness.stopped(self.cluster_id)
+
+    def _tick(self) -> None:
+        """Hand the workers the tick task (idemdash/worker/liveness.py), unless as many
+        tasks as there are workers are waiting already."""
+        every = setting("WORKER_TICK_SECONDS")
+        if not every or time.monotonic() < self.next_tick or self.task_queue.qsize() >= len(self.pool):
+            return
+        self.next_tick = time.monotonic() + every
+        self.task_queue.put(liveness.tick_package(humanize(self.cluster_id.hex)))
+
+    def _lost(self, process: Any) -> None:
+        logger.critical(
+            "Q Cluster %s: its %s %s died (exit code %s) and may have left the queues it shares locked; "
+            "starting all of its processes afresh",
+            humanize(self.cluster_id.hex), _role(self, process), process.pid, process.exitcode,
+        )
+        for other in [*self.pool, self.monitor, self.pusher]:
+            if other is not None and other.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(other.pid, signal.SIGKILL)
+        for other in [*self.pool, self.monitor, self.pusher]:
+            if other is not None:
+                other.join(5)
+        os._exit(LOST_A_PROCESS)  # no finalizers: they would flush into the broken queues
 
 
 class Cluster(django_q_cluster.Cluster):
@@ -88,11 +217,36 @@ class Cluster(django_q_cluster.Cluster):
         # would deadlock on the event.
         while self.start_event and not self.start_event.is_set():
             if not self.sentinel.is_alive():
-                if self.sentinel.exitcode == 0:
+                if self.sentinel.exitcode == 0 or self._stopping:
                     break  # stopped by a signal while starting
                 raise RuntimeError(f"Q Cluster {self.name} failed to start: sentinel exited with code {self.sentinel.exitcode}")
             sleep(0.1)
         return self.pid
+
+    def run(self) -> int:
+        """Start the cluster and keep a sentinel running until a signal stops it: a sentinel
+        that dies (or ends itself after losing a process) is replaced by a new one, with new
+        processes and queues. Returns the exit code for the command: 0 once stopped, 1 when
+        the sentinel kept dying (`RESTART_LIMIT` times in `RESTART_WINDOW` seconds)."""
+        deaths: deque[float] = deque(maxlen=RESTART_LIMIT)
+        while not self._stopping:
+            try:
+                self.start()
+            except RuntimeError as exc:
+                logger.error("%s", exc)
+            while not self._stopping and self.sentinel.is_alive():
+                sleep(0.2)
+            if self._stopping:
+                break
+            deaths.append(time.monotonic())
+            if len(deaths) == RESTART_LIMIT and deaths[-1] - deaths[0] < RESTART_WINDOW:
+                logger.critical("Q Cluster %s: its sentinel died %s times within %s s; exiting",
+                                self.name, RESTART_LIMIT, RESTART_WINDOW)
+                return 1
+            logger.error("Q Cluster %s: its sentinel exited with code %s; starting a new one",
+                         self.name, self.sentinel.exitcode)
+            sleep(min(8.0, 2.0 ** (len(deaths) - 1)))
+        return 0
 
     def stop(self) -> bool:
         self.stopping.value = True

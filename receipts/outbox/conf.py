@@ -10,7 +10,7 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX_MAX_ATTEMPTS": 10,
     "OUTBOX_BACKOFF_BASE_SECONDS": 2,
     "OUTBOX_BACKOFF_CAP_SECONDS": 3600,
-    "OUTBOX_LEASE_SECONDS": 60,
+    "OUTBOX_LEASE_SECONDS": 20,
     "OUTBOX_BATCH_SIZE": 20,
     "OUTBOX_HTTP_TIMEOUT_SECONDS": 10,
     "OUTBOX_HTTP_ALLOWED_HOSTS": [],  # empty: any host, at public addresses only (fence.py)

@@ -3,6 +3,7 @@ functions work on any kind of unit."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -69,3 +70,18 @@ def test_every_former_audit_action_name_reads_as_the_current_one():
     assert leases.audit_action_names("outbox.retry_now") == ["outbox_message.send_now", "outbox.retry_now"]
     assert leases.audit_action_names("outbox_message.release") == ["outbox_message.release", "outbox.release"]
     assert leases.audit_action_names("webhook_event.reprocess") == ["webhook_event.reprocess"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_renewing_keeps_the_lease_alive_while_the_block_runs_and_stops_once_the_unit_is_settled():
+    # The renewal's thread has its own connection: the unit must be committed for it to see it.
+    r = a_receipt(lease_minutes=0.01)  # a 0.6 s lease
+    rows = Receipt.objects.filter(pk=r.pk)
+    with leases.renewing(rows, "fencing_token", 1, "processing", lease_seconds=0.6):
+        time.sleep(1.5)  # more than twice the lease: only renewals keep it alive
+        assert rows.get().lease_expires_at > timezone.now()
+        rows.update(status="completed")
+        time.sleep(0.4)
+        settled = rows.get().lease_expires_at
+        time.sleep(0.4)
+    assert rows.get().lease_expires_at == settled  # no renewal of a settled unit

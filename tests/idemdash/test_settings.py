@@ -129,9 +129,10 @@ def test_the_project_defaults_are_the_apps_own():
     from idemdash.core.rollup import RETENTION_DAYS
     from receipts import conf as receipts_conf
     from receipts.outbox import conf as outbox_conf
+    from idemdash.worker import conf as worker_conf
     from webhooks import conf as webhooks_conf
 
-    app_defaults = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS}
+    app_defaults = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS}
     project = {name: default for name, (default, _) in idemdash_settings.APP_INTEGERS.items()}
     # The one deliberate difference: purge batches are larger on PostgreSQL (settings.py says why).
     postgres = idemdash_settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"

@@ -196,6 +196,40 @@ def test_the_sweeper_enqueues_a_due_event_whose_enqueue_was_lost():
     assert processing.sweep(much_later + timedelta(seconds=1)).enqueued == 0  # not twice
 
 
+def test_the_sweeper_enqueues_again_soon_an_event_whose_task_was_lost_while_no_task_waits():
+    event, other = make_event(slug="a"), make_event(slug="b")
+    OrmQ.objects.all().delete()  # pulled by a cluster that died before running them
+    queued_for_other = make_event(slug="c")  # a task waits in the broker: events wait their turn
+    soon = timezone.now() + timedelta(seconds=16)
+    assert processing.sweep(soon).enqueued == 0
+    OrmQ.objects.all().delete()  # nothing waits: the unclaimed events lost their tasks
+    assert processing.sweep(soon).enqueued == 3
+    assert sorted(queued_event_ids()) == sorted([event.pk, other.pk, queued_for_other.pk])
+
+
+def test_a_failed_enqueue_is_one_line_and_leaves_the_event_to_the_next_sweep(monkeypatch, caplog):
+    import django_q.tasks
+
+    event = make_event()
+    OrmQ.objects.all().delete()
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379.\nConnection refused.")
+
+    monkeypatch.setattr(django_q.tasks, "async_task", broker_down)
+    WebhookEvent.objects.filter(pk=event.pk).update(enqueued_at=None)
+    with caplog.at_level("WARNING", logger="webhooks.processing"):
+        assert processing.sweep().enqueued == 0
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert record.exc_info is None and "\n" not in record.getMessage()
+    assert f"could not enqueue webhook event {event.pk} (ConnectionError: Error 111" in record.getMessage()
+    assert WebhookEvent.objects.get(pk=event.pk).enqueued_at is None  # not taken for enqueued
+
+    monkeypatch.undo()  # the broker is back: the next sweep, seconds later, enqueues it
+    assert processing.sweep().enqueued == 1
+    assert queued_event_ids() == [event.pk]
+
+
 def test_the_sweeper_enqueues_a_retry_when_it_is_due(registry):
     registry("stripe", "thing.happened", boom)
     event = make_event()

@@ -24,6 +24,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         "window": window,
         "windows": list(queries.WINDOWS),
         "stats": queries.overview_stats(window, now),
+        "clusters": queries.worker_clusters(),
         "now": now,
         "charts": [
             ("chart-traffic", charts.traffic_chart(series, window.name)),
