@@ -10,13 +10,16 @@ from django.contrib import admin
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
+from idemdash.core.masking import masked
+
 
 def pre(text: str) -> str:
     return format_html('<pre style="white-space:pre-wrap;max-width:80em">{}</pre>', text)
 
 
 def pretty_json(value: Any) -> str:
-    return pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    """JSON as the admin shows it: secrets masked by kind (idemdash.core.masking)."""
+    return pre(json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False))
 
 
 # List columns that fit at 1440 px: times to the second with their zone on one line, and long

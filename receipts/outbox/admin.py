@@ -8,7 +8,6 @@ from idemdash.core.actions import OperatorAction, act_on_each
 from idemdash.core.columns import clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import operator_actions
-from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 
@@ -44,7 +43,8 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     inlines = [OutboxAttemptInline]
     actions = ["send_now", "send_again", "release"]
     # Everything is read-only: a message changes only through the drain and the audited
-    # operator actions below. The payload is shown as the dashboard shows it, credentials masked,
+    # operator actions below. The payload is shown as the dashboard shows it, credentials masked
+    # (pretty_json masks by kind),
     # and the raw field is never on the page (nor in the form).
     readonly_fields = [f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields]
     exclude = ["payload"]
@@ -54,7 +54,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_masked(self, obj: OutboxMessage) -> str:
-        return _pretty_json(masked_payload(obj.payload))
+        return _pretty_json(obj.payload)
 
     @admin.action(description="Send now", permissions=["change"])
     def send_now(self, request: HttpRequest, queryset: QuerySet) -> None:

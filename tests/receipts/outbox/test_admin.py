@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from receipts.models import AuditEntry
 from receipts.outbox import store
-from receipts.outbox.actions import MASK, masked_payload
+from idemdash.core.masking import MASK, masked
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +84,7 @@ def test_no_admin_page_shows_a_payload_credential_and_the_message_page_masks_the
 
 def test_the_admin_masks_exactly_what_the_dashboard_masks(admin_client, viewer_client):
     m = message_with_credentials()
-    shown = masked_payload(m.payload)["headers"]
+    shown = masked(m.payload)["headers"]
     assert set(shown.values()) == {MASK, "trace-in-clear"}
     admin_page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[m.pk])).content.decode()
     dashboard_page = viewer_client.get(f"/outbox/{m.pk}/").content.decode()
