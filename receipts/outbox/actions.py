@@ -240,6 +240,8 @@ def _validate_email_send(payload: Any) -> None:
         raise InvalidPayload("email.send needs at least one address in `to`.", "payload.to")
     _addresses(payload.get("cc", []), "payload.cc")
     if payload.get("from") is not None:
+        if not isinstance(payload["from"], str):
+            raise InvalidPayload("email.send `from` is one address, a string.", "payload.from")
         _addresses(payload["from"], "payload.from")
     for field in ("subject", "body"):
         if not isinstance(payload.get(field), str):

@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import clipped, to_the_second
+from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import operator_actions
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -33,7 +33,7 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(admin.ModelAdmin):
+class OutboxMessageAdmin(FilterSafe, admin.ModelAdmin):
     list_display = (clipped("key"), clipped("scope", width=20), "action", "status", "attempts",
                     to_the_second("next_attempt_at", "next attempt"), to_the_second("sent_at", "sent"))
     list_filter = ("status", "action")
@@ -70,7 +70,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboxAttempt)
-class OutboxAttemptAdmin(admin.ModelAdmin):
+class OutboxAttemptAdmin(FilterSafe, admin.ModelAdmin):
     """Read-only: the attempt log, which outlives the messages retention deletes."""
 
     list_display = (to_the_second("created_at", "at"), clipped("key"), "action", "number", "outcome", "status_code",
