@@ -262,6 +262,11 @@ LOGGING = {
     },
 }
 
+# Header names whose values pages, the admin and logs mask (idemdash/core/masking.py);
+# unset, its DEFAULT_MASKED_HEADERS.
+if "RECEIPTS_MASKED_HEADERS" in os.environ:
+    RECEIPTS_MASKED_HEADERS = envlist("RECEIPTS_MASKED_HEADERS", [])
+
 # --- Webhooks -----------------------------------------------------------------------------
 # A secret set here creates the endpoint /webhooks/<provider>/ with no manual step. Secrets
 # are read only by webhooks.endpoints and never logged.
