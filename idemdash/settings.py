@@ -99,6 +99,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before anything reads a body: gives Django the body of a chunked request.
     "receipts.middleware.ChunkedBodyMiddleware",
+    # A NUL in a path or query parameter: 400, not a database error in a view.
+    "receipts.middleware.MalformedRequestMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -249,7 +251,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # URL userinfo masked in every line (httpx logs each request's URL at INFO).
+    "filters": {"mask": {"()": "idemdash.core.masking.MaskingFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["mask"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -259,6 +263,11 @@ LOGGING = {
         "django.request": {"level": os.environ.get("REQUEST_LOG_LEVEL", "INFO")},
     },
 }
+
+# Header names whose values pages, the admin and logs mask (idemdash/core/masking.py);
+# unset, its DEFAULT_MASKED_HEADERS.
+if "RECEIPTS_MASKED_HEADERS" in os.environ:
+    RECEIPTS_MASKED_HEADERS = envlist("RECEIPTS_MASKED_HEADERS", [])
 
 # --- Webhooks -----------------------------------------------------------------------------
 # A secret set here creates the endpoint /webhooks/<provider>/ with no manual step. Secrets

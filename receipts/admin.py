@@ -18,7 +18,7 @@ from idemdash.core import audit
 from idemdash.core.actions import act_on_each
 from idemdash.core.audit import AuditEntry
 from idemdash.core.clients import ApiClient, create_token
-from idemdash.core.columns import clipped, to_the_second  # noqa: F401 (used here; re-exported for one release)
+from idemdash.core.columns import FilterSafe, clipped, to_the_second  # noqa: F401 (used here; re-exported for one release)
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts import responses
@@ -49,7 +49,7 @@ class StoredResultDisplay:
 
 
 @admin.register(Receipt)
-class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
+class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
     list_display = (clipped("key"), clipped("scope", width=20), "operation", "status", "attempts", "response_status",
                     to_the_second("created_at", "created"))
     list_filter = ("status", "operation", "scope")
@@ -109,7 +109,7 @@ class ReceiptAdmin(StoredResultDisplay, admin.ModelAdmin):
             )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(FilterSafe, admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -11,9 +11,17 @@ input then ends where the body ends. This reads it, at most one byte past the la
 any view here takes, and hands Django the body with its length, so every reader and size
 limit (the 413s) works on it as on a body sent with Content-Length. A server that leaves the
 chunked framing on the socket (Django's runserver, wsgiref) gives no way to find the body's
-end: the request is answered 411 Length Required, never run on an empty body. Goes near the
-top of MIDDLEWARE, before anything that reads the body (CsrfViewMiddleware reads POST
+end: the request is answered 411 Length Required, never run on an empty body. Broken
+framing (a chunk size that is not hex, a chunk without its CRLF, a client that stops
+mid-body) surfaces as the server's own exception while the body is read: it is the client's
+malformed request, answered 400 `malformed-body`, logged as a warning, not a 500. Goes near
+the top of MIDDLEWARE, before anything that reads the body (CsrfViewMiddleware reads POST
 forms). Requests with a Content-Length pay one dictionary lookup.
+
+MalformedRequestMiddleware: a NUL character in the query string or the path is refused with
+400 before any view runs. PostgreSQL cannot hold NUL in text, so any parameter that reached
+a query (an admin changelist filter or search, a dashboard filter) raised a 500; no
+parameter here has a use for it. Answered as problem+json, or Django's 400 page to a browser.
 
 DatabaseUnavailableMiddleware: answer 503, not 500, when the database goes away under a
 request. A lost connection (server restart, failover, `pg_terminate_backend`) is transient:
@@ -35,6 +43,7 @@ from django.core.handlers.wsgi import LimitedStream, WSGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template import TemplateDoesNotExist, loader
+from django.views import defaults
 
 from idemdash.core.problems import problem
 from receipts.conf import setting
@@ -109,7 +118,40 @@ class ChunkedBodyMiddleware:
                     "Content-Length required",
                     "This server cannot read a chunked request body: send it with a Content-Length.",
                 )
-            _buffer_body(request)
+            try:
+                _buffer_body(request)
+            except Exception as exc:  # noqa: BLE001 - the server's own framing errors, whatever its classes
+                # Nothing was read into any table yet: the body is only being buffered.
+                log.warning("malformed request body on %s %s: %s: %s", request.method, request.path,
+                            type(exc).__name__, exc)
+                return problem(
+                    400,
+                    "malformed-body",
+                    "Malformed request body",
+                    "The request body's framing could not be read (chunked encoding): nothing was done.",
+                )
+        return self.get_response(request)
+
+
+NUL = "\x00"
+
+
+class MalformedRequestMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        query = request.META.get("QUERY_STRING", "")
+        if NUL in request.path or "%00" in query or NUL in query:
+            log.warning("NUL character refused in %s %s", request.method, request.path.replace(NUL, "\\x00"))
+            if wants_html(request):
+                return defaults.bad_request(request, ValueError("NUL character"))
+            return problem(
+                400,
+                "invalid-parameter",
+                "NUL character in the request",
+                "A NUL character (%00) is not accepted in a path or a query parameter.",
+            )
         return self.get_response(request)
 
 

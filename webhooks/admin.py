@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import clipped, to_the_second
+from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from webhooks import endpoints, operator_actions
 from webhooks.models import (
     Fulfilment,
@@ -109,7 +109,7 @@ class DeliveryInline(admin.TabularInline):
 
 
 @admin.register(WebhookEvent)
-class WebhookEventAdmin(admin.ModelAdmin):
+class WebhookEventAdmin(FilterSafe, admin.ModelAdmin):
     list_display = [
         clipped("provider_event_id", "event id", width=28), "provider", clipped("event_type", "type", width=28), "status",
         "attempts", "delivery_count", to_the_second("received_at", "received"),
@@ -144,7 +144,7 @@ class WebhookEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(FilterSafe, admin.ModelAdmin):
     """Read-only: every delivery, first or redelivery, as the receiver stored it."""
 
     list_display = [to_the_second("received_at", "received"), "event", "duplicate", "payload_matches"]
@@ -160,7 +160,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
 
 @admin.register(RejectedDelivery)
-class RejectedDeliveryAdmin(admin.ModelAdmin):
+class RejectedDeliveryAdmin(FilterSafe, admin.ModelAdmin):
     list_display = [to_the_second("received_at", "received"), "provider", "endpoint", "cause", "body_size", "remote_addr"]
     list_filter = ["cause", "provider"]
     search_fields = ["detail", "remote_addr"]

@@ -7,8 +7,12 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
+
+from idemdash.core.masking import masked
 
 
 def pre(text: str) -> str:
@@ -16,7 +20,8 @@ def pre(text: str) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    return pre(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    """JSON as the admin shows it: secrets masked by kind (idemdash.core.masking)."""
+    return pre(json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False))
 
 
 # List columns that fit at 1440 px: times to the second with their zone on one line, and long
@@ -48,3 +53,22 @@ def clipped(field: str, description: str | None = None, width: int = 32) -> Any:
         return format_html('<span title="{}" style="white-space:nowrap">{}</span>', value, shown)
 
     return column
+
+
+class _FilterSafeChangeList(ChangeList):
+    def get_filters(self, request: Any) -> Any:
+        try:
+            return super().get_filters(request)
+        except (ValueError, OverflowError) as exc:
+            # Django's date_hierarchy lets these out for a year past 9998 or too large for
+            # a C int (`?created_at__year=99999999999`): a 500. The admin's own answer to a
+            # filter it cannot apply is the changelist again with `?e=1`.
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class FilterSafe:
+    """Mixed into every admin with a date_hierarchy: any filter input is a page, never a 500."""
+
+    def get_changelist(self, request: Any, **kwargs: Any) -> type[ChangeList]:
+        return _FilterSafeChangeList
+

@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash.core.columns import to_the_second
+from idemdash.core.columns import FilterSafe, to_the_second
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import Alert, AlertRule
 
@@ -60,7 +60,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(FilterSafe, admin.ModelAdmin):
     list_display = ("rule_name", "state", "condition", "value", to_the_second("fired_at", "fired"),
                     to_the_second("resolved_at", "resolved"))
     list_filter = ("state", "metric")

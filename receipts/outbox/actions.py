@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
-from email.utils import parsedate_to_datetime
+from email.utils import parseaddr, parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.core.mail import EmailMessage
+from django.core.exceptions import ValidationError
+from django.core.mail import BadHeaderError, EmailMessage
+from django.core.validators import validate_email
 
+from idemdash.core.masking import mask_text
 from receipts.decorators import format_key
 from receipts.outbox import fence
 
@@ -45,6 +49,22 @@ class PermanentError(Exception):
 
 class UnknownAction(ValueError):
     pass
+
+
+class InvalidPayload(ValueError):
+    """A payload its action could never send, refused at enqueue. `field` says where:
+    `payload`, `payload.url`, `payload.headers.<name>`, `payload.subject`, ..."""
+
+    def __init__(self, message: str, field: str = "payload") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# Control characters (CR, LF and NUL among them): in a header they would split it or be
+# refused by the sender at every attempt; in a URL the same.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# RFC 9110 section 5.6.2: a header name is a token.
+TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 @dataclass(frozen=True)
@@ -108,37 +128,35 @@ def http_client() -> httpx.Client:
 
 def _validate_http_post(payload: Any) -> None:
     if not isinstance(payload, dict):
-        raise ValueError("http.post needs a payload object with a url.")
+        raise InvalidPayload("http.post needs a payload object with a url.")
     url = payload.get("url")
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("http.post needs `url`, an http or https URL.")
+    if not isinstance(url, str) or CONTROL.search(url) or " " in url:
+        raise InvalidPayload("http.post needs `url`, an http or https URL without spaces or control characters.",
+                             "payload.url")
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise InvalidPayload(f"http.post `url` cannot be parsed: {exc}", "payload.url") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise InvalidPayload("http.post needs `url`, an http or https URL.", "payload.url")
     # Without a list any host goes, though only to public addresses, which the fence
     # checks when the drain connects; with a list, only the hosts listed.
     allowed = fence.allowed_hosts()
-    if allowed and parts.hostname.lower() not in allowed:
-        raise ValueError(f"http.post may not post to {parts.hostname!r}: not in OUTBOX_HTTP_ALLOWED_HOSTS.")
+    if allowed and hostname.lower() not in allowed:
+        raise InvalidPayload(f"http.post may not post to {hostname!r}: not in OUTBOX_HTTP_ALLOWED_HOSTS.",
+                             "payload.url")
     headers = payload.get("headers", {})
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise ValueError("http.post `headers` must be an object of strings.")
-
-
-# Header names whose values are credentials: an http.post payload may carry them, and no
-# page may show them (the dashboard's message page, the admin).
-SECRET_HEADER_WORDS = ("authorization", "token", "secret", "key", "cookie", "signature", "password")
-MASK = "••••"
-
-
-def masked_payload(payload: Any) -> Any:
-    """The payload as a page shows it: a header whose name looks like a credential's has
-    its value masked."""
-    if isinstance(payload, dict) and isinstance(payload.get("headers"), dict):
-        headers = {
-            name: (MASK if any(w in name.lower() for w in SECRET_HEADER_WORDS) else value)
-            for name, value in payload["headers"].items()
-        }
-        return {**payload, "headers": headers}
-    return payload
+    if not isinstance(headers, dict):
+        raise InvalidPayload("http.post `headers` must be an object of strings.", "payload.headers")
+    for name, value in headers.items():
+        field = f"payload.headers.{name}"
+        if not TOKEN.fullmatch(name):
+            raise InvalidPayload("A header name is letters, digits and !#$%&'*+-.^_`|~ only.", field)
+        # The HTTP client sends header values as ASCII: anything else would fail every attempt.
+        if not isinstance(value, str) or not value.isascii() or CONTROL.search(value.replace("\t", " ")):
+            raise InvalidPayload("A header value is a string of printable ASCII, without CR, LF or NUL.", field)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -170,8 +188,8 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     """
     try:
         _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
-    except ValueError as exc:
-        raise PermanentError(str(exc)) from exc
+    except InvalidPayload as exc:
+        raise PermanentError(f"{exc.field}: {exc}") from exc
     headers = {**payload.get("headers", {}), "Idempotency-Key": format_key(ctx.key), "User-Agent": "idemdash-outbox"}
     try:
         response = http_client().post(
@@ -179,14 +197,16 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
         )
     except fence.Blocked as exc:
         raise PermanentError(str(exc)) from exc
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, httpx.LocalProtocolError, UnicodeError) as exc:
+        # The request itself cannot be sent (a URL or header the client refuses): the same
+        # at every attempt, so retrying cannot fix it.
+        raise PermanentError(mask_text(f"{type(exc).__name__}: {exc}")) from exc
     except httpx.HTTPError as exc:  # timeouts, refused connections, resets
-        raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
+        raise RetryableError(mask_text(f"{type(exc).__name__}: {exc}")) from exc
     status = response.status_code
     if 200 <= status < 300:
         return status
-    detail = f"HTTP {status}: {response.text[:500]}"
+    detail = mask_text(f"HTTP {status}: {response.text[:500]}")
     if status in RETRYABLE_STATUSES or status >= 500:
         raise RetryableError(
             detail, retry_after=parse_retry_after(response.headers.get("Retry-After")), status_code=status
@@ -197,22 +217,38 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
 # --- email.send -------------------------------------------------------------------------
 
 
-def _addresses(value: Any) -> list[str]:
+def _addresses(value: Any, field: str = "payload.to") -> list[str]:
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value
-    raise ValueError("email.send addresses are a string or a list of strings.")
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidPayload("email.send addresses are a string or a list of strings.", field)
+    for address in value:
+        # A CR or LF would add a header (Django refuses it at every send, BadHeaderError).
+        if CONTROL.search(address):
+            raise InvalidPayload("An email address may not hold CR, LF, NUL or other control characters.", field)
+        try:
+            validate_email(parseaddr(address)[1])
+        except ValidationError:
+            raise InvalidPayload(f"{address!r} is not an email address.", field) from None
+    return value
 
 
 def _validate_email_send(payload: Any) -> None:
     if not isinstance(payload, dict):
-        raise ValueError("email.send needs a payload object with to, subject and body.")
+        raise InvalidPayload("email.send needs a payload object with to, subject and body.")
     if not _addresses(payload.get("to")):
-        raise ValueError("email.send needs at least one address in `to`.")
+        raise InvalidPayload("email.send needs at least one address in `to`.", "payload.to")
+    _addresses(payload.get("cc", []), "payload.cc")
+    if payload.get("from") is not None:
+        if not isinstance(payload["from"], str):
+            raise InvalidPayload("email.send `from` is one address, a string.", "payload.from")
+        _addresses(payload["from"], "payload.from")
     for field in ("subject", "body"):
         if not isinstance(payload.get(field), str):
-            raise ValueError(f"email.send needs `{field}`, a string.")
+            raise InvalidPayload(f"email.send needs `{field}`, a string.", f"payload.{field}")
+    if CONTROL.search(payload["subject"].replace("\t", " ")):
+        raise InvalidPayload("An email subject is one line: no CR, LF, NUL or other control characters.",
+                             "payload.subject")
 
 
 def message_id_for(key: str) -> str:
@@ -224,9 +260,15 @@ def message_id_for(key: str) -> str:
 
 @outbox_action("email.send", validate=_validate_email_send)
 def email_send(payload: dict, ctx: ActionContext) -> None:
-    """Send through Django's email backend, with a Message-ID derived from the key."""
+    """Send through Django's email backend, with a Message-ID derived from the key. A
+    payload its validator refuses (enqueued before the rule, or by a direct write) and a
+    header Django refuses are permanent: no retry would change them."""
     import smtplib
 
+    try:
+        _validate_email_send(payload)
+    except InvalidPayload as exc:
+        raise PermanentError(f"{exc.field}: {exc}") from exc
     email = EmailMessage(
         subject=payload["subject"],
         body=payload["body"],
@@ -237,7 +279,7 @@ def email_send(payload: dict, ctx: ActionContext) -> None:
     )
     try:
         email.send(fail_silently=False)
-    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused, BadHeaderError) as exc:
         raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
     except (smtplib.SMTPException, OSError) as exc:
         raise RetryableError(f"{type(exc).__name__}: {exc}") from exc

@@ -5,10 +5,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import clipped, to_the_second
+from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import operator_actions
-from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 
@@ -34,7 +33,7 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(admin.ModelAdmin):
+class OutboxMessageAdmin(FilterSafe, admin.ModelAdmin):
     list_display = (clipped("key"), clipped("scope", width=20), "action", "status", "attempts",
                     to_the_second("next_attempt_at", "next attempt"), to_the_second("sent_at", "sent"))
     list_filter = ("status", "action")
@@ -44,7 +43,8 @@ class OutboxMessageAdmin(admin.ModelAdmin):
     inlines = [OutboxAttemptInline]
     actions = ["send_now", "send_again", "release"]
     # Everything is read-only: a message changes only through the drain and the audited
-    # operator actions below. The payload is shown as the dashboard shows it, credentials masked,
+    # operator actions below. The payload is shown as the dashboard shows it, credentials masked
+    # (pretty_json masks by kind),
     # and the raw field is never on the page (nor in the form).
     readonly_fields = [f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields]
     exclude = ["payload"]
@@ -54,7 +54,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_masked(self, obj: OutboxMessage) -> str:
-        return _pretty_json(masked_payload(obj.payload))
+        return _pretty_json(obj.payload)
 
     @admin.action(description="Send now", permissions=["change"])
     def send_now(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -70,7 +70,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboxAttempt)
-class OutboxAttemptAdmin(admin.ModelAdmin):
+class OutboxAttemptAdmin(FilterSafe, admin.ModelAdmin):
     """Read-only: the attempt log, which outlives the messages retention deletes."""
 
     list_display = (to_the_second("created_at", "at"), clipped("key"), "action", "number", "outcome", "status_code",

@@ -19,6 +19,7 @@ from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import json_api, storable_text
 from idemdash.core.problems import problem
 from receipts.outbox import store
+from receipts.outbox.actions import InvalidPayload
 from receipts.outbox.models import OutboxMessage
 
 
@@ -45,5 +46,6 @@ def enqueue(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse
     except UnstorableJSON as exc:  # a number beyond a double's range (1e400)
         return problem(400, "invalid-json", "JSON payload cannot be stored", str(exc))
     except ValueError as exc:  # bad key, unknown action, payload refused by the action
-        return problem(422, "invalid-message", "Invalid outbox message", str(exc))
+        field = exc.field if isinstance(exc, InvalidPayload) else None
+        return problem(422, "invalid-message", "Invalid outbox message", str(exc), **({"field": field} if field else {}))
     return JsonResponse(message_json(result.message), status=201 if result.created else 200)

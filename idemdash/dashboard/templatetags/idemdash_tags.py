@@ -8,8 +8,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from idemdash.core.leases import current_audit_action
+from idemdash.core.masking import mask_text
 
 register = template.Library()
+
+
+@register.filter
+def masked(text: str | None) -> str:
+    """An error message as a page shows it: URL userinfo masked (idemdash.core.masking)."""
+    return mask_text(text or "")
 
 
 @register.filter

@@ -13,7 +13,6 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import OutboxFilter
 from idemdash.dashboard.views.pages import LOG_LIMIT, detail_page, filtered_list, latest, lease_state, pretty_json
-from receipts.outbox.actions import masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 Status = OutboxMessage.Status
@@ -36,4 +35,4 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     message = get_object_or_404(OutboxMessage, pk=pk)
     log, attempt_total = latest(OutboxAttempt.objects.filter(message=message), "-created_at", "-id", limit=LOG_LIMIT)
     return detail_page(request, "dashboard/message_detail.html", summary, message, attempts=log,
-                       attempt_total=attempt_total, payload_pretty=pretty_json(masked_payload(message.payload)))
+                       attempt_total=attempt_total, payload_pretty=pretty_json(message.payload))

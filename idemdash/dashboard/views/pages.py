@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from idemdash.core.leases import is_stuck
+from idemdash.core.masking import masked
 from idemdash.dashboard import queries
 from idemdash.dashboard.forms import BadCursor, keyset_page
 
@@ -30,7 +31,8 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    """JSON as a page shows it: secrets masked by kind (idemdash.core.masking)."""
+    return json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 # A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.

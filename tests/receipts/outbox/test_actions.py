@@ -128,3 +128,69 @@ def test_a_message_to_a_host_removed_from_the_list_is_permanent(settings):
         with pytest.raises(PermanentError):
             actions.http_post({"url": receiver.url}, CTX)
     assert not receiver.requests
+
+
+# --- refused at enqueue what could never be sent; permanent when met at send ------------------
+
+@pytest.mark.parametrize("payload, field", [
+    ({"url": "http://127.0.0.1:9/\r\nX: 1"}, "payload.url"),
+    ({"url": "http://127.0.0.1:9/", "headers": {"X-Trace": "a\r\nBcc: x"}}, "payload.headers.X-Trace"),
+    ({"url": "http://127.0.0.1:9/", "headers": {"X Trace": "a"}}, "payload.headers.X Trace"),
+    ({"url": "http://127.0.0.1:9/", "headers": {"X-Trace": "caf\u00e9"}}, "payload.headers.X-Trace"),
+])
+def test_http_post_refuses_at_enqueue_what_it_could_never_send_naming_the_field(payload, field):
+    with pytest.raises(actions.InvalidPayload) as caught:
+        actions.get_action("http.post").validate(payload)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"subject": "Hi\r\nBcc: victim@example.com"}, "payload.subject"),
+    ({"to": "ops@example.com\nBcc: victim@example.com"}, "payload.to"),
+    ({"to": "not-an-address"}, "payload.to"),
+    ({"cc": ["bad"]}, "payload.cc"),
+    ({"from": ["a@example.com"]}, "payload.from"),
+])
+def test_email_send_refuses_at_enqueue_what_it_could_never_send_naming_the_field(change, field):
+    with pytest.raises(actions.InvalidPayload) as caught:
+        actions.get_action("email.send").validate({"to": "ops@example.com", "subject": "s", "body": "b", **change})
+    assert caught.value.field == field
+
+
+def test_a_header_the_http_client_refuses_at_send_is_permanent_not_retried():
+    # Enqueued before the rule (or written by hand): the first attempt says it is hopeless.
+    with running_receiver() as receiver, pytest.raises(PermanentError, match="payload.headers.X-Trace"):
+        actions.http_post({"url": receiver.url, "headers": {"X-Trace": "a\r\nX-Injected: 1"}}, CTX)
+    assert not receiver.requests
+
+
+def test_an_email_subject_with_crlf_met_at_send_is_permanent_not_retried():
+    with pytest.raises(PermanentError, match="payload.subject"):
+        actions.email_send({"to": "ops@example.com", "subject": "Hi\r\nBcc: x@example.com", "body": "b"}, CTX)
+    assert not mail.outbox
+
+
+@pytest.mark.django_db
+def test_an_unsendable_message_already_stored_is_dead_at_its_first_attempt():
+    from receipts.outbox.drain import drain
+    from receipts.outbox.models import OutboxMessage
+    from receipts.outbox.store import enqueue
+
+    message = enqueue("email.send", {"to": "ops@example.com", "subject": "s", "body": "b"}, "crlf-1").message
+    OutboxMessage.objects.filter(pk=message.pk).update(payload={"to": "ops@example.com", "subject": "a\nb", "body": "b"})
+    report = drain(ids=[message.pk])
+    message.refresh_from_db()
+    assert (report.dead, message.status, message.attempts) == (1, "dead", 1)
+    assert message.last_error.startswith("payload.subject")
+
+
+def test_a_user_password_in_a_url_never_reaches_the_http_clients_log_line(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="httpx")
+    with running_receiver() as receiver:
+        url = receiver.url.replace("http://", "http://alice:s3cret-pw@")
+        assert actions.http_post({"url": url}, CTX) == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert lines and all("s3cret-pw" not in line for line in lines)
+    assert any("http://••••@127.0.0.1" in line for line in lines), lines

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from idemdash.core.masking import MASK, masked
 from receipts.models import AuditEntry
 from receipts.outbox import store
-from receipts.outbox.actions import MASK, masked_payload
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
 pytestmark = pytest.mark.django_db
@@ -84,7 +84,7 @@ def test_no_admin_page_shows_a_payload_credential_and_the_message_page_masks_the
 
 def test_the_admin_masks_exactly_what_the_dashboard_masks(admin_client, viewer_client):
     m = message_with_credentials()
-    shown = masked_payload(m.payload)["headers"]
+    shown = masked(m.payload)["headers"]
     assert set(shown.values()) == {MASK, "trace-in-clear"}
     admin_page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[m.pk])).content.decode()
     dashboard_page = viewer_client.get(f"/outbox/{m.pk}/").content.decode()
@@ -97,3 +97,15 @@ def test_the_change_form_cannot_write_the_payload(admin_client):
     m = message_with_credentials()
     admin_client.post(reverse("admin:outbox_outboxmessage_change", args=[m.pk]), {"payload": '{"url": "http://10.0.0.1/"}'})
     assert OutboxMessage.objects.get(pk=m.pk).payload["url"] == URL
+
+
+def test_url_userinfo_and_configured_headers_are_masked_on_the_admin_page_and_the_dashboard(
+        admin_client, viewer_client, settings):
+    settings.RECEIPTS_MASKED_HEADERS = ["x-tenant"]
+    m = store.enqueue("http.post", {"url": "https://alice:s3cret-pw@example.com/hook",
+                                    "headers": {"X-Tenant": "tenant-secret", "X-Trace": "trace-in-clear"}}, "ui-1").message
+    admin_page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[m.pk])).content.decode()
+    dashboard_page = viewer_client.get(f"/outbox/{m.pk}/").content.decode()
+    for page in (admin_page, dashboard_page):
+        assert "s3cret-pw" not in page and "tenant-secret" not in page
+        assert f"https://{MASK}@example.com/hook" in page and "trace-in-clear" in page
