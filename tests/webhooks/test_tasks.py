@@ -10,7 +10,8 @@ from django_q.models import Schedule
 from tests.qcluster import ROOT, start_qcluster, stop_process
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks import tasks
-from webhooks.models import Fulfilment, WebhookEvent
+from idemdash.devtools.models import Fulfilment
+from webhooks.models import WebhookEvent
 from webhooks.schedules import SCHEDULES
 
 
