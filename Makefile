@@ -39,7 +39,7 @@ install: $(STAMP)
 # settings load: they refuse to start without a strong key); values already set win.
 DEMO_ENV = set -a; . "$$($(BIN)/python -m idemdash.devtools.demo_env)"; set +a
 # The demo runs the production settings plus the devtools app (its commands, the demo's
-# webhook handler, the DemoSwitch admin); every process honcho starts inherits this.
+# webhook handlers, models and admin); every process honcho starts inherits this.
 DEMO_SETTINGS = export DJANGO_SETTINGS_MODULE=idemdash.devtools.settings
 
 migrate: install

@@ -1,13 +1,20 @@
-"""System checks (`manage.py check`, run by runserver and migrate) for decorator placement
-that the decorator itself can only see at the first request."""
+"""System checks (`manage.py check`, run by runserver and migrate): decorator placement that
+the decorator itself can only see at the first request, and an outbox used without its app."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+from django.apps import apps
+from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils.module_loading import module_has_submodule
+
+# Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
+OUTBOX_APP = "receipts.outbox"
 
 
 def _callbacks(patterns: list[Any]) -> Iterator[Any]:
@@ -40,3 +47,34 @@ def idempotent_on_drf_dispatch(app_configs: Any = None, **kwargs: Any) -> list[E
                 id="receipts.E001",
             ))
     return errors
+
+
+def _outbox_in_use() -> list[str]:
+    """What shows that the project uses the outbox: a module of it already imported (by a
+    host's `outbox_actions` or views), an installed app's `outbox_actions` module (which only
+    the outbox app discovers), an `OUTBOX_*` setting."""
+    signs = sorted({name for name in sys.modules if name == OUTBOX_APP or name.startswith(OUTBOX_APP + ".")})
+    signs += [f"{config.name}.outbox_actions" for config in apps.get_app_configs()
+              if module_has_submodule(config.module, "outbox_actions")]
+    signs += sorted(name for name in dir(settings) if name.startswith("OUTBOX_"))
+    return signs
+
+
+@register()
+def outbox_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The outbox is an app of its own (label `outbox`), not part of `receipts`. Without it,
+    `drain_outbox` is an unknown command (Django answers that before any code of ours runs),
+    a host's actions are never discovered, and `enqueue` fails on import
+    (receipts/outbox/models.py): said here at start-up, with the fix, when the project
+    shows it uses the outbox."""
+    if apps.is_installed(OUTBOX_APP):
+        return []
+    signs = _outbox_in_use()
+    if not signs:
+        return []
+    return [Error(
+        f"The outbox is in use ({', '.join(signs)}) but its app is not installed: its tables are "
+        "not migrated, `manage.py drain_outbox` is an unknown command and actions are not discovered.",
+        hint=f'Add "{OUTBOX_APP}" to INSTALLED_APPS (after "receipts") and run migrate (docs/outbox.md).',
+        id="receipts.E002",
+    )]

@@ -9,9 +9,7 @@ from idemdash.core.actions import OperatorAction, act_on_each
 from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from webhooks import endpoints, operator_actions
 from webhooks.models import (
-    Fulfilment,
     RejectedDelivery,
-    ShopifyOrder,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
@@ -171,13 +169,3 @@ class RejectedDeliveryAdmin(FilterSafe, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-
-@admin.register(Fulfilment)
-class FulfilmentAdmin(admin.ModelAdmin):
-    list_display = ["payment_id", "amount", "currency", "source_event", to_the_second("created_at", "created")]
-
-
-@admin.register(ShopifyOrder)
-class ShopifyOrderAdmin(admin.ModelAdmin):
-    list_display = ["shop_domain", "order_id", "name", "total_price", "currency", to_the_second("created_at", "created")]

@@ -22,8 +22,7 @@ class WebhooksConfig(BigIntegerIds, AppConfig):
     verbose_name = "Webhooks"
 
     def ready(self) -> None:
-        # Registration only: no database access here.
-        from webhooks import demo_handlers  # noqa: F401
-
+        # Registration only: no database access here. Each installed app's
+        # `webhook_handlers` module registers its handlers (the demo's live in devtools).
         autodiscover_modules("webhook_handlers")
         post_migrate.connect(_ensure_env_endpoints, sender=self, dispatch_uid="webhooks-env-endpoints")

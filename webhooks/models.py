@@ -272,36 +272,3 @@ class RejectedDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}: {self.cause}"
-
-
-class Fulfilment(models.Model):
-    """Demo side effect: one per Stripe payment, however many events announce it."""
-
-    payment_id = models.CharField(max_length=255, unique=True)
-    amount = models.BigIntegerField(null=True, blank=True)
-    currency = models.CharField(max_length=8, blank=True)
-    source_event = models.ForeignKey(WebhookEvent, null=True, blank=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"fulfilment of {self.payment_id}"
-
-
-class ShopifyOrder(models.Model):
-    """Demo side effect: one per Shopify order, however many times orders/create arrives."""
-
-    shop_domain = models.CharField(max_length=255)
-    order_id = models.CharField(max_length=64)
-    name = models.CharField(max_length=64, blank=True)
-    total_price = models.CharField(max_length=32, blank=True)
-    currency = models.CharField(max_length=8, blank=True)
-    source_event = models.ForeignKey(WebhookEvent, null=True, blank=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["shop_domain", "order_id"], name="shopify_order_once"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.shop_domain} order {self.order_id}"

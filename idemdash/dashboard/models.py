@@ -142,22 +142,3 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_name} ({self.state} since {self.fired_at:%Y-%m-%d %H:%M})"
-
-
-class DemoSwitch(models.Model):
-    """A switch of `make demo`'s staged outages (idemdash.devtools.demo): while `failing` is on, the
-    demo's handler of that name fails. Only `manage.py demo_setup` creates rows, so a
-    project that never ran the demo has none and nothing fails."""
-
-    name = models.CharField(max_length=64, unique=True)
-    failing = models.BooleanField(default=True, help_text="On: the demo handler fails. Off: it succeeds.")
-    description = models.CharField(max_length=255, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-        verbose_name = "demo switch"
-        verbose_name_plural = "demo switches"
-
-    def __str__(self) -> str:
-        return f"{self.name} ({'failing' if self.failing else 'fixed'})"

@@ -1,5 +1,5 @@
-"""The admin of `make demo`'s staged outages. The DemoSwitch model stays with the dashboard
-(its table comes from the dashboard's migrations); only the demo's settings register it here."""
+"""The admin of the demo's models: `make demo`'s staged outages, and the rows its webhook
+handlers write."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash.dashboard.models import DemoSwitch
+from idemdash.core.columns import to_the_second
 from idemdash.devtools import demo
+from idemdash.devtools.models import DemoSwitch, Fulfilment, ShopifyOrder
 
 
 @admin.register(DemoSwitch)
@@ -35,3 +36,13 @@ class DemoSwitchAdmin(admin.ModelAdmin):
     @admin.action(description="Break again: the handler fails")
     def break_again(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._flip(request, queryset, True)
+
+
+@admin.register(Fulfilment)
+class FulfilmentAdmin(admin.ModelAdmin):
+    list_display = ["payment_id", "amount", "currency", "source_event", to_the_second("created_at", "created")]
+
+
+@admin.register(ShopifyOrder)
+class ShopifyOrderAdmin(admin.ModelAdmin):
+    list_display = ["shop_domain", "order_id", "name", "total_price", "currency", to_the_second("created_at", "created")]

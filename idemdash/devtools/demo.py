@@ -19,7 +19,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from idemdash.dashboard import alerts
-from idemdash.dashboard.models import AlertRule, DemoSwitch
+from idemdash.dashboard.models import AlertRule
+from idemdash.devtools.models import DemoSwitch
 from receipts.store import audit
 
 REFUNDS = "refunds"
@@ -55,7 +56,7 @@ def check(name: str) -> None:
     if failing(name):
         raise DemoOutage(
             f"demo outage {name!r}: {SWITCHES[name]} "
-            "(admin: /admin/idemdash/demoswitch/, select it, action \"Fix\")"
+            "(admin: /admin/devtools/demoswitch/, select it, action \"Fix\")"
         )
 
 

@@ -1,11 +1,80 @@
-"""The demo's staged bug: a Shopify refunds/create handler that fails while the `refunds`
-demo switch is on (idemdash.devtools.demo). With the switch off, or never set up, it succeeds."""
+"""The demo's webhook handlers, registered only where the devtools app is installed (by the
+webhooks app's discovery of `webhook_handlers` modules): a host that registers its own
+handler for any of these event types starts cleanly, and writes no demo rows.
+
+- A Stripe payment is fulfilled once, a Shopify order recorded once. Each is idempotent on
+  the provider's object id by a unique insert, not by the event: Stripe announces one
+  payment with both checkout.session.completed and payment_intent.succeeded, and an
+  operator may reprocess an event.
+- The staged bug: Shopify refunds/create fails while the `refunds` demo switch is on
+  (idemdash.devtools.demo). With the switch off, or never set up, it succeeds.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
 from idemdash.devtools import demo
+from idemdash.devtools.models import Fulfilment, ShopifyOrder
 from webhooks.handlers import webhook_handler
 from webhooks.models import WebhookEvent
+
+
+def _insert_once(model: type, **fields: Any) -> bool:
+    try:
+        with transaction.atomic():
+            model.objects.create(**fields)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _stripe_object(event: WebhookEvent) -> dict[str, Any]:
+    return event.payload["data"]["object"]
+
+
+@webhook_handler("stripe", "checkout.session.completed")
+def fulfil_checkout(event: WebhookEvent) -> None:
+    session = _stripe_object(event)
+    # The payment intent, when there is one, so that its own succeeded event matches.
+    payment_id = session.get("payment_intent") or session["id"]
+    if isinstance(payment_id, dict):  # an expanded object
+        payment_id = payment_id["id"]
+    _insert_once(
+        Fulfilment,
+        payment_id=payment_id,
+        amount=session.get("amount_total"),
+        currency=session.get("currency") or "",
+        source_event=event,
+    )
+
+
+@webhook_handler("stripe", "payment_intent.succeeded")
+def fulfil_payment(event: WebhookEvent) -> None:
+    intent = _stripe_object(event)
+    _insert_once(
+        Fulfilment,
+        payment_id=intent["id"],
+        amount=intent.get("amount_received") or intent.get("amount"),
+        currency=intent.get("currency") or "",
+        source_event=event,
+    )
+
+
+@webhook_handler("shopify", "orders/create")
+def record_order(event: WebhookEvent) -> None:
+    order = event.payload
+    _insert_once(
+        ShopifyOrder,
+        shop_domain=event.account,
+        order_id=str(order["id"]),
+        name=str(order.get("name") or "")[:64],
+        total_price=str(order.get("total_price") or "")[:32],
+        currency=str(order.get("currency") or "")[:8],
+        source_event=event,
+    )
 
 
 @webhook_handler("shopify", "refunds/create")

@@ -2,12 +2,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import Q
 
 from idemdash.core.attempts import AttemptLog
 from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.rollup import HourlyCount
+
+# Without its app, Django would file these models under `receipts` (the installed app whose
+# name prefixes this module's), and the first query would fail on a table no migration
+# made ("receipts_outboxmessage"). Every use (enqueue, the drain, the API) imports this
+# module, so it says the fix instead; `receipts/checks.py:outbox_installed` says it at
+# start-up when a project shows it uses the outbox.
+if not apps.is_installed("receipts.outbox"):
+    raise ImproperlyConfigured(
+        'The outbox is an app of its own: add "receipts.outbox" to INSTALLED_APPS (after '
+        '"receipts") and run migrate (docs/outbox.md).'
+    )
 
 
 class OutboxMessage(LeasedWork, Scheduled):

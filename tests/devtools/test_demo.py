@@ -5,7 +5,8 @@ import json
 import pytest
 from django.test import override_settings
 
-from idemdash.dashboard.models import AlertRule, DemoSwitch
+from idemdash.dashboard.models import AlertRule
+from idemdash.devtools.models import DemoSwitch
 from idemdash.devtools import demo
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import SHOPIFY_SECRET, deliver, make_endpoint, shopify_headers
@@ -38,7 +39,7 @@ def test_the_refund_handler_fails_until_the_switch_is_fixed_then_a_reprocess_com
     event = deliver_refund(client)
 
     assert process(event).status == "retry"
-    assert "demo outage 'refunds'" in event.last_error and "/admin/idemdash/demoswitch/" in event.last_error
+    assert "demo outage 'refunds'" in event.last_error and "/admin/devtools/demoswitch/" in event.last_error
     time_machine.move_to(event.next_attempt_at, tick=False)  # its backoff is over
     assert process(event).status == "dead"
 

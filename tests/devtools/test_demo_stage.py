@@ -6,7 +6,8 @@ import pytest
 from django.core.management import call_command
 
 from idemdash.dashboard import alerts
-from idemdash.dashboard.models import Alert, AlertRule, DemoSwitch
+from idemdash.dashboard.models import Alert, AlertRule
+from idemdash.devtools.models import DemoSwitch
 
 pytestmark = pytest.mark.django_db
 

@@ -38,7 +38,8 @@ from tests.webhooks.conftest import (
     stripe_event,
     stripe_headers,
 )
-from webhooks.models import Fulfilment, RejectedDelivery, ShopifyOrder, WebhookDelivery, WebhookEvent
+from idemdash.devtools.models import Fulfilment, ShopifyOrder
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 
 pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
 

@@ -19,8 +19,9 @@ import stripe
 from django.db import connection
 from django_q.models import OrmQ
 
+from idemdash.devtools.models import Fulfilment
 from tests.qcluster import database_url, free_port, start_qcluster, stop_process
-from webhooks.models import Fulfilment, WebhookEvent
+from webhooks.models import WebhookEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379

@@ -12,7 +12,8 @@ from django_q.models import OrmQ
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import make_endpoint, queued_event_ids
 from webhooks import processing
-from webhooks.models import Fulfilment, WebhookAttempt, WebhookEvent
+from idemdash.devtools.models import Fulfilment
+from webhooks.models import WebhookAttempt, WebhookEvent
 from webhooks.receive import store_delivery
 from webhooks.verify import VerifiedDelivery
 

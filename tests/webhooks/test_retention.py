@@ -8,7 +8,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.webhooks.conftest import make_endpoint
-from webhooks.models import Fulfilment, RejectedDelivery, WebhookDelivery, WebhookEvent
+from idemdash.devtools.models import Fulfilment
+from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 from webhooks.receive import record_rejection, store_delivery
 from webhooks.retention import due_events, due_rejections
 from webhooks.verify import VerifiedDelivery

@@ -9,8 +9,9 @@ from django_q.models import Schedule
 
 from tests.qcluster import ROOT, start_qcluster, stop_process
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
+from idemdash.devtools.models import Fulfilment
 from webhooks import processing, tasks
-from webhooks.models import Fulfilment, WebhookEvent
+from webhooks.models import WebhookEvent
 from webhooks.schedules import SCHEDULES
 
 

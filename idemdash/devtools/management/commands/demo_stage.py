@@ -13,6 +13,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         armed, created = demo.setup()
         if armed:
-            self.stdout.write(f"demo outages on: {', '.join(armed)} (fix them at /admin/idemdash/demoswitch/)")
+            self.stdout.write(f"demo outages on: {', '.join(armed)} (fix them at /admin/devtools/demoswitch/)")
         rule = demo.DEMO_RULE["name"]
         self.stdout.write(f"alert rule {rule!r} " + ("installed" if created else "already there; left as it is"))

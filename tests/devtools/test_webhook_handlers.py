@@ -1,12 +1,26 @@
+"""The demo's webhook handlers (idemdash/devtools/webhook_handlers.py): one fulfilment per
+Stripe payment, one row per Shopify order, through the real receiver and processing."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from tests.webhooks.conftest import LOCAL_OBJECTS, SHOPIFY_SECRET, deliver, deliver_stripe, make_endpoint, shopify_headers, stripe_event
+from idemdash.devtools.models import Fulfilment, ShopifyOrder
+from tests.webhooks.conftest import (  # noqa: F401 (fixtures3 and _no_env_secrets are fixtures)
+    LOCAL_OBJECTS,
+    SHOPIFY_SECRET,
+    _no_env_secrets,
+    deliver,
+    deliver_stripe,
+    fixtures3,
+    make_endpoint,
+    shopify_headers,
+    stripe_event,
+)
 from webhooks import processing
-from webhooks.models import Fulfilment, ShopifyOrder, WebhookEvent
+from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,111 @@
+"""The outbox in a host project (receipts/checks.py:outbox_installed and the guard in
+receipts/outbox/models.py): host projects with `receipts` and without `receipts.outbox`
+are told the INSTALLED_APPS entry, at start-up when they show they use the outbox and at
+the import of `enqueue`; a host with the entry docs/outbox.md gives enqueues and drains.
+
+Each host is a real project in its own process (the app registry is per process), on
+SQLite, with this environment's packages."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIX = 'add "receipts.outbox" to INSTALLED_APPS'
+
+
+def outbox_entry() -> str:
+    """The code block docs/outbox.md marks `<!-- guide:outbox -->`."""
+    found = re.search(r"<!-- guide:outbox -->\n```python\n(.*?)```", (REPO / "docs" / "outbox.md").read_text(), re.S)
+    assert found
+    return found.group(1)
+
+
+def make_host(root: Path, *, extra_settings: str = "", outbox_actions: bool = False) -> Path:
+    project = root / "hostproject"
+    for package in ("host", "shop"):
+        (project / package).mkdir(parents=True)
+        (project / package / "__init__.py").write_text("")
+    (project / "host" / "settings.py").write_text(textwrap.dedent(f"""\
+        SECRET_KEY = "host-project-outbox-test-key"
+        DEBUG = False
+        USE_TZ = True
+        ROOT_URLCONF = "host.urls"
+        INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "receipts", "shop"]
+        DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{root / 'host.sqlite3'}"}}}}
+        EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+        EMAIL_FILE_PATH = "{root / 'mail'}"
+        """) + extra_settings)
+    (project / "host" / "urls.py").write_text("urlpatterns = []\n")
+    if outbox_actions:
+        # A host's own action, the way docs/outbox.md says to write one.
+        (project / "shop" / "outbox_actions.py").write_text(textwrap.dedent("""\
+            from receipts.outbox.actions import outbox_action
+
+
+            @outbox_action("shop.notify")
+            def notify(payload, ctx):
+                pass
+            """))
+    return project
+
+
+def manage(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(project.parent), "PYTHONDONTWRITEBYTECODE": "1",
+           "DJANGO_SETTINGS_MODULE": "host.settings", "PYTHONPATH": os.pathsep.join([str(project), str(REPO)])}
+    return subprocess.run([sys.executable, "-m", "django", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_host_without_the_outbox_and_no_use_of_it_checks_clean(tmp_path):
+    done = manage(make_host(tmp_path), "check")
+    assert done.returncode == 0 and "no issues" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("sign,host", [
+    ("shop.outbox_actions", {"outbox_actions": True}),
+    ("OUTBOX_MAX_ATTEMPTS", {"extra_settings": "OUTBOX_MAX_ATTEMPTS = 3\n"}),
+])
+def test_a_host_that_uses_the_outbox_without_its_app_fails_its_check_with_the_fix(tmp_path, sign, host):
+    project = make_host(tmp_path, **host)
+    for command in ("check", "migrate"):
+        done = manage(project, command)
+        assert done.returncode == 1
+        assert "receipts.E002" in done.stderr and sign in done.stderr
+        assert 'Add "receipts.outbox" to INSTALLED_APPS' in done.stderr
+
+
+def test_enqueue_without_the_outbox_app_raises_an_error_that_names_the_entry(tmp_path):
+    project = make_host(tmp_path)
+    assert manage(project, "migrate", "--noinput").returncode == 0
+    done = manage(project, "shell", "--no-imports", "-c", "from receipts.outbox.store import enqueue")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured:") and FIX in last
+    # Django answers an unknown command itself; the check above is what says the fix.
+    assert "Unknown command: 'drain_outbox'" in manage(project, "drain_outbox").stderr
+
+
+def test_a_host_with_the_documented_entry_enqueues_and_drains(tmp_path):
+    project = make_host(tmp_path, extra_settings=outbox_entry(), outbox_actions=True)
+    migrated = manage(project, "migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "outbox" in manage(project, "showmigrations", "outbox").stdout
+    enqueued = manage(project, "shell", "--no-imports", "-c", (
+        "from receipts.outbox.store import enqueue; "
+        "print(enqueue('email.send', {'to': 'a@example.com', 'subject': 'Paid', 'body': 'Thanks'}, key='order-1-paid').created, "
+        "enqueue('shop.notify', {}, key='order-1-notify').created)"
+    ))
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert enqueued.stdout.split() == ["True", "True"]
+    drained = manage(project, "drain_outbox")
+    assert drained.returncode == 0, drained.stderr
+    assert "claimed=2 sent=2" in drained.stdout
+    assert len(list((tmp_path / "mail").iterdir())) == 1
