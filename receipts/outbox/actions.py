@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.mail import BadHeaderError, EmailMessage
+from django.core.mail import EmailMessage
 from django.core.validators import validate_email
 
 from idemdash.core.masking import mask_text
@@ -223,7 +223,7 @@ def _addresses(value: Any, field: str = "payload.to") -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidPayload("email.send addresses are a string or a list of strings.", field)
     for address in value:
-        # A CR or LF would add a header (Django refuses it at every send, BadHeaderError).
+        # A CR or LF would add a header (Django refuses it at every send with a ValueError).
         if CONTROL.search(address):
             raise InvalidPayload("An email address may not hold CR, LF, NUL or other control characters.", field)
         try:
@@ -279,7 +279,9 @@ def email_send(payload: dict, ctx: ActionContext) -> None:
     )
     try:
         email.send(fail_silently=False)
-    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused, BadHeaderError) as exc:
+    # A header Django refuses is a ValueError (BadHeaderError on Django 5.2 is one; 6.1
+    # deprecates that name for ValueError itself): no retry would change it.
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused, ValueError) as exc:
         raise PermanentError(f"{type(exc).__name__}: {exc}") from exc
     except (smtplib.SMTPException, OSError) as exc:
         raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
