@@ -152,8 +152,11 @@ if DATABASE_URL:
     if _db.get("ENGINE") not in {
         "django.db.backends.postgresql",
         "django.db.backends.sqlite3",
+        "django.db.backends.mysql",
     }:
-        raise ImproperlyConfigured("DATABASE_URL must point to PostgreSQL (postgres://) or SQLite (sqlite:///)")
+        raise ImproperlyConfigured(
+            "DATABASE_URL must point to PostgreSQL (postgres://), MySQL/MariaDB (mysql://) or SQLite (sqlite:///)"
+        )
     if _db["ENGINE"] == "django.db.backends.postgresql":
         _db.setdefault("OPTIONS", {})
         _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
@@ -163,6 +166,19 @@ if DATABASE_URL:
         if envbool("DB_PREPARED_STATEMENTS", True):
             _db["OPTIONS"].setdefault("prepare_threshold", 5)
         _db["TEST"] = {"NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}"}
+    if _db["ENGINE"] == "django.db.backends.mysql":
+        # MySQL/MariaDB (the mysql extra): the path host projects on MySQL take, which CI runs
+        # the receipts, outbox and webhooks suites on (docs/receipt-store.md: Databases).
+        # utf8mb4 for any text a caller sends; READ COMMITTED (Django's default, spelled out)
+        # so that a claim's re-read sees the row another transaction just committed.
+        _db.setdefault("OPTIONS", {})
+        _db["OPTIONS"].setdefault("charset", "utf8mb4")
+        _db["OPTIONS"].setdefault("isolation_level", "read committed")
+        _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
+        _db["TEST"] = {
+            "NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}",
+            "CHARSET": "utf8mb4",
+        }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {

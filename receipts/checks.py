@@ -78,3 +78,25 @@ def outbox_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         hint=f'Add "{OUTBOX_APP}" to INSTALLED_APPS (after "receipts") and run migrate (docs/outbox.md).',
         id="receipts.E002",
     )]
+
+
+@register(Tags.database)
+def mysql_read_committed(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
+    """MySQL/MariaDB under REPEATABLE READ: a claim that lost a race re-reads the receipt
+    and, from a snapshot taken before the winner committed, would not see it. Django's own
+    default is READ COMMITTED; this refuses a project that set another level."""
+    from django.db import connections
+
+    errors = []
+    for alias in databases or []:
+        settings_dict = connections[alias].settings_dict
+        level = (settings_dict.get("OPTIONS") or {}).get("isolation_level", "read committed")
+        if settings_dict["ENGINE"].endswith("mysql") and level == "repeatable read":
+            errors.append(Error(
+                f"DATABASES[{alias!r}] runs MySQL/MariaDB under REPEATABLE READ, where a claim that "
+                "lost a race cannot see the receipt that won it.",
+                hint='Use Django\'s default, READ COMMITTED: remove OPTIONS["isolation_level"] or set it '
+                'to "read committed" (docs/receipt-store.md: Databases).',
+                id="receipts.E003",
+            ))
+    return errors

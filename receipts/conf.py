@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
     "RECEIPTS_ROLLUP_RETENTION_DAYS": 90,
     "RECEIPTS_RETENTION_BATCH_SIZE": 1000,
+    # Header names a replay leaves out besides those it never carries (hop-by-hop,
+    # Set-Cookie, Date: receipts/responses.py:NOT_REPLAYED), e.g. a per-request X-Request-Id.
+    "RECEIPTS_REPLAY_EXCLUDED_HEADERS": [],
     # receipts.middleware answers these paths with problem+json whatever the Accept header.
     "RECEIPTS_JSON_PATH_PREFIXES": ["/api/", "/webhooks/"],
 }

@@ -6,8 +6,10 @@ and problem types are tabled in docs/http-contract.md.
 The view and the receipt's completion commit in ONE transaction: if the lease was taken
 over while the view ran, completing raises StaleToken and the view's own writes roll back,
 so a slow first attempt and the attempt that took over never both commit a side effect in
-this database. This needs the claim itself to commit before the view runs, so do not use
-the decorator under ATOMIC_REQUESTS (the claim would stay invisible to other requests).
+this database. The claim commits before the view runs, so a duplicate sees it and is told
+409 (or waits, with Prefer: wait). Under ATOMIC_REQUESTS the claim commits with the view
+instead: a duplicate's insert waits on the uncommitted row, then replays the result
+(docs/http-contract.md: Under ATOMIC_REQUESTS; tests/receipts/test_atomic_requests.py).
 """
 
 from __future__ import annotations

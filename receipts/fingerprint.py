@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from idemdash.core.canonical import MAX_JSON_DEPTH, canonical_json, nesting_depth
+from idemdash.core.canonical import canonical_json, json_depth_limit, nesting_depth
 
 # Moved to idemdash.core.canonical; kept importable from here for one release.
 from idemdash.core.canonical import UnstorableJSON, fingerprint_json  # noqa: F401
@@ -50,7 +50,7 @@ def parse_json_body(body: bytes, content_type: str) -> Any:
         return _NOT_JSON
     # Python parses deeper JSON than it can walk or encode again (to canonicalise or store
     # it): such a body is treated as opaque bytes, for the fingerprint and the stored request alike.
-    return _NOT_JSON if nesting_depth(parsed) > MAX_JSON_DEPTH else parsed
+    return _NOT_JSON if nesting_depth(parsed) > json_depth_limit() else parsed
 
 
 def is_json(value: Any) -> bool:

@@ -3,10 +3,16 @@
 A receipt keeps a status, a content type and a body as text. Most bodies are UTF-8 text
 and are stored as they are, readable in the admin and the dashboard. Two cases need more:
 a body that is not UTF-8 text (or holds NUL, which PostgreSQL text refuses), and a
-response whose meaning lives in a header (a redirect's Location). Those are stored as an
-envelope: ENVELOPE followed by JSON with the body (base64 when binary) and the kept
-headers. A text body that happens to start with ENVELOPE is wrapped too, so reading back
-is never ambiguous.
+response with headers of its own (a redirect's Location, an ETag, a DRF view's Allow).
+Those are stored as an envelope: ENVELOPE followed by JSON with the body (base64 when
+binary) and the kept headers, in the view's order. A text body that happens to start with
+ENVELOPE is wrapped too, so reading back is never ambiguous.
+
+The kept headers are all the view set (`kept_headers`), but for those that belong to one
+connection or one moment, not to the result (NOT_REPLAYED, and RECEIPTS_REPLAY_EXCLUDED_HEADERS):
+a replay carries the rest, as drf-idempotency does (docs/http-contract.md: Replays). A receipt
+stored when only Location, Content-Location and Content-Disposition were kept replays what
+it holds.
 
 Also the answers to a claim that does not run because another caller holds the key or the
 key was used for another request (`refusal`): the same for every front door but for their
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpResponse
 
 from idemdash.core.problems import problem
+from receipts.conf import setting
 from receipts.models import Attempt
 
 if TYPE_CHECKING:
@@ -30,12 +37,20 @@ if TYPE_CHECKING:
 
 ENVELOPE = "idemdash:envelope:v1:"
 
-# Headers that change what a stored response means; everything else is rebuilt by Django.
-KEPT_HEADERS = ("Location", "Content-Location", "Content-Disposition")
+# Never replayed (lower case): hop-by-hop headers (RFC 9110 7.6.1), which describe one
+# connection; Set-Cookie, which would hand the first caller's session to whoever repeats
+# the key; Date, which a server sets for the moment it answers; Content-Type, kept in the
+# receipt's own field; Content-Length, which Django computes again from the body.
+NOT_REPLAYED = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "transfer-encoding", "upgrade",
+    "set-cookie", "date", "content-type", "content-length",
+})
 
 
 def encode(content: bytes, headers: dict[str, str] | None = None) -> str:
-    kept = {name: value for name, value in (headers or {}).items() if name in KEPT_HEADERS}
+    """The text a receipt keeps for a body and its `kept_headers`."""
+    kept = headers or {}
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -62,7 +77,15 @@ def decode(stored: str) -> tuple[bytes, dict[str, str]]:
 
 
 def kept_headers(response: HttpResponse) -> dict[str, str]:
-    return {name: response[name] for name in KEPT_HEADERS if response.has_header(name)}
+    """The headers a replay carries, in the view's order: all it set but NOT_REPLAYED, the
+    names its Connection header lists (hop-by-hop too), and RECEIPTS_REPLAY_EXCLUDED_HEADERS."""
+    headers = response.headers
+    if len(headers) == 1 and "Content-Type" in headers:
+        return {}  # the usual response: nothing to keep, nothing to look up
+    excluded = NOT_REPLAYED | {name.lower() for name in setting("RECEIPTS_REPLAY_EXCLUDED_HEADERS")}
+    if "Connection" in headers:
+        excluded |= {token.strip().lower() for token in headers["Connection"].split(",")}
+    return {name: value for name, value in headers.items() if name.lower() not in excluded}
 
 
 def rebuild(status: int | None, content_type: str, stored: str) -> HttpResponse:

@@ -16,6 +16,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     if os.environ.get("IDEMDASH_REQUIRE_POSTGRES") == "1" and not on_postgres:
         raise pytest.UsageError("IDEMDASH_REQUIRE_POSTGRES=1 but DATABASE_URL is not PostgreSQL")
+    if os.environ.get("IDEMDASH_REQUIRE_MYSQL") == "1" and not settings.DATABASES["default"]["ENGINE"].endswith("mysql"):
+        raise pytest.UsageError("IDEMDASH_REQUIRE_MYSQL=1 but DATABASE_URL is not MySQL/MariaDB")
     if on_postgres:
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://...")

@@ -20,7 +20,8 @@ class Gunicorn:
     """One sync worker in its own session (process group), so that stopping it stops the
     worker too. `url` is its base URL on 127.0.0.1."""
 
-    def __init__(self, log_path: Path, settings_module: str, *, worker_class: str = "sync", threads: int = 1) -> None:
+    def __init__(self, log_path: Path, settings_module: str, workers: int = 1, *, worker_class: str = "sync",
+                 threads: int = 1) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
@@ -29,7 +30,8 @@ class Gunicorn:
         )
         argv = [
             sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", "1", "--worker-class", worker_class, "--threads", str(threads), "--timeout", "30", "--graceful-timeout", "2",
+            "--workers", str(workers), "--worker-class", worker_class, "--threads", str(threads), "--timeout", "30",
+            "--graceful-timeout", "2",
             "--log-level", "warning",
         ]
         with open(log_path, "ab") as log:

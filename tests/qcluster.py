@@ -33,6 +33,8 @@ def database_url(name: str | None = None) -> str:
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
+    if connection.vendor == "mysql":
+        return f"mysql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 3306}/{name or s['NAME']}"
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name or s['NAME']}"
 
 

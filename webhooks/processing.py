@@ -170,7 +170,8 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     now = now or timezone.now()
     token = uuid.uuid4()
     lease = now + timedelta(seconds=lease_seconds())
-    if not connection.features.can_return_columns_from_insert:  # SQLite before 3.35
+    # SQLite before 3.35 has no RETURNING; MySQL none on an UPDATE (MariaDB's is INSERT's and DELETE's).
+    if connection.vendor == "mysql" or not connection.features.can_return_columns_from_insert:
         events = WebhookEvent.objects.filter(**match)
         claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
             status=Status.PROCESSING, attempts=F("attempts") + 1, lease_expires_at=lease, fencing_token=token

@@ -21,7 +21,7 @@ import stripe
 from standardwebhooks.webhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError as StandardVerificationError
 
-from idemdash.core.canonical import MAX_JSON_DEPTH, nesting_depth
+from idemdash.core.canonical import json_depth_limit, nesting_depth
 
 MAX_KEY_LENGTH = 500  # WebhookEvent.dedupe_key holds 512
 # C0 and C1 control characters and DEL: an id holding one (a CR/LF header injection, a NUL
@@ -226,8 +226,9 @@ def _parse_json(body: bytes) -> Any:
         raise VerificationError("invalid_json", "The body is not valid JSON.") from None
     # Far deeper than any provider's events; deeper payloads cannot be fingerprinted or
     # stored (Python parses deeper JSON than it can encode again).
-    if nesting_depth(payload) > MAX_JSON_DEPTH:
-        raise VerificationError("invalid_json", f"The body is nested deeper than {MAX_JSON_DEPTH} levels.")
+    limit = json_depth_limit()
+    if nesting_depth(payload) > limit:
+        raise VerificationError("invalid_json", f"The body is nested deeper than {limit} levels.")
     if payload is None:
         # Not an event, and the stored payload column cannot tell JSON null from no payload.
         raise VerificationError("invalid_json", "The body is JSON null, not an event.")

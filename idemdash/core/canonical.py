@@ -44,6 +44,18 @@ def fingerprint_json(value: Any) -> str:
 # The deepest JSON taken in (a request body, a webhook payload): well within what Python
 # can walk and encode again, far beyond what any real document needs.
 MAX_JSON_DEPTH = 64
+# MariaDB checks every JSON column with JSON_VALID, which refuses 32 levels and deeper: there
+# the limit is lower, so a deep body is a 400 up front rather than a refused insert.
+MARIADB_JSON_DEPTH = 31
+
+
+def json_depth_limit() -> int:
+    """The deepest JSON the default database can store: MAX_JSON_DEPTH, or less on MariaDB."""
+    from django.db import connection
+
+    if connection.vendor == "mysql" and connection.mysql_is_mariadb:
+        return MARIADB_JSON_DEPTH
+    return MAX_JSON_DEPTH
 
 
 def nesting_depth(value: Any) -> int:

@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from idemdash.core.clients import client_for_request
-from idemdash.core.canonical import MAX_JSON_DEPTH, nesting_depth
+from idemdash.core.canonical import json_depth_limit, nesting_depth
 from idemdash.core.problems import problem
 
 SURROGATE = re.compile("[\ud800-\udfff]")
@@ -102,8 +102,9 @@ def _refuse_constant(name: str) -> Any:
 
 def _check_depth(value: Any) -> None:
     # Deeper bodies would exhaust the recursion of canonicalisation: refuse them up front.
-    if nesting_depth(value) > MAX_JSON_DEPTH:
-        raise Invalid("body", f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    limit = json_depth_limit()
+    if nesting_depth(value) > limit:
+        raise Invalid("body", f"JSON nested deeper than {limit} levels")
 
 
 def _unstorable_text(value: Any) -> bool:

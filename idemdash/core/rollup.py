@@ -50,7 +50,7 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connections, models, transaction
 from django.db.models import Count, Min, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -187,9 +187,11 @@ class HourlyRollup:
         # not linger. An update, not a delete and insert: on PostgreSQL it changes no indexed
         # column, so it leaves no dead index entries behind for every run.
         span.update(count=0)
-        self.table._default_manager.bulk_create(
-            rows, update_conflicts=True, unique_fields=["hour", *self.groups], update_fields=["count"]
-        )
+        manager = self.table._default_manager
+        # MySQL/MariaDB's upsert (ON DUPLICATE KEY) names no target: any unique key decides,
+        # and (hour, groups) is the only one an inserted row (no pk) can collide on.
+        target = ["hour", *self.groups] if connections[manager.db].features.supports_update_conflicts_with_target else None
+        manager.bulk_create(rows, update_conflicts=True, unique_fields=target, update_fields=["count"])
         span.filter(count=0).delete()
         return len(rows)
 

@@ -233,3 +233,21 @@ def test_static_files_are_served_by_whitenoise_under_hashed_compressed_names():
     middleware = loaded["middleware"]
     assert middleware.index("whitenoise.middleware.WhiteNoiseMiddleware") == middleware.index(
         "django.middleware.security.SecurityMiddleware") + 1
+
+
+def test_a_mysql_url_gets_utf8mb4_read_committed_and_a_suffixed_test_database():
+    show = (
+        "import json; from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(json.dumps({'engine': d['ENGINE'], 'options': d['OPTIONS'], 'test': d['TEST']}))"
+    )
+    done = _load(show, SECRET_KEY=STRONG_KEY, DATABASE_URL="mysql://root@127.0.0.1:3306/app", IDEMDASH_TEST_DB_SUFFIX="x")
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout)
+    assert loaded["engine"] == "django.db.backends.mysql"
+    assert loaded["options"]["charset"] == "utf8mb4" and loaded["options"]["isolation_level"] == "read committed"
+    assert loaded["test"] == {"NAME": "test_idemdash_x", "CHARSET": "utf8mb4"}
+
+
+def test_another_database_url_is_refused():
+    done = _load(SECRET_KEY=STRONG_KEY, DATABASE_URL="oracle://u:p@127.0.0.1:1521/x")
+    assert done.returncode != 0 and "MySQL/MariaDB (mysql://)" in done.stderr

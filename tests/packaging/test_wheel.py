@@ -84,7 +84,7 @@ def test_the_wheel_holds_the_apps(wheel_files):
         "idemdash/worker/apps.py",
         "receipts/store.py",
         "receipts/management/commands/install_schedules.py",
-        "webhooks/migrations/0007_demo_models_move_to_devtools.py",
+        "webhooks/migrations/0008_demo_models_move_to_devtools.py",
     } <= set(wheel_files)
 
 

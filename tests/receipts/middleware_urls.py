@@ -12,6 +12,9 @@ def lose_the_database(request: HttpRequest) -> HttpResponse:
             # The server ends this backend, as a failover or restart would.
             cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             cursor.execute("SELECT 1")
+        elif connection.vendor == "mysql":
+            # The server ends this connection (MySQL/MariaDB's KILL), as a restart would.
+            cursor.execute("KILL CONNECTION_ID()")
         else:
             # SQLite cannot lose a connection; a missing table is its OperationalError.
             cursor.execute("SELECT * FROM receipts_gone_table")

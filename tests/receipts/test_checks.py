@@ -1,4 +1,5 @@
-"""The outbox in a host project (receipts/checks.py:outbox_installed and the guard in
+"""receipts/checks.py. The database check: MySQL/MariaDB under REPEATABLE READ is refused
+(receipts.E003). The outbox in a host project (receipts/checks.py:outbox_installed and the guard in
 receipts/outbox/models.py): host projects with `receipts` and without `receipts.outbox`
 are told the INSTALLED_APPS entry, at start-up when they show they use the outbox and at
 the import of `enqueue`; a host with the entry docs/outbox.md gives enqueues and drains.
@@ -16,6 +17,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from django.db import connection
+
+from receipts.checks import mysql_read_committed
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = 'add "receipts.outbox" to INSTALLED_APPS'
@@ -109,3 +113,35 @@ def test_a_host_with_the_documented_entry_enqueues_and_drains(tmp_path):
     assert drained.returncode == 0, drained.stderr
     assert "claimed=2 sent=2" in drained.stdout
     assert len(list((tmp_path / "mail").iterdir())) == 1
+
+
+# --- receipts.E003: MySQL/MariaDB's isolation level ---------------------------------------
+
+
+def _as_mysql(monkeypatch: pytest.MonkeyPatch, options: dict) -> None:
+    # The check reads only the settings, so a settings dict that says MySQL is enough.
+    monkeypatch.setitem(connection.settings_dict, "ENGINE", "django.db.backends.mysql")
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+
+
+def test_mysql_under_repeatable_read_is_refused(monkeypatch):
+    _as_mysql(monkeypatch, {"isolation_level": "repeatable read"})
+    errors = mysql_read_committed(databases=["default"])
+    assert [e.id for e in errors] == ["receipts.E003"] and "REPEATABLE READ" in errors[0].msg
+
+
+@pytest.mark.parametrize("options", [{}, {"isolation_level": "read committed"}])
+def test_mysql_under_read_committed_passes(monkeypatch, options):
+    _as_mysql(monkeypatch, options)
+    assert mysql_read_committed(databases=["default"]) == []
+
+
+def test_another_database_passes_whatever_its_options(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict, "ENGINE", "django.db.backends.postgresql")
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"isolation_level": "repeatable read"})
+    assert mysql_read_committed(databases=["default"]) == []
+
+
+def test_a_check_run_without_databases_passes(monkeypatch):
+    _as_mysql(monkeypatch, {"isolation_level": "repeatable read"})
+    assert mysql_read_committed(databases=None) == []

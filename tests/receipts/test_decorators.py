@@ -372,6 +372,50 @@ def test_a_redirect_is_replayed_with_its_location(client):
     assert again["Location"] == first["Location"]
 
 
+REPLAYED = ["ETag", "X-Row", "Cache-Control", "Link"]
+NEVER_REPLAYED = ["Date", "Connection", "X-Hop", "Keep-Alive", "Transfer-Encoding", "Set-Cookie"]
+
+
+@pytest.mark.django_db
+def test_a_replay_carries_the_views_headers_but_hop_by_hop_set_cookie_and_date(client):
+    first = post(client, "/headers", **{"X-Request-Id": "r-1"})
+    again = post(client, "/headers", **{"X-Request-Id": "r-2"})
+    assert again["Idempotent-Replayed"] == "true" and again.status_code == 201
+    assert [(name, again[name]) for name in REPLAYED] == [(name, first[name]) for name in REPLAYED]
+    assert again["X-Request-Id"] == "r-1"  # the first attempt's, as stored
+    assert not [name for name in NEVER_REPLAYED if again.has_header(name)]
+    assert not again.cookies and first.cookies["session-ish"].value == "first-caller"
+    assert again.content == first.content
+    stored = list(json.loads(Receipt.objects.get().response_body.split(":", 3)[3])["headers"])
+    assert stored == ["ETag", "X-Row", "Cache-Control", "Link", "X-Request-Id"]  # the view's order
+    assert rows("k-1") == 1
+
+
+@pytest.mark.django_db
+def test_headers_listed_in_replay_excluded_headers_are_not_stored(client, settings):
+    settings.RECEIPTS_REPLAY_EXCLUDED_HEADERS = ["x-request-id", "Cache-Control"]
+    post(client, "/headers", **{"X-Request-Id": "r-1"})
+    again = post(client, "/headers", **{"X-Request-Id": "r-2"})
+    assert again["Idempotent-Replayed"] == "true" and again["ETag"]
+    assert not again.has_header("X-Request-Id") and not again.has_header("Cache-Control")
+
+
+@pytest.mark.django_db
+def test_a_plain_json_response_is_stored_as_its_text(client):
+    post(client, "/capture")
+    assert json.loads(Receipt.objects.get().response_body)  # no envelope: nothing but Content-Type
+
+
+@pytest.mark.django_db
+def test_a_receipt_stored_with_the_three_headers_of_old_still_replays(client):
+    post(client, "/redirect")
+    old = 'idemdash:envelope:v1:{"headers":{"Location":"/done/7"},"body":""}'
+    Receipt.objects.update(response_body=old)
+    again = post(client, "/redirect")
+    assert again.status_code == 303 and again["Location"] == "/done/7"
+    assert again["Idempotent-Replayed"] == "true"
+
+
 @pytest.mark.django_db
 def test_a_body_over_the_upload_limit_is_413(client, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10

@@ -103,6 +103,8 @@ def refuse_deleting_receipts() -> None:
 
 @pytest.mark.django_db
 def test_a_delete_that_fails_takes_its_batch_archive_with_it():
+    if connection.vendor == "mysql":
+        pytest.skip("MySQL commits CREATE TRIGGER on the spot, and with it the test's own rows")
     expired_receipts(2, "payment.capture")
     refuse_deleting_receipts()
     with pytest.raises(DatabaseError, match="not to be deleted"):

@@ -168,3 +168,13 @@ def test_a_workers_release_records_its_reason_as_the_error_and_marks_the_key():
     first = store.claim(SCOPE, "k13", "email.send", {})
     r = store.release(Receipt.objects.get(key="k13"), token=first.token, reason="HTTP 401: not stored")
     assert (r.error, r.released, r.released_by) == ("HTTP 401: not stored", True, "")
+
+
+@pytest.mark.parametrize("other", ["ORDER-1", "order-1 ", "Order-1"])
+def test_keys_that_differ_only_in_case_or_trailing_space_are_different_keys(other):
+    """A key is its exact bytes: a case-insensitive or space-padding collation (MySQL's and
+    MariaDB's defaults) must not make one caller's key replay another's."""
+    first = store.claim(SCOPE, "order-1", "email.send", {"n": 1})
+    assert store.claim(SCOPE, other, "email.send", {"n": 2}).outcome == "claimed"
+    assert store.claim(SCOPE, "order-1", "email.send", {"n": 1}).outcome == "in_progress"
+    assert first.outcome == "claimed" and Receipt.objects.count() == 2

@@ -99,6 +99,27 @@ def redirect(request: HttpRequest) -> HttpResponse:
     return response
 
 
+@csrf_exempt
+@idempotent("email.send")
+def headers(request: HttpRequest) -> HttpResponse:
+    """Every kind of header: the result's own, one connection's, one moment's, a cookie."""
+    row = side_effect(request.headers.get("Idempotency-Key", ""))
+    response = JsonResponse({"row": row.pk}, status=201)
+    response["ETag"] = f'"row-{row.pk}"'
+    response["X-Row"] = str(row.pk)
+    response["Cache-Control"] = "no-store"
+    response["Link"] = f'</rows/{row.pk}>; rel="self"'
+    response["X-Request-Id"] = request.headers.get("X-Request-Id", "")
+    response["Date"] = "Wed, 25 Nov 2026 12:00:00 GMT"
+    response["Connection"] = "keep-alive, X-Hop"
+    response["X-Hop"] = "1"
+    response["Keep-Alive"] = "timeout=5"
+    response["Transfer-Encoding"] = "identity"
+    response["Set-Cookie"] = "raw=1"
+    response.set_cookie("session-ish", "first-caller")
+    return response
+
+
 @idempotent("profile.update")
 def session_view(request: HttpRequest) -> HttpResponse:
     """No csrf_exempt: the CSRF middleware must still guard it."""
@@ -129,6 +150,7 @@ urlpatterns = [
     path("stream", stream),
     path("binary", binary),
     path("redirect", redirect),
+    path("headers", headers),
     path("session", session_view),
     path("tenant", tenant),
     path("echo", echo),

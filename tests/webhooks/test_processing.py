@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 
@@ -54,7 +54,8 @@ def test_the_task_a_delivery_writes_runs_its_event_once():
 
 def test_a_claim_is_one_statement_that_returns_the_claimed_event_as_stored(django_assert_num_queries):
     event = make_event(payload={"id": "evt_1", "data": {"object": {"amount": 5}}})
-    with django_assert_num_queries(1):
+    # MySQL has no UPDATE ... RETURNING: there the claim is the UPDATE, then the read.
+    with django_assert_num_queries(2 if connection.vendor == "mysql" else 1):
         claimed = processing.claim_event(event.pk)
     stored = WebhookEvent.objects.get(pk=event.pk)
     assert claimed.payload == stored.payload == {"id": "evt_1", "data": {"object": {"amount": 5}}}

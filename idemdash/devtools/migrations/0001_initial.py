@@ -3,13 +3,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """The demo's tables, moved here from the webhooks app (webhooks 0007) and the dashboard
+    """The demo's tables, moved here from the webhooks app (webhooks 0008) and the dashboard
     (idemdash 0006), which drop theirs."""
 
     initial = True
 
     dependencies = [
-        ('webhooks', '0007_demo_models_move_to_devtools'),
+        ('webhooks', '0008_demo_models_move_to_devtools'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     so they are dropped, not copied."""
 
     dependencies = [
-        ('webhooks', '0006_event_fencing_token'),
+        ('webhooks', '0007_exact_text'),
     ]
 
     operations = [

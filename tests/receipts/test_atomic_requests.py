@@ -1,0 +1,76 @@
+"""@idempotent under ATOMIC_REQUESTS (cookiecutter-django turns it on), served by a real
+gunicorn with several worker processes, each with its own database connection.
+
+Under ATOMIC_REQUESTS the claim commits with the view, not before it: a duplicate's insert
+of the same key waits on the first attempt's uncommitted row (PostgreSQL and InnoDB both
+lock a unique key being inserted) and, once the first commits, finds the completed receipt
+and replays it. So duplicates wait instead of being told 409, and exactly one attempt per
+key runs. What differs is documented in docs/http-contract.md (ATOMIC_REQUESTS).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import httpx
+import pytest
+
+from receipts.models import Attempt, AuditEntry, Receipt
+from tests.gunicorn import Gunicorn
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+KEYS = [f"atomic-{i}" for i in range(4)]
+CALLERS_PER_KEY = 16
+WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def gunicorn(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        server = Gunicorn(
+            tmp_path_factory.mktemp("gunicorn") / "gunicorn.log", "tests.receipts.atomic_settings", workers=WORKERS
+        )
+    yield server
+    server.stop()
+
+
+def _post(url: str, path: str, key: str) -> httpx.Response:
+    return httpx.post(url + path, json={"amount": 100}, headers={"Idempotency-Key": key}, timeout=60)
+
+
+def test_duplicates_wait_for_the_first_attempts_commit_and_are_replayed(gunicorn):
+    answers: list[tuple[str, httpx.Response]] = []
+    start = threading.Barrier(len(KEYS) * CALLERS_PER_KEY)
+
+    def caller(key: str) -> None:
+        start.wait(30)
+        answers.append((key, _post(gunicorn.url, "/capture", key)))
+
+    threads = [threading.Thread(target=caller, args=(key,)) for key in KEYS for _ in range(CALLERS_PER_KEY)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+
+    assert len(answers) == len(KEYS) * CALLERS_PER_KEY, gunicorn.log()
+    assert Counter(response.status_code for _, response in answers) == {201: len(answers)}, gunicorn.log()
+    for key in KEYS:
+        mine = [response for k, response in answers if k == key]
+        assert len({response.content for response in mine}) == 1  # one result, replayed
+        assert sum("Idempotent-Replayed" not in response.headers for response in mine) == 1
+        assert AuditEntry.objects.filter(action="test.side_effect", object_id=key).count() == 1
+    outcomes = Counter(Attempt.objects.values_list("outcome", flat=True))
+    # Never in_progress (a 409), never a takeover: the duplicates waited for the commit.
+    assert outcomes == {"claimed": len(KEYS), "completed": len(KEYS), "replayed": len(KEYS) * (CALLERS_PER_KEY - 1)}
+    assert set(Receipt.objects.values_list("status", flat=True)) == {"completed"}
+
+
+def test_an_exception_rolls_back_the_claim_too_so_the_next_attempt_runs(gunicorn):
+    assert _post(gunicorn.url, "/explode", "atomic-boom").status_code == 500
+    # The request's transaction held the receipt, its failure and the view's row: all gone.
+    assert not Receipt.objects.filter(key="atomic-boom").exists()
+    assert not AuditEntry.objects.filter(object_id="atomic-boom").exists()
+    assert _post(gunicorn.url, "/explode", "atomic-boom").status_code == 500
+    assert not Attempt.objects.filter(key="atomic-boom").exists()
