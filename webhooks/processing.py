@@ -225,10 +225,13 @@ def complete_event(event: WebhookEvent, status: str = Status.COMPLETED) -> bool:
     return _settle(event, status, status=status, finished_at=timezone.now(), last_error="")
 
 
-def fail_event(event: WebhookEvent, error: str) -> str | None:
-    """Schedule a retry with backoff, or after WEBHOOKS_MAX_ATTEMPTS a dead letter that keeps
-    the traceback. Returns the new status, or None if the claim was lost."""
+def fail_event(event: WebhookEvent, error: str, *, retry_in: float | None = None) -> str | None:
+    """Schedule a retry with backoff (or after `retry_in` seconds), or after
+    WEBHOOKS_MAX_ATTEMPTS a dead letter that keeps the traceback. Returns the new status, or
+    None if the claim was lost."""
     now = timezone.now()
+    if retry_in is None:
+        retry_in = backoff(event.attempts, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP"))
     if event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS"):
         won = _settle(event, Status.DEAD, error, status=Status.DEAD, finished_at=now, last_error=error)
         status = Status.DEAD
@@ -238,9 +241,7 @@ def fail_event(event: WebhookEvent, error: str) -> str | None:
             Status.RETRY,
             error,
             status=Status.RETRY,
-            next_attempt_at=now + timedelta(
-                seconds=backoff(event.attempts, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP"))
-            ),
+            next_attempt_at=now + timedelta(seconds=retry_in),
             enqueued_at=None,  # the sweeper enqueues it when it is due
             last_error=error,
         )
@@ -262,6 +263,7 @@ def _process(event: WebhookEvent | None) -> str:
     if event is None:
         return "not_claimed"
     handler = handler_for(event.provider, event.event_type)
+    claimed_on = connection.connection  # the connection the claim ran on, to tell if it was lost
     try:
         with _renewing(event), transaction.atomic():
             if handler is not None:
@@ -273,14 +275,45 @@ def _process(event: WebhookEvent | None) -> str:
         _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, "the handler finished after the claim was lost; "
                      "its writes were rolled back", timezone.now())
         return "lease_lost"
-    except Exception:
+    except Exception as exc:
         error = traceback.format_exc()
+        if isinstance(exc, DatabaseError) and _connection_lost(claimed_on):
+            return _retry_after_lost_connection(event, error)
         status = fail_event(event, error)
         log.warning("webhook event %s failed on attempt %s -> %s", event.pk, event.attempts, status)
         if status is None:
             _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, error, timezone.now())
         return status or "lease_lost"
     return Status.COMPLETED if handler else Status.IGNORED
+
+
+def _connection_lost(claimed_on: Any) -> bool:
+    """Whether the worker's database connection was lost (a restart, a failover, a terminated
+    backend), as opposed to the handler's own query failing on a live one. Django drops a
+    connection whose rollback failed (and opens another at the next query), so a lost one is
+    no longer the connection the claim ran on; one that is still there but broken is closed."""
+    if connection.in_atomic_block:  # inside a caller's transaction: not ours to judge
+        return False
+    if connection.connection is not claimed_on:
+        return True
+    if connection.is_usable():
+        return False
+    connection.close()
+    return True
+
+
+def _retry_after_lost_connection(event: WebhookEvent, error: str) -> str:
+    """The database, not the handler, failed: the event goes back due now on a new
+    connection, for the next sweep (seconds away) rather than after its lease and a backoff.
+    If the database is still away, the lease runs out and the sweep takes it over then."""
+    try:
+        status = fail_event(event, error, retry_in=0)
+    except DatabaseError:
+        log.warning("webhook event %s: the database is away; the event waits for its lease to run out", event.pk)
+        return "database_away"
+    log.warning("webhook event %s: lost the database connection on attempt %s -> %s, due now",
+                event.pk, event.attempts, status)
+    return status or "lease_lost"
 
 
 def _renewing(event: WebhookEvent) -> Any:

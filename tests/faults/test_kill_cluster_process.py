@@ -4,7 +4,8 @@ check that the cluster takes work again within seconds and still stops on SIGTER
 
 The roles and points: each of the two workers while idle (one of them is inside the task
 queue's get(), holding its lock, the other waits for that lock), a worker in the middle of a
-task, the monitor, the pusher, and the sentinel. Unmodified django-q2 (1.11) wedges for good
+task, the monitor, the pusher, and the sentinel; and the main process, after which no process
+of the cluster may be left running. Unmodified django-q2 (1.11) wedges for good
 when the worker inside get() dies: its replacement waits forever for the lock the dead
 process held, the scheduler keeps running, and a SIGTERM never finishes.
 
@@ -25,7 +26,7 @@ from django_q.tasks import async_task
 
 from idemdash.worker.models import ClusterHeartbeat
 from tests.faults.test_kill_qcluster import wait_for
-from tests.qcluster import kill_process, signal_stop, start_qcluster
+from tests.qcluster import group_alive, kill_process, signal_stop, start_qcluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -100,14 +101,30 @@ def test_a_cluster_with_a_process_killed_takes_work_again_within_seconds_and_sti
             (victim,) = found[role]
         os.kill(victim, signal.SIGKILL)
 
+        # Not one process replaced on the old queues, as django-q2 does, but all started afresh;
+        # then the new processes take work.
+        said = "its sentinel exited with code -9" if role == "sentinel" else "died (exit code -9)"
+        wait_for(lambda: said in log.read_text(), BACK_WITHIN, "the cluster to see the death", log)
         runs_a_task(tmp_path, log, "after")
         assert cluster.poll() is None, "the cluster's main process exited"
-        # Not one process replaced on the old queues, as django-q2 does, but all started afresh.
-        said = "its sentinel exited with code -9" if role == "sentinel" else "died (exit code -9)"
-        assert said in log.read_text()
-        assert ClusterHeartbeat.objects.get().restarts == 1
+        wait_for(lambda: ClusterHeartbeat.objects.get().restarts == 1, 5, "the restart counted", log)
         took = signal_stop(cluster, group=True, within=STOP_BOUND)
         assert took is not None, f"still running {STOP_BOUND} s after SIGTERM\n{log.read_text()[-3000:]}"
+    finally:
+        kill_process(cluster)
+        connection.close()
+
+
+def test_a_cluster_whose_main_process_is_killed_leaves_no_process_behind(tmp_path):
+    """Its supervisor then starts a new cluster; a sentinel or worker of the old one left
+    running would take tasks unsupervised (django-q2's would, until the group was killed)."""
+    log = tmp_path / "qcluster.log"
+    cluster = start_qcluster(log, Q_WORKERS="2", LOG_LEVEL="INFO")
+    try:
+        started(cluster, log)
+        os.kill(cluster.pid, signal.SIGKILL)
+        cluster.wait(10)
+        wait_for(lambda: not group_alive(cluster), 10, "every process of the cluster to die with it", log)
     finally:
         kill_process(cluster)
         connection.close()

@@ -11,6 +11,8 @@ from importlib.metadata import version
 import pytest
 from django.core.management import get_commands
 from django_q import cluster as django_q_cluster
+from django_q import monitor as django_q_monitor
+from django_q import worker as django_q_worker
 
 from idemdash.worker import cluster
 
@@ -31,6 +33,16 @@ def source(obj) -> str:
         ("the SIGTERM to a timed-out worker", django_q_cluster.Sentinel.reincarnate, "if process.timer.value == 0:"),
         ("the sentinel's arguments", django_q_cluster.Cluster.start, "self.cluster_id,\n                self.broker,\n                self.timeout,"),
         ("Cluster.sig_handler stopping the cluster", django_q_cluster.Cluster.sig_handler, "self.stop()"),
+        # Sentinel.guard is re-implemented (cluster.py): what it repeats of django-q2's.
+        ("Sentinel.start spawning, then guarding", django_q_cluster.Sentinel.start, "self.spawn_cluster()\n        self.guard()"),
+        ("the guard's timer check under the timer's lock", django_q_cluster.Sentinel.guard, "with p.timer.get_lock():"),
+        ("the guard's scheduler call", django_q_cluster.Sentinel.guard, "if counter >= 30 and Conf.SCHEDULER:"),
+        ("the guard's wait for the stop event", django_q_cluster.Sentinel.guard, "if self.stop_event.wait(cycle):"),
+        # The tick: a task package put straight into the task queue (liveness.tick_package).
+        ("the worker's pre_execute signal", django_q_worker.worker, "pre_execute.send(sender=\"django_q\", func=f, task=task)"),
+        ("the worker's per-task timeout", django_q_worker.worker, 'timer_value = task.pop("timeout", timeout)'),
+        ("the monitor not saving a task marked save=False", django_q_monitor.save_task, 'if not task.get("save", Conf.SAVE_LIMIT >= 0) and task["success"]:'),
+        ("the monitor acknowledging only a task with an ack id", django_q_monitor.monitor, 'ack_id = task.pop("ack_id", False)'),
     ],
     ids=lambda value: value if isinstance(value, str) and len(value) < 60 else "",
 )

@@ -232,6 +232,22 @@ def test_a_failed_enqueue_is_one_line_and_leaves_the_event_to_the_next_sweep(mon
     assert queued_event_ids() == [event.pk]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_of_the_handler_on_a_live_connection_is_retried_after_the_backoff(registry):
+    # Only a lost connection gives the event back due now (tests/faults/test_recovery_bounds.py
+    # terminates the worker's backends); the handler's own failing query is its failure.
+    from django.db import OperationalError
+
+    def lock_timeout(event):
+        raise OperationalError("canceling statement due to lock timeout")
+
+    registry("stripe", "thing.happened", lock_timeout)
+    event = make_event()
+    assert processing.process_event(event.pk) == "retry"
+    event.refresh_from_db()
+    assert event.next_attempt_at > timezone.now() + timedelta(seconds=5)
+
+
 def test_the_sweeper_enqueues_a_retry_when_it_is_due(registry):
     registry("stripe", "thing.happened", boom)
     event = make_event()
