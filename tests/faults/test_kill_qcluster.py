@@ -33,14 +33,13 @@ from django_q.tasks import async_task
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import enqueue
-from tests.qcluster import ROOT, kill_process, start_qcluster
+from tests.qcluster import ROOT, free_port, kill_process, start_qcluster
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
 SECRET = "whsec_fault_kill_qcluster_0000"
-RECEIVER_PORT = 8109
 # docs/architecture.md, section 2: a lease (20 s) plus the tick (5 s) plus the time to take the
 # work and run it again.
 RECOVERY_BOUND = 30
@@ -171,13 +170,14 @@ def test_a_qcluster_killed_mid_drain_sends_every_message_within_the_bound_under_
         "OUTBOX_DRAIN_SECONDS": "40",
         "OUTBOX_HTTP_ALLOWED_HOSTS": "127.0.0.1",  # the receiver; the fence refuses loopback otherwise
     }
-    url = f"http://127.0.0.1:{RECEIVER_PORT}/hook"
+    receiver_port = free_port()  # not a fixed one: another run on this machine may hold it
+    url = f"http://127.0.0.1:{receiver_port}/hook"
     keys = [f"fault-msg-{i}" for i in range(5)]
     for i, key in enumerate(keys):
         enqueue("http.post", {"url": url, "json": {"message": i}}, key)
     messages = OutboxMessage.objects.filter(key__in=keys)
 
-    with Receiver(RECEIVER_PORT, delay=1.0) as receiver:
+    with Receiver(receiver_port, delay=1.0) as receiver:
         cluster = start_qcluster(qlog, **env)
         try:
             async_task("receipts.outbox.tasks.drain")
