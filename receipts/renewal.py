@@ -39,6 +39,7 @@ _lock = threading.Lock()
 _running: dict[int, _Claim] = {}
 _changed = threading.Event()
 _thread: threading.Thread | None = None
+_next_look = 0.0  # when the thread looks next (time.monotonic()), under _lock
 
 # How long the thread sleeps when nothing is due (it is woken when a view registers).
 IDLE = 5.0
@@ -68,7 +69,9 @@ def kept(scope: str, key: str, token: int, lease_seconds: float) -> Iterator[Non
     with _lock:
         _running[id(claim)] = claim
         _ensure_thread()
-    _changed.set()
+        sooner = claim.due < _next_look
+    if sooner:  # rare: the thread sleeps until the earliest due claim, or IDLE
+        _changed.set()
     try:
         yield
     finally:
@@ -91,6 +94,7 @@ def _ensure_thread() -> None:
 
 
 def _renew_forever() -> None:
+    global _next_look
     while True:
         with _lock:
             claims = list(_running.values())
@@ -101,8 +105,8 @@ def _renew_forever() -> None:
         with _lock:
             if not _running:
                 connection.close()  # nothing to renew: no connection held for it
-            upcoming = min([claim.due for claim in _running.values()] + [now + IDLE])
-        _changed.wait(max(0.05, upcoming - time.monotonic()))  # or until a view registers
+            _next_look = min([claim.due for claim in _running.values()] + [now + IDLE])
+        _changed.wait(max(0.05, _next_look - time.monotonic()))  # or until a view is due sooner
         _changed.clear()
 
 
