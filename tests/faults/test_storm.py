@@ -14,7 +14,7 @@ result, nothing left processing, no lease taken over. With a 1 s step under a 3 
 heartbeat within two thirds of it, and on 2 shared cores the storm's own first burst (600
 claims) takes longer than that to serve, so leases may still lapse. What must hold there is
 that nothing is silent: every call settles or raises LeaseLost, every execution beyond the
-first of a key is a takeover and was reported to the caller it was taken from, one result
+first of a key was by a holder whose lease was taken over and who was told so, one result
 per key is stored, and nothing is left processing.
 """
 
@@ -189,6 +189,9 @@ def test_a_storm_under_a_short_lease_reports_every_lease_it_loses(instances, tmp
     assert outcome.outcomes["still running"] == 0, figures
     assert outcome.outcomes["settled"] + lost == KEYS * CALLERS_PER_KEY, figures
     assert set(outcome.executions) == {f"short-{n}" for n in range(KEYS)}, figures
-    assert sum(outcome.executions.values()) == KEYS + figures["takeovers"] == KEYS + lost, figures
+    # Every execution past a key's first was by a holder whose lease was taken over, and that
+    # holder was told (LeaseLost). A takeover whose answer the client never got (a timeout,
+    # then the claim retried into its own lease) ran nothing: so at least as many takeovers.
+    assert sum(outcome.executions.values()) == KEYS + lost <= KEYS + figures["takeovers"], figures
     assert Receipt.objects.filter(scope=client.scope, status="completed").count() == KEYS, figures
     assert figures["left processing"] == 0, figures
