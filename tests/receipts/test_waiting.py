@@ -197,13 +197,6 @@ def _wait_in_thread(key: str, results: list) -> threading.Thread:
     return thread
 
 
-def _until(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(settings):
     settings.RECEIPTS_MAX_WAITERS = 1
