@@ -322,7 +322,7 @@ def _handle(
         response = _run(request, view, args, kwargs, principal, key, result.token, lease)
     else:
         response = _refusal(result)
-    if applied_wait:
+    if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
     return response
 

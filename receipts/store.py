@@ -73,6 +73,8 @@ class ClaimResult:
     outcome: str
     receipt: Receipt
     token: int | None = None
+    # A caller that asked to wait was refused a waiting slot (RECEIPTS_MAX_WAITERS): it did not wait.
+    wait_refused: bool = False
 
     @property
     def owned(self) -> bool:
@@ -154,6 +156,7 @@ def claim(
                 # Over the process's cap on waiters, a duplicate is refused at once rather
                 # than hold a thread that a completion may need (receipts/waiting.py).
                 settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
+                result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
                 if settled:
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if settled:
