@@ -26,6 +26,7 @@ from receipts.models import Receipt
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
 COMPLETE_FIELDS = {"key", "token", "response"}
 FAIL_FIELDS = {"key", "token", "error", "retryable"}
+HEARTBEAT_FIELDS = {"key", "token", "lease_seconds"}
 
 
 def _fields(body: dict, allowed: set[str], required: set[str]) -> None:
@@ -57,6 +58,13 @@ def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
         raise Invalid(name, f"A number from {minimum} to {maximum}.")
     return float(value)
+
+
+def _lease_seconds(body: dict) -> int | None:
+    """The lease a caller asks for (a claim's, a heartbeat's), or None for the operation's."""
+    if "lease_seconds" not in body:
+        return None
+    return _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS"))
 
 
 def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
@@ -166,9 +174,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
         operation = store.validate_operation(body["operation"])
     except store.InvalidOperation as exc:
         raise Invalid("operation", str(exc)) from None
-    lease_seconds = (
-        _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS")) if "lease_seconds" in body else None
-    )
+    lease_seconds = _lease_seconds(body)
     wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
     storable_text(body, "request")
     payload = body.get("request")
@@ -243,6 +249,24 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     return _settle(client, key, token, lambda: store.fail(client.scope, key, token, error=error, retryable=retryable),
                    Receipt.Status.FAILED, error=error)
+
+
+@json_api("POST")
+def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
+    """Renew the lease of a running attempt (store.renew): 200 with the new end of the lease;
+    409 stale-token when the token no longer owns the receipt (stop: another attempt took
+    over, or it was settled or released); 404 for a key this client does not have."""
+    _fields(body, HEARTBEAT_FIELDS, {"key", "token"})
+    key = _key(body)
+    token = _integer(body, "token", 1, 2**63 - 1)
+    lease_seconds = _lease_seconds(body)
+    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
+        return _not_found(key)
+    try:
+        expires = store.renew(client.scope, key, token, lease_seconds=lease_seconds)
+    except store.StaleToken:
+        return _stale(key)
+    return _json_response({"key": key, "lease_expires_at": _iso(expires)})
 
 
 @json_api("GET")

@@ -15,7 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
+import random
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from typing import Any
 import httpx
 
 from idemdash.core.canonical import canonical_json
+
+log = logging.getLogger(__name__)
 
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
 MAX_KEY_LENGTH = 255
@@ -81,6 +86,9 @@ class Claim:
     status: str | None = None
     response: Any = None
     error: str | None = None
+    # The length of the lease a claim got (the one asked for, else the operation's): what
+    # its heartbeats renew it for.
+    lease_seconds: int | None = None
 
     @property
     def replayed(self) -> bool:
@@ -164,6 +172,7 @@ class IdempotencyClient:
             status=data.get("status"),
             response=data.get("response"),
             error=data.get("error"),
+            lease_seconds=lease_seconds or (data.get("policy") or {}).get("lease_seconds"),
         )
 
     def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
@@ -174,6 +183,14 @@ class IdempotencyClient:
         if retryable is not None:
             body["retryable"] = retryable
         return self._post("fail", body)
+
+    def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
+        """Renew the lease of the attempt holding `token` for `lease_seconds` from now (the
+        operation's lease when None). LeaseLost: the token no longer owns the receipt."""
+        body: dict[str, Any] = {"key": key, "token": token}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        return self._post("heartbeat", body)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The receipt, or None when this client has none with that key."""
@@ -201,8 +218,14 @@ class IdempotencyClient:
         returned to every later call. If fn raises, the receipt is marked failed (so the
         next call runs fn again, unless the operation burns keys) and the error re-raised.
         While another worker holds the key, waits up to `max_in_progress_retries` times,
-        honouring Retry-After, then raises InProgress. LeaseLost from completing means fn
-        ran but outlived its lease and another worker took over: its result was not stored.
+        honouring Retry-After, then raises InProgress.
+
+        While fn runs, a background thread renews the lease every third of its length (a
+        heartbeat), so a step slower than its lease, or a server slow to take the
+        completion, is not taken over. If a heartbeat is refused (the lease was lost anyway:
+        an operator released the key, or the process stalled past the lease and another
+        worker took over), fn cannot be stopped; when it returns its result is not stored
+        and LeaseLost is raised, as it is when completing is refused.
         """
         claim = self._claim_patiently(key, operation, request, lease_seconds)
         if claim.replayed:
@@ -211,7 +234,8 @@ class IdempotencyClient:
             return claim.response
         assert claim.token is not None
         try:
-            result = fn(*args, **kwargs)
+            with _Heartbeat(self, key, claim.token, claim.lease_seconds) as beat:
+                result = fn(*args, **kwargs)
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
             try:
@@ -219,6 +243,8 @@ class IdempotencyClient:
             except IdempotencyError:
                 pass  # the original error matters more; the lease will lapse by itself
             raise
+        if beat.lost is not None:
+            raise beat.lost  # completing would be refused too: the token is stale for good
         self.complete(key, claim.token, result)
         return result
 
@@ -262,7 +288,12 @@ class IdempotencyClient:
             except InProgress as busy:
                 if attempt == self.max_in_progress_retries:
                     raise
-                time.sleep(busy.retry_after)
+                # Retry-After, or longer as the retries go on (1 s doubling, at most
+                # max_backoff), and up to a quarter more: a crowd of duplicates refused
+                # together neither comes back in the same instant nor keeps a busy server
+                # busier with refusals.
+                wait = max(busy.retry_after, min(2.0**attempt, self.max_backoff))
+                time.sleep(wait * random.uniform(1.0, 1.25))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -313,3 +344,37 @@ class IdempotencyClient:
         if kind.endswith(":stale-token"):
             raise LeaseLost(reply.status_code, problem)
         raise ApiError(reply.status_code, problem)
+
+
+class _Heartbeat:
+    """Renews a running attempt's lease every third of it from a daemon thread, until the
+    `with` block ends (the thread is joined, so no renewal lands after a settle). `lost` is
+    the LeaseLost of a refused renewal; a renewal that fails otherwise (the server down or
+    slow) is tried again at the next beat, while the lease still has two thirds to run."""
+
+    def __init__(self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None) -> None:
+        self.lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(client, key, token, lease_seconds), name="idempotency-heartbeat", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None) -> None:
+        interval = max(0.2, (lease_seconds or 30) / 3)
+        while not self._stop.wait(interval):
+            try:
+                client.heartbeat(key, token, lease_seconds=lease_seconds)
+            except LeaseLost as lost:
+                log.warning("the lease on %r was lost while its step ran; its result will not be stored", key)
+                self.lost = lost
+                return
+            except (IdempotencyError, httpx.HTTPError) as exc:
+                log.info("a heartbeat for %r failed (%s); trying again at the next", key, exc)

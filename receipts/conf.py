@@ -27,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_TTL_SECONDS": 7 * 24 * 3600,
     "RECEIPTS_LEASE_SECONDS": 30,
     "RECEIPTS_MAX_WAIT_SECONDS": 30,
+    # Callers one server process lets wait at once (wait_seconds, Prefer: wait); keep it below
+    # the threads of a process (gunicorn --threads), so that completions and heartbeats always
+    # find a thread. Beyond it a duplicate gets its 409 at once. 0: nobody waits.
+    "RECEIPTS_MAX_WAITERS": 4,
     "RECEIPTS_MAX_LEASE_SECONDS": 3600,
     # Operation names or shell-style patterns whose receipts are financial (longer TTL,
     # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.

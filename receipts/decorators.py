@@ -3,16 +3,20 @@
 Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
 and problem types are tabled in docs/http-contract.md.
 
-The view and the receipt's completion commit in ONE transaction: if the lease was taken
-over while the view ran, completing raises StaleToken and the view's own writes roll back,
-so a slow first attempt and the attempt that took over never both commit a side effect in
-this database. The claim commits before the view runs, so a duplicate sees it and is told
-409 (or waits, with Prefer: wait). Under ATOMIC_REQUESTS the claim commits with the view
-instead: a duplicate's insert waits on the uncommitted row, then replays the result
+The view and the receipt's completion commit in ONE transaction. While the view runs, its
+lease is renewed every third of it (receipts/renewal.py), so a slow view keeps its key; if
+the lease was lost anyway (an operator released it, or a renewal could not get through),
+completing raises StaleToken and the view's own writes roll back, so a slow first attempt
+and the attempt that took over never both commit a side effect in this database. The claim
+commits before the view runs, so a duplicate sees it and is told 409 (or waits, with
+Prefer: wait). Under ATOMIC_REQUESTS the claim commits with the view instead: a duplicate's
+insert waits on the uncommitted row, then replays the result, and nothing is renewed
 (docs/http-contract.md: Under ATOMIC_REQUESTS; tests/receipts/test_atomic_requests.py).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import functools
 import inspect
@@ -37,8 +41,8 @@ from idemdash.core.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem
-from receipts import responses, store
-from receipts.conf import setting
+from receipts import renewal, responses, store
+from receipts.conf import policy_for, setting
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
 from receipts.models import Attempt, Receipt
 
@@ -318,10 +322,11 @@ def _handle(
         session_id=(session.session_key or "") if session is not None else "",
     )
     if result.owned:
-        response = _run(request, view, args, kwargs, principal, key, result.token)
+        lease = policy_for(operation).lease.total_seconds()
+        response = _run(request, view, args, kwargs, principal, key, result.token, lease)
     else:
         response = _refusal(result)
-    if applied_wait:
+    if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
     return response
 
@@ -362,10 +367,18 @@ def _run(
     scope: str,
     key: str,
     token: int,
+    lease: float,
 ) -> HttpResponseBase:
+    # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
+    # can take it over (each waits on its row), and a renewal from another connection would
+    # find no row or wait on it until this request commits, while this thread waited for the
+    # renewal to finish: so it is not kept.
+    claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
         with transaction.atomic():
-            response = _rendered(request, view(request, *args, **kwargs), args, kwargs)
+            # A view longer than a third of its lease has it renewed until it returns.
+            with contextlib.nullcontext() if claim_uncommitted else renewal.kept(scope, key, token, lease):
+                response = _rendered(request, view(request, *args, **kwargs), args, kwargs)
             if response.streaming or response.status_code in NOT_STORED_STATUSES:
                 # Streaming bodies are produced after we return, so they cannot be stored.
                 reason = "streaming response" if response.streaming else f"HTTP {response.status_code}: not stored"

@@ -1,4 +1,4 @@
-"""The receipt state machine: claim, complete, fail, release.
+"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat).
 
 Every transition is settled by the database, never by a read followed by a blind write:
 a new key is a unique insert, and every change of an existing receipt is a conditional
@@ -73,6 +73,8 @@ class ClaimResult:
     outcome: str
     receipt: Receipt
     token: int | None = None
+    # A caller that asked to wait was refused a waiting slot (RECEIPTS_MAX_WAITERS): it did not wait.
+    wait_refused: bool = False
 
     @property
     def owned(self) -> bool:
@@ -151,7 +153,10 @@ def claim(
             with transaction.atomic():
                 result = _claim_once(intent, existing=existing)
                 left = deadline - time.monotonic()
-                settled = result.outcome != Outcome.IN_PROGRESS or left <= 0
+                # Over the process's cap on waiters, a duplicate is refused at once rather
+                # than hold a thread that a completion may need (receipts/waiting.py).
+                settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
+                result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
                 if settled:
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if settled:
@@ -373,6 +378,24 @@ def fail(
         response_content_type=content_type,
         response_body=body,
     )
+
+
+def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None) -> datetime:
+    """A heartbeat: the attempt holding `token` keeps its claim for `lease_seconds` more (the
+    operation's lease when None), from now. Returns the new end of the lease.
+
+    Fenced like a settle (receipts/rules.py:SETTLE): refused with StaleToken, and logged as
+    `stale_token`, unless `token` still owns a processing receipt; so a worker whose lease
+    was taken over learns it here, while its step runs, not only when it completes. A
+    renewal is not logged: a running step renews every third of its lease."""
+    receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
+    now = timezone.now()
+    if receipt is not None:
+        expires = now + _lease_length(policy_for(receipt.operation), lease_seconds)
+        if Receipt.objects.filter(rules.SETTLE.q(token=token), scope=scope, key=key).update(lease_expires_at=expires):
+            return expires
+    log_settle(scope, key, token, Outcome.STALE_TOKEN, "heartbeat refused: the lease was lost", now)
+    raise StaleToken(f"token {token} no longer owns {key!r}")
 
 
 def release(

@@ -8,4 +8,5 @@ urlpatterns = [
     path("claim", api.claim, name="claim"),
     path("complete", api.complete, name="complete"),
     path("fail", api.fail, name="fail"),
+    path("heartbeat", api.heartbeat, name="heartbeat"),
 ]

@@ -11,6 +11,13 @@ Nothing depends on a notification arriving: a waiter also wakes on a slow, growi
 and looks again, so a lost notification (or SQLite, which has none across processes)
 costs latency, never correctness. That timer starts at 50 ms and doubles to 1 s, so a
 waiter reads the database a handful of times, not in a tight loop.
+
+A waiter holds a server thread while it sleeps, and the completion it waits for needs a
+thread too: if waiters took every thread of a process, completions (and lease renewals)
+would queue behind them until the leases lapsed and other callers ran the step again. So
+a process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`_Wakeup.take_slot`);
+any other duplicate is answered at once with the 409 and its Retry-After, as without
+waiting, and the threads beyond the cap stay free for everything else.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Iterator
 from django.db import connection, transaction
 
 from idemdash.core import pg
+from receipts.conf import setting
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,7 @@ _lock = threading.Lock()
 _waiters: dict[str, set[threading.Event]] = {}
 _listener: threading.Thread | None = None
 _stop = threading.Event()
+_waiting = 0  # callers of this process holding a waiting slot now (under _lock)
 
 # The fallback timer: first look again after FIRST_INTERVAL, doubling up to MAX_INTERVAL.
 FIRST_INTERVAL = 0.05
@@ -49,6 +58,19 @@ class _Wakeup:
         self.topic = topic
         self.event = threading.Event()
         self.interval = FIRST_INTERVAL
+        self.holds_slot = False
+
+    def take_slot(self) -> bool:
+        """May this caller wait? True if it holds one of the process's RECEIPTS_MAX_WAITERS
+        slots (taken once, given back when the subscription ends); False when all are taken."""
+        global _waiting
+        if not self.holds_slot:
+            with _lock:
+                if _waiting >= setting("RECEIPTS_MAX_WAITERS"):
+                    return False
+                _waiting += 1
+            self.holds_slot = True
+        return True
 
     def wait(self, timeout: float) -> bool:
         _ensure_listener()
@@ -60,6 +82,7 @@ class _Wakeup:
 
 @contextlib.contextmanager
 def subscription(scope: str, key: str) -> Iterator[_Wakeup]:
+    global _waiting
     wakeup = _Wakeup(topic(scope, key))
     with _lock:
         _waiters.setdefault(wakeup.topic, set()).add(wakeup.event)
@@ -67,11 +90,18 @@ def subscription(scope: str, key: str) -> Iterator[_Wakeup]:
         yield wakeup
     finally:
         with _lock:
+            if wakeup.holds_slot:
+                _waiting -= 1
             events = _waiters.get(wakeup.topic)
             if events is not None:
                 events.discard(wakeup.event)
                 if not events:
                     del _waiters[wakeup.topic]
+
+
+def waiting_now() -> int:
+    """How many callers of this process hold a waiting slot."""
+    return _waiting
 
 
 def _wake(topic: str) -> None:

@@ -182,7 +182,7 @@ def test_a_revoked_token_is_401(api, token):
     assert api("claim", claim_body()).status_code == 401
 
 
-@pytest.mark.parametrize("endpoint", ["claim", "complete", "fail"])
+@pytest.mark.parametrize("endpoint", ["claim", "complete", "fail", "heartbeat"])
 @pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
 def test_other_methods_are_405(client, token, endpoint, method):
     response = getattr(client, method)(BASE + endpoint, headers={"Authorization": f"Bearer {token}"})
@@ -345,6 +345,66 @@ def test_a_bad_fail_field_is_400(api, body, field):
     response = api("fail", body)
     assert response.status_code == 400 and response.json()["field"] == field
     assert Receipt.objects.get().status == "processing"
+
+
+# --- heartbeat ------------------------------------------------------------------------------------
+
+def test_a_heartbeat_renews_the_lease_from_now(api):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        token = api("claim", claim_body(lease_seconds=10)).json()["token"]
+        traveller.shift(timedelta(seconds=8))
+        response = api("heartbeat", {"key": "job-1", "token": token, "lease_seconds": 10})
+        assert response.status_code == 200
+        expires = timezone.now() + timedelta(seconds=10)
+        assert response.json() == {"key": "job-1", "lease_expires_at": expires.isoformat()}
+        assert Receipt.objects.get().lease_expires_at == expires
+        traveller.shift(timedelta(seconds=8))  # 16 s after a 10 s claim: still held
+        assert api("claim", claim_body()).status_code == 409
+
+
+def test_a_heartbeat_without_a_length_renews_for_the_operations_lease(api):
+    with time_machine.travel(timezone.now(), tick=False):
+        token = api("claim", claim_body(lease_seconds=5)).json()["token"]
+        response = api("heartbeat", {"key": "job-1", "token": token})
+        assert response.json()["lease_expires_at"] == (timezone.now() + timedelta(seconds=30)).isoformat()
+
+
+def test_a_heartbeat_after_a_takeover_is_409_stale_token_and_changes_nothing(api):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        old = api("claim", claim_body(lease_seconds=1)).json()["token"]
+        traveller.shift(timedelta(seconds=2))
+        assert api("claim", claim_body()).json()["outcome"] == "lease_takeover"
+        lease = Receipt.objects.get().lease_expires_at
+        response = api("heartbeat", {"key": "job-1", "token": old, "lease_seconds": 600})
+    assert response.status_code == 409 and kind(response) == "stale-token"
+    assert Receipt.objects.get().lease_expires_at == lease
+    assert Attempt.objects.filter(outcome="stale_token", fencing_token=old).count() == 1
+
+
+def test_a_heartbeat_of_an_unknown_key_is_404_and_writes_nothing(api):
+    response = api("heartbeat", {"key": "nope", "token": 1})
+    assert response.status_code == 404 and kind(response) == "receipt-not-found"
+    assert not Attempt.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"token": 1}, "key"),
+        ({"key": "job-1"}, "token"),
+        ({"key": "job-1", "token": True}, "token"),
+        ({"key": "job-1", "token": 1, "lease_seconds": 0}, "lease_seconds"),
+        ({"key": "job-1", "token": 1, "lease_seconds": 3601}, "lease_seconds"),
+        ({"key": "job-1", "token": 1, "lease_seconds": 2.5}, "lease_seconds"),
+        ({"key": "job-1", "token": 1, "wait_seconds": 1}, "wait_seconds"),
+    ],
+)
+def test_a_bad_heartbeat_field_is_400_and_leaves_the_lease(api, body, field):
+    api("claim", claim_body())
+    lease = Receipt.objects.get().lease_expires_at
+    response = api("heartbeat", body)
+    assert response.status_code == 400 and response.json()["field"] == field
+    assert Receipt.objects.get().lease_expires_at == lease
 
 
 # --- lookup -----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -21,7 +22,7 @@ from receipts.client import (
     tool_call_key,
 )
 from idemdash.devtools.examples.agent_workflow import Steps, run_workflow
-from receipts.models import Receipt
+from receipts.models import Attempt, Receipt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,6 +184,44 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
         idem.claim("k", "email.send")
         with pytest.raises(InProgress):
             idem.run_once("k", "email.send", lambda: "never")
+
+
+def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_server, transactional_db):
+    _, token = create_token("slow-step")
+    seen = []
+    with IdempotencyClient(live_server.url, token, wait_seconds=0) as idem, \
+            IdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as other:
+
+        def build() -> str:
+            for _ in range(8):  # 4 s under a 2 s lease
+                time.sleep(0.5)
+                try:
+                    seen.append(other.claim("k", "report.build").outcome)
+                except InProgress:
+                    seen.append("in_progress")
+            return "built"
+
+        assert idem.run_once("k", "report.build", build, lease_seconds=2) == "built"
+    assert seen == ["in_progress"] * 8
+    receipt = Receipt.objects.get()
+    assert (receipt.status, receipt.attempts, receipt.response_body) == ("completed", 1, '"built"')
+    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
+
+
+def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem):
+    def step() -> str:
+        store.release(Receipt.objects.get(), actor="otto", reason="looked stuck")  # an operator, mid-step
+        time.sleep(1.5)  # heartbeats every third of the 1 s lease: refused
+        return "late"
+
+    with pytest.raises(LeaseLost):
+        idem.run_once("k", "report.build", step, lease_seconds=1)
+    receipt = Receipt.objects.get()
+    assert receipt.status == "failed" and receipt.released
+    log = list(Attempt.objects.order_by("id").values_list("outcome", "detail"))
+    # One refused heartbeat; no completion was even tried (it would have logged a second one).
+    assert [outcome for outcome, _ in log] == ["claimed", "released", "stale_token"]
+    assert "heartbeat" in log[-1][1]
 
 
 class _DropsFirstConnections(httpx.HTTPTransport):

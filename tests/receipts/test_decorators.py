@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import timedelta
 
 import httpx
@@ -507,6 +508,24 @@ def test_prefer_wait_is_capped_by_max_wait_and_reported(client, settings):
     response = post(client, "/capture", Prefer="wait=100")
     assert response.status_code == 201
     assert response["Preference-Applied"] == "wait=7"
+
+
+@pytest.mark.django_db
+def test_prefer_wait_past_the_cap_on_waiters_is_a_409_at_once_without_preference_applied(client, settings):
+    settings.RECEIPTS_MAX_WAITERS = 0
+    seen = {}
+
+    def second_request() -> None:
+        started = time.monotonic()
+        seen["response"] = post(client, "/capture", Prefer="wait=10")
+        seen["took"] = time.monotonic() - started
+
+    test_urls.hooks["hook"] = second_request
+    assert post(client, "/capture").status_code == 201
+    busy = seen["response"]
+    assert busy.status_code == 409 and problem_type(busy) == "request-in-progress" and busy["Retry-After"]
+    assert seen["took"] < 2  # not the 10 s it asked to wait
+    assert "Preference-Applied" not in busy
 
 
 @pytest.mark.django_db

@@ -178,3 +178,53 @@ def test_keys_that_differ_only_in_case_or_trailing_space_are_different_keys(othe
     assert store.claim(SCOPE, other, "email.send", {"n": 2}).outcome == "claimed"
     assert store.claim(SCOPE, "order-1", "email.send", {"n": 1}).outcome == "in_progress"
     assert first.outcome == "claimed" and Receipt.objects.count() == 2
+
+
+# --- renew: the heartbeat of a running attempt ---------------------------------------------
+
+def test_a_renewal_keeps_a_running_attempt_from_being_taken_over():
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim(SCOPE, "r1", "email.send", {}, lease_seconds=30)
+        traveller.shift(timedelta(seconds=20))
+        expires = store.renew(SCOPE, "r1", first.token, lease_seconds=30)
+        assert expires == timezone.now() + timedelta(seconds=30)
+        traveller.shift(timedelta(seconds=20))  # 40 s after the claim, 20 s after the renewal
+        assert store.claim(SCOPE, "r1", "email.send", {}).outcome == "in_progress"
+        store.complete(SCOPE, "r1", first.token, body="done")
+    assert Receipt.objects.get(key="r1").status == "completed"
+    # A renewal writes no line in the attempt log.
+    assert outcomes("r1") == ["claimed", "in_progress", "completed"]
+
+
+def test_a_renewal_without_a_length_gives_the_operations_lease(settings):
+    settings.RECEIPTS_OPERATIONS = {"report.build": {"lease_seconds": 300}}
+    with time_machine.travel(timezone.now(), tick=False):
+        first = store.claim(SCOPE, "r2", "report.build", {}, lease_seconds=5)
+        expires = store.renew(SCOPE, "r2", first.token)
+        assert expires == timezone.now() + timedelta(seconds=300)
+        assert Receipt.objects.get(key="r2").lease_expires_at == expires
+
+
+@pytest.mark.parametrize("lost", ["taken over", "released", "completed"])
+def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost):
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim(SCOPE, "r3", "email.send", {}, lease_seconds=1)
+        if lost == "taken over":
+            traveller.shift(timedelta(seconds=2))
+            store.claim(SCOPE, "r3", "email.send", {})
+        elif lost == "released":
+            store.release(Receipt.objects.get(key="r3"), actor="otto")
+        else:
+            store.complete(SCOPE, "r3", first.token, body="done")
+        before = Receipt.objects.get(key="r3").lease_expires_at
+        with pytest.raises(store.StaleToken):
+            store.renew(SCOPE, "r3", first.token, lease_seconds=60)
+    assert Receipt.objects.get(key="r3").lease_expires_at == before
+    last = Attempt.objects.filter(key="r3").order_by("id").last()
+    assert (last.outcome, last.fencing_token) == ("stale_token", first.token)
+    assert "heartbeat" in last.detail
+
+
+def test_a_renewal_of_an_unknown_key_is_refused():
+    with pytest.raises(store.StaleToken):
+        store.renew(SCOPE, "nobody", 1)

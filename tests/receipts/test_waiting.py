@@ -181,3 +181,58 @@ def test_on_postgresql_a_lost_listen_connection_is_one_warning_line_and_comes_ba
     message = record.getMessage()
     assert message.startswith("receipt LISTEN connection lost (") and "\n" not in message
     assert "server closed the connection" in message or "terminating connection" in message  # psycopg's reason
+
+
+# --- the cap on waiters per process (RECEIPTS_MAX_WAITERS) ------------------------------------
+
+def _wait_in_thread(key: str, results: list) -> threading.Thread:
+    def run() -> None:
+        try:
+            results.append(store.claim(SCOPE, key, "email.send", {}, wait_seconds=20).outcome)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(settings):
+    settings.RECEIPTS_MAX_WAITERS = 1
+    first = store.claim(SCOPE, "cap", "email.send", {}, lease_seconds=60)
+    results: list[str] = []
+    waiter = _wait_in_thread("cap", results)
+    _until(lambda: waiting.waiting_now() == 1)
+    started = time.monotonic()
+    refused = store.claim(SCOPE, "cap", "email.send", {}, wait_seconds=20)
+    assert refused.outcome == "in_progress" and time.monotonic() - started < 1.0
+    assert waiting.waiting_now() == 1  # the refused caller took no slot
+    store.complete(SCOPE, "cap", first.token, body="done")
+    waiter.join(10)
+    assert results == ["replayed"]
+    assert waiting.waiting_now() == 0
+    # A slot given back is there for the next waiter of any key.
+    second = store.claim(SCOPE, "cap-2", "email.send", {}, lease_seconds=60)
+    waiter = _wait_in_thread("cap-2", results)
+    _until(lambda: waiting.waiting_now() == 1)
+    store.complete(SCOPE, "cap-2", second.token, body="done")
+    waiter.join(10)
+    assert results == ["replayed", "replayed"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_that_gives_up_gives_its_slot_back(settings):
+    settings.RECEIPTS_MAX_WAITERS = 1
+    store.claim(SCOPE, "cap-3", "email.send", {}, lease_seconds=60)
+    assert store.claim(SCOPE, "cap-3", "email.send", {}, wait_seconds=0.2).outcome == "in_progress"
+    assert waiting.waiting_now() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_no_slots_nobody_waits(settings):
+    settings.RECEIPTS_MAX_WAITERS = 0
+    store.claim(SCOPE, "cap-4", "email.send", {}, lease_seconds=60)
+    started = time.monotonic()
+    assert store.claim(SCOPE, "cap-4", "email.send", {}, wait_seconds=20).outcome == "in_progress"
+    assert time.monotonic() - started < 1.0

@@ -1,0 +1,95 @@
+"""`@idempotent` renews the lease of a view that runs longer than a third of it
+(receipts/renewal.py), on PostgreSQL, where another request could otherwise take the key
+over while the view still runs. (On SQLite the view's transaction holds the write lock, so
+no claim can take over meanwhile, and nothing is renewed.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connections
+from django.test import Client
+
+from receipts import renewal
+from receipts.models import Attempt, Receipt
+from tests.receipts import urls as test_urls
+
+pytestmark = [pytest.mark.urls("tests.receipts.urls"), pytest.mark.postgres]
+
+
+@pytest.fixture(autouse=True)
+def _counted_runs():
+    runs: list[float] = []
+    test_urls.hooks["hook"] = lambda: runs.append(time.monotonic())
+    yield runs
+    test_urls.hooks.clear()
+
+
+def _post(sleep: float) -> int:
+    try:
+        return Client().post(
+            f"/capture?sleep={sleep}", {"amount": 1}, content_type="application/json",
+            headers={"Idempotency-Key": "slow"},
+        ).status_code
+    finally:
+        connections.close_all()
+
+
+def _duplicates_while_the_first_runs(sleep: float, every: float, count: int) -> tuple[int | None, list[int]]:
+    first: list[int] = []
+    thread = threading.Thread(target=lambda: first.append(_post(sleep)))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not Receipt.objects.filter(key="slow").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    duplicates = []
+    for _ in range(count):
+        time.sleep(every)
+        duplicates.append(_post(sleep))  # the same request: a takeover would run it again
+    thread.join(30)
+    return (first[0] if first else None), duplicates
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_view_longer_than_its_lease_keeps_its_key_until_it_returns(settings, _counted_runs):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"lease_seconds": 1}}
+    first, duplicates = _duplicates_while_the_first_runs(sleep=3, every=0.6, count=4)
+    assert first == 201
+    assert duplicates == [409] * 4  # 2.4 s into a view under a 1 s lease: still its key
+    assert len(_counted_runs) == 1
+    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
+    assert Receipt.objects.get(key="slow").status == "completed"
+    assert renewal.running() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_view_running_past_the_longest_lease_is_no_longer_renewed(settings, _counted_runs):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"lease_seconds": 1}}
+    settings.RECEIPTS_MAX_LEASE_SECONDS = 1  # presumed hung after 1 s
+    first, duplicates = _duplicates_while_the_first_runs(sleep=3, every=1.2, count=2)
+    # The second duplicate came 2.4 s in, after the lease lapsed: it took over and ran the view.
+    assert duplicates[-1] == 201
+    assert len(_counted_runs) == 2
+    assert first == 409  # the hung view's own completion was refused, its writes rolled back
+    assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_atomic_requests_a_view_is_not_renewed(settings, monkeypatch):
+    """Under ATOMIC_REQUESTS the claim commits with the view, so no request can take it over
+    while it runs; a renewal from the renewal thread's own connection would wait on the
+    receipt's row (a retry after a failure) while the view waits for that renewal: none."""
+    from django.db import connection
+
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"lease_seconds": 1}}
+    # One settings dict serves every thread's connection, the test client's included.
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    kept_while_running: list[int] = []
+    test_urls.hooks["hook"] = lambda: kept_while_running.append(renewal.running())
+    assert _post(sleep=1) == 201
+    assert kept_while_running == [0]
+    assert Receipt.objects.get(key="slow").status == "completed"
+    assert not Attempt.objects.filter(outcome="stale_token").exists()
