@@ -373,3 +373,46 @@ globals().update(
 # Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
 # public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
 OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
+
+# --- Security: HTTPS, HSTS, the Content-Security-Policy, throttling ----------------------------
+# docs/operations.md, "Security". With HTTPS set up as that page says, `check --deploy` is
+# clean (tests/idemdash/test_settings_security.py). SECURE_COOKIES (above) marks the session
+# and CSRF cookies Secure.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+
+
+def proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """SECURE_PROXY_SSL_HEADER from the name of the header a TLS-ending proxy sets to `https`
+    (`X-Forwarded-Proto`); None when unset. Set it only behind such a proxy, which must
+    overwrite the header whatever the client sent."""
+    name = name.strip()
+    if not name:
+        return None
+    if not all(c.isalnum() or c == "-" for c in name):
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, got {name!r}")
+    return "HTTP_" + name.upper().replace("-", "_"), "https"
+
+
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
+# How many proxies in front append the address they saw to X-Forwarded-For: the throttles
+# below take the client's address from there (idemdash/core/throttle.py:client_ip).
+TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0)
+
+# Bad API tokens: at most API_TOKEN_FAILURE_LIMIT per client address per window, then 429
+# with Retry-After until the window ends (idemdash/core/clients.py:refused). The counts live
+# in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a table in the
+# database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays per process.
+API_TOKEN_FAILURE_LIMIT = envint("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
+API_TOKEN_FAILURE_WINDOW_SECONDS = envint("API_TOKEN_FAILURE_WINDOW_SECONDS", 60, minimum=1)
+API_TOKEN_THROTTLE_CACHE = "throttle"
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "idemdash"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "idemdash_cache"}
+    ),
+}
