@@ -9,6 +9,7 @@ instead of silently falling back to a default.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",  # the login lockout (Security, below)
     "idemdash.worker",  # before django_q: its `qcluster` stops cleanly on SIGTERM
     "django_q",
     "receipts",
@@ -108,6 +110,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Turns a locked-out login into its page (AXES_LOCKOUT_TEMPLATE).
+    "axes.middleware.AxesMiddleware",
     # Last, so that it sees exceptions from views (process_exception runs bottom-up).
     "receipts.middleware.DatabaseUnavailableMiddleware",
 ]
@@ -416,3 +420,18 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "idemdash_cache"}
     ),
 }
+
+# The login form and the admin's: django-axes refuses a username from an address after
+# LOGIN_FAILURE_LIMIT failed logins in a row, for LOGIN_LOCKOUT_MINUTES (a failure meanwhile
+# starts them again), with the page registration/locked_out.html (429). Attempts are rows in
+# the database, so every worker sees them; a successful login clears them.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before checking it
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "idemdash.core.throttle.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"

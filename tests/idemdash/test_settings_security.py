@@ -4,6 +4,7 @@ docs/operations.md ("Security") says; and what the server then sends."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -15,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from idemdash.settings import proxy_ssl_header
-from tests.idemdash.test_settings import ROOT
+from tests.idemdash.test_settings import ROOT, STRONG_KEY, _load
 
 HTTPS = {
     "SECURE_COOKIES": "true",
@@ -84,3 +85,28 @@ def test_behind_the_proxy_https_answers_carry_hsts_and_plain_http_is_redirected(
     secure = client.get("/accounts/login/", HTTP_X_FORWARDED_PROTO="https")
     assert secure.status_code == 200
     assert secure["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains; preload"
+
+
+def test_the_throttles_are_read_from_the_environment_with_documented_defaults():
+    show = ("import json; from django.conf import settings as s; print(json.dumps({n: str(getattr(s, n)) for n in ("
+            "'AXES_FAILURE_LIMIT', 'AXES_COOLOFF_TIME', 'API_TOKEN_FAILURE_LIMIT', 'API_TOKEN_FAILURE_WINDOW_SECONDS', "
+            "'TRUSTED_PROXY_COUNT')}))")
+    env = {"SECRET_KEY": STRONG_KEY, "API_TOKEN_FAILURE_LIMIT": ""}  # tests/settings.py sets one for the suite
+    assert _settings_shown(show, **env) == {
+        "AXES_FAILURE_LIMIT": "5", "AXES_COOLOFF_TIME": "0:15:00", "API_TOKEN_FAILURE_LIMIT": "20",
+        "API_TOKEN_FAILURE_WINDOW_SECONDS": "60", "TRUSTED_PROXY_COUNT": "0",
+    }
+    assert _settings_shown(show, **{**env, "LOGIN_FAILURE_LIMIT": "3", "LOGIN_LOCKOUT_MINUTES": "90",
+                                    "API_TOKEN_FAILURE_LIMIT": "7", "API_TOKEN_FAILURE_WINDOW_SECONDS": "600",
+                                    "TRUSTED_PROXY_COUNT": "2"}) == {
+        "AXES_FAILURE_LIMIT": "3", "AXES_COOLOFF_TIME": "1:30:00", "API_TOKEN_FAILURE_LIMIT": "7",
+        "API_TOKEN_FAILURE_WINDOW_SECONDS": "600", "TRUSTED_PROXY_COUNT": "2",
+    }
+    refused = _load(show, **env, LOGIN_FAILURE_LIMIT="0")
+    assert "LOGIN_FAILURE_LIMIT must be at least 1" in refused.stderr
+
+
+def _settings_shown(show: str, **env: str) -> dict:
+    done = _load(show, **env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
