@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -435,3 +436,34 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "idemdash.core.throttle.client_ip"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+
+# The Content-Security-Policy of every page: scripts, styles, images and requests from this
+# site only, no plugins, no framing, forms posting here only. The dashboard has no inline
+# script (the charts' data are JSON blocks, which are not run) and no style attribute; htmx
+# evaluates nothing and injects no styles (templates/base.html, static/css/idemdash.css).
+# Django 6's own middleware where it exists, django-csp on Django 5.2; both take these lists.
+# tests/dashboard/test_browser_csp.py drives the pages in Chromium and counts violations.
+CSP_DIRECTIVES = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    # <style> elements only, not style attributes: Plotly adds its rules (and the bundled
+    # maplibre's) as <style> elements it makes itself, which no nonce or stable hash covers.
+    # With images and fonts from this site only, an injected stylesheet could not send
+    # anything elsewhere.
+    "style-src-elem": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if django.VERSION >= (6, 0):
+    SECURE_CSP = CSP_DIRECTIVES
+    _CSP_MIDDLEWARE = "django.middleware.csp.ContentSecurityPolicyMiddleware"
+else:
+    CONTENT_SECURITY_POLICY = {"DIRECTIVES": CSP_DIRECTIVES}
+    _CSP_MIDDLEWARE = "csp.middleware.CSPMiddleware"
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.clickjacking.XFrameOptionsMiddleware") + 1, _CSP_MIDDLEWARE)
