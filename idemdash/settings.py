@@ -462,8 +462,10 @@ CSP_DIRECTIVES = {
 }
 if django.VERSION >= (6, 0):
     SECURE_CSP = CSP_DIRECTIVES
-    _CSP_MIDDLEWARE = "django.middleware.csp.ContentSecurityPolicyMiddleware"
+    CSP_MIDDLEWARE = "django.middleware.csp.ContentSecurityPolicyMiddleware"
 else:
     CONTENT_SECURITY_POLICY = {"DIRECTIVES": CSP_DIRECTIVES}
-    _CSP_MIDDLEWARE = "csp.middleware.CSPMiddleware"
-MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.clickjacking.XFrameOptionsMiddleware") + 1, _CSP_MIDDLEWARE)
+    CSP_MIDDLEWARE = "csp.middleware.CSPMiddleware"
+# Runs CSP_MIDDLEWARE on the pages only, not on the APIs' JSON (idemdash/security.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.clickjacking.XFrameOptionsMiddleware") + 1,
+                  "idemdash.security.PagesPolicyMiddleware")

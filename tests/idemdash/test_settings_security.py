@@ -110,3 +110,4 @@ def _settings_shown(show: str, **env: str) -> dict:
     done = _load(show, **env)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
+
