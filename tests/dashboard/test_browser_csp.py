@@ -120,3 +120,20 @@ def test_the_policy_refuses_what_it_should(watched, live_server):
     assert directives == ["script-src-elem", "script-src-elem", "style-src-attr"], page.violations
     policy = page.policies[live_server.url + "/accounts/login/"]
     assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy and "object-src 'none'" in policy
+
+
+def test_the_lockout_page_says_what_happened_under_the_policy(watched, live_server):
+    page = watched
+    page.goto(live_server.url + "/accounts/login/")
+    for _ in range(5):  # LOGIN_FAILURE_LIMIT's default: the fifth failure locks
+        page.fill("input[name=username]", "otto")
+        page.fill("input[name=password]", "not-the-password")
+        with page.expect_navigation():
+            page.click("button[type=submit]")
+        if page.locator('[data-role="locked-out"]').count():
+            break
+        page.goto(live_server.url + "/accounts/login/")
+    text = page.inner_text('[data-role="locked-out"]')
+    assert "After 5 failed logins as otto" in text and "15 min" in text, text
+    page.screenshot(path=SHOTS / "csp-locked-out.png", full_page=True)
+    _clean(page)
