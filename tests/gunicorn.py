@@ -17,10 +17,10 @@ from tests.qcluster import ROOT, database_url, free_port, subprocess_env
 
 
 class Gunicorn:
-    """Sync workers (one unless told) in its own session (process group), so that stopping
-    it stops the workers too. `url` is its base URL on 127.0.0.1; `env` adds to the
-    environment. `answered_by()` lists, per request, the pid of the worker that answered it
-    and the status."""
+    """Gunicorn's workers (one sync worker unless told) in its own session (process group),
+    so that stopping it stops the workers too. `url` is its base URL on 127.0.0.1; `env`
+    adds to the environment. `answered_by()` lists, per request, the pid of the worker that
+    answered it and the status."""
 
     def __init__(self, log_path: Path, settings_module: str, workers: int = 1, *, worker_class: str = "sync",
                  threads: int = 1, **env: str) -> None:
