@@ -9,9 +9,11 @@ instead of silently falling back to a default.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -84,6 +86,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",  # the login lockout (Security, below)
     "idemdash.worker",  # before django_q: its `qcluster` stops cleanly on SIGTERM
     "django_q",
     "receipts",
@@ -108,6 +111,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Turns a locked-out login into its page (AXES_LOCKOUT_TEMPLATE).
+    "axes.middleware.AxesMiddleware",
     # Last, so that it sees exceptions from views (process_exception runs bottom-up).
     "receipts.middleware.DatabaseUnavailableMiddleware",
 ]
@@ -375,3 +380,94 @@ globals().update(
 # Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
 # public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
 OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
+
+# --- Security: HTTPS, HSTS, the Content-Security-Policy, throttling ----------------------------
+# docs/operations.md, "Security". With HTTPS set up as that page says, `check --deploy` is
+# clean (tests/idemdash/test_settings_security.py). SECURE_COOKIES (above) marks the session
+# and CSRF cookies Secure.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+
+
+def proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """SECURE_PROXY_SSL_HEADER from the name of the header a TLS-ending proxy sets to `https`
+    (`X-Forwarded-Proto`); None when unset. Set it only behind such a proxy, which must
+    overwrite the header whatever the client sent."""
+    name = name.strip()
+    if not name:
+        return None
+    if not all(c.isalnum() or c == "-" for c in name):
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, got {name!r}")
+    return "HTTP_" + name.upper().replace("-", "_"), "https"
+
+
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
+# How many proxies in front append the address they saw to X-Forwarded-For: the throttles
+# below take the client's address from there (idemdash/core/throttle.py:client_ip).
+TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0)
+
+# Bad API tokens: at most API_TOKEN_FAILURE_LIMIT per client address per window, then 429
+# with Retry-After until the window ends (idemdash/core/clients.py:refused). The counts live
+# in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a table in the
+# database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays per process.
+API_TOKEN_FAILURE_LIMIT = envint("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
+API_TOKEN_FAILURE_WINDOW_SECONDS = envint("API_TOKEN_FAILURE_WINDOW_SECONDS", 60, minimum=1)
+API_TOKEN_THROTTLE_CACHE = "throttle"
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "idemdash"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "idemdash_cache"}
+    ),
+}
+
+# The login form and the admin's: django-axes refuses a username from an address after
+# LOGIN_FAILURE_LIMIT failed logins in a row, for LOGIN_LOCKOUT_MINUTES (a failure meanwhile
+# starts them again), with the page registration/locked_out.html (429). Attempts are rows in
+# the database, so every worker sees them; a successful login clears them.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before checking it
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "idemdash.core.throttle.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+
+# The Content-Security-Policy of every page: scripts, styles, images and requests from this
+# site only, no plugins, no framing, forms posting here only. The dashboard has no inline
+# script (the charts' data are JSON blocks, which are not run) and no style attribute; htmx
+# evaluates nothing and injects no styles (templates/base.html, static/css/idemdash.css).
+# Django 6's own middleware where it exists, django-csp on Django 5.2; both take these lists.
+# tests/dashboard/test_browser_csp.py drives the pages in Chromium and counts violations.
+CSP_DIRECTIVES = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    # <style> elements only, not style attributes: Plotly adds its rules (and the bundled
+    # maplibre's) as <style> elements it makes itself, which no nonce or stable hash covers.
+    # With images and fonts from this site only, an injected stylesheet could not send
+    # anything elsewhere.
+    "style-src-elem": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if django.VERSION >= (6, 0):
+    SECURE_CSP = CSP_DIRECTIVES
+    CSP_MIDDLEWARE = "django.middleware.csp.ContentSecurityPolicyMiddleware"
+else:
+    CONTENT_SECURITY_POLICY = {"DIRECTIVES": CSP_DIRECTIVES}
+    CSP_MIDDLEWARE = "csp.middleware.CSPMiddleware"
+# Runs CSP_MIDDLEWARE on the pages only, not on the APIs' JSON (idemdash/security.py).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.clickjacking.XFrameOptionsMiddleware") + 1,
+                  "idemdash.security.PagesPolicyMiddleware")

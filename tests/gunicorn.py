@@ -17,22 +17,25 @@ from tests.qcluster import ROOT, database_url, free_port, subprocess_env
 
 
 class Gunicorn:
-    """One sync worker in its own session (process group), so that stopping it stops the
-    worker too. `url` is its base URL on 127.0.0.1."""
+    """Gunicorn's workers (one sync worker unless told) in its own session (process group),
+    so that stopping it stops the workers too. `url` is its base URL on 127.0.0.1; `env`
+    adds to the environment. `answered_by()` lists, per request, the pid of the worker that
+    answered it and the status."""
 
     def __init__(self, log_path: Path, settings_module: str, workers: int = 1, *, worker_class: str = "sync",
-                 threads: int = 1) -> None:
+                 threads: int = 1, **env: str) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         env = subprocess_env(
-            DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1"
+            DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1", **env
         )
         argv = [
             sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
             "--workers", str(workers), "--worker-class", worker_class, "--threads", str(threads), "--timeout", "30",
             "--graceful-timeout", "2",
             "--log-level", "warning",
+            "--access-logfile", str(log_path.with_suffix(".access")), "--access-logformat", "%(p)s %(s)s",
         ]
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -52,6 +55,10 @@ class Gunicorn:
                 time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"gunicorn did not answer within 30 s:\n{self.log()}")
+
+    def answered_by(self) -> list[tuple[str, int]]:
+        lines = self.log_path.with_suffix(".access").read_text().split("\n")
+        return [(pid, int(status)) for pid, status in (line.split() for line in lines if line.strip())]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]

@@ -12,8 +12,11 @@ import re
 import secrets
 
 from django.db import models
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+
+from idemdash.core.problems import problem
+from idemdash.core.throttle import BAD_TOKENS, client_ip
 
 
 class ApiClient(models.Model):
@@ -70,3 +73,22 @@ def client_for_request(request: HttpRequest) -> ApiClient | None:
         if client.last_used_at is None or (now - client.last_used_at).total_seconds() > 60:
             ApiClient.objects.filter(pk=client.pk).update(last_used_at=now)
     return client
+
+
+def refused(request: HttpRequest, title: str, detail: str) -> HttpResponse:
+    """The answer to a request that `client_for_request` found no client for: 401, or 429
+    with Retry-After once its address has sent more bad tokens than
+    `API_TOKEN_FAILURE_LIMIT` in the window (`idemdash/core/throttle.py`). Only a request
+    that sent a token counts, and only here, after the lookup: a valid token never waits
+    on the throttle, whatever other callers at its address send."""
+    if request.headers.get("Authorization"):
+        retry_after = BAD_TOKENS.fail(client_ip(request))
+        if retry_after:
+            return problem(
+                429,
+                "too-many-bad-tokens",
+                "Too many bad tokens",
+                f"Too many requests with a bad token from this address; try again in {retry_after} s.",
+                headers={"Retry-After": str(retry_after)},
+            )
+    return problem(401, "unauthorized", title, detail, headers={"WWW-Authenticate": 'Bearer realm="idemdash"'})

@@ -21,7 +21,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from idemdash.core.clients import client_for_request
+from idemdash.core.clients import client_for_request, refused
 from idemdash.core.canonical import json_depth_limit, nesting_depth
 from idemdash.core.problems import problem
 
@@ -54,12 +54,10 @@ def json_api(method: str) -> Callable:
                 )
             client = client_for_request(request)
             if client is None:
-                return problem(
-                    401,
-                    "unauthorized",
+                return refused(
+                    request,
                     "Bearer token required",
                     "Send Authorization: Bearer <token> with a token from `manage.py create_api_token`.",
-                    headers={"WWW-Authenticate": 'Bearer realm="idemdash"'},
                 )
             if method != "POST":
                 return view(request, client)

@@ -12,6 +12,15 @@ def _ensure_groups(sender: AppConfig, **kwargs: Any) -> None:
     ensure_groups()
 
 
+def _create_cache_tables(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    # The throttles' shared cache is a database table when no Redis is set (settings.py,
+    # CACHES["throttle"]): made here so that `migrate` is the one deployment step. It does
+    # nothing for other cache backends, or when the table exists.
+    from django.core.management import call_command
+
+    call_command("createcachetable", database=using, verbosity=0)
+
+
 class IdemdashConfig(BigIntegerIds, AppConfig):
     name = "idemdash.dashboard"
     # The label the app had when it was the `idemdash` package itself: its tables
@@ -23,3 +32,4 @@ class IdemdashConfig(BigIntegerIds, AppConfig):
     def ready(self) -> None:
         # After migrate and after a test flush, so the groups always exist.
         post_migrate.connect(_ensure_groups, sender=self)
+        post_migrate.connect(_create_cache_tables, sender=self)

@@ -78,10 +78,12 @@ def _layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any
     return {
         # "none" keeps plotly's default template (several KB of JSON) out of every figure.
         "template": "none",
-        "title": {"text": f"{title} <span style=\"font-size:12px;color:{MUTED}\">per {per} · UTC</span>",
-                  "font": {"size": 14, "color": INK}, "x": 0, "xanchor": "left"},
-        "margin": {"l": 52, "r": 12, "t": 36, "b": 36},
-        "height": 260,
+        # The subtitle, not a <span style> in the title: Plotly would write that as a style
+        # attribute, which the Content-Security-Policy refuses (idemdash/settings.py).
+        "title": {"text": title, "font": {"size": 14, "color": INK}, "x": 0, "xanchor": "left",
+                  "subtitle": {"text": f"per {per} · UTC", "font": {"size": 12, "color": MUTED}}},
+        "margin": {"l": 52, "r": 12, "t": 54, "b": 36},  # t: the title and its subtitle
+        "height": 276,
         "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12, "color": MUTED},
         "xaxis": {"type": "date", "gridcolor": GRID, "linecolor": GRID,
                   # The hover box's first line; the bucket's own range follows it.
@@ -104,7 +106,9 @@ def _bucket_trace(rows: Rows, notes: list[str] | None = None) -> go.Scatter:
     """Invisible: its hover line is the bucket's range (and a note), above the series."""
     text = [range_text(r) + (f" · {notes[i]}" if notes and notes[i] else "") for i, r in enumerate(rows)]
     return go.Scatter(x=_x(rows), y=[0] * len(rows), mode="markers", marker={"opacity": 0, "color": INK},
-                      customdata=text, hovertemplate="<b>%{customdata}</b><extra></extra>",
+                      # Bold by its font, not <b>: Plotly would write that as a style attribute.
+                      customdata=text, hovertemplate="%{customdata}<extra></extra>",
+                      hoverlabel={"font": {"weight": "bold"}},
                       showlegend=False, name="bucket")
 
 
@@ -175,8 +179,7 @@ def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
                    hovertemplate="so far: %{y:.2f}%<extra></extra>"),
     ]
     layout = _layout("Duplicate rate", "% of requests", series)
-    layout["title"]["text"] = (f"Duplicate rate <span style=\"font-size:12px;color:{MUTED}\">% of claim requests "
-                               f"per {bucket_text(series)} · UTC</span>")
+    layout["title"]["subtitle"]["text"] = f"% of claim requests per {bucket_text(series)} · UTC"
     layout["yaxis"] = {**layout["yaxis"], "title": {"text": "% of requests"}, "range": [0, 100], "ticksuffix": "%"}
     quiet = not any(r["requests"] for r in series)
     return _figure(data, layout, f"No claim requests in the last {window}" if quiet else None)

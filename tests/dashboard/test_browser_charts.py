@@ -15,11 +15,10 @@ from django.utils import timezone
 
 from receipts import store
 from tests.dashboard.build import SCOPE, completed, mismatched
-from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401
+from tests.dashboard.test_browser import SHOTS, browser, charts_drawn, operator, operator_page  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PLOTTED = "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6"
 RANGE = re.compile(r"\d{2}:\d{2}–\d{2}:\d{2} UTC · in progress")
 
 
@@ -37,7 +36,7 @@ def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say
 
     # A fresh session opens on the last hour, in 5-minute bars.
     page.goto(live_server.url + "/")
-    page.wait_for_function(PLOTTED)
+    charts_drawn(page, 6)
     assert page.locator('.segmented a[aria-current="true"]').inner_text() == "1h"
     assert "per 5 min" in page.inner_text("#chart-traffic")
     page.screenshot(path=SHOTS / "overview-charts.png")
@@ -81,7 +80,7 @@ def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say
     page.click('.segmented a:text("24h")')
     page.wait_for_url("**/?window=24h")
     page.goto(live_server.url + "/")
-    page.wait_for_function(PLOTTED)
+    charts_drawn(page, 6)
     assert page.locator('.segmented a[aria-current="true"]').inner_text() == "24h"
     assert "per hour" in page.inner_text("#chart-traffic")
     assert "No webhook deliveries in the last 24h" in page.inner_text("#chart-webhooks")

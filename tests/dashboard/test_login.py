@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+import time_machine
 from django.test import Client
 
 pytestmark = pytest.mark.django_db
@@ -52,3 +53,59 @@ def test_an_htmx_poll_after_the_session_ended_is_sent_to_the_login_page_whole(cl
     response = client.get("/?window=1h", headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/?window=1h"})
     assert response.status_code == 200
     assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fwindow%3D1h"
+
+
+# --- the lockout (django-axes, settings.py "Security") -------------------------------------------
+
+LIMIT = 5  # LOGIN_FAILURE_LIMIT's default
+
+
+def _login(path: str, password: str, address: str, username: str = "vera"):
+    return Client().post(path, {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+def test_after_the_limit_the_username_is_locked_out_from_that_address_with_a_page(viewer, admin_user, path):
+    username = "vera" if path == "/accounts/login/" else "admin"
+    for _ in range(LIMIT - 1):
+        refused = _login(path, "wrong", "198.51.100.60", username)
+        assert refused.status_code == 200  # the form again, with its message
+    # The last failure allowed is answered with the lockout page, and so is the right password.
+    assert _login(path, "wrong", "198.51.100.60", username).status_code == 429
+    locked = _login(path, "pw-vera" if username == "vera" else "password", "198.51.100.60", username)
+    assert locked.status_code == 429
+    assert b"Too many failed logins" in locked.content and f"as <strong>{username}</strong>".encode() in locked.content
+    assert b"15 min" in locked.content
+    assert "_auth_user_id" not in locked.wsgi_request.session
+
+
+def test_the_lockout_is_per_username_and_address(viewer, operator):
+    for _ in range(LIMIT):
+        _login("/accounts/login/", "wrong", "198.51.100.61")
+    assert _login("/accounts/login/", "pw-vera", "198.51.100.61").status_code == 429
+    # The same account from another address, another account from the same one: not locked.
+    assert _login("/accounts/login/", "pw-vera", "198.51.100.62").status_code == 302
+    assert _login("/accounts/login/", "pw-otto", "198.51.100.61", username="otto").status_code == 302
+
+
+def test_a_successful_login_starts_the_count_again(viewer):
+    for _ in range(LIMIT - 1):
+        _login("/accounts/login/", "wrong", "198.51.100.63")
+    assert _login("/accounts/login/", "pw-vera", "198.51.100.63").status_code == 302
+    for _ in range(LIMIT - 1):
+        assert _login("/accounts/login/", "wrong", "198.51.100.63").status_code == 200
+    assert _login("/accounts/login/", "pw-vera", "198.51.100.63").status_code == 302
+
+
+def test_the_lockout_ends_after_its_minutes_and_a_failure_meanwhile_starts_them_again(viewer):
+    with time_machine.travel("2026-11-25 12:00:00", tick=False):
+        for _ in range(LIMIT):
+            _login("/accounts/login/", "wrong", "198.51.100.64")
+    with time_machine.travel("2026-11-25 12:10:00", tick=False):
+        assert _login("/accounts/login/", "wrong", "198.51.100.64").status_code == 429
+    with time_machine.travel("2026-11-25 12:24:59", tick=False):
+        assert _login("/accounts/login/", "wrong", "198.51.100.64").status_code == 429
+    with time_machine.travel("2026-11-25 12:39:58", tick=False):
+        assert _login("/accounts/login/", "pw-vera", "198.51.100.64").status_code == 429
+    with time_machine.travel("2026-11-25 12:55:00", tick=False):
+        assert _login("/accounts/login/", "pw-vera", "198.51.100.64").status_code == 302

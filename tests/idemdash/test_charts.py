@@ -40,7 +40,7 @@ def test_counts_are_bars_with_the_bucket_width_in_the_title_and_the_axis():
                 charts.stuck_chart(SERIES, FLOW, "1h"), charts.webhook_chart(FLOW, "1h"), charts.outbox_chart(FLOW, "1h")):
         kinds = {t["type"] for t in fig["data"] if t["name"] != "bucket"}
         assert kinds == {"bar"}, fig["layout"]["title"]["text"]
-        assert "per 5 min" in fig["layout"]["title"]["text"]
+        assert "per 5 min" in fig["layout"]["title"]["subtitle"]["text"]
         assert fig["layout"]["yaxis"]["title"]["text"].endswith("per 5 min")
 
 
@@ -105,7 +105,7 @@ def test_the_duplicate_rate_is_a_percent_line_that_leaves_out_the_bucket_in_prog
     assert line["type"] == "scatter" and "lines" in line["mode"]
     assert line["y"] == [25.0, None, 60.0, None]
     assert so_far["y"] == [None, None, None, 50.0] and so_far["mode"] == "markers"
-    assert fig["layout"]["yaxis"]["ticksuffix"] == "%" and "%" in fig["layout"]["title"]["text"]
+    assert fig["layout"]["yaxis"]["ticksuffix"] == "%" and "%" in fig["layout"]["title"]["subtitle"]["text"]
     assert traces(fig)["bucket"]["customdata"][2] == "09:10–09:15 UTC · 3 of 5 requests"
 
 

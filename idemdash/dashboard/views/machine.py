@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET
 
 from idemdash.dashboard import queries
 from idemdash.dashboard.access import VIEW
-from idemdash.core.clients import client_for_request
+from idemdash.core.clients import client_for_request, refused
 from idemdash.core.problems import problem
 
 def _machine_access(request: HttpRequest) -> HttpResponse | None:
@@ -20,9 +20,7 @@ def _machine_access(request: HttpRequest) -> HttpResponse | None:
         return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
     if client_for_request(request) is not None:
         return None
-    return problem(401, "unauthorized", "Authentication required",
-                   "Log in, or send Authorization: Bearer <API token>.",
-                   headers={"WWW-Authenticate": 'Bearer realm="idemdash"'})
+    return refused(request, "Authentication required", "Log in, or send Authorization: Bearer <API token>.")
 
 
 @require_GET
