@@ -314,6 +314,7 @@ APP_INTEGERS: dict[str, tuple[int, int]] = {
     "RECEIPTS_MAX_WAIT_SECONDS": (30, 0),
     # Waiting callers per process: below the Procfile's 8 threads, so completions find one.
     "RECEIPTS_MAX_WAITERS": (4, 0),
+    "RECEIPTS_MIN_LEASE_SECONDS": (15, 1),
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": (35, 1),
     # The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
     "RECEIPTS_ROLLUP_RETENTION_DAYS": (90, 31),

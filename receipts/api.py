@@ -64,7 +64,7 @@ def _lease_seconds(body: dict) -> int | None:
     """The lease a caller asks for (a claim's, a heartbeat's), or None for the operation's."""
     if "lease_seconds" not in body:
         return None
-    return _integer(body, "lease_seconds", 1, setting("RECEIPTS_MAX_LEASE_SECONDS"))
+    return _integer(body, "lease_seconds", setting("RECEIPTS_MIN_LEASE_SECONDS"), setting("RECEIPTS_MAX_LEASE_SECONDS"))
 
 
 def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:

@@ -227,14 +227,14 @@ class IdempotencyClient:
         worker took over), fn cannot be stopped; when it returns its result is not stored
         and LeaseLost is raised, as it is when completing is refused.
         """
-        claim = self._claim_patiently(key, operation, request, lease_seconds)
+        claim, sent_at = self._claim_patiently(key, operation, request, lease_seconds)
         if claim.replayed:
             if claim.status == "failed":
                 raise PreviousFailure(key, claim.error or "", claim.response)
             return claim.response
         assert claim.token is not None
         try:
-            with _Heartbeat(self, key, claim.token, claim.lease_seconds) as beat:
+            with _Heartbeat(self, key, claim.token, claim.lease_seconds, sent_at) as beat:
                 result = fn(*args, **kwargs)
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
@@ -281,10 +281,15 @@ class IdempotencyClient:
 
     # --- plumbing ----------------------------------------------------------------------
 
-    def _claim_patiently(self, key: str, operation: str, request: Any, lease_seconds: int | None) -> Claim:
+    def _claim_patiently(
+        self, key: str, operation: str, request: Any, lease_seconds: int | None
+    ) -> tuple[Claim, float]:
+        """The claim, and when (time.monotonic()) the request that got it was sent: the
+        lease runs from the server's claim, which is no earlier."""
         for attempt in range(self.max_in_progress_retries + 1):
+            sent_at = time.monotonic()
             try:
-                return self.claim(key, operation, request, lease_seconds=lease_seconds)
+                return self.claim(key, operation, request, lease_seconds=lease_seconds), sent_at
             except InProgress as busy:
                 if attempt == self.max_in_progress_retries:
                     raise
@@ -350,13 +355,20 @@ class _Heartbeat:
     """Renews a running attempt's lease every third of it from a daemon thread, until the
     `with` block ends (the thread is joined, so no renewal lands after a settle). `lost` is
     the LeaseLost of a refused renewal; a renewal that fails otherwise (the server down or
-    slow) is tried again at the next beat, while the lease still has two thirds to run."""
+    slow) is tried again at the next beat, while the lease still has two thirds to run.
 
-    def __init__(self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None) -> None:
+    The beats count from when the claim was sent (`sent_at`), not from its answer: a slow
+    answer has already used part of the lease, and the first beat must not come a whole
+    third after it."""
+
+    def __init__(
+        self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None, sent_at: float
+    ) -> None:
         self.lost: LeaseLost | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._beat, args=(client, key, token, lease_seconds), name="idempotency-heartbeat", daemon=True
+            target=self._beat, args=(client, key, token, lease_seconds, sent_at), name="idempotency-heartbeat",
+            daemon=True,
         )
 
     def __enter__(self) -> _Heartbeat:
@@ -367,9 +379,13 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join()
 
-    def _beat(self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None) -> None:
+    def _beat(
+        self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None, sent_at: float
+    ) -> None:
         interval = max(0.2, (lease_seconds or 30) / 3)
-        while not self._stop.wait(interval):
+        due = sent_at + interval
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            due = time.monotonic() + interval
             try:
                 client.heartbeat(key, token, lease_seconds=lease_seconds)
             except LeaseLost as lost:

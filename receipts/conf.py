@@ -32,6 +32,11 @@ DEFAULTS: dict[str, Any] = {
     # find a thread. Beyond it a duplicate gets its 409 at once. 0: nobody waits.
     "RECEIPTS_MAX_WAITERS": 4,
     "RECEIPTS_MAX_LEASE_SECONDS": 3600,
+    # The shortest lease a JSON API caller may ask for. A running step keeps its claim by
+    # heartbeats every third of its lease; a shorter lease leaves a heartbeat too little room
+    # on a loaded server (issue 19's storm: heartbeats queued 2 to 7 s behind 600 claims),
+    # and a lapsed lease means a second execution.
+    "RECEIPTS_MIN_LEASE_SECONDS": 15,
     # Operation names or shell-style patterns whose receipts are financial (longer TTL,
     # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],

@@ -67,7 +67,8 @@ def test_a_claim_after_a_failure_is_201_and_says_so(api):
     assert again.json()["token"] == token + 1
 
 
-def test_a_claim_after_the_lease_ran_out_is_a_201_takeover(api):
+def test_a_claim_after_the_lease_ran_out_is_a_201_takeover(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         api("claim", claim_body(lease_seconds=5))
         traveller.shift(timedelta(seconds=6))
@@ -136,6 +137,7 @@ def test_the_same_key_under_two_clients_is_two_receipts(api):
         (claim_body(operation="has space"), "operation"),
         (claim_body(operation=None), "operation"),
         (claim_body(lease_seconds=0), "lease_seconds"),
+        (claim_body(lease_seconds=14), "lease_seconds"),  # below RECEIPTS_MIN_LEASE_SECONDS
         (claim_body(lease_seconds=3601), "lease_seconds"),
         (claim_body(lease_seconds=True), "lease_seconds"),
         (claim_body(lease_seconds=2.5), "lease_seconds"),
@@ -232,7 +234,8 @@ def test_complete_stores_the_response_and_returns_the_receipt(api):
     assert "fencing_token" not in data and "token" not in data
 
 
-def test_complete_with_a_stale_token_is_409_and_keeps_the_winners_result(api):
+def test_complete_with_a_stale_token_is_409_and_keeps_the_winners_result(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         slow = api("claim", claim_body(lease_seconds=5)).json()["token"]
         traveller.shift(timedelta(seconds=6))
@@ -349,7 +352,8 @@ def test_a_bad_fail_field_is_400(api, body, field):
 
 # --- heartbeat ------------------------------------------------------------------------------------
 
-def test_a_heartbeat_renews_the_lease_from_now(api):
+def test_a_heartbeat_renews_the_lease_from_now(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         token = api("claim", claim_body(lease_seconds=10)).json()["token"]
         traveller.shift(timedelta(seconds=8))
@@ -362,14 +366,16 @@ def test_a_heartbeat_renews_the_lease_from_now(api):
         assert api("claim", claim_body()).status_code == 409
 
 
-def test_a_heartbeat_without_a_length_renews_for_the_operations_lease(api):
+def test_a_heartbeat_without_a_length_renews_for_the_operations_lease(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     with time_machine.travel(timezone.now(), tick=False):
         token = api("claim", claim_body(lease_seconds=5)).json()["token"]
         response = api("heartbeat", {"key": "job-1", "token": token})
         assert response.json()["lease_expires_at"] == (timezone.now() + timedelta(seconds=30)).isoformat()
 
 
-def test_a_heartbeat_after_a_takeover_is_409_stale_token_and_changes_nothing(api):
+def test_a_heartbeat_after_a_takeover_is_409_stale_token_and_changes_nothing(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         old = api("claim", claim_body(lease_seconds=1)).json()["token"]
         traveller.shift(timedelta(seconds=2))
@@ -394,6 +400,7 @@ def test_a_heartbeat_of_an_unknown_key_is_404_and_writes_nothing(api):
         ({"key": "job-1"}, "token"),
         ({"key": "job-1", "token": True}, "token"),
         ({"key": "job-1", "token": 1, "lease_seconds": 0}, "lease_seconds"),
+        ({"key": "job-1", "token": 1, "lease_seconds": 14}, "lease_seconds"),
         ({"key": "job-1", "token": 1, "lease_seconds": 3601}, "lease_seconds"),
         ({"key": "job-1", "token": 1, "lease_seconds": 2.5}, "lease_seconds"),
         ({"key": "job-1", "token": 1, "wait_seconds": 1}, "wait_seconds"),

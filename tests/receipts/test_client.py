@@ -172,7 +172,8 @@ def test_run_once_refuses_a_result_it_cannot_store_and_fails_the_receipt(idem):
     assert Receipt.objects.get().status == "failed"
 
 
-def test_run_once_waits_out_a_held_key_honouring_retry_after(idem):
+def test_run_once_waits_out_a_held_key_honouring_retry_after(idem, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     idem.claim("k", "email.send", lease_seconds=1)  # a worker that then died
     assert idem.run_once("k", "email.send", lambda: "mine") == "mine"
     assert Receipt.objects.get().attempts == 2  # taken over after the lease ran out
@@ -186,7 +187,8 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
             idem.run_once("k", "email.send", lambda: "never")
 
 
-def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_server, transactional_db):
+def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_server, transactional_db, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     _, token = create_token("slow-step")
     seen = []
     with IdempotencyClient(live_server.url, token, wait_seconds=0) as idem, \
@@ -208,7 +210,8 @@ def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_
     assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
 
 
-def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem):
+def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     def step() -> str:
         store.release(Receipt.objects.get(), actor="otto", reason="looked stuck")  # an operator, mid-step
         time.sleep(1.5)  # heartbeats every third of the 1 s lease: refused
