@@ -164,25 +164,21 @@ def _record(name: str, figures: dict) -> None:
             out.write(f"{name}: {figures}\n")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_storm_with_the_clients_defaults_runs_each_step_once(instances, tmp_path):
-    client, token = create_token("storm-defaults")
-    outcome = storm([s.url for s in instances], token, "defaults", tmp_path / "effects", 0.2, None)
-    figures = outcome.figures(client.scope)
-    _record("defaults", figures)
-    assert dict(outcome.executions) == {f"defaults-{n}": 1 for n in range(KEYS)}, figures
-    assert outcome.outcomes == {"settled": KEYS * CALLERS_PER_KEY, "still running": 0}, figures
-    assert figures["left processing"] == 0, figures
-    assert figures["takeovers"] == 0 and figures["stale settles"] == 0, figures
+# name, step seconds, the lease the callers ask for (None: the operation's, 30 s)
+STORMS = [
+    ("defaults", 0.2, None),  # the client's defaults
+    ("short", 16.0, 15),  # a step longer than the shortest lease the API allows
+]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_storm_whose_step_outlasts_the_shortest_lease_runs_each_step_once(instances, tmp_path):
-    client, token = create_token("storm-short-lease")
-    outcome = storm([s.url for s in instances], token, "short", tmp_path / "effects", 16.0, 15)
+@pytest.mark.parametrize("name,step_seconds,lease_seconds", STORMS, ids=[name for name, _, _ in STORMS])
+def test_a_storm_runs_each_step_once(instances, tmp_path, name, step_seconds, lease_seconds):
+    client, token = create_token(f"storm-{name}")
+    outcome = storm([s.url for s in instances], token, name, tmp_path / "effects", step_seconds, lease_seconds)
     figures = outcome.figures(client.scope)
-    _record("short lease", figures)
-    assert dict(outcome.executions) == {f"short-{n}": 1 for n in range(KEYS)}, figures
+    _record(name, figures)
+    assert dict(outcome.executions) == {f"{name}-{n}": 1 for n in range(KEYS)}, figures
     assert outcome.outcomes == {"settled": KEYS * CALLERS_PER_KEY, "still running": 0}, figures
     assert figures["left processing"] == 0, figures
     assert figures["takeovers"] == 0 and figures["stale settles"] == 0, figures
