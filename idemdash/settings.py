@@ -438,6 +438,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimu
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "idemdash.core.throttle.client_ip"
+AXES_USERNAME_CALLABLE = "idemdash.core.throttle.login_username"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 # The Content-Security-Policy of every page: scripts, styles, images and requests from this

@@ -53,6 +53,20 @@ def client_ip(request: HttpRequest) -> str:
     return remote
 
 
+# What django-axes' AccessAttempt and AccessFailureLog hold of a username.
+AXES_USERNAME_LENGTH = 255
+
+
+def login_username(request: HttpRequest, credentials: dict | None) -> str | None:
+    """The username django-axes counts a login's failures under (AXES_USERNAME_CALLABLE):
+    what was typed, as axes reads it, cut to what its tables hold. Django 6.1's login form
+    authenticates a username longer than the user model allows, and axes' own reading
+    stored it whole: a 500 (a DataError on PostgreSQL) for a 256-character username."""
+    field = getattr(settings, "AXES_USERNAME_FORM_FIELD", "username")
+    value = credentials.get(field) if credentials else request.POST.get(field)
+    return value[:AXES_USERNAME_LENGTH] if isinstance(value, str) else value
+
+
 def _address_key(address: str) -> str:
     # An IPv6 client holds a whole /64 and can change its address within it at will.
     try:

@@ -289,7 +289,7 @@ class Config:
     receiver_slow: float = 0.1
     receiver_slow_seconds: float = 2.0
     receiver_refuse_seconds: float = 0.0  # `manage.py simulate` defaults to 180
-    crash_lease_seconds: int = 5
+    crash_lease_seconds: int = 15  # the shortest lease the API allows (RECEIPTS_MIN_LEASE_SECONDS)
     failure_retry_seconds: float = 20.0  # a failed key's next attempt, on average
     stall_lease_seconds: int = 60  # the lease an agent holds when it hangs
     stall_check_seconds: float = 10.0  # how often a hung agent looks whether its key was released

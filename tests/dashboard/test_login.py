@@ -88,6 +88,16 @@ def test_the_lockout_is_per_username_and_address(viewer, operator):
     assert _login("/accounts/login/", "pw-otto", "198.51.100.61", username="otto").status_code == 302
 
 
+def test_a_username_longer_than_axes_keeps_is_counted_and_locked_out_by_its_first_255_characters(viewer):
+    """Django 6.1's login form authenticates it whatever its length; axes stored it whole
+    (a 500 on PostgreSQL, varchar(255))."""
+    long_name = "x" * 300
+    for _ in range(LIMIT - 1):
+        assert _login("/accounts/login/", "wrong", "198.51.100.64", long_name).status_code == 200
+    assert _login("/accounts/login/", "wrong", "198.51.100.64", long_name).status_code == 429
+    assert _login("/accounts/login/", "wrong", "198.51.100.64", "x" * 255 + "y" * 45).status_code == 429
+
+
 def test_a_successful_login_starts_the_count_again(viewer):
     for _ in range(LIMIT - 1):
         _login("/accounts/login/", "wrong", "198.51.100.63")

@@ -114,6 +114,7 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
     settings.STRIPE_WEBHOOK_SECRET = STRIPE_SECRET
     settings.SHOPIFY_WEBHOOK_SECRET = SHOPIFY_SECRET
     settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["127.0.0.1"]  # as `make demo` sets it
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # the crashed and hung agents' 1 s leases
     _, token = create_token("simulator-test")
     lines: list[str] = []
     sim = Simulator(
@@ -172,7 +173,8 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_hung_agent_waits_for_an_operators_release_then_runs_its_key(live_server):
+def test_a_hung_agent_waits_for_an_operators_release_then_runs_its_key(live_server, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # the hung agent's 1 s lease
     _, token = create_token("simulator-stall")
     lines: list[str] = []
     sim = Simulator(

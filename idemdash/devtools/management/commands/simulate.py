@@ -39,7 +39,7 @@ class Command(BaseCommand):
             "--receiver-refuse", type=float, default=180.0,
             help=f"seconds from the start during which the receiver refuses {simulator.REFUSED_PATH} with a permanent 403 (180; 0: never)",
         )
-        parser.add_argument("--crash-lease", type=int, default=5, help="lease seconds of claims whose agent crashes (5)")
+        parser.add_argument("--crash-lease", type=int, default=15, help="lease seconds of claims whose agent crashes (15, the shortest the API allows)")
         parser.add_argument(
             "--stall-lease", type=int, default=60,
             help="lease seconds of claims whose agent hangs and waits for an operator's release (60)",
