@@ -100,3 +100,24 @@ def mysql_read_committed(app_configs: Any = None, databases: Any = None, **kwarg
                 id="receipts.E003",
             ))
     return errors
+
+
+@register()
+def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """MySQL/MariaDB with ATOMIC_REQUESTS: the decorator's claim is then an insert inside the
+    request's transaction, and InnoDB deadlocks concurrent inserts of one key (error 1213:
+    each duplicate holds a shared lock on the key while the first waits to write it). One of
+    64 concurrent callers of 4 keys got a 500 that way in CI; until a deadlocked claim is
+    retried or answered 503, this setting is refused there (PostgreSQL and SQLite support
+    it: docs/http-contract.md, Under ATOMIC_REQUESTS)."""
+    return [
+        Error(
+            f"DATABASES[{alias!r}] runs MySQL/MariaDB with ATOMIC_REQUESTS, under which InnoDB "
+            "deadlocks concurrent claims of one Idempotency-Key.",
+            hint="Turn ATOMIC_REQUESTS off for this database, or wrap the views that need it in "
+            "transaction.atomic yourself, inside @idempotent (docs/http-contract.md: Under ATOMIC_REQUESTS).",
+            id="receipts.E004",
+        )
+        for alias, config in settings.DATABASES.items()
+        if config.get("ENGINE", "").endswith("mysql") and config.get("ATOMIC_REQUESTS")
+    ]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from receipts.checks import mysql_read_committed
+from receipts.checks import mysql_atomic_requests, mysql_read_committed
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = 'add "receipts.outbox" to INSTALLED_APPS'
@@ -145,3 +145,22 @@ def test_another_database_passes_whatever_its_options(monkeypatch):
 def test_a_check_run_without_databases_passes(monkeypatch):
     _as_mysql(monkeypatch, {"isolation_level": "repeatable read"})
     assert mysql_read_committed(databases=None) == []
+
+
+# --- receipts.E004: ATOMIC_REQUESTS on MySQL/MariaDB ----------------------------------------
+
+
+@pytest.mark.parametrize("engine, atomic, refused", [
+    ("django.db.backends.mysql", True, True),
+    ("django.db.backends.mysql", False, False),
+    ("django.db.backends.postgresql", True, False),
+    ("django.db.backends.sqlite3", True, False),
+])
+def test_atomic_requests_is_refused_on_mysql_only(monkeypatch, engine, atomic, refused):
+    from django.conf import settings
+
+    # The check reads only the settings; the dict is put back after the test.
+    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", engine)
+    monkeypatch.setitem(settings.DATABASES["default"], "ATOMIC_REQUESTS", atomic)
+    errors = mysql_atomic_requests()
+    assert [e.id for e in errors] == (["receipts.E004"] if refused else [])
