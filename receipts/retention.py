@@ -24,9 +24,6 @@ from receipts.archive import archive_financial_receipts
 from receipts.conf import setting
 from receipts.models import Attempt, Receipt
 
-# Moved to idemdash.core.retention; kept for one release.
-from idemdash.core.retention import delete_rows, installed_purgers, purge_batches  # noqa: F401
-
 
 def due_receipts(now: datetime) -> QuerySet:
     # A receipt whose worker still holds a live lease is left alone until the worker is
