@@ -18,7 +18,7 @@ from idemdash.core import audit
 from idemdash.core.actions import act_on_each
 from idemdash.core.audit import AuditEntry
 from idemdash.core.clients import ApiClient, create_token
-from idemdash.core.columns import FilterSafe, clipped, to_the_second  # noqa: F401 (used here; re-exported for one release)
+from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts import responses

@@ -8,9 +8,6 @@ from django.db.models.signals import post_migrate
 
 from idemdash.core.appconfig import BigIntegerIds
 
-# Moved to idemdash.core.discovery; kept for one release.
-from idemdash.core.discovery import declared_by_apps  # noqa: F401
-
 
 def _install_schedules(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
     # django-q2 keeps its schedules in the default database. A partial migrate may have

@@ -59,7 +59,7 @@ CLIENT_ERROR_EXCEPTIONS = (Http404, PermissionDenied, BadRequest, SuspiciousOper
 
 STORED_REQUEST_TEXT_LIMIT = 4096
 
-# What idemdash.middleware answers with a 503: the connection was lost, not the operation.
+# What receipts.middleware answers with a 503: the connection was lost, not the operation.
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 View = Callable[..., HttpResponseBase]

@@ -9,9 +9,6 @@ from typing import Any
 
 from idemdash.core.canonical import canonical_json, json_depth_limit, nesting_depth
 
-# Moved to idemdash.core.canonical; kept importable from here for one release.
-from idemdash.core.canonical import UnstorableJSON, fingerprint_json  # noqa: F401
-
 
 _UNPARSED = object()  # the caller has not parsed the body (a parsed `null` body is None)
 

@@ -1,6 +1,6 @@
 """The receipts' statements through the plain ORM: the twin of receipts/pg.py, with the same
-functions, for SQLite and for PostgreSQL through psycopg2. store.path() chooses between
-the two once per database.
+functions, for SQLite, MySQL/MariaDB and PostgreSQL through psycopg2. store.path() chooses
+between the two once per database.
 
 Where PostgreSQL does in one statement what the store otherwise decides step by step, the
 twin does nothing and says so (`claim_or_replay`, `purge_expired_receipts` return None),

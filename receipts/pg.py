@@ -18,8 +18,8 @@ as the ORM path's (receipts/rules.py):
 - `purge_expired_receipts` deletes a batch and archives its financial receipts in one
   statement.
 
-receipts/orm.py has the same functions through the ORM, for SQLite and for PostgreSQL
-through psycopg2 (idemdash/core/pg.py:usable); store.path() chooses once per database,
+receipts/orm.py has the same functions through the ORM, for SQLite, MySQL/MariaDB and
+PostgreSQL through psycopg2 (idemdash/core/pg.py:usable); store.path() chooses once per database,
 and both paths run the same tests.
 
 Durability of a claim: outside a caller's transaction, the claim statement commits with

@@ -1,12 +1,13 @@
 """The receipts app's retention: expired receipts (financial ones archived first), the
 attempt log, its roll-up and the audit log. The machinery is `idemdash.core.retention`'s.
 
-The dashboard's charts count Attempt and OutboxAttempt rows, which keep scope, key and
-operation of their own. An attempt keeps the id of its purged receipt (a plain column, no
-constraint); an outbox attempt's link to its message is set to NULL. They are
-kept 35 days, longer than the widest (30-day) chart window, so purging receipts never
-changes a chart. The hourly roll-up of the attempt log (`receipts.rollup`) has its own
-retention (RECEIPTS_ROLLUP_RETENTION_DAYS, 90 days, never under 31).
+The dashboard's charts count Attempt and OutboxAttempt rows (through their hourly
+roll-ups), which keep scope, key and operation of their own. An attempt keeps the id of its
+purged receipt (a plain column, no constraint); an outbox attempt's link to its message is
+set to NULL. They are kept 35 days, longer than the widest (30-day) chart window, so purging
+receipts never changes a chart. The hourly roll-up of the attempt log (`receipts.rollup`)
+has its own retention (RECEIPTS_ROLLUP_RETENTION_DAYS, 90 days; the project's settings take
+no fewer than 31 from the environment, but a host's own setting is used as it is).
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from receipts.archive import archive_financial_receipts
 from receipts.conf import setting
 from receipts.models import Attempt, Receipt
 
-# Moved to idemdash.core.retention; kept for one release.
-from idemdash.core.retention import delete_rows, installed_purgers, purge_batches  # noqa: F401
-
 
 def due_receipts(now: datetime) -> QuerySet:
     # A receipt whose worker still holds a live lease is left alone until the worker is
@@ -42,8 +40,9 @@ def due_attempts(now: datetime) -> QuerySet:
 
 
 def due_audit_entries(now: datetime) -> QuerySet:
-    # Who did what is kept long (a year by default) but not forever; never under 31 days,
-    # because the dashboard charts operator releases from it over its 30-day window.
+    # Who did what is kept long (a year by default) but not forever. The dashboard charts
+    # operator releases from it over its 30-day window, so the project's settings take no
+    # fewer than 31 days from the environment; a host's own setting is used as it is.
     days = setting("RECEIPTS_AUDIT_RETENTION_DAYS")
     return AuditEntry.objects.filter(created_at__lt=now - timedelta(days=days))
 

@@ -25,17 +25,12 @@ from django.utils import timezone
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
 from idemdash.core import pg as core_pg
-from idemdash.core.bulk import BULK_LIMIT  # noqa: F401  (the dashboard's bulk page shows it)
 from idemdash.core.canonical import fingerprint_json
-# StaleToken is the core's; `receipts.store.StaleToken` keeps working for callers.
-from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set  # noqa: F401
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from receipts import orm, pg, rules, waiting
 from receipts.conf import Policy, policy_for, setting
 from receipts.models import Attempt, Receipt
 from receipts.orm import log_settle
-
-# Moved to idemdash.core.audit.record; kept for one release.
-audit = audit_log.record
 
 Outcome = Attempt.Outcome
 Status = Receipt.Status

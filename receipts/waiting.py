@@ -118,8 +118,8 @@ def wake_on_commit(scope: str, key: str) -> None:
 
 def _ensure_listener() -> None:
     global _listener
-    # The listener speaks psycopg 3; on psycopg2 (and SQLite) other processes' settles are
-    # seen by the fallback timer.
+    # The listener speaks psycopg 3; on psycopg2 (and SQLite, MySQL/MariaDB) other processes'
+    # settles are seen by the fallback timer.
     if not pg.usable():
         return
     with _lock:

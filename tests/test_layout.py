@@ -198,17 +198,7 @@ def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 KNOWN_CYCLES: set[frozenset[str]] = set()
 
-KNOWN_UPWARD_IMPORTS: set[tuple[str, str]] = {
-    # The dashboard's old paths, kept for one release (a host's INSTALLED_APPS may say
-    # "idemdash", its STATICFILES_FINDERS idemdash.vendor.PlotlyFinder, and a queued task
-    # idemdash.tasks.evaluate_alerts): removed one release after step 12.
-    ("idemdash.apps", "idemdash.dashboard.apps"),
-    ("idemdash.tasks", "idemdash.dashboard.tasks"),
-    ("idemdash.vendor", "idemdash.dashboard.vendor"),
-    # The alias of receipts.middleware.DatabaseUnavailableMiddleware, kept for one release:
-    # removed one release after step 12.
-    ("idemdash.middleware", "receipts.middleware"),
-}
+KNOWN_UPWARD_IMPORTS: set[tuple[str, str]] = set()
 
 KNOWN_READS_OF_TESTS: set[str] = set()
 

@@ -1,5 +1,6 @@
 """A delivery stored through the plain ORM: the twin of webhooks/pg.py, with the same
-function, for SQLite and for PostgreSQL through psycopg2 (receive.path() chooses)."""
+function, for SQLite, MySQL/MariaDB and PostgreSQL through psycopg2 (receive.path()
+chooses)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ store, the task's INSERT, COMMIT), and the view answers only after it returns.
 Neither has a row when a concurrent delivery of the same event committed after this
 statement's snapshot was taken (our INSERT waited for it, then did nothing, and the UPDATE
 could not see it); the caller then runs the statement again, with a new snapshot.
-webhooks/orm.py is the twin for SQLite and psycopg2 (receive.path() chooses).
+webhooks/orm.py is the twin for SQLite, MySQL/MariaDB and psycopg2 (receive.path() chooses).
 """
 
 from __future__ import annotations

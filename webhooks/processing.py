@@ -126,12 +126,6 @@ def _orm_broker_in_this_database() -> bool:
     return Conf.ORM == DEFAULT_DB_ALIAS and not Conf.SYNC
 
 
-def backoff_delay(attempt: int) -> timedelta:
-    """The core's backoff with this app's settings, as fail_event schedules a retry; the name
-    from before core.leases.backoff, kept for one release."""
-    return timedelta(seconds=backoff(attempt, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP")))
-
-
 def lease_seconds() -> int:
     """The lease a claim takes. Renewed every quarter of it while the handler runs
     (`_process`), so short: WEBHOOKS_LEASE_SECONDS (20 s). On SQLite it cannot be renewed
@@ -459,10 +453,6 @@ def release(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = 
             enqueue_on_commit(event.pk)
     event.refresh_from_db()
     return event
-
-
-# The name before the operator verbs were one (docs/architecture.md, section 8); kept for one release.
-release_stuck = release
 
 
 # Each dead event reprocessed through `reprocess`: one compare-and-set and one audit entry per

@@ -116,28 +116,6 @@ def is_stuck(unit: Any, owned_status: str, now: datetime) -> bool:
     return unit.status == owned_status and unit.lease_expires_at is not None and unit.lease_expires_at < now
 
 
-# Audit action names are `<model>.<verb>`, the model's name in snake case. Entries stored
-# under an older name stay readable for as long as RECEIPTS_AUDIT_RETENTION_DAYS keeps them:
-# the former name -> the name it has now.
-FORMER_AUDIT_ACTIONS = {
-    "outbox.retry_now": "outbox_message.send_now",
-    "outbox.requeue_dead": "outbox_message.send_again",
-    "outbox.release": "outbox_message.release",
-}
-
-
-def current_audit_action(action: str) -> str:
-    """The name an audit action has now, for an entry stored under either name."""
-    return FORMER_AUDIT_ACTIONS.get(action, action)
-
-
-def audit_action_names(action: str) -> list[str]:
-    """Every name stored entries of `action` (given by either name) may carry: what a reader
-    filters the audit log by."""
-    current = current_audit_action(action)
-    return [current, *(former for former, now in FORMER_AUDIT_ACTIONS.items() if now == current)]
-
-
 class LeasedWork(models.Model):
     """What every kind of unit has alike: the end of its owner's lease (null: unowned)."""
 

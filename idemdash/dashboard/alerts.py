@@ -31,6 +31,7 @@ from django.db.models.functions import TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
+from idemdash.core import audit
 from idemdash.dashboard import queries
 from idemdash.dashboard.alert_rules import (
     INSTANT_METRICS,
@@ -44,7 +45,6 @@ from idemdash.dashboard.models import Alert, AlertRule
 from receipts.models import Attempt
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import enqueue
-from receipts.store import audit
 
 log = logging.getLogger(__name__)
 
@@ -358,9 +358,9 @@ def save_rule(rule: AlertRule, *, actor: str, user: Any = None, before: str = ""
         rule.created_by = user
     with transaction.atomic():
         rule.save()
-        audit(actor, "alert_rule.create" if created else "alert_rule.update", rule,
-              status_before=before, status_after=_rule_state(rule),
-              detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
+        audit.record(actor, "alert_rule.create" if created else "alert_rule.update", rule,
+                     status_before=before, status_after=_rule_state(rule),
+                     detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
     return rule
 
 
@@ -371,8 +371,8 @@ def delete_rule(rule: AlertRule, *, actor: str, user: Any = None) -> None:
     with transaction.atomic():
         for alert in Alert.objects.filter(rule=rule, state=State.FIRING):
             resolve(alert, now, reason="rule deleted")
-        audit(actor, "alert_rule.delete", rule, status_before=_rule_state(rule), status_after="deleted",
-              detail=rule.condition, user=user)
+        audit.record(actor, "alert_rule.delete", rule, status_before=_rule_state(rule), status_after="deleted",
+                     detail=rule.condition, user=user)
         rule.delete()
 
 
@@ -382,8 +382,8 @@ def evaluate_rule(rule: AlertRule, *, actor: str, user: Any = None) -> Evaluatio
     result = evaluate(rules=[rule])
     after = "firing" if Alert.objects.filter(rule=rule, state=State.FIRING).exists() else "ok"
     value = result.values.get(rule.name)
-    audit(actor, "alert_rule.evaluate", rule, status_before=before, status_after=after,
-          detail="" if value is None else f"value {format_value(rule.metric, value)}", user=user)
+    audit.record(actor, "alert_rule.evaluate", rule, status_before=before, status_after=after,
+                 detail="" if value is None else f"value {format_value(rule.metric, value)}", user=user)
     return result
 
 

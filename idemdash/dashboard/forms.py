@@ -7,7 +7,6 @@ from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
-from idemdash.core.leases import audit_action_names
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
@@ -237,8 +236,7 @@ class AuditFilter(forms.Form):
         if data.get("actor"):
             qs = qs.filter(actor=data["actor"])
         if data.get("action"):
-            # Either name of an action finds the entries stored under the other too.
-            qs = qs.filter(action__in=audit_action_names(data["action"]))
+            qs = qs.filter(action=data["action"])
         if data.get("after_id") is not None:
             qs = qs.filter(id__gt=data["after_id"])
         if data.get("through_id") is not None:

@@ -21,7 +21,8 @@ from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
 
-from idemdash.core.leases import audit_action_names, current_audit_action, stuck
+from idemdash.core.leases import stuck
+from idemdash.core import rollup as core_rollup
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox import rollup as outbox_rollup
@@ -277,12 +278,12 @@ def _floor(moment: datetime, bucket: timedelta) -> datetime:
 
 
 def _bucket_counts(
-    rolled: rollup.HourlyRollup, window: Window, start: datetime, now: datetime, **where: Any
+    rolled: core_rollup.HourlyRollup, window: Window, start: datetime, now: datetime, **where: Any
 ) -> list[tuple]:
     """(t, *groups, n) of a rolled-up log in (start, now], to fold into the window's buckets:
     per hour from the roll-up and the log (`HourlyRollup.counts`), or, for buckets shorter
     than an hour (at most an hour of the log), per minute from the log."""
-    if window.bucket % rollup.HOUR:
+    if window.bucket % core_rollup.HOUR:
         return rolled.log_counts(start, now, trunc=window.trunc, **where)
     return rolled.counts(start, now, by_hour=True, **where)
 
@@ -341,8 +342,7 @@ def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
     )
 
 
-# Operator releases of stuck webhook events and outbox messages, as the audit log names them
-# (entries stored under a former name count too: core.leases.audit_action_names).
+# Operator releases of stuck webhook events and outbox messages, as the audit log names them.
 STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox_message.release": "messages_released"}
 
 
@@ -378,12 +378,12 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     _fold(buckets, window, attempts, outcomes.get)
     releases = _grouped(
         AuditEntry.objects.filter(
-            action__in=[name for action in STUCK_RELEASE_ACTIONS for name in audit_action_names(action)],
+            action__in=list(STUCK_RELEASE_ACTIONS),
             created_at__gt=start, created_at__lte=now,
         ),
         window, "created_at", "action",
     )
-    _fold(buckets, window, releases, lambda action: STUCK_RELEASE_ACTIONS.get(current_audit_action(action)))
+    _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
     return list(buckets.values())
 
 

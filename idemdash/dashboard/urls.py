@@ -11,11 +11,11 @@ from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbo
 from idemdash.dashboard.views.actions import object_action
 
 
-def _action(route: str, kind: str, action: str, name: str | None = None) -> URLPattern:
-    return path(route, object_action, {"kind": kind, "action": action}, name=name or f"{kind}_{action}")
+def _action(route: str, kind: str, action: str) -> URLPattern:
+    return path(route, object_action, {"kind": kind, "action": action}, name=f"{kind}_{action}")
 
 
-def _bulk(route: str, listed: str, name: str | None) -> URLPattern:
+def _bulk(route: str, listed: str, name: str) -> URLPattern:
     return path(route, bulk.bulk_action, {"kind": listed}, name=name)
 
 
@@ -46,16 +46,6 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
-]
-
-# The old paths of actions since named by their verb (docs/architecture.md, section 8), kept
-# for bookmarks and open pages for one release: each serves its action under its new path.
-urlpatterns += [
-    _bulk("receipts/bulk-retry/", "receipts", "bulk_retry"),
-    _action("receipts/<int:pk>/retry/", "receipt", "release", name="receipt_retry"),
-    _bulk("outbox/bulk-requeue/", "outbox", None),
-    _action("outbox/<int:pk>/retry/", "message", "send_now", name="message_retry"),
-    _action("outbox/<int:pk>/requeue/", "message", "send_again", name="message_requeue"),
 ]
 
 # Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.

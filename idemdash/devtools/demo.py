@@ -18,10 +18,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from idemdash.core import audit
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import AlertRule
 from idemdash.devtools.models import DemoSwitch
-from receipts.store import audit
 
 REFUNDS = "refunds"
 
@@ -68,8 +68,8 @@ def set_failing(switch: DemoSwitch, on: bool, *, actor: str, user: Any = None) -
         changed = DemoSwitch.objects.filter(pk=switch.pk, failing=not on).update(failing=on, updated_at=timezone.now())
         if changed != 1:
             return False
-        audit(actor, "demo_switch.break" if on else "demo_switch.fix", switch,
-              status_before=before, status_after=after, user=user)
+        audit.record(actor, "demo_switch.break" if on else "demo_switch.fix", switch,
+                     status_before=before, status_after=after, user=user)
     switch.refresh_from_db()
     return True
 

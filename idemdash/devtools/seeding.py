@@ -34,7 +34,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from receipts import rollup
+from idemdash.core import rollup
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent, WebhookSecret

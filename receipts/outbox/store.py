@@ -213,10 +213,6 @@ def _backoff(attempts: int, retry_after: float | None = None) -> float:
     )
 
 
-# The name from before core.leases.backoff; kept for one release.
-backoff_seconds = _backoff
-
-
 def _settle(
     message: OutboxMessage,
     outcome: str,
@@ -369,11 +365,3 @@ def release(message: OutboxMessage, *, actor: str, user: Any = None, reason: str
 # Each dead message sent again through `send_again`: one compare-and-set and one audit entry per
 # row; a row that changed meanwhile is skipped.
 send_again_many = bulk.many(send_again, Q(status=Status.DEAD), refused=(InvalidTransition,))
-
-
-# The names before the operator verbs were one (docs/architecture.md, section 8); kept for
-# one release.
-retry_now = send_now
-requeue_dead = send_again
-release_stuck = release
-requeue_dead_many = send_again_many

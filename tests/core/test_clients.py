@@ -1,7 +1,7 @@
-"""idemdash/core/clients.py: the answer to a bad bearer token, 401 and then, per client
-address, 429 with Retry-After; real requests through the JSON API, the outbox API and the
-machine endpoint, then through a real gunicorn with several workers, whose counts must add
-up in the shared cache."""
+"""idemdash/core/clients.py: a bearer token not shaped like ours costs no query; the answer to
+a bad bearer token, 401 and then, per client address, 429 with Retry-After; real requests
+through the JSON API, the outbox API and the machine endpoint, then through a real gunicorn
+with several workers, whose counts must add up in the shared cache."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import secrets
 import httpx
 import pytest
 import time_machine
-from django.test import Client
+from django.test import Client, RequestFactory
 
-from idemdash.core.clients import create_token
+from idemdash.core.clients import client_for_request, create_token
 from tests.gunicorn import Gunicorn
 
 LIMIT = 4
@@ -24,6 +24,34 @@ CLAIM = "/api/v1/receipts/claim"
 def limited(settings) -> None:
     settings.API_TOKEN_FAILURE_LIMIT = LIMIT
     settings.API_TOKEN_FAILURE_WINDOW_SECONDS = 60
+
+
+def bearer(token: str):
+    return RequestFactory().post("/", headers={"Authorization": f"Bearer {token}"})
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "token",
+    [
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",  # a JWT
+        "idem_short",
+        "idem_" + "A" * 42 + "!",
+        "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b",  # a DRF authtoken key
+    ],
+)
+def test_a_bearer_token_that_cannot_be_ours_costs_no_query(django_assert_num_queries, token):
+    with django_assert_num_queries(0):
+        assert client_for_request(bearer(token)) is None
+
+
+@pytest.mark.django_db
+def test_a_token_of_our_format_is_still_looked_up_and_must_match(django_assert_num_queries):
+    client, token = create_token("shop")
+    assert client_for_request(bearer(token)) == client
+    forged = token[:-1] + ("A" if token[-1] != "A" else "B")
+    with django_assert_num_queries(1):
+        assert client_for_request(bearer(forged)) is None
 
 
 def _bad_token() -> str:

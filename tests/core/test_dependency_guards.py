@@ -478,7 +478,7 @@ def test_collectstatic_places_a_finders_files_under_its_storage_prefix(tmp_path,
         assert (vendor.PACKAGE_DATA / "plotly.min.js").is_file()
 
     settings.STATIC_ROOT = str(tmp_path)
-    settings.STATICFILES_FINDERS = ["idemdash.vendor.PlotlyFinder"]
+    settings.STATICFILES_FINDERS = ["idemdash.dashboard.vendor.PlotlyFinder"]
     finders.get_finder.cache_clear()
     try:
         with pinned("Django", "collectstatic's use of a finder storage's `prefix`", "idemdash/dashboard/vendor.py:PlotlyFinder"):

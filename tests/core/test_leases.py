@@ -64,14 +64,6 @@ def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     assert not leases.is_stuck(Receipt.objects.get(key="failed"), "processing", now)
 
 
-def test_every_former_audit_action_name_reads_as_the_current_one():
-    assert leases.current_audit_action("outbox.requeue_dead") == "outbox_message.send_again"
-    assert leases.current_audit_action("receipt.release") == "receipt.release"
-    assert leases.audit_action_names("outbox.retry_now") == ["outbox_message.send_now", "outbox.retry_now"]
-    assert leases.audit_action_names("outbox_message.release") == ["outbox_message.release", "outbox.release"]
-    assert leases.audit_action_names("webhook_event.reprocess") == ["webhook_event.reprocess"]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_renewing_keeps_the_lease_alive_while_the_block_runs_and_stops_once_the_unit_is_settled():
     # The renewal's thread has its own connection: the unit must be committed for it to see it.

@@ -57,7 +57,7 @@ def known_traffic(now) -> None:
 
     from django.test import Client
 
-    from receipts.auth import create_token
+    from idemdash.core.clients import create_token
 
     m, h, d = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
     s = timedelta(seconds=1)

@@ -13,7 +13,7 @@ from typing import Any
 import time_machine
 from django.test import Client
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.outbox import drain, store as outbox_store
 from tests.webhooks.conftest import STRIPE_SECRET, body_of, deliver, make_endpoint, stripe_event, stripe_headers
 from webhooks import handlers, processing

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from django.db import connections
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.outbox import drain
 from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
 from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)

@@ -59,12 +59,6 @@ def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_cl
     assert AuditEntry.objects.filter(action="outbox_message.send_again").count() == 1
 
 
-def test_the_old_outbox_bulk_path_still_sends_again_and_its_form_posts_to_the_new_one(operator_client, dead_rows):
-    html = operator_client.get("/outbox/bulk-requeue/?action=http.post").content.decode()
-    assert 'data-count="1"' in html and 'action="/outbox/bulk-send-again/"' in html
-    assert "Sent again 1 dead message." in operator_client.post("/outbox/bulk-requeue/", {"action": "http.post"}).content.decode()
-
-
 def test_nothing_to_do_says_so(operator_client, dead_rows):
     assert "Nothing to reprocess" in operator_client.get("/events/bulk-reprocess/?type=nothing").content.decode()
     assert "Nothing to send again" in operator_client.get("/outbox/bulk-send-again/?action=crm.sync").content.decode()

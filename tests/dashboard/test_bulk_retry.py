@@ -95,10 +95,3 @@ def test_a_bad_filter_is_a_400_in_the_forms_words(operator_client):
     response = operator_client.get("/receipts/bulk-release/?since=yesterday")
     assert response.status_code == 400 and "Created from: " in response.content.decode()
     assert "since:" not in response.content.decode()
-
-
-def test_the_old_bulk_retry_path_still_releases_and_its_form_posts_to_the_new_one(operator_client, receipts):
-    html = operator_client.get("/receipts/bulk-retry/?operation=payment.create").content.decode()
-    assert 'data-count="2"' in html and 'action="/receipts/bulk-release/"' in html
-    operator_client.post("/receipts/bulk-retry/", {"operation": "payment.create"})
-    assert {r.key for r in Receipt.objects.all() if r.released} == {"pay-1", "pay-2"}

@@ -48,12 +48,3 @@ def test_an_action_that_does_not_fit_the_status_is_409(operator_client):
     m = outbox_message("m1", "sent")
     response = operator_client.post(f"/outbox/{m.pk}/send-again/", headers={"HX-Request": "true"})
     assert response.status_code == 409 and "Not done" in response.content.decode()
-
-
-@pytest.mark.parametrize("old, new, status", [("requeue", "send-again", "dead"), ("retry", "send-now", "retry")])
-def test_the_old_paths_still_act_and_confirm_to_the_new_ones(operator_client, old, new, status):
-    m = outbox_message("m1", status, action="http.post")
-    html = operator_client.get(f"/outbox/{m.pk}/{old}/", headers={"HX-Request": "true"}).content.decode()
-    assert f'hx-post="/outbox/{m.pk}/{new}/"' in html
-    assert operator_client.post(f"/outbox/{m.pk}/{old}/").status_code == 302
-    assert AuditEntry.objects.get().action == f"outbox_message.{new.replace('-', '_')}"

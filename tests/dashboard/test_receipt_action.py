@@ -78,12 +78,6 @@ def test_with_htmx_the_confirmation_is_a_fragment_that_posts_back_in_place(opera
     assert 'name="csrfmiddlewaretoken"' in html
 
 
-def test_the_old_retry_url_releases_too(operator_client):
-    r = failed("k1")
-    operator_client.post(f"/receipts/{r.pk}/retry/")
-    assert Receipt.objects.get(pk=r.pk).released
-
-
 def test_releasing_a_stuck_receipt_fences_off_its_worker(operator_client):
     r = stuck("k1")
     operator_client.post(f"/receipts/{r.pk}/release/")

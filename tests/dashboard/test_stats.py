@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 import pytest
 import time_machine
 
-from receipts import rollup
-from receipts.auth import create_token
+from idemdash.core import rollup
+from idemdash.core.clients import create_token
 from receipts.models import AttemptHourly
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy

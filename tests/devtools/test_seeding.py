@@ -137,7 +137,7 @@ def test_it_seeds_webhook_events_with_their_deliveries():
 
 def test_seeding_past_deliveries_recounts_the_hours_the_delivery_roll_up_had_passed():
     from idemdash.dashboard import queries
-    from receipts import rollup
+    from idemdash.core import rollup
     from webhooks.models import DeliveryHourly, WebhookDelivery
     from webhooks.rollup import DELIVERIES
 

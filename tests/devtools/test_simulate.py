@@ -5,7 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from receipts.auth import hash_token
+from idemdash.core.clients import hash_token
 from receipts.models import ApiClient, Attempt
 
 

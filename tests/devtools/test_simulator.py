@@ -10,7 +10,7 @@ import pytest
 from idemdash.devtools import simulator
 from idemdash.devtools.simulator import Config, LocalOnlyTransport, NotLocal, Receiver, Simulator
 from receipts import store
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEvent

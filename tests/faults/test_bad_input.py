@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.decorators import format_key, parse_key
 from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage

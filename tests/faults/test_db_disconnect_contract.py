@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.faults.urls import VIEW_ROW_ACTION
 

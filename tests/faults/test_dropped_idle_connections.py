@@ -17,7 +17,7 @@ import httpx
 import pytest
 from django.db import connection
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from tests.qcluster import ROOT, database_url, stop_process
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]

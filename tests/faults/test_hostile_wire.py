@@ -17,7 +17,7 @@ import socket
 
 import pytest
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from tests.faults.test_bad_input import snapshot
 from tests.gunicorn import Gunicorn
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.client import IdempotencyClient
 from receipts.models import Attempt, Receipt
 from tests.qcluster import ROOT, database_url, free_port, start_process, stop_process, subprocess_env

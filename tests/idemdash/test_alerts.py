@@ -513,12 +513,6 @@ def test_the_alerts_schedule_is_declared_every_minute():
     assert (entry["func"], entry["schedule_type"], entry["minutes"]) == ("idemdash.dashboard.tasks.evaluate_alerts", "I", 1)
 
 
-def test_tasks_queued_under_the_path_before_the_move_still_run():
-    from idemdash.tasks import evaluate_alerts as before_the_move
-
-    assert before_the_move is evaluate_alerts
-
-
 @pytest.mark.django_db
 def test_the_scheduled_task_evaluates_and_reports():
     rule(Metric.STUCK_ROWS, 0)

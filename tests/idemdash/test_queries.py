@@ -6,6 +6,7 @@ import pytest
 import time_machine
 
 from idemdash.dashboard import queries
+from idemdash.core import rollup as core_rollup
 from receipts import rollup, store
 from receipts.models import Attempt, AttemptHourly
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
@@ -87,7 +88,7 @@ def test_the_series_is_the_same_from_the_roll_up_as_from_the_log(name):
     known_traffic(NOW)
     window = queries.WINDOWS[name]
     from_log = queries.receipt_series(window, NOW)
-    rollup.catch_up(NOW)
+    core_rollup.catch_up(NOW)
     assert AttemptHourly.objects.exists()
     assert queries.receipt_series(window, NOW) == from_log
     # Traffic after the roll-up ran, in an hour it has not reached, and late in one it has.

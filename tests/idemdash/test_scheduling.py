@@ -32,16 +32,10 @@ def test_migrate_installs_every_declared_schedule_with_no_other_step():
     assert all(Schedule.objects.filter(name=name).count() == 1 for name in declared_names())
 
 
-def test_migrate_points_a_schedule_made_before_the_dashboard_moved_at_the_new_task_path():
+def test_migrate_points_a_schedule_whose_task_path_changed_at_the_declared_one():
     Schedule.objects.filter(name="idemdash.alerts").update(func="idemdash.tasks.evaluate_alerts")
     call_command("migrate", verbosity=0)
     assert Schedule.objects.get(name="idemdash.alerts").func == "idemdash.dashboard.tasks.evaluate_alerts"
-
-
-def test_the_old_module_path_still_installs_schedules():
-    from idemdash import scheduling
-
-    assert scheduling.install_schedules is install_schedules
 
 
 def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():

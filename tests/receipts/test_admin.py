@@ -7,8 +7,9 @@ import pytest
 from django.test import RequestFactory
 from django.utils import timezone
 
+from idemdash.core import audit
+from idemdash.core.clients import client_for_request, create_token
 from receipts import retention, store
-from receipts.auth import client_for_request, create_token
 from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +120,7 @@ def test_archived_financial_receipts_are_listed_searchable_and_read_only(admin_c
 
 
 def test_audit_entries_are_read_only(admin_client, admin_user):
-    entry = store.audit("ada", "receipt.release", a_receipt(), user=admin_user)
+    entry = audit.record("ada", "receipt.release", a_receipt(), user=admin_user)
     assert admin_client.get("/admin/receipts/auditentry/").status_code == 200
     assert admin_client.get("/admin/receipts/auditentry/add/").status_code == 403
     assert 'name="_save"' not in admin_client.get(f"/admin/receipts/auditentry/{entry.pk}/change/").content.decode()

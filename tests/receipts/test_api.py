@@ -8,7 +8,7 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.models import ApiClient, Attempt, Receipt
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from receipts import store
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.client import (
     ApiError,
     IdempotencyClient,

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
-from receipts.auth import client_for_request, hash_token
+from idemdash.core.clients import client_for_request, hash_token
 from receipts.models import ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from receipts import store
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.decorators import idempotent
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls

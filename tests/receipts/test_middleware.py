@@ -8,8 +8,6 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from idemdash.middleware import DatabaseUnavailableMiddleware as Alias
-from receipts.middleware import DatabaseUnavailableMiddleware
 
 pytestmark = [pytest.mark.urls("tests.receipts.middleware_urls"), pytest.mark.django_db(transaction=True)]
 
@@ -88,7 +86,3 @@ def test_the_json_path_prefixes_are_a_setting(client, templates, settings):
     settings.RECEIPTS_JSON_PATH_PREFIXES = ["/payments/"]
     assert is_problem(client.post("/payments/capture", headers={"Accept": BROWSER}))
     assert client.post("/api/v1/receipts/claim", headers={"Accept": BROWSER}).content == b"down"
-
-
-def test_the_old_import_path_still_works():
-    assert Alias is DatabaseUnavailableMiddleware

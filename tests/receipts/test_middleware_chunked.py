@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.models import AuditEntry, Receipt
 from tests.gunicorn import Gunicorn
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, stripe_event, stripe_headers

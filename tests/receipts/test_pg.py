@@ -229,7 +229,7 @@ def test_a_prepared_statement_on_a_lost_connection_raises_djangos_error_not_psyc
     with psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
                             if k in ("dbname", "user", "host", "port", "password")}, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-    with pytest.raises(OperationalError):  # what idemdash.middleware answers with a 503
+    with pytest.raises(OperationalError):  # what receipts.middleware answers with a 503
         store.claim(SCOPE, "lost1", "email.send", {"n": 1})
     connection.close()
 

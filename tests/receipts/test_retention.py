@@ -10,8 +10,10 @@ from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from idemdash.core import audit
 from idemdash.core import retention as core_retention
-from receipts import retention, rollup, store
+from idemdash.core import rollup
+from receipts import retention, store
 from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -34,8 +36,8 @@ def expired_receipts(count: int, operation: str = "email.send", prefix: str = "o
     return keys
 
 
-def only(name: str) -> list[retention.Purger]:
-    return [p for p in retention.installed_purgers() if p.name == name]
+def only(name: str) -> list[core_retention.Purger]:
+    return [p for p in core_retention.installed_purgers() if p.name == name]
 
 
 def attempts_per_outcome_last_week() -> Counter:
@@ -78,7 +80,7 @@ def test_an_archive_that_fails_takes_its_batch_deletion_with_it():
         retention.archive_financial_receipts(batch, now)
         raise RuntimeError("archive storage full")
 
-    purger = retention.Purger("receipts.expired", retention.due_receipts, archive=archive_then_fail)
+    purger = core_retention.Purger("receipts.expired", retention.due_receipts, archive=archive_then_fail)
     with pytest.raises(RuntimeError):
         retention.purge(purgers=[purger])
     assert Receipt.objects.count() == 2 and not ArchivedReceipt.objects.exists()
@@ -131,7 +133,7 @@ def statements_of_one_batch(receipts: int, attempts_each: int) -> list[str]:
     expired_log(receipts, attempts_each, prefix=f"log{receipts}")
     attempts = Attempt.objects.count()
     with CaptureQueriesContext(connection) as queries:
-        result = retention.purge_batches(only("receipts.expired")[0], timezone.now(), batch_size=receipts, max_batches=1)
+        result = core_retention.purge_batches(only("receipts.expired")[0], timezone.now(), batch_size=receipts, max_batches=1)
     assert (result.batches, result.deleted, result.archived) == (1, receipts, receipts // 2)
     assert Attempt.objects.count() == attempts  # the log stays, untouched
     return [q["sql"] for q in queries]
@@ -187,7 +189,7 @@ def test_old_attempts_go_with_one_delete_statement(settings):
     with time_machine.travel(timezone.now() - timedelta(days=36)):
         expired_log(50, attempts_each=4, prefix="ancient")
     with CaptureQueriesContext(connection) as queries:
-        result = retention.purge_batches(only("receipts.attempts")[0], timezone.now(), batch_size=1000)
+        result = core_retention.purge_batches(only("receipts.attempts")[0], timezone.now(), batch_size=1000)
     assert result.deleted == 200 and not Attempt.objects.exists()
     deletes = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
     assert len(deletes) == 1 and Attempt._meta.db_table in deletes[0]
@@ -261,7 +263,7 @@ def test_audit_entries_are_kept_for_the_audit_retention_period(settings, admin_u
     receipt = completed_receipt("audited", age=timedelta(hours=1))
     for age in (timedelta(days=366), timedelta(days=364)):
         with time_machine.travel(timezone.now() - age, tick=False):
-            store.audit("ada", "receipt.release", receipt, user=admin_user, detail=f"{age.days} days ago")
+            audit.record("ada", "receipt.release", receipt, user=admin_user, detail=f"{age.days} days ago")
     (result,) = retention.purge(purgers=only("receipts.audit"))
     assert result.deleted == 1
     assert list(AuditEntry.objects.values_list("detail", flat=True)) == ["364 days ago"]

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import time_machine
 
-from receipts import rollup, store
+from idemdash.core import rollup
+from receipts import store
 from receipts.models import Attempt, AttemptHourly
 from receipts.rollup import ATTEMPTS
 

@@ -71,13 +71,12 @@ def test_an_event_re_claimed_since_the_operator_looked_is_refused():
     assert not AuditEntry.objects.exists()
 
 
-def test_the_old_names_still_work():
+def test_an_action_that_does_not_apply_is_refused_with_the_cores_exceptions():
     event = stuck_event()
-    assert processing.release_stuck is processing.release
-    processing.release_stuck(event, actor="otto")
+    processing.release(event, actor="otto")
     assert WebhookEvent.objects.get(pk=event.pk).status == "retry"
     with pytest.raises(leases.NotApplicable):
-        processing.release_stuck(WebhookEvent.objects.get(pk=event.pk), actor="otto")
+        processing.release(WebhookEvent.objects.get(pk=event.pk), actor="otto")
     assert issubclass(processing.NotStuck, leases.NotApplicable)
     assert issubclass(processing.NotReprocessable, leases.NotApplicable)
     assert issubclass(processing.LeaseLost, leases.StaleToken)

@@ -66,7 +66,7 @@ def test_the_purge_command_deletes_due_events_and_rejections_and_keeps_the_rest(
 
 
 def purge_events_capturing_statements(events: int, deliveries_each: int, prefix: str) -> list[str]:
-    from receipts.retention import Purger, purge_batches
+    from idemdash.core.retention import Purger, purge_batches
 
     endpoint = make_endpoint(f"ep-{prefix}", "stripe", "whsec_retention_000000000")
     old = timezone.now() - timedelta(days=31)

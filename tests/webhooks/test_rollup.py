@@ -12,8 +12,10 @@ import pytest
 import time_machine
 from django.core.management import call_command
 
+from idemdash.core import retention as core_retention
+from idemdash.core import rollup
 from idemdash.dashboard import queries
-from receipts import retention, rollup, tasks
+from receipts import retention, tasks
 from receipts.models import AttemptHourly
 from tests.webhooks.conftest import make_endpoint
 from webhooks.models import DeliveryHourly, WebhookDelivery, WebhookEvent
@@ -158,7 +160,7 @@ def test_purging_events_leaves_the_hours_they_were_counted_in(endpoint, settings
     DELIVERIES.catch_up(NOW)
     before = rolled()
     figures = {name: queries.webhook_stats(window, NOW) for name, window in queries.WINDOWS.items()}
-    (events,) = [p for p in retention.installed_purgers() if p.name == "webhooks.events"]
+    (events,) = [p for p in core_retention.installed_purgers() if p.name == "webhooks.events"]
     purged = retention.purge(now=NOW, purgers=[events])[0]
     assert purged.deleted == 3  # the events first delivered 3, 7 and 29 days ago
     assert not WebhookDelivery.objects.filter(received_at__lt=NOW - 2 * d).exists()
@@ -184,7 +186,7 @@ def test_roll_up_rows_have_their_own_retention(endpoint, settings):
     deliver(endpoint, "old", NOW - 40 * d)
     deliver(endpoint, "kept", NOW - 29 * d)
     DELIVERIES.catch_up(NOW)
-    (purger,) = [p for p in retention.installed_purgers() if p.name == "webhooks.delivery_rollups"]
+    (purger,) = [p for p in core_retention.installed_purgers() if p.name == "webhooks.delivery_rollups"]
     assert retention.purge(now=NOW, purgers=[purger])[0].deleted == 1
     assert list(DeliveryHourly.objects.values_list("hour", flat=True)) == [rollup.floor_hour(NOW - 29 * d)]
 

@@ -7,7 +7,6 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from idemdash.core.leases import current_audit_action
 from idemdash.core.masking import mask_text
 
 register = template.Library()
@@ -127,8 +126,8 @@ AUDIT_VERBS = {
 
 @register.filter
 def audit_verb(action: str) -> str:
-    """The verb of an action stored under its current name or a former one."""
-    return AUDIT_VERBS.get(current_audit_action(action), action)
+    """The verb of an action, or its stored name for an action the table does not know."""
+    return AUDIT_VERBS.get(action, action)
 
 
 @register.filter

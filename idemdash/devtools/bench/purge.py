@@ -25,6 +25,7 @@ def main() -> int:
     django.setup()
     from django.utils import timezone
 
+    from idemdash.core.retention import purge_batches
     from receipts import retention
     from receipts.conf import setting
 
@@ -37,7 +38,7 @@ def main() -> int:
     # A few batches at a time, so that a time budget can stop a purge of a large backlog;
     # each batch is the same short transaction the hourly purge runs.
     while args.budget is None or time.perf_counter() - started < args.budget:
-        result = retention.purge_batches(purger, now, batch_size=batch_size, max_batches=5)
+        result = purge_batches(purger, now, batch_size=batch_size, max_batches=5)
         deleted, archived, batches = deleted + result.deleted, archived + result.archived, batches + result.batches
         if result.batches < 5 or result.deleted < 5 * batch_size:
             finished = True

@@ -35,7 +35,7 @@ from idemdash.devtools import seeding
 from idemdash.devtools.bench import loadgen, servers
 from idemdash.devtools.bench.models import BenchRow
 from idemdash.devtools.bench.report import Figure, markdown_table, table, write_chart, write_json
-from receipts import rollup
+from idemdash.core import rollup
 from receipts.models import Attempt, Receipt
 
 CLIENTS = 8
@@ -267,7 +267,7 @@ def api_roundtrip(token: str, prefix: str) -> loadgen.Request:
 
 
 def claim_api(b: Bench) -> list[Figure]:
-    from receipts.auth import create_token
+    from idemdash.core.clients import create_token
 
     _, token = create_token(f"bench-{b.run_id}")
     connection.close()

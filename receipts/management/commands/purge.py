@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from idemdash.core.retention import Purger
 from receipts import retention
 
 
@@ -27,7 +28,7 @@ class Command(BaseCommand):
             tqdm = None
         bars: list[Any] = []
 
-        def progress(purger: retention.Purger, due: int):
+        def progress(purger: Purger, due: int):
             # The raw stream: Django's OutputWrapper appends a newline to every write,
             # which would break the bar's carriage-return redraws.
             bar = tqdm(total=due, desc=purger.name, unit="row", file=self.stderr._out)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from idemdash.core.canonical import json_depth_limit, nesting_depth
 from receipts.outbox.models import OutboxMessage
 

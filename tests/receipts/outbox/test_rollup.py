@@ -14,8 +14,10 @@ import time_machine
 from django.core.management import call_command
 from django.db.models import F
 
+from idemdash.core import retention as core_retention
+from idemdash.core import rollup
 from idemdash.dashboard import queries
-from receipts import retention, rollup, tasks
+from receipts import retention, tasks
 from receipts.outbox import store
 from receipts.outbox.models import OutboxAttempt, OutboxAttemptHourly, OutboxMessage, OutboxMessageHourly
 from receipts.outbox.rollup import ATTEMPTS, ENQUEUED
@@ -192,7 +194,7 @@ def test_purging_messages_and_attempts_leaves_the_hours_they_were_counted_in(set
     before = rolled()
     figures = {name: queries.outbox_stats(window, NOW) for name, window in queries.WINDOWS.items()}
     series = {name: queries.flow_series(window, NOW) for name, window in queries.WINDOWS.items()}
-    purgers = [p for p in retention.installed_purgers() if p.name in ("outbox.sent", "outbox.attempts")]
+    purgers = [p for p in core_retention.installed_purgers() if p.name in ("outbox.sent", "outbox.attempts")]
     deleted = {r.name: r.deleted for r in retention.purge(now=NOW, purgers=purgers)}
     assert deleted == {"outbox.sent": 2, "outbox.attempts": 8}  # 2 messages; 2 attempts of 4 messages
     assert rolled() == before
@@ -221,7 +223,7 @@ def test_roll_up_rows_have_their_own_retention(settings):
         enqueue(key, when)
         attempt(key, Outcome.SENT, when)
     rollup.catch_up(NOW)
-    purgers = [p for p in retention.installed_purgers() if p.name in ("outbox.message_rollups", "outbox.attempt_rollups")]
+    purgers = [p for p in core_retention.installed_purgers() if p.name in ("outbox.message_rollups", "outbox.attempt_rollups")]
     deleted = {r.name: r.deleted for r in retention.purge(now=NOW, purgers=purgers)}
     assert deleted == {"outbox.message_rollups": 2, "outbox.attempt_rollups": 1}
     assert list(OutboxMessageHourly.objects.values_list("hour", flat=True)) == [rollup.floor_hour(NOW - 29 * d)]

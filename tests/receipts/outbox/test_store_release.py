@@ -86,11 +86,9 @@ def test_operators_releasing_one_stuck_message_at_once_release_it_once():
     assert_one_of_eight_operators_acts(stuck_message(), store.release, store.InvalidTransition, "outbox_message.release")
 
 
-def test_the_old_names_still_work():
-    assert (store.retry_now, store.requeue_dead, store.release_stuck, store.requeue_dead_many) == (
-        store.send_now, store.send_again, store.release, store.send_again_many)
+def test_an_action_that_does_not_apply_is_refused_with_the_cores_exceptions():
     m = stuck_message()
-    store.release_stuck(m, actor="otto")
+    store.release(m, actor="otto")
     with pytest.raises(leases.NotApplicable):
-        store.requeue_dead(OutboxMessage.objects.get(pk=m.pk), actor="otto")
+        store.send_again(OutboxMessage.objects.get(pk=m.pk), actor="otto")
     assert issubclass(store.InvalidTransition, leases.NotApplicable) and issubclass(store.StaleClaim, leases.StaleToken)
