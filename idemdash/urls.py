@@ -2,11 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from receipts.openapi import openapi_document
-
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/openapi.json", openapi_document, name="openapi"),
+    path("api/v1/openapi.json", include("receipts.openapi")),
     path("api/v1/receipts/", include("receipts.urls")),
     path("api/v1/outbox", include("receipts.outbox.urls")),
     path("webhooks/", include("webhooks.urls")),

@@ -10,6 +10,9 @@ not describe.
 Public, like Stripe's: it says nothing a client of the API does not see, and a client
 generator fetches it before it has a token. Read once per process; the bytes never change
 while it runs, so clients may cache them for an hour.
+
+Also its own one-route URLconf, mounted at that path as the outbox's is at /api/v1/outbox
+(idemdash/urls.py: `path("api/v1/openapi.json", include("receipts.openapi"))`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import functools
 from pathlib import Path
 
 from django.http import HttpRequest, HttpResponse
+from django.urls import path
 from django.views.decorators.cache import cache_control
 
 from idemdash.core.jsonapi import read_only
@@ -34,3 +38,9 @@ def document_bytes() -> bytes:
 @cache_control(public=True, max_age=3600)
 def openapi_document(request: HttpRequest) -> HttpResponse:
     return HttpResponse(document_bytes(), content_type="application/json")
+
+
+app_name = "openapi"
+urlpatterns = [
+    path("", openapi_document, name="document"),
+]
