@@ -141,6 +141,13 @@ def test_every_route_under_api_v1_is_described_and_nothing_else():
     assert served == set(SPEC["paths"])
 
 
+def test_every_link_names_an_operation_of_the_description():
+    operations = {op["operationId"] for item in SPEC["paths"].values() for op in item.values()}
+    targets = [link["operationId"] for item in SPEC["paths"].values() for op in item.values()
+               for response in op["responses"].values() for link in response.get("links", {}).values()]
+    assert targets and set(targets) <= operations
+
+
 def test_every_problem_type_the_api_answers_is_described():
     answered: set[str] = set()
     for name in API_MODULES:
@@ -320,14 +327,15 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
 def test_schemathesis_finds_no_server_error_and_no_undescribed_answer(live, tmp_path):
     """Schemathesis's CLI, from the description the server serves: the description's
     examples, then its coverage phase (each schema's boundaries, missing and wrong-typed
-    fields, other content types), then fuzzing at most 20 cases per operation and mode
-    (valid and invalid data); 90 s at most. Not the stateful phase: the description has no
-    links."""
+    fields, other content types), then fuzzing, 20 cases per operation and mode (valid and
+    invalid data) a round, then the stateful phase, which follows the claim's links to
+    heartbeat, complete, fail and look up with the key claimed and its fencing token. Fuzzing
+    and the stateful phase repeat until the 90 s budget is spent."""
     _, token = create_token("schemathesis")
     argv = [
         str(Path(sys.executable).with_name("st")), "--no-color", "run", live.url + "/api/v1/openapi.json",
         "--url", live.url, "--header", f"Authorization: Bearer {token}", "--checks", CHECKS,
-        "--phases", "examples,coverage,fuzzing", "--mode", "all", "--max-examples", "20", "--max-time", "90",
+        "--phases", "examples,coverage,fuzzing,stateful", "--mode", "all", "--max-examples", "20", "--max-time", "90",
         "--seed", "1", "--generation-database", "none", "--request-timeout", "15", "--continue-on-failure",
         "--report", "junit", "--report-dir", str(tmp_path),
     ]
@@ -341,3 +349,8 @@ def test_schemathesis_finds_no_server_error_and_no_undescribed_answer(live, tmp_
     described = {f"{method.upper()} {path}" for path, item in SPEC["paths"].items() for method in item}
     assert tested == described - {"GET /api/v1/openapi.json"}, junit[:3000]
     assert 'failures="0"' in junit and 'errors="0"' in junit
+    # The stateful phase followed every link of the description at least once.
+    links = [name for item in SPEC["paths"].values() for operation in item.values()
+             for response in operation["responses"].values() for name in response.get("links", {})]
+    covered = re.search(r"API Links:\s+(\d+) covered / \d+ selected / (\d+) total", run.stdout)
+    assert covered and covered.groups() == (str(len(links)), str(len(links))) and len(links) == 4, run.stdout[-4000:]
