@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -36,6 +36,39 @@ class Invalid(Exception):
         self.detail = detail
 
 
+def method_not_allowed(request: HttpRequest, *allowed: str) -> HttpResponse:
+    """405 as problem+json, with the Allow header: Django's own 405 (require_GET) is an
+    empty text/html answer, which no API client parses."""
+    methods = ", ".join(allowed)
+    return problem(
+        405, "method-not-allowed", "Method not allowed", f"{request.path} accepts {methods} only.",
+        headers={"Allow": methods},
+    )
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def read_only(*methods: str) -> Callable:
+    """Django's require_http_methods for the API's read-only views (the OpenAPI description,
+    the stats), answering the other methods 405 as problem+json. CSRF-exempt: a safe method
+    is never checked, and any other would otherwise get CSRF's HTML 403 before its 405."""
+    if not set(methods) <= SAFE_METHODS:
+        raise ImproperlyConfigured(f"read_only takes safe methods only, not {sorted(set(methods) - SAFE_METHODS)}")
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return method_not_allowed(request, *methods)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
 def json_api(method: str) -> Callable:
     """The front door of a view taking (request, client, body) for POST, (request, client)
     otherwise; `client` is the bearer token's ApiClient, `body` the parsed JSON object."""
@@ -45,13 +78,7 @@ def json_api(method: str) -> Callable:
         @functools.wraps(view)
         def wrapper(request: HttpRequest) -> HttpResponse:
             if request.method != method:
-                return problem(
-                    405,
-                    "method-not-allowed",
-                    "Method not allowed",
-                    f"{request.path} accepts {method} only.",
-                    headers={"Allow": method},
-                )
+                return method_not_allowed(request, method)
             client = client_for_request(request)
             if client is None:
                 return refused(

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard import queries
 from idemdash.dashboard.access import VIEW
 from idemdash.core.clients import client_for_request, refused
+from idemdash.core.jsonapi import read_only
 from idemdash.core.problems import problem
 
 def _machine_access(request: HttpRequest) -> HttpResponse | None:
@@ -23,7 +24,7 @@ def _machine_access(request: HttpRequest) -> HttpResponse | None:
     return refused(request, "Authentication required", "Log in, or send Authorization: Bearer <API token>.")
 
 
-@require_GET
+@read_only("GET")
 def api_stats(request: HttpRequest) -> HttpResponse:
     denied = _machine_access(request)
     if denied:
