@@ -2,11 +2,13 @@
 with `node --test`: its keys against the shared vectors, its error classes against the
 problem types table, and the client and the seed workflow against a live server.
 
-Skipped, saying why, only when node or npm is missing (.ci/run installs them).
+Skipped, saying why, only when node or npm is missing; under .ci/run (IDEMDASH_REQUIRE_NODE=1)
+that fails instead, as .ci/run installs them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,12 +18,17 @@ from pathlib import Path
 import pytest
 
 from receipts.auth import create_token
+from receipts.client import make_key, tool_call_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "typescript"
 NODE, NPM = shutil.which("node"), shutil.which("npm")
 
-pytestmark = pytest.mark.skipif(not (NODE and NPM), reason="node and npm are needed to build and test clients/typescript")
+
+if not (NODE and NPM):
+    if os.environ.get("IDEMDASH_REQUIRE_NODE") == "1":
+        raise RuntimeError("IDEMDASH_REQUIRE_NODE=1 but node or npm is not on PATH")
+    pytestmark = pytest.mark.skip(reason="node and npm are needed to build and test clients/typescript")
 
 
 def run(argv: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
@@ -46,7 +53,7 @@ def built() -> Path:
 
 
 def node_test(files: list[str], timeout: float = 240, **env: str) -> str:
-    result = run([NODE, "--test", *files], timeout=timeout, **env)
+    result = run([NODE, "--test", "--test-reporter=tap", *files], timeout=timeout, **env)
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
     return result.stdout
 
@@ -56,13 +63,64 @@ def counts(tap: str) -> dict[str, int]:
 
 
 def test_the_build_produces_what_package_json_exports(built):
-    import json
-
     package = json.loads((built / "package.json").read_text())
     assert package["type"] == "module" and not package.get("dependencies")
     for target in package["exports"]["."].values():
         assert (built / target).is_file(), target
     assert (built / package["types"]).read_text().count("export") > 5
+
+
+CONSUMER_TS = """\
+import { IdempotencyClient, KeyMismatch, makeKey, toolCallKey, type Claim } from "@idemdash/client";
+
+const idem = new IdempotencyClient("http://127.0.0.1:9", "idem_x", { waitSeconds: 0 });
+const result: Promise<number> = idem.runOnce(makeKey("invoice", 42), "email.send", async ({ signal }) => (signal.aborted ? 0 : 1));
+const claim: Promise<Claim> = idem.claim(toolCallKey("run-1", "search", { q: 1 }), "tool.search");
+// @ts-expect-error: Python writes a boolean otherwise, so a key part is never one
+makeKey(true);
+export { result, claim, KeyMismatch };
+"""
+
+
+def test_the_packed_package_installs_imports_and_type_checks_in_another_project(built, tmp_path):
+    packed = run([NPM, "pack", "--pack-destination", str(tmp_path)], timeout=120)
+    assert packed.returncode == 0, packed.stderr
+    tarball = tmp_path / packed.stdout.strip().splitlines()[-1]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "consumer", "type": "module", "private": true}')
+    installed = subprocess.run(
+        [NPM, "install", "--offline", "--no-audit", "--no-fund", str(tarball)],
+        cwd=project, capture_output=True, text=True, timeout=120,
+    )
+    assert installed.returncode == 0, installed.stderr
+    assert "dependencies" not in json.loads((project / "node_modules/@idemdash/client/package.json").read_text())
+
+    imported = subprocess.run(
+        [NODE, "--input-type=module", "-e",
+         'import { makeKey, toolCallKey, IdempotencyClient } from "@idemdash/client";'
+         'console.log(makeKey("lead", "Zoë"), typeof IdempotencyClient, toolCallKey("r", "t", {}).length)'],
+        cwd=project, capture_output=True, text=True, timeout=60,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.split() == [make_key("lead", "Zoë"), "function", str(len(tool_call_key("r", "t", {})))]
+
+    (project / "consumer.ts").write_text(CONSUMER_TS)
+    (project / "tsconfig.json").write_text(json.dumps({
+        "compilerOptions": {"module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022",
+                            "lib": ["ES2022", "DOM"], "types": [], "strict": True, "noEmit": True},
+        "files": ["consumer.ts"],
+    }))
+    checked = run([str(PACKAGE / "node_modules/.bin/tsc"), "-p", str(project)], timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_docs_show_the_workflow_the_tests_run():
+    page = (ROOT / "docs" / "typescript.md").read_text()
+    blocks = re.findall(r"^```ts\n(.*?)^```", page, re.M | re.S)
+    workflow = [block for block in blocks if "export async function runWorkflow" in block]
+    assert len(workflow) == 1
+    assert workflow[0] in (PACKAGE / "examples" / "agent-workflow.ts").read_text()
 
 
 def test_its_keys_match_pythons_and_every_problem_type_has_its_error_class(built):
