@@ -9,6 +9,7 @@ test below fails when it is stale, so it cannot drift from the Python client.
 from __future__ import annotations
 
 import json
+import math
 import random
 import struct
 import sys
@@ -62,18 +63,59 @@ TOOL_CALLS: list[tuple[Any, str, Any]] = [
 ]
 
 
-def random_doubles(count: int) -> list[float]:
-    """Doubles from random bit patterns (every exponent) and from short decimals: the JCS
+def random_double(rng: random.Random) -> float:
+    """A double from random bits (any exponent) or a short decimal at any scale: the JCS
     number form is where a port is most likely to differ."""
-    rng = random.Random(8785)
-    found: list[float] = []
-    while len(found) < count:
+    if rng.random() < 0.5:
+        return round(rng.uniform(-1e6, 1e6), rng.randint(0, 8)) * 10.0 ** rng.randint(-30, 30)
+    while True:
         value = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
-        if value == value and value not in (float("inf"), float("-inf")):
-            found.append(value)
-    for _ in range(count):
-        found.append(round(rng.uniform(-1e6, 1e6), rng.randint(0, 8)) * 10.0 ** rng.randint(-30, 30))
-    return found
+        if math.isfinite(value):
+            return value
+
+
+def random_doubles(count: int) -> list[float]:
+    rng = random.Random(8785)
+    return [random_double(rng) for _ in range(count)]
+
+
+# Names and strings drawn from the places where orderings and escapes differ: ASCII, controls,
+# Latin-1, the BMP above the surrogates (U+E000+, which UTF-16 sorts after astral characters),
+# astral characters and JSON's own escapes.
+ALPHABET = "aAzZ09 _-:\"\\/\n\t\x00\x1f\x7féßĀ€日\ue000\ufb33\uffff😀𝄞\U0010fffd"
+
+
+def random_documents(count: int) -> list[Any]:
+    """Nested JSON of every kind, seeded: a property test of canonical JSON that any client
+    can replay from the file."""
+    rng = random.Random(21)
+
+    def text() -> str:
+        return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 6)))
+
+    def value(depth: int) -> Any:
+        scalars = ["string", "int", "float", "bool", "null"] if depth else []
+        kind = rng.choice(["object", "array"] * (depth < 4) + scalars)
+        if kind == "object":
+            return {text(): value(depth + 1) for _ in range(rng.randint(0, 5))}
+        if kind == "array":
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        if kind == "string":
+            return text()
+        if kind == "int":
+            if rng.random() < 0.05:  # beyond JCS: the whole document takes Python's fallback form
+                return rng.choice([-1, 1]) * rng.randint(2**53, 2**70)
+            return rng.randint(-(2**53) + 1, 2**53 - 1) // 10 ** rng.randint(0, 15)
+        if kind == "float":
+            # Not an integral float a JavaScript number could be: Python's fallback form
+            # writes 1.0 where JavaScript has only 1 (the vectors' one known ambiguity).
+            number = random_double(rng)
+            while number.is_integer() and abs(number) <= 2**53:
+                number = random_double(rng)
+            return number
+        return rng.choice([True, False]) if kind == "bool" else None
+
+    return [value(0) for _ in range(count)]
 
 
 def vectors() -> dict[str, Any]:
@@ -92,6 +134,10 @@ def vectors() -> dict[str, Any]:
             for run_id, tool, arguments in TOOL_CALLS
         ],
         "numbers": [{"value": value, "canonical": canonical_json(value).decode()} for value in random_doubles(300)],
+        "documents": [
+            {"value": value, "canonical": canonical_json(value).decode(), "key": tool_call_key("run", "tool", value)}
+            for value in random_documents(200)
+        ],
     }
 
 

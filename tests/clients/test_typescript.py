@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from receipts.auth import create_token
-from receipts.client import make_key, tool_call_key
+from receipts.client import IdempotencyClient, make_key, tool_call_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "typescript"
@@ -132,7 +132,14 @@ def test_the_client_and_the_seed_workflow_against_a_live_server(built, live_serv
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so lapses take a second, not 15
     settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     _, token = create_token("typescript")
+    # A tool call the Python client runs first: the TypeScript side must replay it, not run it.
+    arguments = {"limit": 5, "q": "lyon"}
+    with IdempotencyClient(live_server.url, token, wait_seconds=0) as idem:
+        ran = idem.run_once(tool_call_key("py-run-1", "search", arguments), "tool.search", lambda: {"from": "python"},
+                            request=arguments)
+    assert ran == {"from": "python"}
     tap = node_test(
-        ["test/client.test.js", "test/agent-workflow.test.js"], IDEMDASH_URL=live_server.url, IDEMDASH_TOKEN=token
+        ["test/client.test.js", "test/agent-workflow.test.js"],
+        IDEMDASH_URL=live_server.url, IDEMDASH_TOKEN=token, IDEMDASH_PYTHON_RUN="py-run-1",
     )
-    assert counts(tap)["fail"] == 0 and counts(tap)["skipped"] == 0 and counts(tap)["pass"] >= 18, tap[-3000:]
+    assert counts(tap)["fail"] == 0 and counts(tap)["skipped"] == 0 and counts(tap)["pass"] >= 20, tap[-3000:]

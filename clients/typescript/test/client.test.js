@@ -7,6 +7,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 
 import {
   ApiError,
+  DatabaseUnavailable,
   IdempotencyClient,
   InProgress,
   InvalidField,
@@ -224,6 +225,39 @@ test("a connection that fails is retried and the work runs once", live, async ()
   assert.equal(await idem.runOnce(fresh("network"), "email.send", () => ++calls && "sent"), "sent");
   assert.equal(calls, 1);
   assert.deepEqual(sent, [...Array(3).fill("/api/v1/receipts/claim"), "/api/v1/receipts/complete"]);
+});
+
+test("a 503 is retried after its Retry-After, and the last one is thrown as DatabaseUnavailable", live, async () => {
+  // The server's answer when its database is down (receipts/middleware.py), put in front of
+  // the real server: nothing was stored, so a retry is safe.
+  const unavailable = () =>
+    new Response(JSON.stringify({ type: "urn:idemdash:problem:database-unavailable", title: "Database unavailable", status: 503 }), {
+      status: 503,
+      headers: { "Content-Type": "application/problem+json", "Retry-After": "0" },
+    });
+  let down = 2;
+  const sent = [];
+  const fetchFn = async (url, init) => {
+    sent.push(new URL(url).pathname);
+    return down-- > 0 ? unavailable() : fetch(url, init);
+  };
+  const idem = client({ fetch: fetchFn });
+  assert.equal(await idem.runOnce(fresh("unavailable"), "email.send", () => "sent"), "sent");
+  assert.deepEqual(sent, [...Array(3).fill("/api/v1/receipts/claim"), "/api/v1/receipts/complete"]);
+
+  down = 10;
+  const error = await client({ fetch: fetchFn, maxUnavailableRetries: 1 }).claim(fresh("down"), "email.send").catch((e) => e);
+  assert.ok(error instanceof DatabaseUnavailable, String(error));
+  assert.deepEqual([error.status, error.retryAfter], [503, 0]);
+});
+
+test("a tool call Python ran is replayed here: the keys are the same", live, async (t) => {
+  const runId = process.env.IDEMDASH_PYTHON_RUN;
+  if (!runId) return t.skip("tests/clients/test_typescript.py runs the Python side first");
+  const args = { q: "lyon", limit: 5 };
+  const result = await client().runOnce(toolCallKey(runId, "search", args), "tool.search",
+    () => ({ from: "typescript" }), { request: args });
+  assert.deepEqual(result, { from: "python" });
 });
 
 test("retries are bounded and the last error is thrown", live, async () => {

@@ -40,7 +40,14 @@ for (const { run_id, tool_name, arguments: args, canonical, key } of vectors.too
 test("every number in the vectors is written as Python's canonical_json writes it", () => {
   const wrong = vectors.numbers.filter(({ value, canonical }) => canonicalJson(value) !== canonical);
   assert.deepEqual(wrong, []);
-  assert.equal(vectors.numbers.length, 600);
+  assert.equal(vectors.numbers.length, 300);
+});
+
+test("200 random documents are written and keyed as Python writes and keys them", () => {
+  const wrong = vectors.documents.filter(({ value, canonical }) => canonicalJson(value) !== canonical);
+  assert.deepEqual(wrong.map((d) => d.canonical), []);
+  for (const { value, key } of vectors.documents) assert.equal(toolCallKey("run", "tool", value), key);
+  assert.equal(vectors.documents.length, 200);
 });
 
 test("makeKey refuses parts Python would write differently", () => {
