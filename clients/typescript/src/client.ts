@@ -5,7 +5,7 @@
  * key, renews its lease while it runs, and returns the stored result to every later call.
  */
 
-import { IdempotencyError, LeaseLost, InProgress, PreviousFailure, problemError } from "./errors.js";
+import { IdempotencyError, InProgress, LeaseLost, PreviousFailure, ReceiptNotFound, problemError } from "./errors.js";
 import type { Problem } from "./errors.js";
 
 export interface ClientOptions {
@@ -161,11 +161,16 @@ export class IdempotencyClient {
     return this.#post("/api/v1/receipts/heartbeat", body) as Promise<{ key: string; lease_expires_at: string }>;
   }
 
-  /** The receipt, or null when this client has none with that key. */
+  /** The receipt, or null when this client has none with that key (any other 404, such as
+   * a base URL without the API, is thrown: it is not an answer about the key). */
   async get(key: string): Promise<Receipt | null> {
     const reply = await this.#send("GET", `/api/v1/receipts/?key=${encodeURIComponent(key)}`);
-    if (reply.status === 404) return null;
-    return (await this.#json(reply)) as Receipt;
+    try {
+      return (await this.#json(reply)) as Receipt;
+    } catch (error) {
+      if (error instanceof ReceiptNotFound) return null;
+      throw error;
+    }
   }
 
   /** Enqueue an outbox message (`POST /api/v1/outbox`): sent by the server's worker, at

@@ -14,6 +14,7 @@ import {
   InvalidMessage,
   KeyMismatch,
   LeaseLost,
+  NotFound,
   PreviousFailure,
   ReceiptNotFound,
   Unauthorized,
@@ -128,6 +129,13 @@ test("a stale token throws LeaseLost, an unknown key ReceiptNotFound, a bad fiel
   const invalid = await idem.claim(fresh("lease"), "email.send", null, { leaseSeconds: 0 }).catch((e) => e);
   assert.ok(invalid instanceof InvalidField, String(invalid));
   assert.equal(invalid.problem.field, "lease_seconds");
+});
+
+test("get answers null only for a key it has no receipt for, not for a wrong base URL", live, async () => {
+  assert.equal(await client().get(fresh("none")), null);
+  await assert.rejects(new IdempotencyClient(`${URL_}/api/v0`, TOKEN).get(fresh("none")), NotFound);
+  const page = await new IdempotencyClient(`${URL_}/nowhere`, TOKEN).get(fresh("none")).catch((e) => e);
+  assert.ok(page instanceof ApiError && page.status === 404, String(page)); // an HTML page, not a problem
 });
 
 test("a bad token throws Unauthorized with the problem", live, async () => {
