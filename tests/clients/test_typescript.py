@@ -8,8 +8,11 @@ that fails instead, as .ci/run installs them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import re
 import shutil
 import subprocess
@@ -113,6 +116,55 @@ def test_the_packed_package_installs_imports_and_type_checks_in_another_project(
     }))
     checked = run([str(PACKAGE / "node_modules/.bin/tsc"), "-p", str(project)], timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+BROWSER_CHECK = """async () => {
+    const client = await import("/typescript/dist/index.js");
+    const { mismatches, parseWithBigInts } = await import("/typescript/test/vectors.js");
+    const vectors = parseWithBigInts(await (await fetch("/test-vectors/keys.json")).text());
+    const idem = new client.IdempotencyClient("http://127.0.0.1:9", "idem_x");
+    const error = client.problemError(409, { type: "urn:idemdash:problem:stale-token" });
+    return { ...mismatches(client, vectors), waits: idem.waitSeconds, error: error.name,
+             typed: error instanceof client.LeaseLost && error instanceof client.ApiError };
+}"""
+
+
+@pytest.mark.browser
+def test_the_built_package_runs_in_a_browser_with_the_same_keys(built):
+    """The package in Chromium, imported as an ES module from a plain static server: the keys
+    and canonical JSON of every vector, a client, a typed error. (Its calls to the API are not
+    made here: the API sends no CORS headers, so a page calls it from its own origin.)"""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("IDEMDASH_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (or run .ci/run)")
+    from playwright.sync_api import sync_playwright
+
+    handler = functools.partial(QuietFiles, directory=str(ROOT / "clients"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{server.server_port}/typescript/package.json")
+                result = page.evaluate(BROWSER_CHECK)
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result["wrong"] == []
+    assert result["checked"] > 700
+    assert (result["waits"], result["error"], result["typed"]) == (5, "LeaseLost", True)
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
 
 def test_the_docs_show_the_workflow_the_tests_run():

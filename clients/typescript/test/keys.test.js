@@ -4,20 +4,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-import { canonicalJson, makeKey, toolCallKey } from "../dist/index.js";
+import * as client from "../dist/index.js";
+import { mismatches, parseWithBigInts } from "./vectors.js";
+
+const { canonicalJson, makeKey, toolCallKey } = client;
 
 const vectors = parseWithBigInts(readFileSync(new URL("../../test-vectors/keys.json", import.meta.url), "utf8"));
-
-/** JSON.parse, but an integer literal beyond 2**53 - 1 becomes a BigInt, as it stays exact
- * in Python: its tokens are rewritten to a marker object before parsing. */
-function parseWithBigInts(text) {
-  const marked = text.replace(/"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g, (token) =>
-    /^-?\d+$/.test(token) && !Number.isSafeInteger(Number(token)) ? `{"$bigint":"${token}"}` : token,
-  );
-  return JSON.parse(marked, (_, value) =>
-    value && typeof value === "object" && !Array.isArray(value) && "$bigint" in value ? BigInt(value.$bigint) : value,
-  );
-}
 
 test("the vectors hold BigInts where Python has integers beyond a double", () => {
   assert.ok(vectors.make_key.some((c) => c.parts.some((p) => typeof p === "bigint")));
@@ -48,6 +40,13 @@ test("200 random documents are written and keyed as Python writes and keys them"
   assert.deepEqual(wrong.map((d) => d.canonical), []);
   for (const { value, key } of vectors.documents) assert.equal(toolCallKey("run", "tool", value), key);
   assert.equal(vectors.documents.length, 200);
+});
+
+test("all the vectors at once, as the browser test checks them", () => {
+  const { wrong, checked } = mismatches(client, vectors);
+  assert.deepEqual(wrong, []);
+  const { make_key, tool_call_key, numbers, documents } = vectors;
+  assert.equal(checked, make_key.length + 2 * tool_call_key.length + numbers.length + 2 * documents.length);
 });
 
 test("makeKey refuses parts Python would write differently", () => {
