@@ -107,9 +107,13 @@ def make_key(*parts: Any) -> str:
     return f"{readable}:{digest}" if readable else digest
 
 
-def tool_call_key(tool_name: str, arguments: Any) -> str:
-    """The same tool with the same arguments (in any key order) gives the same key."""
-    return make_key(tool_name, hashlib.sha256(canonical_json(arguments)).hexdigest())
+def tool_call_key(run_id: Any, tool_name: str, arguments: Any) -> str:
+    """The key of an agent's tool call within one run or conversation (`run_id`): the same
+    tool with the same arguments (in any key order) in the same run gives the same key.
+
+    There is no unscoped form: a key that outlived its run would answer the same call in a
+    new conversation with the old result, for as long as the receipt is kept."""
+    return make_key(run_id, tool_name, hashlib.sha256(canonical_json(arguments)).hexdigest())
 
 
 class IdempotencyClient:

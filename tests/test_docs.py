@@ -137,7 +137,7 @@ def test_every_environment_variable_the_settings_read_is_documented():
 # --- code references: `path`, `path:name`, `path:Class.member` -------------------------------
 
 CODE_REF = re.compile(
-    r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|html|md|json|js|css|toml))(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?))?"
+    r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|html|md|json|js|ts|css|toml)\b)(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?))?"
 )
 # Written when the service or the bench runs, not kept in the repository.
 GENERATED = ("var/", "static/vendor/")

@@ -68,11 +68,15 @@ def test_make_key_needs_a_part():
 
 
 def test_tool_call_key_ignores_argument_order_but_not_values():
-    a = tool_call_key("search", {"q": "lyon", "limit": 5})
-    assert a == tool_call_key("search", {"limit": 5, "q": "lyon"})
-    assert a != tool_call_key("search", {"q": "lyon", "limit": 6})
-    assert a != tool_call_key("fetch", {"q": "lyon", "limit": 5})
-    assert a.startswith("search:") and store.validate_key(a)
+    a = tool_call_key("conv-1", "search", {"q": "lyon", "limit": 5})
+    assert a == tool_call_key("conv-1", "search", {"limit": 5, "q": "lyon"})
+    assert a != tool_call_key("conv-1", "search", {"q": "lyon", "limit": 6})
+    assert a != tool_call_key("conv-1", "fetch", {"q": "lyon", "limit": 5})
+    assert a.startswith("conv-1:search:") and store.validate_key(a)
+
+
+def test_tool_call_key_is_scoped_to_its_run():
+    assert tool_call_key("conv-1", "search", {"q": "lyon"}) != tool_call_key("conv-2", "search", {"q": "lyon"})
 
 
 # --- against a live server ---------------------------------------------------------------------

@@ -1,0 +1,378 @@
+/**
+ * A client for idemdash's receipts JSON API and outbox API, on `fetch` alone, so it runs on
+ * Node 20+, Deno, Bun and in browsers. It does what receipts/client.py does for Python:
+ * claim / complete / fail / heartbeat / get, and `runOnce`, which runs a function once per
+ * key, renews its lease while it runs, and returns the stored result to every later call.
+ */
+
+import { IdempotencyError, InProgress, LeaseLost, PreviousFailure, ReceiptNotFound, problemError } from "./errors.js";
+import type { Problem } from "./errors.js";
+
+export interface ClientOptions {
+  /** Seconds to wait for an answer, on top of the server-side wait (default 10). */
+  timeoutSeconds?: number;
+  /** How long a claim may wait on the server for a running first attempt (default 5; 0: not at all). */
+  waitSeconds?: number;
+  /** 409s retried by runOnce before InProgress is thrown (default 5). */
+  maxInProgressRetries?: number;
+  /** 503s and failed connections retried by every call (default 3). */
+  maxUnavailableRetries?: number;
+  /** The longest wait between retries, in seconds (default 10). */
+  maxBackoffSeconds?: number;
+  /** Another fetch (a proxy agent, a test double); the global one by default. */
+  fetch?: typeof fetch;
+}
+
+export interface ClaimOptions {
+  leaseSeconds?: number;
+  waitSeconds?: number;
+}
+
+export interface RunOnceOptions extends ClaimOptions {
+  /** What the key stands for: fingerprinted, so reusing the key for another request throws KeyMismatch. */
+  request?: unknown;
+  maxInProgressRetries?: number;
+}
+
+export type ClaimOutcome = "claimed" | "retried_after_failure" | "lease_takeover" | "replayed";
+
+export interface Claim {
+  outcome: ClaimOutcome;
+  key: string;
+  /** The fencing token (owners only). */
+  token?: number;
+  leaseExpiresAt?: string;
+  attempts?: number;
+  /** A replay's: "completed" or "failed". */
+  status?: "completed" | "failed";
+  response?: unknown;
+  error?: string;
+  /** The length of the lease this claim got (asked for, else the operation's): what heartbeats renew it for. */
+  leaseSeconds?: number;
+  replayed: boolean;
+}
+
+/** A receipt as `GET /api/v1/receipts/?key=` gives it (snake_case, as the API writes it). */
+export interface Receipt {
+  key: string;
+  scope: string;
+  operation: string;
+  status: string;
+  retryable: boolean;
+  attempts: number;
+  fingerprint: string;
+  request: unknown;
+  response: unknown;
+  response_status: number | null;
+  error: string;
+  lease_expires_at: string | null;
+  created_at: string;
+  updated_at: string;
+  completed_at: string | null;
+  expires_at: string | null;
+  [member: string]: unknown;
+}
+
+export interface OutboxMessage {
+  id: number;
+  key: string;
+  action: string;
+  status: string;
+  attempts: number;
+  next_attempt_at: string;
+  created_at: string;
+  sent_at: string | null;
+  /** False when the same message was enqueued before under this key (nothing was added). */
+  created: boolean;
+}
+
+/** What runOnce's function gets: `signal` aborts when the lease is lost, so a step that
+ * can stop (a fetch given the signal) stops; its result would not be stored anyway. */
+export interface RunContext {
+  signal: AbortSignal;
+  key: string;
+  token: number;
+}
+
+type Body = Record<string, unknown>;
+
+export class IdempotencyClient {
+  readonly waitSeconds: number;
+  readonly maxInProgressRetries: number;
+  readonly maxUnavailableRetries: number;
+  readonly maxBackoffSeconds: number;
+  readonly #base: string;
+  readonly #token: string;
+  readonly #timeoutSeconds: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(baseUrl: string, token: string, options: ClientOptions = {}) {
+    this.#base = baseUrl.replace(/\/+$/, "");
+    this.#token = token;
+    this.#timeoutSeconds = options.timeoutSeconds ?? 10;
+    this.waitSeconds = options.waitSeconds ?? 5;
+    this.maxInProgressRetries = options.maxInProgressRetries ?? 5;
+    this.maxUnavailableRetries = options.maxUnavailableRetries ?? 3;
+    this.maxBackoffSeconds = options.maxBackoffSeconds ?? 10;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  // --- the endpoints -----------------------------------------------------------------
+
+  /** Claim `key`: ownership (a token), or the stored result of a finished attempt. Throws
+   * InProgress while another attempt holds it (after waiting up to `waitSeconds` on the server). */
+  async claim(key: string, operation: string, request: unknown = null, options: ClaimOptions = {}): Promise<Claim> {
+    const body: Body = { key, operation, request };
+    if (options.leaseSeconds !== undefined) body.lease_seconds = options.leaseSeconds;
+    const wait = options.waitSeconds ?? this.waitSeconds;
+    if (wait) body.wait_seconds = wait;
+    const data = await this.#post("/api/v1/receipts/claim", body, wait);
+    const policy = data.policy as { lease_seconds?: number } | undefined;
+    return {
+      outcome: data.outcome as ClaimOutcome,
+      key: data.key as string,
+      token: data.token as number | undefined,
+      leaseExpiresAt: data.lease_expires_at as string | undefined,
+      attempts: data.attempts as number | undefined,
+      status: data.status as Claim["status"],
+      response: data.response,
+      error: data.error as string | undefined,
+      leaseSeconds: options.leaseSeconds ?? policy?.lease_seconds,
+      replayed: data.outcome === "replayed",
+    };
+  }
+
+  /** Store the result of the attempt holding `token`. LeaseLost: it no longer owns the key. */
+  complete(key: string, token: number, response: unknown): Promise<Receipt> {
+    return this.#post("/api/v1/receipts/complete", { key, token, response: response ?? null }) as Promise<Receipt>;
+  }
+
+  /** Fail the attempt holding `token`; `retryable` unset: the operation's policy decides. */
+  fail(key: string, token: number, error: string, options: { retryable?: boolean } = {}): Promise<Receipt> {
+    const body: Body = { key, token, error: error || "failed" };
+    if (options.retryable !== undefined) body.retryable = options.retryable;
+    return this.#post("/api/v1/receipts/fail", body) as Promise<Receipt>;
+  }
+
+  /** Renew the lease for `leaseSeconds` from now (the operation's lease when unset). */
+  heartbeat(key: string, token: number, options: { leaseSeconds?: number } = {}): Promise<{ key: string; lease_expires_at: string }> {
+    const body: Body = { key, token };
+    if (options.leaseSeconds !== undefined) body.lease_seconds = options.leaseSeconds;
+    return this.#post("/api/v1/receipts/heartbeat", body) as Promise<{ key: string; lease_expires_at: string }>;
+  }
+
+  /** The receipt, or null when this client has none with that key (any other 404, such as
+   * a base URL without the API, is thrown: it is not an answer about the key). */
+  async get(key: string): Promise<Receipt | null> {
+    const reply = await this.#send("GET", `/api/v1/receipts/?key=${encodeURIComponent(key)}`);
+    try {
+      return (await this.#json(reply)) as Receipt;
+    } catch (error) {
+      if (error instanceof ReceiptNotFound) return null;
+      throw error;
+    }
+  }
+
+  /** Enqueue an outbox message (`POST /api/v1/outbox`): sent by the server's worker, at
+   * least once, with `key` passed downstream. Repeating it with the same message is harmless. */
+  async enqueue(action: string, payload: Record<string, unknown>, key: string): Promise<OutboxMessage> {
+    const reply = await this.#send("POST", "/api/v1/outbox", { action, payload, key });
+    const message = (await this.#json(reply)) as Omit<OutboxMessage, "created">;
+    return { ...message, created: reply.status === 201 };
+  }
+
+  // --- running work once -------------------------------------------------------------
+
+  /**
+   * Run `fn` once for `key`: a repeat returns the stored result.
+   *
+   * `fn`'s result must be JSON (undefined is stored as null); every call, the first
+   * included, returns it as stored, so the first run and the replays see the same value. If
+   * `fn` throws, the receipt is failed (the next call runs `fn` again, unless the operation
+   * burns keys: then PreviousFailure) and the error rethrown. While another attempt holds
+   * the key, claims again up to `maxInProgressRetries` times, honouring Retry-After, then
+   * throws InProgress.
+   *
+   * While `fn` runs, the lease is renewed every third of its length. If a renewal is
+   * refused (the lease was lost: an operator released the key, or no renewal got through
+   * for two thirds of the lease and another caller took over), `context.signal` aborts;
+   * when `fn` settles its result is not stored and LeaseLost is thrown. Renewals are timers:
+   * a function that blocks the event loop for longer than a third of its lease loses it.
+   */
+  async runOnce<T>(
+    key: string,
+    operation: string,
+    fn: (context: RunContext) => T | Promise<T>,
+    options: RunOnceOptions = {},
+  ): Promise<T> {
+    const { claim, sentAt } = await this.#claimPatiently(key, operation, options);
+    if (claim.replayed) {
+      if (claim.status === "failed") throw new PreviousFailure(key, claim.error ?? "", claim.response);
+      return claim.response as T;
+    }
+    const token = claim.token as number;
+    const beat = new Heartbeat(this, key, token, claim.leaseSeconds, sentAt);
+    let stored: string;
+    try {
+      const result = await fn({ signal: beat.signal, key, token });
+      stored = JSON.stringify(result === undefined ? null : result); // throws on what JSON cannot hold
+    } catch (error) {
+      await beat.stop();
+      try {
+        await this.fail(key, token, describe(error).slice(0, 2000));
+      } catch (failed) {
+        if (!(failed instanceof IdempotencyError)) throw failed;
+        // The original error matters more; the lease lapses by itself.
+      }
+      throw error;
+    }
+    await beat.stop();
+    if (beat.lost) throw beat.lost; // completing would be refused too: the token is stale for good
+    const value = JSON.parse(stored) as T;
+    await this.complete(key, token, value);
+    return value;
+  }
+
+  // --- plumbing ----------------------------------------------------------------------
+
+  async #claimPatiently(key: string, operation: string, options: RunOnceOptions): Promise<{ claim: Claim; sentAt: number }> {
+    const retries = options.maxInProgressRetries ?? this.maxInProgressRetries;
+    for (let attempt = 0; ; attempt++) {
+      const sentAt = performance.now();
+      try {
+        return { claim: await this.claim(key, operation, options.request ?? null, options), sentAt };
+      } catch (error) {
+        if (!(error instanceof InProgress) || attempt >= retries) throw error;
+        // Retry-After, or longer as the retries go on (1 s doubling, at most the cap), and up
+        // to a quarter more: a crowd of duplicates refused together neither comes back in the
+        // same instant nor keeps a busy server busier with refusals.
+        const wait = Math.max(error.retryAfter ?? 1, Math.min(2 ** attempt, this.maxBackoffSeconds));
+        await sleep(wait * (1 + Math.random() / 4));
+      }
+    }
+  }
+
+  async #post(path: string, body: Body, waitSeconds = 0): Promise<Record<string, unknown>> {
+    return this.#json(await this.#send("POST", path, body, waitSeconds));
+  }
+
+  /** Send, retrying a 503 (the server could not reach its database: nothing was stored), a
+   * failed connection and a timeout up to `maxUnavailableRetries` times, waiting Retry-After
+   * when given, else 0.5 s doubling, at most `maxBackoffSeconds`. Safe for every call, as in
+   * the Python client: a claim that committed before its answer was lost meets its own lease
+   * (a 409, waited out), and a repeated complete or fail is the same settlement. */
+  async #send(method: string, path: string, body?: Body, waitSeconds = 0): Promise<Response> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: "application/json" };
+    if (body) headers["Content-Type"] = "application/json";
+    const text = body ? JSON.stringify(body) : undefined;
+    for (let attempt = 0; ; attempt++) {
+      const last = attempt >= this.maxUnavailableRetries;
+      let reply: Response;
+      try {
+        // The server may hold a claim for waitSeconds: never time out before it answers.
+        const signal = AbortSignal.timeout((this.#timeoutSeconds + waitSeconds) * 1000);
+        reply = await this.#fetch(this.#base + path, { method, headers, body: text, signal });
+      } catch (error) {
+        if (last || !isTransportError(error)) throw error;
+        await sleep(this.#backoff(attempt, null));
+        continue;
+      }
+      if (reply.status !== 503 || last) return reply;
+      await reply.body?.cancel();
+      await sleep(this.#backoff(attempt, reply.headers.get("Retry-After")));
+    }
+  }
+
+  #backoff(attempt: number, retryAfter: string | null): number {
+    const given = retryAfter === null ? NaN : Number(retryAfter); // an HTTP date: not worth a parser
+    const wait = Number.isFinite(given) ? given : 0.5 * 2 ** attempt;
+    return Math.max(0, Math.min(wait, this.maxBackoffSeconds));
+  }
+
+  async #json(reply: Response): Promise<Record<string, unknown>> {
+    const text = await reply.text();
+    if (reply.status < 400) return JSON.parse(text) as Record<string, unknown>;
+    let problem: Problem;
+    try {
+      problem = JSON.parse(text) as Problem;
+      if (typeof problem !== "object" || problem === null) throw new TypeError("not a problem");
+    } catch {
+      problem = { title: reply.statusText, detail: text.slice(0, 500) };
+    }
+    const header = reply.headers.get("Retry-After");
+    const retryAfter = header !== null && Number.isFinite(Number(header)) ? Number(header) : null;
+    throw problemError(reply.status, problem, retryAfter);
+  }
+}
+
+/** Renews a running attempt's lease every third of it, until stopped; `stop` waits for a
+ * renewal in flight, so none lands after the settlement. The beats count from when the claim
+ * was sent: a slow answer has already used part of the lease. `lost` is the LeaseLost of a
+ * refused renewal (and `signal` aborts); a renewal that fails otherwise (the server down or
+ * slow) is tried again at the next beat, while the lease still has two thirds to run. */
+class Heartbeat {
+  lost: LeaseLost | null = null;
+  readonly #abort = new AbortController();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #inFlight: Promise<void> = Promise.resolve();
+  #stopped = false;
+  readonly #interval: number;
+
+  constructor(
+    private readonly client: IdempotencyClient,
+    private readonly key: string,
+    private readonly token: number,
+    private readonly leaseSeconds: number | undefined,
+    sentAt: number,
+  ) {
+    this.#interval = Math.max(0.2, (leaseSeconds ?? 30) / 3) * 1000;
+    this.#schedule(Math.max(0, sentAt + this.#interval - performance.now()));
+  }
+
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+    await this.#inFlight;
+  }
+
+  #schedule(delay: number): void {
+    this.#timer = setTimeout(() => {
+      this.#inFlight = this.#beat();
+    }, delay);
+  }
+
+  async #beat(): Promise<void> {
+    const next = performance.now() + this.#interval;
+    try {
+      await this.client.heartbeat(this.key, this.token, { leaseSeconds: this.leaseSeconds });
+    } catch (error) {
+      if (error instanceof LeaseLost) {
+        this.lost = error;
+        this.#abort.abort(error);
+        return;
+      }
+      // Anything else (the server down, slow, a 503 after retries): try at the next beat.
+    }
+    if (!this.#stopped) this.#schedule(Math.max(0, next - performance.now()));
+  }
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return `Error: ${String(error)}`;
+}
+
+function isTransportError(error: unknown): boolean {
+  // fetch rejects with a TypeError when it cannot connect, and AbortSignal.timeout with a
+  // TimeoutError: both mean nothing was answered.
+  return error instanceof TypeError || (error instanceof Error && error.name === "TimeoutError");
+}
+
+function sleep(seconds: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+}
+
