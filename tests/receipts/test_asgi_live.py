@@ -9,7 +9,9 @@ runs, so nothing can take its key over: receipts/renewal.py)."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -78,8 +80,7 @@ def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvico
     """Waiters hold threads, not the loop: while they wait, the same workers keep answering."""
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow")
-        while not Receipt.objects.filter(key="slow").exists():
-            pass
+        _wait_for(lambda: Receipt.objects.filter(key="slow").exists())
         waiters = [pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow", Prefer="wait=20")
                    for _ in range(6)]
         others = [post(uvicorn.url + "/async-cbv-post", f"quick-{i}") for i in range(6)]
@@ -97,8 +98,7 @@ def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvico
 def test_a_lease_taken_over_while_the_async_view_runs_rolls_its_writes_back(uvicorn):
     with ThreadPoolExecutor(2) as pool:
         slow = pool.submit(post, uvicorn.url + "/async-function?sleep=4", "fenced")
-        while not Receipt.objects.filter(key="fenced").exists():  # the claim commits before the view
-            pass
+        _wait_for(lambda: Receipt.objects.filter(key="fenced").exists())  # the claim commits before the view
         # The lease lapses (a stalled worker, an operator's "take over"): the next attempt owns it.
         Receipt.objects.filter(key="fenced").update(lease_expires_at=timezone.now())
         second = post(uvicorn.url + "/async-function?sleep=4", "fenced")
@@ -109,3 +109,41 @@ def test_a_lease_taken_over_while_the_async_view_runs_rolls_its_writes_back(uvic
     receipt = Receipt.objects.get(key="fenced")
     assert receipt.status == "completed" and receipt.fencing_token == 2
     assert Attempt.objects.filter(key="fenced", outcome="stale_token", fencing_token=1).exists()
+
+
+def test_a_chunked_body_over_the_upload_limit_is_413_before_anything_runs(uvicorn):
+    """uvicorn hands Django the whole de-chunked body with no Content-Length; without one Django
+    applies no size limit, so ChunkedBodyMiddleware gives it its length."""
+    parts = (b"x" * 65536 for _ in range(48))  # 3 MiB, over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB)
+    reply = httpx.post(uvicorn.url + "/async-function", content=parts, timeout=60,
+                       headers={"Idempotency-Key": "big", "Content-Type": "application/octet-stream"})
+    assert reply.status_code == 413 and reply.json()["type"] == "urn:idemdash:problem:payload-too-large"
+    assert not Receipt.objects.filter(key="big").exists()
+    small = httpx.post(uvicorn.url + "/async-function", content=(b"{}" for _ in range(1)), timeout=60,
+                       headers={"Idempotency-Key": "small", "Content-Type": "application/json"})
+    assert small.status_code == 201 and rows("small") == 1
+
+
+def test_a_client_gone_mid_view_rolls_the_view_back_and_gives_the_key_back(uvicorn):
+    port = int(uvicorn.url.rsplit(":", 1)[1])
+    request = (
+        "POST /async-function?sleep=3 HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: gone\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(request)
+        _wait_for(lambda: Receipt.objects.filter(key="gone").exists())  # claimed: the view runs
+    # The client hung up: Django cancels the view.
+    _wait_for(lambda: Receipt.objects.filter(key="gone", released_at__isnull=False).exists())
+    assert rows("gone") == 0
+    assert "CancelledError" in Receipt.objects.get(key="gone").release_reason
+    retry = post(uvicorn.url + "/async-function?sleep=3", "gone")
+    assert retry.status_code == 201 and "Idempotent-Replayed" not in retry.headers
+    assert rows("gone") == 1
+
+
+def _wait_for(condition, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "not within the bound"
+        time.sleep(0.02)
