@@ -9,8 +9,12 @@ SessionAuthentication, and BearerNameAuthentication, a stand-in for JWT whose to
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path
@@ -25,7 +29,7 @@ from rest_framework.views import APIView
 
 from receipts import drf
 from receipts.decorators import idempotent
-from tests.receipts.urls import side_effect
+from tests.receipts.urls import aside_effect, hooks, side_effect
 
 PAGE = engines["django"].from_string("<p>row {{ row }} for {{ user }}</p>\n")
 
@@ -62,6 +66,68 @@ class OnPost(View):
     @method_decorator(idempotent("payment.capture"))
     def post(self, request: HttpRequest) -> HttpResponse:
         return JsonResponse(_effect(request), status=201)
+
+
+# --- The contract's switches, sync and async ------------------------------------------------
+# One view of each kind answers the same query: ?status= (default 201), ?sleep= seconds after
+# its write, ?raise=error|not-found after it; tests.receipts.urls.hooks["hook"] runs after the
+# write, inside the view's transaction. tests/receipts/test_async_views.py runs every case
+# against each path of CONTRACT_VIEWS.
+
+VIEW_RAISES = {"error": lambda: RuntimeError("ledger unreachable"), "not-found": lambda: Http404("no such order")}
+
+
+def _answer(request: HttpRequest, row_pk: int) -> HttpResponse:
+    if "raise" in request.GET:
+        raise VIEW_RAISES[request.GET["raise"]]()
+    status = int(request.GET.get("status", "201"))
+    return JsonResponse({"row": row_pk, "status": status}, status=status)
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+def function_view(request: HttpRequest) -> HttpResponse:
+    row = side_effect(request.headers.get("Idempotency-Key", ""), str(request.user))
+    time.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        hooks["hook"]()
+    return _answer(request, row.pk)
+
+
+async def _async_capture(request: HttpRequest) -> HttpResponse:
+    # As an async view writes: the async ORM, and the request's user through auser().
+    row = await aside_effect(request.headers.get("Idempotency-Key", ""), str(await request.auser()))
+    await asyncio.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        await sync_to_async(hooks["hook"])()
+    return _answer(request, row.pk)
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+async def async_function_view(request: HttpRequest) -> HttpResponse:
+    return await _async_capture(request)
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+class AsyncOnPost(View):
+    @method_decorator(idempotent("payment.capture"))
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await _async_capture(request)
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+@method_decorator(idempotent("payment.capture"), name="dispatch")
+class AsyncOnDispatch(View):
+    """The order that cannot work: View.dispatch is sync and returns the handler's coroutine."""
+
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await _async_capture(request)
+
+
+# Every kind of view the shared contract tests run against (Ninja and the rest add theirs).
+CONTRACT_VIEWS = ["/function", "/async-function", "/async-cbv-post"]
+ASYNC_VIEWS = ["/async-function", "/async-cbv-post"]
 
 
 # --- DRF views ----------------------------------------------------------------------------
@@ -164,4 +230,8 @@ urlpatterns = [
     path("orders", Orders.as_view({"post": "create"})),
     path("orders/<str:pk>", Orders.as_view({"patch": "partial_update"})),
     path("api-view-on-dispatch", CaptureOnDispatch.as_view()),
+    path("function", function_view),
+    path("async-function", async_function_view),
+    path("async-cbv-post", AsyncOnPost.as_view()),
+    path("async-cbv-dispatch", AsyncOnDispatch.as_view()),
 ]
