@@ -5,6 +5,7 @@ test_ninja_host_project.py): its files, its own database, migrated, and the serv
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -18,6 +19,17 @@ import psycopg
 from django.db import connection
 
 from tests.qcluster import database_url, free_port, start_process, stop_process
+
+
+WSGI = """
+from django.core.wsgi import get_wsgi_application
+
+application = get_wsgi_application()
+"""
+
+# Three workers: concurrent callers meet in separate processes, each with its connection.
+GUNICORN = [sys.executable, "-m", "gunicorn", "--workers", "3", "--bind", "127.0.0.1:{port}", "--timeout", "30",
+            "--graceful-timeout", "3", "hostsite.wsgi"]
 
 
 class HostDatabase:
@@ -70,6 +82,19 @@ class HostProject:
             [sys.executable, "-m", "django", *args], cwd=self.root, env={**self.env, **env}, check=check,
             capture_output=True, text=True, timeout=120,
         )
+
+    @contextlib.contextmanager
+    def migrated_and_served(self, users: str, ready_path: str) -> Iterator[tuple[str, dict]]:
+        """Its database made and migrated, `users` run in its shell (printing JSON last), and
+        gunicorn serving it: (base URL, what `users` printed). The database is dropped after."""
+        self.db.create()
+        try:
+            self.django("migrate", "--noinput")
+            made = json.loads(self.django("shell", "-c", users).stdout.strip().splitlines()[-1])
+            with self.served(GUNICORN, ready_path) as base:
+                yield base, made
+        finally:
+            self.db.drop()
 
     @contextlib.contextmanager
     def served(self, argv: list[str], ready_path: str) -> Iterator[str]:

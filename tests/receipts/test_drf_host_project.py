@@ -10,8 +10,6 @@ orders written are counted in that database.
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.receipts.host_project import HostDatabase, HostProject
+from tests.receipts.host_project import WSGI, HostDatabase, HostProject
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db]
 
@@ -80,11 +78,6 @@ urlpatterns = [
 ]
 '''
 
-WSGI = '''
-from django.core.wsgi import get_wsgi_application
-
-application = get_wsgi_application()
-'''
 
 MODELS = '''
 from django.conf import settings
@@ -189,16 +182,8 @@ FILES = {
 def host(tmp_path_factory, django_db_setup) -> Iterator[tuple[str, dict[str, str], HostDatabase]]:
     """The host project, migrated and served by gunicorn: (base URL, tokens, database)."""
     project = HostProject(tmp_path_factory.mktemp("drf-host"), FILES, "hostsite.settings")
-    project.db.create()
-    try:
-        project.django("migrate", "--noinput")
-        tokens = json.loads(project.django("shell", "-c", USERS).stdout.strip().splitlines()[-1])
-        gunicorn = [sys.executable, "-m", "gunicorn", "--workers", "3", "--bind", "127.0.0.1:{port}", "--timeout", "30",
-                    "--graceful-timeout", "3", "hostsite.wsgi"]
-        with project.served(gunicorn, "/login/") as base:
-            yield base, tokens, project.db
-    finally:
-        project.db.drop()
+    with project.migrated_and_served(USERS, "/login/") as (base, tokens):
+        yield base, tokens, project.db
 
 
 def token_client(base: str, token: str) -> httpx.Client:

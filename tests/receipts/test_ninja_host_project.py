@@ -11,8 +11,6 @@ their tokens. The orders written are counted in that database.
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.receipts.host_project import HostDatabase, HostProject
+from tests.receipts.host_project import WSGI, HostDatabase, HostProject
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db]
 
@@ -60,11 +58,6 @@ from shop.api import api
 urlpatterns = [path("api/", api.urls)]
 '''
 
-WSGI = '''
-from django.core.wsgi import get_wsgi_application
-
-application = get_wsgi_application()
-'''
 
 MODELS = '''
 from django.conf import settings
@@ -211,16 +204,8 @@ FILES = {
 def host(tmp_path_factory, django_db_setup) -> Iterator[tuple[HostProject, str, dict[str, str]]]:
     """The host project, migrated and served by gunicorn: (project, base URL, tokens)."""
     project = HostProject(tmp_path_factory.mktemp("ninja-host"), FILES, "hostsite.settings")
-    project.db.create()
-    try:
-        project.django("migrate", "--noinput")
-        tokens = json.loads(project.django("shell", "-c", USERS).stdout.strip().splitlines()[-1])
-        gunicorn = [sys.executable, "-m", "gunicorn", "--workers", "3", "--bind", "127.0.0.1:{port}", "--timeout", "30",
-                    "--graceful-timeout", "3", "hostsite.wsgi"]
-        with project.served(gunicorn, "/api/openapi.json") as base:
-            yield project, base, tokens
-    finally:
-        project.db.drop()
+    with project.migrated_and_served(USERS, "/api/openapi.json") as (base, tokens):
+        yield project, base, tokens
 
 
 def caller(base: str, token: str) -> httpx.Client:
