@@ -1,10 +1,11 @@
 """System checks (`manage.py check`, run by runserver and migrate): decorator placement that
-the decorator itself can only see at the first request, and an outbox used without its app."""
+the decorator itself can only see at the first request (a DRF APIView's or an async View's
+dispatch), and an outbox used without its app."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.apps import apps
@@ -25,28 +26,54 @@ def _callbacks(patterns: list[Any]) -> Iterator[Any]:
             yield pattern.callback
 
 
-@register(Tags.urls)
-def idempotent_on_drf_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView: method_decorator
-    copies the decorator's marker onto `dispatch`, and DRF marks its views with `cls`."""
-    errors = []
+def _decorated_dispatches(attribute: str, is_kind: Callable[[type], bool]) -> Iterator[tuple[type, str]]:
+    """(view class, operation) for each routed class view of a kind whose `dispatch` carries
+    the @idempotent marker (method_decorator copies it there). `attribute` is where the view
+    function names its class: DRF's `cls`, Django's `view_class`."""
     seen = set()
     for callback in _callbacks(get_resolver().url_patterns):
-        view_class = getattr(callback, "cls", None)
-        if view_class is None or view_class in seen or not hasattr(view_class, "initialize_request"):
+        view_class = getattr(callback, attribute, None)
+        if view_class is None or view_class in seen or not is_kind(view_class):
             continue
         seen.add(view_class)
         operation = getattr(view_class.dispatch, "idempotent_operation", None)
         if operation is not None:
-            errors.append(Error(
-                f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, which runs "
-                "before DRF authenticates the caller.",
-                hint="Decorate the handler method (post, create, ...) with receipts.drf.idempotent "
-                "(docs/http-contract.md: Each kind of view).",
-                obj=view_class,
-                id="receipts.E001",
-            ))
-    return errors
+            yield view_class, operation
+
+
+@register(Tags.urls)
+def idempotent_on_drf_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView: it runs before
+    DRF authenticates the caller."""
+    return [
+        Error(
+            f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, which runs "
+            "before DRF authenticates the caller.",
+            hint="Decorate the handler method (post, create, ...) with receipts.drf.idempotent "
+            "(docs/http-contract.md: Each kind of view).",
+            obj=view_class,
+            id="receipts.E001",
+        )
+        for view_class, operation in _decorated_dispatches("cls", lambda cls: hasattr(cls, "initialize_request"))
+    ]
+
+
+@register(Tags.urls)
+def idempotent_on_async_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """`method_decorator(idempotent(...), name="dispatch")` on a Django View whose handlers are
+    `async def`: View.dispatch is sync and returns the handler's coroutine (the decorator
+    refuses it at the first request; this says so at start-up)."""
+    return [
+        Error(
+            f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, whose "
+            "handlers are async def: dispatch is sync and returns their coroutine.",
+            hint="Decorate the async handler instead: @method_decorator(idempotent(...)) on "
+            "async def post (docs/http-contract.md: Each kind of view).",
+            obj=view_class,
+            id="receipts.E005",
+        )
+        for view_class, operation in _decorated_dispatches("view_class", lambda cls: getattr(cls, "view_is_async", False))
+    ]
 
 
 def _outbox_in_use() -> list[str]:

@@ -12,20 +12,28 @@ commits before the view runs, so a duplicate sees it and is told 409 (or waits, 
 Prefer: wait). Under ATOMIC_REQUESTS the claim commits with the view instead: a duplicate's
 insert waits on the uncommitted row, then replays the result, and nothing is renewed
 (docs/http-contract.md: Under ATOMIC_REQUESTS; tests/receipts/test_atomic_requests.py).
+
+An `async def` view keeps every one of these guarantees through the same code: `_contract`
+is the contract as a generator that yields where the view runs. `respond` drives it around a
+sync view; `arespond` runs its steps on the request's one thread-sensitive sync thread, where
+Django also runs an async view's ORM queries, so the transaction the first step opens holds
+the view's writes until the last step commits or rolls them back, and the event loop never
+waits on the store.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-
 import functools
 import inspect
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.exceptions import (
     BadRequest,
@@ -108,19 +116,33 @@ def idempotent(
                 "(docs/http-contract.md: Each kind of view)."
             )
 
+        if iscoroutinefunction(view):
+            # Django runs a coroutine function as an async view (and method_decorator marks
+            # the method it wraps when the method is async): the wrapper must be one too.
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                return await arespond(request, view, args, kwargs, operation, required, scope)
+
+            return _marked(async_wrapper, operation)
+
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             _refuse_drf_dispatch(view, request, operation)
+            _refuse_async_dispatch(view, operation)
             return respond(request, view, args, kwargs, operation, required, scope)
 
-        wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
-        # Below @api.post, Ninja would hand this wrapper the operation's result (a dict, a
-        # schema, a Status) and render it only after we stored it: Ninja calls this hook
-        # (ninja.utils.contribute_operation_callback) while building the operation, at import.
-        wrapper._ninja_contribute_to_operation = [_refuse_ninja_operation(operation)]  # type: ignore[attr-defined]
-        return wrapper
+        return _marked(wrapper, operation)
 
     return decorator
+
+
+def _marked(wrapper: View, operation: str) -> View:
+    wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
+    # Below @api.post, Ninja would hand this wrapper the operation's result (a dict, a
+    # schema, a Status) and render it only after we stored it: Ninja calls this hook
+    # (ninja.utils.contribute_operation_callback) while building the operation, at import.
+    wrapper._ninja_contribute_to_operation = [_refuse_ninja_operation(operation)]  # type: ignore[attr-defined]
+    return wrapper
 
 
 NINJA_PLACEMENT = (
@@ -166,10 +188,77 @@ def respond(
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
 ) -> HttpResponseBase:
-    """The contract for one request to a protected view: checked once per decoration by
+    """The contract for one request to a protected sync view: checked once per decoration by
     `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
+    steps = _contract(request, args, kwargs, operation, required, scope)
+    running, answer = _step(steps.send, None)
+    if not running:
+        return answer
+    try:
+        response = view(request, *args, **kwargs)
+        if inspect.isawaitable(response):
+            _close(response)
+            raise ImproperlyConfigured(_mismatch(view, operation))
+    except BaseException as exc:  # the contract rolls back, settles, and raises it again
+        return _step(steps.throw, exc)[1]
+    return _step(steps.send, response)[1]
+
+
+async def arespond(
+    request: HttpRequest,
+    view: Callable[..., Awaitable[HttpResponseBase]],
+    args: tuple,
+    kwargs: dict,
+    operation: str,
+    required: bool,
+    scope: Callable[[HttpRequest], str] | None,
+) -> HttpResponseBase:
+    """`respond` for an async view: the same contract, its steps before and after the view
+    run by sync_to_async on the request's one sync thread, the view awaited between them.
+
+    The view's transaction is opened in the first step and committed or rolled back in the
+    last, on that thread and its connection, which is where Django's async ORM (`acreate`,
+    `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
+    writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
+    store work runs on the event loop: a `Prefer: wait` waits in that thread."""
+    steps = _contract(request, args, kwargs, operation, required, scope)
+    running, answer = await _astep(steps.send, None)
+    if not running:
+        return answer
+    try:
+        response = await view(request, *args, **kwargs)
+    except BaseException as exc:  # CancelledError too: a client gone mid-view rolls back
+        return (await _astep(steps.throw, exc))[1]
+    return (await _astep(steps.send, response))[1]
+
+
+def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
+    """Resume the contract: (True, None) when it waits for the view's response, else
+    (False, the response to send)."""
+    try:
+        step(value)
+    except StopIteration as done:
+        return False, done.value
+    return True, None
+
+
+# Thread-sensitive: every step of one request runs on the same thread, so the transaction a
+# step opens is the one the view's ORM calls and the last step find on that connection.
+_astep = sync_to_async(_step, thread_sensitive=True)
+
+
+def _contract(
+    request: HttpRequest,
+    args: tuple,
+    kwargs: dict,
+    operation: str,
+    required: bool,
+    scope: Callable[[HttpRequest], str] | None,
+) -> Generator[None, HttpResponseBase, HttpResponseBase]:
+    """The one copy of the contract, sync or async: yields where the view runs, is sent its
+    response (or thrown its exception), and returns the response to send."""
     if request.method not in UNSAFE_METHODS:
-        return view(request, *args, **kwargs)
+        return (yield)
     raw = request.headers.get(HEADER)
     if raw is None:
         if required:
@@ -179,7 +268,7 @@ def respond(
                 "Idempotency-Key header required",
                 f"{request.method} {request.path} needs an Idempotency-Key header.",
             )
-        return view(request, *args, **kwargs)
+        return (yield)
     key = parse_key(raw)
     if key is None:
         return problem(
@@ -189,7 +278,23 @@ def respond(
             "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
             'quoted structured-field string ("...").',
         )
-    return _handle(request, view, args, kwargs, operation, key, scope)
+    return (yield from _handle(request, args, kwargs, operation, key, scope))
+
+
+def _mismatch(view: Callable[..., Any], operation: str) -> str:
+    name = getattr(view, "__qualname__", repr(view))
+    return (
+        f"@idempotent({operation!r}) decorates {name}, which is not a coroutine function but "
+        "returned an awaitable: a decorator between them hides that the view is async. Mark the "
+        "outer function with asgiref.sync.markcoroutinefunction, or put @idempotent directly on "
+        "the async def (docs/http-contract.md: Each kind of view)."
+    )
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)  # a coroutine never awaited warns unless closed
+    if close is not None:
+        close()
 
 
 def _first_parameter(view: View) -> str | None:
@@ -209,6 +314,20 @@ def _refuse_drf_dispatch(view: View, request: HttpRequest, operation: str) -> No
             f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, which runs before "
             "DRF authenticates the caller. Decorate the handler method (post, create, ...) with "
             "receipts.drf.idempotent instead (docs/http-contract.md: Each kind of view)."
+        )
+
+
+def _refuse_async_dispatch(view: View, operation: str) -> None:
+    """`method_decorator(idempotent(...), name="dispatch")` on a View whose handlers are
+    `async def`: dispatch itself is sync and returns the handler's coroutine, which the
+    contract can neither store nor run inside the view's transaction."""
+    owner = getattr(getattr(view, "func", None), "__self__", None)
+    if getattr(type(owner), "view_is_async", False):
+        raise ImproperlyConfigured(
+            f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, whose handlers "
+            "are async def: dispatch is sync and returns their coroutine. Decorate the handler "
+            "method instead: @method_decorator(idempotent(...)) on async def post "
+            "(docs/http-contract.md: Each kind of view)."
         )
 
 
@@ -366,13 +485,12 @@ def _without_nul(value: Any) -> Any:
 
 def _handle(
     request: HttpRequest,
-    view: View,
     args: tuple,
     kwargs: dict,
     operation: str,
     key: str,
     scope: Callable[[HttpRequest], str] | None,
-) -> HttpResponseBase:
+) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     content_type = request.META.get("CONTENT_TYPE", "")
     try:
         body = request.body
@@ -402,7 +520,7 @@ def _handle(
     )
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
-        response = _run(request, view, args, kwargs, principal, key, result.token, lease)
+        response = yield from _run(request, args, kwargs, principal, key, result.token, lease)
     else:
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
@@ -440,14 +558,13 @@ def _refusal(result: store.ClaimResult) -> HttpResponseBase:
 
 def _run(
     request: HttpRequest,
-    view: View,
     args: tuple,
     kwargs: dict,
     scope: str,
     key: str,
     token: int,
     lease: float,
-) -> HttpResponseBase:
+) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
     # can take it over (each waits on its row), and a renewal from another connection would
     # find no row or wait on it until this request commits, while this thread waited for the
@@ -457,7 +574,7 @@ def _run(
         with transaction.atomic():
             # A view longer than a third of its lease has it renewed until it returns.
             with contextlib.nullcontext() if claim_uncommitted else renewal.kept(scope, key, token, lease):
-                response = _rendered(request, view(request, *args, **kwargs), args, kwargs)
+                response = _rendered(request, (yield), args, kwargs)  # the view runs here
             if response.streaming or response.status_code in NOT_STORED_STATUSES:
                 # Streaming bodies are produced after we return, so they cannot be stored.
                 reason = "streaming response" if response.streaming else f"HTTP {response.status_code}: not stored"
@@ -490,6 +607,11 @@ def _run(
         response = rollback.response
         _fail(scope, key, token, f"HTTP {response.status_code}", response)
         return response
+    except (ImproperlyConfigured, asyncio.CancelledError) as exc:
+        # Not the operation's failure: a misplaced decorator, or an async view cancelled
+        # because its client went away. Its writes rolled back; the key is given back.
+        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+        raise
     except DATABASE_UNAVAILABLE as exc:
         # A lost connection is not the operation's failure: the view's writes are gone and
         # the client is told 503, "nothing stored, retry". Failing the receipt would store a

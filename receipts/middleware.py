@@ -1,5 +1,6 @@
 """Request middleware of the receipts app: what every request a receipt protects (the JSON
-API, @idempotent views) and the webhook receiver need from the request cycle.
+API, @idempotent views) and the webhook receiver need from the request cycle. Each serves a
+sync (WSGI) or an async (ASGI) stack alike (`_RequestCheck`).
 
 ChunkedBodyMiddleware: request bodies sent with `Transfer-Encoding: chunked`, read like
 any other. Django's WSGIRequest reads CONTENT_LENGTH bytes of the body, and a chunked
@@ -11,7 +12,9 @@ input then ends where the body ends. This reads it, at most one byte past the la
 any view here takes, and hands Django the body with its length, so every reader and size
 limit (the 413s) works on it as on a body sent with Content-Length. A server that leaves the
 chunked framing on the socket (Django's runserver, wsgiref) gives no way to find the body's
-end: the request is answered 411 Length Required, never run on an empty body. Broken
+end: the request is answered 411 Length Required, never run on an empty body. Under ASGI
+the server has taken the chunking off and Django has read the whole body before any
+middleware; this only gives it its length, so that the size limits apply to it too. Broken
 framing (a chunk size that is not hex, a chunk without its CRLF, a client that stops
 mid-body) surfaces as the server's own exception while the body is read: it is the client's
 malformed request, answered 400 `malformed-body`, logged as a warning, not a 500. Goes near
@@ -37,8 +40,11 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.wsgi import LimitedStream, WSGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
@@ -82,12 +88,37 @@ def _html_503() -> HttpResponse:
     return response
 
 
-class DatabaseUnavailableMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+class _RequestCheck:
+    """A middleware that may answer a request before the view, in a sync or an async stack
+    (Django's hybrid middleware: it takes the mode of the handler after it, so an async view
+    under ASGI is not pushed through a thread for it). `refused` does no database work, so it
+    runs on the event loop as it is."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        refused = self.refused(request)
+        return refused if refused is not None else self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        refused = self.refused(request)
+        return refused if refused is not None else await self.get_response(request)
+
+    def refused(self, request: HttpRequest) -> HttpResponse | None:
+        return None
+
+
+class DatabaseUnavailableMiddleware(_RequestCheck):
+    # Only process_exception: Django calls it in either mode (through a thread in async mode).
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, (OperationalError, InterfaceError)):
@@ -104,12 +135,13 @@ class DatabaseUnavailableMiddleware:
         )
 
 
-class ChunkedBodyMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+class ChunkedBodyMiddleware(_RequestCheck):
+    def refused(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
+        if isinstance(request, ASGIRequest):
+            if not meta.get("CONTENT_LENGTH"):
+                _measure_body(request)
+            return None
         if "HTTP_TRANSFER_ENCODING" in meta and not meta.get("CONTENT_LENGTH") and isinstance(request, WSGIRequest):
             if not meta.get("wsgi.input_terminated"):
                 return problem(
@@ -130,17 +162,14 @@ class ChunkedBodyMiddleware:
                     "Malformed request body",
                     "The request body's framing could not be read (chunked encoding): nothing was done.",
                 )
-        return self.get_response(request)
+        return None
 
 
 NUL = "\x00"
 
 
-class MalformedRequestMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+class MalformedRequestMiddleware(_RequestCheck):
+    def refused(self, request: HttpRequest) -> HttpResponse | None:
         query = request.META.get("QUERY_STRING", "")
         if NUL in request.path or "%00" in query or NUL in query:
             log.warning("NUL character refused in %s %s", request.method, request.path.replace(NUL, "\\x00"))
@@ -152,7 +181,7 @@ class MalformedRequestMiddleware:
                 "NUL character in the request",
                 "A NUL character (%00) is not accepted in a path or a query parameter.",
             )
-        return self.get_response(request)
+        return None
 
 
 def body_limit() -> int | None:
@@ -161,6 +190,18 @@ def body_limit() -> int | None:
     if upload is None:
         return None
     return max(upload, getattr(settings, "WEBHOOKS_MAX_BODY_BYTES", 0))
+
+
+def _measure_body(request: ASGIRequest) -> None:
+    """Under ASGI the server has taken any chunking off and Django has read the whole body
+    before the first middleware (into a spooled file), but without a Content-Length Django
+    applies no size limit to it: give it its length, so the 413s hold as under WSGI."""
+    body = request._stream
+    if not getattr(body, "seekable", lambda: False)():
+        return  # not the server's spooled file: a test client's payload, sent with its length
+    size = body.seek(0, io.SEEK_END)
+    body.seek(0)
+    request.META["CONTENT_LENGTH"] = str(size)
 
 
 def _buffer_body(request: WSGIRequest) -> None:

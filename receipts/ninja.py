@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
 from django.db import models
 from django.http import HttpRequest, HttpResponseBase
@@ -47,21 +48,30 @@ def idempotent(
 
     def decorator(view: Function) -> Function:
         decorators._refuse_ninja(view, operation, "receipts.ninja.idempotent")
-        if inspect.iscoroutinefunction(view):
-            raise ImproperlyConfigured(
-                f"receipts.ninja.idempotent({operation!r}) on the async operation {view.__qualname__}: "
-                "async Ninja operations are not supported yet."
-            )
         principal = scope or auth_scope
 
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            ninja_operation = _operation_of(request, operation, view)
+        if iscoroutinefunction(view):
+            # An async def operation: Ninja sees a coroutine function and runs an
+            # AsyncOperation, which awaits this wrapper; the contract is the async one.
+            @functools.wraps(view)
+            async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                ninja_operation = _operation_of(request, operation, view)
 
-            def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-                return _render(ninja_operation, request, view(request, *args, **kwargs), kwargs)
+                async def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                    return _render(ninja_operation, request, await view(request, *args, **kwargs), kwargs)
 
-            return decorators.respond(request, rendered, args, kwargs, operation, required, principal)
+                return await decorators.arespond(request, rendered, args, kwargs, operation, required, principal)
+
+        else:
+
+            @functools.wraps(view)
+            def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                ninja_operation = _operation_of(request, operation, view)
+
+                def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                    return _render(ninja_operation, request, view(request, *args, **kwargs), kwargs)
+
+                return decorators.respond(request, rendered, args, kwargs, operation, required, principal)
 
         # Ninja reads the parameters from the signature, resolving string annotations (from
         # `from __future__ import annotations`) in the wrapper's module, not the function's.

@@ -25,21 +25,25 @@ class Gunicorn:
     def __init__(self, log_path: Path, settings_module: str, workers: int = 1, *, worker_class: str = "sync",
                  threads: int = 1, **env: str) -> None:
         port = free_port()
+        self._start(log_path, settings_module, port, env, [
+            "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
+            "--workers", str(workers), "--worker-class", worker_class, "--threads", str(threads), "--timeout", "30",
+            "--graceful-timeout", "2",
+            "--log-level", "warning",
+            "--access-logfile", str(log_path.with_suffix(".access")), "--access-logformat", "%(p)s %(s)s",
+        ])
+
+    def _start(self, log_path: Path, settings_module: str, port: int, env: dict[str, str], module_argv: list[str]) -> None:
+        """Run `python -m <module_argv>` on `port` against the test database, and wait until it answers."""
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         env = subprocess_env(
             DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE=settings_module, PYTHONUNBUFFERED="1", **env
         )
-        argv = [
-            sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
-            "--workers", str(workers), "--worker-class", worker_class, "--threads", str(threads), "--timeout", "30",
-            "--graceful-timeout", "2",
-            "--log-level", "warning",
-            "--access-logfile", str(log_path.with_suffix(".access")), "--access-logformat", "%(p)s %(s)s",
-        ]
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [sys.executable, "-m", *module_argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self._wait_until_up()
 
@@ -47,14 +51,14 @@ class Gunicorn:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited at start:\n{self.log()}")
+                raise RuntimeError(f"{type(self).__name__} exited at start:\n{self.log()}")
             try:
                 httpx.get(self.url + "/admin/login/", timeout=2)
                 return
             except httpx.HTTPError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"gunicorn did not answer within 30 s:\n{self.log()}")
+        raise RuntimeError(f"{type(self).__name__} did not answer within 30 s:\n{self.log()}")
 
     def answered_by(self) -> list[tuple[str, int]]:
         lines = self.log_path.with_suffix(".access").read_text().split("\n")

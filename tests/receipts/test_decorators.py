@@ -287,25 +287,7 @@ def test_a_second_request_while_the_first_runs_is_409_with_retry_after(client):
     assert rows("k-1") == 1
 
 
-@pytest.mark.django_db
-def test_a_takeover_during_the_view_rolls_back_its_writes_and_answers_409_lease_lost(client):
-    with time_machine.travel(timezone.now(), tick=False) as traveller:
-
-        def lease_runs_out_and_another_attempt_takes_over() -> None:
-            traveller.shift(timedelta(seconds=31))
-            receipt = Receipt.objects.get(key="k-1")
-            other = store.claim("anonymous", "k-1", "payment.capture", fingerprint=receipt.fingerprint)
-            assert other.outcome == "lease_takeover"
-
-        test_urls.hooks["hook"] = lease_runs_out_and_another_attempt_takes_over
-        response = post(client, "/capture")
-    assert response.status_code == 409
-    assert problem_type(response) == "lease-lost"
-    # Everything inside the view's transaction is gone: its row and (same connection here)
-    # the takeover too; the PostgreSQL test below keeps the takeover on its own connection.
-    assert rows("k-1") == 0
-    assert Receipt.objects.get().status == "processing"
-    assert Attempt.objects.get(outcome="stale_token").fencing_token == 1
+# A takeover on the view's own connection: tests/receipts/test_view_contract.py, for every kind of view.
 
 
 @pytest.mark.postgres

@@ -6,10 +6,13 @@ missing table."""
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.db import connection
+from django.http import HttpResponse
+from django.test import AsyncClient
 
 from idemdash.middleware import DatabaseUnavailableMiddleware as Alias
-from receipts.middleware import DatabaseUnavailableMiddleware
+from receipts.middleware import ChunkedBodyMiddleware, DatabaseUnavailableMiddleware, MalformedRequestMiddleware
 
 pytestmark = [pytest.mark.urls("tests.receipts.middleware_urls"), pytest.mark.django_db(transaction=True)]
 
@@ -92,3 +95,27 @@ def test_the_json_path_prefixes_are_a_setting(client, templates, settings):
 
 def test_the_old_import_path_still_works():
     assert Alias is DatabaseUnavailableMiddleware
+
+
+# --- async stacks (ASGI) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("middleware", [DatabaseUnavailableMiddleware, ChunkedBodyMiddleware, MalformedRequestMiddleware])
+def test_each_middleware_takes_the_mode_of_the_handler_after_it(middleware):
+    async def async_view(request):
+        return HttpResponse()
+
+    assert middleware.sync_capable and middleware.async_capable
+    assert iscoroutinefunction(middleware(async_view))
+    assert not iscoroutinefunction(middleware(lambda request: HttpResponse()))
+
+
+def test_an_async_stack_answers_a_lost_database_with_503_too(templates):
+    response = async_to_sync(AsyncClient().post)("/orders/")
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert is_problem(response)
+
+
+def test_an_async_stack_refuses_a_nul_character_with_400():
+    response = async_to_sync(AsyncClient().get)("/orders/?q=%00")
+    assert response.status_code == 400
+    assert response.json()["type"] == "urn:idemdash:problem:invalid-parameter"

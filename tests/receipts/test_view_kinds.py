@@ -11,19 +11,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from django.http import HttpResponse
+from django.test import AsyncClient, Client
+from django.utils.decorators import method_decorator
+from django.views import View
 from rest_framework import viewsets
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from receipts import drf, responses
-from receipts.checks import idempotent_on_drf_dispatch
+from receipts.checks import idempotent_on_async_dispatch, idempotent_on_drf_dispatch
 from receipts.decorators import idempotent
 from receipts.models import Receipt
 from tests.receipts.test_decorators import problem_type, rows
-from tests.receipts.view_kinds_urls import CaptureOnDispatch
+from tests.receipts.view_kinds_urls import AsyncOnDispatch, CaptureOnDispatch
 
 pytestmark = pytest.mark.urls("tests.receipts.view_kinds_urls")
 
@@ -251,6 +255,69 @@ def test_idempotent_on_an_apiviews_dispatch_is_refused_before_anything_is_claime
     assert not Receipt.objects.exists() and rows("k-1") == 0
 
 
+# --- async views ---------------------------------------------------------------------------
+
+def test_idempotent_on_an_async_view_is_an_async_view_for_django():
+    async def view(request):
+        return HttpResponse()
+
+    class Handlers(View):
+        @method_decorator(idempotent("payment.capture"))
+        async def post(self, request):
+            return HttpResponse()
+
+    assert iscoroutinefunction(idempotent("payment.capture")(view))
+    assert Handlers.view_is_async and iscoroutinefunction(Handlers.as_view())
+
+
+@pytest.mark.django_db
+def test_idempotent_on_an_async_views_dispatch_is_refused_before_anything_is_claimed():
+    with pytest.raises(ImproperlyConfigured, match="Decorate the handler method instead"):
+        async_to_sync(AsyncClient().post)("/async-cbv-dispatch", {}, headers={"Idempotency-Key": "k-1"})
+    assert not Receipt.objects.exists() and rows("k-1") == 0
+
+
+def _hides_that_it_is_async(view):
+    """A decorator written for sync views around an async one: its wrapper is a plain def."""
+    def wrapper(request, *args, **kwargs):
+        return view(request, *args, **kwargs)
+    return wrapper
+
+
+@pytest.mark.django_db
+def test_a_sync_wrapper_hiding_an_async_view_is_refused_and_the_key_given_back(rf):
+    @idempotent("payment.capture")
+    @_hides_that_it_is_async
+    async def view(request):
+        return HttpResponse(status=201)
+
+    request = rf.post("/x", {}, headers={"Idempotency-Key": "k-1"})
+    with pytest.raises(ImproperlyConfigured, match="markcoroutinefunction"):
+        view(request)
+    receipt = Receipt.objects.get()
+    assert receipt.status == "failed" and receipt.retryable and receipt.response_status is None
+
+
+@pytest.mark.django_db
+def test_a_wrapper_marked_as_a_coroutine_function_is_served_as_async(rf):
+    @idempotent("payment.capture")
+    @markcoroutinefunction
+    @_hides_that_it_is_async
+    async def view(request):
+        return HttpResponse(b"done", status=201)
+
+    request = rf.post("/x", {}, headers={"Idempotency-Key": "k-1"})
+    assert async_to_sync(view)(request).content == b"done"
+    assert Receipt.objects.get().status == "completed"
+
+
+@pytest.mark.urls("tests.receipts.view_kinds_urls")
+def test_the_system_check_names_an_async_view_whose_dispatch_is_decorated():
+    errors = idempotent_on_async_dispatch()
+    assert [(e.id, e.obj) for e in errors] == [("receipts.E005", AsyncOnDispatch)]
+    assert "async def post" in errors[0].hint
+
+
 # --- DRF stays optional -------------------------------------------------------------------
 
 def test_no_module_of_the_app_but_receipts_drf_imports_drf():
@@ -276,3 +343,4 @@ def test_the_system_check_names_an_apiview_whose_dispatch_is_decorated():
 @pytest.mark.urls("tests.receipts.urls")
 def test_the_system_check_passes_views_placed_as_the_docs_say():
     assert idempotent_on_drf_dispatch() == []
+    assert idempotent_on_async_dispatch() == []

@@ -22,15 +22,24 @@ from receipts.models import AuditEntry
 hooks: dict[str, Callable[[], None]] = {}
 
 
+def _side_effect_row(key: str, detail: str) -> dict:
+    return {
+        "created_at": timezone.now(),
+        "actor": "test-view",
+        "action": "test.side_effect",
+        "object_type": "test",
+        "object_id": key,
+        "detail": detail,
+    }
+
+
 def side_effect(key: str, detail: str = "") -> AuditEntry:
-    return AuditEntry.objects.create(
-        created_at=timezone.now(),
-        actor="test-view",
-        action="test.side_effect",
-        object_type="test",
-        object_id=key,
-        detail=detail,
-    )
+    return AuditEntry.objects.create(**_side_effect_row(key, detail))
+
+
+async def aside_effect(key: str, detail: str = "") -> AuditEntry:
+    """The side effect as an async view writes it: Django's async ORM."""
+    return await AuditEntry.objects.acreate(**_side_effect_row(key, detail))
 
 
 def _status_from(request: HttpRequest) -> int:

@@ -9,23 +9,29 @@ SessionAuthentication, and BearerNameAuthentication, a stand-in for JWT whose to
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
+from ninja import NinjaAPI, Schema
+from ninja.responses import Status, codes_2xx, codes_4xx, codes_5xx
 from rest_framework import exceptions, status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import api_view, authentication_classes
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from receipts import drf
+from receipts import drf, ninja
 from receipts.decorators import idempotent
-from tests.receipts.urls import side_effect
+from tests.receipts.urls import aside_effect, hooks, side_effect
 
 PAGE = engines["django"].from_string("<p>row {{ row }} for {{ user }}</p>\n")
 
@@ -62,6 +68,105 @@ class OnPost(View):
     @method_decorator(idempotent("payment.capture"))
     def post(self, request: HttpRequest) -> HttpResponse:
         return JsonResponse(_effect(request), status=201)
+
+
+# --- The contract's switches, sync and async ------------------------------------------------
+# One view of each kind answers the same query: ?status= (default 201), ?sleep= seconds after
+# its write, ?raise=error|not-found after it; tests.receipts.urls.hooks["hook"] runs after the
+# write, inside the view's transaction. tests/receipts/test_async_views.py runs every case
+# against each path of CONTRACT_VIEWS.
+
+VIEW_RAISES = {"error": lambda: RuntimeError("ledger unreachable"), "not-found": lambda: Http404("no such order")}
+
+
+def _answer(request: HttpRequest, row_pk: int) -> HttpResponse:
+    if "raise" in request.GET:
+        raise VIEW_RAISES[request.GET["raise"]]()
+    status = int(request.GET.get("status", "201"))
+    return JsonResponse({"row": row_pk, "status": status}, status=status)
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+def function_view(request: HttpRequest) -> HttpResponse:
+    row = side_effect(request.headers.get("Idempotency-Key", ""), str(request.user))
+    time.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        hooks["hook"]()
+    return _answer(request, row.pk)
+
+
+async def _async_capture(request: HttpRequest) -> HttpResponse:
+    # As an async view writes: the async ORM, and the request's user through auser().
+    row = await aside_effect(request.headers.get("Idempotency-Key", ""), str(await request.auser()))
+    await asyncio.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        await sync_to_async(hooks["hook"])()
+    return _answer(request, row.pk)
+
+
+@csrf_exempt
+@idempotent("payment.capture")
+async def async_function_view(request: HttpRequest) -> HttpResponse:
+    return await _async_capture(request)
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+class AsyncOnPost(View):
+    @method_decorator(idempotent("payment.capture"))
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await _async_capture(request)
+
+
+@method_decorator(csrf_exempt, name="dispatch")
+@method_decorator(idempotent("payment.capture"), name="dispatch")
+class AsyncOnDispatch(View):
+    """The order that cannot work: View.dispatch is sync and returns the handler's coroutine."""
+
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return await _async_capture(request)
+
+
+class Captured(Schema):
+    row: int
+    status: int
+
+
+ninja_api = NinjaAPI(urls_namespace="receipts-tests-view-kinds")
+ANY_STATUS = {codes_2xx: Captured, codes_4xx: Captured, codes_5xx: Captured}
+
+
+def _ninja_answer(request: HttpRequest, row_pk: int) -> Status:
+    # The same switches, answered as a Ninja operation answers: a Status its schema renders.
+    if "raise" in request.GET:
+        raise VIEW_RAISES[request.GET["raise"]]()
+    status = int(request.GET.get("status", "201"))
+    return Status(status, {"row": row_pk, "status": status})
+
+
+@ninja_api.post("/capture", response=ANY_STATUS)
+@ninja.idempotent("payment.capture")
+def ninja_operation(request: HttpRequest) -> Status:
+    row = side_effect(request.headers.get("Idempotency-Key", ""), str(request.user))
+    time.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        hooks["hook"]()
+    return _ninja_answer(request, row.pk)
+
+
+@ninja_api.post("/async-capture", response=ANY_STATUS)
+@ninja.idempotent("payment.capture")
+async def ninja_async_operation(request: HttpRequest) -> Status:
+    row = await aside_effect(request.headers.get("Idempotency-Key", ""), str(await request.auser()))
+    await asyncio.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        await sync_to_async(hooks["hook"])()
+    return _ninja_answer(request, row.pk)
+
+
+# Every kind of view the shared contract tests run against.
+CONTRACT_VIEWS = ["/function", "/async-function", "/async-cbv-post", "/ninja/capture", "/ninja/async-capture"]
+ASYNC_VIEWS = ["/async-function", "/async-cbv-post", "/ninja/async-capture"]
 
 
 # --- DRF views ----------------------------------------------------------------------------
@@ -164,4 +269,9 @@ urlpatterns = [
     path("orders", Orders.as_view({"post": "create"})),
     path("orders/<str:pk>", Orders.as_view({"patch": "partial_update"})),
     path("api-view-on-dispatch", CaptureOnDispatch.as_view()),
+    path("ninja/", ninja_api.urls),
+    path("function", function_view),
+    path("async-function", async_function_view),
+    path("async-cbv-post", AsyncOnPost.as_view()),
+    path("async-cbv-dispatch", AsyncOnDispatch.as_view()),
 ]

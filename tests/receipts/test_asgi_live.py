@@ -1,0 +1,111 @@
+"""Async views behind @idempotent under a real ASGI server: uvicorn with three worker processes
+(tests/uvicorn.py) serving tests/receipts/view_kinds_urls.py against the test database, called
+over HTTP by many threads in several OS processes at once. Exactly one effect per key is
+counted in the database; a lease taken over while the view runs rolls the view's writes back.
+
+PostgreSQL: three processes writing at once is what the claim's atomicity is about, and a lease
+is only ever taken over there (on SQLite a view's transaction holds the one write lock while it
+runs, so nothing can take its key over: receipts/renewal.py)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from receipts.models import Attempt, Receipt
+from tests.concurrently import in_forked_processes
+from tests.receipts.test_decorators import rows
+from tests.uvicorn import Uvicorn
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+BODY = b'{"amount": 5}'
+
+
+@pytest.fixture(scope="module")
+def uvicorn(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        server = Uvicorn(tmp_path_factory.mktemp("uvicorn") / "uvicorn.log", "tests.receipts.asgi_settings", workers=3)
+    yield server
+    server.stop()
+
+
+def post(url: str, key: str, **headers: str) -> httpx.Response:
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json", **headers}
+    return httpx.post(url, content=BODY, headers=headers, timeout=60)
+
+
+def _callers(base: str, paths: list[str], keys: list[str], threads: int, go, queue) -> None:
+    """One OS process of callers: `threads` threads, each calling every key on every path."""
+    go.wait(30)
+    lock = threading.Lock()
+    seen: list[tuple[str, str, int, bool, bytes]] = []
+
+    def call(_: int) -> None:
+        for path in paths:
+            for key in keys:
+                reply = post(base + path + "?sleep=0.2", f"{path}:{key}")
+                with lock:
+                    seen.append((path, key, reply.status_code, reply.headers.get("Idempotent-Replayed") == "true",
+                                 reply.content))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(call, range(threads)))
+    queue.put(seen)
+
+
+def test_many_callers_in_several_processes_run_each_async_view_once_per_key(uvicorn):
+    paths, keys = ["/async-function", "/async-cbv-post"], [f"k-{i}" for i in range(6)]
+    processes, threads = 3, 4
+    seen = in_forked_processes(_callers, [(uvicorn.url, paths, keys, threads)] * processes, timeout=150)
+    assert len(seen) == processes * threads * len(paths) * len(keys)
+    for path in paths:
+        for key in keys:
+            replies = [(status, replayed, body) for p, k, status, replayed, body in seen if (p, k) == (path, key)]
+            assert rows(f"{path}:{key}") == 1, (path, key)
+            ran = [body for status, replayed, body in replies if status == 201 and not replayed]
+            assert len(ran) == 1, replies
+            assert all(body == ran[0] for status, replayed, body in replies if replayed)
+            assert {status for status, _, _ in replies} <= {201, 409}
+    assert Receipt.objects.filter(status="completed").count() == len(paths) * len(keys)
+
+
+def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvicorn):
+    """Waiters hold threads, not the loop: while they wait, the same workers keep answering."""
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow")
+        while not Receipt.objects.filter(key="slow").exists():
+            pass
+        waiters = [pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow", Prefer="wait=20")
+                   for _ in range(6)]
+        others = [post(uvicorn.url + "/async-cbv-post", f"quick-{i}") for i in range(6)]
+        assert [reply.status_code for reply in others] == [201] * 6
+        # Every worker answered while all six waiters still waited for the first attempt.
+        assert not first.done() and not any(waiter.done() for waiter in waiters)
+        replies = [waiter.result() for waiter in waiters]
+    assert first.result().status_code == 201
+    for reply in replies:
+        assert reply.status_code == 201 and reply.headers["Idempotent-Replayed"] == "true"
+        assert reply.content == first.result().content and reply.headers["Preference-Applied"] == "wait=20"
+    assert rows("slow") == 1
+
+
+def test_a_lease_taken_over_while_the_async_view_runs_rolls_its_writes_back(uvicorn):
+    with ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(post, uvicorn.url + "/async-function?sleep=4", "fenced")
+        while not Receipt.objects.filter(key="fenced").exists():  # the claim commits before the view
+            pass
+        # The lease lapses (a stalled worker, an operator's "take over"): the next attempt owns it.
+        Receipt.objects.filter(key="fenced").update(lease_expires_at=timezone.now())
+        second = post(uvicorn.url + "/async-function?sleep=4", "fenced")
+        assert second.status_code == 201 and "Idempotent-Replayed" not in second.headers
+        lost = slow.result()
+    assert lost.status_code == 409 and lost.json()["type"] == "urn:idemdash:problem:lease-lost"
+    assert rows("fenced") == 1  # the second attempt's; the first one's write was rolled back
+    receipt = Receipt.objects.get(key="fenced")
+    assert receipt.status == "completed" and receipt.fencing_token == 2
+    assert Attempt.objects.filter(key="fenced", outcome="stale_token", fencing_token=1).exists()
