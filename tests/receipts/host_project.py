@@ -84,14 +84,14 @@ class HostProject:
         )
 
     @contextlib.contextmanager
-    def migrated_and_served(self, users: str, ready_path: str) -> Iterator[tuple[str, dict]]:
+    def migrated_and_served(self, users: str, ready_path: str, server: list[str] = GUNICORN) -> Iterator[tuple[str, dict]]:
         """Its database made and migrated, `users` run in its shell (printing JSON last), and
-        gunicorn serving it: (base URL, what `users` printed). The database is dropped after."""
+        `server` serving it: (base URL, what `users` printed). The database is dropped after."""
         self.db.create()
         try:
             self.django("migrate", "--noinput")
             made = json.loads(self.django("shell", "-c", users).stdout.strip().splitlines()[-1])
-            with self.served(GUNICORN, ready_path) as base:
+            with self.served(server, ready_path) as base:
                 yield base, made
         finally:
             self.db.drop()
