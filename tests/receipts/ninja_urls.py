@@ -22,7 +22,7 @@ from ninja.responses import Status
 from ninja.security import APIKeyHeader, HttpBearer, django_auth
 
 from receipts.ninja import idempotent
-from tests.receipts.urls import side_effect
+from tests.receipts.urls import aside_effect, side_effect
 
 
 class JwtStandIn(HttpBearer):
@@ -103,6 +103,13 @@ def create_order_by_api_key(request: HttpRequest, payload: OrderIn) -> Status:
 @idempotent("order.create")
 def create_order_for_tenant(request: HttpRequest, payload: OrderIn) -> Status:
     return Status(201, _place(request, payload.amount))
+
+
+@api.post("/async-orders", response={201: OrderOut})
+@idempotent("order.create")
+async def create_order_async(request: HttpRequest, payload: OrderIn) -> Status:
+    row = await aside_effect(request.headers.get("Idempotency-Key", ""), _caller(request))
+    return Status(201, {"order": row.pk, "amount": payload.amount, "caller": _caller(request)})
 
 
 @api.put("/orders/{order_id}", response=OrderOut)

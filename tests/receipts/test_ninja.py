@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from django.test import AsyncClient, Client
 from ninja import NinjaAPI
 
 from receipts import decorators, ninja, responses, store
@@ -138,6 +139,24 @@ def test_two_users_with_the_same_key_each_run_once_and_see_only_their_own_order(
 
 
 @pytest.mark.django_db
+def test_an_async_operation_is_scoped_by_its_caller_and_replays_byte_for_byte(alice, bob):
+    def post(user, amount=100):
+        return async_to_sync(AsyncClient().post)(
+            "/api/async-orders", json.dumps({"amount": amount}), content_type="application/json",
+            headers={"Idempotency-Key": "k-1", **bearer(user)},
+        )
+
+    for_alice, for_bob = post(alice), post(bob)
+    assert for_alice.status_code == for_bob.status_code == 201
+    assert (for_alice.json()["caller"], for_bob.json()["caller"]) == ("alice", "bob")
+    again = post(alice)
+    assert again["Idempotent-Replayed"] == "true" and again.content == for_alice.content
+    assert post(alice, amount=5).status_code == 422
+    assert rows("k-1") == 2
+    assert set(Receipt.objects.values_list("scope", flat=True)) == {f"user:{alice.pk}", f"user:{bob.pk}"}
+
+
+@pytest.mark.django_db
 def test_a_session_user_through_django_auth_is_the_scope(client, alice):
     client.force_login(alice)
     csrf = Client(enforce_csrf_checks=False)
@@ -201,6 +220,15 @@ def test_either_decorator_above_the_operation_decorator_is_refused_at_import(dec
         @decorator("order.create")
         @api.post("/x")
         def x(request):
+            return {}
+
+
+def test_the_plain_decorator_on_an_async_ninja_operation_is_refused_at_import():
+    api = make_api()
+    with pytest.raises(ImproperlyConfigured, match="below @api.post"):
+        @api.post("/x")
+        @decorators.idempotent("order.create")
+        async def x(request):
             return {}
 
 
