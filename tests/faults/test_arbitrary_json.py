@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from receipts.models import AuditEntry, Receipt
 from receipts.outbox.models import OutboxMessage
 from tests.faults.test_bad_input import World, api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
-from tests.faults.urls import VIEW_ROW_ACTION
+from tests.faults.urls import VIEW_KINDS, VIEW_ROW_ACTION
 from webhooks.models import RejectedDelivery, WebhookEvent
 
 pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
@@ -137,16 +137,19 @@ def test_a_completion_takes_any_response_or_refuses_it(world, doc):
         assert receipt.status == "processing"
 
 
+@pytest.mark.parametrize("kind", VIEW_KINDS)
 @PROPERTY
 @given(doc=DOCUMENTS)
-def test_a_decorated_view_runs_once_on_any_body_or_refuses_it_before_running(world, doc):
+def test_a_decorated_view_of_any_kind_runs_once_on_any_body_or_refuses_it_before_running(world, kind, doc):
     key = unique("view")
-    before, response = sent(world, view(key, doc))  # anonymous: no session, no token
+    before = snapshot()
+    response = view(key, doc)(world, kind)  # anonymous: no session, no token
     assert_client_error_or_success(response)
     if response.status_code == 201:
         assert Receipt.objects.get(key=key).status == "completed"
         assert AuditEntry.objects.filter(action=VIEW_ROW_ACTION, object_id=key).count() == 1
-        assert view(key, doc)(world)["Idempotent-Replayed"] == "true"
+        again = view(key, doc)(world, kind)
+        assert again["Idempotent-Replayed"] == "true" and again.content == response.content
     else:
         assert response.json()["type"] == "urn:idemdash:problem:invalid-json"
         assert snapshot() == before
