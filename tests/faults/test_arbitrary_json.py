@@ -314,3 +314,29 @@ def test_an_outbox_message_with_any_headers_is_enqueued_or_refused(world, method
         return
     if assert_enqueued_or_refused(response, body, before) is not None:
         assert method == "POST"
+
+
+# --- every kind of view: the same answer to the same hostile request ------------------------
+
+# Django's AsyncClient sends the content type as ASCII (a limit of the test client, not of ASGI).
+ASCII_CONTENT_TYPES = CONTENT_TYPES.filter(str.isascii)
+KEY_TEXT = st.one_of(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12), HEADER_TEXT)
+
+
+# Five requests an example: fewer examples than the single-target properties.
+@hypothesis_settings(PROPERTY, max_examples=25)
+@given(key=KEY_TEXT, prefer=HEADER_TEXT, authorization=HEADER_TEXT, content_type=ASCII_CONTENT_TYPES,
+       doc=DOCUMENTS)
+def test_any_key_headers_and_body_get_the_same_answer_from_every_kind_of_view(world, key, prefer, authorization,
+                                                                              content_type, doc):
+    answers = {}
+    for kind in VIEW_KINDS:
+        before = snapshot()
+        response = view(key, doc, Prefer=prefer, Authorization=authorization, **{"Content-Type": content_type})(world, kind)
+        assert_client_error_or_success(response)
+        answers[kind] = (response.status_code, response.json().get("type") if response.status_code >= 400 else None)
+        if response.status_code >= 400:
+            assert snapshot() == before
+        Receipt.objects.all().delete()  # so that the next kind answers it as a first attempt too
+    event(f"views answered {answers['django']}")
+    assert len(set(answers.values())) == 1, answers

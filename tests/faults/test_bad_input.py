@@ -75,6 +75,10 @@ def snapshot() -> dict[str, int]:
 Send = Callable[[World], object]
 
 
+def as_on_the_wire(value: str) -> str:
+    return value.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
 def view(key: str | None, body: bytes = b'{"amount": 100}', **headers: str) -> Send:
     """A POST to the decorated capture view of `kind` (tests/faults/urls.py:VIEW_KINDS): a
     plain Django view unless the test says which; an async kind as ASGI serves it."""
@@ -85,8 +89,10 @@ def view(key: str | None, body: bytes = b'{"amount": 100}', **headers: str) -> S
         content_type = headers.pop("Content-Type", "application/json")
         if kind in ASYNC_KINDS:
             # ASGI carries header bytes; a server gives them to Django as latin-1 text.
-            wire = {name: value.encode("utf-8", "surrogatepass").decode("latin-1") for name, value in headers.items()}
-            return async_to_sync(AsyncClient().post)(VIEW_KINDS[kind], body, content_type=content_type, headers=wire)
+            wire = {name: as_on_the_wire(value) for name, value in headers.items()}
+            return async_to_sync(AsyncClient().post)(
+                VIEW_KINDS[kind], body, content_type=as_on_the_wire(content_type), headers=wire
+            )
         return w.client.post(VIEW_KINDS[kind], body, content_type=content_type, headers=headers)
 
     send.to_a_view = True  # type: ignore[attr-defined]
