@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.conf import settings
 from django.core.exceptions import (
     BadRequest,
     ImproperlyConfigured,
@@ -44,6 +45,7 @@ from django.core.exceptions import (
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
+from django.utils.crypto import salted_hmac
 
 from idemdash.core.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
@@ -90,11 +92,12 @@ def idempotent(
 
     `required=False` runs the view normally when the header is absent. `scope` maps a
     request to the principal whose keys are separate from everyone else's; the default is
-    the logged-in user, else the bearer-token API client, else "anonymous".
+    `default_scope`.
     """
     store.validate_operation(operation)
 
     def decorator(view: View) -> View:
+        _refuse_ninja(view, operation, "receipts.decorators.idempotent")
         if hasattr(view, "cls") and hasattr(view, "initkwargs"):
             # DRF's as_view() (and @api_view) mark their result with `cls`. Outside it, DRF
             # has not authenticated the caller (every token user would share one scope) nor
@@ -120,8 +123,7 @@ def idempotent(
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 return await arespond(request, view, args, kwargs, operation, required, scope)
 
-            async_wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
-            return async_wrapper
+            return _marked(async_wrapper, operation)
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
@@ -129,10 +131,52 @@ def idempotent(
             _refuse_async_dispatch(view, operation)
             return respond(request, view, args, kwargs, operation, required, scope)
 
-        wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
-        return wrapper
+        return _marked(wrapper, operation)
 
     return decorator
+
+
+def _marked(wrapper: View, operation: str) -> View:
+    wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
+    # Below @api.post, Ninja would hand this wrapper the operation's result (a dict, a
+    # schema, a Status) and render it only after we stored it: Ninja calls this hook
+    # (ninja.utils.contribute_operation_callback) while building the operation, at import.
+    wrapper._ninja_contribute_to_operation = [_refuse_ninja_operation(operation)]  # type: ignore[attr-defined]
+    return wrapper
+
+
+NINJA_PLACEMENT = (
+    "Put `from receipts.ninja import idempotent` directly below @api.post(...) (or the router's "
+    "operation decorator), above the function (docs/http-contract.md: Each kind of view)."
+)
+
+
+def _refuse_ninja(view: Callable, operation: str, name: str) -> None:
+    """Refuse, at import, a decorator placed above a Ninja operation decorator (Ninja has
+    registered the function already, so the wrapper would never run) or given Ninja's own
+    `Operation.run` by ninja.decorate_view (it runs before Ninja authenticates the caller)."""
+    ninja = sys.modules.get("ninja.operation")
+    if hasattr(view, "_ninja_operation"):
+        raise ImproperlyConfigured(
+            f"{name}({operation!r}) is above the Ninja operation decorator of {view.__qualname__}, "
+            f"which has registered the function already: the decorator would never run. {NINJA_PLACEMENT}"
+        )
+    if ninja is not None and isinstance(getattr(view, "__self__", None), ninja.Operation):
+        raise ImproperlyConfigured(
+            f"{name}({operation!r}) wraps a Ninja operation's run (decorate_view), which runs before "
+            f"Ninja authenticates the caller. {NINJA_PLACEMENT}"
+        )
+
+
+def _refuse_ninja_operation(operation: str) -> Callable[[Any], None]:
+    def refuse(ninja_operation: Any) -> None:
+        raise ImproperlyConfigured(
+            f"receipts.decorators.idempotent({operation!r}) is on the Ninja operation "
+            f"{ninja_operation.view_func.__qualname__}: it would store the result before Ninja renders it, "
+            f"under a scope Ninja's authentication (request.auth) does not reach. {NINJA_PLACEMENT}"
+        )
+
+    return refuse
 
 
 def respond(
@@ -299,7 +343,14 @@ def is_client_error(exc: BaseException) -> bool:
     if isinstance(exc, CLIENT_ERROR_EXCEPTIONS):
         return True
     drf = sys.modules.get("rest_framework.exceptions")
-    return drf is not None and isinstance(exc, drf.APIException) and 400 <= exc.status_code < 500
+    if drf is not None and isinstance(exc, drf.APIException) and 400 <= exc.status_code < 500:
+        return True
+    # Ninja's own: HttpError (AuthenticationError, AuthorizationError, Throttled...) and the
+    # 422 of its ValidationError, raised by the operation.
+    ninja = sys.modules.get("ninja.errors")
+    return ninja is not None and (
+        isinstance(exc, ninja.ValidationError) or isinstance(exc, ninja.HttpError) and 400 <= exc.status_code < 500
+    )
 
 
 def parse_key(raw: str) -> str | None:
@@ -368,13 +419,44 @@ def parse_prefer_wait(header: str) -> int | None:
 
 
 def default_scope(request: HttpRequest) -> str:
+    """`user:<pk>` for the logged-in user, else `client:<name>` for an idemdash bearer
+    token, else the scope of the request's credentials, else `anonymous`."""
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"
     client = client_for_request(request)
     if client is not None:
         return client.scope
-    return "anonymous"
+    return credential_scope(request) or "anonymous"
+
+
+def credential_scope(request: HttpRequest, *credentials: str) -> str | None:
+    """`credential:<hmac>` of the request's Authorization header, its session cookie and
+    any further `credentials`, or None when it carries none of them.
+
+    For a caller the decorator cannot name: an auth framework that authenticates inside the
+    view leaves no user, yet two callers with different credentials must never share keys.
+    All of them are hashed together, so that a header every user sends alike (a proxy's
+    Basic auth) does not join the sessions behind it. Keyed by SECRET_KEY (salted_hmac), so
+    that a database reader cannot brute-force a short token from the stored scope; rotating
+    SECRET_KEY therefore starts these callers' keys anew.
+    """
+    material = [
+        request.headers.get("Authorization", ""),
+        request.COOKIES.get(settings.SESSION_COOKIE_NAME, ""),
+        *credentials,
+    ]
+    if not any(material):
+        return None
+    digest = salted_hmac(CREDENTIAL_SALT, json.dumps(material), algorithm="sha256").hexdigest()
+    return f"credential:{digest}"
+
+
+CREDENTIAL_SALT = "receipts.decorators.credential_scope"
+
+
+def payload_too_large() -> HttpResponseBase:
+    return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
 
 
 def _stored_request(request: HttpRequest, body: bytes, content_type: str, parsed: Any) -> dict[str, Any]:
@@ -415,7 +497,7 @@ def _handle(
         parsed = parse_json_body(body, content_type)  # parsed once: fingerprinted, then stored
         fingerprint = fingerprint_http(request.method, request.get_full_path(), body, content_type, parsed)
     except RequestDataTooBig:
-        return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
+        return payload_too_large()
     except UnstorableJSON as exc:
         # The view would parse it as JSON and could not store it: refused before anything runs.
         return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))

@@ -20,6 +20,7 @@ from importlib.metadata import version
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.http import HttpResponse  # Ninja resolves a string annotation in the module
 from django.test.utils import CaptureQueriesContext
 
 
@@ -431,6 +432,66 @@ def test_a_drf_handler_can_render_its_response_before_drf_does():
         assert rendered == [(True, b'{"ok":true}')]
         # DRF finalises and renders again after the handler; the body stays the one stored.
         assert response.status_code == 201 and response.content == b'{"ok":true}'
+
+
+# --- Django Ninja: receipts/ninja.py ----------------------------------------------------
+
+
+def test_ninja_calls_a_functions_hooks_with_its_operation_and_marks_the_function():
+    from ninja import NinjaAPI
+    from ninja.decorators import decorate_view
+
+    seen = []
+    api = NinjaAPI(urls_namespace="guard-hooks")
+
+    def view(request):
+        return {}
+
+    view._ninja_contribute_to_operation = [seen.append]
+    decorate_view(lambda run: seen.append(run) or (lambda request, **kw: run(request, **kw)))(view)
+    with pinned(
+        "django-ninja",
+        "the _ninja_contribute_to_operation hooks, decorate_view on Operation.run or _ninja_operation",
+        "receipts/ninja.py:idempotent and receipts/decorators.py:_refuse_ninja",
+    ):
+        api.post("/x")(view)
+        operation = view._ninja_operation
+        assert seen[0] is operation and seen[1].__self__ is operation
+        assert getattr(operation.run, "__self__", None) is None  # wrapped, no longer the method
+
+
+def test_ninja_renders_a_result_through_the_operations_schema_and_temporal_response():
+    from django.test import RequestFactory
+    from ninja import NinjaAPI, Schema
+    from ninja.responses import Status
+
+    class Out(Schema):
+        n: int
+
+    from ninja.decorators import decorate_view
+
+    api = NinjaAPI(urls_namespace="guard-render")
+    bound = []
+
+    @api.post("/x", response={201: Out})
+    @decorate_view(lambda run: bound.append(run.__self__) or run)
+    def view(request, response: HttpResponse):
+        return Status(201, {"n": 1, "dropped": 2})
+
+    with pinned(
+        "django-ninja",
+        "Operation._result_to_response, signature.response_arg or api.create_temporal_response",
+        "receipts/ninja.py:_render",
+    ):
+        api.urls  # noqa: B018 - binds a copy of each operation to the api, its run wrapped again
+        operation = bound[-1]
+        assert operation is not view._ninja_operation and operation.api is api
+        request = RequestFactory().post("/x")
+        assert operation.signature.response_arg == "response"
+        temporal = api.create_temporal_response(request)
+        temporal["X-Set"] = "1"
+        rendered = operation._result_to_response(request, Status(201, {"n": 1, "dropped": 2}), temporal)
+        assert (rendered.status_code, rendered.content, rendered["X-Set"]) == (201, b'{"n": 1}', "1")
 
 
 # --- httpx and httpcore: the outbox's fence ----------------------------------------------

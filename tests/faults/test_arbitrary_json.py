@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from receipts.models import AuditEntry, Receipt
 from receipts.outbox.models import OutboxMessage
 from tests.faults.test_bad_input import World, api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
-from tests.faults.urls import VIEW_ROW_ACTION
+from tests.faults.urls import VIEW_KINDS, VIEW_ROW_ACTION
 from webhooks.models import RejectedDelivery, WebhookEvent
 
 pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
@@ -137,16 +137,19 @@ def test_a_completion_takes_any_response_or_refuses_it(world, doc):
         assert receipt.status == "processing"
 
 
+@pytest.mark.parametrize("kind", VIEW_KINDS)
 @PROPERTY
 @given(doc=DOCUMENTS)
-def test_a_decorated_view_runs_once_on_any_body_or_refuses_it_before_running(world, doc):
+def test_a_decorated_view_of_any_kind_runs_once_on_any_body_or_refuses_it_before_running(world, kind, doc):
     key = unique("view")
-    before, response = sent(world, view(key, doc))  # anonymous: no session, no token
+    before = snapshot()
+    response = view(key, doc)(world, kind)  # anonymous: no session, no token
     assert_client_error_or_success(response)
     if response.status_code == 201:
         assert Receipt.objects.get(key=key).status == "completed"
         assert AuditEntry.objects.filter(action=VIEW_ROW_ACTION, object_id=key).count() == 1
-        assert view(key, doc)(world)["Idempotent-Replayed"] == "true"
+        again = view(key, doc)(world, kind)
+        assert again["Idempotent-Replayed"] == "true" and again.content == response.content
     else:
         assert response.json()["type"] == "urn:idemdash:problem:invalid-json"
         assert snapshot() == before
@@ -311,3 +314,29 @@ def test_an_outbox_message_with_any_headers_is_enqueued_or_refused(world, method
         return
     if assert_enqueued_or_refused(response, body, before) is not None:
         assert method == "POST"
+
+
+# --- every kind of view: the same answer to the same hostile request ------------------------
+
+# Django's AsyncClient sends the content type as ASCII (a limit of the test client, not of ASGI).
+ASCII_CONTENT_TYPES = CONTENT_TYPES.filter(str.isascii)
+KEY_TEXT = st.one_of(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12), HEADER_TEXT)
+
+
+# Five requests an example: fewer examples than the single-target properties.
+@hypothesis_settings(PROPERTY, max_examples=25)
+@given(key=KEY_TEXT, prefer=HEADER_TEXT, authorization=HEADER_TEXT, content_type=ASCII_CONTENT_TYPES,
+       doc=DOCUMENTS)
+def test_any_key_headers_and_body_get_the_same_answer_from_every_kind_of_view(world, key, prefer, authorization,
+                                                                              content_type, doc):
+    answers = {}
+    for kind in VIEW_KINDS:
+        before = snapshot()
+        response = view(key, doc, Prefer=prefer, Authorization=authorization, **{"Content-Type": content_type})(world, kind)
+        assert_client_error_or_success(response)
+        answers[kind] = (response.status_code, response.json().get("type") if response.status_code >= 400 else None)
+        if response.status_code >= 400:
+            assert snapshot() == before
+        Receipt.objects.all().delete()  # so that the next kind answers it as a first attempt too
+    event(f"views answered {answers['django']}")
+    assert len(set(answers.values())) == 1, answers

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from django.test import Client
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient, Client
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -39,6 +40,7 @@ from tests.webhooks.conftest import (
     stripe_headers,
 )
 from idemdash.devtools.models import Fulfilment, ShopifyOrder
+from tests.faults.urls import ASYNC_KINDS, VIEW_KINDS
 from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
 
 pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
@@ -73,12 +75,27 @@ def snapshot() -> dict[str, int]:
 Send = Callable[[World], object]
 
 
+def as_on_the_wire(value: str) -> str:
+    return value.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
 def view(key: str | None, body: bytes = b'{"amount": 100}', **headers: str) -> Send:
-    def send(w: World):
+    """A POST to the decorated capture view of `kind` (tests/faults/urls.py:VIEW_KINDS): a
+    plain Django view unless the test says which; an async kind as ASGI serves it."""
+
+    def send(w: World, kind: str = "django"):
         if key is not None:
             headers["Idempotency-Key"] = key
-        return w.client.post("/capture/", body, content_type="application/json", headers=headers)
+        content_type = headers.pop("Content-Type", "application/json")
+        if kind in ASYNC_KINDS:
+            # ASGI carries header bytes; a server gives them to Django as latin-1 text.
+            wire = {name: as_on_the_wire(value) for name, value in headers.items()}
+            return async_to_sync(AsyncClient().post)(
+                VIEW_KINDS[kind], body, content_type=as_on_the_wire(content_type), headers=wire
+            )
+        return w.client.post(VIEW_KINDS[kind], body, content_type=content_type, headers=headers)
 
+    send.to_a_view = True  # type: ignore[attr-defined]
     return send
 
 
@@ -411,6 +428,25 @@ def test_bad_input_gets_its_documented_4xx_and_stores_nothing_half_way(world, se
         assert after.pop("RejectedDelivery") == before.pop("RejectedDelivery") + 1
         assert RejectedDelivery.objects.get().cause == cause
     assert after == before
+
+
+OTHER_KINDS = [kind for kind in VIEW_KINDS if kind != "django"]
+VIEW_CORPUS = [
+    pytest.param(*case.values, kind, id=f"{kind}: {case.id}")
+    for case in CORPUS if getattr(case.values[0], "to_a_view", False)
+    for kind in OTHER_KINDS
+]
+
+
+@pytest.mark.parametrize("send, status, slug, cause, field, kind", VIEW_CORPUS)
+def test_every_kind_of_view_answers_the_decorators_bad_input_as_a_django_view_does(world, send, status, slug, cause,
+                                                                                    field, kind):
+    before = snapshot()
+    response = send(world, kind)
+    assert response.status_code == status, response.content[:500]
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["type"] == f"urn:idemdash:problem:{slug}"
+    assert snapshot() == before
 
 
 # --- odd but valid input: answered normally, never a 500 ---------------------------------

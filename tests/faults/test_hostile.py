@@ -24,8 +24,9 @@ from django.test import Client
 
 from receipts.models import Receipt
 from receipts.outbox.models import OutboxMessage
-from tests.faults.test_bad_input import CORPUS, World, shopify, snapshot, standard, stripe, view, world  # noqa: F401
+from tests.faults.test_bad_input import CORPUS, VIEW_CORPUS, World, shopify, snapshot, standard, stripe, view, world  # noqa: F401
 from tests.faults.test_hostile_wire import WIRE_CASES
+from tests.faults.urls import VIEW_KINDS
 from webhooks.models import RejectedDelivery, WebhookEvent
 
 pytestmark = [pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db]
@@ -65,10 +66,11 @@ SHAPE_KEYS = ["", " ", "\t", '"', '"k', 'k"', '""', '"\\"', "a,b", " , ", "k" * 
 KEY_CASES = [pytest.param(k, id=f"key {k[:20]!r}") for k in CONTROL_KEYS + UNICODE_KEYS + SHAPE_KEYS]
 
 
+@pytest.mark.parametrize("kind", VIEW_KINDS)
 @pytest.mark.parametrize("key", KEY_CASES)
-def test_a_hostile_idempotency_key_is_400_and_runs_nothing(world, key):
+def test_a_hostile_idempotency_key_is_400_and_runs_nothing_in_any_kind_of_view(world, key, kind):
     before = snapshot()
-    assert_problem(view(key)(world), 400)["type"].endswith("idempotency-key-invalid")
+    assert_problem(view(key)(world, kind), 400)["type"].endswith("idempotency-key-invalid")
     assert snapshot() == before
 
 
@@ -412,7 +414,8 @@ def test_a_malformed_login_body_is_the_form_again_or_400(admin_user, path, conte
 
 SUITE = {
     "bad input corpus (test_bad_input.py)": len(CORPUS),
-    "idempotency keys": len(KEY_CASES),
+    "bad input corpus on the other kinds of view (test_bad_input.py)": len(VIEW_CORPUS),
+    "idempotency keys, on every kind of view": len(KEY_CASES) * len(VIEW_KINDS),
     "json api fields": len(API_FIELD_CASES),
     "receipt lookups": len(LOOKUP_CASES),
     "outbox payloads": len(OUTBOX_PARAMS),

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -8,6 +9,7 @@ from datetime import timedelta
 import httpx
 import pytest
 import time_machine
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
@@ -471,6 +473,61 @@ def test_a_bearer_token_client_is_the_scope(client):
     api_client, token = create_token("billing")
     post(client, "/capture", Authorization=f"Bearer {token}")
     assert Receipt.objects.get().scope == "client:billing" == api_client.scope
+
+
+# A view whose caller Django does not know (an auth framework that authenticates inside the
+# view): the credentials the request carries keep callers apart, never `anonymous`.
+
+def credentialed(client: Client, credential: str, kind: str):
+    if kind == "session cookie":
+        client.cookies[settings.SESSION_COOKIE_NAME] = credential
+        return post(client, "/capture")
+    return post(client, "/capture", Authorization=credential)
+
+
+CREDENTIALS = {
+    "authorization header": ("Bearer eyJhbGciOi.alice-secret", "Bearer eyJhbGciOi.bob-secret"),
+    "session cookie": ("alicesessionsecret0000000000000a", "bobsessionsecret00000000000000b"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", CREDENTIALS)
+def test_two_credentials_with_the_same_key_get_two_receipts_and_two_executions(kind):
+    alice, bob = CREDENTIALS[kind]
+    first = credentialed(Client(), alice, kind)
+    other = credentialed(Client(), bob, kind)
+    assert first.status_code == other.status_code == 201
+    assert "Idempotent-Replayed" not in other and other.content != first.content
+    again = credentialed(Client(), alice, kind)
+    assert again["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert rows("k-1") == 2
+    scopes = sorted(Receipt.objects.values_list("scope", flat=True))
+    assert len(set(scopes)) == 2 and "anonymous" not in scopes
+    assert all(scope.startswith("credential:") and len(scope) == len("credential:") + 64 for scope in scopes)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", CREDENTIALS)
+def test_a_credential_scope_holds_no_credential_in_clear_and_is_keyed_by_the_secret_key(kind, settings):
+    alice, _ = CREDENTIALS[kind]
+    credentialed(Client(), alice, kind)
+    receipt = Receipt.objects.get()
+    stored = json.dumps([receipt.scope, receipt.request, receipt.response_body])
+    assert "secret" not in stored
+    # Not a plain hash a database reader could recompute from a guessed token.
+    assert receipt.scope.removeprefix("credential:") not in {
+        hashlib.sha256(value.encode()).hexdigest() for value in (alice, json.dumps([alice, ""]), json.dumps(["", alice]))
+    }
+    settings.SECRET_KEY = "another-secret-key-for-this-test-only-0123456789abcdef"
+    credentialed(Client(), alice, kind)
+    assert Receipt.objects.count() == 2  # rotating SECRET_KEY starts these keys anew
+
+
+@pytest.mark.django_db
+def test_a_request_without_credentials_is_still_anonymous(client):
+    post(client, "/capture")
+    assert Receipt.objects.get().scope == "anonymous"
 
 
 @pytest.mark.django_db

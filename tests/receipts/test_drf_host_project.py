@@ -10,22 +10,14 @@ orders written are counted in that database.
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
-from django.db import connection
 
-from tests.qcluster import database_url, free_port, start_process, stop_process
+from tests.receipts.host_project import WSGI, HostDatabase, HostProject
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db]
 
@@ -86,11 +78,6 @@ urlpatterns = [
 ]
 '''
 
-WSGI = '''
-from django.core.wsgi import get_wsgi_application
-
-application = get_wsgi_application()
-'''
 
 MODELS = '''
 from django.conf import settings
@@ -177,92 +164,26 @@ print(json.dumps(tokens))
 ENDPOINTS = {"function": "/function/", "apiview": "/apiview/", "viewset": "/orders/"}
 
 
-def write_project(root: Path) -> None:
-    files = {
-        "hostsite/__init__.py": "",
-        "hostsite/settings.py": SETTINGS,
-        "hostsite/urls.py": URLS,
-        "hostsite/wsgi.py": WSGI,
-        "shop/__init__.py": "",
-        "shop/models.py": MODELS,
-        "shop/migrations/__init__.py": "",
-        "shop/migrations/0001_initial.py": MIGRATION,
-        "shop/views.py": VIEWS,
-        "templates/login.html": LOGIN,
-    }
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text.lstrip())
-
-
-class HostDatabase:
-    """The host project's own database: a sibling of the test database on PostgreSQL, a
-    file in the project's directory on SQLite."""
-
-    def __init__(self, root: Path) -> None:
-        self.postgres = connection.vendor == "postgresql"
-        if self.postgres:
-            self.name = f"{connection.settings_dict['NAME']}_host"
-            self.url = database_url(self.name)
-        else:
-            self.path = root / "host.sqlite3"
-            self.url = f"sqlite:///{self.path}"
-
-    def create(self) -> None:
-        if self.postgres:
-            self._maintenance(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)', f'CREATE DATABASE "{self.name}"')
-
-    def drop(self) -> None:
-        if self.postgres:
-            self._maintenance(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-
-    def _maintenance(self, *statements: str) -> None:
-        with psycopg.connect(database_url("postgres"), autocommit=True, connect_timeout=10) as conn:
-            for statement in statements:
-                conn.execute(statement)
-
-    def rows(self, sql: str) -> list[tuple]:
-        if self.postgres:
-            with psycopg.connect(self.url, connect_timeout=10) as conn:
-                return conn.execute(sql).fetchall()
-        with sqlite3.connect(self.path, timeout=30) as conn:
-            return conn.execute(sql).fetchall()
+FILES = {
+    "hostsite/__init__.py": "",
+    "hostsite/settings.py": SETTINGS,
+    "hostsite/urls.py": URLS,
+    "hostsite/wsgi.py": WSGI,
+    "shop/__init__.py": "",
+    "shop/models.py": MODELS,
+    "shop/migrations/__init__.py": "",
+    "shop/migrations/0001_initial.py": MIGRATION,
+    "shop/views.py": VIEWS,
+    "templates/login.html": LOGIN,
+}
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory, django_db_setup) -> Iterator[tuple[str, dict[str, str], HostDatabase]]:
     """The host project, migrated and served by gunicorn: (base URL, tokens, database)."""
-    tmp_path = tmp_path_factory.mktemp("drf-host")
-    write_project(tmp_path)
-    db = HostDatabase(tmp_path)
-    db.create()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("IDEMDASH_", "DJANGO_"))}
-    env.update(DATABASE_URL=db.url, DJANGO_SETTINGS_MODULE="hostsite.settings", PYTHONPATH=str(tmp_path))
-    django_admin = [sys.executable, "-m", "django"]
-    subprocess.run([*django_admin, "migrate", "--noinput"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
-    made = subprocess.run([*django_admin, "shell", "-c", USERS], cwd=tmp_path, env=env, check=True, capture_output=True, text=True, timeout=60)
-    tokens = json.loads(made.stdout.strip().splitlines()[-1])
-    port = free_port()
-    log = tmp_path / "gunicorn.log"
-    server = start_process(
-        [sys.executable, "-m", "gunicorn", "--workers", "3", "--bind", f"127.0.0.1:{port}", "--timeout", "30", "--graceful-timeout", "3", "hostsite.wsgi"],
-        log, env, cwd=tmp_path,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/login/", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
-        yield base, tokens, db
-    finally:
-        stop_process(server)
-        db.drop()
+    project = HostProject(tmp_path_factory.mktemp("drf-host"), FILES, "hostsite.settings")
+    with project.migrated_and_served(USERS, "/login/") as (base, tokens):
+        yield base, tokens, project.db
 
 
 def token_client(base: str, token: str) -> httpx.Client:

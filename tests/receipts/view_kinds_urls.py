@@ -21,13 +21,15 @@ from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
+from ninja import NinjaAPI, Schema
+from ninja.responses import Status, codes_2xx, codes_4xx, codes_5xx
 from rest_framework import exceptions, status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import api_view, authentication_classes
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from receipts import drf
+from receipts import drf, ninja
 from receipts.decorators import idempotent
 from tests.receipts.urls import aside_effect, hooks, side_effect
 
@@ -125,9 +127,46 @@ class AsyncOnDispatch(View):
         return await _async_capture(request)
 
 
-# Every kind of view the shared contract tests run against (Ninja and the rest add theirs).
-CONTRACT_VIEWS = ["/function", "/async-function", "/async-cbv-post"]
-ASYNC_VIEWS = ["/async-function", "/async-cbv-post"]
+class Captured(Schema):
+    row: int
+    status: int
+
+
+ninja_api = NinjaAPI(urls_namespace="receipts-tests-view-kinds")
+ANY_STATUS = {codes_2xx: Captured, codes_4xx: Captured, codes_5xx: Captured}
+
+
+def _ninja_answer(request: HttpRequest, row_pk: int) -> Status:
+    # The same switches, answered as a Ninja operation answers: a Status its schema renders.
+    if "raise" in request.GET:
+        raise VIEW_RAISES[request.GET["raise"]]()
+    status = int(request.GET.get("status", "201"))
+    return Status(status, {"row": row_pk, "status": status})
+
+
+@ninja_api.post("/capture", response=ANY_STATUS)
+@ninja.idempotent("payment.capture")
+def ninja_operation(request: HttpRequest) -> Status:
+    row = side_effect(request.headers.get("Idempotency-Key", ""), str(request.user))
+    time.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        hooks["hook"]()
+    return _ninja_answer(request, row.pk)
+
+
+@ninja_api.post("/async-capture", response=ANY_STATUS)
+@ninja.idempotent("payment.capture")
+async def ninja_async_operation(request: HttpRequest) -> Status:
+    row = await aside_effect(request.headers.get("Idempotency-Key", ""), str(await request.auser()))
+    await asyncio.sleep(float(request.GET.get("sleep", 0)))
+    if "hook" in hooks:
+        await sync_to_async(hooks["hook"])()
+    return _ninja_answer(request, row.pk)
+
+
+# Every kind of view the shared contract tests run against.
+CONTRACT_VIEWS = ["/function", "/async-function", "/async-cbv-post", "/ninja/capture", "/ninja/async-capture"]
+ASYNC_VIEWS = ["/async-function", "/async-cbv-post", "/ninja/async-capture"]
 
 
 # --- DRF views ----------------------------------------------------------------------------
@@ -230,6 +269,7 @@ urlpatterns = [
     path("orders", Orders.as_view({"post": "create"})),
     path("orders/<str:pk>", Orders.as_view({"patch": "partial_update"})),
     path("api-view-on-dispatch", CaptureOnDispatch.as_view()),
+    path("ninja/", ninja_api.urls),
     path("function", function_view),
     path("async-function", async_function_view),
     path("async-cbv-post", AsyncOnPost.as_view()),

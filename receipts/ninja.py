@@ -1,0 +1,201 @@
+"""The Idempotency-Key contract for Django Ninja operations.
+
+`@idempotent` from this module goes directly below `@api.post(...)` (or any operation
+decorator of a NinjaAPI or Router). There it runs after Ninja has authenticated the caller
+into `request.auth` and validated the parameters, and it renders the operation's result with
+the operation's own response schema, status and renderer before storing it, so a replay is
+the first answer byte for byte. It is the one module of this app that imports Ninja.
+
+The contract itself is receipts.decorators.respond, as for every other kind of view.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
+from django.db import models
+from django.http import HttpRequest, HttpResponseBase
+from ninja.decorators import decorate_view
+from ninja.operation import Operation
+from ninja.security import APIKeyCookie, APIKeyHeader, APIKeyQuery
+
+from idemdash.core.clients import ApiClient
+from receipts import decorators, store
+
+Function = Callable[..., Any]
+
+# Where the operation running a request is kept for the function it calls.
+_OPERATION = "_receipts_ninja_operation"
+
+
+def idempotent(
+    operation: str,
+    required: bool = True,
+    *,
+    scope: Callable[[HttpRequest], str] | None = None,
+) -> Callable[[Function], Function]:
+    """Run the operation at most once per (scope, Idempotency-Key) and replay its response.
+
+    The default scope is `auth_scope`: the caller Ninja authenticated. `scope` maps a
+    request to another principal.
+    """
+    store.validate_operation(operation)
+
+    def decorator(view: Function) -> Function:
+        decorators._refuse_ninja(view, operation, "receipts.ninja.idempotent")
+        principal = scope or auth_scope
+
+        if iscoroutinefunction(view):
+            # An async def operation: Ninja sees a coroutine function and runs an
+            # AsyncOperation, which awaits this wrapper; the contract is the async one.
+            @functools.wraps(view)
+            async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                ninja_operation = _operation_of(request, operation, view)
+
+                async def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                    return _render(ninja_operation, request, await view(request, *args, **kwargs), kwargs)
+
+                return await decorators.arespond(request, rendered, args, kwargs, operation, required, principal)
+
+        else:
+
+            @functools.wraps(view)
+            def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                ninja_operation = _operation_of(request, operation, view)
+
+                def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                    return _render(ninja_operation, request, view(request, *args, **kwargs), kwargs)
+
+                return decorators.respond(request, rendered, args, kwargs, operation, required, principal)
+
+        # Ninja reads the parameters from the signature, resolving string annotations (from
+        # `from __future__ import annotations`) in the wrapper's module, not the function's.
+        wrapper.__signature__ = _signature(view)  # type: ignore[attr-defined]
+        # functools.wraps shares the function's own list of Ninja hooks: ours comes first,
+        # so that it gets Ninja's Operation.run itself (see _remember_operation).
+        wrapper._ninja_contribute_to_operation = [  # type: ignore[attr-defined]
+            *getattr(view, "_ninja_contribute_to_operation", [])
+        ]
+        decorate_view(_remember_operation)(wrapper)
+        hooks = wrapper._ninja_contribute_to_operation  # type: ignore[attr-defined]
+        hooks.insert(0, hooks.pop())
+        wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorator
+
+
+def _signature(view: Function) -> inspect.Signature:
+    try:
+        return inspect.signature(view, eval_str=True)
+    except NameError:  # a name defined after the function: Ninja resolves it (or says so)
+        return inspect.signature(view)
+
+
+def auth_scope(request: HttpRequest) -> str:
+    """The principal whose keys these are, from what Ninja's authentication put in
+    `request.auth`:
+
+    - an object with an `idempotency_scope` attribute (the hook for a custom auth object): that;
+    - a Django user: `user:<pk>`, as receipts.decorators.default_scope names it;
+    - an idemdash ApiClient: `client:<name>`;
+    - any other model instance (an API key row): `<app_label>.<model>:<pk>`;
+    - anything else (a token string, a decoded JWT): the credentials the request carries,
+      hashed (receipts.decorators.credential_scope), the operation's APIKeyHeader,
+      APIKeyCookie and APIKeyQuery values included.
+
+    An operation without auth leaves `request.auth` unset: receipts.decorators.default_scope.
+    """
+    auth = getattr(request, "auth", None)
+    if auth is None:
+        return decorators.default_scope(request)
+    named = getattr(auth, "idempotency_scope", None)
+    if isinstance(named, str) and named:
+        return named
+    if isinstance(auth, ApiClient):
+        return auth.scope
+    if getattr(auth, "is_authenticated", False) is True and getattr(auth, "pk", None) is not None:
+        return f"user:{auth.pk}"
+    if isinstance(auth, models.Model) and auth.pk is not None:
+        return f"{auth._meta.label_lower}:{auth.pk}"
+    ninja_operation = getattr(request, _OPERATION, None)
+    keys = _api_keys(ninja_operation, request) if ninja_operation is not None else []
+    # A string is what many auth callbacks return: the token or the caller's name.
+    scope = decorators.credential_scope(request, *keys, auth if isinstance(auth, str) else "")
+    if scope is None:
+        # Fail closed: an auth object this cannot tell apart, and no credentials to hash.
+        raise ImproperlyConfigured(
+            f"receipts.ninja.idempotent cannot tell whose keys these are: request.auth is a "
+            f"{type(auth).__name__} and the request carries no credentials it knows. Give the auth "
+            "object an `idempotency_scope` attribute, or pass scope= (docs/http-contract.md: Each kind of view)."
+        )
+    return scope
+
+
+def _api_keys(ninja_operation: Operation, request: HttpRequest) -> list[str]:
+    sources = {APIKeyHeader: request.headers, APIKeyCookie: request.COOKIES, APIKeyQuery: request.GET}
+    keys = []
+    for callback in ninja_operation.auth_callbacks:
+        for kind, values in sources.items():
+            if isinstance(callback, kind):
+                keys.append(values.get(callback.param_name) or "")
+    return keys
+
+
+def _remember_operation(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps Operation.run (through ninja.decorate_view, so that a router mounted twice has
+    each copy wrapped): the function learns which operation renders its result, and a body
+    over DATA_UPLOAD_MAX_MEMORY_SIZE gets the contract's 413 before Ninja reads it for its
+    body parameters (which would answer Django's 400)."""
+    ninja_operation = getattr(run, "__self__", None)
+    if not isinstance(ninja_operation, Operation):
+        raise ImproperlyConfigured(
+            "receipts.ninja.idempotent must be the decorator closest to the Ninja operation decorator's "
+            f"hooks; another one wrapped Operation.run first. {decorators.NINJA_PLACEMENT}"
+        )
+
+    def too_large(request: HttpRequest) -> HttpResponseBase | None:
+        setattr(request, _OPERATION, ninja_operation)
+        if request.method in decorators.UNSAFE_METHODS:
+            try:
+                request.body  # noqa: B018 - read once; Django keeps it
+            except RequestDataTooBig:
+                return decorators.payload_too_large()
+        return None
+
+    if ninja_operation.is_async:
+
+        @functools.wraps(run)
+        async def async_remembered(request: HttpRequest, **kw: Any) -> HttpResponseBase:
+            return too_large(request) or await run(request, **kw)
+
+        return async_remembered
+
+    @functools.wraps(run)
+    def remembered(request: HttpRequest, **kw: Any) -> HttpResponseBase:
+        return too_large(request) or run(request, **kw)
+
+    return remembered
+
+
+def _operation_of(request: HttpRequest, operation: str, view: Function) -> Operation:
+    ninja_operation = getattr(request, _OPERATION, None)
+    if ninja_operation is None:
+        raise ImproperlyConfigured(
+            f"receipts.ninja.idempotent({operation!r}) on {view.__qualname__} was called outside a Ninja "
+            f"operation. {decorators.NINJA_PLACEMENT}"
+        )
+    return ninja_operation
+
+
+def _render(ninja_operation: Operation, request: HttpRequest, result: Any, values: dict) -> HttpResponseBase:
+    """The response Ninja would make of `result`: its schema for the status, its renderer,
+    and the headers and cookies set on the temporal response the function was given."""
+    arg = ninja_operation.signature.response_arg
+    temporal = values[arg] if arg else ninja_operation.api.create_temporal_response(request)
+    return ninja_operation._result_to_response(request, result, temporal)
