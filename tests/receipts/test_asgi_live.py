@@ -21,6 +21,7 @@ from django.utils import timezone
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_forked_processes
 from tests.receipts.test_decorators import rows
+from tests.receipts.view_kinds_urls import release_hold
 from tests.uvicorn import Uvicorn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -78,20 +79,23 @@ def test_many_callers_in_several_processes_run_each_async_view_once_per_key(uvic
 
 def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvicorn):
     """Waiters hold threads, not the loop: while they wait, the same workers keep answering."""
+    slow = uvicorn.url + "/async-function?hold=slow"  # runs until the test says go
     with ThreadPoolExecutor(8) as pool:
-        first = pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow")
+        first = pool.submit(post, slow, "slow")
         _wait_for(lambda: Receipt.objects.filter(key="slow").exists())
-        waiters = [pool.submit(post, uvicorn.url + "/async-function?sleep=3", "slow", Prefer="wait=20")
-                   for _ in range(6)]
+        # Four: RECEIPTS_MAX_WAITERS per process, wherever they land.
+        waiters = [pool.submit(post, slow, "slow", Prefer="wait=30") for _ in range(4)]
+        _wait_for(lambda: Receipt.objects.filter(key="slow", waiters=True).exists())  # one is waiting
         others = [post(uvicorn.url + "/async-cbv-post", f"quick-{i}") for i in range(6)]
         assert [reply.status_code for reply in others] == [201] * 6
-        # Every worker answered while all six waiters still waited for the first attempt.
+        # The workers answered while the waiters still waited for the first attempt.
         assert not first.done() and not any(waiter.done() for waiter in waiters)
+        release_hold("slow")
         replies = [waiter.result() for waiter in waiters]
     assert first.result().status_code == 201
     for reply in replies:
         assert reply.status_code == 201 and reply.headers["Idempotent-Replayed"] == "true"
-        assert reply.content == first.result().content and reply.headers["Preference-Applied"] == "wait=20"
+        assert reply.content == first.result().content and reply.headers["Preference-Applied"] == "wait=30"
     assert rows("slow") == 1
 
 

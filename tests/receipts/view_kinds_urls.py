@@ -18,6 +18,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonRe
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
@@ -30,6 +31,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from receipts import drf, ninja
+from idemdash.core.audit import AuditEntry
 from receipts.decorators import idempotent
 from tests.receipts.urls import aside_effect, hooks, side_effect
 
@@ -72,7 +74,8 @@ class OnPost(View):
 
 # --- The contract's switches, sync and async ------------------------------------------------
 # One view of each kind answers the same query: ?status= (default 201), ?sleep= seconds after
-# its write, ?raise=error|not-found after it; tests.receipts.urls.hooks["hook"] runs after the
+# its write, ?raise=error|not-found after it (the async ones also ?hold=<name>: until an
+# AuditEntry "test.go" <name> is committed); tests.receipts.urls.hooks["hook"] runs after the
 # write, inside the view's transaction. tests/receipts/test_async_views.py runs every case
 # against each path of CONTRACT_VIEWS.
 
@@ -100,9 +103,20 @@ async def _async_capture(request: HttpRequest) -> HttpResponse:
     # As an async view writes: the async ORM, and the request's user through auser().
     row = await aside_effect(request.headers.get("Idempotency-Key", ""), str(await request.auser()))
     await asyncio.sleep(float(request.GET.get("sleep", 0)))
+    if "hold" in request.GET:  # until the test says go (a row from another process), at most 60 s
+        for _ in range(1200):
+            if await AuditEntry.objects.filter(action="test.go", object_id=request.GET["hold"]).aexists():
+                break
+            await asyncio.sleep(0.05)
     if "hook" in hooks:
         await sync_to_async(hooks["hook"])()
     return _answer(request, row.pk)
+
+
+def release_hold(name: str) -> None:
+    """Let the views held with ?hold=<name> go on."""
+    AuditEntry.objects.create(created_at=timezone.now(), actor="test", action="test.go", object_type="test",
+                              object_id=name)
 
 
 @csrf_exempt
