@@ -30,8 +30,8 @@ from rest_framework.decorators import api_view, authentication_classes
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from receipts import drf, ninja
 from idemdash.core.audit import AuditEntry
+from receipts import drf, ninja
 from receipts.decorators import idempotent
 from tests.receipts.urls import aside_effect, hooks, side_effect
 
