@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from receipts.auth import create_token
+from idemdash.core.clients import create_token
 from receipts.client import IdempotencyClient, make_key, tool_call_key
 
 ROOT = Path(__file__).resolve().parents[2]
