@@ -95,6 +95,21 @@ INSTALLED_APPS = [
     "idemdash.dashboard",  # label "idemdash"
 ]
 
+# --- Beside a host project, on its database (docs/host-project.md, "As a separate service") ---
+# The host's user model ("accounts.User"), and the host's apps to load for it (its import
+# paths, comma-separated; the project must be on PYTHONPATH). Naming the user model says the
+# database is a host's: the worker then leaves the outbox to the host's own worker unless
+# OUTBOX_DRAIN is set (below).
+IDEMDASH_AUTH_USER_MODEL = os.environ.get("IDEMDASH_AUTH_USER_MODEL", "").strip()
+IDEMDASH_HOST_APPS = envlist("IDEMDASH_HOST_APPS", [])
+if IDEMDASH_AUTH_USER_MODEL:
+    if IDEMDASH_AUTH_USER_MODEL.count(".") != 1:
+        raise ImproperlyConfigured(
+            f"IDEMDASH_AUTH_USER_MODEL must be app_label.ModelName, e.g. accounts.User, got {IDEMDASH_AUTH_USER_MODEL!r}"
+        )
+    AUTH_USER_MODEL = IDEMDASH_AUTH_USER_MODEL
+INSTALLED_APPS += IDEMDASH_HOST_APPS
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from STATIC_ROOT (and, with DEBUG, from the finders), so gunicorn alone
@@ -378,9 +393,16 @@ globals().update(
         for setting, (default, minimum) in APP_INTEGERS.items()
     }
 )
+# Whether the worker drains the outbox: idemdash's own outbox, yes; a host's (the database
+# of IDEMDASH_AUTH_USER_MODEL), only when asked, since the host's worker has its actions and
+# its mail backend (receipts/outbox/tasks.py).
+OUTBOX_DRAIN = envbool("OUTBOX_DRAIN", not IDEMDASH_AUTH_USER_MODEL)
 # Hosts http.post may reach (comma-separated), at any address; empty allows any host at a
 # public address only (receipts/outbox/fence.py). `make demo` adds 127.0.0.1.
 OUTBOX_HTTP_ALLOWED_HOSTS = envlist("OUTBOX_HTTP_ALLOWED_HOSTS", [])
+# This server's own pages are named under idemdash/ (the login page, 403, 404, 500: idemdash/urls.py
+# and idemdash/errors.py), so that a host mounting the dashboard keeps its own.
+RECEIPTS_UNAVAILABLE_TEMPLATE = "idemdash/503.html"
 
 # --- Security: HTTPS, HSTS, the Content-Security-Policy, throttling ----------------------------
 # docs/operations.md, "Security". With HTTPS set up as that page says, `check --deploy` is
@@ -427,7 +449,7 @@ CACHES = {
 
 # The login form and the admin's: django-axes refuses a username from an address after
 # LOGIN_FAILURE_LIMIT failed logins in a row, for LOGIN_LOCKOUT_MINUTES (a failure meanwhile
-# starts them again), with the page registration/locked_out.html (429). Attempts are rows in
+# starts them again), with the page idemdash/locked_out.html (429). Attempts are rows in
 # the database, so every worker sees them; a successful login clears them.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before checking it
@@ -439,12 +461,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "idemdash.core.throttle.client_ip"
 AXES_USERNAME_CALLABLE = "idemdash.core.throttle.login_username"
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_LOCKOUT_TEMPLATE = "idemdash/locked_out.html"
 
 # The Content-Security-Policy of every page: scripts, styles, images and requests from this
 # site only, no plugins, no framing, forms posting here only. The dashboard has no inline
 # script (the charts' data are JSON blocks, which are not run) and no style attribute; htmx
-# evaluates nothing and injects no styles (templates/base.html, static/css/idemdash.css).
+# evaluates nothing and injects no styles (templates/dashboard/base.html, static/css/idemdash.css).
 # Django 6's own middleware where it exists, django-csp on Django 5.2; both take these lists.
 # tests/dashboard/test_browser_csp.py drives the pages in Chromium and counts violations.
 CSP_DIRECTIVES = {

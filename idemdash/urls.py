@@ -8,7 +8,7 @@ urlpatterns = [
     path("api/v1/receipts/", include("receipts.urls")),
     path("api/v1/outbox", include("receipts.outbox.urls")),
     path("webhooks/", include("webhooks.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", auth_views.LoginView.as_view(template_name="idemdash/login.html", redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("idemdash.dashboard.urls")),
 ]

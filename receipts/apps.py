@@ -3,8 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import AppConfig, apps
-from django.db import DEFAULT_DB_ALIAS
-from django.db.models.signals import post_migrate
+from django.conf import settings
+from django.core.management import CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.recorder import MigrationRecorder
+from django.db.models.signals import post_migrate, pre_migrate
 
 from idemdash.core.appconfig import BigIntegerIds
 
@@ -24,6 +27,32 @@ def _install_schedules(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwarg
     install_schedules()
 
 
+def _refuse_a_database_of_other_users(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    """Stop `migrate` before it writes anything when the database's users are another
+    model's: the user model's app is migrated there, yet its table is missing. That is a
+    project with a custom user model, migrated by settings that name another (idemdash's
+    own server pointed at a host's database without IDEMDASH_AUTH_USER_MODEL); left to run,
+    the first foreign key to the user table fails halfway through, after other tables were
+    created."""
+    connection = connections[using]
+    recorder = MigrationRecorder(connection)
+    if not recorder.has_table():
+        return
+    user_model = apps.get_model(settings.AUTH_USER_MODEL)
+    label = user_model._meta.app_label
+    if not any(app == label for app, _ in recorder.applied_migrations()):
+        return
+    table = user_model._meta.db_table
+    if table in connection.introspection.table_names():
+        return
+    raise CommandError(
+        f"The migrations of {label!r} are applied in this database, but the user model's table "
+        f"{table!r} is not there: its users are another model's (a custom AUTH_USER_MODEL). "
+        f"Set AUTH_USER_MODEL to that model (idemdash's own settings: IDEMDASH_AUTH_USER_MODEL and "
+        f"IDEMDASH_HOST_APPS, docs/host-project.md) and migrate again; nothing was migrated."
+    )
+
+
 class ReceiptsConfig(BigIntegerIds, AppConfig):
     name = "receipts"
     verbose_name = "Idempotency receipts"
@@ -34,4 +63,5 @@ class ReceiptsConfig(BigIntegerIds, AppConfig):
         # Every app's periodic work (its schedules.py) is installed by every migrate (and
         # after a test flush), so a deployment that migrates and starts the worker runs it
         # with no other step. The base app hosts it, as every other app requires it.
+        pre_migrate.connect(_refuse_a_database_of_other_users, sender=self, dispatch_uid="receipts-user-table")
         post_migrate.connect(_install_schedules, sender=self, dispatch_uid="receipts-install-schedules")

@@ -53,6 +53,9 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_REPLAY_EXCLUDED_HEADERS": [],
     # receipts.middleware answers these paths with problem+json whatever the Accept header.
     "RECEIPTS_JSON_PATH_PREFIXES": ["/api/", "/webhooks/"],
+    # The page DatabaseUnavailableMiddleware shows a browser (idemdash's own server names
+    # its own, so that a host project's is never shadowed by it).
+    "RECEIPTS_UNAVAILABLE_TEMPLATE": "503.html",
 }
 
 

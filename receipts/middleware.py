@@ -32,7 +32,7 @@ the client should retry, and because every write path here is transactional, not
 half written. Django closes the broken connection at the end of the request, so the next
 request reconnects. Machines get `application/problem+json` (the JSON API, the webhook
 receiver, a protected view called by a client that does not ask for HTML); a browser gets
-the project's `503.html` if it has one, else a line of text. Either way with Retry-After.
+the project's `503.html` (`RECEIPTS_UNAVAILABLE_TEMPLATE`) if it has one, else a line of text. Either way with Retry-After.
 """
 
 from __future__ import annotations
@@ -73,15 +73,16 @@ def wants_html(request: HttpRequest) -> bool:
 
 
 def _html_503() -> HttpResponse:
+    name = setting("RECEIPTS_UNAVAILABLE_TEMPLATE")
     try:
         # Rendered without the request, as Django renders 500.html: context processors
         # (the user, the session) would read the database that just went away.
-        body = loader.get_template("503.html").render()
+        body = loader.get_template(name).render()
         content_type = "text/html; charset=utf-8"
     except TemplateDoesNotExist:
         body, content_type = PLAIN_503, "text/plain; charset=utf-8"
     except Exception:  # a template that itself needs the database: still a 503, not a 500
-        log.exception("503.html could not be rendered")
+        log.exception("%s could not be rendered", name)
         body, content_type = PLAIN_503, "text/plain; charset=utf-8"
     response = HttpResponse(body, status=503, content_type=content_type)
     response["Retry-After"] = RETRY_AFTER

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
@@ -51,7 +52,7 @@ def _login_required(view: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if getattr(request, "htmx", False) and not request.user.is_authenticated:
             next_url = urlencode({"next": request.htmx.current_url_abs_path or "/"})
-            return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{next_url}")
+            return HttpResponseClientRedirect(f"{resolve_url(settings.LOGIN_URL)}?{next_url}")
         return plain(request, *args, **kwargs)
 
     return wrapper

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
@@ -33,6 +32,7 @@ from django.utils import timezone
 
 from idemdash.core import audit
 from idemdash.dashboard import queries
+from idemdash.dashboard.conf import setting
 from idemdash.dashboard.alert_rules import (
     INSTANT_METRICS,
     PERCENT_METRICS,
@@ -192,7 +192,7 @@ def cause_url(metric: str, window_minutes: int | None = None) -> str:
     name, _, query = CAUSE_PAGES[metric].partition("?")
     if name == "dashboard:overview" and window_minutes in WINDOW_NAMES:
         query = f"window={WINDOW_NAMES[window_minutes]}"
-    return settings.IDEMDASH_BASE_URL + reverse(name) + (f"?{query}" if query else "")
+    return setting("IDEMDASH_BASE_URL").rstrip("/") + reverse(name) + (f"?{query}" if query else "")
 
 
 # --- notifications --------------------------------------------------------------------------

@@ -7,6 +7,9 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
+    # Whether this project's worker drains the outbox (receipts/outbox/tasks.py); off for
+    # a project beside another that drains the same table (idemdash as a separate service).
+    "OUTBOX_DRAIN": True,
     "OUTBOX_MAX_ATTEMPTS": 10,
     "OUTBOX_BACKOFF_BASE_SECONDS": 2,
     "OUTBOX_BACKOFF_CAP_SECONDS": 3600,

@@ -114,8 +114,8 @@ def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
             store.mark_sent(message, status_code=status_code, duration_ms=duration_ms, drainer=drainer)
             report.sent += 1
             return
-        # An unknown action is retried, not dead: during a deployment, a drainer still on
-        # the old code may meet a message that the new code enqueued.
+        # A drainer claims only actions it has (store.claim_batch); one unregistered in the
+        # moment between claim and perform is retried, not dead, for a drainer that has it.
         expected = isinstance(error, (PermanentError, RetryableError))
         if not expected and not isinstance(error, UnknownAction):
             log.warning("outbox action %s raised for %s", message.action, message.key, exc_info=error)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
@@ -28,7 +29,7 @@ from idemdash.core import audit, bulk
 from idemdash.core.attempts import record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
-from receipts.outbox.actions import get_action
+from receipts.outbox.actions import get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from receipts.store import validate_key
@@ -105,10 +106,12 @@ def send_soon(message_id: int) -> None:
     """Ask the worker to send this message now (tasks.send). Failures are logged, not
     raised: a message that no task sends is sent by the scheduled drain within a minute,
     and one that two drainers see is claimed by one of them."""
-    try:
-        from django_q.tasks import async_task
-    except ImportError:  # the core install without the `outbox` extra: drain_outbox sends
+    # Without django-q2 among the apps (the core install, or a project that has the package
+    # but not the app), there is no worker to ask: drain_outbox or the host's own worker sends.
+    if not apps.is_installed("django_q"):
         return
+    from django_q.tasks import async_task
+
     try:
         async_task(SEND_TASK, message_id, group="outbox")
     except Exception:
@@ -127,12 +130,19 @@ def claim_batch(
     """Claim up to `batch_size` due messages for `drainer`: due retries and pending
     messages, and in-flight ones whose drainer's lease ran out. Each claimed message is
     in flight with a fresh lease, a new fencing token and its attempt counted. With `ids`,
-    only among those messages."""
+    only among those messages.
+
+    Only messages whose action is registered in this process are claimed: one table may be
+    drained by processes with different registries (a host project's worker beside
+    idemdash's own, or old code beside new during a deployment), and each leaves the others'
+    messages alone rather than failing them as unknown."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     max_attempts = setting("OUTBOX_MAX_ATTEMPTS")
     now = timezone.now()
-    messages = OutboxMessage.objects.all() if ids is None else OutboxMessage.objects.filter(id__in=ids)
+    messages = OutboxMessage.objects.filter(action__in=registered())
+    if ids is not None:
+        messages = messages.filter(id__in=ids)
     with transaction.atomic():
         # A message whose drainers kept dying while holding it (a poison message that
         # crashes the process, say) is not claimed forever: it dies at the attempt limit.

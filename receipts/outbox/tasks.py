@@ -1,4 +1,9 @@
-"""django-q2 entry points, referred to by dotted path from schedules.py and store.send_soon."""
+"""django-q2 entry points, referred to by dotted path from schedules.py and store.send_soon.
+
+With OUTBOX_DRAIN off, each claims nothing: the schedules stay declared (their table may be
+shared with a project that drains), but this project's worker leaves the outbox alone."""
+
+from typing import Any
 
 from receipts.outbox import drain as _drain
 from receipts.outbox.conf import setting
@@ -6,19 +11,25 @@ from receipts.outbox.conf import setting
 TICK_DRAIN_SECONDS = 5
 
 
+def _worker_drain(**options: Any) -> dict[str, int]:
+    if not setting("OUTBOX_DRAIN"):
+        return _drain.DrainReport().as_dict()
+    return _drain.drain(**options).as_dict()
+
+
 def drain() -> dict[str, int]:
     # The safety net behind `send`: one scheduled run keeps draining (looking again every
     # second) for most of its minute, so a retry is sent about a second after its backoff
     # and a message whose `send` task was lost waits no longer.
-    return _drain.drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"), idle_wait=1).as_dict()
+    return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"), idle_wait=1)
 
 
 def send(message_id: int) -> dict[str, int]:
     # Enqueued when the message's transaction commits (store.send_soon).
-    return _drain.drain(ids=[message_id]).as_dict()
+    return _worker_drain(ids=[message_id])
 
 
 def drain_due() -> dict[str, int]:
     # The tick's drain: what is due now, for a few seconds at most (what it claimed but
     # had no time for is handed back), so that it never keeps a worker from the next tick.
-    return _drain.drain(max_seconds=TICK_DRAIN_SECONDS).as_dict()
+    return _worker_drain(max_seconds=TICK_DRAIN_SECONDS)

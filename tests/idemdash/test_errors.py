@@ -97,16 +97,16 @@ def test_the_503_page_renders_with_a_request_whose_session_is_unreachable():
     request.COOKIES["sessionid"] = "a-session-that-would-need-the-database"
     SessionMiddleware(lambda r: None).process_request(request)
     AuthenticationMiddleware(lambda r: None).process_request(request)
-    html = render_to_string("503.html", request=request)
+    html = render_to_string("idemdash/503.html", request=request)
     assert "<h1>Database unavailable</h1>" in html and "css/idemdash.css" in html
     assert 'http-equiv="refresh"' in html and 'class="nav"' not in html
 
 
 def test_the_503_page_renders_without_any_context():
-    assert "<h1>Database unavailable</h1>" in render_to_string("503.html")
+    assert "<h1>Database unavailable</h1>" in render_to_string("idemdash/503.html")
 
 
-@pytest.mark.parametrize("template", ["404.html", "500.html", "503.html"])
+@pytest.mark.parametrize("template", ["idemdash/404.html", "idemdash/500.html", "idemdash/503.html"])
 def test_the_error_pages_render_under_a_urlconf_without_the_dashboard(settings, template):
     # As in a project's own URLconf, or the tests' (a decorated view that raises Http404).
     settings.ROOT_URLCONF = "tests.faults.urls"

@@ -251,3 +251,37 @@ def test_a_mysql_url_gets_utf8mb4_read_committed_and_a_suffixed_test_database():
 def test_another_database_url_is_refused():
     done = _load(SECRET_KEY=STRONG_KEY, DATABASE_URL="oracle://u:p@127.0.0.1:1521/x")
     assert done.returncode != 0 and "MySQL/MariaDB (mysql://)" in done.stderr
+
+
+# --- beside a host project (docs/host-project.md, "As a separate service") --------------------
+
+HOST_SHOW = (
+    "import json; from django.conf import settings as s; "
+    "print(json.dumps({'user': s.AUTH_USER_MODEL, 'drain': s.OUTBOX_DRAIN, 'last_app': s.INSTALLED_APPS[-1]}))"
+)
+
+
+def _host_settings(**env: str) -> dict:
+    done = _load(HOST_SHOW, SECRET_KEY=STRONG_KEY, **env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_on_its_own_database_it_has_djangos_user_model_and_drains_its_outbox():
+    assert _host_settings() == {"user": "auth.User", "drain": True, "last_app": "idemdash.dashboard"}
+
+
+def test_naming_a_hosts_user_model_loads_the_hosts_apps_and_leaves_the_outbox_to_the_host():
+    # django.contrib.flatpages stands in for a host's app: importable, and not idemdash's.
+    settings = _host_settings(IDEMDASH_AUTH_USER_MODEL="accounts.User", IDEMDASH_HOST_APPS="django.contrib.flatpages")
+    assert settings == {"user": "accounts.User", "drain": False, "last_app": "django.contrib.flatpages"}
+
+
+def test_a_service_beside_a_host_drains_when_told_to():
+    assert _host_settings(IDEMDASH_AUTH_USER_MODEL="accounts.User", OUTBOX_DRAIN="1")["drain"] is True
+
+
+def test_a_user_model_not_spelled_app_label_dot_model_stops_the_start():
+    done = _load(HOST_SHOW, SECRET_KEY=STRONG_KEY, IDEMDASH_AUTH_USER_MODEL="accounts.models.User")
+    assert done.returncode != 0
+    assert "IDEMDASH_AUTH_USER_MODEL must be app_label.ModelName" in done.stderr

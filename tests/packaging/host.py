@@ -29,6 +29,7 @@ def marked_blocks(page: str, prefix: str) -> dict[str, tuple[str, str]]:
 
 
 GUIDE = marked_blocks("host-project.md", "guide")
+INSTALL = marked_blocks("install.md", "install")
 
 
 def run(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> str:
@@ -69,6 +70,10 @@ def host_settings(database: str, *blocks: str) -> str:
         USE_TZ = True
         INSTALLED_APPS = []
         MIDDLEWARE = []
+        # As `startproject` writes them.
+        TEMPLATES = [{{"BACKEND": "django.template.backends.django.DjangoTemplates", "DIRS": [], "APP_DIRS": True,
+                      "OPTIONS": {{"context_processors": []}}}}]
+        STATIC_URL = "static/"
         {database}
         """
     )
@@ -110,14 +115,14 @@ def make_host(root: Path, database: str, *, dashboard: bool = False) -> Path:
     settings = host_settings(database, *(("dashboard_settings",) if dashboard else ()))
     if dashboard:
         settings += f"\nSTATIC_ROOT = {str(root / 'collected')!r}\n"
-    for name in ("settings", "view", "urls", *(("dashboard_settings", "dashboard_urls") if dashboard else ())):
+    for name in ("settings", "view", "urls", *(("dashboard_settings", "dashboard_urls", "dashboard_login") if dashboard else ())):
         assert GUIDE[name][0] == "python", name
     (project / "host" / "settings.py").write_text(settings)
     (project / "host" / "views.py").write_text(HOST_CODE + GUIDE["view"][1])
     (project / "host" / "urls.py").write_text(
         "from django.urls import path\n\nfrom host import views\n\n"
         'urlpatterns = [path("payments/capture", views.capture)]\n\n' + GUIDE["urls"][1]
-        + ("\n" + GUIDE["dashboard_urls"][1] if dashboard else "")
+        + ("\n" + GUIDE["dashboard_urls"][1] + "\n" + GUIDE["dashboard_login"][1] if dashboard else "")
     )
     return project
 

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.host import GUIDE, REPO, Host, host_env, make_host, marked_blocks, new_venv, run_block, stop
-from tests.packaging.source import copy_source
+from tests.packaging.host import GUIDE, INSTALL, REPO, Host, host_env, make_host, new_venv, run_block, stop
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(420)]
 
-INSTALL = marked_blocks("install.md", "install")
 # The dashboard's files, kept at the top of the repository; in the wheel, inside its app.
 DASHBOARD_FILES = {
     f"idemdash/dashboard/{folder}/{path.relative_to(REPO / folder)}": path
@@ -29,22 +27,6 @@ DASHBOARD_FILES = {
     for path in sorted((REPO / folder).rglob("*"))
     if path.is_file()
 }
-
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
-    """A copy of the checkout, with dist/ built in it by docs/install.md's build block, run
-    in a fresh virtual environment."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = copy_source(root)
-    run_block(INSTALL["build"], new_venv(root / "build-venv"), checkout=source, cwd=root)
-    return source
-
-
-@pytest.fixture(scope="module")
-def wheel(checkout) -> Path:
-    (built,) = (checkout / "dist").glob("idemdash-*.whl")
-    return built
 
 
 @pytest.fixture(scope="module")
@@ -142,11 +124,11 @@ def test_a_host_installed_from_the_wheel_serves_the_dashboard_with_its_css(dashb
         login = client.get("/accounts/login/")
         assert login.status_code == 200 and 'name="password"' in login.text  # the dashboard's login page
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
-        done = client.post("/accounts/login/?next=/idemdash/", data={
+        done = client.post("/accounts/login/?next=/ops/", data={
             "username": "operator", "password": "wheel-host-password", "csrfmiddlewaretoken": token,
         })
-        assert done.status_code == 302 and done.headers["location"] == "/idemdash/"
-        page = client.get("/idemdash/receipts/")
+        assert done.status_code == 302 and done.headers["location"] == "/ops/"
+        page = client.get("/ops/receipts/")
         assert page.status_code == 200 and "· idemdash</title>" in page.text
         stylesheets = re.findall(r'<link rel="stylesheet" href="([^"]+)"', page.text)
         scripts = re.findall(r'<script src="([^"]+)"', page.text)
@@ -155,7 +137,7 @@ def test_a_host_installed_from_the_wheel_serves_the_dashboard_with_its_css(dashb
         assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
         assert css.content == (REPO / "static" / "css" / "idemdash.css").read_bytes()
         assert client.get("/static/js/idemdash.js").status_code == 200
-        overview = client.get("/idemdash/")
+        overview = client.get("/ops/")
         assert overview.status_code == 200
         assert '<script src="/static/vendor/plotly.min.js"' in overview.text  # the PlotlyFinder's file
         assert client.get("/static/vendor/plotly.min.js").status_code == 200

@@ -28,8 +28,10 @@ def _reconnect():
 
 @pytest.fixture
 def templates(settings, tmp_path):
-    """The project's templates replaced by tmp_path (empty unless the test writes to it)."""
+    """The project's templates replaced by tmp_path (empty unless the test writes to it), and
+    the app's default name for the 503 page (idemdash's own server names its own)."""
     settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [tmp_path], "APP_DIRS": False}]
+    del settings.RECEIPTS_UNAVAILABLE_TEMPLATE
     return tmp_path
 
 
@@ -90,6 +92,14 @@ def test_the_json_path_prefixes_are_a_setting(client, templates, settings):
     settings.RECEIPTS_JSON_PATH_PREFIXES = ["/payments/"]
     assert is_problem(client.post("/payments/capture", headers={"Accept": BROWSER}))
     assert client.post("/api/v1/receipts/claim", headers={"Accept": BROWSER}).content == b"down"
+
+
+def test_the_503_page_is_a_setting(client, templates, settings):
+    (templates / "503.html").write_text("not this one")
+    (templates / "mine").mkdir()
+    (templates / "mine" / "unavailable.html").write_text("mine")
+    settings.RECEIPTS_UNAVAILABLE_TEMPLATE = "mine/unavailable.html"
+    assert client.get("/receipts/", headers={"Accept": BROWSER}).content == b"mine"
 
 
 # --- async stacks (ASGI) ------------------------------------------------------------------

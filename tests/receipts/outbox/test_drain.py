@@ -220,17 +220,85 @@ def test_the_messages_of_a_drainer_killed_mid_batch_are_sent_after_its_lease_exp
     assert OutboxMessage.objects.get(key="msg-0000").attempts == 2
 
 
-@pytest.mark.django_db
-def test_a_message_for_an_action_this_drainer_does_not_know_is_retried():
+# --- Drainers with different registries on one table ---------------------------------------
+
+
+def register_for_test(name: str) -> None:
+    """Registers `name` in this process (and in the drainers it forks afterwards): an action
+    that posts its payload's url, as a host's own action might."""
     from receipts.outbox import actions
 
-    actions.outbox_action("test.newer")(lambda payload, ctx: None)
+    actions.outbox_action(name)(lambda payload, ctx: actions.http_post(payload, ctx))
+
+
+def _drain_with_registry(unregister: list[str], results) -> None:
+    """A drainer process whose registry lacks the actions in `unregister`: it drains until
+    nothing it may claim is due."""
+    from receipts.outbox import actions
+
+    try:
+        for name in unregister:
+            actions._registry.pop(name)
+        report = drain(max_seconds=20, batch_size=3)
+        results.put((sorted(actions.registered()), report.claimed, report.sent, report.retried))
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_drainer_processes_with_different_registries_each_claim_only_their_own_actions():
+    # One table, two projects draining it at once: the host's worker knows host.ship,
+    # idemdash's does not, and idemdash's knows idemdash.only, which the host lacks. Neither
+    # claims the other's messages, so none is failed as unknown or sent twice.
+    from receipts.outbox import actions
+
+    register_for_test("host.ship")
+    register_for_test("idemdash.only")
+    try:
+        with running_receiver() as receiver:
+            for n in range(12):
+                store.enqueue("host.ship", {"url": receiver.url, "json": {"n": n}}, f"host-{n}")
+                store.enqueue("idemdash.only", {"url": receiver.url, "json": {"n": n}}, f"idemdash-{n}")
+            connections.close_all()
+            results = FORK.Queue()
+            drainers = [FORK.Process(target=_drain_with_registry, args=([lacking], results))
+                        for lacking in ("host.ship", "idemdash.only")]
+            for p in drainers:
+                p.start()
+            for p in drainers:
+                p.join(40)
+            assert [p.exitcode for p in drainers] == [0, 0]
+            reports = {tuple(registry): (claimed, sent, retried)
+                       for registry, claimed, sent, retried in (results.get(timeout=5) for _ in drainers)}
+        # Each drainer claimed and sent exactly the twelve messages of its own action.
+        assert sorted(reports.values()) == [(12, 12, 0), (12, 12, 0)]
+        assert set(statuses().values()) == {"sent"}
+        assert receiver.requests == {**{f"host-{n}": 1 for n in range(12)}, **{f"idemdash-{n}": 1 for n in range(12)}}
+        assert set(OutboxMessage.objects.values_list("attempts", flat=True)) == {1}
+        assert not OutboxAttempt.objects.exclude(outcome="sent").exists()
+        drainers_by_action = {
+            action: set(OutboxAttempt.objects.filter(message__action=action).values_list("drainer", flat=True))
+            for action in ("host.ship", "idemdash.only")
+        }
+        assert [len(names) for names in drainers_by_action.values()] == [1, 1]
+        assert drainers_by_action["host.ship"] != drainers_by_action["idemdash.only"]
+    finally:
+        actions._registry.pop("host.ship")
+        actions._registry.pop("idemdash.only")
+
+
+@pytest.mark.django_db
+def test_a_message_for_an_action_this_drainer_does_not_know_stays_pending_for_a_drainer_that_does():
+    from receipts.outbox import actions
+
+    register_for_test("test.newer")
     try:
         store.enqueue("test.newer", {}, "from-new-code")
     finally:
         actions._registry.pop("test.newer")
-    assert drain().retried == 1
-    assert "No outbox action" in OutboxMessage.objects.get().last_error
+    assert drain().claimed == 0
+    message = OutboxMessage.objects.get()
+    assert (message.status, message.attempts, message.last_error) == ("pending", 0, "")
 
 
 @pytest.mark.django_db

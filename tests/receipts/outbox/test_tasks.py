@@ -32,3 +32,14 @@ def test_send_sends_its_own_message_and_leaves_the_others_to_the_drain():
     assert (report["claimed"], report["sent"]) == (1, 1)
     assert dict(OutboxMessage.objects.values_list("key", "status")) == {"mine": "sent", "other": "pending"}
     assert tasks.send(mine.pk)["claimed"] == 0  # already sent: a second task does nothing
+
+
+@pytest.mark.parametrize("task", ["drain", "drain_due", "send"])
+def test_with_outbox_drain_off_no_task_claims_a_message(settings, task):
+    settings.OUTBOX_DRAIN = False
+    settings.OUTBOX_DRAIN_SECONDS = 1
+    message = store.enqueue("http.post", {"url": "http://127.0.0.1:9/hook"}, "k1").message
+    arguments = (message.pk,) if task == "send" else ()
+    assert getattr(tasks, task)(*arguments)["claimed"] == 0
+    message.refresh_from_db()
+    assert (message.status, message.attempts, message.claimed_by) == ("pending", 0, "")
