@@ -455,6 +455,18 @@ def credential_scope(request: HttpRequest, *credentials: str) -> str | None:
 CREDENTIAL_SALT = "receipts.decorators.credential_scope"
 
 
+def session_reference(session_key: str | None) -> str:
+    """What a receipt records of the caller's session: `session:<hmac>`, which tells two
+    sessions apart on the receipt page and in the admin. Never the session key itself: whoever
+    reads that can act as the session. Keyed by SECRET_KEY as credential_scope is."""
+    if not session_key:
+        return ""
+    return "session:" + salted_hmac(SESSION_SALT, session_key, algorithm="sha256").hexdigest()[:32]
+
+
+SESSION_SALT = "receipts.decorators.session_reference"
+
+
 def payload_too_large() -> HttpResponseBase:
     return problem(413, "payload-too-large", "Request body too large", "The body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE.")
 
@@ -516,7 +528,7 @@ def _handle(
         fingerprint=fingerprint,
         wait_seconds=applied_wait,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
-        session_id=(session.session_key or "") if session is not None else "",
+        session_id=session_reference(session.session_key) if session is not None else "",
     )
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()

@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from receipts import store
 from idemdash.core.clients import create_token
-from receipts.decorators import idempotent
+from receipts.decorators import idempotent, session_reference
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls
 
@@ -426,7 +426,7 @@ def test_a_request_with_nul_characters_is_stored_without_them(client):
 # --- scopes and CSRF ----------------------------------------------------------------------------
 
 @pytest.mark.django_db
-def test_a_logged_in_user_is_the_scope_and_the_session_is_recorded():
+def test_a_logged_in_user_is_the_scope_and_the_session_is_recorded_by_a_keyed_reference():
     user = User.objects.create_user("ada", password="pw-123456")
     client = Client()
     client.force_login(user)
@@ -435,7 +435,16 @@ def test_a_logged_in_user_is_the_scope_and_the_session_is_recorded():
     receipt = Receipt.objects.get()
     assert receipt.scope == f"user:{user.pk}"
     assert receipt.user_id == str(user.pk)
-    assert receipt.session_id == client.session.session_key
+    session_key = client.session.session_key
+    # Whoever reads the receipt (the admin, the receipt page) must not be able to use the session.
+    assert session_key not in receipt.session_id
+    assert receipt.session_id == session_reference(session_key)
+    assert receipt.session_id.startswith("session:")
+
+    other = Client()
+    other.force_login(user)
+    post(other, "/session", key="k2")
+    assert Receipt.objects.get(key="k2").session_id not in ("", receipt.session_id)  # sessions told apart
 
 
 @pytest.mark.django_db
