@@ -27,7 +27,7 @@ KINDS = {
                 lambda row: OutboxMessage.objects.get(pk=row.pk).status),
 }
 ACTIONS = [("receipt", "release"), ("event", "reprocess"), ("event", "release")] + [
-    ("message", action) for action in ("send-now", "send-again", "release", "retry", "requeue")]
+    ("message", action) for action in ("send-now", "send-again", "release")]
 
 
 @pytest.mark.parametrize("kind,reason,audited,after", [
