@@ -27,6 +27,7 @@ from idemdash.core import bulk
 from idemdash.core import pg as core_pg
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
+from idemdash.core.mysql import retry_deadlocks
 from receipts import orm, pg, rules, waiting
 from receipts.conf import Policy, policy_for, setting
 from receipts.models import Attempt, Receipt
@@ -186,6 +187,7 @@ def _lease_length(policy: Policy, lease_seconds: int | None) -> timedelta:
     return timedelta(seconds=max(1, min(int(lease_seconds), setting("RECEIPTS_MAX_LEASE_SECONDS"))))
 
 
+@retry_deadlocks
 def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimResult:
     # Bounded: each lost race means another caller changed the row, which we then re-read.
     for _ in range(50):
@@ -309,6 +311,7 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
     )
 
 
+@retry_deadlocks
 def _settle(
     scope: str, key: str, token: int, outcome: str, detail: str = "", **changes: Any
 ) -> None:
@@ -375,6 +378,7 @@ def fail(
     )
 
 
+@retry_deadlocks
 def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None) -> datetime:
     """A heartbeat: the attempt holding `token` keeps its claim for `lease_seconds` more (the
     operation's lease when None), from now. Returns the new end of the lease.

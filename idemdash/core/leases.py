@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connections, models
+from django.db import DatabaseError, connections, models, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -43,8 +43,27 @@ def compare_and_set(queryset: QuerySet, token_field: str, token: Any, status: st
     parameters, so that `changes` may set the status and the token.)
 
     One UPDATE with a rowcount check, never a read followed by a write: on PostgreSQL the
-    row lock and READ COMMITTED's re-check settle a race, on SQLite the one writer does."""
-    return queryset.filter(**{token_field: token, "status": status}).update(**changes) == 1
+    row lock and READ COMMITTED's re-check settle a race, on SQLite the one writer does. On
+    MySQL/MariaDB, see _compare_and_set_locked."""
+    matching = queryset.filter(**{token_field: token, "status": status})
+    if connections[queryset.db].vendor == "mysql":
+        return _compare_and_set_locked(queryset, matching, changes)
+    return matching.update(**changes) == 1
+
+
+def _compare_and_set_locked(queryset: QuerySet, matching: QuerySet, changes: dict[str, Any]) -> bool:
+    """compare_and_set on MySQL/MariaDB. InnoDB may run `UPDATE ... WHERE id = %s AND
+    status = %s` through the status index, locking other units' entries as it reads them,
+    and two settles of different units then deadlock (the victim's whole transaction, a
+    webhook handler's included, rolled back: seen in tests/webhooks/test_receive.py's storm).
+    So the unit is locked by its primary key alone, the conditions are checked under that
+    lock, and the UPDATE names the primary key alone: one row locked, whatever the plan."""
+    model = queryset.model
+    with transaction.atomic(using=queryset.db, savepoint=False):
+        candidates = list(queryset.values_list("pk", flat=True)[:2])
+        locked = list(model._base_manager.using(queryset.db).select_for_update().filter(pk__in=candidates).values_list("pk", flat=True))
+        won = list(matching.filter(pk__in=locked).values_list("pk", flat=True)[:2])
+        return len(won) == 1 and model._base_manager.using(queryset.db).filter(pk=won[0]).update(**changes) == 1
 
 
 @contextlib.contextmanager

@@ -5,13 +5,29 @@ case, and the PAD SPACE ones ignore trailing spaces: `order-1`, `ORDER-1` and `o
 would be one idempotency key (the second caller replayed the first one's response), one
 outbox message, one webhook event. Each app's migration `exact_text` turns its tables to a
 binary, no-pad collation on MySQL and MariaDB, and does nothing on any other database.
+
+And deadlocks retried (`retry_deadlocks`): InnoDB picks its index by estimates, and given a
+receipt's id, fencing token and status it may still read through the status index, locking
+other rows' entries on the way; two settles then deadlock (ER_LOCK_DEADLOCK). InnoDB rolls the
+victim's whole transaction back, so a unit of work that owns its transaction may simply run
+again, as MySQL's manual advises ("How to Minimize and Handle Deadlocks").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from django.db import migrations
+from django.db import OperationalError, connection, migrations
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ER_LOCK_DEADLOCK = 1213
+# A deadlock needs a race; five in a row would mean something else is wrong.
+DEADLOCK_ATTEMPTS = 5
 
 # MariaDB's, then MySQL 8's binary collation without padding; utf8mb4_bin (padding) is the
 # last resort of a server that has neither.
@@ -44,3 +60,26 @@ def exact_text(app_label: str) -> migrations.RunPython:
 
     # Not atomic: MySQL commits DDL on the spot, and Django refuses DDL inside a transaction there.
     return migrations.RunPython(forwards, migrations.RunPython.noop, atomic=False)
+
+
+def retry_deadlocks(func: F) -> F:
+    """Run `func` again (up to DEADLOCK_ATTEMPTS times, after a few random milliseconds) when
+    MySQL/MariaDB chose it as a deadlock's victim. Only when `func` owns its transaction:
+    inside a caller's atomic block InnoDB rolled back the caller's work too, which only the
+    caller can redo, so the error goes up. Elsewhere, and on any other database, `func` runs
+    once, as written."""
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if connection.vendor != "mysql" or connection.in_atomic_block:
+            return func(*args, **kwargs)
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                return func(*args, **kwargs)
+            except OperationalError as exc:
+                if attempt == DEADLOCK_ATTEMPTS or not exc.args or exc.args[0] != ER_LOCK_DEADLOCK:
+                    raise
+            time.sleep(random.uniform(0, 0.005 * attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return run  # type: ignore[return-value]

@@ -345,7 +345,9 @@ def test_the_last_attempt_of_a_dead_event_is_logged_as_dead(registry, settings):
 def test_the_attempt_row_is_written_with_the_settling_update_and_no_savepoint(django_assert_num_queries):
     event = make_event()
     claimed = processing.claim_event(event.pk)
-    with django_assert_num_queries(2) as captured:  # the conditional UPDATE, the attempt's INSERT
+    # The conditional UPDATE and the attempt's INSERT; on MySQL/MariaDB the UPDATE is three
+    # reads and an UPDATE by primary key (idemdash/core/leases.py:_compare_and_set_locked).
+    with django_assert_num_queries(5 if connection.vendor == "mysql" else 2) as captured:
         with transaction.atomic(savepoint=False):  # as the handler's transaction, under the test's
             assert processing.complete_event(claimed, "ignored")
     assert not any("SAVEPOINT" in q["sql"] for q in captured.captured_queries)
