@@ -37,7 +37,7 @@ from django.db import DatabaseError, transaction
 
 from idemdash.core.canonical import UnstorableJSON, fingerprint_json
 from receipts import api, context, renewal, responses, store
-from receipts.client import InProgress, KeyMismatch, LeaseLost, PreviousFailure, patience
+from receipts.client import IdempotencyError, InProgress, KeyMismatch, LeaseLost, PreviousFailure, patience
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 
@@ -255,6 +255,9 @@ def _not_run(result: store.ClaimResult) -> Any:
         if result.outcome == Attempt.Outcome.IN_PROGRESS:
             raise InProgress(refused.status_code, problem, result.retry_after)
         raise KeyMismatch(refused.status_code, problem)
+    if result.outcome != Attempt.Outcome.REPLAYED:
+        # An outcome this function does not know yet must not pass for a replay of nothing.
+        raise IdempotencyError(f"the claim of {receipt.key!r} was answered {result.outcome!r}")
     if receipt.status == Receipt.Status.FAILED:
         raise PreviousFailure(receipt.key, receipt.error, api.stored_response(receipt))
     return api.stored_response(receipt)

@@ -440,3 +440,34 @@ def test_a_step_killed_after_its_effect_is_run_again_with_the_same_downstream_ke
     receipt = Receipt.objects.get()
     assert (receipt.status, receipt.attempts) == ("completed", 2)
     assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
+
+
+# --- django-q2: a real qcluster runs a decorated task enqueued several times ----------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decorated_task_enqueued_again_and_again_runs_once_per_key_in_a_real_qcluster(tmp_path):
+    from django_q.models import Success
+    from django_q.tasks import async_task
+
+    from tests.qcluster import start_qcluster, stop_process
+
+    effects = {user: tmp_path / f"user-{user}" for user in (1, 2)}
+    log = tmp_path / "qcluster.log"
+    # Three workers take the duplicates at once; successes are kept, to see what each returned.
+    cluster = start_qcluster(log, Q_WORKERS="3", Q_SAVE_LIMIT="0")
+    try:
+        for user in [1, 1, 2, 1, 1, 2, 1, 1]:
+            async_task("tests.receipts.inprocess_tasks.send_welcome", user, str(effects[user]))
+        deadline = time.monotonic() + 90
+        while Success.objects.count() < 8 and time.monotonic() < deadline and cluster.poll() is None:
+            time.sleep(0.25)
+        assert Success.objects.count() == 8, log.read_text()[-3000:]
+    finally:
+        stop_process(cluster)
+        connections.close_all()
+    for user, path in effects.items():
+        assert len(path.read_text().splitlines()) == 1, path.read_text()
+    assert Counter(Success.objects.values_list("result", flat=True)) == {
+        "welcome sent to 1": 6, "welcome sent to 2": 2,
+    }
+    assert Receipt.objects.filter(status="completed").count() == 2
