@@ -21,6 +21,7 @@ from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem
 from receipts import responses, store
 from receipts.conf import policy_for, setting
+from receipts.downstream import downstream_key
 from receipts.models import Receipt
 
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
@@ -78,7 +79,8 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _stored_response(receipt: Receipt) -> Any:
+def stored_response(receipt: Receipt) -> Any:
+    """A receipt's stored result as a caller gets it back: the JSON it was, else the text."""
     if not receipt.response_body:
         return None
     if "json" in receipt.response_content_type:
@@ -101,7 +103,7 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "attempts": receipt.attempts,
         "fingerprint": receipt.fingerprint,
         "request": receipt.request,
-        "response": _stored_response(receipt),
+        "response": stored_response(receipt),
         "response_status": receipt.response_status,
         "error": receipt.error,
         "lease_expires_at": _iso(receipt.lease_expires_at),
@@ -119,7 +121,7 @@ def _not_found(key: str) -> HttpResponse:
     return problem(404, "receipt-not-found", "No such receipt", f"This client has no receipt with key {key!r}.")
 
 
-def _stale(key: str) -> HttpResponse:
+def stale_token(key: str) -> HttpResponse:
     return problem(
         409,
         "stale-token",
@@ -153,7 +155,7 @@ def _settle(client: ApiClient, key: str, token: int, run: Callable[[], Any], sta
     except store.StaleToken:
         receipt = Receipt.objects.get(scope=client.scope, key=key)
         if not _landed(receipt, token, status, **fields):
-            return _stale(key)
+            return stale_token(key)
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
@@ -203,6 +205,10 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
                 "attempts": receipt.attempts,
                 "expires_at": _iso(receipt.expires_at),
                 "policy": policy_for(receipt.operation).as_dict(),
+                # What the step sends to a provider that honours idempotency keys: the same
+                # for every attempt of this claim (receipts/downstream.py).
+                "scope": client.scope,
+                "downstream_key": downstream_key(client.scope, key, receipt.created_at),
             },
             status=201,
         )
@@ -213,7 +219,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
         "outcome": "replayed",
         "key": key,
         "status": receipt.status,
-        "response": _stored_response(receipt),
+        "response": stored_response(receipt),
     }
     if receipt.status == Receipt.Status.FAILED:
         data["error"] = receipt.error
@@ -265,7 +271,7 @@ def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespon
     try:
         expires = store.renew(client.scope, key, token, lease_seconds=lease_seconds)
     except store.StaleToken:
-        return _stale(key)
+        return stale_token(key)
     return _json_response({"key": key, "lease_expires_at": _iso(expires)})
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from idemdash.core.canonical import canonical_json
+from receipts.context import RunningClaim, running
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ class Claim:
     # The length of the lease a claim got (the one asked for, else the operation's): what
     # its heartbeats renew it for.
     lease_seconds: int | None = None
+    # An owner's: what receipts.current() gives while run_once's fn runs.
+    scope: str | None = None
+    attempts: int | None = None
+    downstream_key: str | None = None
 
     @property
     def replayed(self) -> bool:
@@ -114,6 +119,15 @@ def tool_call_key(run_id: Any, tool_name: str, arguments: Any) -> str:
     There is no unscoped form: a key that outlived its run would answer the same call in a
     new conversation with the old result, for as long as the receipt is kept."""
     return make_key(run_id, tool_name, hashlib.sha256(canonical_json(arguments)).hexdigest())
+
+
+def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
+    """How long a caller refused with InProgress waits before its claim number `attempt + 1`
+    (the HTTP client's and the in-process API's): Retry-After, or longer as the retries go
+    on (1 s doubling, at most max_backoff), and up to a quarter more, so that a crowd of
+    duplicates refused together neither comes back in the same instant nor keeps a busy
+    server busier with refusals."""
+    return max(retry_after, min(2.0**attempt, max_backoff)) * random.uniform(1.0, 1.25)
 
 
 class IdempotencyClient:
@@ -177,6 +191,9 @@ class IdempotencyClient:
             response=data.get("response"),
             error=data.get("error"),
             lease_seconds=lease_seconds or (data.get("policy") or {}).get("lease_seconds"),
+            scope=data.get("scope"),
+            attempts=data.get("attempts"),
+            downstream_key=data.get("downstream_key"),
         )
 
     def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
@@ -230,6 +247,10 @@ class IdempotencyClient:
         an operator released the key, or the process stalled past the lease and another
         worker took over), fn cannot be stopped; when it returns its result is not stored
         and LeaseLost is raised, as it is when completing is refused.
+
+        While fn runs, receipts.current() gives the claim, with the `downstream_key` the
+        server handed out: the same for every attempt of this claim, for fn to send to a
+        provider that honours idempotency keys.
         """
         claim, sent_at = self._claim_patiently(key, operation, request, lease_seconds)
         if claim.replayed:
@@ -237,8 +258,16 @@ class IdempotencyClient:
                 raise PreviousFailure(key, claim.error or "", claim.response)
             return claim.response
         assert claim.token is not None
+        claimed = RunningClaim(
+            key=key,
+            scope=claim.scope or "",
+            operation=operation,
+            fencing_token=claim.token,
+            attempt=claim.attempts or 1,
+            downstream_key=claim.downstream_key or "",
+        )
         try:
-            with _Heartbeat(self, key, claim.token, claim.lease_seconds, sent_at) as beat:
+            with _Heartbeat(self, key, claim.token, claim.lease_seconds, sent_at) as beat, running(claimed):
                 result = fn(*args, **kwargs)
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
@@ -297,12 +326,7 @@ class IdempotencyClient:
             except InProgress as busy:
                 if attempt == self.max_in_progress_retries:
                     raise
-                # Retry-After, or longer as the retries go on (1 s doubling, at most
-                # max_backoff), and up to a quarter more: a crowd of duplicates refused
-                # together neither comes back in the same instant nor keeps a busy server
-                # busier with refusals.
-                wait = max(busy.retry_after, min(2.0**attempt, self.max_backoff))
-                time.sleep(wait * random.uniform(1.0, 1.25))
+                time.sleep(patience(attempt, busy.retry_after, self.max_backoff))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -51,8 +51,9 @@ from idemdash.core.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem
-from receipts import renewal, responses, store
+from receipts import context, renewal, responses, store
 from receipts.conf import policy_for, setting
+from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
 from receipts.models import Attempt, Receipt
 
@@ -532,7 +533,8 @@ def _handle(
     )
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
-        response = yield from _run(request, args, kwargs, principal, key, result.token, lease)
+        claimed = running_claim(result.receipt, result.token)
+        response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
     else:
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
@@ -576,6 +578,7 @@ def _run(
     key: str,
     token: int,
     lease: float,
+    claimed: context.RunningClaim,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
     # can take it over (each waits on its row), and a renewal from another connection would
@@ -585,7 +588,12 @@ def _run(
     try:
         with transaction.atomic():
             # A view longer than a third of its lease has it renewed until it returns.
-            with contextlib.nullcontext() if claim_uncommitted else renewal.kept(scope, key, token, lease):
+            # The view runs where the generator yields; receipts.current() gives it the claim
+            # (for an async view, asgiref carries the step's context over to the view).
+            with (
+                contextlib.nullcontext() if claim_uncommitted else renewal.kept(scope, key, token, lease),
+                context.running(claimed),
+            ):
                 response = _rendered(request, (yield), args, kwargs)  # the view runs here
             if response.streaming or response.status_code in NOT_STORED_STATUSES:
                 # Streaming bodies are produced after we return, so they cannot be stored.

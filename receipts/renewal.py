@@ -1,5 +1,6 @@
-"""Renew the leases of `@idempotent` views that run long, so that a slow view is not taken
-over while it still runs.
+"""Renew the leases of `@idempotent` views, and of steps run by the in-process API
+(receipts/inprocess.py), that run long, so that a slow step is not taken over while it
+still runs.
 
 A view registers its claim when it starts and unregisters when it returns (`kept`): a
 dict entry under a lock, no thread and no query per request. One daemon thread per process
@@ -17,6 +18,8 @@ are all quick never renews anything. It is not a request: waiters cannot hold it
 - On SQLite the view's transaction takes the database's one write lock when it begins
   ("transaction_mode": "IMMEDIATE"), so no other claim can take the key over while the
   view runs, and a renewal would only queue for that lock: nothing is registered there.
+  A step of the in-process API runs outside any transaction, so on SQLite too its claim is
+  renewed like any other.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class _Claim:
 @contextlib.contextmanager
 def kept(scope: str, key: str, token: int, lease_seconds: float) -> Iterator[None]:
     """Renew the claim (scope, key, token) every third of `lease_seconds` while the block runs."""
-    if connection.vendor == "sqlite":
+    if connection.vendor == "sqlite" and connection.in_atomic_block:
         yield
         return
     now = time.monotonic()

@@ -66,6 +66,26 @@ def in_forked_processes(target: Callable[..., None], args: list[tuple], timeout:
     return results
 
 
+def _threads_then_report(caller: Callable[..., None], threads: int, args: tuple, go, queue) -> None:
+    out: list = []
+    barrier = threading.Barrier(threads)
+    started = [threading.Thread(target=caller, args=(*args, t, barrier, out)) for t in range(threads)]
+    go.wait(30)
+    for t in started:
+        t.start()
+    for t in started:
+        t.join(120)
+    queue.put(out)
+
+
+def in_threads_of_forked_processes(caller: Callable[..., None], threads: int, args: list[tuple], timeout: float) -> list:
+    """Fork one process per tuple in `args`, start `threads` threads in each calling
+    caller(*args, thread_number, barrier, out) (the barrier lets a process's threads start
+    together; each appends what it saw to `out`), and return everything every thread put
+    in `out`."""
+    return in_forked_processes(_threads_then_report, [(caller, threads, a) for a in args], timeout)
+
+
 @contextmanager
 def in_a_thread(fn: Callable[[], None], stop: threading.Event, join: float) -> Iterator[threading.Thread]:
     """Run fn in a thread, on its own connections, for the length of the block; then set `stop`

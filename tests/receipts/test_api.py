@@ -76,6 +76,25 @@ def test_a_claim_after_the_lease_ran_out_is_a_201_takeover(api, settings):
     assert again.status_code == 201 and again.json()["outcome"] == "lease_takeover"
 
 
+def test_every_attempt_of_a_claim_is_handed_the_same_downstream_key_and_a_new_life_a_new_one(api, settings):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = api("claim", claim_body(lease_seconds=5)).json()
+        traveller.shift(timedelta(seconds=6))
+        takeover = api("claim", claim_body()).json()
+        api("fail", {"key": "job-1", "token": takeover["token"], "error": "timeout"})
+        retry = api("claim", claim_body()).json()
+        api("complete", {"key": "job-1", "token": retry["token"], "response": None})
+        traveller.shift(timedelta(days=2))  # past the receipt's TTL: the key starts a new life
+        reborn = api("claim", claim_body()).json()
+    assert [first["outcome"], takeover["outcome"], retry["outcome"], reborn["outcome"]] == [
+        "claimed", "lease_takeover", "retried_after_failure", "claimed"]
+    assert first["scope"] == "client:worker"
+    assert first["downstream_key"] == takeover["downstream_key"] == retry["downstream_key"]
+    assert reborn["downstream_key"] != first["downstream_key"]
+    assert first["downstream_key"].startswith("idemdash-") and len(first["downstream_key"]) == 41
+
+
 def test_a_completed_key_replays_its_response_with_the_replayed_header(api):
     token = api("claim", claim_body()).json()["token"]
     api("complete", {"key": "job-1", "token": token, "response": {"message_id": "m-1", "n": [1, 2]}})

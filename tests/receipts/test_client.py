@@ -112,6 +112,20 @@ def test_another_request_under_a_key_raises_key_mismatch(idem):
     assert caught.value.status == 422
 
 
+def test_run_once_makes_the_claim_current_with_the_downstream_key_the_server_handed_out(idem):
+    import receipts
+    from receipts.downstream import downstream_key
+
+    seen = []
+    assert idem.run_once("k", "email.send", lambda: seen.append(receipts.current()) or "sent") == "sent"
+    assert receipts.current() is None
+    [claim] = seen
+    receipt = Receipt.objects.get(key="k")
+    assert (claim.key, claim.scope, claim.operation, claim.attempt) == ("k", "client:agent", "email.send", 1)
+    assert claim.fencing_token == receipt.fencing_token
+    assert claim.downstream_key == downstream_key("client:agent", "k", receipt.created_at)
+
+
 def test_a_stale_token_raises_lease_lost(idem):
     claim = idem.claim("k", "email.send")
     idem.complete("k", claim.token, 1)

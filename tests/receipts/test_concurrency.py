@@ -9,7 +9,6 @@ store fails this test; a single-threaded test could not tell.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import threading
@@ -22,7 +21,7 @@ from django.db import connections
 
 from receipts import store
 from receipts.models import Attempt, Receipt
-from tests.concurrently import in_forked_processes
+from tests.concurrently import in_threads_of_forked_processes
 
 KEYS = [f"order-{i:02d}" for i in range(20)]
 PROCESSES = 5
@@ -30,7 +29,9 @@ THREADS = 6  # 5 x 6 = 30 callers per key
 OPERATION = "email.send"
 
 
-def _caller(scope: str, effects: Path, seed: int, start: threading.Barrier | None, wait: float, out: list) -> None:
+def _caller(
+    scope: str, effects: Path, wait: float, seed: int, start: threading.Barrier | None, out: list
+) -> None:
     rng = random.Random(seed)
     keys = KEYS[:]
     rng.shuffle(keys)
@@ -49,23 +50,16 @@ def _caller(scope: str, effects: Path, seed: int, start: threading.Barrier | Non
         connections.close_all()
 
 
-def _process(scope: str, effects: str, seed: int, wait: float, go: multiprocessing.synchronize.Event, queue) -> None:
-    out: list = []
-    barrier = threading.Barrier(THREADS)
-    threads = [
-        threading.Thread(target=_caller, args=(scope, Path(effects), seed * 100 + t, barrier, wait, out))
-        for t in range(THREADS)
-    ]
-    go.wait(30)
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    queue.put(out)
-
-
 def _run(scope: str, effects: Path, wait: float) -> list[tuple[str, str]]:
-    return in_forked_processes(_process, [(scope, str(effects), p, wait) for p in range(PROCESSES)], timeout=180)
+    # Each process's threads get seeds of their own: the process number times 100, plus the
+    # thread's (in _caller's `seed`, after fork).
+    return in_threads_of_forked_processes(
+        _seeded_caller, THREADS, [(scope, effects, wait, p) for p in range(PROCESSES)], timeout=180
+    )
+
+
+def _seeded_caller(scope: str, effects: Path, wait: float, process: int, thread: int, start, out: list) -> None:
+    _caller(scope, effects, wait, process * 100 + thread, start, out)
 
 
 def _assert_once_per_key(effects: Path, scope: str) -> None:
@@ -105,7 +99,7 @@ def test_threads_alone_also_run_each_key_once(tmp_path):
     out: list = []
     barrier = threading.Barrier(30)
     threads = [
-        threading.Thread(target=_caller, args=("client:threads", tmp_path, t, barrier, 0, out)) for t in range(30)
+        threading.Thread(target=_caller, args=("client:threads", tmp_path, 0, t, barrier, out)) for t in range(30)
     ]
     for t in threads:
         t.start()

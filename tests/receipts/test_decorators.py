@@ -290,6 +290,44 @@ def test_a_second_request_while_the_first_runs_is_409_with_retry_after(client):
 # A takeover on the view's own connection: tests/receipts/test_view_contract.py, for every kind of view.
 
 
+# --- receipts.current() while the view runs --------------------------------------------------
+
+@pytest.mark.django_db
+def test_the_view_runs_under_its_claim_with_the_downstream_key_and_nothing_is_current_after(client):
+    import receipts
+    from receipts.downstream import downstream_key
+
+    seen = []
+    test_urls.hooks["hook"] = lambda: seen.append(receipts.current())
+    assert post(client, "/capture").status_code == 201
+    assert receipts.current() is None
+    [claim] = seen
+    receipt = Receipt.objects.get()
+    assert (claim.key, claim.scope, claim.operation, claim.attempt) == ("k-1", "anonymous", "payment.capture", 1)
+    assert claim.fencing_token == receipt.fencing_token
+    assert claim.downstream_key == downstream_key("anonymous", "k-1", receipt.created_at)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_runs_under_its_claim_too():
+    import receipts
+    from asgiref.sync import async_to_sync
+    from django.http import JsonResponse
+    from django.test import RequestFactory
+
+    @idempotent("email.send")
+    async def send(request):
+        claim = receipts.current()
+        return JsonResponse({"key": claim.key, "downstream_key": claim.downstream_key}, status=201)
+
+    request = RequestFactory().post("/send", "{}", content_type="application/json", headers={"Idempotency-Key": "a-1"})
+    response = async_to_sync(send)(request)
+    assert response.status_code == 201
+    assert json.loads(response.content)["key"] == "a-1"
+    assert json.loads(response.content)["downstream_key"].startswith("idemdash-")
+    assert receipts.current() is None
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_takeover_on_another_connection_wins_and_the_slow_views_writes_roll_back():

@@ -49,6 +49,10 @@ export interface Claim {
   error?: string;
   /** The length of the lease this claim got (asked for, else the operation's): what heartbeats renew it for. */
   leaseSeconds?: number;
+  /** An owner's: the caller's scope (its API client's). */
+  scope?: string;
+  /** An owner's: what to send to a provider that honours idempotency keys, the same for every attempt of this claim. */
+  downstreamKey?: string;
   replayed: boolean;
 }
 
@@ -92,6 +96,11 @@ export interface RunContext {
   signal: AbortSignal;
   key: string;
   token: number;
+  /** 1 for the first attempt; a retry after a failure or a lease takeover counts up. */
+  attempt: number;
+  /** Send it as the provider's Idempotency-Key: the same for every attempt of this claim, so a
+   * re-run after a crash reaches the provider with the key it has already seen. */
+  downstreamKey: string;
 }
 
 type Body = Record<string, unknown>;
@@ -138,6 +147,8 @@ export class IdempotencyClient {
       response: data.response,
       error: data.error as string | undefined,
       leaseSeconds: options.leaseSeconds ?? policy?.lease_seconds,
+      scope: data.scope as string | undefined,
+      downstreamKey: data.downstream_key as string | undefined,
       replayed: data.outcome === "replayed",
     };
   }
@@ -214,7 +225,13 @@ export class IdempotencyClient {
     const beat = new Heartbeat(this, key, token, claim.leaseSeconds, sentAt);
     let stored: string;
     try {
-      const result = await fn({ signal: beat.signal, key, token });
+      const result = await fn({
+        signal: beat.signal,
+        key,
+        token,
+        attempt: claim.attempts ?? 1,
+        downstreamKey: claim.downstreamKey ?? "",
+      });
       stored = JSON.stringify(result === undefined ? null : result); // throws on what JSON cannot hold
     } catch (error) {
       await beat.stop();

@@ -70,6 +70,22 @@ test("runOnce runs fn once across sequential retries and replays its result", li
   for (const result of results) assert.deepEqual(result, { sent: 1, at: "1970-01-01T00:00:00.000Z" });
 });
 
+test("runOnce hands fn the same downstream key on every attempt of a claim", live, async () => {
+  const idem = client();
+  const key = fresh("downstream");
+  const seen = [];
+  const send = async ({ attempt, downstreamKey }) => {
+    seen.push([attempt, downstreamKey]);
+    if (attempt === 1) throw new Error("the provider timed out");
+    return "sent";
+  };
+  await assert.rejects(idem.runOnce(key, "email.send", send), /timed out/);
+  assert.equal(await idem.runOnce(key, "email.send", send), "sent");
+  assert.deepEqual(seen.map(([attempt]) => attempt), [1, 2]);
+  assert.match(seen[0][1], /^idemdash-[0-9a-f]{32}$/);
+  assert.equal(seen[0][1], seen[1][1]);
+});
+
 test("N concurrent runOnce calls on one key run fn once and all get its result", live, async () => {
   const idem = client({ waitSeconds: 5 });
   const key = fresh("concurrent");
