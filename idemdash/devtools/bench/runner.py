@@ -141,9 +141,9 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
-    "6 purge", "7 memory", "8 DRF view", "9 outbox latency",
+    "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once",
 )
 
 
@@ -280,6 +280,22 @@ def claim_api(b: Bench) -> list[Figure]:
         Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
         Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
         Figure("api.p99", S3, "round trip p99", comparison.median(name, "p99"), "ms"),
+    ]
+
+
+def inprocess_run_once(b: Bench) -> list[Figure]:
+    """receipts.run_once in this process beside the ORM insert it wraps (the claim API's
+    round trips, scenario 3, are the same intent over HTTP): CPU per call, medians over the
+    rounds (idemdash/devtools/bench/inprocess.py:measure_run_once)."""
+    from idemdash.devtools.bench.inprocess import measure_run_once
+
+    cpu = measure_run_once(calls=b.sizes.requests // 2, rounds=b.sizes.rounds)
+    connection.close()  # gunicorn's workers need no connection of ours beside theirs
+    return [
+        Figure("run_once.insert_us", S10, "ORM insert alone, CPU per call", cpu["insert"], "µs"),
+        Figure("run_once.ratio", S10, "run_once, fresh key, CPU per call / insert", cpu["run_once"] / cpu["insert"], "x"),
+        Figure("run_once.replay_ratio", S10, "run_once replay, CPU per call / insert",
+               cpu["run_once_replay"] / cpu["insert"], "x"),
     ]
 
 
@@ -815,7 +831,8 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     figures: list[Figure] = []
     try:
         warm_up(b)
-        for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view)):
+        for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
+                                       (10, S10, inprocess_run_once)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)

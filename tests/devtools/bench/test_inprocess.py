@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
-from idemdash.devtools.bench.inprocess import PATHS
+from idemdash.devtools.bench.inprocess import PATHS, RUN_ONCE_PATHS
 
 pytestmark = pytest.mark.postgres
 
@@ -32,9 +32,14 @@ def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
-    line = done.stdout.strip().splitlines()[-1]
+    line, run_once = done.stdout.strip().splitlines()[-2:]
     assert line.startswith("t CPU per request, median of 2 rounds: ")
     figures = dict(re.findall(r"(\w+) (\d+) µs", line))
     assert set(figures) == set(PATHS) and all(int(us) > 0 for us in figures.values())
     assert len(re.findall(r"\(\d+\.\d\dx bare\)", line)) == len(PATHS) - 1
+    # The in-process API beside the ORM insert it wraps.
+    assert run_once.startswith("t CPU per call in process, median of 2 rounds: ")
+    figures = dict(re.findall(r"(\w+) (\d+) µs", run_once))
+    assert set(figures) == set(RUN_ONCE_PATHS) and all(int(us) > 0 for us in figures.values())
+    assert len(re.findall(r"\(\d+\.\d\dx insert\)", run_once)) == len(RUN_ONCE_PATHS) - 1
 
