@@ -111,13 +111,13 @@ def known_traffic(now) -> None:
 
 # Counted by hand from known_traffic.
 EXPECTED_STATS = {
-    "1h": {"requests": 9, "claimed": 4, "replayed": 2, "in_progress_conflicts": 2,
+    "1h": {"requests": 9, "claimed": 4, "replayed": 2, "concurrent_duplicates": 2, "waited": 0,
            "mismatch_conflicts": 1, "duplicate_rate": 0.5556, "failed": 0, "stuck": 1},
-    "24h": {"requests": 15, "claimed": 9, "replayed": 3, "in_progress_conflicts": 2,
+    "24h": {"requests": 15, "claimed": 9, "replayed": 3, "concurrent_duplicates": 2, "waited": 0,
             "mismatch_conflicts": 1, "duplicate_rate": 0.4, "failed": 1, "stuck": 1},
-    "7d": {"requests": 18, "claimed": 11, "replayed": 3, "in_progress_conflicts": 2,
+    "7d": {"requests": 18, "claimed": 11, "replayed": 3, "concurrent_duplicates": 2, "waited": 0,
            "mismatch_conflicts": 2, "duplicate_rate": 0.3889, "failed": 2, "stuck": 1},
-    "30d": {"requests": 20, "claimed": 12, "replayed": 4, "in_progress_conflicts": 2,
+    "30d": {"requests": 20, "claimed": 12, "replayed": 4, "concurrent_duplicates": 2, "waited": 0,
             "mismatch_conflicts": 2, "duplicate_rate": 0.4, "failed": 2, "stuck": 1},
 }
 

@@ -71,7 +71,7 @@ def test_receipt_metrics_are_the_overviews_figures(window, minutes):
     known_traffic(now)
     expected = EXPECTED_STATS[window]
     assert measure(Metric.DUPLICATE_RATE, minutes, now) == expected["duplicate_rate"]
-    assert measure(Metric.IN_PROGRESS_CONFLICTS, minutes, now) == expected["in_progress_conflicts"]
+    assert measure(Metric.CONCURRENT_DUPLICATES, minutes, now) == expected["concurrent_duplicates"]
     assert measure(Metric.MISMATCH_CONFLICTS, minutes, now) == expected["mismatch_conflicts"]
 
 
@@ -82,7 +82,7 @@ def test_receipt_metrics_work_over_a_window_the_overview_does_not_have():
     # The last 15 minutes: a3 claimed, a3's 422, a4 claimed (see known_traffic).
     assert measure(Metric.DUPLICATE_RATE, 15, now) == round(1 / 3, 4)
     assert measure(Metric.MISMATCH_CONFLICTS, 15, now) == 1
-    assert measure(Metric.IN_PROGRESS_CONFLICTS, 15, now) == 0
+    assert measure(Metric.CONCURRENT_DUPLICATES, 15, now) == 0
 
 
 @pytest.mark.django_db

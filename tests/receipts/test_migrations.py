@@ -3,11 +3,13 @@ caller's session key take the keyed reference the code records now."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
-from receipts import store
 from receipts.decorators import session_reference
 from receipts.models import Receipt
 
@@ -17,10 +19,14 @@ REPLACING = ("receipts", "0010_session_reference")
 
 @pytest.mark.django_db(transaction=True)
 def test_migrating_replaces_each_stored_session_key_by_its_reference():
-    MigrationExecutor(connection).migrate([BEFORE])
-    store.claim("user:1", "k-key", "order.create", {}, fingerprint="f", session_id="sessionkey123")
-    store.claim("user:1", "k-none", "order.create", {}, fingerprint="f")
-    store.claim("user:1", "k-done", "order.create", {}, fingerprint="f", session_id=session_reference("other"))
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])
+    # Written as the receipts of that time were (today's store writes columns added since).
+    receipts = executor.loader.project_state([BEFORE]).apps.get_model("receipts", "Receipt").objects
+    now = timezone.now()
+    for key, session_id in [("k-key", "sessionkey123"), ("k-none", ""), ("k-done", session_reference("other"))]:
+        receipts.create(scope="user:1", key=key, operation="order.create", fingerprint="f", session_id=session_id,
+                        created_at=now, updated_at=now, expires_at=now + timedelta(days=1), lease_expires_at=now)
     MigrationExecutor(connection).migrate([REPLACING])
     assert dict(Receipt.objects.values_list("key", "session_id")) == {
         "k-key": session_reference("sessionkey123"),
