@@ -345,6 +345,34 @@ def test_the_migration_turns_fraction_thresholds_into_percent():
 
 
 @pytest.mark.django_db
+def test_the_migration_moves_409_rules_and_their_alerts_to_concurrent_duplicates():
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("idemdash.dashboard.migrations.0007_concurrent_duplicates_metric")
+    old, other = rule(Metric.CONCURRENT_DUPLICATES, 5), rule(Metric.STUCK_ROWS, 3)
+    AlertRule.objects.filter(pk=old.pk).update(metric="in_progress_conflicts")
+    migration.to_concurrent_duplicates(apps, None)
+    assert dict(AlertRule.objects.values_list("pk", "metric")) == {old.pk: "concurrent_duplicates", other.pk: "stuck_rows"}
+    migration.to_in_progress_conflicts(apps, None)
+    assert AlertRule.objects.get(pk=old.pk).metric == "in_progress_conflicts"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_duplicates_rule_fires_for_callers_that_waited_for_the_first_attempt():
+    from tests.dashboard.build import waited_for
+
+    r = rule(Metric.CONCURRENT_DUPLICATES, 2, window=15)
+    waited_for("simultaneous", waiters=3)  # no 409 at all: every duplicate waited
+    result = alerts.evaluate()
+    assert result.values == {r.name: 3.0}
+    alert = Alert.objects.get()
+    assert (alert.state, alert.metric) == ("firing", "concurrent_duplicates")
+    assert alerts.cause_url(Metric.CONCURRENT_DUPLICATES, 15).endswith("/receipts/?conflict=concurrent")
+
+
+@pytest.mark.django_db
 def test_a_target_the_outbox_now_refuses_still_fires_the_alert_and_says_why(settings):
     rule(Metric.STUCK_ROWS, 0, channel="webhook", target="https://hooks.example.com/x")
     settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["hooks.slack.com"]  # narrowed after the rule was saved

@@ -13,6 +13,10 @@ def _rename(old: str, new: str):
     return rename
 
 
+to_concurrent_duplicates = _rename("in_progress_conflicts", "concurrent_duplicates")
+to_in_progress_conflicts = _rename("concurrent_duplicates", "in_progress_conflicts")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -30,8 +34,5 @@ class Migration(migrations.Migration):
             name='metric',
             field=models.CharField(choices=[('duplicate_rate', 'Duplicate rate'), ('concurrent_duplicates', 'Concurrent duplicates (409 or waited)'), ('mismatch_conflicts', '422 mismatches'), ('failing_keys', 'Keys failing repeatedly'), ('stuck_rows', 'Stuck rows (receipts, webhook events, outbox messages)'), ('dead_webhook_events', 'Dead webhook events'), ('dead_outbox_messages', 'Dead outbox messages'), ('outbox_backlog_age', 'Outbox backlog age (seconds)'), ('rejected_deliveries', 'Rejected webhook deliveries (signature and format)')], max_length=32),
         ),
-        migrations.RunPython(
-            _rename("in_progress_conflicts", "concurrent_duplicates"),
-            _rename("concurrent_duplicates", "in_progress_conflicts"),
-        ),
+        migrations.RunPython(to_concurrent_duplicates, to_in_progress_conflicts),
     ]
