@@ -1,12 +1,13 @@
-"""receipts/rules.py: the replay and settle rules, and the two paths that apply them.
+"""receipts/rules.py: the expiry, replay and settle rules, and the two paths that apply them.
 
 Over every combination of the fields the rules read (status, retryable, the release
-marker, expiry (live, expired or permanent), the lease, the caller's fingerprint and fencing token), including states
-the store never produces: the rule's three forms (SQL fragment, Q, Python predicate) give
-the same answer, and a claim and a settle through PostgreSQL's statements (receipts/pg.py)
-and through the ORM twin (receipts/orm.py) answer alike and leave the same row and log
-lines, and a replay on PostgreSQL is the statement's own (one statement, not the store's
-second look). On SQLite only the ORM path exists; the rule's forms are still compared.
+marker, expiry: live, expired or permanent, the lease, the caller's fingerprint and
+fencing token), including states the store never produces: the rule's three forms (SQL
+fragment, Q, Python predicate) give the same answer, and a claim and a settle through
+PostgreSQL's statements (receipts/pg.py) and through the ORM twin (receipts/orm.py) answer
+alike and leave the same row and log lines, and a replay on PostgreSQL is the statement's
+own (one statement, not the store's second look). On SQLite only the ORM path exists; the
+rule's forms are still compared.
 """
 
 from __future__ import annotations
