@@ -76,10 +76,14 @@ class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
         "created_at",
         "updated_at",
         "completed_at",
-        "expires_at",
+        "expires",
         "policy",
     )
     readonly_fields = fields
+
+    @admin.display(description="expires at")
+    def expires(self, obj: Receipt) -> Any:
+        return "permanent (never expires)" if obj.permanent else obj.expires_at
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -88,9 +92,9 @@ class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
     def policy(self, obj: Receipt) -> str:
         policy = policy_for(obj.operation)
         return format_html(
-            "{} · TTL {} s · lease {} s · on failure: {}<br>matched: {}",
+            "{} · TTL {} · lease {} s · on failure: {}<br>matched: {}",
             "financial" if policy.financial else "not financial",
-            int(policy.ttl.total_seconds()),
+            "permanent" if policy.permanent else f"{policy.ttl_seconds} s",
             int(policy.lease.total_seconds()),
             policy.on_failure,
             policy.matched(),
@@ -128,7 +132,7 @@ class AttemptAdmin(ReadOnlyAdmin):
     search_fields = ("key",)
     date_hierarchy = "created_at"
     fields = (
-        "created_at", "scope", "key", "operation", "receipt_link", "outcome", "fencing_token",
+        "created_at", "scope", "key", "operation", "receipt_link", "outcome", "waited_ms", "fencing_token",
         "fingerprint", "request", "detail", "actor",
     )
     readonly_fields = fields

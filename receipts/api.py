@@ -111,6 +111,7 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "updated_at": _iso(receipt.updated_at),
         "completed_at": _iso(receipt.completed_at),
         "expires_at": _iso(receipt.expires_at),
+        "permanent": receipt.permanent,
         # What a claim of this operation gets under today's settings, and which configured
         # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
         "policy": policy_for(receipt.operation).as_dict(),
@@ -204,6 +205,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
                 "lease_expires_at": _iso(receipt.lease_expires_at),
                 "attempts": receipt.attempts,
                 "expires_at": _iso(receipt.expires_at),
+                "permanent": receipt.permanent,
                 "policy": policy_for(receipt.operation).as_dict(),
                 # What the step sends to a provider that honours idempotency keys: the same
                 # for every attempt of this claim (receipts/downstream.py).

@@ -1,6 +1,7 @@
 """System checks (`manage.py check`, run by runserver and migrate): decorator placement that
 the decorator itself can only see at the first request (a DRF APIView's or an async View's
-dispatch), and an outbox used without its app."""
+dispatch), an outbox used without its app, and operation policies (RECEIPTS_OPERATIONS)
+that would otherwise fail only when a request of that operation comes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import module_has_submodule
+
+from receipts.conf import rule_problems, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
 OUTBOX_APP = "receipts.outbox"
@@ -147,4 +150,27 @@ def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]
         )
         for alias, config in settings.DATABASES.items()
         if config.get("ENGINE", "").endswith("mysql") and config.get("ATOMIC_REQUESTS")
+    ]
+
+
+@register()
+def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Each RECEIPTS_OPERATIONS entry: a TTL of 0, a negative one or a string would make every
+    receipt of the operation expire at once (or fail at its first claim); None is the
+    permanent receipt, said explicitly."""
+    operations = setting("RECEIPTS_OPERATIONS")
+    if not isinstance(operations, dict):
+        return [Error(
+            f"RECEIPTS_OPERATIONS must be a dict of operation name or pattern -> policy, got {operations!r}",
+            id="receipts.E006",
+        )]
+    return [
+        Error(
+            problem,
+            hint='e.g. {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}, {"email.welcome": {"ttl_seconds": None}} '
+            "(docs/receipt-store.md: Operation policies).",
+            id="receipts.E006",
+        )
+        for name, rule in operations.items()
+        for problem in rule_problems(name, rule)
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -40,9 +40,10 @@ DEFAULTS: dict[str, Any] = {
     # Operation names or shell-style patterns whose receipts are financial (longer TTL,
     # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
-    # Operation name or pattern -> {"financial": bool, "ttl_seconds": int,
+    # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
     # "lease_seconds": int, "on_failure": "retry" | "burn"}; an exact name wins over
-    # patterns, then the first matching pattern wins.
+    # patterns, then the first matching pattern wins. "ttl_seconds": None makes the
+    # operation's receipts permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
@@ -66,7 +67,7 @@ def setting(name: str) -> Any:
 @dataclass(frozen=True)
 class Policy:
     operation: str
-    ttl: timedelta
+    ttl: timedelta | None  # None: permanent
     lease: timedelta
     financial: bool
     burn_on_failure: bool
@@ -79,9 +80,21 @@ class Policy:
     def on_failure(self) -> str:
         return "burn" if self.burn_on_failure else "retry"
 
+    @property
+    def permanent(self) -> bool:
+        return self.ttl is None
+
+    @property
+    def ttl_seconds(self) -> int | None:
+        return None if self.ttl is None else int(self.ttl.total_seconds())
+
+    def expires_at(self, now: datetime) -> datetime | None:
+        """When a receipt claimed now expires; None: never (receipts/rules.py: LIVE)."""
+        return None if self.ttl is None else now + self.ttl
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "ttl_seconds": int(self.ttl.total_seconds()),
+            "ttl_seconds": self.ttl_seconds,
             "lease_seconds": int(self.lease.total_seconds()),
             "financial": self.financial,
             "on_failure": self.on_failure,
@@ -107,6 +120,29 @@ def _first_match(operation: str, patterns: Any) -> str | None:
     return next((p for p in patterns if fnmatch.fnmatchcase(operation, p)), None)
 
 
+def _positive_seconds(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def rule_problems(name: str, rule: Any) -> list[str]:
+    """What is wrong with one RECEIPTS_OPERATIONS entry, in words (none: it is fine). Said by
+    `manage.py check` (receipts/checks.py) and, should a request still meet it, by policy_for."""
+    where = f"RECEIPTS_OPERATIONS[{name!r}]"
+    if not isinstance(rule, dict):
+        return [f"{where} must be a dict, got {rule!r}"]
+    problems = []
+    if "ttl_seconds" in rule and not (rule["ttl_seconds"] is None or _positive_seconds(rule["ttl_seconds"])):
+        problems.append(
+            f"{where}['ttl_seconds'] must be a positive whole number of seconds, or None for a permanent "
+            f"receipt, got {rule['ttl_seconds']!r}"
+        )
+    if "lease_seconds" in rule and not _positive_seconds(rule["lease_seconds"]):
+        problems.append(f"{where}['lease_seconds'] must be a positive whole number of seconds, got {rule['lease_seconds']!r}")
+    if rule.get("on_failure", "retry") not in ("retry", "burn"):
+        problems.append(f"{where}['on_failure'] must be 'retry' or 'burn', got {rule['on_failure']!r}")
+    return problems
+
+
 @lru_cache(maxsize=1024)
 def policy_for(operation: str) -> Policy:
     rules: dict[str, dict[str, Any]] = setting("RECEIPTS_OPERATIONS")
@@ -117,14 +153,14 @@ def policy_for(operation: str) -> Policy:
     if not financial:
         financial_pattern = None  # a rule said "financial": False; the pattern did not decide
     default_ttl = setting("RECEIPTS_FINANCIAL_TTL_SECONDS" if financial else "RECEIPTS_DEFAULT_TTL_SECONDS")
+    problems = rule_problems(rule_name, rule) if rule_name is not None else []
+    if problems:
+        raise ImproperlyConfigured("; ".join(problems))
     on_failure = rule.get("on_failure", "retry")
-    if on_failure not in ("retry", "burn"):
-        raise ImproperlyConfigured(
-            f"RECEIPTS_OPERATIONS[{rule_name!r}]['on_failure'] must be 'retry' or 'burn', got {on_failure!r}"
-        )
+    ttl_seconds = rule.get("ttl_seconds", default_ttl)
     return Policy(
         operation=operation,
-        ttl=timedelta(seconds=int(rule.get("ttl_seconds", default_ttl))),
+        ttl=None if ttl_seconds is None else timedelta(seconds=int(ttl_seconds)),
         lease=timedelta(seconds=int(rule.get("lease_seconds", setting("RECEIPTS_LEASE_SECONDS")))),
         financial=financial,
         burn_on_failure=on_failure == "burn",

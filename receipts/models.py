@@ -42,7 +42,9 @@ class Receipt(LeasedWork):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField()
+    # None: permanent (an operation with `ttl_seconds: None`, a once-ever step): never
+    # purged and never claimable again (receipts/rules.py: LIVE, EXPIRED).
+    expires_at = models.DateTimeField(null=True, blank=True)
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
     # Set by a caller that waits for this attempt (Prefer: wait): only then does settling
@@ -98,6 +100,11 @@ class Receipt(LeasedWork):
         """The status an operator reads: "released" for a released key, else the status."""
         return "released" if self.released else self.status
 
+    @property
+    def permanent(self) -> bool:
+        """Kept for ever: its operation's `ttl_seconds` was None when it was claimed."""
+        return self.expires_at is None
+
 
 class Attempt(AttemptLog):
     """Every request that touched a key, with what it got. Feeds charts and timelines.
@@ -116,6 +123,10 @@ class Attempt(AttemptLog):
         FAILED = "failed"
         RELEASED = "released"
         STALE_TOKEN = "stale_token"
+        # A duplicate that arrived while the first attempt ran, waited for it (Prefer: wait,
+        # wait_seconds) and was answered with its result: a concurrent duplicate, as a 409 is,
+        # not a plain replay. `waited_ms` says how long it waited.
+        WAITED = "waited"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
@@ -134,7 +145,13 @@ class Attempt(AttemptLog):
         Outcome.MISMATCH,
         Outcome.RETRIED_AFTER_FAILURE,
         Outcome.LEASE_TAKEOVER,
+        Outcome.WAITED,
     )
+
+    # Claim requests that arrived while the key's first attempt was still running: answered
+    # 409, or waited for the result. The dashboard, /api/v1/stats, /metrics and the alert
+    # rule count them together as concurrent duplicates.
+    CONCURRENT_OUTCOMES = (Outcome.IN_PROGRESS, Outcome.WAITED)
 
     # Not a database constraint, and nothing happens to the log when its receipt goes: the
     # purge deletes receipts with one DELETE instead of nulling thousands of attempt rows
@@ -161,6 +178,9 @@ class Attempt(AttemptLog):
     request = models.JSONField(null=True, blank=True)
     detail = models.TextField(blank=True)
     actor = models.CharField(max_length=255, blank=True)
+    # For a claim request that waited for the running first attempt (Prefer: wait,
+    # wait_seconds): how long, in milliseconds, whatever it got in the end. None: it did not wait.
+    waited_ms = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [

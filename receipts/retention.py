@@ -20,16 +20,17 @@ from django.db.models import Q, QuerySet
 from idemdash.core import retention as core_retention
 from idemdash.core.audit import AuditEntry
 from idemdash.core.retention import Purger, PurgeResult
-from receipts import rollup, store
+from receipts import rollup, rules, store
 from receipts.archive import archive_financial_receipts
 from receipts.conf import setting
 from receipts.models import Attempt, Receipt
 
 
 def due_receipts(now: datetime) -> QuerySet:
-    # A receipt whose worker still holds a live lease is left alone until the worker is
-    # done or gone, even past its expiry.
-    return Receipt.objects.filter(expires_at__lt=now).exclude(
+    # Expired (rules.EXPIRED: a permanent receipt, expires_at NULL, never is). A receipt
+    # whose worker still holds a live lease is left alone until the worker is done or gone,
+    # even past its expiry.
+    return Receipt.objects.filter(rules.EXPIRED.q(now=now)).exclude(
         Q(status=Receipt.Status.PROCESSING) & Q(lease_expires_at__gt=now)
     )
 

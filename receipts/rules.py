@@ -8,7 +8,11 @@ request differently. So each rule is one small tree of conditions on the receipt
 and the three forms are generated from it. tests/receipts/test_rules.py runs both paths
 over every combination of the fields the rules read and checks that they agree.
 
-- REPLAY: the stored result answers the request. Same fingerprint, not expired, and
+- LIVE / EXPIRED: a receipt holds its key until it expires; a permanent one (expires_at
+  NULL: an operation with `ttl_seconds: None`) never does. EXPIRED is LIVE's negation,
+  written as the one comparison an index on expires_at serves, for the purge and the claim
+  that starts a new life on an expired key.
+- REPLAY: the stored result answers the request. Same fingerprint, live, and
   completed, or failed and not retryable (the key was burned). A released receipt (failed,
   with the release marker) is never replayed: its caller's next attempt runs, and the claim
   that takes it clears the marker.
@@ -102,6 +106,24 @@ class Later(Condition):
 
 
 @dataclass(frozen=True)
+class NotLater(Condition):
+    """`field` is set and not after a parameter (a time): NULL never holds, as in SQL."""
+
+    field: str
+    than: Param
+
+    def sql(self) -> tuple[str, list[str]]:
+        return f"{_column(self.field)} <= %s", [self.than.name]
+
+    def q(self, params: dict[str, Any]) -> Q:
+        return Q(**{f"{self.field}__lte": params[self.than.name]})
+
+    def holds(self, row: Any, params: dict[str, Any]) -> bool:
+        value = getattr(row, self.field)
+        return value is not None and value <= params[self.than.name]
+
+
+@dataclass(frozen=True)
 class All(Condition):
     parts: tuple[Condition, ...]
 
@@ -168,10 +190,14 @@ class Rule:
         return self.condition.holds(row, params)
 
 
+LIVE = Rule(Either((Equals("expires_at", None), Later("expires_at", than=Param("now")))))
+
+EXPIRED = Rule(NotLater("expires_at", than=Param("now")))
+
 REPLAY = Rule(
     All((
         Equals("fingerprint", Param("fingerprint")),
-        Later("expires_at", than=Param("now")),
+        LIVE.condition,
         Either((
             Equals("status", Status.COMPLETED),
             All((Equals("status", Status.FAILED), Equals("retryable", False), Equals("released_at", None))),

@@ -12,6 +12,7 @@ taken over holds a stale token and can no longer complete or fail the receipt.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ class ClaimResult:
     token: int | None = None
     # A caller that asked to wait was refused a waiting slot (RECEIPTS_MAX_WAITERS): it did not wait.
     wait_refused: bool = False
+    # How long this caller waited for the running first attempt; None: it did not wait.
+    waited_ms: int | None = None
 
     @property
     def owned(self) -> bool:
@@ -130,20 +133,26 @@ def claim(
     # follows it still wakes us.
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
+    waited_since: float | None = None  # when this caller began to wait for the running first attempt
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
-            # On PostgreSQL a new key or a replay is one statement, log line included, and
-            # any other case comes back as the existing row; the ORM path decides every
-            # case below.
             now = timezone.now()
-            found = path().claim_or_replay(_new_receipt(intent, now), now)
-            if found is not None:
-                logged, existing = found
-                if logged == Outcome.CLAIMED:
-                    return ClaimResult(Outcome.CLAIMED, existing, token=1)
-                if logged == Outcome.REPLAYED:
-                    return ClaimResult(Outcome.REPLAYED, existing)
+            if waited_since is None:
+                # On PostgreSQL a new key or a replay is one statement, log line included,
+                # and any other case comes back as the existing row; the ORM path decides
+                # every case below.
+                found = path().claim_or_replay(_new_receipt(intent, now), now)
+                if found is not None:
+                    logged, existing = found
+                    if logged == Outcome.CLAIMED:
+                        return ClaimResult(Outcome.CLAIMED, existing, token=1)
+                    if logged == Outcome.REPLAYED:
+                        return ClaimResult(Outcome.REPLAYED, existing)
+            else:
+                # After a wait the statement's own "replayed" line would hide the wait: the
+                # row is read here and the store decides and logs it (`waited`, `_record`).
+                existing = Receipt.objects.filter(scope=scope, key=key).first()
             # The decision and its line in the attempt log commit together: never a claim
             # without its log line.
             with transaction.atomic():
@@ -153,10 +162,14 @@ def claim(
                 # than hold a thread that a completion may need (receipts/waiting.py).
                 settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
                 result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
+                if waited_since is not None:
+                    result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
                 if settled:
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if settled:
                 return result
+            if waited_since is None:
+                waited_since = time.monotonic()
             if not announced:
                 announced = True
                 if not path().announce_waiter(result.receipt):
@@ -205,8 +218,8 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
             if receipt is None:
                 continue  # purged between our insert and our read; insert again
 
-        if receipt.expires_at <= now:
-            # An expired receipt counts as absent: start a new life on the same row.
+        if rules.EXPIRED.holds(receipt, now=now):
+            # An expired receipt counts as absent (a permanent one never expires): start a new life on the same row.
             # Every field as for a new key; the transition bumps the token and updated_at.
             fresh = _new_receipt(intent, now)
             for kept in ("scope", "key", "fencing_token", "updated_at"):
@@ -274,7 +287,7 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
         "completed_at": None,
-        "expires_at": now + intent.policy.ttl,
+        "expires_at": intent.policy.expires_at(now),
         "user_id": intent.user_id,
         "session_id": intent.session_id,
         "waiters": False,
@@ -301,9 +314,13 @@ def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **change
 
 def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
     r = result.receipt
+    # A duplicate answered with the result it waited for is a concurrent duplicate, not a
+    # plain replay; every other outcome keeps its name, and its wait in `waited_ms`.
+    waited = result.waited_ms is not None and result.outcome == Outcome.REPLAYED
     Attempt.record(
         r,
-        outcome=result.outcome,
+        outcome=Outcome.WAITED if waited else result.outcome,
+        waited_ms=result.waited_ms,
         fencing_token=result.token,
         fingerprint=fp,
         request=rejected_request,

@@ -17,7 +17,7 @@ from receipts.outbox.actions import get_action
 
 class Metric(models.TextChoices):
     DUPLICATE_RATE = "duplicate_rate", "Duplicate rate"
-    IN_PROGRESS_CONFLICTS = "in_progress_conflicts", "409 in-progress conflicts"
+    CONCURRENT_DUPLICATES = "concurrent_duplicates", "Concurrent duplicates (409 or waited)"
     MISMATCH_CONFLICTS = "mismatch_conflicts", "422 mismatches"
     FAILING_KEYS = "failing_keys", "Keys failing repeatedly"
     STUCK_ROWS = "stuck_rows", "Stuck rows (receipts, webhook events, outbox messages)"

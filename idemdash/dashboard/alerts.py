@@ -58,7 +58,7 @@ REPEATED_FAILURES = 2
 # The page that shows what a metric counts, filtered to it: where a notification links.
 CAUSE_PAGES: dict[str, str] = {
     Metric.DUPLICATE_RATE: "dashboard:overview",
-    Metric.IN_PROGRESS_CONFLICTS: "dashboard:receipts?conflict=409",
+    Metric.CONCURRENT_DUPLICATES: "dashboard:receipts?conflict=concurrent",
     Metric.MISMATCH_CONFLICTS: "dashboard:receipts?conflict=422",
     Metric.FAILING_KEYS: "dashboard:receipts?status=failed&sort=-updated",
     Metric.STUCK_ROWS: "dashboard:stuck",
@@ -107,8 +107,9 @@ def duplicate_rate(m: Measurements, span: timedelta) -> float:
     return m.block(queries.receipt_stats, span)["duplicate_rate"]
 
 
-def in_progress_conflicts(m: Measurements, span: timedelta) -> int:
-    return m.block(queries.receipt_stats, span)["in_progress_conflicts"]
+def concurrent_duplicates(m: Measurements, span: timedelta) -> int:
+    """Keys arriving simultaneously: 409s and callers that waited for the running first attempt."""
+    return m.block(queries.receipt_stats, span)["concurrent_duplicates"]
 
 
 def mismatch_conflicts(m: Measurements, span: timedelta) -> int:
@@ -163,7 +164,7 @@ def rejected_deliveries(m: Measurements, span: timedelta) -> int:
 # in flight too).
 METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
     Metric.DUPLICATE_RATE: duplicate_rate,
-    Metric.IN_PROGRESS_CONFLICTS: in_progress_conflicts,
+    Metric.CONCURRENT_DUPLICATES: concurrent_duplicates,
     Metric.MISMATCH_CONFLICTS: mismatch_conflicts,
     Metric.FAILING_KEYS: failing_keys,
     Metric.STUCK_ROWS: stuck_rows,

@@ -152,7 +152,7 @@ def _bar_chart(rows: Rows, title: str, unit: str, columns: list[Column], empty_r
 
 def traffic_chart(series: Rows, window: str) -> dict[str, Any]:
     """Claim requests per bucket, stacked: those that ran the operation and the duplicates
-    (replays, 409s, 422s) that did not. The stack's height is every claim request."""
+    (replays, concurrent duplicates, 422s) that did not. The stack's height is every claim request."""
     return _bar_chart(series, "Claim requests", "requests", [
         ([r["requests"] - r["duplicates"] for r in series], "ran", INK),
         ([r["duplicates"] for r in series], "duplicates (not run)", BLUE),
@@ -160,7 +160,7 @@ def traffic_chart(series: Rows, window: str) -> dict[str, Any]:
 
 
 def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
-    """Share of claim requests that did not run (replay, 409, 422) per bucket, in percent.
+    """Share of claim requests that did not run (replay, 409 or waited, 422) per bucket, in percent.
     A bucket without requests has no rate (a gap). The bucket in progress is not on the
     line: its rate so far is a hollow marker, apart."""
     def rate(r: dict[str, Any]) -> float | None:
@@ -186,10 +186,13 @@ def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
 
 
 def conflicts_chart(series: Rows, window: str) -> dict[str, Any]:
+    """Duplicates that met the key while its first attempt ran (answered 409, or waited for
+    its result) and reuses with another request (422), per bucket."""
     return _bar_chart(series, "Conflicts", "requests", [
         ([r["in_progress"] for r in series], "409 in progress", AMBER),
+        ([r["waited"] for r in series], "waited for the first", VIOLET),
         ([r["mismatch"] for r in series], "422 mismatch", RED),
-    ], f"No 409 or 422 answers in the last {window}")
+    ], f"No concurrent duplicates or 422 answers in the last {window}")
 
 
 def stuck_chart(series: Rows, flow: Rows | None, window: str) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 
-# "Which keys got 409s / 422s?": receipts with at least one such attempt.
-CONFLICTS = {"409": Attempt.Outcome.IN_PROGRESS, "422": Attempt.Outcome.MISMATCH}
+# "Which keys had concurrent duplicates (409s, waits) / 422s?": receipts with at least one such attempt.
+CONFLICTS = {"concurrent": Attempt.CONCURRENT_OUTCOMES, "422": (Attempt.Outcome.MISMATCH,)}
 
 SORTS = {
     "-created": ("created_at", True),
@@ -66,7 +66,7 @@ class ReceiptFilter(forms.Form):
     operation = forms.CharField(required=False, max_length=100)
     scope = forms.CharField(required=False, max_length=255)
     conflict = forms.ChoiceField(
-        required=False, choices=[("", "Any"), ("409", "Had a 409 (in progress)"), ("422", "Had a 422 (mismatch)")]
+        required=False, choices=[("", "Any"), ("concurrent", "Had a concurrent duplicate (409 or waited)"), ("422", "Had a 422 (mismatch)")]
     )
     since = forms.DateTimeField(required=False, label="Created from")
     until = forms.DateTimeField(required=False, label="Created until")
@@ -88,8 +88,8 @@ class ReceiptFilter(forms.Form):
             if data.get(name):
                 qs = qs.filter(**{name: data[name]})
         if data.get("conflict"):
-            outcome = CONFLICTS[data["conflict"]]
-            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome=outcome)))
+            outcomes = CONFLICTS[data["conflict"]]
+            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome__in=outcomes)))
         if data.get("since"):
             qs = qs.filter(created_at__gte=data["since"])
         if data.get("until"):

@@ -74,13 +74,16 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
 # from here, so the definition lives in one place.
 RECEIPT_FIELDS: dict[str, str] = {
     "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
-    "outcome claimed, replayed, in_progress, mismatch, retried_after_failure or lease_takeover.",
+    "outcome claimed, replayed, in_progress, mismatch, retried_after_failure, lease_takeover or waited.",
     "claimed": "Claim requests that were allowed to run the operation: claimed + "
     "retried_after_failure + lease_takeover.",
     "replayed": "Claim requests answered from a stored result (outcome replayed).",
-    "in_progress_conflicts": "Claim requests answered 409 because the key was still processing.",
+    "concurrent_duplicates": "Claim requests that arrived while the key's first attempt was still "
+    "running: answered 409 (outcome in_progress), or waited for it and got its result (outcome waited).",
+    "waited": "Of the concurrent duplicates, those that waited for the running first attempt (Prefer: "
+    "wait, wait_seconds, the Python client's default) and got its result (outcome waited).",
     "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
-    "duplicate_rate": "(replayed + in_progress_conflicts + mismatch_conflicts) / requests; 0 when "
+    "duplicate_rate": "(replayed + concurrent_duplicates + mismatch_conflicts) / requests; 0 when "
     "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
     "failed": "Receipts now in status failed, and not released since, whose last change falls "
     "in the window: the keys a bulk release of that window would touch. A released receipt "
@@ -147,7 +150,7 @@ def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
     counts = _outcome_counts(start, now)
     requests = sum(counts.get(o, 0) for o in Attempt.CLAIM_OUTCOMES)
     replayed = counts.get(Outcome.REPLAYED, 0)
-    in_progress = counts.get(Outcome.IN_PROGRESS, 0)
+    concurrent = sum(counts.get(o, 0) for o in Attempt.CONCURRENT_OUTCOMES)
     mismatch = counts.get(Outcome.MISMATCH, 0)
     claimed = sum(
         counts.get(o, 0)
@@ -157,9 +160,10 @@ def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
         "requests": requests,
         "claimed": claimed,
         "replayed": replayed,
-        "in_progress_conflicts": in_progress,
+        "concurrent_duplicates": concurrent,
+        "waited": counts.get(Outcome.WAITED, 0),
         "mismatch_conflicts": mismatch,
-        "duplicate_rate": round((replayed + in_progress + mismatch) / requests, 4) if requests else 0.0,
+        "duplicate_rate": round((replayed + concurrent + mismatch) / requests, 4) if requests else 0.0,
         "failed": failed_receipts(start, now).count(),
         "stuck": stuck_receipts(now).count(),
     }
@@ -303,7 +307,8 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     series = list(buckets.values())
     for b in series:
         b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
-        b["duplicates"] = b[Outcome.REPLAYED] + b[Outcome.IN_PROGRESS] + b[Outcome.MISMATCH]
+        b["concurrent"] = sum(b[o] for o in Attempt.CONCURRENT_OUTCOMES)
+        b["duplicates"] = b[Outcome.REPLAYED] + b["concurrent"] + b[Outcome.MISMATCH]
     return series
 
 
@@ -454,13 +459,18 @@ def _planner_rows(qs: Any) -> int | None:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
-# What a receipt's callers got besides its own run: the list's replay / 409 / 422 columns.
-DUPLICATE_OUTCOMES = {Outcome.REPLAYED: "replays", Outcome.IN_PROGRESS: "in_progress", Outcome.MISMATCH: "mismatches"}
+# What a receipt's callers got besides its own run: the list's replay / concurrent / 422
+# columns (a 409 and a wait for the running first attempt are both concurrent duplicates).
+DUPLICATE_OUTCOMES = {
+    Outcome.REPLAYED: "replays",
+    **{o: "concurrent" for o in Attempt.CONCURRENT_OUTCOMES},
+    Outcome.MISMATCH: "mismatches",
+}
 
 
 def duplicate_counts(receipt_ids: list[int]) -> dict[int, dict[str, int]]:
-    """Replays, 409s and 422s per receipt, for one page of receipts: one grouped query on
-    the attempt log's (receipt, created_at) index, not one per row."""
+    """Replays, concurrent duplicates and 422s per receipt, for one page of receipts: one
+    grouped query on the attempt log's (receipt, created_at) index, not one per row."""
     counts = {pk: {name: 0 for name in DUPLICATE_OUTCOMES.values()} for pk in receipt_ids}
     rows = (
         Attempt.objects.filter(receipt_id__in=receipt_ids, outcome__in=list(DUPLICATE_OUTCOMES))
@@ -469,7 +479,7 @@ def duplicate_counts(receipt_ids: list[int]) -> dict[int, dict[str, int]]:
         .order_by()
     )
     for pk, outcome, n in rows:
-        counts[pk][DUPLICATE_OUTCOMES[outcome]] = n
+        counts[pk][DUPLICATE_OUTCOMES[outcome]] += n
     return counts
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import time_machine
+from django.db import connections
 from django.utils import timezone
 
-from receipts import store
+from receipts import store, waiting
 from receipts.models import Receipt
 
 SCOPE = "client:shop"
@@ -38,6 +41,31 @@ def mismatched(key: str, stored: Any, rejected: Any) -> Receipt:
     claim = store.claim(SCOPE, key, "payment.create", stored)
     store.complete(SCOPE, key, claim.token, response_status=201, body="{}")
     store.claim(SCOPE, key, "payment.create", rejected)
+    return Receipt.objects.get(scope=SCOPE, key=key)
+
+
+def waited_for(key: str, waiters: int, operation: str = "email.send") -> Receipt:
+    """A first attempt that runs until `waiters` simultaneous callers (threads, each on its
+    own connection) wait for it, then completes: they get its result, logged as `waited`.
+    Needs a transactional test (the threads must see the claim) and RECEIPTS_MAX_WAITERS >= waiters."""
+    first = store.claim(SCOPE, key, operation, {"key": key})
+
+    def wait() -> None:
+        try:
+            store.claim(SCOPE, key, operation, {"key": key}, wait_seconds=30)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=wait) for _ in range(waiters)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while waiting.waiting_now() < waiters:
+        assert time.monotonic() < deadline, "the callers never waited"
+        time.sleep(0.01)
+    store.complete(SCOPE, key, first.token, response_status=201, content_type="application/json", body='{"id": "em_1"}')
+    for t in threads:
+        t.join(30)
     return Receipt.objects.get(scope=SCOPE, key=key)
 
 
@@ -111,13 +139,13 @@ def known_traffic(now) -> None:
 
 # Counted by hand from known_traffic.
 EXPECTED_STATS = {
-    "1h": {"requests": 9, "claimed": 4, "replayed": 2, "in_progress_conflicts": 2,
+    "1h": {"requests": 9, "claimed": 4, "replayed": 2, "concurrent_duplicates": 2, "waited": 0,
            "mismatch_conflicts": 1, "duplicate_rate": 0.5556, "failed": 0, "stuck": 1},
-    "24h": {"requests": 15, "claimed": 9, "replayed": 3, "in_progress_conflicts": 2,
+    "24h": {"requests": 15, "claimed": 9, "replayed": 3, "concurrent_duplicates": 2, "waited": 0,
             "mismatch_conflicts": 1, "duplicate_rate": 0.4, "failed": 1, "stuck": 1},
-    "7d": {"requests": 18, "claimed": 11, "replayed": 3, "in_progress_conflicts": 2,
+    "7d": {"requests": 18, "claimed": 11, "replayed": 3, "concurrent_duplicates": 2, "waited": 0,
            "mismatch_conflicts": 2, "duplicate_rate": 0.3889, "failed": 2, "stuck": 1},
-    "30d": {"requests": 20, "claimed": 12, "replayed": 4, "in_progress_conflicts": 2,
+    "30d": {"requests": 20, "claimed": 12, "replayed": 4, "concurrent_duplicates": 2, "waited": 0,
             "mismatch_conflicts": 2, "duplicate_rate": 0.4, "failed": 2, "stuck": 1},
 }
 

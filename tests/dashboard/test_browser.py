@@ -16,7 +16,7 @@ from django.db import connections
 
 from receipts.models import Receipt
 from webhooks.models import WebhookEvent
-from tests.dashboard.build import completed, failed, mismatched, outbox_message, stuck, webhook_event
+from tests.dashboard.build import completed, failed, mismatched, outbox_message, stuck, waited_for, webhook_event
 
 # Playwright's sync API runs an event loop in this thread; Django then refuses ORM calls
 # from it unless told that this is deliberate (documented pytest-django workaround).
@@ -59,7 +59,8 @@ def operator(django_user_model):
 
 
 @pytest.fixture
-def receipts() -> dict[str, Receipt]:
+def receipts(settings) -> dict[str, Receipt]:
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
     for i in range(6):
         completed(f"order-ok-{i}")
     failed("order-declined")
@@ -67,6 +68,8 @@ def receipts() -> dict[str, Receipt]:
         "burned": failed("order-burned", retryable=False),
         "conflict": mismatched("order-422", {"amount": 500, "currency": "eur"}, {"amount": 900, "currency": "eur"}),
         "stale": stuck("order-stuck"),
+        "simultaneous": waited_for("email-simultaneous", waiters=3),
+        "permanent": completed("welcome-42", "email.welcome"),
     }
 
 
@@ -102,12 +105,19 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
 ):
     page = operator_page
     burned, conflict, stale = receipts["burned"], receipts["conflict"], receipts["stale"]
+    simultaneous, permanent = receipts["simultaneous"], receipts["permanent"]
 
     # Overview: four rendered Plotly charts.
     page.goto(live_server.url + "/")
     charts_drawn(page, 4)
-    assert page.inner_text('[data-figure="receipts.requests"] .tile-value') == "11"  # 6 + 2 + claim and 422 + stuck
+    # 6 + 2 + claim and 422 + stuck + a claim and its 3 waiters + the welcome email
+    assert page.inner_text('[data-figure="receipts.requests"] .tile-value') == "16"
+    # The callers that waited for the running first attempt are concurrent duplicates, not replays.
+    assert page.inner_text('[data-figure="receipts.concurrent_duplicates"] .tile-value') == "3"
+    assert page.inner_text('[data-figure="receipts.waited"]') == "3"
+    assert page.inner_text('[data-figure="receipts.requests"] .tile-note') == "12 ran · 0 replayed"
     page.screenshot(path=SHOTS / "overview.png", full_page=True)
+    page.locator('[data-figure="receipts.concurrent_duplicates"]').screenshot(path=SHOTS / "tile-concurrent.png")
 
     # Change the window: the figures are swapped in, the URL follows, the page stays.
     page.evaluate("window.__stayed = true")
@@ -148,6 +158,25 @@ def test_an_operator_sees_charts_changes_window_filters_retries_and_explores_a_c
     page.click("#receipt-actions >> text=Release…")
     page.click("text=Confirm release")
     page.wait_for_selector('[data-status="released"]')
+
+    # The concurrent-duplicates tile leads to the key; its timeline says how long each waited.
+    page.goto(live_server.url + "/?window=1h")
+    page.click('[data-figure="receipts.concurrent_duplicates"]')
+    page.wait_for_url("**/receipts/?conflict=concurrent")
+    assert page.locator("#receipt-table td.key").all_inner_texts() == ["email-simultaneous"]
+    assert page.inner_text('#receipt-table td[data-count="concurrent"]') == "3"
+    page.click("text=email-simultaneous")
+    page.wait_for_url(f"**/receipts/{simultaneous.pk}/")
+    expect(page.locator(".tl-waited")).to_have_count(3)
+    assert all(int(ms) > 0 for ms in page.locator("[data-waited-ms]").evaluate_all("els => els.map(e => e.dataset.waitedMs)"))
+    page.screenshot(path=SHOTS / "receipt-waited.png", full_page=True)
+
+    # A once-ever step's receipt is permanent: no expiry, a permanent TTL.
+    page.goto(live_server.url + f"/receipts/{permanent.pk}/")
+    assert "permanent" in page.inner_text("#receipt-expires").lower()
+    assert "TTL permanent" in page.inner_text("#receipt-policy")
+    assert "keeps its result for ever" in page.inner_text("#receipt-summary")
+    page.screenshot(path=SHOTS / "receipt-permanent.png", full_page=True)
 
     # The 422: the conflict explorer names the field that differs.
     page.goto(live_server.url + f"/receipts/{conflict.pk}/")

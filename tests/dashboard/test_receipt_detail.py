@@ -99,6 +99,26 @@ def test_it_shows_the_policy_the_operation_gets_and_the_pattern_that_matched(vie
     assert "RECEIPTS_OPERATIONS[&#x27;payment.create&#x27;]" in html
 
 
+def test_a_permanent_receipt_says_so_instead_of_an_expiry(viewer_client, operator_client, settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
+    r = completed("welcome-1", "email.welcome")
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    expires = html[html.index('id="receipt-expires"'):]
+    assert expires[: expires.index("</dd>")].count("permanent") == 1
+    assert "TTL permanent" in html
+    # An operator is told why there is nothing to release.
+    assert "keeps its result for ever" in operator_client.get(f"/receipts/{r.pk}/").content.decode()
+
+
+def test_the_timeline_says_how_long_each_caller_waited_for_the_first_attempt(viewer_client):
+    r = completed("k1")
+    for ms in (120, 85):
+        Attempt.record(r, outcome=Attempt.Outcome.WAITED, waited_ms=ms, created_at=timezone.now())
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert html.count("badge-outcome-waited") == 2
+    assert "waited 120 ms for the first attempt" in html and "waited 85 ms for the first attempt" in html
+
+
 def test_its_audit_block_names_the_receipt_by_key_as_the_audit_log_does(viewer_client):
     from receipts import store
     from receipts.models import Receipt

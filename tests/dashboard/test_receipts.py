@@ -109,7 +109,7 @@ def test_a_stuck_receipt_is_listed_as_processing(viewer_client):
     assert "badge-processing" in viewer_client.get("/receipts/").content.decode()
 
 
-def test_it_filters_keys_that_got_409s_or_422s(viewer_client):
+def test_it_filters_keys_that_had_concurrent_duplicates_or_422s(viewer_client):
     from tests.dashboard.build import mismatched
 
     mismatched("got-422", {"a": 1}, {"a": 2})
@@ -118,7 +118,7 @@ def test_it_filters_keys_that_got_409s_or_422s(viewer_client):
     store.complete("client:shop", "got-409", busy.token)
     completed("calm")
     assert keys(viewer_client.get("/receipts/?conflict=422")) == ["got-422"]
-    assert keys(viewer_client.get("/receipts/?conflict=409")) == ["got-409"]
+    assert keys(viewer_client.get("/receipts/?conflict=concurrent")) == ["got-409"]
 
 
 def test_the_conflict_filter_does_not_count_a_purged_receipts_conflicts_against_its_key(viewer_client):
@@ -150,7 +150,7 @@ def test_past_the_cap_the_total_says_more_than(viewer_client, monkeypatch):
     assert "5 shown of more than 3" in html
 
 
-def test_each_row_shows_its_replays_409s_and_422s(viewer_client, django_assert_max_num_queries):
+def test_each_row_shows_its_replays_concurrent_duplicates_and_422s(viewer_client, django_assert_max_num_queries):
     mismatched("m", {"amount": 1}, {"amount": 2})
     store.claim("client:shop", "m", "payment.create", {"amount": 1})  # a replay
     store.claim("client:shop", "busy", "payment.create", {"key": "busy"})
@@ -164,9 +164,9 @@ def test_each_row_shows_its_replays_409s_and_422s(viewer_client, django_assert_m
     with django_assert_max_num_queries(11):
         html = viewer_client.get("/receipts/").content.decode()
     counts = dict(re.findall(r'<td class="num" data-count="(\w+)">([^<]+)</td>', html.split(">m<", 1)[1].split("</tr>", 1)[0]))
-    assert counts == {"replays": "1", "409": "–", "422": "1"}
+    assert counts == {"replays": "1", "concurrent": "–", "422": "1"}
     busy = html.split(">busy<", 1)[1].split("</tr>", 1)[0]
-    assert re.search(r'data-count="409">1<', busy)
+    assert re.search(r'data-count="concurrent">1<', busy)
 
 
 def test_timestamps_carry_their_time_zone(viewer_client):

@@ -74,7 +74,8 @@ def test_the_overview_tiles_show_the_same_figures(traffic, viewer_client, window
     html = html_lib.unescape(viewer_client.get(f"/?window={window}").content.decode())
     document = expected_document(window)
     shown = tiles(html)
-    receipts_shown = {"requests", "duplicate_rate", "in_progress_conflicts", "mismatch_conflicts", "failed", "stuck"}
+    receipts_shown = {"requests", "duplicate_rate", "concurrent_duplicates", "waited", "mismatch_conflicts",
+                      "failed", "stuck"}
     assert set(shown) == {f"receipts.{n}" for n in receipts_shown} | {
         f"{block}.{field}" for block in ("webhooks", "outbox") for field in document[block]
     }

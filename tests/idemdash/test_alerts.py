@@ -71,7 +71,7 @@ def test_receipt_metrics_are_the_overviews_figures(window, minutes):
     known_traffic(now)
     expected = EXPECTED_STATS[window]
     assert measure(Metric.DUPLICATE_RATE, minutes, now) == expected["duplicate_rate"]
-    assert measure(Metric.IN_PROGRESS_CONFLICTS, minutes, now) == expected["in_progress_conflicts"]
+    assert measure(Metric.CONCURRENT_DUPLICATES, minutes, now) == expected["concurrent_duplicates"]
     assert measure(Metric.MISMATCH_CONFLICTS, minutes, now) == expected["mismatch_conflicts"]
 
 
@@ -82,7 +82,7 @@ def test_receipt_metrics_work_over_a_window_the_overview_does_not_have():
     # The last 15 minutes: a3 claimed, a3's 422, a4 claimed (see known_traffic).
     assert measure(Metric.DUPLICATE_RATE, 15, now) == round(1 / 3, 4)
     assert measure(Metric.MISMATCH_CONFLICTS, 15, now) == 1
-    assert measure(Metric.IN_PROGRESS_CONFLICTS, 15, now) == 0
+    assert measure(Metric.CONCURRENT_DUPLICATES, 15, now) == 0
 
 
 @pytest.mark.django_db
@@ -342,6 +342,34 @@ def test_the_migration_turns_fraction_thresholds_into_percent():
     migration.percent_to_fractions(apps, None)
     rate.refresh_from_db()
     assert rate.threshold == 0.2
+
+
+@pytest.mark.django_db
+def test_the_migration_moves_409_rules_and_their_alerts_to_concurrent_duplicates():
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("idemdash.dashboard.migrations.0007_concurrent_duplicates_metric")
+    old, other = rule(Metric.CONCURRENT_DUPLICATES, 5), rule(Metric.STUCK_ROWS, 3)
+    AlertRule.objects.filter(pk=old.pk).update(metric="in_progress_conflicts")
+    migration.to_concurrent_duplicates(apps, None)
+    assert dict(AlertRule.objects.values_list("pk", "metric")) == {old.pk: "concurrent_duplicates", other.pk: "stuck_rows"}
+    migration.to_in_progress_conflicts(apps, None)
+    assert AlertRule.objects.get(pk=old.pk).metric == "in_progress_conflicts"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_duplicates_rule_fires_for_callers_that_waited_for_the_first_attempt():
+    from tests.dashboard.build import waited_for
+
+    r = rule(Metric.CONCURRENT_DUPLICATES, 2, window=15)
+    waited_for("simultaneous", waiters=3)  # no 409 at all: every duplicate waited
+    result = alerts.evaluate()
+    assert result.values == {r.name: 3.0}
+    alert = Alert.objects.get()
+    assert (alert.state, alert.metric) == ("firing", "concurrent_duplicates")
+    assert alerts.cause_url(Metric.CONCURRENT_DUPLICATES, 15).endswith("/receipts/?conflict=concurrent")
 
 
 @pytest.mark.django_db

@@ -11,10 +11,11 @@ BUCKET = timedelta(minutes=5)
 
 def row(i: int, partial: bool = False, **counts: int) -> dict:
     base = {"claimed": 0, "replayed": 0, "in_progress": 0, "mismatch": 0, "retried_after_failure": 0,
-            "lease_takeover": 0, "released": 0, **counts}
+            "lease_takeover": 0, "waited": 0, "released": 0, **counts}
     base["requests"] = sum(base[k] for k in ("claimed", "replayed", "in_progress", "mismatch",
-                                             "retried_after_failure", "lease_takeover"))
-    base["duplicates"] = base["replayed"] + base["in_progress"] + base["mismatch"]
+                                             "retried_after_failure", "lease_takeover", "waited"))
+    base["concurrent"] = base["in_progress"] + base["waited"]
+    base["duplicates"] = base["replayed"] + base["concurrent"] + base["mismatch"]
     start = T0 + i * BUCKET
     return {"start": start, "end": start + BUCKET, "partial": partial, **base}
 
@@ -115,7 +116,7 @@ def test_an_empty_chart_says_why_on_the_chart():
     cases = {
         "No claim requests in the last 24h": charts.traffic_chart(quiet, "24h"),
         "No claim requests in the last 24h ": charts.duplicate_rate_chart(quiet, "24h"),
-        "No 409 or 422 answers in the last 24h": charts.conflicts_chart(quiet, "24h"),
+        "No concurrent duplicates or 422 answers in the last 24h": charts.conflicts_chart(quiet, "24h"),
         "No stuck lease recovered in the last 24h": charts.stuck_chart(quiet, quiet_flow, "24h"),
         "No webhook deliveries in the last 24h": charts.webhook_chart(quiet_flow, "24h"),
         "No outbox messages enqueued or sent in the last 24h": charts.outbox_chart(quiet_flow, "24h"),

@@ -67,7 +67,7 @@ def test_the_series_has_every_bucket_and_adds_up_to_the_stats():
     assert all(b - a == timedelta(minutes=5) for a, b in zip(starts, starts[1:]))
     stats = queries.receipt_stats(window, NOW)
     assert sum(r["requests"] for r in series) == stats["requests"]
-    assert sum(r["in_progress"] for r in series) == stats["in_progress_conflicts"]
+    assert sum(r["concurrent"] for r in series) == stats["concurrent_duplicates"]
     # a2's two 409s came 20 minutes before NOW (11:42:30): the 11:40 bucket.
     bucket = next(r for r in series if r["start"].minute == 40)
     assert (bucket["claimed"], bucket["in_progress"]) == (1, 2)
@@ -202,9 +202,9 @@ def test_duplicate_counts_group_replays_409s_and_422s_per_receipt(django_assert_
     with django_assert_num_queries(1):
         counts = queries.duplicate_counts([a.pk, b.pk, claim.receipt.pk])
     assert counts == {
-        a.pk: {"replays": 2, "in_progress": 0, "mismatches": 1},
-        b.pk: {"replays": 0, "in_progress": 0, "mismatches": 0},
-        claim.receipt.pk: {"replays": 0, "in_progress": 1, "mismatches": 0},
+        a.pk: {"replays": 2, "concurrent": 0, "mismatches": 1},
+        b.pk: {"replays": 0, "concurrent": 0, "mismatches": 0},
+        claim.receipt.pk: {"replays": 0, "concurrent": 1, "mismatches": 0},
     }
 
 

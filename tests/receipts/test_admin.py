@@ -52,6 +52,22 @@ def test_a_receipt_page_is_read_only_with_pretty_printed_json(admin_client):
     assert 'name="key"' not in text and 'name="status"' not in text
 
 
+def test_a_permanent_receipt_shows_permanent_for_its_expiry_and_its_ttl(admin_client, settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"ttl_seconds": None}}
+    receipt = a_receipt(complete=True)
+    text = admin_client.get(f"/admin/receipts/receipt/{receipt.pk}/change/").content.decode()
+    assert "permanent (never expires)" in text and "TTL permanent" in text
+
+
+def test_an_attempt_that_waited_shows_how_long(admin_client):
+    receipt = a_receipt(complete=True)
+    waited = Attempt.record(receipt, outcome=Attempt.Outcome.WAITED, waited_ms=250, created_at=timezone.now())
+    text = admin_client.get(f"/admin/receipts/attempt/{waited.pk}/change/").content.decode()
+    assert "Waited ms" in text or "waited ms" in text
+    assert re.search(r">\s*250\s*<", text)
+    assert admin_client.get("/admin/receipts/attempt/", {"outcome__exact": "waited"}).status_code == 200
+
+
 def test_receipts_cannot_be_added_in_the_admin(admin_client):
     assert admin_client.get("/admin/receipts/receipt/add/").status_code == 403
 

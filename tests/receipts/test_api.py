@@ -459,6 +459,7 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
         "updated_at": receipt.updated_at.isoformat(),
         "completed_at": receipt.completed_at.isoformat(),
         "expires_at": receipt.expires_at.isoformat(),
+        "permanent": False,
         "policy": {
             "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry",
             "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
@@ -479,6 +480,17 @@ def test_a_claim_and_a_lookup_say_which_policy_the_receipt_got(api, client, toke
     assert claimed["policy"] == expected
     looked_up = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {token}"}).json()
     assert looked_up["policy"] == expected
+
+
+def test_a_permanent_operations_receipt_says_so_in_the_claim_and_the_lookup(api, client, token, settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
+    claimed = api("claim", claim_body(operation="email.welcome"))
+    assert claimed.status_code == 201
+    assert claimed.json()["expires_at"] is None and claimed.json()["permanent"] is True
+    assert claimed.json()["policy"]["ttl_seconds"] is None
+    assert Receipt.objects.get().expires_at is None
+    looked_up = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {token}"}).json()
+    assert (looked_up["expires_at"], looked_up["permanent"], looked_up["policy"]["ttl_seconds"]) == (None, True, None)
 
 
 def test_another_clients_receipt_is_404(api, client):

@@ -1,4 +1,5 @@
-"""receipts/checks.py. The database check: MySQL/MariaDB under REPEATABLE READ is refused
+"""receipts/checks.py. Operation policies: a TTL of 0, a negative one or one of the wrong type
+fails `manage.py check` (receipts.E006); None (permanent) passes. The database check: MySQL/MariaDB under REPEATABLE READ is refused
 (receipts.E003). The outbox in a host project (receipts/checks.py:outbox_installed and the guard in
 receipts/outbox/models.py): host projects with `receipts` and without `receipts.outbox`
 are told the INSTALLED_APPS entry, at start-up when they show they use the outbox and at
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from receipts.checks import mysql_atomic_requests, mysql_read_committed
+from receipts.checks import mysql_atomic_requests, mysql_read_committed, operation_policies
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = 'add "receipts.outbox" to INSTALLED_APPS'
@@ -84,6 +85,35 @@ def test_a_host_that_uses_the_outbox_without_its_app_fails_its_check_with_the_fi
         assert done.returncode == 1
         assert "receipts.E002" in done.stderr and sign in done.stderr
         assert 'Add "receipts.outbox" to INSTALLED_APPS' in done.stderr
+
+
+@pytest.mark.parametrize("ttl", ["0", "-60", "'3600'", "3600.5", "True", "timedelta(hours=1)"])
+def test_a_host_whose_operation_ttl_is_not_a_positive_number_of_seconds_fails_its_check(tmp_path, ttl):
+    project = make_host(tmp_path, extra_settings=(
+        "from datetime import timedelta\n"
+        f"RECEIPTS_OPERATIONS = {{'email.welcome': {{'ttl_seconds': None}}, 'report.*': {{'ttl_seconds': {ttl}}}}}\n"
+    ))
+    done = manage(project, "check")
+    assert done.returncode == 1
+    assert "receipts.E006" in done.stderr and "RECEIPTS_OPERATIONS['report.*']['ttl_seconds']" in done.stderr
+    assert "email.welcome" not in done.stderr.split("HINT")[0]  # None, the permanent receipt, is fine
+
+
+def test_a_permanent_operation_and_a_window_long_ttl_pass_the_check(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}, "report.weekly": {"ttl_seconds": 8 * 86400}}
+    assert operation_policies() == []
+
+
+@pytest.mark.parametrize("rules,says", [
+    ({"x.*": {"lease_seconds": 0}}, "['lease_seconds'] must be a positive"),
+    ({"x.*": {"on_failure": "explode"}}, "['on_failure'] must be 'retry' or 'burn'"),
+    ({"x.*": 3600}, "must be a dict"),
+    (["x.*"], "RECEIPTS_OPERATIONS must be a dict"),
+])
+def test_every_kind_of_bad_policy_is_one_error_that_names_it(settings, rules, says):
+    settings.RECEIPTS_OPERATIONS = rules
+    (error,) = operation_policies()
+    assert error.id == "receipts.E006" and says in error.msg
 
 
 def test_enqueue_without_the_outbox_app_raises_an_error_that_names_the_entry(tmp_path):

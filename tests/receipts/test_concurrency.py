@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.test import Client
 
-from receipts import store
+from idemdash.core.clients import create_token
+from idemdash.dashboard import queries
+from receipts import store, waiting
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_threads_of_forked_processes
 
@@ -92,6 +95,96 @@ def test_callers_that_wait_get_the_replay_instead_of_a_conflict(tmp_path, settin
     _assert_once_per_key(tmp_path, "client:waiters")
     by_outcome = Counter(outcome for _, outcome in results)
     assert by_outcome == {"claimed": len(KEYS), "replayed": len(KEYS) * (PROCESSES * THREADS - 1)}
+    # The log tells a caller that waited for the running first attempt from one that came
+    # after it (which of the two each was depends on the timing; together they are all).
+    logged = Counter(Attempt.objects.filter(scope="client:waiters").values_list("outcome", flat=True))
+    assert logged["claimed"] == len(KEYS)
+    assert logged["waited"] + logged["replayed"] == by_outcome["replayed"]
+
+
+# One key, one first attempt that runs until every other caller is waiting for it: callers in
+# this process (threads) and in forked processes (threads there too), each on its own connection.
+WAITING_PROCESSES = 3
+WAITERS_PER_PROCESS = 3
+LOCAL_WAITERS = 4
+DUPLICATES = WAITING_PROCESSES * WAITERS_PER_PROCESS + LOCAL_WAITERS
+
+
+def _wait_for_the_first(scope: str, out: list) -> None:
+    try:
+        out.append(store.claim(scope, "simultaneous", OPERATION, {"to": "a@example.com"}, wait_seconds=60).outcome)
+    finally:
+        connections.close_all()
+
+
+def _until(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def _waiting_process(scope: str, ready, results) -> None:
+    out: list = []
+    threads = [threading.Thread(target=_wait_for_the_first, args=(scope, out)) for _ in range(WAITERS_PER_PROCESS)]
+    for t in threads:
+        t.start()
+    _until(lambda: waiting.waiting_now() == WAITERS_PER_PROCESS, "this process's callers wait")
+    ready.put(os.getpid())
+    for t in threads:
+        t.join(120)
+    results.put(out)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_simultaneous_callers_that_wait_are_counted_as_concurrent_duplicates_with_their_wait(settings):
+    settings.RECEIPTS_MAX_WAITERS = LOCAL_WAITERS  # every caller of a process may wait (the forks inherit it)
+    scope = "client:simultaneous"
+    first = store.claim(scope, "simultaneous", OPERATION, {"to": "a@example.com"}, lease_seconds=120)
+    assert first.outcome == "claimed"
+    connections.close_all()  # the children must not share this process's socket
+    ctx = multiprocessing.get_context("fork")
+    ready, results = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_waiting_process, args=(scope, ready, results)) for _ in range(WAITING_PROCESSES)]
+    for p in procs:
+        p.start()
+    out: list = []
+    threads = [threading.Thread(target=_wait_for_the_first, args=(scope, out)) for _ in range(LOCAL_WAITERS)]
+    for t in threads:
+        t.start()
+    # Every caller has been told "in progress" and holds a waiting slot before the first
+    # attempt completes: each of them met the key while it ran.
+    for _ in procs:
+        ready.get(timeout=60)
+    _until(lambda: waiting.waiting_now() == LOCAL_WAITERS, "this process's callers wait")
+    store.complete(scope, "simultaneous", first.token, body="sent once")
+    for t in threads:
+        t.join(120)
+    outcomes = out + [o for _ in procs for o in results.get(timeout=120)]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+
+    # Each caller got the first attempt's result...
+    assert outcomes == ["replayed"] * DUPLICATES
+    # ...and the log says they waited for it, and how long.
+    log = list(Attempt.objects.filter(scope=scope).values_list("outcome", "waited_ms"))
+    assert Counter(outcome for outcome, _ in log) == {"claimed": 1, "waited": DUPLICATES, "completed": 1}
+    waits = [ms for outcome, ms in log if outcome == "waited"]
+    assert all(ms > 0 for ms in waits), waits
+    assert [ms for outcome, ms in log if outcome != "waited"] == [None, None]
+
+    # Counted as concurrent duplicates wherever 409s were: the stats document, /api/v1/stats, /metrics.
+    stats = queries.receipt_stats(queries.WINDOWS["1h"])
+    assert (stats["requests"], stats["claimed"], stats["replayed"]) == (DUPLICATES + 1, 1, 0)
+    assert stats["concurrent_duplicates"] == stats["waited"] == DUPLICATES
+    assert stats["duplicate_rate"] == round(DUPLICATES / (DUPLICATES + 1), 4)
+    auth = {"Authorization": f"Bearer {create_token('stats')[1]}"}
+    document = Client().get("/api/v1/stats", {"window": "1h"}, headers=auth).json()
+    assert document["receipts"]["concurrent_duplicates"] == document["receipts"]["waited"] == DUPLICATES
+    metrics = Client().get("/metrics", headers=auth).content.decode()
+    assert f'idemdash_receipts_concurrent_duplicates{{window="1h"}} {DUPLICATES}\n' in metrics
+    assert f'idemdash_receipts_waited{{window="1h"}} {DUPLICATES}\n' in metrics
 
 
 @pytest.mark.django_db(transaction=True)

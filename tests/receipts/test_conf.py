@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 from receipts.conf import DEFAULTS, policy_for
 
@@ -76,3 +77,18 @@ def test_no_setting_is_required_beyond_installing_the_app(settings):
             delattr(settings, name)
     policy = policy_for("payments.capture")
     assert policy.financial and policy.ttl == timedelta(days=7) and policy.lease == timedelta(seconds=30)
+
+
+def test_a_rule_without_a_ttl_makes_the_operation_permanent(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
+    policy = policy_for("email.welcome")
+    assert policy.permanent and policy.ttl is None and policy.as_dict()["ttl_seconds"] is None
+    assert policy.expires_at(timezone.now()) is None
+    assert not policy_for("email.send").permanent
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "3600", 1.5, True])
+def test_a_ttl_that_is_not_a_positive_number_of_seconds_names_the_setting(settings, ttl):
+    settings.RECEIPTS_OPERATIONS = {"x.*": {"ttl_seconds": ttl}}
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPTS_OPERATIONS\['x\.\*'\]\['ttl_seconds'\]"):
+        policy_for("x.y")

@@ -1,29 +1,65 @@
 """receipts/migrations/0010_session_reference.py: receipts written when a receipt recorded the
-caller's session key take the keyed reference the code records now."""
+caller's session key take the keyed reference the code records now. 0011: the attempt log
+gains `waited_ms` (empty for what was logged before) and a receipt may have no expiry.
+
+Each test migrates the test database back and leaves it migrated to the latest again, for
+the tests that run after it."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
-from receipts import store
 from receipts.decorators import session_reference
-from receipts.models import Receipt
+from receipts.models import Attempt, Receipt
 
 BEFORE = ("receipts", "0009_exact_text")
 REPLACING = ("receipts", "0010_session_reference")
+WAITED_AND_PERMANENT = ("receipts", "0011_waited_outcome_and_permanent_receipts")
+
+
+@pytest.fixture(autouse=True)
+def back_to_the_latest():
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)
 def test_migrating_replaces_each_stored_session_key_by_its_reference():
-    MigrationExecutor(connection).migrate([BEFORE])
-    store.claim("user:1", "k-key", "order.create", {}, fingerprint="f", session_id="sessionkey123")
-    store.claim("user:1", "k-none", "order.create", {}, fingerprint="f")
-    store.claim("user:1", "k-done", "order.create", {}, fingerprint="f", session_id=session_reference("other"))
+    executor = MigrationExecutor(connection)
+    executor.migrate([BEFORE])
+    # Written as the receipts of that time were (today's store writes columns added since).
+    receipts = executor.loader.project_state([BEFORE]).apps.get_model("receipts", "Receipt").objects
+    now = timezone.now()
+    for key, session_id in [("k-key", "sessionkey123"), ("k-none", ""), ("k-done", session_reference("other"))]:
+        receipts.create(scope="user:1", key=key, operation="order.create", fingerprint="f", session_id=session_id,
+                        created_at=now, updated_at=now, expires_at=now + timedelta(days=1), lease_expires_at=now)
     MigrationExecutor(connection).migrate([REPLACING])
     assert dict(Receipt.objects.values_list("key", "session_id")) == {
         "k-key": session_reference("sessionkey123"),
         "k-none": "",
         "k-done": session_reference("other"),  # already a reference: left alone
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_attempts_logged_before_have_no_wait_and_a_receipt_may_then_be_permanent():
+    executor = MigrationExecutor(connection)
+    executor.migrate([REPLACING])
+    old = executor.loader.project_state([REPLACING]).apps
+    now = timezone.now()
+    receipt = old.get_model("receipts", "Receipt").objects.create(
+        scope="user:1", key="k", operation="email.send", fingerprint="f", created_at=now, updated_at=now,
+        expires_at=now + timedelta(days=1), lease_expires_at=now)
+    old.get_model("receipts", "Attempt").objects.create(
+        receipt_id=receipt.pk, scope="user:1", key="k", operation="email.send", outcome="replayed", created_at=now)
+    MigrationExecutor(connection).migrate([WAITED_AND_PERMANENT])
+    assert list(Attempt.objects.values_list("outcome", "waited_ms")) == [("replayed", None)]
+    assert Receipt.objects.get().expires_at == now + timedelta(days=1)
+    Receipt.objects.filter(key="k").update(expires_at=None)
+    assert Receipt.objects.get().permanent

@@ -59,6 +59,20 @@ def test_expired_receipts_are_deleted_in_bounded_batches():
 
 
 @pytest.mark.django_db
+def test_a_permanent_receipt_is_never_purged(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}, "payment.welcome_bonus": {"ttl_seconds": None}}
+    expired_receipts(3)
+    welcome = completed_receipt("welcome:1", "email.welcome", age=timedelta(days=3650))
+    bonus = completed_receipt("bonus:1", "payment.welcome_bonus", age=timedelta(days=3650))  # financial, too
+    # Not even counted as due: the purge (PostgreSQL's statement or the generic batch) never sees it.
+    assert set(retention.due_receipts(timezone.now()).values_list("key", flat=True)) == {"old-0", "old-1", "old-2"}
+    (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert (result.due, result.deleted, result.archived) == (3, 3, 0)
+    assert set(Receipt.objects.values_list("pk", flat=True)) == {welcome.pk, bonus.pk}
+    assert not ArchivedReceipt.objects.exists()
+
+
+@pytest.mark.django_db
 def test_financial_receipts_are_archived_before_they_are_deleted():
     expired_receipts(3, "payment.capture", prefix="pay")
     expired_receipts(2, "email.send", prefix="mail")

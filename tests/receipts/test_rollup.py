@@ -58,6 +58,24 @@ def test_a_run_counts_every_settled_hour_by_outcome():
     assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
 
 
+def test_callers_that_waited_are_rolled_up_as_their_own_outcome_and_stay_concurrent_duplicates():
+    from idemdash.dashboard import queries
+
+    claim_at(NOW - 3 * h, "a")
+    receipt = Attempt.objects.get(key="a", outcome="claimed").receipt_id
+    for minute, ms in ((1, 40), (2, 900), (3, 15)):   # 09:08 to 09:10: three callers that waited
+        Attempt.objects.create(receipt_id=receipt, scope="client:t", key="a", operation="email.send",
+                               outcome=Attempt.Outcome.WAITED, waited_ms=ms, created_at=NOW - 3 * h + minute * m)
+    before = queries.receipt_stats(queries.WINDOWS["24h"], NOW)
+    ATTEMPTS.roll_up(NOW)
+    nine = datetime(2026, 3, 10, 9, tzinfo=timezone.utc)
+    assert rolled()[(nine, "waited")] == 3
+    assert counted(NOW - 24 * h, NOW) == logged(NOW - 24 * h, NOW)
+    after = queries.receipt_stats(queries.WINDOWS["24h"], NOW)
+    assert after == before
+    assert (after["concurrent_duplicates"], after["waited"], after["replayed"]) == (3, 3, 0)
+
+
 def test_the_hour_so_far_is_counted_further_by_each_run():
     claim_at(NOW - 6 * m, "a")                       # 12:01:30
     ATTEMPTS.roll_up(NOW)

@@ -1,12 +1,13 @@
-"""receipts/rules.py: the replay and settle rules, and the two paths that apply them.
+"""receipts/rules.py: the expiry, replay and settle rules, and the two paths that apply them.
 
 Over every combination of the fields the rules read (status, retryable, the release
-marker, expiry, the lease, the caller's fingerprint and fencing token), including states
-the store never produces: the rule's three forms (SQL fragment, Q, Python predicate) give
-the same answer, and a claim and a settle through PostgreSQL's statements (receipts/pg.py)
-and through the ORM twin (receipts/orm.py) answer alike and leave the same row and log
-lines, and a replay on PostgreSQL is the statement's own (one statement, not the store's
-second look). On SQLite only the ORM path exists; the rule's forms are still compared.
+marker, expiry: live, expired or permanent, the lease, the caller's fingerprint and
+fencing token), including states the store never produces: the rule's three forms (SQL
+fragment, Q, Python predicate) give the same answer, and a claim and a settle through
+PostgreSQL's statements (receipts/pg.py) and through the ORM twin (receipts/orm.py) answer
+alike and leave the same row and log lines, and a replay on PostgreSQL is the statement's
+own (one statement, not the store's second look). On SQLite only the ORM path exists; the
+rule's forms are still compared.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ COMBINATIONS = list(
         ["processing", "completed", "failed"],
         ["retryable", "burned"],
         ["unmarked", "released"],
-        ["live", "expired"],
+        ["live", "expired", "permanent"],
         ["lease-live", "lease-ended"],
         ["same-fingerprint", "other-fingerprint"],
         ["own-token", "stale-token"],
@@ -61,7 +62,7 @@ def make(key: str, status: str, retryable: str, marker: str, expiry: str, lease:
         lease_expires_at=now + (hour if lease == "lease-live" else -hour),
         created_at=now - 2 * hour,
         updated_at=now - hour,
-        expires_at=now + (hour if expiry == "live" else -hour),
+        expires_at=None if expiry == "permanent" else now + (hour if expiry == "live" else -hour),
         released_at=now - hour if marker == "released" else None,
         released_by="otto" if marker == "released" else "",
         release_reason="stuck" if marker == "released" else "",
@@ -105,6 +106,9 @@ def test_both_paths_claim_and_settle_alike(monkeypatch, status, retryable, marke
     sample = make("sample", *shape)
     replays = agree(rules.REPLAY, sample, fingerprint=caller_fp, now=timezone.now())
     settles = agree(rules.SETTLE, sample, token=caller_token)
+    now = timezone.now()
+    live = agree(rules.LIVE, sample, now=now)
+    assert agree(rules.EXPIRED, sample, now=now) == (not live) == (expiry == "expired")
 
     claims, settled = [], []
     for path in paths():

@@ -105,6 +105,36 @@ def test_an_expired_receipt_counts_as_absent():
         assert again.receipt.attempts == 1
 
 
+def test_a_permanent_operations_receipt_never_expires_and_its_key_is_never_claimed_again(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim(SCOPE, "welcome:42", "email.welcome", {"user": 42})
+        assert first.receipt.expires_at is None and first.receipt.permanent
+        store.complete(SCOPE, "welcome:42", first.token, body="sent")
+        traveller.shift(timedelta(days=3650))
+        again = store.claim(SCOPE, "welcome:42", "email.welcome", {"user": 42})
+        assert again.outcome == "replayed" and again.receipt.response_body == "sent"
+        # Another request under the key is still a reuse of it, never a new life.
+        assert store.claim(SCOPE, "welcome:42", "email.welcome", {"user": 43}).outcome == "mismatch"
+
+
+def test_a_permanent_receipt_that_failed_is_retried_and_stays_permanent(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
+    first = store.claim(SCOPE, "welcome:7", "email.welcome", {"user": 7})
+    store.fail(SCOPE, "welcome:7", first.token, error="smtp down")
+    again = store.claim(SCOPE, "welcome:7", "email.welcome", {"user": 7})
+    assert again.outcome == "retried_after_failure" and again.receipt.expires_at is None
+
+
+def test_a_ttl_covering_a_window_keeps_a_windowed_key_for_its_window(settings):
+    settings.RECEIPTS_OPERATIONS = {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim(SCOPE, "report:2026-W48", "report.weekly", {})
+        store.complete(SCOPE, "report:2026-W48", first.token, body="sent")
+        traveller.shift(timedelta(days=7, hours=23))
+        assert store.claim(SCOPE, "report:2026-W48", "report.weekly", {}).outcome == "replayed"
+
+
 def test_keys_of_different_scopes_never_collide():
     assert store.claim("client:a", "same", "email.send", {}).outcome == "claimed"
     assert store.claim("client:b", "same", "email.send", {}).outcome == "claimed"

@@ -12,6 +12,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from receipts import store, waiting
+from receipts.models import Attempt
 
 SCOPE = "client:wait"
 
@@ -41,10 +42,36 @@ def test_a_waiter_gets_the_replay_and_reads_the_database_only_a_few_times():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_waiter_gives_up_with_in_progress_after_its_wait():
+def test_a_waiter_gives_up_with_in_progress_after_its_wait_and_the_log_keeps_its_wait():
     store.claim(SCOPE, "w2", "email.send", {}, lease_seconds=60)
     result = store.claim(SCOPE, "w2", "email.send", {}, wait_seconds=0.3)
-    assert result.outcome == "in_progress"
+    assert result.outcome == "in_progress" and result.waited_ms >= 300
+    # Answered 409 after its wait: an in_progress line (a concurrent duplicate either way).
+    logged = Attempt.objects.filter(key="w2").exclude(outcome="claimed").get()
+    assert (logged.outcome, logged.waited_ms) == ("in_progress", result.waited_ms)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_answered_with_the_result_is_logged_as_waited_not_replayed():
+    first = store.claim(SCOPE, "w5", "email.send", {}, lease_seconds=60)
+    worker = threading.Thread(target=_complete_later, args=("w5", first.token, 0.5))
+    worker.start()
+    result = store.claim(SCOPE, "w5", "email.send", {}, wait_seconds=20)
+    worker.join()
+    assert result.outcome == "replayed" and result.waited_ms >= 400
+    logged = Attempt.objects.filter(key="w5", outcome__in=["waited", "replayed"]).get()
+    assert (logged.outcome, logged.waited_ms) == ("waited", result.waited_ms)
+    # A caller that comes after the completion did not wait: a plain replay.
+    assert store.claim(SCOPE, "w5", "email.send", {}).waited_ms is None
+    assert Attempt.objects.filter(key="w5", outcome="replayed", waited_ms=None).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_that_takes_over_a_lapsed_lease_keeps_its_outcome_and_its_wait():
+    store.claim(SCOPE, "w6", "email.send", {}, lease_seconds=1)  # a worker that dies
+    result = store.claim(SCOPE, "w6", "email.send", {}, wait_seconds=20)
+    assert result.outcome == "lease_takeover" and result.waited_ms >= 500
+    assert Attempt.objects.get(key="w6", outcome="lease_takeover").waited_ms == result.waited_ms
 
 
 @pytest.fixture
