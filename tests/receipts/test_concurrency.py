@@ -9,6 +9,7 @@ store fails this test; a single-threaded test could not tell.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import threading

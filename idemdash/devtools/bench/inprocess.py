@@ -11,10 +11,7 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 - `delivery`: a signed Stripe delivery of a new event (verified, stored with its task);
 - `duplicate`: a delivery of an event already stored.
 
-And the in-process API (`measure_run_once`, also `make bench`'s scenario 10): `insert`, the
-bench row's ORM insert alone, the yardstick; `run_once`, the same insert under
-`receipts.run_once` with a fresh key (claim, the lease's heartbeat, the insert, the stored
-result); `run_once_replay`, the same keys again, answered from their receipts.
+And then the in-process API (idemdash/devtools/bench/cputime.py:measure_run_once).
 
 The figure is the median, over rounds, of `time.process_time()` per request, and each path's
 ratio to `bare` measured in the same run. To compare two checkouts, run each alternately
@@ -28,20 +25,11 @@ import json
 import os
 import secrets
 import statistics
-import time
 import uuid
-from collections.abc import Callable
+
+from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
 PATHS = ("bare", "claim", "replay", "delivery", "duplicate")
-RUN_ONCE_PATHS = ("insert", "run_once", "run_once_replay")
-
-
-def _cpu_per_call(calls: list[Callable[[], None]]) -> float:
-    """CPU µs per call (this process's, so the database server's own time is not in it)."""
-    started = time.process_time()
-    for call in calls:
-        call()
-    return (time.process_time() - started) / len(calls) * 1e6
 
 
 def measure(*, requests: int, rounds: int) -> dict[str, float]:
@@ -76,52 +64,16 @@ def measure(*, requests: int, rounds: int) -> dict[str, float]:
         keys = [f"inprocess-{run}-{tag}-{n}" for n in range(requests)]
         new, dup = deliveries(f"inprocess{run}new{tag}"), deliveries(f"inprocess{run}dup", max(1, requests // 2))
         return {
-            "bare": _cpu_per_call([lambda n=n: insert(n, None) for n in range(requests)]),
-            "claim": _cpu_per_call([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
-            "replay": _cpu_per_call([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
-            "delivery": _cpu_per_call([lambda d=d: deliver(d) for d in new]),
-            "duplicate": _cpu_per_call([lambda d=d: deliver(d) for d in dup]),
+            "bare": cpu_per_call([lambda n=n: insert(n, None) for n in range(requests)]),
+            "claim": cpu_per_call([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
+            "replay": cpu_per_call([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
+            "delivery": cpu_per_call([lambda d=d: deliver(d) for d in new]),
+            "duplicate": cpu_per_call([lambda d=d: deliver(d) for d in dup]),
         }
 
     one_round("warm")  # connections, prepared statements, the duplicates' first deliveries
     rounds_measured = [one_round(str(r)) for r in range(rounds)]
     return {path: statistics.median(r[path] for r in rounds_measured) for path in PATHS}
-
-
-def measure_run_once(*, calls: int, rounds: int) -> dict[str, float]:
-    """Median CPU µs per call of each path in RUN_ONCE_PATHS."""
-    import receipts
-    from idemdash.devtools.bench.models import BenchRow
-
-    run = uuid.uuid4().hex[:8]
-
-    def insert(n: int) -> dict[str, int]:
-        return {"row": BenchRow.objects.create(label=f"run_once {n}").pk}
-
-    ran: list[int] = []  # the inserts run_once let run
-
-    def effect(n: int) -> dict[str, int]:
-        ran.append(n)
-        return insert(n)
-
-    def once(key: str, n: int, replayed: bool) -> None:
-        before = len(ran)
-        stored = receipts.run_once(key, "bench.run_once", effect, n)
-        # A fresh key runs the insert once; a replay runs nothing and returns the stored row.
-        if len(ran) - before != (0 if replayed else 1) or not isinstance(stored, dict) or "row" not in stored:
-            raise RuntimeError(f"run_once of {key} (replayed: {replayed}) answered {stored!r}")
-
-    def one_round(tag: str) -> dict[str, float]:
-        keys = [f"run-once-{run}-{tag}-{n}" for n in range(calls)]
-        return {
-            "insert": _cpu_per_call([lambda n=n: insert(n) for n in range(calls)]),
-            "run_once": _cpu_per_call([lambda n=n: once(keys[n], n, False) for n in range(calls)]),
-            "run_once_replay": _cpu_per_call([lambda n=n: once(keys[n], n, True) for n in range(calls)]),
-        }
-
-    one_round("warm")
-    rounds_measured = [one_round(str(r)) for r in range(rounds)]
-    return {path: statistics.median(r[path] for r in rounds_measured) for path in RUN_ONCE_PATHS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,8 +286,8 @@ def claim_api(b: Bench) -> list[Figure]:
 def inprocess_run_once(b: Bench) -> list[Figure]:
     """receipts.run_once in this process beside the ORM insert it wraps (the claim API's
     round trips, scenario 3, are the same intent over HTTP): CPU per call, medians over the
-    rounds (idemdash/devtools/bench/inprocess.py:measure_run_once)."""
-    from idemdash.devtools.bench.inprocess import measure_run_once
+    rounds (idemdash/devtools/bench/cputime.py:measure_run_once)."""
+    from idemdash.devtools.bench.cputime import measure_run_once
 
     cpu = measure_run_once(calls=b.sizes.requests // 2, rounds=b.sizes.rounds)
     connection.close()  # gunicorn's workers need no connection of ours beside theirs

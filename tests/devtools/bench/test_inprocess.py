@@ -14,7 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
-from idemdash.devtools.bench.inprocess import PATHS, RUN_ONCE_PATHS
+from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS
+from idemdash.devtools.bench.inprocess import PATHS
 
 pytestmark = pytest.mark.postgres
 
