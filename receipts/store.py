@@ -200,7 +200,6 @@ def _lease_length(policy: Policy, lease_seconds: int | None) -> timedelta:
     return timedelta(seconds=max(1, min(int(lease_seconds), setting("RECEIPTS_MAX_LEASE_SECONDS"))))
 
 
-@retry_deadlocks
 def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimResult:
     # Bounded: each lost race means another caller changed the row, which we then re-read.
     for _ in range(50):
