@@ -10,6 +10,7 @@ this is the one place the suite supplies it, rather than a weaker rule under tes
 
 import os
 import secrets
+from importlib.util import find_spec
 
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 # The suite sends many bad tokens from 127.0.0.1 on purpose; tests/core/test_clients.py
@@ -33,3 +34,10 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 STATIC_ROOT = None  # nothing is collected, so there is no folder for WhiteNoise to index
+
+# Django 6's django.tasks, with django-tasks-db's database backend (the dev extra): its
+# `db_worker` runs tasks from a table of the test database (tests/receipts/test_django_tasks.py).
+# Django 5.2 has no django.tasks: the test says so and skips.
+if find_spec("django.tasks") and find_spec("django_tasks_db"):
+    INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db"]  # noqa: F405
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -2,13 +2,15 @@
 written the way Celery's Django guide writes one (tests/receipts/celery_host: proj/celery.py,
 shop/tasks.py with `@shared_task(acks_late=True, reject_on_worker_lost=True)`), on a local
 Redis broker and the idemdash test database: a task enqueued again and again makes one effect
-per key, and a worker killed with SIGKILL after the effect and before the task settled has its
-message delivered again by the broker to a new worker, whose re-run reaches the provider with
-the same downstream key."""
+per key; a worker killed with SIGKILL after the effect and before the task settled has its
+message delivered again by the broker to a new worker, and a pool process killed so has its
+message given back by its worker: either re-run reaches the provider with the same
+downstream key, and the receipt completes once."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -184,3 +186,25 @@ def test_a_worker_killed_after_the_effect_has_its_task_redelivered_and_the_provi
     assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
     # The second worker acknowledged the message once the task settled: nothing to redeliver.
     _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 10, celery_run.tail)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pool_process_killed_after_the_effect_has_its_task_requeued_and_the_provider_sees_one_key(celery_run, tmp_path):
+    """reject_on_worker_lost: the worker itself lives and gives the message back at once;
+    no visibility timeout is involved (an hour here)."""
+    provider = tmp_path / "provider"
+    Path(f"{provider}.stall").touch()
+    worker = celery_run.start_worker("lives", concurrency=1)
+    result = celery_run.enqueue(5, str(provider))
+    _wait_for(Path(f"{provider}.sent").exists, 30, lambda: f"the task never made the effect\n{celery_run.tail()}")
+    [(pool_pid, _)] = _received(provider)
+    os.kill(int(pool_pid), signal.SIGKILL)  # the pool process running the task, not the worker
+
+    answer = celery_run.get(result, within=30)
+    (first_pid, first_key), (second_pid, second_key) = _received(provider)
+    assert first_pid != second_pid and worker.poll() is None  # a new pool process of the same worker
+    assert first_key == second_key
+    assert answer == {"sent": 5, "downstream_key": first_key}
+    receipt = Receipt.objects.get()
+    assert (receipt.status, receipt.attempts) == ("completed", 2)
+    assert "WorkerLostError" in celery_run.log("lives").read_text()
