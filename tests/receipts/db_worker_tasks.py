@@ -1,14 +1,17 @@
 """A django.tasks task behind @receipts.once, for the db_worker proof in
-tests/receipts/test_django_tasks.py (Django 6 only: django.tasks is imported here): its
-effect is a line appended to a file, so the test sees from outside how many times a worker
-ran its body."""
+tests/receipts/test_django_tasks.py: its effect is a line appended to a file, so the test
+sees from outside how many times a worker ran its body. Django 6's django.tasks, or on
+Django 5.2 the django-tasks backport, whose API is the same under another name."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from django.tasks import task
+try:
+    from django.tasks import TaskResultStatus, task
+except ImportError:  # Django 5.2
+    from django_tasks import TaskResultStatus, task
 
 import receipts
 

@@ -1,7 +1,8 @@
-"""@receipts.once on a django.tasks task (Django 6), proven with real `db_worker` processes of
-django-tasks-db, the database backend Django's own docs point to (Django ships only the
-Immediate and Dummy backends), on the idemdash test database: a task enqueued again and again
-for two keys makes one effect per key, and every enqueued task returns its key's one result."""
+"""@receipts.once on a django.tasks task (Django 6; on Django 5.2 the django-tasks backport),
+proven with real `db_worker` processes of django-tasks-db, a database backend (Django ships
+only the Immediate and Dummy backends), on the idemdash test database: a task enqueued again
+and again for two keys makes one effect per key, and every enqueued task returns its key's
+one result."""
 
 from __future__ import annotations
 
@@ -23,19 +24,21 @@ WORKERS = 3
 
 @pytest.fixture
 def django_tasks_db() -> None:
-    if django.VERSION < (6, 0):
-        pytest.skip(f"django.tasks is Django 6's; this is Django {django.get_version()}")
+    """django-tasks-db, and django.tasks (Django 6) or its backport (django-tasks, on 5.2)."""
+    missing = []
     if not find_spec("django_tasks_db"):
+        missing.append("django-tasks-db")
+    if not find_spec("django.tasks") and not find_spec("django_tasks"):
+        missing.append(f"django.tasks (Django 6; this is {django.get_version()}) or the django-tasks backport")
+    if missing:
         if os.environ.get("IDEMDASH_REQUIRE_DJANGO_TASKS") == "1":
-            pytest.fail("django-tasks-db is not installed, and IDEMDASH_REQUIRE_DJANGO_TASKS=1")
-        pytest.skip("django-tasks-db is not installed (the dev extra has it)")
+            pytest.fail(f"{' and '.join(missing)} missing, and IDEMDASH_REQUIRE_DJANGO_TASKS=1")
+        pytest.skip(f"{' and '.join(missing)} missing (the dev extra installs them)")
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_task_enqueued_again_and_again_runs_once_per_key_in_real_db_workers(django_tasks_db, tmp_path):
-    from django.tasks import TaskResultStatus
-
-    from tests.receipts.db_worker_tasks import send_welcome
+    from tests.receipts.db_worker_tasks import TaskResultStatus, send_welcome
 
     providers = {user: tmp_path / f"provider-{user}" for user in (1, 2)}
     env = subprocess_env(DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
