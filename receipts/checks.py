@@ -32,7 +32,10 @@ def _callbacks(patterns: list[Any]) -> Iterator[Any]:
 def _decorated_dispatches(attribute: str, is_kind: Callable[[type], bool]) -> Iterator[tuple[type, str]]:
     """(view class, operation) for each routed class view of a kind whose `dispatch` carries
     the @idempotent marker (method_decorator copies it there). `attribute` is where the view
-    function names its class: DRF's `cls`, Django's `view_class`."""
+    function names its class: DRF's `cls`, Django's `view_class`. A project without a
+    URLconf (a worker's settings, such as a Celery worker's) routes no view: none."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return
     seen = set()
     for callback in _callbacks(get_resolver().url_patterns):
         view_class = getattr(callback, attribute, None)

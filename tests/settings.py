@@ -10,6 +10,7 @@ this is the one place the suite supplies it, rather than a weaker rule under tes
 
 import os
 import secrets
+from importlib.util import find_spec
 
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 # The suite sends many bad tokens from 127.0.0.1 on purpose; tests/core/test_clients.py
@@ -33,3 +34,12 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 STATIC_ROOT = None  # nothing is collected, so there is no folder for WhiteNoise to index
+
+# django.tasks (Django 6's own, or on Django 5.2 the django-tasks backport: the dev extra
+# installs it on Python 3.11, where Django is 5.2) with django-tasks-db's database backend
+# (the dev extra): its `db_worker` runs tasks from a table of the test database
+# (tests/receipts/test_django_tasks.py).
+if find_spec("django_tasks_db") and (find_spec("django.tasks") or find_spec("django_tasks")):
+    BACKPORT = [] if find_spec("django.tasks") else ["django_tasks"]
+    INSTALLED_APPS = [*INSTALLED_APPS, *BACKPORT, "django_tasks_db"]  # noqa: F405
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

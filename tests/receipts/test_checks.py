@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from receipts.checks import mysql_atomic_requests, mysql_read_committed, operation_policies
+from receipts.checks import (
+    idempotent_on_async_dispatch,
+    idempotent_on_drf_dispatch,
+    mysql_atomic_requests,
+    mysql_read_committed,
+    operation_policies,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = 'add "receipts.outbox" to INSTALLED_APPS'
@@ -175,6 +181,16 @@ def test_another_database_passes_whatever_its_options(monkeypatch):
 def test_a_check_run_without_databases_passes(monkeypatch):
     _as_mysql(monkeypatch, {"isolation_level": "repeatable read"})
     assert mysql_read_committed(databases=None) == []
+
+
+# --- receipts.E001 and E005: the routed views' dispatch -------------------------------------
+
+
+def test_settings_without_a_urlconf_route_no_view_and_check_clean(settings):
+    """A worker's settings (tests/receipts/celery_host: a Celery worker checks them at start-up)
+    may have no ROOT_URLCONF at all."""
+    del settings.ROOT_URLCONF
+    assert idempotent_on_drf_dispatch() == [] and idempotent_on_async_dispatch() == []
 
 
 # --- receipts.E004: ATOMIC_REQUESTS on MySQL/MariaDB ----------------------------------------
