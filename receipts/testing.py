@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue as queue_module
 import signal
 import tempfile
 import threading
@@ -256,6 +257,8 @@ def _in_forked_processes(call: Callable[[], Any], threads: int, processes: int) 
     go.set()
     try:
         outcomes = [o for _ in children for o in queue.get(timeout=300)]
+    except queue_module.Empty:
+        raise AssertionError("a caller process gave no answer within 300 s") from None
     finally:
         for child in children:
             child.join(30)

@@ -3,17 +3,19 @@ environment with pytest and pytest-django, nothing else; a throwaway host whose 
 pytest.ini, settings and tests are docs/testing.md's blocks as written. Its own pytest run
 finds the plugin through the entry point and passes: run twice, from threads and processes
 at once, killed right after its effect. A broken step (it charges on every call) makes the
-host's test fail, saying so. SQLite (the host's test database in a file, as the page says)."""
+host's test fail, saying so. SQLite (the host's test database in a file, as the page says);
+with DATABASE_URL on PostgreSQL, PostgreSQL too, where the plugin closes the LISTEN
+connection of waiting callers before pytest-django drops the host's test database."""
 
 from __future__ import annotations
 
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.packaging.host import host_env, host_settings, marked_blocks, new_venv, run
+from tests.packaging.host import Database, host_env, host_settings, marked_blocks, new_venv, run
+from tests.qcluster import database_url
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
 
@@ -38,24 +40,23 @@ def venv(wheel, tmp_path_factory) -> Path:
     """The wheel (the core, no extras) with pytest and pytest-django, as the page says."""
     venv = new_venv(tmp_path_factory.mktemp("plugin-venv") / "venv")
     run(venv / "bin" / "pip", "install", str(wheel), "pytest", "pytest-django", timeout=300)
+    if database_url().startswith("postgres"):
+        run(venv / "bin" / "pip", "install", "psycopg[binary]>=3.2,<4", timeout=300)
     return venv
 
 
-def make_host(root: Path) -> Path:
+def make_host(root: Path, database: Database) -> Path:
     project = root / "hostproject"
     (project / "host").mkdir(parents=True)
     (project / "tests").mkdir()
     for name, language in [("pytest_ini", "ini"), ("settings", "python"), ("step", "python"), ("tests", "python")]:
         assert BLOCKS[name][0] == language, name
     (project / "pytest.ini").write_text(BLOCKS["pytest_ini"][1])
-    database = textwrap.dedent("""\
-        DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3",
-                                 "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20}}}
-        """)
+    settings = host_settings(f"DATABASES = {{'default': {database.django!r}}}")
+    if database.django["ENGINE"].endswith("sqlite3"):  # the page's block is for SQLite
+        settings += "\n# --- from docs/testing.md: settings ---\n" + BLOCKS["settings"][1]
     (project / "host" / "__init__.py").write_text("")
-    (project / "host" / "settings.py").write_text(
-        host_settings(database) + "\n# --- from docs/testing.md: settings ---\n" + BLOCKS["settings"][1]
-    )
+    (project / "host" / "settings.py").write_text(settings)
     (project / "host" / "payments.py").write_text(BLOCKS["step"][1])
     (project / "host" / "urls.py").write_text(
         "from django.urls import path\n\nfrom host import payments\n\n"
@@ -72,8 +73,8 @@ def host_pytest(venv: Path, project: Path, env: dict[str, str], *args: str) -> s
     )
 
 
-def test_a_host_projects_own_tests_use_the_plugins_fixtures_and_helpers(venv, tmp_path):
-    project = make_host(tmp_path)
+def test_a_host_projects_own_tests_use_the_plugins_fixtures_and_helpers(venv, tmp_path, database):
+    project = make_host(tmp_path, database)
     env = host_env(tmp_path)
     plugins = run(venv / "bin" / "python", "-c",
                   "from importlib.metadata import entry_points; print(sorted(e.value for e in entry_points(group='pytest11')))")

@@ -139,7 +139,7 @@ def test_a_step_without_a_claim_called_at_once_fails(provider, processes):
     with pytest.raises(AssertionError, match="effects, not 1"):
         assert_runs_once_concurrently(charging_every_time(provider), threads=2, processes=processes,
                                       effects=provider.effects)
-    assert len(provider.calls()) == 4 if processes else 2
+    assert len(provider.calls()) == (4 if processes else 2)
 
 
 @pytest.mark.django_db(transaction=True)
