@@ -17,6 +17,7 @@ from django.db import connections
 from django.test import Client
 
 import receipts
+from idemdash.core.audit import AuditEntry
 from receipts import testing
 from receipts.models import Receipt
 from receipts.testing import (
@@ -106,6 +107,19 @@ def test_an_idempotent_view_sent_twice_with_one_key_answers_the_replay_of_its_fi
     assert first.status_code == 201 and first.json() == {"charged": "42"}
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert len(provider.calls()) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.receipts.view_kinds_urls")
+@pytest.mark.parametrize("path", ["/api-view", "/orders", "/ninja/capture"])
+def test_a_drf_or_ninja_endpoint_sent_twice_through_drfs_api_client_makes_one_effect(path):
+    from rest_framework.test import APIClient
+
+    def effects() -> int:  # the views' side effect: tests/receipts/urls.py:side_effect
+        return AuditEntry.objects.filter(action="test.side_effect").count()
+
+    first, replay = assert_view_runs_once(APIClient(), path, data={"amount": 100}, format="json", effects=effects)
+    assert first.status_code == replay.status_code == 201
 
 
 @pytest.mark.django_db
