@@ -21,6 +21,25 @@ pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
 
 BLOCKS = marked_blocks("testing.md", "testing")
 
+# Callers that wait in the test's own process for a slow first attempt: on PostgreSQL they
+# open the LISTEN connection, which the plugin must close before the test database is dropped.
+WAITING_TEST = '''\
+import time
+
+import pytest
+
+import receipts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_callers_waiting_for_a_slow_first_attempt_get_its_result(idempotency):
+    def charge() -> dict:
+        time.sleep(0.5)
+        return idempotency.provider(idempotency_key=receipts.current().downstream_key)
+
+    idempotency.assert_runs_once_concurrently(lambda: receipts.run_once("slow", "payment.charge", charge), threads=3)
+'''
+
 BROKEN_TEST = '''\
 from host import payments
 
@@ -80,13 +99,17 @@ def test_a_host_projects_own_tests_use_the_plugins_fixtures_and_helpers(venv, tm
                   "from importlib.metadata import entry_points; print(sorted(e.value for e in entry_points(group='pytest11')))")
     assert "receipts.pytest_plugin" in plugins
 
-    passed = host_pytest(venv, project, env, "tests/test_payments.py")
+    (project / "tests" / "test_waiting.py").write_text(WAITING_TEST)
+    passed = host_pytest(venv, project, env, "tests/test_payments.py", "tests/test_waiting.py")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     for name in ("test_charging_an_order_twice_charges_it_once", "test_posting_a_charge_twice_with_one_key_charges_once",
                  "test_charging_from_threads_and_processes_at_once_charges_once",
                  "test_a_charge_killed_after_the_provider_charged_is_retried_with_the_same_key"):
         assert f"tests/test_payments.py::{name} PASSED" in passed.stdout, passed.stdout
-    assert "4 passed" in passed.stdout
+    assert "tests/test_waiting.py::test_callers_waiting_for_a_slow_first_attempt_get_its_result PASSED" in passed.stdout
+    assert "5 passed" in passed.stdout
+    # Not "is being accessed by other users": the plugin closed the LISTEN connection first.
+    assert "Error when trying to teardown test databases" not in passed.stdout, passed.stdout
 
     (project / "tests" / "test_broken.py").write_text(BROKEN_TEST)
     failed = host_pytest(venv, project, env, "tests/test_broken.py")
