@@ -10,8 +10,10 @@ import re
 import socket
 import subprocess
 import sys
+import sqlite3
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -191,3 +193,18 @@ def stop(server: subprocess.Popen, client: httpx.Client) -> None:
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+
+
+@dataclass
+class Database:
+    django: dict  # the shop's DATABASES["default"]
+    url: str  # the same database, for idemdash's own settings (DATABASE_URL)
+
+    def tables(self) -> set[str]:
+        if self.django["ENGINE"].endswith("sqlite3"):
+            with sqlite3.connect(self.django["NAME"]) as db:
+                return {row[0] for row in db.execute("select name from sqlite_master where type = 'table'")}
+        import psycopg
+
+        with psycopg.connect(self.url) as db:
+            return {row[0] for row in db.execute("select tablename from pg_tables where schemaname = 'public'")}

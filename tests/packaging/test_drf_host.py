@@ -25,20 +25,17 @@ import re
 import secrets
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import dj_database_url
 import httpx
 import pytest
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
-from tests.packaging.host import GUIDE, INSTALL, REPO, free_port, marked_blocks, new_venv, run, run_block
+from tests.packaging.host import GUIDE, INSTALL, REPO, Database, free_port, marked_blocks, new_venv, run, run_block
 from tests.qcluster import database_url
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
@@ -59,52 +56,6 @@ def shop_venv(checkout, wheel, tmp_path_factory) -> Path:
     if database_url().startswith("postgres"):
         run(venv / "bin" / "pip", "install", "psycopg[binary]>=3.2,<4", timeout=300)
     return venv
-
-
-@dataclass
-class Database:
-    django: dict  # the shop's DATABASES["default"]
-    url: str  # the same database, for idemdash's own settings (DATABASE_URL)
-
-    def tables(self) -> set[str]:
-        if self.django["ENGINE"].endswith("sqlite3"):
-            with sqlite3.connect(self.django["NAME"]) as db:
-                return {row[0] for row in db.execute("select name from sqlite_master where type = 'table'")}
-        import psycopg
-
-        with psycopg.connect(self.url) as db:
-            return {row[0] for row in db.execute("select tablename from pg_tables where schemaname = 'public'")}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database(request, tmp_path) -> Iterator[Database]:
-    """A database of the shop's own: a SQLite file, or a PostgreSQL database made for it
-    on the server of DATABASE_URL."""
-    if request.param == "sqlite":
-        path = tmp_path / "shop.sqlite3"
-        yield Database({"ENGINE": "django.db.backends.sqlite3", "NAME": str(path),
-                        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20}}, f"sqlite:///{path}")
-        return
-    if not database_url().startswith("postgres"):
-        if os.environ.get("IDEMDASH_REQUIRE_POSTGRES") == "1":
-            pytest.fail("needs PostgreSQL: DATABASE_URL is not postgres://")
-        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
-    import psycopg
-
-    name = f"shop_{os.environ.get('IDEMDASH_TEST_DB_SUFFIX', 'host')}"
-    url = database_url(name)
-
-    def recreate(create: bool) -> None:
-        with psycopg.connect(database_url("postgres"), autocommit=True) as db:
-            db.execute(f'drop database if exists "{name}" with (force)')
-            if create:
-                db.execute(f'create database "{name}"')
-
-    recreate(True)
-    try:
-        yield Database(dj_database_url.parse(url), url)
-    finally:
-        recreate(False)
 
 
 class Shop:
