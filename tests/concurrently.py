@@ -5,9 +5,13 @@ plumbing, so each test says only what races and what it expects)."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, connections
@@ -104,3 +108,19 @@ def in_a_thread(fn: Callable[[], None], stop: threading.Event, join: float) -> I
     finally:
         stop.set()
         thread.join(join)
+
+
+def killed_once_it_reaches(target: Callable[..., None], args: tuple, reached: Path, timeout: float = 60) -> None:
+    """Fork a process calling target(*args), wait until it creates the file `reached` (right
+    after its effect, where it then sleeps), and kill it there with SIGKILL: a crash between
+    the effect and its settling, with nothing cleaned up."""
+    connections.close_all()  # the child must not share the parent's socket
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    deadline = time.monotonic() + timeout
+    while not reached.exists() and time.monotonic() < deadline and child.is_alive():
+        time.sleep(0.05)
+    assert reached.exists(), "the child never reached its effect"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    assert child.exitcode == -signal.SIGKILL

@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import multiprocessing
 import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -27,7 +25,7 @@ from idemdash.core.clients import create_token
 from receipts import inprocess, store
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
-from tests.concurrently import in_threads_of_forked_processes
+from tests.concurrently import in_threads_of_forked_processes, killed_once_it_reaches
 
 
 def counting(results: list | None = None):
@@ -416,16 +414,7 @@ def _killed_child(provider: str, sent: str) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_step_killed_after_its_effect_is_run_again_with_the_same_downstream_key(tmp_path):
     provider, sent = tmp_path / "provider.log", tmp_path / "sent"
-    connections.close_all()  # the child must not share the parent's socket
-    child = multiprocessing.get_context("fork").Process(target=_killed_child, args=(str(provider), str(sent)))
-    child.start()
-    deadline = time.monotonic() + 30
-    while not sent.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sent.exists(), "the child never reached its effect"
-    os.kill(child.pid, signal.SIGKILL)
-    child.join(10)
-    assert child.exitcode == -signal.SIGKILL
+    killed_once_it_reaches(_killed_child, (str(provider), str(sent)), sent)
     assert Receipt.objects.get().status == "processing"  # never settled
 
     def send_again() -> str:

@@ -1,0 +1,47 @@
+"""What LangGraph's RetryPolicy should retry in a node whose effect runs under a claim:
+
+    from langgraph.types import RetryPolicy
+
+    import receipts.langgraph
+
+    builder.add_node("send_email", send_email, retry_policy=RetryPolicy(retry_on=receipts.langgraph.retry_on))
+
+A node that makes its effect with receipts.run_once (or the HTTP client's run_once) can be
+re-run safely: the repeat replays the stored result, or, when the first attempt made its
+effect and then failed (the provider's answer timed out), runs the step again under the same
+downstream key, which the provider absorbs. So a timeout is worth retrying there, though
+LangGraph's default refuses every OSError, TimeoutError included.
+
+What no retry can fix is refused: the key was used for another request (KeyMismatch: a bug
+in how keys are made), the key's first attempt failed and its operation burns keys
+(PreviousFailure), and an attempt whose outcome is unknown (OutcomeUnknown: after_crash
+"hold") waits for a reconcile or an operator. A key another attempt is still running
+(InProgress) and a lease lost to another attempt (LeaseLost) are retried: the next attempt
+waits for, or replays, that attempt's result. Everything else is LangGraph's default.
+
+Imports neither LangGraph nor Django: LangGraph's default is looked up when it is needed.
+"""
+
+from __future__ import annotations
+
+from receipts import client
+
+# Looked up by name at call time, so an error class added to receipts.client later (such
+# as OutcomeUnknown, for after_crash "hold") is refused from the moment it exists.
+NEVER_RETRIED = ("KeyMismatch", "PreviousFailure", "OutcomeUnknown")
+
+
+def retry_on(exc: BaseException) -> bool:
+    """True when LangGraph should run the node again after `exc`."""
+    refused = tuple(cls for name in NEVER_RETRIED if isinstance(cls := getattr(client, name, None), type))
+    if isinstance(exc, refused):
+        return False
+    if isinstance(exc, (client.InProgress, client.LeaseLost, TimeoutError)):
+        return True
+    if isinstance(exc, client.ApiError):
+        # Any other problem the JSON API answered: the server's trouble is worth another
+        # try, the request's is not.
+        return exc.status >= 500
+    from langgraph.types import RetryPolicy
+
+    return bool(RetryPolicy().retry_on(exc))
