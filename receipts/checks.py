@@ -1,6 +1,6 @@
 """System checks (`manage.py check`, run by runserver and migrate): decorator placement that
 the decorator itself can only see at the first request (a DRF APIView's or an async View's
-dispatch), and an outbox used without its app."""
+dispatch), an outbox used without its app, and operation policies that cannot be applied."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import module_has_submodule
+
+from receipts.conf import policy_for, reconciler, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
 OUTBOX_APP = "receipts.outbox"
@@ -148,3 +151,21 @@ def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]
         for alias, config in settings.DATABASES.items()
         if config.get("ENGINE", "").endswith("mysql") and config.get("ATOMIC_REQUESTS")
     ]
+
+
+@register()
+def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Every RECEIPTS_OPERATIONS entry read as a claim would read it (its `on_failure` and
+    `after_crash` values, its `reconcile` imported), so that a bad value fails here, once,
+    rather than on the first claim of a matching operation."""
+    errors = []
+    for name in setting("RECEIPTS_OPERATIONS"):
+        try:
+            reconciler(policy_for(name))  # an entry's own name matches it exactly
+        except ImproperlyConfigured as exc:
+            errors.append(Error(
+                str(exc),
+                hint="docs/receipt-store.md: Operation policies names each key and its values.",
+                id="receipts.E006",
+            ))
+    return errors

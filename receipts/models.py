@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 # The models every app shares, declared in the core under this app's label (their tables,
 # permissions and migrations stay this app's): importing them here registers them with it,
@@ -95,8 +96,22 @@ class Receipt(LeasedWork):
 
     @property
     def shown_status(self) -> str:
-        """The status an operator reads: "released" for a released key, else the status."""
-        return "released" if self.released else self.status
+        """The status an operator reads: "released" for a released key, "outcome-unknown" for
+        a held one, else the status."""
+        if self.released:
+            return "released"
+        return "outcome-unknown" if self.outcome_unknown else self.status
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Its attempt's lease ran out before it settled, and its operation holds such a
+        receipt (`after_crash: "hold"`) instead of running it again: the effect may or may
+        not have happened, so the next attempt is answered outcome-unknown until a reconcile
+        function or an operator resolves it (receipts/store.py)."""
+        from receipts import rules  # rules reads this module's model
+        from receipts.conf import policy_for
+
+        return rules.LAPSED.holds(self, now=timezone.now()) and policy_for(self.operation).after_crash == "hold"
 
 
 class Attempt(AttemptLog):
@@ -116,6 +131,8 @@ class Attempt(AttemptLog):
         FAILED = "failed"
         RELEASED = "released"
         STALE_TOKEN = "stale_token"
+        # A claim refused because the attempt before it lapsed under after_crash "hold".
+        OUTCOME_UNKNOWN = "outcome_unknown"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
@@ -134,6 +151,7 @@ class Attempt(AttemptLog):
         Outcome.MISMATCH,
         Outcome.RETRIED_AFTER_FAILURE,
         Outcome.LEASE_TAKEOVER,
+        Outcome.OUTCOME_UNKNOWN,
     )
 
     # Not a database constraint, and nothing happens to the log when its receipt goes: the

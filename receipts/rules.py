@@ -14,6 +14,11 @@ over every combination of the fields the rules read and checks that they agree.
   that takes it clears the marker.
 - SETTLE: a worker may complete or fail the receipt. Its fencing token, and still
   processing.
+- LAPSED: a processing receipt whose lease ran out before its attempt settled. The next
+  claim takes it over, or, under an operation's `after_crash: "hold"`, answers
+  outcome-unknown: the attempt may have had its effect (store._claim_once; the operator's
+  repairs in store.py). PostgreSQL's one-statement claim never takes a receipt over; it
+  hands every receipt that does not replay to the store, so both paths decide it here.
 """
 
 from __future__ import annotations
@@ -102,6 +107,25 @@ class Later(Condition):
 
 
 @dataclass(frozen=True)
+class NotLater(Condition):
+    """`field` is empty, or not after a parameter (a time)."""
+
+    field: str
+    than: Param
+
+    def sql(self) -> tuple[str, list[str]]:
+        column = _column(self.field)
+        return f"({column} IS NULL OR {column} <= %s)", [self.than.name]
+
+    def q(self, params: dict[str, Any]) -> Q:
+        return Q(**{f"{self.field}__isnull": True}) | Q(**{f"{self.field}__lte": params[self.than.name]})
+
+    def holds(self, row: Any, params: dict[str, Any]) -> bool:
+        value = getattr(row, self.field)
+        return value is None or value <= params[self.than.name]
+
+
+@dataclass(frozen=True)
 class All(Condition):
     parts: tuple[Condition, ...]
 
@@ -180,3 +204,5 @@ REPLAY = Rule(
 )
 
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
+
+LAPSED = Rule(All((Equals("status", Status.PROCESSING), NotLater("lease_expires_at", than=Param("now")))))
