@@ -539,6 +539,7 @@ def release(
     """
     now = timezone.now()
     status_before = receipt.status
+    shown_before = receipt.shown_status  # what the operator saw: "outcome-unknown" for a held receipt
     if status_before == Status.COMPLETED:
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
@@ -571,7 +572,7 @@ def release(
             created_at=now,
         )
         if actor:
-            audit_log.record(actor, audit_action, receipt, status_before, RELEASED, reason, user=user)
+            audit_log.record(actor, audit_action, receipt, shown_before, RELEASED, reason, user=user)
         path().notify(receipt.scope, receipt.key)
     receipt.refresh_from_db()
     return receipt

@@ -165,7 +165,7 @@ def test_a_result_that_is_not_json_is_refused_with_a_400_and_changes_nothing(ope
 def test_running_a_held_receipt_again_lets_the_next_attempt_run_and_is_audited(operator_client, operator, held_operation):
     r = stuck("h1", "email.send")
     post_action(operator_client, f"/receipts/{r.pk}/", "run-again", "nothing at the provider")
-    assert_audited(operator, "receipt.run_again", r, "processing", "released", "nothing at the provider")
+    assert_audited(operator, "receipt.run_again", r, "outcome-unknown", "released", "nothing at the provider")
     assert store.claim(SCOPE, "h1", "email.send", {"key": "h1"}).outcome == "retried_after_failure"
 
 
