@@ -12,8 +12,9 @@ from django.utils import timezone
 from idemdash.core.attempts import AttemptLog
 from idemdash.core.audit import AuditEntry  # noqa: F401
 from idemdash.core.clients import ApiClient  # noqa: F401
-from idemdash.core.leases import LeasedWork
+from idemdash.core.leases import LeasedWork, is_stuck
 from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
+from receipts.conf import policy_for
 
 
 
@@ -107,11 +108,11 @@ class Receipt(LeasedWork):
         """Its attempt's lease ran out before it settled, and its operation holds such a
         receipt (`after_crash: "hold"`) instead of running it again: the effect may or may
         not have happened, so the next attempt is answered outcome-unknown until a reconcile
-        function or an operator resolves it (receipts/store.py)."""
-        from receipts import rules  # rules reads this module's model
-        from receipts.conf import policy_for
-
-        return rules.LAPSED.holds(self, now=timezone.now()) and policy_for(self.operation).after_crash == "hold"
+        function or an operator resolves it (receipts/store.py). Read as the Stuck board reads
+        a lapsed lease (core.leases.is_stuck); the claim itself decides by rules.LAPSED, which
+        also counts a lease that ends this very instant."""
+        held = policy_for(self.operation).after_crash == "hold"
+        return held and is_stuck(self, self.Status.PROCESSING, timezone.now())
 
 
 class Attempt(AttemptLog):
