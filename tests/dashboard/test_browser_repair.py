@@ -16,6 +16,7 @@ import pytest
 from django.db import connections
 
 from idemdash.core.clients import create_token
+from receipts.downstream import downstream_key
 from receipts.outbox import drain
 from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
 from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)
@@ -283,7 +284,7 @@ def test_an_operator_resolves_held_receipts_from_the_stuck_board_and_the_receipt
     page.wait_for_selector(".confirm textarea[name=result]")
     summary = page.inner_text("main")
     assert "Outcome unknown — held" in summary and "after a crash: hold" in summary
-    assert page.inner_text("[data-role=downstream-key]").startswith("idem_")
+    assert page.inner_text("[data-role=downstream-key]") == downstream_key(SCOPE, "mail-held-1", held["sent"].created_at)
     page.fill(".confirm textarea[name=result]", '{"sent": true, "provider_id": "msg_81"}')
     board = _confirm(page, "repair-held-mark-completed.png", ".confirm input[name=reason]", "found at the provider",
                      "text=Confirm mark completed", lambda: page.wait_for_url("**/stuck/"), "main")
