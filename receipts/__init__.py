@@ -23,6 +23,7 @@ _LAZY = {
     "InProgress": "receipts.client",
     "KeyMismatch": "receipts.client",
     "LeaseLost": "receipts.client",
+    "OutcomeUnknown": "receipts.client",
     "PreviousFailure": "receipts.client",
 }
 

@@ -12,10 +12,11 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import module_has_submodule
 
-from receipts.conf import rule_problems, setting
+from receipts.conf import policy_for, reconciler, rule_problems, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
 OUTBOX_APP = "receipts.outbox"
@@ -167,7 +168,7 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             f"RECEIPTS_OPERATIONS must be a dict of operation name or pattern -> policy, got {operations!r}",
             id="receipts.E006",
         )]
-    return [
+    errors = [
         Error(
             problem,
             hint='e.g. {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}, {"email.welcome": {"ttl_seconds": None}} '
@@ -177,3 +178,15 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         for name, rule in operations.items()
         for problem in rule_problems(name, rule)
     ]
+    if errors:
+        return errors
+    # Each `reconcile` imported, as the first held claim of its operation would import it.
+    for name in operations:
+        try:
+            reconciler(policy_for(name))  # an entry's own name matches it exactly
+        except ImproperlyConfigured as exc:
+            errors.append(Error(
+                str(exc), hint="docs/receipt-store.md: Operation policies names each key and its values.",
+                id="receipts.E006",
+            ))
+    return errors

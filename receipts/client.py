@@ -68,6 +68,12 @@ class LeaseLost(ApiError):
     """Our token no longer owns the receipt (the lease expired and was taken over)."""
 
 
+class OutcomeUnknown(ApiError):
+    """The key's last attempt stopped before it settled and may have had its effect; its
+    operation holds such keys (`after_crash: "hold"`) until a reconcile function or an
+    operator resolves them. Retrying does not help until then."""
+
+
 class PreviousFailure(IdempotencyError):
     """The key's first attempt failed and its operation burns keys on failure."""
 
@@ -374,6 +380,8 @@ class IdempotencyClient:
             raise InProgress(reply.status_code, problem, int(reply.headers.get("Retry-After", "1")))
         if kind.endswith(":idempotency-key-reused"):
             raise KeyMismatch(reply.status_code, problem)
+        if kind.endswith(":outcome-unknown"):
+            raise OutcomeUnknown(reply.status_code, problem)
         if kind.endswith(":stale-token"):
             raise LeaseLost(reply.status_code, problem)
         raise ApiError(reply.status_code, problem)

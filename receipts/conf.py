@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
 
 # The usual nouns of money movement, singular and plural, as the first dotted part of an
 # operation name: `payment.create` and `payments.capture` are both financial.
@@ -41,9 +42,10 @@ DEFAULTS: dict[str, Any] = {
     # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
     # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
-    # "lease_seconds": int, "on_failure": "retry" | "burn"}; an exact name wins over
-    # patterns, then the first matching pattern wins. "ttl_seconds": None makes the
-    # operation's receipts permanent (a once-ever step): never purged, never claimable again.
+    # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
+    # "reconcile": "dotted.path.to.function"}; an exact name wins over patterns, then the
+    # first matching pattern wins. "ttl_seconds": None makes the operation's receipts
+    # permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
@@ -71,6 +73,11 @@ class Policy:
     lease: timedelta
     financial: bool
     burn_on_failure: bool
+    # What the next claim does when an attempt's lease ran out before it settled: "rerun"
+    # takes the lease over and runs again; "hold" answers outcome-unknown until a
+    # `reconcile` function (a dotted path, or None) or an operator resolves it.
+    after_crash: str = "rerun"
+    reconcile: str | None = None
     # Which configured names decided it: the RECEIPTS_OPERATIONS key and the
     # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
     rule: str | None = None
@@ -98,6 +105,7 @@ class Policy:
             "lease_seconds": int(self.lease.total_seconds()),
             "financial": self.financial,
             "on_failure": self.on_failure,
+            "after_crash": self.after_crash,
             "matched": {
                 "RECEIPTS_OPERATIONS": self.rule,
                 "RECEIPTS_FINANCIAL_OPERATIONS": self.financial_pattern,
@@ -140,6 +148,12 @@ def rule_problems(name: str, rule: Any) -> list[str]:
         problems.append(f"{where}['lease_seconds'] must be a positive whole number of seconds, got {rule['lease_seconds']!r}")
     if rule.get("on_failure", "retry") not in ("retry", "burn"):
         problems.append(f"{where}['on_failure'] must be 'retry' or 'burn', got {rule['on_failure']!r}")
+    after_crash = rule.get("after_crash", "rerun")
+    if after_crash not in AFTER_CRASH:
+        problems.append(f"{where}['after_crash'] must be 'rerun' or 'hold', got {after_crash!r}")
+    reconcile = rule.get("reconcile")
+    if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
+        problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
     return problems
 
 
@@ -158,15 +172,36 @@ def policy_for(operation: str) -> Policy:
         raise ImproperlyConfigured("; ".join(problems))
     on_failure = rule.get("on_failure", "retry")
     ttl_seconds = rule.get("ttl_seconds", default_ttl)
+    after_crash = rule.get("after_crash", "rerun")
+    reconcile = rule.get("reconcile")
     return Policy(
         operation=operation,
         ttl=None if ttl_seconds is None else timedelta(seconds=int(ttl_seconds)),
         lease=timedelta(seconds=int(rule.get("lease_seconds", setting("RECEIPTS_LEASE_SECONDS")))),
         financial=financial,
         burn_on_failure=on_failure == "burn",
+        after_crash=after_crash,
+        reconcile=reconcile,
         rule=rule_name,
         financial_pattern=financial_pattern,
     )
+
+
+AFTER_CRASH = ("rerun", "hold")
+
+
+def reconciler(policy: Policy) -> Any:
+    """The operation's reconcile function, imported (ImproperlyConfigured when the path does
+    not name one), or None."""
+    if policy.reconcile is None:
+        return None
+    try:
+        found = import_string(policy.reconcile)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile']: {exc}") from None
+    if not callable(found):
+        raise ImproperlyConfigured(f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile'] names {found!r}, not a function")
+    return found
 
 
 def _clear_cache(*, setting: str, **kwargs: Any) -> None:

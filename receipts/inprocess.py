@@ -37,7 +37,15 @@ from django.db import DatabaseError, transaction
 
 from idemdash.core.canonical import UnstorableJSON, fingerprint_json
 from receipts import api, context, renewal, responses, store
-from receipts.client import IdempotencyError, InProgress, KeyMismatch, LeaseLost, PreviousFailure, patience
+from receipts.client import (
+    IdempotencyError,
+    InProgress,
+    KeyMismatch,
+    LeaseLost,
+    OutcomeUnknown,
+    PreviousFailure,
+    patience,
+)
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 
@@ -254,6 +262,8 @@ def _not_run(result: store.ClaimResult) -> Any:
         problem = json.loads(refused.content)
         if result.outcome == Attempt.Outcome.IN_PROGRESS:
             raise InProgress(refused.status_code, problem, result.retry_after)
+        if result.outcome == Attempt.Outcome.OUTCOME_UNKNOWN:
+            raise OutcomeUnknown(refused.status_code, problem)
         raise KeyMismatch(refused.status_code, problem)
     if result.outcome != Attempt.Outcome.REPLAYED:
         # An outcome this function does not know yet must not pass for a replay of nothing.

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 # The models every app shares, declared in the core under this app's label (their tables,
 # permissions and migrations stay this app's): importing them here registers them with it,
@@ -11,8 +12,9 @@ from django.db.models import Q
 from idemdash.core.attempts import AttemptLog
 from idemdash.core.audit import AuditEntry  # noqa: F401
 from idemdash.core.clients import ApiClient  # noqa: F401
-from idemdash.core.leases import LeasedWork
+from idemdash.core.leases import LeasedWork, is_stuck
 from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
+from receipts.conf import policy_for
 
 
 
@@ -97,8 +99,22 @@ class Receipt(LeasedWork):
 
     @property
     def shown_status(self) -> str:
-        """The status an operator reads: "released" for a released key, else the status."""
-        return "released" if self.released else self.status
+        """The status an operator reads: "released" for a released key, "outcome-unknown" for
+        a held one, else the status."""
+        if self.released:
+            return "released"
+        return "outcome-unknown" if self.outcome_unknown else self.status
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Its attempt's lease ran out before it settled, and its operation holds such a
+        receipt (`after_crash: "hold"`) instead of running it again: the effect may or may
+        not have happened, so the next attempt is answered outcome-unknown until a reconcile
+        function or an operator resolves it (receipts/store.py). Read as the Stuck board reads
+        a lapsed lease (core.leases.is_stuck); the claim itself decides by rules.LAPSED, which
+        also counts a lease that ends this very instant."""
+        held = policy_for(self.operation).after_crash == "hold"
+        return held and is_stuck(self, self.Status.PROCESSING, timezone.now())
 
     @property
     def permanent(self) -> bool:
@@ -127,6 +143,8 @@ class Attempt(AttemptLog):
         # wait_seconds) and was answered with its result: a concurrent duplicate, as a 409 is,
         # not a plain replay. `waited_ms` says how long it waited.
         WAITED = "waited"
+        # A claim refused because the attempt before it lapsed under after_crash "hold".
+        OUTCOME_UNKNOWN = "outcome_unknown"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
@@ -146,6 +164,7 @@ class Attempt(AttemptLog):
         Outcome.RETRIED_AFTER_FAILURE,
         Outcome.LEASE_TAKEOVER,
         Outcome.WAITED,
+        Outcome.OUTCOME_UNKNOWN,
     )
 
     # Claim requests that arrived while the key's first attempt was still running: answered

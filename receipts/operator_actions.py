@@ -1,6 +1,8 @@
-"""The receipt as a kind of unit for operators (idemdash/core/actions.py): its one action,
-release, on one receipt and on every failed receipt of a filter. The dashboard and the admin
-read these; receipts/store.py:release does the compare-and-set and writes the audit entry."""
+"""The receipt as a kind of unit for operators (idemdash/core/actions.py): release, on one
+receipt and on every failed receipt of a filter, and the two repairs of an outcome-unknown
+receipt (after_crash "hold"): mark it completed with the result the operator found at the
+provider, or run it again. The dashboard and the admin read these; receipts/store.py does
+each compare-and-set and writes the audit entry."""
 
 from __future__ import annotations
 
@@ -24,15 +26,34 @@ def _release_caution(receipt: Receipt) -> str:
 
 
 RELEASE = OperatorAction(
-    "release", (Status.FAILED, Status.PROCESSING), store.release, (store.StaleToken, store.NotReleasable),
+    "release", (Status.FAILED, Status.PROCESSING, "outcome-unknown"), store.release, (store.StaleToken, store.NotReleasable),
     explain="The key is given back: the caller's next attempt with this key runs the operation "
             "again (even for an operation that burns its key on failure). Your reason goes to the "
             "audit log and to the release marker; a failed receipt keeps the error it failed with.",
     done="Released {label}: the caller's next attempt will run.", caution=_release_caution,
 )
 
+OUTCOME_UNKNOWN = "outcome-unknown"  # Receipt.shown_status of a held receipt
+
+MARK_COMPLETED = OperatorAction(
+    "mark_completed", (OUTCOME_UNKNOWN,), store.mark_completed, (store.StaleToken, store.NotHeld, store.InvalidResult),
+    explain="Its attempt stopped before it settled. If the provider shows that the effect happened "
+            "(look it up by the downstream key), store the result it gave: every later attempt with "
+            "this key replays it and nothing runs again.",
+    done="Marked {label} completed: later attempts replay the result.",
+    input="Result (JSON, replayed to the caller)",
+)
+
+RUN_AGAIN = OperatorAction(
+    "run_again", (OUTCOME_UNKNOWN,), store.run_again, (store.StaleToken, store.NotHeld, store.NotReleasable),
+    explain="Its attempt stopped before it settled. If the provider has no trace of the effect, give "
+            "the key back: the caller's next attempt runs the operation again. If the effect did "
+            "happen, it will happen twice.",
+    done="{label} will run again: the caller's next attempt runs the operation.", danger=True,
+)
+
 RECEIPT = Kind(
-    "receipt", Receipt, row_key=lambda receipt: receipt.key, actions=(RELEASE,),
+    "receipt", Receipt, row_key=lambda receipt: receipt.key, actions=(RELEASE, MARK_COMPLETED, RUN_AGAIN),
     bulk=BulkAction(RELEASE, Status.FAILED, "failed receipt", "Released", store.release_many, "receipt.release",
                     explain="Each key is given back, one by one, so that its caller's next attempt runs the "
                             "operation again; each keeps its error and gets its own audit entry."),

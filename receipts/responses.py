@@ -114,12 +114,22 @@ class RefusalWords:
 
 def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
     """The answer to a claim whose key another caller holds (409, with Retry-After: what is
-    left of its lease) or that reused its key with another request (422); None otherwise."""
+    left of its lease), whose last attempt's outcome is unknown (409 outcome-unknown), or that
+    reused its key with another request (422); None otherwise."""
     if result.outcome == Attempt.Outcome.IN_PROGRESS:
         retry_after = result.retry_after
         return problem(
             409, "request-in-progress", words.in_progress_title, words.in_progress_detail,
             headers={"Retry-After": str(retry_after)}, retry_after=retry_after,
+        )
+    if result.outcome == Attempt.Outcome.OUTCOME_UNKNOWN:
+        # 409, not 5xx: nothing failed on this server, and a generic retry policy (urllib3,
+        # a proxy, an agent framework) retries a 5xx blindly, which is what "hold" exists to
+        # prevent. No Retry-After: only a reconcile or an operator changes the answer.
+        return problem(
+            409, "outcome-unknown", "The outcome of the last attempt with this key is unknown",
+            "Its attempt stopped before it settled and may have had its effect; it is not run again "
+            "until its outcome is resolved (by the operation's reconcile function or by an operator).",
         )
     if result.outcome == Attempt.Outcome.MISMATCH:
         detail = words.reused_detail.format(operation=result.receipt.operation)

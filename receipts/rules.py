@@ -18,6 +18,11 @@ over every combination of the fields the rules read and checks that they agree.
   that takes it clears the marker.
 - SETTLE: a worker may complete or fail the receipt. Its fencing token, and still
   processing.
+- LAPSED: a processing receipt whose lease ran out before its attempt settled. The next
+  claim takes it over, or, under an operation's `after_crash: "hold"`, answers
+  outcome-unknown: the attempt may have had its effect (store._claim_once; the operator's
+  repairs in store.py). PostgreSQL's one-statement claim never takes a receipt over; it
+  hands every receipt that does not replay to the store, so both paths decide it here.
 """
 
 from __future__ import annotations
@@ -206,3 +211,10 @@ REPLAY = Rule(
 )
 
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
+
+LAPSED = Rule(
+    All((
+        Equals("status", Status.PROCESSING),
+        Either((Equals("lease_expires_at", None), NotLater("lease_expires_at", than=Param("now")))),
+    ))
+)

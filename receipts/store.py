@@ -12,6 +12,8 @@ taken over holds a stale token and can no longer complete or fail the receipt.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 import time
@@ -21,6 +23,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
+from django.http import HttpResponseBase
 from django.utils import timezone
 
 from idemdash.core import audit as audit_log
@@ -29,10 +32,13 @@ from idemdash.core import pg as core_pg
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from idemdash.core.mysql import retry_deadlocks
-from receipts import orm, pg, rules, waiting
-from receipts.conf import Policy, policy_for, setting
+from receipts import orm, pg, responses, rules, waiting
+from receipts.conf import Policy, policy_for, reconciler, setting
+from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
 from receipts.orm import log_settle
+
+log = logging.getLogger(__name__)
 
 Outcome = Attempt.Outcome
 Status = Receipt.Status
@@ -54,6 +60,41 @@ class InvalidOperation(ValueError):
 
 class NotReleasable(NotApplicable):
     """A completed receipt, or (for an operator) one already released."""
+
+
+class NotHeld(NotApplicable):
+    """An operator's repair of an outcome-unknown receipt, on a receipt that is not one."""
+
+
+class InvalidResult(ValueError):
+    """A result an operator gave that is not JSON."""
+
+
+class _NotDone:
+    def __repr__(self) -> str:
+        return "NOT_DONE"
+
+
+# What a reconcile function returns when the provider has no trace of the effect: the
+# held attempt did not happen, so the next one runs.
+NOT_DONE = _NotDone()
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """What a reconcile function is asked about: an attempt whose lease ran out before it
+    settled, under `after_crash: "hold"`. It asks the provider, by `downstream_key` (what the
+    attempt sent as the provider's Idempotency-Key), whether the effect happened, and
+    returns the result to store (JSON, or a Django HttpResponse for a view) or NOT_DONE.
+    Raising leaves the receipt outcome-unknown."""
+
+    scope: str
+    key: str
+    operation: str
+    request: Any
+    attempts: int
+    downstream_key: str
+    lease_expired_at: datetime | None
 
 
 # The receipts' PostgreSQL statements (receipts/pg.py) or their plain-ORM twins
@@ -157,6 +198,9 @@ def claim(
             # without its log line.
             with transaction.atomic():
                 result = _claim_once(intent, existing=existing)
+                # A held receipt whose operation can ask the provider: asked outside this
+                # transaction (a provider's answer must not hold SQLite's one writer).
+                reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
                 left = deadline - time.monotonic()
                 # Over the process's cap on waiters, a duplicate is refused at once rather
                 # than hold a thread that a completion may need (receipts/waiting.py).
@@ -164,8 +208,13 @@ def claim(
                 result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
                 if waited_since is not None:
                     result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
-                if settled:
+                if settled and not reconcile:
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+            if reconcile:
+                answered = _reconciled(intent, result)
+                if answered is None:
+                    continue  # resolved, or changed meanwhile: look again (a replay, most often)
+                return answered
             if settled:
                 return result
             if waited_since is None:
@@ -252,18 +301,89 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
             continue
 
         # processing
-        if receipt.lease_expires_at and receipt.lease_expires_at > now:
+        if not rules.LAPSED.holds(receipt, now=now):
             return ClaimResult(Outcome.IN_PROGRESS, receipt)
-        won = _transition(
-            receipt,
-            now,
-            expect_status=Status.PROCESSING,
-            attempts=receipt.attempts + 1,
-            lease_expires_at=now + intent.lease,
-        )
+        if intent.policy.after_crash == "hold":
+            # The attempt may have had its effect before it died: not run blindly again.
+            return ClaimResult(Outcome.OUTCOME_UNKNOWN, receipt)
+        won = _take_over(receipt, intent, now)
         if won:
             return ClaimResult(Outcome.LEASE_TAKEOVER, won, token=won.fencing_token)
     raise RuntimeError(f"claim of {intent.scope}/{intent.key} lost 50 races in a row")  # pragma: no cover
+
+
+def _take_over(receipt: Receipt, intent: _Intent, now: datetime) -> Receipt | None:
+    """Start the next attempt on a lapsed receipt; fenced on the lapse too, because a
+    reconcile's question to a provider takes long enough for a live worker to renew."""
+    return _transition(
+        receipt,
+        now,
+        expect_status=Status.PROCESSING,
+        where=rules.LAPSED.q(now=now),
+        attempts=receipt.attempts + 1,
+        lease_expires_at=now + intent.lease,
+    )
+
+
+def _reconciled(intent: _Intent, held: ClaimResult) -> ClaimResult | None:
+    """Ask the operation's reconcile function about a held receipt: NOT_DONE lets this claim
+    take it over and run; a result completes it (None: the caller looks again and replays);
+    raising, or a result that cannot be stored, leaves it outcome-unknown (logged so)."""
+    receipt = held.receipt
+    unsettled = Unsettled(
+        scope=receipt.scope, key=receipt.key, operation=receipt.operation, request=receipt.request,
+        attempts=receipt.attempts, downstream_key=downstream_key(receipt.scope, receipt.key, receipt.created_at),
+        lease_expired_at=receipt.lease_expires_at,
+    )
+    try:
+        answer = reconciler(intent.policy)(unsettled)
+        stored = None if answer is NOT_DONE else _stored_result(answer)
+    except Exception as exc:  # the provider's error, whatever its class: the outcome stays unknown
+        log.warning("reconcile of %s/%s raised; it stays outcome-unknown", receipt.scope, receipt.key, exc_info=True)
+        with transaction.atomic():
+            Attempt.record(receipt, outcome=Outcome.OUTCOME_UNKNOWN, fingerprint=intent.fp,
+                           detail=f"reconcile raised {type(exc).__name__}: {exc}"[:2000], created_at=timezone.now())
+        return held
+    now = timezone.now()
+    with transaction.atomic():
+        if stored is None:
+            won = _take_over(receipt, intent, now)
+            if not won:
+                return None
+            result = ClaimResult(Outcome.LEASE_TAKEOVER, won, token=won.fencing_token)
+            _record(result, None, intent.fp)
+            return result
+        _resolve(receipt, stored, now, actor="", detail="reconciled: the provider has the effect")
+    return None
+
+
+def _stored_result(result: Any) -> dict[str, Any]:
+    """The receipt's response fields for a result: a Django response as the decorator stores
+    one, anything else as JSON (InvalidResult when it is not JSON-serialisable)."""
+    if isinstance(result, HttpResponseBase):
+        return {"response_status": result.status_code, "response_content_type": result.get("Content-Type", ""),
+                "response_body": responses.encode(result.content, responses.kept_headers(result))}
+    try:
+        body = json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidResult(f"The result cannot be stored as JSON: {exc}") from None
+    return {"response_status": 200, "response_content_type": "application/json", "response_body": body}
+
+
+def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: str, detail: str) -> bool:
+    """Complete a held receipt with `stored` (_stored_result), fenced like a takeover: only
+    while it is still the processing receipt, lapsed, that was read. Bumps the token, so the
+    lapsed attempt, should it come back, can no longer write. False if it changed."""
+    won = compare_and_set(
+        Receipt.objects.filter(rules.LAPSED.q(now=now), pk=receipt.pk), "fencing_token", receipt.fencing_token,
+        Status.PROCESSING, status=Status.COMPLETED, lease_expires_at=None, completed_at=now,
+        fencing_token=F("fencing_token") + 1, updated_at=now, **stored,
+    )
+    if won:
+        Attempt.record(receipt, outcome=Outcome.COMPLETED, fencing_token=receipt.fencing_token + 1, detail=detail,
+                       actor=actor, created_at=now)
+        path().notify(receipt.scope, receipt.key)
+    return won
 
 
 def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
@@ -296,10 +416,12 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
     }
 
 
-def _transition(receipt: Receipt, now: datetime, *, expect_status: str, **changes: Any) -> Receipt | None:
-    """Compare-and-set on (id, fencing token, status); bumps the token. None if we lost."""
+def _transition(
+    receipt: Receipt, now: datetime, *, expect_status: str, where: Q | None = None, **changes: Any
+) -> Receipt | None:
+    """Compare-and-set on (id, fencing token, status, and `where`); bumps the token. None if we lost."""
     won = compare_and_set(
-        Receipt.objects.filter(pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
+        Receipt.objects.filter(where or Q(), pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
         fencing_token=F("fencing_token") + 1, updated_at=now, **changes,
     )
     if not won:
@@ -420,6 +542,7 @@ def release(
     actor: str = "",
     reason: str = "",
     user: Any = None,
+    audit_action: str = "receipt.release",
 ) -> Receipt:
     """Give the key back so that the caller's next attempt runs.
 
@@ -432,6 +555,7 @@ def release(
     """
     now = timezone.now()
     status_before = receipt.status
+    shown_before = receipt.shown_status  # what the operator saw: "outcome-unknown" for a held receipt
     if status_before == Status.COMPLETED:
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
@@ -464,7 +588,7 @@ def release(
             created_at=now,
         )
         if actor:
-            audit_log.record(actor, "receipt.release", receipt, status_before, RELEASED, reason, user=user)
+            audit_log.record(actor, audit_action, receipt, shown_before, RELEASED, reason, user=user)
         path().notify(receipt.scope, receipt.key)
     receipt.refresh_from_db()
     return receipt
@@ -475,3 +599,34 @@ def release(
 # row that a caller retried or an operator released in the meantime is skipped rather than
 # overwritten. Processing and completed rows in the queryset are left alone.
 release_many = bulk.many(release, Q(status=Status.FAILED, released_at=None), refused=(StaleToken, NotReleasable))
+
+
+# --- An operator's repair of an outcome-unknown receipt (after_crash "hold") ----------------
+
+
+def mark_completed(receipt: Receipt, *, result: str, actor: str, reason: str = "", user: Any = None) -> Receipt:
+    """The operator knows the held attempt had its effect (they looked at the provider):
+    store `result` (JSON text) as its result, so that the caller's next attempt replays it.
+    Audited; refused unless the receipt is outcome-unknown."""
+    try:
+        stored = _stored_result(json.loads(result))
+    except ValueError as exc:
+        raise InvalidResult(f"The result is not JSON: {exc}") from None
+    if not receipt.outcome_unknown:
+        raise NotHeld("Only an outcome-unknown receipt is marked completed by hand.")
+    status_before = receipt.shown_status
+    now = timezone.now()
+    with transaction.atomic():
+        if not _resolve(receipt, stored, now, actor=actor, detail=reason or "marked completed by an operator"):
+            raise StaleToken(f"{receipt.key!r} changed before it could be marked completed")
+        audit_log.record(actor, "receipt.mark_completed", receipt, status_before, Status.COMPLETED, reason, user=user)
+    receipt.refresh_from_db()
+    return receipt
+
+
+def run_again(receipt: Receipt, *, actor: str, reason: str = "", user: Any = None) -> Receipt:
+    """The operator knows the held attempt had no effect: give the key back (a release) so
+    that the caller's next attempt runs. Audited; refused unless the receipt is outcome-unknown."""
+    if not receipt.outcome_unknown:
+        raise NotHeld("Only an outcome-unknown receipt is run again by hand; release any other.")
+    return release(receipt, actor=actor, reason=reason, user=user, audit_action="receipt.run_again")

@@ -25,8 +25,8 @@ from idemdash.core.discovery import declared_by_apps
 
 @dataclass(frozen=True)
 class OperatorAction:
-    """One action on one unit: run(obj, *, actor, user, reason) raises one of `refused`
-    when the unit's state does not allow it."""
+    """One action on one unit: run(obj, *, actor, user, reason[, result]) raises one of
+    `refused` when the unit's state (or, a ValueError, the value given) does not allow it."""
 
     name: str  # e.g. "send_again": its verb, and in URLs and admin actions its name
     applies_to: tuple[str, ...]  # statuses it is offered for
@@ -39,6 +39,9 @@ class OperatorAction:
     danger: bool = False
     # A warning about this unit to show on the confirmation ("" for none), e.g. a live lease.
     caution: Callable[[Any], str] | None = None
+    # The label of a value the operator gives beside the reason (a result to store), passed
+    # to run() as `result`; "" when the action takes none.
+    input: str = ""
 
     @property
     def verb(self) -> str:

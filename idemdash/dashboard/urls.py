@@ -28,6 +28,8 @@ urlpatterns = [
     _bulk("receipts/bulk-release/", "receipts", "receipts_bulk"),
     path("receipts/<int:pk>/", receipts.receipt_detail, name="receipt"),
     _action("receipts/<int:pk>/release/", "receipt", "release"),
+    _action("receipts/<int:pk>/mark-completed/", "receipt", "mark_completed"),
+    _action("receipts/<int:pk>/run-again/", "receipt", "run_again"),
     # Webhook events and rejected deliveries
     path("events/", events.events, name="events"),
     _bulk("events/bulk-reprocess/", "events", "events_bulk"),

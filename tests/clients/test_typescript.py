@@ -182,7 +182,7 @@ def test_its_keys_match_pythons_and_every_problem_type_has_its_error_class(built
 
 def test_the_client_and_the_seed_workflow_against_a_live_server(built, live_server, transactional_db, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so lapses take a second, not 15
-    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
+    settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}, "mail.held.*": {"after_crash": "hold"}}
     _, token = create_token("typescript")
     # A tool call the Python client runs first: the TypeScript side must replay it, not run it.
     arguments = {"limit": 5, "q": "lyon"}

@@ -16,6 +16,7 @@ import pytest
 from django.db import connections
 
 from idemdash.core.clients import create_token
+from receipts.downstream import downstream_key
 from receipts.outbox import drain
 from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_event
 from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)
@@ -262,3 +263,40 @@ def test_a_viewer_sees_the_same_pages_without_the_actions(broken, browser, live_
     assert "Only operators can release failed receipts." in page.inner_text("#bulk")
     assert page.locator("form.confirm-form").count() == 0
     page.screenshot(path=SHOTS / "repair-viewer-bulk.png")
+
+
+@pytest.fixture
+def held(settings, operator):
+    """Two receipts of an operation that holds crashed attempts, each lapsed without settling."""
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    return {"sent": stuck("mail-held-1", operation="email.send"), "unsent": stuck("mail-held-2", operation="email.send")}
+
+
+def test_an_operator_resolves_held_receipts_from_the_stuck_board_and_the_receipt_page(held, otto_page, live_server):
+    page = otto_page
+    page.goto(live_server.url + "/stuck/")
+    board = page.inner_text("#stuck-receipts ~ .table-scroll")
+    assert board.count("outcome unknown") == 2 and "Release…" not in board
+    page.screenshot(path=SHOTS / "repair-held-stuck.png")
+
+    # Mark completed from the board, with the result the provider shows: back with the outcome.
+    page.click("tr:has-text('mail-held-1') >> text=Mark completed…")
+    page.wait_for_selector(".confirm textarea[name=result]")
+    summary = page.inner_text("main")
+    assert "Outcome unknown — held" in summary and "after a crash: hold" in summary
+    assert page.inner_text("[data-role=downstream-key]") == downstream_key(SCOPE, "mail-held-1", held["sent"].created_at)
+    page.fill(".confirm textarea[name=result]", '{"sent": true, "provider_id": "msg_81"}')
+    board = _confirm(page, "repair-held-mark-completed.png", ".confirm input[name=reason]", "found at the provider",
+                     "text=Confirm mark completed", lambda: page.wait_for_url("**/stuck/"), "main")
+    assert "Marked mail-held-1 completed: later attempts replay the result." in board
+    held["sent"].refresh_from_db()
+    assert held["sent"].status == "completed" and held["sent"].response_body == '{"sent":true,"provider_id":"msg_81"}'
+
+    # Run the other one again from its own page, in place.
+    page.click("text=mail-held-2")
+    page.wait_for_url(f"**/receipts/{held['unsent'].pk}/")
+    act_in_place(page, "#receipt-actions >> text=Run again…", "nothing at the provider", "Confirm run again",
+                 '#receipt-state [data-status="released"]', warns="it will happen twice", shot="repair-held-run-again.png")
+    assert page.evaluate("window.__stayed") is True
+    assert "receipt.run_again" in page.inner_text("#receipt-audit")
+    page.screenshot(path=SHOTS / "repair-held-run-again-done.png", full_page=True)

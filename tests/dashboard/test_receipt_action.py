@@ -122,3 +122,63 @@ def test_after_acting_it_returns_to_a_safe_next_page_only(operator_client):
     assert operator_client.post(f"/receipts/{a.pk}/release/", {"next": "/stuck/"})["Location"] == "/stuck/"
     response = operator_client.post(f"/receipts/{b.pk}/release/", {"next": "https://evil.example/"})
     assert response["Location"] == f"/receipts/{b.pk}/"
+
+
+@pytest.fixture
+def held_operation(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+
+
+def test_a_held_receipt_offers_mark_completed_and_run_again_instead_of_release(operator_client, held_operation):
+    r = stuck("h1", "email.send")
+    html = operator_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert 'data-status="outcome-unknown"' in html and "Outcome unknown — held" in html
+    assert f'href="/receipts/{r.pk}/mark-completed/"' in html and f'href="/receipts/{r.pk}/run-again/"' in html
+    assert f'href="/receipts/{r.pk}/release/"' not in html
+    board = operator_client.get("/stuck/").content.decode()
+    assert f"/receipts/{r.pk}/mark-completed/?next=" in board and f"/receipts/{r.pk}/run-again/?next=" in board
+    confirm = operator_client.get(f"/receipts/{r.pk}/mark-completed/").content.decode()
+    assert 'name="result"' in confirm and "csrfmiddlewaretoken" in confirm
+
+
+def test_marking_a_held_receipt_completed_stores_the_result_replays_it_and_is_audited(
+    operator_client, operator, held_operation
+):
+    r = stuck("h1", "email.send")
+    response = operator_client.post(f"/receipts/{r.pk}/mark-completed/", {"reason": "seen at the provider",
+                                                                         "result": '{"sent": true}'})
+    assert response.status_code == 302
+    r.refresh_from_db()
+    assert (r.status, r.response_body, r.response_content_type) == ("completed", '{"sent":true}', "application/json")
+    assert_audited(operator, "receipt.mark_completed", r, "outcome-unknown", "completed", "seen at the provider")
+    assert Attempt.objects.filter(receipt=r, outcome="completed", actor="otto").exists()
+    assert store.claim(SCOPE, "h1", "email.send", {"key": "h1"}).outcome == "replayed"
+
+
+def test_a_result_that_is_not_json_is_refused_with_a_400_and_changes_nothing(operator_client, held_operation):
+    r = stuck("h1", "email.send")
+    response = operator_client.post(f"/receipts/{r.pk}/mark-completed/", {"result": "{sent"}, headers={"HX-Request": "true"})
+    assert response.status_code == 400 and "The result is not JSON" in response.content.decode()
+    assert Receipt.objects.get(pk=r.pk).outcome_unknown and not AuditEntry.objects.exists()
+
+
+def test_running_a_held_receipt_again_lets_the_next_attempt_run_and_is_audited(operator_client, operator, held_operation):
+    r = stuck("h1", "email.send")
+    post_action(operator_client, f"/receipts/{r.pk}/", "run-again", "nothing at the provider")
+    assert_audited(operator, "receipt.run_again", r, "outcome-unknown", "released", "nothing at the provider")
+    assert store.claim(SCOPE, "h1", "email.send", {"key": "h1"}).outcome == "retried_after_failure"
+
+
+def test_the_repairs_are_refused_for_a_receipt_that_is_not_held(operator_client, settings):
+    r = stuck("h1", "email.send")  # after_crash "rerun": the next claim takes it over
+    for action in ("mark-completed", "run-again"):
+        response = operator_client.post(f"/receipts/{r.pk}/{action}/", {"result": "{}"}, headers={"HX-Request": "true"})
+        assert response.status_code == 409
+    assert Receipt.objects.get(pk=r.pk).status == "processing" and not AuditEntry.objects.exists()
+
+
+def test_viewers_cannot_repair_a_held_receipt(viewer_client, held_operation):
+    r = stuck("h1", "email.send")
+    for action in ("mark-completed", "run-again"):
+        assert viewer_client.post(f"/receipts/{r.pk}/{action}/", {"result": "{}"}).status_code == 403
+    assert Receipt.objects.get(pk=r.pk).outcome_unknown

@@ -461,7 +461,7 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
         "expires_at": receipt.expires_at.isoformat(),
         "permanent": False,
         "policy": {
-            "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry",
+            "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry", "after_crash": "rerun",
             "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
         },
     }
@@ -474,7 +474,7 @@ def test_a_claim_and_a_lookup_say_which_policy_the_receipt_got(api, client, toke
     assert claimed["expires_at"] == receipt.expires_at.isoformat()
     assert receipt.expires_at - receipt.created_at == timedelta(days=7)
     expected = {
-        "ttl_seconds": 7 * 86400, "lease_seconds": 30, "financial": True, "on_failure": "burn",
+        "ttl_seconds": 7 * 86400, "lease_seconds": 30, "financial": True, "on_failure": "burn", "after_crash": "rerun",
         "matched": {"RECEIPTS_OPERATIONS": "payments.*", "RECEIPTS_FINANCIAL_OPERATIONS": "payments.*"},
     }
     assert claimed["policy"] == expected
@@ -508,3 +508,20 @@ def test_a_lookup_without_a_valid_key_is_400(client, token, params):
 
 def test_a_lookup_needs_a_token(client):
     assert client.get(BASE, {"key": "job-1"}).status_code == 401
+
+
+def test_a_claim_whose_last_attempt_lapsed_under_hold_is_409_outcome_unknown_until_resolved(api, settings):
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = api("claim", claim_body(lease_seconds=15)).json()
+        traveller.shift(timedelta(seconds=16))
+        response = api("claim", claim_body())
+        assert response.status_code == 409 and kind(response) == "outcome-unknown"
+        assert "Retry-After" not in response
+        # The lapsed attempt itself may still settle: its outcome is then known.
+        assert api("complete", {"key": "job-1", "token": first["token"], "response": {"sent": 1}}).status_code == 200
+        replay = api("claim", claim_body())
+        assert replay.status_code == 200 and replay.json()["response"] == {"sent": 1}
+    assert list(Attempt.objects.values_list("outcome", flat=True).order_by("id")) == [
+        "claimed", "outcome_unknown", "completed", "replayed",
+    ]

@@ -210,3 +210,27 @@ def test_atomic_requests_is_refused_on_mysql_only(monkeypatch, engine, atomic, r
     monkeypatch.setitem(settings.DATABASES["default"], "ATOMIC_REQUESTS", atomic)
     errors = mysql_atomic_requests()
     assert [e.id for e in errors] == (["receipts.E004"] if refused else [])
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ({"after_crash": "later"}, "must be 'rerun' or 'hold'"),
+    ({"on_failure": "explode"}, "must be 'retry' or 'burn'"),
+    ({"after_crash": "hold", "reconcile": "tests.receipts.no_such_module.reconcile"}, "reconcile"),
+    ({"after_crash": "hold", "reconcile": "receipts.store.NOT_DONE"}, "not a function"),
+])
+@pytest.mark.django_db
+def test_manage_py_check_refuses_an_operation_policy_it_cannot_apply(settings, rule, message):
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"lease_seconds": 60}, "x.*": rule}
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    with pytest.raises(SystemCheckError, match=r"receipts\.E006") as caught:
+        call_command("check")
+    assert message in str(caught.value) and "RECEIPTS_OPERATIONS['x.*']" in str(caught.value)
+
+
+def test_manage_py_check_accepts_a_held_operation_with_its_reconcile(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.*": {"after_crash": "hold", "reconcile": "tests.receipts.test_store.reconcile_found"}}
+    from receipts.checks import operation_policies
+
+    assert operation_policies() == []

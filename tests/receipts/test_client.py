@@ -4,10 +4,12 @@ import subprocess
 import threading
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from receipts import store
 from idemdash.core.clients import create_token
@@ -17,6 +19,7 @@ from receipts.client import (
     InProgress,
     KeyMismatch,
     LeaseLost,
+    OutcomeUnknown,
     PreviousFailure,
     make_key,
     tool_call_key,
@@ -353,3 +356,14 @@ def test_the_agent_workflow_resumes_after_a_crash_without_repeating_finished_ste
         "lead.enrich": 1,
         "email.send": 2,
     }
+
+
+def test_a_held_key_raises_outcome_unknown_and_runs_nothing(idem, settings):
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    idem.claim("held", "email.send", {"to": "a"}, lease_seconds=15)
+    Receipt.objects.filter(key="held").update(lease_expires_at=timezone.now() - timedelta(seconds=1))  # the worker died
+    ran = []
+    with pytest.raises(OutcomeUnknown) as caught:
+        idem.run_once("held", "email.send", ran.append, 1, request={"to": "a"})
+    assert caught.value.status == 409 and caught.value.type == "urn:idemdash:problem:outcome-unknown"
+    assert ran == []

@@ -45,7 +45,7 @@ def test_an_exact_name_wins_over_an_earlier_pattern(settings):
     policy = policy_for("report.build")
     assert policy.rule == "report.build"
     assert policy.as_dict() == {
-        "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn",
+        "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn", "after_crash": "rerun",
         "matched": {"RECEIPTS_OPERATIONS": "report.build", "RECEIPTS_FINANCIAL_OPERATIONS": None},
     }
     assert policy_for("report.send").ttl == timedelta(seconds=60)
@@ -91,4 +91,21 @@ def test_a_rule_without_a_ttl_makes_the_operation_permanent(settings):
 def test_a_ttl_that_is_not_a_positive_number_of_seconds_names_the_setting(settings, ttl):
     settings.RECEIPTS_OPERATIONS = {"x.*": {"ttl_seconds": ttl}}
     with pytest.raises(ImproperlyConfigured, match=r"RECEIPTS_OPERATIONS\['x\.\*'\]\['ttl_seconds'\]"):
+        policy_for("x.y")
+
+
+def test_after_crash_defaults_to_rerun_and_may_hold(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.*": {"after_crash": "hold"}}
+    assert policy_for("email.send").after_crash == "hold"
+    assert policy_for("sms.send").after_crash == "rerun"
+    assert policy_for("email.send").as_dict()["after_crash"] == "hold"
+
+
+@pytest.mark.parametrize("rule", [
+    {"after_crash": "retry"},
+    {"after_crash": "rerun", "reconcile": "tests.receipts.test_store.reconcile_found"},
+])
+def test_a_bad_after_crash_policy_names_the_setting(settings, rule):
+    settings.RECEIPTS_OPERATIONS = {"x.*": rule}
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPTS_OPERATIONS\['x\.\*'\]"):
         policy_for("x.y")

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from asgiref.sync import async_to_sync
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
 import receipts
 from idemdash.core.clients import create_token
@@ -113,6 +115,18 @@ def test_a_key_reused_for_another_request_raises_key_mismatch_with_the_apis_prob
         receipts.run_once("lead:1", "email.send", lambda: "ok", request={"lead": 2})
     assert mismatch.value.status == 422
     assert mismatch.value.type == "urn:idemdash:problem:idempotency-key-reused"
+
+
+@pytest.mark.django_db
+def test_a_key_whose_last_attempt_lapsed_under_hold_raises_outcome_unknown_and_runs_nothing(settings):
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    store.claim("inprocess", "held", "email.send", None)  # a worker that then died
+    Receipt.objects.filter(key="held").update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    runs = []
+    with pytest.raises(receipts.OutcomeUnknown) as unknown:
+        receipts.run_once("held", "email.send", runs.append, 1)
+    assert runs == [] and unknown.value.status == 409
+    assert unknown.value.type == "urn:idemdash:problem:outcome-unknown"
 
 
 @pytest.mark.django_db

@@ -109,6 +109,8 @@ def test_both_paths_claim_and_settle_alike(monkeypatch, status, retryable, marke
     now = timezone.now()
     live = agree(rules.LIVE, sample, now=now)
     assert agree(rules.EXPIRED, sample, now=now) == (not live) == (expiry == "expired")
+    lapsed = agree(rules.LAPSED, sample, now=timezone.now())
+    assert lapsed == (status == "processing" and lease == "lease-ended")
 
     claims, settled = [], []
     for path in paths():
@@ -141,3 +143,26 @@ def test_both_paths_claim_and_settle_alike(monkeypatch, status, retryable, marke
         assert outcome != "replayed"
         if outcome in store.OWNING_OUTCOMES:
             assert unmarked_after
+
+
+HELD = list(itertools.product(["processing", "completed", "failed"], ["unmarked", "released"], ["lease-live", "lease-ended"]))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("status", "marker", "lease"), HELD, ids=["-".join(c) for c in HELD])
+def test_both_paths_hold_a_lapsed_receipt_alike(monkeypatch, settings, status, marker, lease):
+    """Under after_crash "hold", neither path takes a lapsed receipt over: PostgreSQL's
+    statement hands it to the store, which answers outcome_unknown, as the ORM path does."""
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    claims = []
+    for path in paths():
+        monkeypatch.setattr(store, "path", lambda alias="default", path=path: path)
+        key = f"held-{path.__name__}"
+        make(key, status, "retryable", marker, "live", lease)
+        result = store.claim(SCOPE, key, "email.send", fingerprint=FINGERPRINT)
+        claims.append((result.outcome, result.token, state(key)))
+    assert all(claim == claims[0] for claim in claims), claims
+    held = status == "processing" and lease == "lease-ended"
+    assert (claims[0][0] == "outcome_unknown") == held
+    if held:
+        assert claims[0][1] is None and claims[0][2][2] == 5  # nobody took it over: the token is unchanged

@@ -258,3 +258,111 @@ def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost
 def test_a_renewal_of_an_unknown_key_is_refused():
     with pytest.raises(store.StaleToken):
         store.renew(SCOPE, "nobody", 1)
+
+
+# --- after_crash "hold": outcome unknown instead of a blind re-run ----------------------------
+
+ASKED: list[store.Unsettled] = []
+
+
+def reconcile_raises(unsettled: store.Unsettled):
+    ASKED.append(unsettled)
+    raise ConnectionError("provider unreachable")
+
+
+def reconcile_unstorable(unsettled: store.Unsettled):
+    return {"at": object()}
+
+
+def reconcile_found(unsettled: store.Unsettled):
+    ASKED.append(unsettled)
+    return {"sent_as": unsettled.downstream_key}
+
+
+def _held(settings, reconcile: str | None = None) -> None:
+    rule = {"after_crash": "hold", **({"reconcile": f"{__name__}.{reconcile}"} if reconcile else {})}
+    settings.RECEIPTS_OPERATIONS = {"email.send": rule}
+
+
+def _lapse(key: str) -> None:
+    Receipt.objects.filter(key=key).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def test_under_hold_a_lapsed_attempt_is_answered_outcome_unknown_and_nobody_takes_it_over(settings):
+    _held(settings)
+    first = store.claim(SCOPE, "h1", "email.send", {})
+    assert store.claim(SCOPE, "h1", "email.send", {}).outcome == "in_progress"  # its lease runs
+    _lapse("h1")
+    held = store.claim(SCOPE, "h1", "email.send", {}, wait_seconds=0.2)
+    assert held.outcome == "outcome_unknown" and not held.owned and held.token is None
+    r = Receipt.objects.get(key="h1")
+    assert (r.status, r.fencing_token, r.attempts, r.shown_status) == ("processing", first.token, 1, "outcome-unknown")
+    assert outcomes("h1") == ["claimed", "in_progress", "outcome_unknown"]
+
+
+def test_the_default_after_crash_still_takes_a_lapsed_lease_over():
+    store.claim(SCOPE, "h2", "email.send", {})
+    _lapse("h2")
+    assert store.claim(SCOPE, "h2", "email.send", {}).outcome == "lease_takeover"
+    assert not Receipt.objects.get(key="h2").outcome_unknown
+
+
+def test_a_reconcile_that_raises_leaves_the_receipt_outcome_unknown_never_completed(settings):
+    _held(settings, "reconcile_raises")
+    ASKED.clear()
+    claimed = store.claim(SCOPE, "h3", "email.send", {"to": "a"})
+    _lapse("h3")
+    assert store.claim(SCOPE, "h3", "email.send", {"to": "a"}).outcome == "outcome_unknown"
+    r = Receipt.objects.get(key="h3")
+    assert r.status == "processing" and r.fencing_token == claimed.token and r.outcome_unknown
+    assert Attempt.objects.filter(key="h3", outcome="outcome_unknown").get().detail == (
+        "reconcile raised ConnectionError: provider unreachable"
+    )
+    assert [(u.key, u.operation, u.request, u.attempts) for u in ASKED] == [("h3", "email.send", {"to": "a"}, 1)]
+
+
+def test_a_reconcile_result_that_cannot_be_stored_leaves_the_receipt_outcome_unknown(settings):
+    _held(settings, "reconcile_unstorable")
+    store.claim(SCOPE, "h4", "email.send", {})
+    _lapse("h4")
+    assert store.claim(SCOPE, "h4", "email.send", {}).outcome == "outcome_unknown"
+    assert "cannot be stored as JSON" in Attempt.objects.get(key="h4", outcome="outcome_unknown").detail
+    assert Receipt.objects.get(key="h4").status == "processing"
+
+
+def test_reconcile_is_asked_by_the_downstream_key_and_its_result_is_replayed(settings):
+    from receipts.downstream import downstream_key
+
+    _held(settings, "reconcile_found")
+    ASKED.clear()
+    store.claim(SCOPE, "h5", "email.send", {})
+    _lapse("h5")
+    replay = store.claim(SCOPE, "h5", "email.send", {})
+    r = Receipt.objects.get(key="h5")
+    sent_as = downstream_key(SCOPE, "h5", r.created_at)
+    assert ASKED[0].downstream_key == sent_as
+    assert replay.outcome == "replayed" and r.status == "completed"
+    assert (r.response_status, r.response_content_type, r.response_body) == (200, "application/json", f'{{"sent_as":"{sent_as}"}}')
+    assert outcomes("h5") == ["claimed", "completed", "replayed"]
+    assert Attempt.objects.get(key="h5", outcome="completed").detail == "reconciled: the provider has the effect"
+
+
+def test_the_lapsed_attempt_that_settles_late_resolves_it(settings):
+    _held(settings)
+    first = store.claim(SCOPE, "h6", "email.send", {})
+    _lapse("h6")
+    assert store.claim(SCOPE, "h6", "email.send", {}).outcome == "outcome_unknown"
+    store.complete(SCOPE, "h6", first.token, body="late but done")
+    assert store.claim(SCOPE, "h6", "email.send", {}).outcome == "replayed"
+
+
+def test_an_operator_repair_of_a_receipt_that_is_not_held_is_refused(settings):
+    _held(settings)
+    store.claim(SCOPE, "h7", "email.send", {})  # its lease still runs: not held
+    r = Receipt.objects.get(key="h7")
+    with pytest.raises(store.NotHeld):
+        store.mark_completed(r, result="{}", actor="otto")
+    with pytest.raises(store.NotHeld):
+        store.run_again(r, actor="otto")
+    with pytest.raises(store.InvalidResult):
+        store.mark_completed(r, result="not json", actor="otto")

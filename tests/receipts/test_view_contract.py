@@ -140,3 +140,15 @@ def test_a_takeover_during_the_view_rolls_back_its_writes_and_answers_409_lease_
     # The view's row is gone with its transaction (and, on this one connection, the takeover).
     assert rows("k-1") == 0
     assert Attempt.objects.get(outcome="stale_token").fencing_token == 1
+
+
+def test_under_hold_a_lapsed_attempt_is_409_outcome_unknown_and_the_view_does_not_run_again(view, settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"after_crash": "hold"}}
+    send(view, key="probe")  # the fingerprint this view's request gets
+    fingerprint = Receipt.objects.get(key="probe").fingerprint
+    store.claim("anonymous", "k-1", "payment.capture", fingerprint=fingerprint)  # a worker that then died
+    with time_machine.travel(timezone.now() + timedelta(seconds=31), tick=False):
+        response = send(view)
+    assert response.status_code == 409 and problem_type(response) == "outcome-unknown"
+    assert "Retry-After" not in response and "Idempotent-Replayed" not in response
+    assert rows("k-1") == 0 and Receipt.objects.get(key="k-1").status == "processing"

@@ -61,6 +61,10 @@ export class NotFound extends ApiError { override name = "NotFound"; }
 export class MethodNotAllowed extends ApiError { override name = "MethodNotAllowed"; }
 /** Another attempt holds the lease on this key; `retryAfter` says when to ask again. */
 export class InProgress extends ApiError { override name = "InProgress"; }
+/** The key's last attempt stopped before it settled and may have had its effect; its
+ * operation holds such keys (`after_crash: "hold"`) until the operation's reconcile function
+ * or an operator resolves them. Retrying does not help until then: do not retry it blindly. */
+export class OutcomeUnknown extends ApiError { override name = "OutcomeUnknown"; }
 /** A decorated view outlived its lease and another attempt took over. */
 export class ViewLeaseLost extends ApiError { override name = "ViewLeaseLost"; }
 /** Our fencing token no longer owns the receipt (the lease was taken over, an operator
@@ -104,6 +108,7 @@ export const PROBLEM_ERRORS: Readonly<Record<string, ApiErrorClass>> = Object.fr
   "not-found": NotFound,
   "method-not-allowed": MethodNotAllowed,
   "request-in-progress": InProgress,
+  "outcome-unknown": OutcomeUnknown,
   "lease-lost": ViewLeaseLost,
   "stale-token": LeaseLost,
   "length-required": LengthRequired,

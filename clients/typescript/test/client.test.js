@@ -1,6 +1,6 @@
 // IdempotencyClient against a live idemdash server: tests/clients/test_typescript.py starts
 // one (RECEIPTS_MIN_LEASE_SECONDS=1 so leases can lapse quickly, "ledger.*" burning keys on
-// failure) and passes IDEMDASH_URL and IDEMDASH_TOKEN. Without them these tests are skipped.
+// failure, "mail.held.*" holding crashed attempts: after_crash "hold") and passes IDEMDASH_URL and IDEMDASH_TOKEN. Without them these tests are skipped.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,6 +15,7 @@ import {
   KeyMismatch,
   LeaseLost,
   NotFound,
+  OutcomeUnknown,
   PreviousFailure,
   ReceiptNotFound,
   Unauthorized,
@@ -123,6 +124,22 @@ test("runOnce waits out a lease that lapses and takes the key over", live, async
   await idem.claim(key, "email.send", null, { leaseSeconds: 1 }); // a worker that then died
   assert.equal(await idem.runOnce(key, "email.send", () => "mine"), "mine");
   assert.equal((await idem.get(key)).attempts, 2);
+});
+
+test("under after_crash hold a lapsed attempt throws OutcomeUnknown and fn never runs", live, async () => {
+  const idem = client();
+  const key = fresh("held");
+  await idem.claim(key, "mail.held.send", null, { leaseSeconds: 1 }); // a worker that died after its effect
+  await sleep(1200);
+  let ran = 0;
+  await assert.rejects(idem.runOnce(key, "mail.held.send", () => ++ran), (error) => {
+    assert.ok(error instanceof OutcomeUnknown && error instanceof ApiError);
+    assert.equal(error.status, 409);
+    assert.equal(error.type, "urn:idemdash:problem:outcome-unknown");
+    return true;
+  });
+  assert.equal(ran, 0);
+  assert.equal((await idem.get(key)).status, "processing");
 });
 
 test("another request under a key throws KeyMismatch (422)", live, async () => {

@@ -66,12 +66,13 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
 
     status = 200
     reason = request.POST.get("reason", "").strip()[:500] or f"{spec.verb.lower()} from the dashboard"
+    given = {"result": request.POST.get("result", "")} if spec.input else {}
     try:
-        spec.run(obj, actor=request.user.get_username(), user=request.user, reason=reason)
+        spec.run(obj, actor=request.user.get_username(), user=request.user, reason=reason, **given)
     except spec.refused as exc:
         obj.refresh_from_db()
         messages.error(request, f"Not done: {exc} It is {shown_status(obj)} now.")
-        status = 409
+        status = 400 if isinstance(exc, ValueError) else 409  # the value given, or the unit's state
     else:
         obj.refresh_from_db()
         messages.success(request, spec.done.format(verb=spec.verb, label=label, status=shown_status(obj)))

@@ -17,6 +17,7 @@ from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import ReceiptFilter
 from idemdash.dashboard.views.pages import filtered_list, latest
 from receipts.conf import policy_for
+from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
 
 Status = Receipt.Status
@@ -74,6 +75,7 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         "timeline_total": timeline_total,
         "mismatch_total": mismatch_total,
         "mismatches": mismatches,
+        "downstream_key": downstream_key(receipt.scope, receipt.key, receipt.created_at),
         "request_pretty": _pretty(receipt.request),
         "response_pretty": _pretty(receipt.response_body),
         "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
