@@ -26,15 +26,12 @@ from __future__ import annotations
 
 from receipts import client
 
-# Looked up by name at call time, so an error class added to receipts.client later (such
-# as OutcomeUnknown, for after_crash "hold") is refused from the moment it exists.
-NEVER_RETRIED = ("KeyMismatch", "PreviousFailure", "OutcomeUnknown")
+NEVER_RETRIED = (client.KeyMismatch, client.PreviousFailure, client.OutcomeUnknown)
 
 
 def retry_on(exc: BaseException) -> bool:
     """True when LangGraph should run the node again after `exc`."""
-    refused = tuple(cls for name in NEVER_RETRIED if isinstance(cls := getattr(client, name, None), type))
-    if isinstance(exc, refused):
+    if isinstance(exc, NEVER_RETRIED):
         return False
     if isinstance(exc, (client.InProgress, client.LeaseLost, TimeoutError)):
         return True
