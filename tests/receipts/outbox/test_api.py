@@ -131,7 +131,10 @@ def test_a_body_nested_as_deep_as_the_database_stores_is_taken(client, token):
     assert post(client, raw, token).status_code == 201
 
 
-@pytest.mark.parametrize("depth", [-1, 900])
+# 300, not 900: Python 3.11's JSON parser counts against the interpreter's recursion limit
+# (1000), and under pytest-xdist the view already runs some hundred frames deep, so 900 levels
+# were past the parser there (the next test's invalid-json) though not at the top level.
+@pytest.mark.parametrize("depth", [-1, 300])
 def test_a_body_nested_deeper_than_the_limit_is_400_and_writes_nothing(client, token, depth):
     raw = with_json(nested(depth if depth > 0 else json_depth_limit() + depth))
     assert nesting_depth(json.loads(raw)) > json_depth_limit()
