@@ -27,12 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _close_listener(django_db_setup, django_db_blocker):
-    """The receipts LISTEN connection must be closed before the test database is dropped."""
-    yield
-    from receipts import waiting
-
-    waiting.stop_listener()
+def _close_listener(_receipts_listener_closed):
+    """The receipts LISTEN connection must be closed before the test database is dropped:
+    the package's pytest plugin (receipts/pytest_plugin.py) does it, for every session here."""
 
 
 @pytest.fixture
