@@ -139,10 +139,10 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S12 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
     "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once",
-    "11 one commit per request",
+    "12 one commit per request",
 )
 
 
@@ -312,7 +312,7 @@ def one_commit(b: Bench) -> list[Figure]:
         two: lambda r: b.load(two, protected_insert(f"{prefix}-two-{r}")),
         one: lambda r: b.load(one, protected_insert(f"{prefix}-one-{r}", SINGLE_PATH)),
     }, b.sizes.rounds)
-    b.record(S11, fresh)
+    b.record(S12, fresh)
     keys = min(500, b.sizes.requests)
     for label, path in (("two", "/bench/insert/protected/"), ("one", SINGLE_PATH)):
         setup = b.load(f"{label}-commit replay setup", protected_insert(f"{prefix}-{label}-replay", path),
@@ -326,18 +326,18 @@ def one_commit(b: Bench) -> list[Figure]:
         one_replay: lambda r: b.load(one_replay, replay_insert(f"{prefix}-one-replay", keys, SINGLE_PATH),
                                      ok=_replayed),
     }, b.sizes.rounds)
-    b.details.setdefault("rounds", {})[f"{S11} (replay)"] = replays.summary()
+    b.details.setdefault("rounds", {})[f"{S12} (replay)"] = replays.summary()
     return [
-        Figure("onecommit.ratio", S11, "one commit / bare, fresh keys", fresh.ratio(one, bare), "x", ">=", 0.8),
-        Figure("onecommit.two_ratio", S11, "two commits / bare, fresh keys", fresh.ratio(two, bare), "x"),
-        Figure("onecommit.vs_two", S11, "one commit / two commits, fresh keys", fresh.ratio(one, two), "x"),
-        Figure("onecommit.replay_ratio", S11, "one-commit replay / bare", replays.ratio(one_replay, bare_again),
+        Figure("onecommit.ratio", S12, "one commit / bare, fresh keys", fresh.ratio(one, bare), "x", ">=", 0.8),
+        Figure("onecommit.two_ratio", S12, "two commits / bare, fresh keys", fresh.ratio(two, bare), "x"),
+        Figure("onecommit.vs_two", S12, "one commit / two commits, fresh keys", fresh.ratio(one, two), "x"),
+        Figure("onecommit.replay_ratio", S12, "one-commit replay / bare", replays.ratio(one_replay, bare_again),
                "x", ">=", 1.2),
-        Figure("onecommit.two_replay_ratio", S11, "two-commit replay / bare", replays.ratio(two_replay, bare_again),
+        Figure("onecommit.two_replay_ratio", S12, "two-commit replay / bare", replays.ratio(two_replay, bare_again),
                "x"),
-        *load_figures(S11, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
+        *load_figures(S12, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
                                    one: ("onecommit.one_", "one commit")}),
-        *b.cpu_figures(S11, fresh, "onecommit"),
+        *b.cpu_figures(S12, fresh, "onecommit"),
     ]
 
 
@@ -874,7 +874,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     try:
         warm_up(b)
         for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
-                                       (10, S10, inprocess_run_once), (11, S11, one_commit)):
+                                       (10, S10, inprocess_run_once), (12, S12, one_commit)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
