@@ -70,7 +70,7 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
         raise BadWindow(f"window must be one of {', '.join(WINDOWS)}; got {value!r}") from None
 
 
-# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") and the /metrics HELP lines come
+# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") comes
 # from here, so the definition lives in one place.
 RECEIPT_FIELDS: dict[str, str] = {
     "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
@@ -225,6 +225,15 @@ def stuck_messages(now: datetime | None = None):
     return stuck(OutboxMessage, OutboxMessage.Status.IN_FLIGHT, now or timezone.now())
 
 
+def outbox_backlog() -> dict[str, Any]:
+    """The messages waiting to be sent (pending or retry) right now: how many, and when the
+    oldest was enqueued (None: nothing waits)."""
+    Status = OutboxMessage.Status
+    return OutboxMessage.objects.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
+        pending=Count("*"), oldest=Min("created_at")
+    )
+
+
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
@@ -233,9 +242,7 @@ def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     # (`receipts.outbox.rollup`), as the delivery figures; the rest one query per figure, each
     # on its own index (as in webhook_stats).
     messages = OutboxMessage.objects
-    backlog = messages.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
-        pending=Count("*"), oldest=Min("created_at")
-    )
+    backlog = outbox_backlog()
     enqueued = sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now))
     sent = sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT))
     oldest = backlog["oldest"]
