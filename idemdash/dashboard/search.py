@@ -323,10 +323,12 @@ class Trace:
 
 
 def _latest(qs: QuerySet, order: str, cut: list[str], what: str) -> list[Any]:
+    """The latest TRACE_LIMIT rows, oldest first: rows of one instant keep the order they
+    were written in (a claim and its completion can share a timestamp)."""
     rows = list(qs.order_by(f"-{order}", "-id")[: TRACE_LIMIT + 1])
     if len(rows) > TRACE_LIMIT:
         cut.append(what)
-    return rows[:TRACE_LIMIT]
+    return rows[:TRACE_LIMIT][::-1]
 
 
 def trace(term: Term) -> Trace:
@@ -359,7 +361,7 @@ def trace(term: Term) -> Trace:
         entries.append(Entry(m.created_at, "message", m.key, url("message", m.pk), f"enqueued ({m.action})", "", "send"))
     for o in _latest(OutboxAttempt.objects.filter(message_id__in=list(messages)), "created_at", cut, "outbox attempts"):
         m = messages[o.message_id]
-        code = f"HTTP {o.status_code}" if o.status_code else ""
+        code = f"HTTP {o.status_code}" if o.status_code and f"HTTP {o.status_code}" not in o.error else ""
         entries.append(Entry(o.created_at, "message", m.key, url("message", m.pk),
                              f"send #{o.number}: {o.outcome}", " · ".join(filter(None, [code, o.error])), "send"))
     audited = {"receipts.receipt": ("receipt", receipts), "webhooks.webhookevent": ("event", events),
