@@ -16,8 +16,9 @@ matched: an operator searches for an id, not for text.
 On PostgreSQL each table has a GIN index over exactly those terms (the migration
 idemdash/dashboard/migrations/0008_search_search_indexes.py: `idemdash_search_terms`), so a
 search reads a few index pages at any size; every query runs under a time budget, past which
-the page says so instead of scanning on. SQLite reads each row's JSON with json_tree: correct,
-and slower with the size of the log. On MySQL/MariaDB only keys are searched, whole.
+the page says so instead of scanning on. SQLite reads each row's JSON with json_tree, and
+MySQL/MariaDB with JSON_SEARCH (string values; MariaDB's also integers, MySQL's not): correct,
+and slower with the size of the log.
 
 Each kind is found by one function of SOURCES, which returns Hits; `search` merges them by
 kind. Another way to find a unit (the references a handler attaches to what it works on)
@@ -188,6 +189,26 @@ def _sqlite_literal(text: str) -> str:
     return "char(%d)" % ord(text) if not text.isprintable() else "'" + text.replace("'", "''") + "'"
 
 
+def _mysql_clauses(table: str, spec: Searched, term: Term, params: list[Any]) -> list[str]:
+    """MySQL/MariaDB: keys whole or by part (REGEXP_REPLACE), string values by JSON_SEARCH,
+    whose LIKE wildcards are escaped (MariaDB's matches integers too, MySQL's does not)."""
+    clauses = []
+    for key in spec.keys:
+        column = f"`{table}`.`{key}`"
+        clauses.append(f"{column} = %s")
+        params.append(term.text)
+        if term.is_key_part:
+            clauses.append(f"LOCATE(%s, CONCAT(' ', REGEXP_REPLACE({column}, '[-:/.|#,;=[:space:]]+', ' '), ' ')) > 0")
+            params.append(f" {term.text} ")
+    pattern = term.text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    for name in (spec.doc, *([spec.body] if spec.body else [])):
+        column = f"`{table}`.`{name}`"
+        clauses.append(f"CASE WHEN JSON_VALID({column}) AND LEFT(TRIM({column}), 1) IN ('{{', '[') "
+                       f"THEN JSON_SEARCH({column}, 'one', %s, '!') IS NOT NULL ELSE 0 END")
+        params.append(pattern)
+    return clauses
+
+
 def matching(kind: str, term: Term) -> QuerySet:
     """The units of `kind` the term matches (unordered: the caller limits and orders)."""
     spec, model = SEARCHED[kind], KINDS[kind].model
@@ -201,16 +222,17 @@ def matching(kind: str, term: Term) -> QuerySet:
         if term.integer is not None:
             clauses.append(f"{terms} @> %s::jsonb")
             params.append(json.dumps([term.integer]))
-    else:
+    elif vendor == "sqlite":
         clauses = []
         for key in spec.keys:
             clauses.append(f'"{table}"."{key}" = %s')
             params.append(term.text)
-            if vendor == "sqlite" and term.is_key_part:
+            if term.is_key_part:
                 clauses.append(_sqlite_key_part(f'"{table}"."{key}"', params, term))
-        if vendor == "sqlite":
-            for column in (spec.doc, *([spec.body] if spec.body else [])):
-                clauses.append(_sqlite_json_has(f'"{table}"."{column}"', term, params))
+        for column in (spec.doc, *([spec.body] if spec.body else [])):
+            clauses.append(_sqlite_json_has(f'"{table}"."{column}"', term, params))
+    else:
+        clauses = _mysql_clauses(table, spec, term, params)
     condition = RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField())
     return model.objects.filter(condition)
 
