@@ -183,12 +183,13 @@ def test_a_trace_of_an_unknown_id_is_empty(order_world):
 def test_on_postgresql_each_kind_reads_its_gin_index(order_world, on_postgres):
     if not on_postgres:
         pytest.skip("the indexes are PostgreSQL's")
+    # Without enable_seqscan = off: the function's cost (the migration) makes the index the
+    # planner's choice even on a table this small, and under the search's LIMIT.
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a table this small is read whole otherwise
         for kind, index in (("receipt", "receipt_search"), ("event", "webhook_event_search"),
                             ("message", "outbox_message_search")):
             for text in (ORDER, "4507894"):
-                sql, params = search.matching(kind, search.Term(text)).query.sql_with_params()
+                sql, params = search.matching(kind, search.Term(text))[:search.LIMIT + 1].query.sql_with_params()
                 cursor.execute("EXPLAIN " + sql, params)
                 plan = "\n".join(row[0] for row in cursor.fetchall())
                 assert f"Bitmap Index Scan on {index}" in plan, plan

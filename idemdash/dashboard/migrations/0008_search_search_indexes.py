@@ -13,9 +13,15 @@ from django.db import migrations
 # stored response: text, searched when it is a JSON object or array (a body that only looks
 # like one is skipped, never an error: the function runs on every write of the row).
 # IMMUTABLE, as an index expression must be: the result depends on the arguments alone.
+# COST 10000 (a jsonpath walk of a whole payload, against the default 100): at the default,
+# a search's `LIMIT` made a sequential scan that stops at its 51st match look as cheap as
+# the index (the planner guesses ~1% of rows match), and once GIN's pending list grew the
+# sequential scan won; an id found nowhere then ran the function on every row (2 M events:
+# past the 2 s budget; `make bench` scenario 11 saw it). At this cost the index wins at
+# any table size.
 TERMS_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION idemdash_search_terms(keys text[], doc jsonb, body text)
-RETURNS jsonb LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE COST 10000 AS $$
 DECLARE
   terms jsonb := '[]';
   k text;
