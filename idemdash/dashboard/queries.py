@@ -9,6 +9,8 @@ Each figure family is one grouped query, never a query per figure or per bucket.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -436,20 +438,28 @@ def list_total(qs: Any, cap: int | None = None) -> Total:
     return Total(known, exact=False, estimate=estimate if estimate and estimate > known * 3 // 2 else None)
 
 
+@contextmanager
+def statement_budget(db: Any, ms: int) -> Iterator[None]:
+    """On PostgreSQL, each statement in the block is cancelled past `ms` milliseconds: the
+    block raises OperationalError (QueryCanceled) and its transaction (a savepoint inside
+    the caller's) is rolled back. Elsewhere the block runs unbounded."""
+    if db.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(using=db.alias):
+        with db.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(ms)}")
+        yield
+        with db.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = DEFAULT")
+
+
 def _bounded_count(qs: Any, cap: int) -> int | None:
     """COUNT(*) of at most cap + 1 rows; None if PostgreSQL could not finish it in the budget."""
     rows = qs.values("pk")[: cap + 1]
-    db = connections[qs.db]
-    if db.vendor != "postgresql":
-        return rows.count()
     try:
-        with transaction.atomic(using=qs.db):
-            with db.cursor() as cursor:
-                cursor.execute(f"SET LOCAL statement_timeout = {int(TOTAL_BUDGET_MS)}")
-            counted = rows.count()
-            with db.cursor() as cursor:
-                cursor.execute("SET LOCAL statement_timeout = DEFAULT")
-            return counted
+        with statement_budget(connections[qs.db], TOTAL_BUDGET_MS):
+            return rows.count()
     except OperationalError:  # QueryCanceled: the budget ran out
         return None
 

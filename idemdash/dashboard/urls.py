@@ -7,7 +7,7 @@ An action on one unit is `views.actions.object_action` with the registry's kind 
 
 from django.urls import URLPattern, path
 
-from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, receipts, stuck
+from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, receipts, search, stuck
 from idemdash.dashboard.views.actions import object_action
 
 
@@ -46,6 +46,8 @@ urlpatterns = [
     _action("outbox/<int:pk>/release/", "message", "release"),
     # What every kind shares
     path("audit/", audit.audit_log, name="audit"),
+    path("search/", search.search, name="search"),
+    path("trace/", search.trace, name="trace"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
 ]
