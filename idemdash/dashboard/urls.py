@@ -46,6 +46,8 @@ urlpatterns = [
     _action("outbox/<int:pk>/release/", "message", "release"),
     # What every kind shares
     path("audit/", audit.audit_log, name="audit"),
+    path("bulk/<int:pk>/", bulk.bulk_run, name="bulk_run"),
+    path("bulk/<int:pk>/cancel/", bulk.bulk_run_cancel, name="bulk_run_cancel"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
 ]

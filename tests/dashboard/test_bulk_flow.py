@@ -9,7 +9,7 @@ from django.test import Client
 
 from receipts.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
-from tests.dashboard.build import outbox_message, webhook_event
+from tests.dashboard.build import confirm_bulk, outbox_message, webhook_event
 from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.django_db
@@ -38,22 +38,22 @@ def test_the_event_preview_names_the_first_events_and_the_filter_by_label(operat
     assert ">evt_1</code>" in html and ">evt_2</code>" in html and ">evt_3</code>" not in html
 
 
-def test_confirming_reprocesses_exactly_the_previewed_events(operator_client, dead_rows):
-    response = operator_client.post("/events/bulk-reprocess/", {"type": "charge.failed", "status": "dead"})
-    html = response.content.decode()
-    assert response.status_code == 200 and "Reprocessed 2 dead events." in html
+def test_confirming_reprocesses_exactly_the_previewed_events_in_a_run(operator_client, dead_rows):
+    run, html = confirm_bulk(operator_client, "/events/bulk-reprocess/", {"type": "charge.failed", "status": "dead"})
+    assert run.title == "Reprocess 2 dead events" and run.status == "finished"
+    assert "Requeued 2 of 2" in html and 'data-over="false"' in html  # not processed yet: it keeps polling
     assert "type=charge.failed" in html  # back to the list with the same filter
     statuses = dict(WebhookEvent.objects.values_list("provider_event_id", "status"))
     assert statuses == {"evt_1": "received", "evt_2": "received", "evt_3": "dead", "evt_4": "completed"}
-    assert AuditEntry.objects.filter(action="webhook_event.reprocess", actor="otto").count() == 2
+    assert AuditEntry.objects.filter(action="webhook_event.reprocess", actor="otto", run=run).count() == 2
     audit_url = html.split('href="/audit/?')[1].split('"')[0].replace("&amp;", "&")
     assert len(re.findall(r'href="/events/\d+/"', operator_client.get("/audit/?" + audit_url).content.decode())) == 2
 
 
 def test_the_outbox_preview_and_confirm_touch_the_dead_messages_only(operator_client, dead_rows):
     assert 'data-count="1"' in operator_client.get("/outbox/bulk-send-again/?action=http.post").content.decode()
-    html = operator_client.post("/outbox/bulk-send-again/", {"action": "http.post"}).content.decode()
-    assert "Sent again 1 dead message." in html
+    run, html = confirm_bulk(operator_client, "/outbox/bulk-send-again/", {"action": "http.post"})
+    assert "Requeued 1 of 1" in html and "Send again 1 dead message" in html
     statuses = dict(OutboxMessage.objects.values_list("key", "status"))
     assert statuses == {"m1": "pending", "m2": "dead", "m3": "sent"}
     assert AuditEntry.objects.filter(action="outbox_message.send_again").count() == 1
