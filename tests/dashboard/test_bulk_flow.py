@@ -88,3 +88,69 @@ def test_anonymous_is_sent_to_log_in(client, url):
 def test_a_bad_filter_is_a_400(operator_client):
     assert operator_client.get("/events/bulk-reprocess/?since=yesterday").status_code == 400
     assert operator_client.get("/outbox/bulk-send-again/?since=yesterday").status_code == 400
+
+
+# --- a run's page and its cancellation -------------------------------------------------------
+
+from idemdash.core import bulk  # noqa: E402
+from idemdash.core.bulk import BulkRun  # noqa: E402
+
+
+@pytest.fixture
+def run(operator, dead_rows) -> BulkRun:
+    return bulk.start("message", OutboxMessage.objects.all(), actor="otto", user=operator)
+
+
+def test_a_queued_runs_summary_polls_itself_and_offers_cancel_to_operators(operator_client, run):
+    html = operator_client.get(f"/bulk/{run.pk}/").content.decode()
+    assert 'data-status="queued"' in html and 'hx-trigger="every 2s"' in html
+    assert "Requeued 0 of 2</strong>; 2 still to do" in html
+    assert f'action="/bulk/{run.pk}/cancel/?"' in html
+    fragment = operator_client.get(f"/bulk/{run.pk}/", headers={"HX-Request": "true"}).content.decode()
+    assert 'id="bulk-run"' in fragment and "<html" not in fragment
+
+
+def test_the_summary_says_sent_n_of_m_once_the_drain_sent_them_and_stops_polling(operator_client, run):
+    from receipts.outbox import drain
+
+    bulk.advance(run.pk)
+    assert "Since then: " in operator_client.get(f"/bulk/{run.pk}/").content.decode()
+    # m1 posts to a loopback address the fence refuses (a permanent failure): it dies again;
+    # m2 is an email, which the test mail backend takes.
+    drain.drain(max_seconds=10)
+    html = operator_client.get(f"/bulk/{run.pk}/").content.decode()
+    assert dict(OutboxMessage.objects.filter(key__in=["m1", "m2"]).values_list("key", "status")) == {
+        "m1": "dead", "m2": "sent"}
+    assert '<span class="badge badge-sent">sent</span> 1 of 2, <span class="badge badge-dead">dead</span> 1' in html
+    assert 'data-over="true"' in html and "every row has settled" in html
+    assert 'hx-trigger="every 2s"' not in html
+
+
+def test_a_viewer_sees_a_run_but_cancelling_is_403_and_changes_nothing(viewer_client, run):
+    assert viewer_client.get(f"/bulk/{run.pk}/").status_code == 200
+    assert "Cancel the run" not in viewer_client.get(f"/bulk/{run.pk}/").content.decode()
+    assert viewer_client.post(f"/bulk/{run.pk}/cancel/").status_code == 403
+    assert BulkRun.objects.get(pk=run.pk).status == "queued"
+    assert not AuditEntry.objects.filter(action="bulk_run.cancel").exists()
+
+
+def test_cancelling_needs_the_csrf_token(operator, run):
+    c = Client(enforce_csrf_checks=True)
+    c.force_login(operator)
+    assert c.post(f"/bulk/{run.pk}/cancel/").status_code == 403
+    assert BulkRun.objects.get(pk=run.pk).status == "queued"
+
+
+def test_cancelling_twice_cancels_once_and_is_audited_once(operator_client, run):
+    first = operator_client.post(f"/bulk/{run.pk}/cancel/", follow=True).content.decode()
+    second = operator_client.post(f"/bulk/{run.pk}/cancel/", follow=True).content.decode()
+    assert "Cancelled: items already started finish" in first and 'data-status="cancelled"' in first
+    assert "This run is cancelled: nothing to cancel." in second
+    assert AuditEntry.objects.filter(action="bulk_run.cancel", actor="otto").count() == 1
+    assert "Cancelled by otto: 2 not touched" in second
+    assert bulk.advance(run.pk) == 0 and OutboxMessage.objects.filter(status="dead").count() == 2
+
+
+def test_cancelling_a_run_that_does_not_exist_is_404(operator_client):
+    assert operator_client.post("/bulk/999999/cancel/").status_code == 404
+    assert operator_client.get("/bulk/999999/").status_code == 404
