@@ -154,3 +154,18 @@ def test_cancelling_twice_cancels_once_and_is_audited_once(operator_client, run)
 def test_cancelling_a_run_that_does_not_exist_is_404(operator_client):
     assert operator_client.post("/bulk/999999/cancel/").status_code == 404
     assert operator_client.get("/bulk/999999/").status_code == 404
+
+
+def test_each_rows_attempt_timeline_marks_the_operators_action_in_the_run(operator_client, run):
+    from receipts.outbox import drain
+
+    bulk.advance(run.pk)
+    drain.drain(max_seconds=10)
+    m2 = OutboxMessage.objects.get(key="m2")
+    html = operator_client.get(f"/outbox/{m2.pk}/").content.decode()
+    log = html.split('id="outboxmessage-attempts"')[1].split("</section>")[0]
+    # The attempt that died, then the operator's send again, then the new attempt #1 that was sent.
+    assert log.index("#1 dead") < log.index('data-role="operator-mark"') < log.index("#1 sent")
+    mark = log.split('data-role="operator-mark"')[1].split("</li>")[0]
+    assert "Send again" in mark and "<strong>otto</strong>" in mark and f'href="/bulk/{run.pk}/"' in mark
+    assert "numbering starts again at #1" in mark
