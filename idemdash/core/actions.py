@@ -62,6 +62,10 @@ class BulkAction:
     run_many: Callable[..., Any]
     audit_action: str
     explain: str
+    # The statuses in which a row the action was done on has its outcome (a message sent
+    # again: sent or dead); a bulk run's summary follows each row until it gets there. Empty
+    # when the action's own change is the outcome (a release).
+    settles: tuple[str, ...] = ()
 
     @property
     def verb(self) -> str:

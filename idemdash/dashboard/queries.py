@@ -26,7 +26,7 @@ from django.utils import timezone
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from receipts import rollup
-from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
 from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEvent
@@ -524,9 +524,14 @@ def _message_subject(m: OutboxMessage) -> Subject:
     return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
 
 
-# object_type -> (noun, rows by id, their display). Other kinds (endpoints, alert rules, API
-# clients) keep the stored "type id".
+def _run_subject(run: BulkRun) -> Subject:
+    return Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk]))
+
+
+# object_type -> (noun, rows by id, their display), for the objects that have a page. The
+# others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
+    "receipts.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
     "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
     "webhooks.webhookevent": (
         "webhook event",
@@ -534,6 +539,16 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
         _event_subject,
     ),
     "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
+}
+
+
+# Every kind of object the audit log names, by its stored object_type: the audit filter's choices.
+AUDIT_NOUNS: dict[str, str] = {
+    **{object_type: noun for object_type, (noun, _, _) in AUDIT_SUBJECTS.items()},
+    "webhooks.webhookendpoint": "webhook endpoint",
+    "idemdash.alertrule": "alert rule",
+    "devtools.demoswitch": "demo switch",
+    "receipts.apiclient": "API client",
 }
 
 
@@ -547,7 +562,8 @@ def audit_of(obj: Any, limit: int = 20) -> list[AuditEntry]:
 
 def name_audit_subjects(entries: list[AuditEntry]) -> None:
     """Give each entry its `noun` and `subject` (None once the object is purged: the page
-    shows the stored id): one query per kind of object on the page."""
+    shows the name stored with the entry), and a bulk run's entry how many entries its items
+    wrote: one query per kind of object on the page."""
     wanted: dict[str, set[int]] = {}
     for e in entries:
         if e.object_type in AUDIT_SUBJECTS and e.object_id.isdigit():
@@ -557,6 +573,14 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         _, rows, display = AUDIT_SUBJECTS[object_type]
         for obj in rows().filter(pk__in=ids):
             found[object_type, str(obj.pk)] = display(obj)
+    items = dict(
+        AuditEntry.objects.filter(run_id__in=[int(e.object_id) for e in entries
+                                              if e.object_type == "receipts.bulkrun" and e.object_id.isdigit()])
+        .values_list("run_id").annotate(n=Count("*")).order_by()
+    )
     for e in entries:
-        e.noun = AUDIT_SUBJECTS[e.object_type][0] if e.object_type in AUDIT_SUBJECTS else e.object_type
+        e.noun = AUDIT_NOUNS.get(e.object_type, e.object_type)
         e.subject = found.get((e.object_type, e.object_id))
+        e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
+        # A run's own entry: how many entries its items wrote (grouped under it).
+        e.items = items.get(int(e.object_id), 0) if e.object_type == "receipts.bulkrun" and e.object_id.isdigit() else 0

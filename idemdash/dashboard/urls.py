@@ -48,6 +48,8 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     path("search/", search.search, name="search"),
     path("trace/", search.trace, name="trace"),
+    path("bulk/<int:pk>/", bulk.bulk_run, name="bulk_run"),
+    path("bulk/<int:pk>/cancel/", bulk.bulk_run_cancel, name="bulk_run_cancel"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
 ]
