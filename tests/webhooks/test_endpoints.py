@@ -60,12 +60,45 @@ def test_a_paused_endpoint_holds_events_until_it_is_resumed(client):
     assert processing.sweep().enqueued == 0  # held events are not processed
     assert queued_event_ids() == []
     assert endpoints.resume(endpoint, actor="ops") == 2
+    assert endpoints.resume(endpoint, actor="ops") is None  # not paused: nothing, no audit entry
     assert sorted(queued_event_ids()) == sorted(WebhookEvent.objects.values_list("pk", flat=True))
     assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"received"}
     event = WebhookEvent.objects.first()
     assert processing.process_event(event.pk) == "ignored"
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["webhook_endpoint.pause", "webhook_endpoint.resume"]
+
+
+def test_pausing_holds_the_events_already_waiting_for_a_worker_and_resuming_releases_them(client):
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    deliver_stripe(client, "shop", stripe_event({}, "c.d"))
+    first, second = WebhookEvent.objects.order_by("id")
+    WebhookEvent.objects.filter(pk=second.pk).update(status="retry", attempts=1)  # waiting for a retry
+    assert endpoints.pause(endpoint, actor="ops", note="their API is down") is True
+    assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"held"}
+    assert processing.process_event(first.pk) == "not_claimed"
+    held = endpoints.backlog(endpoint)
+    assert (held.held, held.oldest) == (2, first.received_at)
+    assert AuditEntry.objects.get(action="webhook_endpoint.pause").detail == "2 waiting events held; their API is down"
+    assert endpoints.resume(endpoint, actor="ops") == 2
+    assert WebhookEvent.objects.get(pk=second.pk).attempts == 1  # its attempts so far are kept
+    assert processing.process_event(first.pk) == "ignored"
+
+
+def test_an_event_stored_just_before_its_endpoint_was_paused_is_not_claimed_and_the_sweep_holds_it(client):
+    # The delivery read the endpoint before the pause committed, so it stored the event as
+    # received and enqueued its task: the claim still refuses it.
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    event = WebhookEvent.objects.get()
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(paused=True)  # as if the pause landed after
+    assert event.status == "received"
+    assert processing.process_event(event.pk) == "not_claimed"
+    assert processing.process_event_by_key(endpoint.pk, event.dedupe_key) == "not_claimed"
+    assert processing.sweep().held == 1
+    event.refresh_from_db()
+    assert (event.status, event.attempts) == ("held", 0)
 
 
 def test_receiving_reads_the_endpoint_and_its_active_secrets_newest_first_in_one_query(django_assert_num_queries):
