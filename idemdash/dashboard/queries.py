@@ -25,9 +25,11 @@ from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from webhooks.models import RejectedDelivery, WebhookEvent
+from webhooks import endpoints
+from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 from webhooks.rollup import DELIVERIES
 
 Outcome = Attempt.Outcome
@@ -543,3 +545,29 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
     for e in entries:
         e.noun = AUDIT_SUBJECTS[e.object_type][0] if e.object_type in AUDIT_SUBJECTS else e.object_type
         e.subject = found.get((e.object_type, e.object_id))
+
+
+@dataclass(frozen=True)
+class PausedWork:
+    """What operators paused and what waits behind it: the outbox's pauses with their
+    backlogs (receipts/outbox/pauses.py) and every webhook endpoint with its held events
+    (webhooks/endpoints.py), for the Paused page, the outbox and events pages and the overview."""
+
+    outbox: list[Any]
+    endpoints: list[Any]
+
+    @property
+    def paused_endpoints(self) -> list[Any]:
+        return [b for b in self.endpoints if b.endpoint.paused]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.outbox or self.paused_endpoints)
+
+
+def paused_work() -> PausedWork:
+    return PausedWork(
+        outbox=pauses.paused(),
+        endpoints=[endpoints.backlog(e) if e.paused else endpoints.Backlog(e, 0, None)
+                   for e in WebhookEndpoint.objects.order_by("slug")],
+    )

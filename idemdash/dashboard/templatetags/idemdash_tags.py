@@ -121,6 +121,8 @@ AUDIT_VERBS = {
     "outbox_message.release": "Release (stuck)",
     "webhook_endpoint.pause": "Pause endpoint",
     "webhook_endpoint.resume": "Resume endpoint",
+    "outbox_pause.pause": "Pause sending",
+    "outbox_pause.resume": "Resume sending",
 }
 
 
