@@ -50,12 +50,6 @@ urlpatterns = [
     path("paused/outbox/resume/", pauses.outbox_resume, name="outbox_resume"),
     path("paused/endpoints/<int:pk>/pause/", pauses.endpoint_pause, name="endpoint_pause"),
     path("paused/endpoints/<int:pk>/resume/", pauses.endpoint_resume, name="endpoint_resume"),
-    # Pausing: outbox sending (an action or a host) and webhook endpoints' processing
-    path("paused/", pauses.paused, name="paused"),
-    path("paused/outbox/pause/", pauses.outbox_pause, name="outbox_pause"),
-    path("paused/outbox/resume/", pauses.outbox_resume, name="outbox_resume"),
-    path("paused/endpoints/<int:pk>/pause/", pauses.endpoint_pause, name="endpoint_pause"),
-    path("paused/endpoints/<int:pk>/resume/", pauses.endpoint_resume, name="endpoint_resume"),
     # What every kind shares
     path("audit/", audit.audit_log, name="audit"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),

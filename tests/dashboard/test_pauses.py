@@ -132,7 +132,7 @@ def test_the_overview_names_what_is_paused_with_its_backlog(operator_client):
     WebhookEndpoint.objects.update(paused=True)
     WebhookEvent.objects.update(status="held")
     html = operator_client.get("/").content.decode()
-    assert 'data-role="paused-line"' in html
+    assert html.count('data-role="paused-line"') == 1
     assert "destination host <code>api.example.com</code></a> (1 waiting, oldest" in html
     assert "endpoint <code>stripe</code></a> (1 held, oldest" in html
 
@@ -143,4 +143,4 @@ def test_the_outbox_and_events_pages_load_their_part_of_the_panel(operator_clien
     assert 'hx-get="/paused/?show=outbox"' in outbox and 'href="/paused/"' in outbox
     assert 'hx-get="/paused/?show=endpoints"' in events
     part = operator_client.get("/paused/?show=outbox", headers=HTMX).content.decode()
-    assert "Outbox sending paused" in part and "Webhook endpoints" not in part
+    assert "Outbox: paused sending" in part and "Webhook endpoints" not in part
