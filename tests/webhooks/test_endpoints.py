@@ -118,3 +118,41 @@ def test_receiving_an_endpoint_without_secrets_or_an_unknown_slug():
     found, secrets = endpoints.receiving("bare")
     assert (found.provider, found.paused, secrets) == ("shopify", True, [])
     assert endpoints.receiving("nope") is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_a_running_worker_runs_nothing_of_a_paused_endpoint_and_everything_once_after_resume(client, tmp_path):
+    # A real `manage.py qcluster` with its ticks (the sweep every few seconds). One event was
+    # stored before the pause, its task already queued; five arrive while paused, each
+    # answered 200. None runs until the resume; then each runs once (no handler for the
+    # type: ignored, with one attempt).
+    import time
+
+    from django.db import connection
+    from django_q.models import OrmQ
+
+    from tests.faults.test_kill_qcluster import wait_for
+    from tests.qcluster import kill_process, signal_stop, start_qcluster
+
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    assert deliver_stripe(client, "shop", stripe_event({"n": 0}, "a.b")).status_code == 200
+    endpoints.pause(endpoint, actor="ops")
+    for n in range(1, 6):
+        response = deliver_stripe(client, "shop", stripe_event({"n": n}, "a.b"))
+        assert response.status_code == 200 and response.json()["status"] == "held"
+    assert OrmQ.objects.count() == 1  # the first event's task, queued before the pause
+    qlog = tmp_path / "qcluster.log"
+    cluster = start_qcluster(qlog)
+    try:
+        wait_for(lambda: not OrmQ.objects.exists(), 20, "the queued task taken", qlog)
+        time.sleep(6)  # a tick or two: sweeps
+        assert set(WebhookEvent.objects.values_list("status", "attempts")) == {("held", 0)}
+        assert endpoints.resume(endpoint, actor="ops") == 6
+        wait_for(lambda: set(WebhookEvent.objects.values_list("status", flat=True)) == {"ignored"}, 30,
+                 "the held events run", qlog)
+        assert signal_stop(cluster, group=True, within=15) is not None
+    finally:
+        kill_process(cluster)
+        connection.close()
+    assert set(WebhookEvent.objects.values_list("attempts", flat=True)) == {1}
