@@ -58,6 +58,11 @@ def test_a_paused_destination_keeps_its_backlog_and_drains_on_resume(otto_page, 
         # The panel refreshes itself (every 5 s) to the backlog, with the oldest one's age.
         row = page.wait_for_selector('#pause-panel tr[data-target="127.0.0.1"][data-waiting="5"]', timeout=15_000)
         assert " ago" in row.inner_text() and "otto" in row.inner_text()
+        # While an operator types in the panel's form, its refresh waits, so nothing typed is lost.
+        page.fill('[data-role="outbox-pause-form"] input[name=target]', "api.example.com")
+        page.wait_for_timeout(6_000)
+        assert page.input_value('[data-role="outbox-pause-form"] input[name=target]') == "api.example.com"
+        page.fill('[data-role="outbox-pause-form"] input[name=target]', "")
         page.select_option("select[name=status]", "pending")
         page.wait_for_selector("#outbox-table >> text=order-4")
         page.screenshot(path=SHOTS / "pause-outbox-paused.png", full_page=True)
