@@ -27,9 +27,11 @@ from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
+from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from webhooks.models import RejectedDelivery, WebhookEvent
+from webhooks import endpoints
+from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 from webhooks.rollup import DELIVERIES
 
 Outcome = Attempt.Outcome
@@ -584,3 +586,29 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
         # A run's own entry: how many entries its items wrote (grouped under it).
         e.items = items.get(int(e.object_id), 0) if e.object_type == "receipts.bulkrun" and e.object_id.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class PausedWork:
+    """What operators paused and what waits behind it: the outbox's pauses with their
+    backlogs (receipts/outbox/pauses.py) and every webhook endpoint with its held events
+    (webhooks/endpoints.py), for the Paused page, the outbox and events pages and the overview."""
+
+    outbox: list[Any]
+    endpoints: list[Any]
+
+    @property
+    def paused_endpoints(self) -> list[Any]:
+        return [b for b in self.endpoints if b.endpoint.paused]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.outbox or self.paused_endpoints)
+
+
+def paused_work() -> PausedWork:
+    return PausedWork(
+        outbox=pauses.paused(),
+        endpoints=[endpoints.backlog(e) if e.paused else endpoints.Backlog(e, 0, None)
+                   for e in WebhookEndpoint.objects.order_by("slug")],
+    )

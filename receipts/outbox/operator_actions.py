@@ -40,7 +40,7 @@ RELEASE = OperatorAction(
 
 MESSAGE = Kind(
     "message", OutboxMessage, row_key=lambda message: message.key, label_prefix="message ",
-    actions=(SEND_NOW, SEND_AGAIN, RELEASE),
+    actions=(SEND_NOW, SEND_AGAIN, RELEASE), lasting=store.lasting_failure, lasting_where=store.lasting_failures,
     bulk=BulkAction(SEND_AGAIN, Status.DEAD, "dead message", "Requeued", store.send_again_many,
                     "outbox_message.send_again",
                     explain="Each message gets a fresh set of attempts and is due now, so the next drain "

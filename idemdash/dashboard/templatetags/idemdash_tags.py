@@ -123,6 +123,8 @@ AUDIT_VERBS = {
     "webhook_endpoint.resume": "Resume endpoint",
     "bulk_run.start": "Start bulk run",
     "bulk_run.cancel": "Cancel bulk run",
+    "outbox_pause.pause": "Pause sending",
+    "outbox_pause.resume": "Resume sending",
 }
 
 

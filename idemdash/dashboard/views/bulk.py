@@ -101,6 +101,8 @@ def bulk_action(request: HttpRequest, kind: str) -> HttpResponse:
     first_rows = list(targets.order_by("id")[:PREVIEW_ROWS])
     context.update({
         "count": matched,
+        # How many of them failed last in a way no retry changes (idemdash/core/actions.py:Kind.lasting).
+        "lasting": unit_kind.lasting_count(targets) if matched else 0,
         "first_rows": [(unit_kind.row_key(row), reverse(f"dashboard:{unit_kind.name}", args=[row.pk]))
                        for row in first_rows],
         "hidden": list(params.items()),
