@@ -191,6 +191,19 @@ def faults(processes: dict[str, Any], deadline: float, tally: Tally, seed: int) 
                 pass
 
 
+def supervise(processes: dict[str, Any], out: Path, tally: Tally) -> None:
+    """Start again a worker cluster that exited, as the deployment's supervisor would (the
+    Procfile's honcho, systemd): a cluster whose sentinel died 5 times within a minute exits
+    on purpose (idemdash/worker/cluster.py), and under this fault rate it does."""
+    from idemdash.devtools.bench import servers
+
+    for name in [n for n in processes if n.startswith("cluster")]:
+        if not processes[name].alive():
+            processes[name].stop()
+            processes[name] = servers.start_qcluster(out, name=name, settings_module=SETTINGS)
+            tally.kills["cluster exited, restarted by the supervisor"] += 1
+
+
 def _backends() -> list[tuple[int, int, bool]]:
     """The soak database's client backends but this process's own: (backend pid, the pid of
     the process it serves, whether it is inside a transaction)."""
@@ -367,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     from webhooks.models import WebhookEndpoint, WebhookSecret
 
     call_command("migrate", verbosity=0, interactive=False)
+    # Tasks an earlier run queued were signed with its own SECRET_KEY: this run's clusters
+    # could not read them, and they are of runs already counted.
+    from django_q.models import OrmQ
+
+    OrmQ.objects.all().delete()
     endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=ENDPOINT, defaults={"provider": "stripe"})
     secret = (WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
               or WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_soak" + uuid.uuid4().hex)).secret
@@ -395,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             thread.start()
         while any(t.is_alive() for t in threads):
             time.sleep(5)
+            supervise(processes, out, tally)
             print(f"  {time.monotonic() - begun:5.0f} s: {sum(tally.requests.values())} requests, "
                   f"faults {dict(tally.kills)}", flush=True)
             if time.monotonic() > deadline + GIVE_UP_SECONDS + 30:
@@ -402,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         last_fault = time.monotonic()
         recovered = None
         while time.monotonic() < last_fault + SETTLE_SECONDS:
+            supervise(processes, out, tally)
             if _settled(run_id, receiver, tally):
                 recovered = time.monotonic() - last_fault
                 break
