@@ -20,7 +20,7 @@ CONSTRAINTS ?=
 
 .PHONY: demo test install migrate bench soak clean
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" && $(PYTHON) -c '$(SUPPORTED_CHECK)' 2>/dev/null || { \
 	echo "idemdash needs Python 3.11, 3.12 or 3.13;" $(if $(PYTHON),"PYTHON=$(PYTHON) is not one of them.", \
 	"none was found (tried $(addprefix python,$(SUPPORTED_PYTHONS)) python3 on PATH).") >&2; \
@@ -30,7 +30,9 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -c 'import sys; sys.exit(open("$(VENV)/pyvenv.cfg").read().find("version = %d.%d." % sys.version_info[:2]) < 0)' 2>/dev/null \
 	|| $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+	@# The Python client's distribution (clients/python), which idemdash depends on, in the
+	@# same command: pip takes it from the folder instead of looking for it on an index.
+	$(BIN)/python -m pip install --quiet -e clients/python -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 	touch $(STAMP)
 
 install: $(STAMP)

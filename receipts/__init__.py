@@ -1,11 +1,12 @@
 """Receipts: run a side effect once per key.
 
 The in-process API is exported here: `receipts.run_once`, `receipts.arun_once`,
-`receipts.once` (receipts/inprocess.py), `receipts.current()` (receipts/context.py) and the
-errors they share with the HTTP client (receipts/client.py). The ones that need the models
-are imported on first use (PEP 562), not with the package: Django imports this package
-while it loads the apps, before any model can be, and the HTTP client imports it in
-workers that have no Django at all.
+`receipts.once` (receipts/inprocess.py), `receipts.current()` and the errors they share with
+the HTTP clients. current() and the errors are the client distribution's own objects
+(idemdash_client.context, idemdash_client.errors): one `except KeyMismatch` serves a step
+over HTTP and in process, and current() sees a claim whichever front door made it. The ones
+that need the models are imported on first use (PEP 562), not with the package: Django
+imports this package while it loads the apps, before any model can be.
 """
 
 from __future__ import annotations
@@ -13,21 +14,26 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from receipts.context import RunningClaim, current
+from idemdash_client.context import RunningClaim, current
+from idemdash_client.errors import InProgress, KeyMismatch, LeaseLost, OutcomeUnknown, PreviousFailure
 
 _LAZY = {
     "run_once": "receipts.inprocess",
     "arun_once": "receipts.inprocess",
     "once": "receipts.inprocess",
     "DEFAULT_SCOPE": "receipts.inprocess",
-    "InProgress": "receipts.client",
-    "KeyMismatch": "receipts.client",
-    "LeaseLost": "receipts.client",
-    "OutcomeUnknown": "receipts.client",
-    "PreviousFailure": "receipts.client",
 }
 
-__all__ = ["RunningClaim", "current", *_LAZY]
+__all__ = [
+    "RunningClaim",
+    "current",
+    "InProgress",
+    "KeyMismatch",
+    "LeaseLost",
+    "OutcomeUnknown",
+    "PreviousFailure",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from idemdash.core.canonical import UnstorableJSON, fingerprint_json
+from idemdash.core.canonical import fingerprint_json
+from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem

@@ -48,11 +48,12 @@ from django.http import Http404, HttpRequest, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 from django.utils.crypto import salted_hmac
 
-from idemdash.core.canonical import UnstorableJSON
+from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem
-from receipts import context, renewal, responses, store
+from idemdash_client import context
+from receipts import renewal, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body

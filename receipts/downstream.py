@@ -19,7 +19,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from receipts.context import RunningClaim
+from idemdash_client.context import RunningClaim
 
 if TYPE_CHECKING:
     from receipts.models import Receipt

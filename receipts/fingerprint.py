@@ -7,7 +7,8 @@ import hashlib
 import json
 from typing import Any
 
-from idemdash.core.canonical import canonical_json, json_depth_limit, nesting_depth
+from idemdash.core.canonical import json_depth_limit, nesting_depth
+from idemdash_client.canonical import canonical_json
 
 
 _UNPARSED = object()  # the caller has not parsed the body (a parsed `null` body is None)

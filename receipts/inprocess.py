@@ -1,6 +1,7 @@
 """The in-process API: run a step once per key from code inside the Django project (a task,
 a management command, an agent's tool), on the store directly, with the HTTP client's
-semantics and names (receipts/client.py: IdempotencyClient.run_once).
+semantics and names (the client distribution, idemdash_client/client.py:
+IdempotencyClient.run_once), and its errors.
 
     import receipts
 
@@ -36,17 +37,19 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
-from idemdash.core.canonical import UnstorableJSON, fingerprint_json
-from receipts import api, context, decorators, renewal, responses, store
-from receipts.client import (
+from idemdash.core.canonical import fingerprint_json
+from idemdash_client import context
+from idemdash_client.canonical import UnstorableJSON
+from idemdash_client.client import patience
+from idemdash_client.errors import (
     IdempotencyError,
     InProgress,
     KeyMismatch,
     LeaseLost,
     OutcomeUnknown,
     PreviousFailure,
-    patience,
 )
+from receipts import api, decorators, renewal, responses, store
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 

@@ -24,18 +24,18 @@ Imports neither LangGraph nor Django: LangGraph's default is looked up when it i
 
 from __future__ import annotations
 
-from receipts import client
+from idemdash_client import errors
 
-NEVER_RETRIED = (client.KeyMismatch, client.PreviousFailure, client.OutcomeUnknown)
+NEVER_RETRIED = (errors.KeyMismatch, errors.PreviousFailure, errors.OutcomeUnknown)
 
 
 def retry_on(exc: BaseException) -> bool:
     """True when LangGraph should run the node again after `exc`."""
     if isinstance(exc, NEVER_RETRIED):
         return False
-    if isinstance(exc, (client.InProgress, client.LeaseLost, TimeoutError)):
+    if isinstance(exc, (errors.InProgress, errors.LeaseLost, TimeoutError)):
         return True
-    if isinstance(exc, client.ApiError):
+    if isinstance(exc, errors.ApiError):
         # Any other problem the JSON API answered: the server's trouble is worth another
         # try, the request's is not.
         return exc.status >= 500

@@ -38,8 +38,8 @@ from typing import Any
 from django.db import connection, connections
 from django.utils import timezone
 
-from receipts.client import InProgress
-from receipts.context import current
+from idemdash_client.context import current
+from idemdash_client.errors import InProgress
 from receipts.decorators import REPLAYED_HEADER
 
 # A key that no caller of the store would send by accident.

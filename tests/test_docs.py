@@ -117,7 +117,7 @@ def test_every_python_example_is_valid_python(path):
 def test_the_readme_examples_import_what_exists():
     for code in fenced_blocks(README, "python"):
         for node in ast.walk(ast.parse(code)):
-            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in ("idemdash", "receipts", "webhooks"):
+            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in ("idemdash", "receipts", "webhooks", "idemdash_client"):
                 module = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{node.module}.{alias.name}"

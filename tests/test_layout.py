@@ -259,6 +259,23 @@ def test_no_runtime_module_reads_tests() -> None:
     _only_shrinks(found, KNOWN_READS_OF_TESTS, "runtime modules that read tests/")
 
 
+# The second distribution (clients/python, `idemdash-client`): installed without Django or
+# the main package, so it may import neither; the main package imports it, not the reverse.
+CLIENT = ROOT / "clients" / "python" / "idemdash_client"
+
+
+def test_the_client_distribution_imports_nothing_of_the_main_one_nor_django() -> None:
+    forbidden = {*PACKAGES, "django"}
+    found = {}
+    for path in sorted(CLIENT.rglob("*.py")):
+        reader = _Imports("idemdash_client")
+        reader.visit(ast.parse(path.read_text()))
+        bad = sorted({base for base, _ in reader.found if base.split(".")[0] in forbidden})
+        if bad:
+            found[path.name] = bad
+    assert len(list(CLIENT.rglob("*.py"))) >= 6 and found == {}
+
+
 # ---------------------------------------------------------------------------------------
 # The checks themselves can fail
 

@@ -6,7 +6,7 @@ from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from idemdash.core.canonical import UnstorableJSON
+from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.problems import problem
 from webhooks import endpoints
 from webhooks.conf import setting

@@ -3,7 +3,7 @@
 It drives the real HTTP endpoints of a running idemdash, never the models, so what the
 dashboard and the admin show is what real callers would cause:
 
-- agents claiming keys through the JSON API (`receipts.client.IdempotencyClient`): normal
+- agents claiming keys through the JSON API (`idemdash_client.IdempotencyClient`): normal
   runs and their repeats (replayed), retries after a client-side timeout while the first
   attempt still runs (409), crashes mid-operation that leave a lease to lapse and be taken
   over, a key reused with a changed request (422), failures retried (some twice);
@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import httpx
 import stripe
 
-from receipts.client import IdempotencyClient, InProgress, KeyMismatch
+from idemdash_client import IdempotencyClient, InProgress, KeyMismatch
 from webhooks.verify import shopify_signature
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})

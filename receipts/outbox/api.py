@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from idemdash.core.canonical import UnstorableJSON
+from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import json_api, storable_text
 from idemdash.core.problems import problem

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from idemdash.core.canonical import canonical_json
-from receipts.client import make_key, tool_call_key
+from idemdash_client.canonical import canonical_json
+from idemdash_client import make_key, tool_call_key
 
 VECTORS = Path(__file__).resolve().parents[2] / "clients" / "test-vectors" / "keys.json"
 

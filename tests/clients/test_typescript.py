@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from idemdash.core.clients import create_token
-from receipts.client import IdempotencyClient, make_key, tool_call_key
+from idemdash_client import IdempotencyClient, make_key, tool_call_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "typescript"

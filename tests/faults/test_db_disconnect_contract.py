@@ -239,10 +239,10 @@ def backend_dies_once(table: str, condition: str) -> Iterator[None]:
 
 
 def test_the_python_client_retries_a_503_and_runs_the_work_once(live_server):
-    """The documented contract, followed by receipts/client.py itself: the claim meets a
+    """The documented contract, followed by the Python client (idemdash_client) itself: the claim meets a
     lost database connection (503, nothing stored), the client waits Retry-After and claims
     again, runs the work once and completes it."""
-    from receipts.client import IdempotencyClient
+    from idemdash_client import IdempotencyClient
 
     key = "client-retries-503"
     _, token = create_token("client-503")

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from idemdash.core.clients import create_token
-from receipts.client import IdempotencyClient
+from idemdash_client import IdempotencyClient
 from receipts.models import Attempt, Receipt
 from tests.qcluster import ROOT, database_url, free_port, start_process, stop_process, subprocess_env
 

@@ -32,6 +32,13 @@ def wheel(checkout) -> Path:
     return built
 
 
+@pytest.fixture(scope="session")
+def client_wheel(checkout) -> Path:
+    """The wheel of the Python client's own distribution (clients/python), built beside."""
+    (built,) = (checkout / "dist").glob("idemdash_client-*.whl")
+    return built
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database(request, tmp_path) -> Iterator[Database]:
     """A database of the host project's own: a SQLite file, or a PostgreSQL database made

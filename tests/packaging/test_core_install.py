@@ -53,7 +53,7 @@ def installed(venv: Path) -> set[str]:
 
 def test_the_core_install_pulls_in_no_extra(venv):
     packages = installed(venv)
-    assert {"django", "rfc8785", "httpx", "idemdash"} <= packages
+    assert {"django", "rfc8785", "httpx", "idemdash", "idemdash-client"} <= packages
     assert not packages & EXTRAS_ONLY
 
 

@@ -55,10 +55,11 @@ def test_a_step_without_a_claim_charges_twice(idempotency, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def venv(wheel, tmp_path_factory) -> Path:
-    """The wheel (the core, no extras) with pytest and pytest-django, as the page says."""
+def venv(wheel, client_wheel, tmp_path_factory) -> Path:
+    """The wheel (the core, no extras, beside the client's it depends on) with pytest and
+    pytest-django, as the page says."""
     venv = new_venv(tmp_path_factory.mktemp("plugin-venv") / "venv")
-    run(venv / "bin" / "pip", "install", str(wheel), "pytest", "pytest-django", timeout=300)
+    run(venv / "bin" / "pip", "install", str(client_wheel), str(wheel), "pytest", "pytest-django", timeout=300)
     if database_url().startswith("postgres"):
         run(venv / "bin" / "pip", "install", "psycopg[binary]>=3.2,<4", timeout=300)
     return venv

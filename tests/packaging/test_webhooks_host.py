@@ -95,12 +95,13 @@ def run(*args: str | Path, cwd: Path | None = None, env: dict | None = None, tim
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """`pip install idemdash[webhooks]` (from a copy of this checkout) in a fresh environment."""
+    """`pip install idemdash[webhooks]` (from a copy of this checkout, beside the client's
+    distribution it depends on) in a fresh environment."""
     root = tmp_path_factory.mktemp("webhooks-host")
     source = copy_source(root)
     env_dir = root / "venv"
     run(sys.executable, "-m", "venv", env_dir)
-    run(env_dir / "bin" / "pip", "install", "--quiet", f"{source}[webhooks]", timeout=240)
+    run(env_dir / "bin" / "pip", "install", "--quiet", source / "clients" / "python", f"{source}[webhooks]", timeout=240)
     return env_dir
 
 

@@ -38,7 +38,8 @@ def wheel_files(wheel) -> list[str]:
 def test_the_build_makes_an_sdist_and_a_wheel_that_twine_accepts(checkout):
     # The build block ends with `twine check --strict`: the fixture failed if it did not pass.
     assert sorted(p.name for p in (checkout / "dist").iterdir()) == [
-        "idemdash-0.1.0-py3-none-any.whl", "idemdash-0.1.0.tar.gz"
+        "idemdash-0.1.0-py3-none-any.whl", "idemdash-0.1.0.tar.gz",
+        "idemdash_client-0.1.0-py3-none-any.whl", "idemdash_client-0.1.0.tar.gz",
     ]
     with tarfile.open(checkout / "dist" / "idemdash-0.1.0.tar.gz") as sdist:
         names = set(sdist.getnames())
@@ -50,6 +51,8 @@ def test_the_wheel_says_which_versions_it_supports(wheel):
         metadata = archive.read("idemdash-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Python: <3.14,>=3.11" in metadata
     assert "Requires-Dist: Django<6.2,>=5.2" in metadata
+    # The client is its own distribution, required at its version, not copied in.
+    assert "Requires-Dist: idemdash-client==0.1.0" in metadata
     classifiers = set(re.findall(r"^Classifier: (.*)$", metadata, re.M))
     assert {f"Programming Language :: Python :: 3.{minor}" for minor in (11, 12, 13)} <= classifiers
     assert {f"Framework :: Django :: {version}" for version in ("5.2", "6.0", "6.1")} <= classifiers
@@ -81,6 +84,11 @@ def test_the_wheel_holds_every_template_and_static_file_of_the_dashboard_in_its_
         assert all(archive.read(name) == path.read_bytes() for name, path in DASHBOARD_FILES.items())
     # Nowhere else: not at the top of site-packages, where they would clash with other projects'.
     assert not [name for name in held if name.startswith(("templates/", "static/"))]
+
+
+def test_the_wheel_holds_no_copy_of_the_client(wheel_files):
+    assert [name for name in wheel_files if name.startswith(("idemdash_client/", "clients/"))] == []
+    assert "receipts/client.py" not in wheel_files and "receipts/context.py" not in wheel_files
 
 
 def test_the_wheel_holds_no_developer_tooling(wheel_files):

@@ -22,7 +22,7 @@ from agents.usage import Usage
 from asgiref.sync import async_to_sync
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from receipts.client import tool_call_key
+from idemdash_client import tool_call_key
 from receipts.models import Attempt, Receipt
 from tests.receipts.recipes import recipe
 

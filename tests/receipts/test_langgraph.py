@@ -23,7 +23,7 @@ from langgraph.types import RetryPolicy
 
 import receipts
 import receipts.langgraph
-from receipts import client
+from idemdash_client import errors
 from receipts.models import Attempt, Receipt
 from tests.concurrently import killed_once_it_reaches
 from tests.packaging.host import run
@@ -96,12 +96,12 @@ def problem(kind: str) -> dict:
 @pytest.mark.parametrize(
     ("error", "retried"),
     [
-        (client.KeyMismatch(422, problem("idempotency-key-reused")), False),
-        (client.PreviousFailure("charge:1", "RuntimeError: declined", None), False),
-        (client.InProgress(409, problem("request-in-progress"), 1), True),
-        (client.LeaseLost(409, problem("stale-token")), True),
-        (client.ApiError(500, problem("server-error")), True),
-        (client.ApiError(400, problem("invalid-key")), False),
+        (errors.KeyMismatch(422, problem("idempotency-key-reused")), False),
+        (errors.PreviousFailure("charge:1", "RuntimeError: declined", None), False),
+        (errors.InProgress(409, problem("request-in-progress"), 1), True),
+        (errors.LeaseLost(409, problem("stale-token")), True),
+        (errors.ApiError(500, problem("server-error")), True),
+        (errors.ApiError(400, problem("invalid-key")), False),
         (TimeoutError("read timed out"), True),
         (ConnectionError("refused"), True),
         (httpx.ReadTimeout("read timed out"), True),
@@ -114,7 +114,7 @@ def test_retry_on_retries_what_a_claim_makes_safe_and_not_what_no_retry_can_fix(
 
 def test_retry_on_differs_from_langgraphs_default_where_a_claim_changes_the_answer():
     default = RetryPolicy().retry_on
-    mismatch = client.KeyMismatch(422, problem("idempotency-key-reused"))
+    mismatch = errors.KeyMismatch(422, problem("idempotency-key-reused"))
     assert (default(mismatch), receipts.langgraph.retry_on(mismatch)) == (True, False)
     assert (default(TimeoutError()), receipts.langgraph.retry_on(TimeoutError())) == (False, True)
 
@@ -123,8 +123,8 @@ def test_retry_on_imports_neither_langgraph_nor_django_until_it_asks_langgraphs_
     code = (
         "import sys\n"
         "sys.modules['django'] = sys.modules['langgraph'] = None  # importing them now raises ImportError\n"
-        "from receipts import client, langgraph\n"
-        "assert langgraph.retry_on(client.KeyMismatch(422, {})) is False\n"
+        "from idemdash_client import errors\nfrom receipts import langgraph\n"
+        "assert langgraph.retry_on(errors.KeyMismatch(422, {})) is False\n"
         "assert langgraph.retry_on(TimeoutError()) is True\n"
         "print('ok')\n"
     )
@@ -133,7 +133,7 @@ def test_retry_on_imports_neither_langgraph_nor_django_until_it_asks_langgraphs_
 
 def test_retry_on_refuses_an_outcome_unknown():
     # after_crash "hold": the outcome waits for a reconcile or an operator, not for a retry.
-    assert receipts.langgraph.retry_on(client.OutcomeUnknown(409, problem("outcome-unknown"))) is False
+    assert receipts.langgraph.retry_on(errors.OutcomeUnknown(409, problem("outcome-unknown"))) is False
 
 
 # --- the workflow ------------------------------------------------------------------------------

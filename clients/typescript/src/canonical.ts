@@ -1,5 +1,5 @@
 /**
- * Canonical JSON, byte for byte what Python's `idemdash.core.canonical.canonical_json`
+ * Canonical JSON, byte for byte what Python's `idemdash_client.canonical.canonical_json`
  * gives, so that a key hashed from arguments here equals the one hashed in Python.
  *
  * That is RFC 8785 (JCS): object names sorted by their UTF-16 code units, no whitespace,

@@ -1,6 +1,6 @@
 /**
  * A client for idemdash's receipts JSON API and outbox API, on `fetch` alone, so it runs on
- * Node 20+, Deno, Bun and in browsers. It does what receipts/client.py does for Python:
+ * Node 20+, Deno, Bun and in browsers. It does what idemdash_client (clients/python) does for Python:
  * claim / complete / fail / heartbeat / get, and `runOnce`, which runs a function once per
  * key, renews its lease while it runs, and returns the stored result to every later call.
  */

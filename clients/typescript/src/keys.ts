@@ -1,6 +1,6 @@
 /**
  * Keys made from an intent's inputs, identical to Python's `make_key` and `tool_call_key`
- * (receipts/client.py), checked against the shared vectors in clients/test-vectors/.
+ * (clients/python/idemdash_client/keys.py), checked against the shared vectors in clients/test-vectors/.
  */
 
 import { canonicalJson } from "./canonical.js";

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-from receipts.client import IdempotencyClient, make_key
+from idemdash_client import IdempotencyClient, make_key
 
 
 class Steps:

@@ -1,23 +1,20 @@
-"""A Python client for the receipts JSON API, for workers and agents outside Django.
+"""The Python client for the receipts JSON API, for workers and agents outside Django: the
+sync IdempotencyClient (here) and the AsyncIdempotencyClient (idemdash_client/aio.py), with
+the same methods, defaults, waiting and retries. What both send and how both read the
+answers is here, once (Requests).
 
-Imports no Django (tested): a worker needs only httpx and rfc8785.
+Imports no Django (tested): the `idemdash-client` distribution needs only httpx and rfc8785.
 
     client = IdempotencyClient("http://127.0.0.1:8000", token)
     result = client.run_once(make_key("invoice", invoice_id), "invoice.send", send, invoice_id)
-
-Keys must be derived from the intent's inputs (which invoice, which lead, which template),
-never from the time of the call or a random value: a retry after a crash must produce the
-same key, or it is a new intent and runs again.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,62 +23,10 @@ from typing import Any
 
 import httpx
 
-from idemdash.core.canonical import canonical_json
-from receipts.context import RunningClaim, running
+from idemdash_client.context import RunningClaim, running
+from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost, PreviousFailure, problem_error
 
 log = logging.getLogger(__name__)
-
-_PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
-MAX_KEY_LENGTH = 255
-
-
-class IdempotencyError(Exception):
-    pass
-
-
-class ApiError(IdempotencyError):
-    """The API answered with a problem (RFC 9457); `problem` is its parsed body."""
-
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
-        self.status = status
-        self.problem = problem
-        super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
-
-    @property
-    def type(self) -> str:
-        return str(self.problem.get("type", ""))
-
-
-class InProgress(ApiError):
-    """Another worker holds the lease on this key."""
-
-    def __init__(self, status: int, problem: dict[str, Any], retry_after: int) -> None:
-        super().__init__(status, problem)
-        self.retry_after = retry_after
-
-
-class KeyMismatch(ApiError):
-    """The key was used before with a different request: a bug in how keys are made."""
-
-
-class LeaseLost(ApiError):
-    """Our token no longer owns the receipt (the lease expired and was taken over)."""
-
-
-class OutcomeUnknown(ApiError):
-    """The key's last attempt stopped before it settled and may have had its effect; its
-    operation holds such keys (`after_crash: "hold"`) until a reconcile function or an
-    operator resolves them. Retrying does not help until then."""
-
-
-class PreviousFailure(IdempotencyError):
-    """The key's first attempt failed and its operation burns keys on failure."""
-
-    def __init__(self, key: str, error: str, response: Any) -> None:
-        self.key = key
-        self.error = error
-        self.response = response
-        super().__init__(f"{key!r} failed before and is not retried: {error}")
 
 
 @dataclass(frozen=True)
@@ -106,27 +51,6 @@ class Claim:
         return self.outcome == "replayed"
 
 
-def make_key(*parts: Any) -> str:
-    """Parts joined with ':'. Too long or not printable ASCII: a readable prefix + sha256."""
-    if not parts:
-        raise ValueError("make_key needs at least one part")
-    text = ":".join(str(part) for part in parts)
-    if _PRINTABLE.fullmatch(text):
-        return text
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    readable = re.sub(r"[^\x20-\x7e]", "_", text)[: MAX_KEY_LENGTH - len(digest) - 1]
-    return f"{readable}:{digest}" if readable else digest
-
-
-def tool_call_key(run_id: Any, tool_name: str, arguments: Any) -> str:
-    """The key of an agent's tool call within one run or conversation (`run_id`): the same
-    tool with the same arguments (in any key order) in the same run gives the same key.
-
-    There is no unscoped form: a key that outlived its run would answer the same call in a
-    new conversation with the old result, for as long as the receipt is kept."""
-    return make_key(run_id, tool_name, hashlib.sha256(canonical_json(arguments)).hexdigest())
-
-
 def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
     """How long a caller refused with InProgress waits before its claim number `attempt + 1`
     (the HTTP client's and the in-process API's): Retry-After, or longer as the retries go
@@ -136,7 +60,20 @@ def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
     return max(retry_after, min(2.0**attempt, max_backoff)) * random.uniform(1.0, 1.25)
 
 
-class IdempotencyClient:
+def failure(exc: BaseException) -> str:
+    """The error run_once stores for a step that raised."""
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def beat_interval(lease_seconds: int | None) -> float:
+    """How often run_once renews a lease while its step runs: every third of it."""
+    return max(0.2, (lease_seconds or 30) / 3)
+
+
+class Requests:
+    """The settings, the request bodies and the reading of answers both clients share; each
+    client opens its own httpx client (`_open`) with these options."""
+
     def __init__(
         self,
         base_url: str,
@@ -144,7 +81,7 @@ class IdempotencyClient:
         *,
         timeout: float = 10.0,
         wait_seconds: float = 5.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         max_in_progress_retries: int = 5,
         max_unavailable_retries: int = 3,
         max_backoff: float = 10.0,
@@ -153,13 +90,163 @@ class IdempotencyClient:
         self.max_in_progress_retries = max_in_progress_retries
         self.max_unavailable_retries = max_unavailable_retries
         self.max_backoff = max_backoff
-        # The server may hold a claim for wait_seconds: never time out before it answers.
-        self._http = httpx.Client(
+        self._http = self._open(
             base_url=base_url.rstrip("/") + "/api/v1/receipts/",
             headers={"Authorization": f"Bearer {token}"},
+            # The server may hold a claim for wait_seconds: never time out before it answers.
             timeout=timeout + wait_seconds,
             transport=transport,
         )
+
+    def _open(self, **options: Any) -> Any:
+        raise NotImplementedError
+
+    def _claim_body(
+        self, key: str, operation: str, request: Any, lease_seconds: int | None, wait_seconds: float | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": key, "operation": operation, "request": request}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        wait = self.wait_seconds if wait_seconds is None else wait_seconds
+        if wait:
+            body["wait_seconds"] = wait
+        return body
+
+    @staticmethod
+    def _claim_from(data: dict[str, Any], lease_seconds: int | None) -> Claim:
+        return Claim(
+            outcome=data["outcome"],
+            key=data["key"],
+            token=data.get("token"),
+            lease_expires_at=data.get("lease_expires_at"),
+            status=data.get("status"),
+            response=data.get("response"),
+            error=data.get("error"),
+            lease_seconds=lease_seconds or (data.get("policy") or {}).get("lease_seconds"),
+            scope=data.get("scope"),
+            attempts=data.get("attempts"),
+            downstream_key=data.get("downstream_key"),
+        )
+
+    @staticmethod
+    def _fail_body(key: str, token: int, error: str, retryable: bool | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": key, "token": token, "error": error or "failed"}
+        if retryable is not None:
+            body["retryable"] = retryable
+        return body
+
+    @staticmethod
+    def _heartbeat_body(key: str, token: int, lease_seconds: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": key, "token": token}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        return body
+
+    @staticmethod
+    def _owned(claim: Claim, key: str, operation: str) -> Any:
+        """What run_once does with a claim before fn runs: a replay's stored result (as
+        `Replayed`), PreviousFailure for a burned key, else the RunningClaim fn runs under."""
+        if claim.replayed:
+            if claim.status == "failed":
+                raise PreviousFailure(key, claim.error or "", claim.response)
+            return Replayed(claim.response)
+        assert claim.token is not None
+        return RunningClaim(
+            key=key,
+            scope=claim.scope or "",
+            operation=operation,
+            fencing_token=claim.token,
+            attempt=claim.attempts or 1,
+            downstream_key=claim.downstream_key or "",
+        )
+
+    def once(
+        self,
+        operation: str,
+        *,
+        key: Callable[..., str],
+        request: Callable[..., Any] | None = None,
+        lease_seconds: int | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of run_once; `key` (and `request`) get the function's arguments:
+
+            @client.once("email.send", key=lambda lead, template: make_key("email", lead["id"], template))
+            def send_email(lead, template): ...
+
+        On the async client the decorated function is a coroutine function (`async def`,
+        awaited as before)."""
+
+        def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return self.run_once(  # type: ignore[attr-defined]
+                    key(*args, **kwargs),
+                    operation,
+                    fn,
+                    *args,
+                    request=request(*args, **kwargs) if request else None,
+                    lease_seconds=lease_seconds,
+                    **kwargs,
+                )
+
+            return self._wrap(fn, call)
+
+        return decorator
+
+    @staticmethod
+    def _wrap(fn: Callable[..., Any], call: Callable[..., Any]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        """The wait before retry `attempt + 1` of a 503 or a failed connection: Retry-After
+        when given, else 0.5 s doubling, at most max_backoff."""
+        try:
+            wait = float(retry_after) if retry_after is not None else 0.5 * 2**attempt
+        except ValueError:  # an HTTP date: not worth a parser here
+            wait = 0.5 * 2**attempt
+        return max(0.0, min(wait, self.max_backoff))
+
+    @staticmethod
+    def _json(reply: httpx.Response) -> dict[str, Any]:
+        """The answer's JSON, or the typed error of its problem (errors.PROBLEM_ERRORS)."""
+        if reply.status_code < 400:
+            return reply.json()
+        try:
+            problem = reply.json()
+        except ValueError:
+            problem = None
+        if not isinstance(problem, dict):
+            problem = {"title": reply.reason_phrase, "detail": reply.text[:500]}
+        raise problem_error(reply.status_code, problem, _seconds(reply.headers.get("Retry-After")))
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """run_once's claim was a replay: `response` is the stored result."""
+
+    response: Any
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """Retry-After in seconds, when it is a number (idemdash sends whole seconds)."""
+    try:
+        return float(retry_after) if retry_after is not None else None
+    except ValueError:
+        return None  # an HTTP date: not worth a parser here
+
+
+class IdempotencyClient(Requests):
+    """`IdempotencyClient(base_url, token, *, timeout=10.0, wait_seconds=5.0, transport=None,
+    max_in_progress_retries=5, max_unavailable_retries=3, max_backoff=10.0)`; `transport`
+    is an httpx.BaseTransport."""
+
+    _http: httpx.Client
+
+    def _open(self, **options: Any) -> httpx.Client:
+        return httpx.Client(**options)
+
+    @staticmethod
+    def _wrap(fn: Callable[..., Any], call: Callable[..., Any]) -> Callable[..., Any]:
+        return functools.wraps(fn)(call)
 
     def close(self) -> None:
         self._http.close()
@@ -181,43 +268,19 @@ class IdempotencyClient:
         lease_seconds: int | None = None,
         wait_seconds: float | None = None,
     ) -> Claim:
-        body: dict[str, Any] = {"key": key, "operation": operation, "request": request}
-        if lease_seconds is not None:
-            body["lease_seconds"] = lease_seconds
-        wait = self.wait_seconds if wait_seconds is None else wait_seconds
-        if wait:
-            body["wait_seconds"] = wait
-        data = self._post("claim", body)
-        return Claim(
-            outcome=data["outcome"],
-            key=data["key"],
-            token=data.get("token"),
-            lease_expires_at=data.get("lease_expires_at"),
-            status=data.get("status"),
-            response=data.get("response"),
-            error=data.get("error"),
-            lease_seconds=lease_seconds or (data.get("policy") or {}).get("lease_seconds"),
-            scope=data.get("scope"),
-            attempts=data.get("attempts"),
-            downstream_key=data.get("downstream_key"),
-        )
+        data = self._post("claim", self._claim_body(key, operation, request, lease_seconds, wait_seconds))
+        return self._claim_from(data, lease_seconds)
 
     def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
         return self._post("complete", {"key": key, "token": token, "response": response})
 
     def fail(self, key: str, token: int, error: str, *, retryable: bool | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"key": key, "token": token, "error": error or "failed"}
-        if retryable is not None:
-            body["retryable"] = retryable
-        return self._post("fail", body)
+        return self._post("fail", self._fail_body(key, token, error, retryable))
 
     def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
         """Renew the lease of the attempt holding `token` for `lease_seconds` from now (the
         operation's lease when None). LeaseLost: the token no longer owns the receipt."""
-        body: dict[str, Any] = {"key": key, "token": token}
-        if lease_seconds is not None:
-            body["lease_seconds"] = lease_seconds
-        return self._post("heartbeat", body)
+        return self._post("heartbeat", self._heartbeat_body(key, token, lease_seconds))
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The receipt, or None when this client has none with that key."""
@@ -259,26 +322,17 @@ class IdempotencyClient:
         provider that honours idempotency keys.
         """
         claim, sent_at = self._claim_patiently(key, operation, request, lease_seconds)
-        if claim.replayed:
-            if claim.status == "failed":
-                raise PreviousFailure(key, claim.error or "", claim.response)
-            return claim.response
+        claimed = self._owned(claim, key, operation)
+        if isinstance(claimed, Replayed):
+            return claimed.response
         assert claim.token is not None
-        claimed = RunningClaim(
-            key=key,
-            scope=claim.scope or "",
-            operation=operation,
-            fencing_token=claim.token,
-            attempt=claim.attempts or 1,
-            downstream_key=claim.downstream_key or "",
-        )
         try:
             with _Heartbeat(self, key, claim.token, claim.lease_seconds, sent_at) as beat, running(claimed):
                 result = fn(*args, **kwargs)
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
             try:
-                self.fail(key, claim.token, f"{type(exc).__name__}: {exc}"[:2000])
+                self.fail(key, claim.token, failure(exc))
             except IdempotencyError:
                 pass  # the original error matters more; the lease will lapse by itself
             raise
@@ -286,37 +340,6 @@ class IdempotencyClient:
             raise beat.lost  # completing would be refused too: the token is stale for good
         self.complete(key, claim.token, result)
         return result
-
-    def once(
-        self,
-        operation: str,
-        *,
-        key: Callable[..., str],
-        request: Callable[..., Any] | None = None,
-        lease_seconds: int | None = None,
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator form of run_once; `key` (and `request`) get the function's arguments:
-
-            @client.once("email.send", key=lambda lead, template: make_key("email", lead["id"], template))
-            def send_email(lead, template): ...
-        """
-
-        def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(fn)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                return self.run_once(
-                    key(*args, **kwargs),
-                    operation,
-                    fn,
-                    *args,
-                    request=request(*args, **kwargs) if request else None,
-                    lease_seconds=lease_seconds,
-                    **kwargs,
-                )
-
-            return wrapper
-
-        return decorator
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -361,31 +384,6 @@ class IdempotencyClient:
             time.sleep(self._backoff(attempt, reply.headers.get("Retry-After")))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        try:
-            wait = float(retry_after) if retry_after is not None else 0.5 * 2**attempt
-        except ValueError:  # an HTTP date: not worth a parser here
-            wait = 0.5 * 2**attempt
-        return max(0.0, min(wait, self.max_backoff))
-
-    def _json(self, reply: httpx.Response) -> dict[str, Any]:
-        if reply.status_code < 400:
-            return reply.json()
-        try:
-            problem = reply.json()
-        except ValueError:
-            problem = {"title": reply.reason_phrase, "detail": reply.text[:500]}
-        kind = str(problem.get("type", ""))
-        if kind.endswith(":request-in-progress"):
-            raise InProgress(reply.status_code, problem, int(reply.headers.get("Retry-After", "1")))
-        if kind.endswith(":idempotency-key-reused"):
-            raise KeyMismatch(reply.status_code, problem)
-        if kind.endswith(":outcome-unknown"):
-            raise OutcomeUnknown(reply.status_code, problem)
-        if kind.endswith(":stale-token"):
-            raise LeaseLost(reply.status_code, problem)
-        raise ApiError(reply.status_code, problem)
-
 
 class _Heartbeat:
     """Renews a running attempt's lease every third of it from a daemon thread, until the
@@ -418,7 +416,7 @@ class _Heartbeat:
     def _beat(
         self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None, sent_at: float
     ) -> None:
-        interval = max(0.2, (lease_seconds or 30) / 3)
+        interval = beat_interval(lease_seconds)
         due = sent_at + interval
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             due = time.monotonic() + interval

@@ -1,0 +1,225 @@
+"""Typed errors: every problem type idemdash answers with (docs/http-contract.md, "Problem
+types") has its class, so a caller writes `except KeyMismatch:` instead of comparing URNs.
+All are ApiErrors carrying the status, the parsed problem and the Retry-After seconds. The
+class names are the TypeScript client's (clients/typescript/src/errors.ts), slug for slug.
+
+The in-process API (receipts.run_once in a Django project) raises these same classes, so
+one `except` serves a step whether it runs over HTTP or in process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROBLEM_PREFIX = "urn:idemdash:problem:"
+
+
+class IdempotencyError(Exception):
+    pass
+
+
+class ApiError(IdempotencyError):
+    """The API answered with a problem (RFC 9457); `problem` is its parsed body and
+    `retry_after` the seconds of its Retry-After header (409, 429, 503), else None."""
+
+    def __init__(self, status: int, problem: dict[str, Any], retry_after: float | None = None) -> None:
+        self.status = status
+        self.problem = problem
+        self.retry_after = retry_after
+        super().__init__(f"{status} {problem.get('title', '')}: {problem.get('detail', '')}".strip())
+
+    @property
+    def type(self) -> str:
+        """The problem's type URI, such as "urn:idemdash:problem:stale-token"."""
+        return str(self.problem.get("type", ""))
+
+
+# One class per problem type, in the order of the table in docs/http-contract.md.
+class IdempotencyKeyMissing(ApiError):
+    """A decorated view requires the Idempotency-Key header."""
+
+
+class IdempotencyKeyInvalid(ApiError):
+    """The key is not 1 to 255 printable ASCII characters."""
+
+
+class InvalidJson(ApiError):
+    """The body is not JSON, not an object, or holds JSON that cannot be stored."""
+
+
+class InvalidField(ApiError):
+    """A field is missing, unknown or invalid; `problem["field"]` says which."""
+
+
+class MalformedBody(ApiError):
+    """The body's chunked framing is broken; nothing ran."""
+
+
+class InvalidParameter(ApiError):
+    """A NUL character in the path or a query parameter."""
+
+
+class MalformedRequest(ApiError):
+    """The server could not parse the request."""
+
+
+class Unauthorized(ApiError):
+    """No, unknown or revoked bearer token."""
+
+
+class BadWindow(ApiError):
+    """The stats' `window` is not one of 1h, 24h, 7d, 30d."""
+
+
+class WebhookRejected(ApiError):
+    """A webhook delivery failed verification; `problem["cause"]` says why."""
+
+
+class Forbidden(ApiError):
+    """A session without the permission the endpoint needs."""
+
+
+class WebhookEndpointNotFound(ApiError):
+    """No webhook endpoint with that slug."""
+
+
+class ReceiptNotFound(ApiError):
+    """This client has no receipt with that key (`get` answers None for it)."""
+
+
+class NotFound(ApiError):
+    """No API resource at this path."""
+
+
+class MethodNotAllowed(ApiError):
+    """See the Allow header."""
+
+
+class InProgress(ApiError):
+    """Another worker holds the lease on this key; `retry_after` says when to ask again."""
+
+    def __init__(self, status: int, problem: dict[str, Any], retry_after: float | None = None) -> None:
+        super().__init__(status, problem, 1 if retry_after is None else retry_after)
+
+
+class OutcomeUnknown(ApiError):
+    """The key's last attempt stopped before it settled and may have had its effect; its
+    operation holds such keys (`after_crash: "hold"`) until a reconcile function or an
+    operator resolves them. Retrying does not help until then."""
+
+
+class ViewLeaseLost(ApiError):
+    """A decorated view outlived its lease and another attempt took over; its writes were
+    rolled back."""
+
+
+class LeaseLost(ApiError):
+    """Our token no longer owns the receipt (the lease expired and was taken over, an
+    operator released it, or it was settled): the result is not stored."""
+
+
+class LengthRequired(ApiError):
+    """A chunked body under a server that does not take it."""
+
+
+class PayloadTooLarge(ApiError):
+    """The body is over the server's limit."""
+
+
+class UnsupportedMediaType(ApiError):
+    """The body must be sent as application/json or a +json type."""
+
+
+class TooManyBadTokens(ApiError):
+    """This address sent too many bad bearer tokens; see `retry_after`."""
+
+
+class KeyMismatch(ApiError):
+    """The key was used before with a different request (or, in the outbox, another
+    message): a bug in how keys are made."""
+
+
+class InvalidMessage(ApiError):
+    """An outbox message its action could never send; `problem["field"]` names the part."""
+
+
+class UriTooLong(ApiError):
+    """The request line is over the server's limit."""
+
+
+class HeaderFieldsTooLarge(ApiError):
+    """Too many headers, or one too long."""
+
+
+class NotImplementedByServer(ApiError):
+    """A transfer coding the server does not know. (The TypeScript client's NotImplemented:
+    in Python that name is a builtin constant, which a class must not shadow.)"""
+
+
+class InternalError(ApiError):
+    """Stored for a view that raised; replayed when its operation burns keys."""
+
+
+class ReplayedFailure(ApiError):
+    """The replay of a burned failure that stored no response."""
+
+
+class DatabaseUnavailable(ApiError):
+    """The server could not reach its database; nothing was stored. Every call retries it
+    (`max_unavailable_retries`) before raising it."""
+
+
+# Each problem type's slug (after PROBLEM_PREFIX) and its class: tests/clients/python/
+# test_errors.py checks it against the documented table and the TypeScript client's.
+PROBLEM_ERRORS: dict[str, type[ApiError]] = {
+    "idempotency-key-missing": IdempotencyKeyMissing,
+    "idempotency-key-invalid": IdempotencyKeyInvalid,
+    "invalid-json": InvalidJson,
+    "invalid-field": InvalidField,
+    "malformed-body": MalformedBody,
+    "invalid-parameter": InvalidParameter,
+    "malformed-request": MalformedRequest,
+    "unauthorized": Unauthorized,
+    "bad-window": BadWindow,
+    "webhook-rejected": WebhookRejected,
+    "forbidden": Forbidden,
+    "webhook-endpoint-not-found": WebhookEndpointNotFound,
+    "receipt-not-found": ReceiptNotFound,
+    "not-found": NotFound,
+    "method-not-allowed": MethodNotAllowed,
+    "request-in-progress": InProgress,
+    "outcome-unknown": OutcomeUnknown,
+    "lease-lost": ViewLeaseLost,
+    "stale-token": LeaseLost,
+    "length-required": LengthRequired,
+    "payload-too-large": PayloadTooLarge,
+    "unsupported-media-type": UnsupportedMediaType,
+    "too-many-bad-tokens": TooManyBadTokens,
+    "idempotency-key-reused": KeyMismatch,
+    "invalid-message": InvalidMessage,
+    "uri-too-long": UriTooLong,
+    "header-fields-too-large": HeaderFieldsTooLarge,
+    "not-implemented": NotImplementedByServer,
+    "internal-error": InternalError,
+    "previous-failure": ReplayedFailure,
+    "database-unavailable": DatabaseUnavailable,
+}
+
+
+def problem_error(status: int, problem: dict[str, Any], retry_after: float | None = None) -> ApiError:
+    """The typed error for a problem answer; a type we do not know (or a body that is not a
+    problem, such as a proxy's HTML page) gives a plain ApiError."""
+    kind = str(problem.get("type", ""))
+    error_class = PROBLEM_ERRORS.get(kind.removeprefix(PROBLEM_PREFIX), ApiError) if kind.startswith(PROBLEM_PREFIX) else ApiError
+    return error_class(status, problem, retry_after)
+
+
+class PreviousFailure(IdempotencyError):
+    """The key's first attempt failed and its operation burns keys on failure: run_once does
+    not run it again."""
+
+    def __init__(self, key: str, error: str, response: Any) -> None:
+        self.key = key
+        self.error = error
+        self.response = response
+        super().__init__(f"{key!r} failed before and is not retried: {error}")
