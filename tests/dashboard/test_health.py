@@ -200,3 +200,16 @@ def test_thresholds_from_settings_replace_the_defaults(settings):
     stuck("order-stuck", minutes_ago=6)
     assert reading(health.observe(), "receipts.stuck").state == health.OK
     call_command("check", stdout=StringIO())
+
+
+def test_the_docs_table_gives_every_check_its_default_thresholds():
+    from pathlib import Path
+
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
+    section = text.split("## Health at a glance", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_.]+)` \|[^|]*\|[^|]*\| ([\d.]+) ?(?:%| s) \| ([\d.]+) ?(?:%| s) \|", section, re.M)
+    assert {name: (float(warn), float(bad)) for name, warn, bad in rows} == {
+        name: (float(warn), float(bad)) for name, (warn, bad) in health.DEFAULT_THRESHOLDS.items()
+    }
