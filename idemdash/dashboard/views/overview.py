@@ -20,6 +20,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
     now = timezone.now()
     series = queries.receipt_series(window, now)
     flow = queries.flow_series(window, now)
+    history = queries.history_series(window, now)
     alert_panel = alerts.overview_alerts(window, now)
     return {
         "window": window,
@@ -34,6 +35,8 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-stuck", charts.stuck_chart(series, flow, window.name)),
             ("chart-webhooks", charts.webhook_chart(flow, window.name)),
             ("chart-outbox", charts.outbox_chart(flow, window.name)),
+            ("chart-latency", charts.latency_chart(history, window.name)),
+            ("chart-backlog", charts.backlog_age_chart(history, window.name)),
         ],
         "with_charts": True,
         "alert_panel": alert_panel,
