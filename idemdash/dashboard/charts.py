@@ -270,12 +270,15 @@ def latency_chart(history: Rows, window: str) -> dict[str, Any]:
 def backlog_age_chart(history: Rows, window: str) -> dict[str, Any]:
     """The outbox backlog's age per bucket: how long the oldest waiting message had waited,
     at its worst, as the minute's roll-up run sampled it (the tile has it now)."""
+    # A level, not a count: a line with a marker per sampled bucket (a sampled 0 shows as a
+    # point on the axis), and a gap where nothing was sampled.
     ages = [r["backlog_age"] for r in history]
     data = [
         _bucket_trace(history, ["not sampled" if a is None else "" for a in ages]),
-        _bars(history, [a or 0 for a in ages], "oldest waiting, worst", AMBER),
+        go.Scatter(x=_x(history), y=ages, mode="lines+markers", name="oldest waiting, worst",
+                   line={"color": AMBER, "width": 2}, connectgaps=False,
+                   hovertemplate="oldest waiting, worst: %{y:,} s<extra></extra>"),
     ]
-    data[1].hovertemplate = "oldest waiting, worst: %{y:,} s<extra></extra>"
     layout = _history_layout("Outbox backlog age", "seconds", history)
     quiet = all(a is None for a in ages)
     return _figure(data, layout, f"No backlog sampled in the last {window} (the roll-up samples it every minute)"

@@ -14,10 +14,18 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
+from idemdash.core import rollup
 from idemdash.dashboard import health
 from receipts.outbox import drain, store as outbox_store
 from receipts.outbox.models import OutboxMessage
-from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
+from tests.dashboard.test_browser import (  # noqa: F401
+    SHOTS,
+    browser,
+    charts_drawn,
+    operator,
+    operator_page,
+    read_in_place,
+)
 from tests.receipts.outbox.receiver import running_receiver
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -77,6 +85,20 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
     assert int(page.inner_text('[data-figure="receipts.mismatch_conflicts"] .tile-value')) > 0  # 422s, yet OK
     assert "OK since" in conflict and "warn ≥ 10%" in conflict
     page.screenshot(path=SHOTS / "health-all-clear.png", full_page=True)
+
+    # History: the sends' durations and the backlog age (sampled by the roll-up run, which
+    # the schedule makes every minute) are charted.
+    read_in_place(rollup.catch_up)
+    page.goto(live_server.url + "/?window=24h")
+    charts_drawn(page, 8)
+    for chart in ("chart-latency", "chart-backlog"):
+        figure = page.locator(f"figure:has(#{chart})")
+        assert figure.get_attribute("data-empty") is None, chart
+        assert page.locator(f"#{chart} .main-svg").count() >= 1
+    assert page.locator("#chart-latency .scatterlayer .trace").count() >= 4
+    page.locator("figure:has(#chart-latency)").screenshot(path=SHOTS / "health-latency-chart.png")
+    page.locator("figure:has(#chart-backlog)").screenshot(path=SHOTS / "health-backlog-chart.png")
+    page.goto(live_server.url + "/?window=1h")
 
     # The partner starts refusing every post with a permanent 403: the next drain sends
     # the messages dead (the demo's staged partner outage).

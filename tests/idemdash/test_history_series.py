@@ -126,6 +126,7 @@ def test_the_latency_and_backlog_charts_draw_the_history(timed_runs):
     # The roll-up run sampled the backlog at NOW: nothing waited.
     backlog = charts.backlog_age_chart(history, "24h")
     assert backlog["empty"] is None and list(backlog["data"][1]["y"])[-1] == 0
+    assert backlog["data"][1]["mode"] == "lines+markers"
     assert [r["backlog_age"] for r in history].count(None) == len(history) - 1
 
 
