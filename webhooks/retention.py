@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from idemdash.core.retention import Purger
 from webhooks.conf import setting
 from webhooks.models import RejectedDelivery, WebhookEvent
-from webhooks.rollup import DELIVERIES
+from webhooks.rollup import DELIVERIES, PROCESSING
 
 
 def due_events(now: datetime) -> QuerySet[WebhookEvent]:
@@ -34,4 +34,5 @@ PURGERS = [
     # Its own retention, longer than the events': purging events (and their deliveries)
     # leaves the hours they were counted in as they are.
     Purger("webhooks.delivery_rollups", DELIVERIES.expired, archive=DELIVERIES.carry, order_by="hour"),
+    Purger("webhooks.processing_rollups", PROCESSING.expired, archive=PROCESSING.carry, order_by="hour"),
 ]

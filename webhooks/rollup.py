@@ -6,8 +6,9 @@ through ROLLUPS."""
 
 from __future__ import annotations
 
+from idemdash.core.attempts import rollup_by_duration
 from idemdash.core.rollup import HourlyRollup
-from webhooks.models import DeliveryHourly, WebhookDelivery
+from webhooks.models import DeliveryHourly, ProcessingDurationHourly, WebhookAttempt, WebhookDelivery
 
 DELIVERIES = HourlyRollup(
     name="webhooks.deliveries",
@@ -18,4 +19,11 @@ DELIVERIES = HourlyRollup(
     retention_setting="WEBHOOKS_ROLLUP_RETENTION_DAYS",
 )
 
-ROLLUPS = [DELIVERIES]
+# Handler runs by the hour they finished in and how long they took: the overview's
+# processing-duration history (p50, p99).
+PROCESSING = rollup_by_duration(
+    "webhooks.processing_durations", WebhookAttempt, "finished_at", "duration_ms", ProcessingDurationHourly,
+    "WEBHOOKS_ROLLUP_RETENTION_DAYS",
+)
+
+ROLLUPS = [DELIVERIES, PROCESSING]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.models import Case, Value, When
 
 from idemdash.core.rollup import HourlyCount, HourlyRollup
 
@@ -60,3 +61,58 @@ def lasting_status_q(field: str) -> models.Q:
     """`lasting_status` as a filter on a status-code column, for counting such rows in SQL.
     tests/core/test_attempts.py holds the two to the same answer for every code."""
     return models.Q(**{f"{field}__gte": 400, f"{field}__lt": 500}) & ~models.Q(**{f"{field}__in": sorted(RETRYABLE_4XX)})
+
+
+# Upper bounds (exclusive, in milliseconds) of the duration histogram's buckets: bucket i
+# holds durations below DURATION_BOUNDS_MS[i] (and at or above the bound before it); the
+# last bucket, len(DURATION_BOUNDS_MS), holds the rest; NO_DURATION, rows without one.
+DURATION_BOUNDS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+NO_DURATION = -1
+
+
+def duration_bucket(field: str) -> Case:
+    """The histogram bucket of `field` (milliseconds) as SQL, the same on every database."""
+    return Case(
+        When(**{f"{field}__isnull": True}, then=Value(NO_DURATION)),
+        *[When(**{f"{field}__lt": bound}, then=Value(i)) for i, bound in enumerate(DURATION_BOUNDS_MS)],
+        default=Value(len(DURATION_BOUNDS_MS)),
+        output_field=models.SmallIntegerField(),
+    )
+
+
+class DurationHourly(HourlyCount):
+    """A row of a duration histogram rolled up by hour (`rollup_by_duration`): how many rows
+    of the log fell in one UTC hour and one bucket (DURATION_BOUNDS_MS)."""
+
+    bucket = models.SmallIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+def rollup_by_duration(
+    name: str, log: type[models.Model], time_field: str, field: str, table: type[HourlyCount], retention_setting: str
+) -> HourlyRollup:
+    """A log's durations rolled up as an hourly histogram: rows counted by hour and the
+    bucket of `field` (`table` has `hour`, `bucket` and `count`), from which
+    `percentile` reads p50 and p99 per hour without the log."""
+    return HourlyRollup(
+        name=name, log=log, time_field=time_field, groups=("bucket",), table=table,
+        retention_setting=retention_setting, computed=(("bucket", duration_bucket(field)),),
+    )
+
+
+def percentile(histogram: dict[int, int], q: float) -> int | None:
+    """The q-quantile (0 < q <= 1) of a histogram {bucket: count} as its bucket's upper
+    bound in milliseconds (the last bucket: its lower bound, "at least"); None when empty.
+    Accurate to the bucket, which is what an hourly history can promise."""
+    counted = sorted((b, n) for b, n in histogram.items() if b != NO_DURATION and n > 0)
+    total = sum(n for _, n in counted)
+    if not total:
+        return None
+    running = 0
+    for bucket, n in counted:
+        running += n
+        if running >= q * total:
+            return DURATION_BOUNDS_MS[min(bucket, len(DURATION_BOUNDS_MS) - 1)]
+    return DURATION_BOUNDS_MS[-1]

@@ -138,11 +138,17 @@ class HourlyRollup:
     groups: tuple[str, ...]
     table: type[models.Model]
     retention_setting: str  # days to keep the roll-up's rows (default RETENTION_DAYS)
+    # Group fields the log computes rather than stores, (name, expression) pairs: a
+    # duration's histogram bucket (`idemdash.core.attempts.rollup_by_duration`).
+    computed: tuple[tuple[str, Any], ...] = ()
 
     def _logged(self, where: dict[str, Any], **span: datetime) -> QuerySet:
         """The log filtered by `where` and by the time field: gt=, gte=, lt=, lte=."""
         bounds = {f"{self.time_field}__{op}": moment for op, moment in span.items()}
-        return self.log._default_manager.filter(**where, **bounds)
+        logged = self.log._default_manager.all()
+        if self.computed:
+            logged = logged.annotate(**dict(self.computed))
+        return logged.filter(**where, **bounds)
 
     def _state(self) -> Rollup:
         # get_or_create settles the race of two first runs with the unique primary key.
@@ -158,7 +164,7 @@ class HourlyRollup:
             if state.rolled_until is not None:
                 start = floor_hour(state.rolled_until - REPAIR)
             else:
-                oldest = self._logged({}).aggregate(t=Min(self.time_field))["t"]
+                oldest = self.log._default_manager.aggregate(t=Min(self.time_field))["t"]
                 start = floor_hour(oldest) if oldest is not None else floor_hour(settled)
             end = min(settled, start + max_hours * HOUR)
             if state.rolled_until is not None:
@@ -331,12 +337,17 @@ def installed_rollups() -> list[HourlyRollup]:
 def catch_up(
     now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN, max_runs: int | None = None
 ) -> list[RollupResult]:
-    """Catch every installed roll-up up, one after the other (`max_runs` runs each)."""
-    return [
+    """Catch every installed roll-up up, one after the other (`max_runs` runs each), then
+    take every app's gauge samples (`rollup.SAMPLERS`: functions of now, such as the outbox
+    backlog's age, which no log can tell afterwards)."""
+    results = [
         result
         for rollup in installed_rollups()
         for result in rollup.catch_up(now, max_hours=max_hours, max_runs=max_runs)
     ]
+    for sample in declared_by_apps("rollup", "SAMPLERS"):
+        sample(now or timezone.now())
+    return results
 
 
 def rewind(to: datetime | None = None) -> None:

@@ -188,12 +188,18 @@ def breached(rule: AlertRule, value: float) -> bool:
     return value > rule.threshold
 
 
-def cause_url(metric: str, window_minutes: int | None = None) -> str:
-    """The absolute URL of the page that shows what `metric` counts (IDEMDASH_BASE_URL)."""
+def cause_path(metric: str, window_minutes: int | None = None) -> str:
+    """The path of the page that shows what `metric` counts, filtered to it: where the
+    banner, the overview's first line and a notification link."""
     name, _, query = CAUSE_PAGES[metric].partition("?")
     if name == "dashboard:overview" and window_minutes in WINDOW_NAMES:
         query = f"window={WINDOW_NAMES[window_minutes]}"
-    return setting("IDEMDASH_BASE_URL").rstrip("/") + reverse(name) + (f"?{query}" if query else "")
+    return reverse(name) + (f"?{query}" if query else "")
+
+
+def cause_url(metric: str, window_minutes: int | None = None) -> str:
+    """`cause_path` as an absolute URL (IDEMDASH_BASE_URL), for notifications."""
+    return setting("IDEMDASH_BASE_URL").rstrip("/") + cause_path(metric, window_minutes)
 
 
 # --- notifications --------------------------------------------------------------------------
@@ -423,8 +429,11 @@ def overview_alerts(window: queries.Window, now: datetime | None = None, *, limi
     """Firing alerts, and alerts resolved within the overview's window."""
     now = now or timezone.now()
     resolved = Alert.objects.filter(state=State.RESOLVED, resolved_at__gt=now - window.span, resolved_at__lte=now)
+    firing = list(Alert.objects.filter(state=State.FIRING).select_related("rule").order_by("-fired_at", "-id"))
+    for a in firing:
+        a.cause = cause_path(a.metric, a.rule.window_minutes if a.rule else None)
     return {
-        "firing": list(Alert.objects.filter(state=State.FIRING).order_by("-fired_at", "-id")),
+        "firing": firing,
         "resolved": list(resolved.order_by("-resolved_at", "-id")[:limit]),
         "resolved_total": resolved.count(),
     }

@@ -33,3 +33,4 @@ class IdemdashConfig(BigIntegerIds, AppConfig):
         # After migrate and after a test flush, so the groups always exist.
         post_migrate.connect(_ensure_groups, sender=self)
         post_migrate.connect(_create_cache_tables, sender=self)
+        from idemdash.dashboard import checks  # noqa: F401  (registers the system checks)

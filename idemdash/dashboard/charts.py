@@ -234,3 +234,52 @@ def outbox_chart(flow: Rows, window: str) -> dict[str, Any]:
         ([r["sent"] for r in flow], "sent", GREEN),
         ([r["died"] for r in flow], "died", RED),
     ], f"No outbox messages enqueued or sent in the last {window}", barmode="group")
+
+
+def _history_layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any]:
+    layout = _layout(title, y_title, rows, **extra)
+    layout["title"]["subtitle"]["text"] = f"per {bucket_text(rows)}, from the hourly roll-ups · UTC"
+    layout["yaxis"] = {**layout["yaxis"], "title": {"text": y_title}}
+    return layout
+
+
+def latency_chart(history: Rows, window: str) -> dict[str, Any]:
+    """Webhook processing and outbox send durations per bucket, p50 and p99, in milliseconds
+    on a log axis (a 20 ms p50 and a 30 s p99 on one chart). Each value is the upper bound of
+    the histogram bucket the quantile falls in (`idemdash.core.attempts.percentile`); a
+    bucket without runs has no value (a gap)."""
+    x = _x(history)
+    series = [("processing", "processing", GREEN), ("send", "send", BLUE)]
+    notes = [" · ".join(f"{r[f'{name}_runs']} {label}s" for name, label, _ in series) for r in history]
+    data = [_bucket_trace(history, notes)]
+    for name, label, color in series:
+        for q, dash in (("p50", "solid"), ("p99", "dot")):
+            data.append(go.Scatter(
+                x=x, y=[r[f"{name}_{q}"] for r in history], mode="lines+markers", name=f"{label} {q}",
+                line={"color": color, "width": 2, "dash": dash}, connectgaps=False,
+                hovertemplate=f"{label} {q}: ≤ %{{y:,}} ms<extra></extra>",
+            ))
+    layout = _history_layout("Latency: processing and send", "milliseconds", history)
+    # Ticks at powers of ten only ("10", "100", "1000"): Plotly's default log ticks label
+    # the 2s and 5s between them too, which reads as clutter at this height.
+    layout["yaxis"] = {**layout["yaxis"], "type": "log", "rangemode": "normal", "dtick": 1}
+    quiet = not any(r[f"{name}_runs"] for r in history for name, _, _ in series)
+    return _figure(data, layout, f"No webhook processing or outbox sends in the last {window}" if quiet else None)
+
+
+def backlog_age_chart(history: Rows, window: str) -> dict[str, Any]:
+    """The outbox backlog's age per bucket: how long the oldest waiting message had waited,
+    at its worst, as the minute's roll-up run sampled it (the tile has it now)."""
+    # A level, not a count: a line with a marker per sampled bucket (a sampled 0 shows as a
+    # point on the axis), and a gap where nothing was sampled.
+    ages = [r["backlog_age"] for r in history]
+    data = [
+        _bucket_trace(history, ["not sampled" if a is None else "" for a in ages]),
+        go.Scatter(x=_x(history), y=ages, mode="lines+markers", name="oldest waiting, worst",
+                   line={"color": AMBER, "width": 2}, connectgaps=False,
+                   hovertemplate="oldest waiting, worst: %{y:,} s<extra></extra>"),
+    ]
+    layout = _history_layout("Outbox backlog age", "seconds", history)
+    quiet = all(a is None for a in ages)
+    return _figure(data, layout, f"No backlog sampled in the last {window} (the roll-up samples it every minute)"
+                   if quiet else None)

@@ -142,3 +142,19 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_name} ({self.state} since {self.fired_at:%Y-%m-%d %H:%M})"
+
+
+class HealthState(models.Model):
+    """The state one overview health check (idemdash.dashboard.health) was last seen in, and
+    since when: the transition is written when a check is observed in a new state (by the
+    minute's schedule or an overview load), so a page reads "since" from here instead of
+    scanning history."""
+
+    # Not `check`: a field of that name would hide Model.check(), the system checks' hook.
+    name = models.CharField(max_length=64, primary_key=True)
+    state = models.CharField(max_length=8)
+    since = models.DateTimeField(help_text="When the check was first seen in this state.")
+    value = models.FloatField(help_text="The measured rate (fraction) or age (seconds) at that moment.")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.state} since {self.since:%Y-%m-%d %H:%M:%S}"

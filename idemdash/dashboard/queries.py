@@ -25,12 +25,14 @@ from django.utils import timezone
 
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
+from idemdash.core.attempts import NO_DURATION, percentile
 from receipts import rollup
 from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
 from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
-from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.outbox.models import BacklogAgeHourly, OutboxAttempt, OutboxMessage
 from webhooks import endpoints
+from webhooks import rollup as webhooks_rollup
 from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 from webhooks.rollup import DELIVERIES
 
@@ -400,6 +402,47 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
         window, "created_at", "action",
     )
     _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
+    return list(buckets.values())
+
+
+# --- history from the hourly roll-ups ---------------------------------------------------------
+
+# The duration histograms charted, by the name their p50 and p99 take in a history bucket.
+DURATION_ROLLUPS = {"processing": webhooks_rollup.PROCESSING, "send": outbox_rollup.SENDS}
+
+
+def history_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Latency and backlog age per bucket, every bucket present, oldest first: for each of
+    DURATION_ROLLUPS its `<name>_p50` / `<name>_p99` (milliseconds, the upper bound of the
+    histogram bucket the quantile falls in; None without runs) and `<name>_runs`, and
+    `backlog_age` (the worst age of the oldest waiting outbox message in the bucket, as the
+    minute's roll-up run sampled it; None where nothing was sampled).
+
+    From the hourly roll-ups, so the buckets are hours at the finest (the 1h window gets the
+    two hours it touches); coarser windows merge the hours' histograms, which keeps the
+    quantiles exact to the histogram's bucket. The partial first hour and the minutes past
+    the watermark come from the logs (`HourlyRollup.counts`), as every rolled-up figure."""
+    now = now or timezone.now()
+    hourly = Window(window.name, window.span, max(window.bucket, core_rollup.HOUR), TruncHour)
+    start = window_start(window, now)
+    buckets = _empty_buckets(hourly, now, [])
+    histograms = {t: {name: {} for name in DURATION_ROLLUPS} for t in buckets}
+    for name, rolled in DURATION_ROLLUPS.items():
+        for t, bucket, n in rolled.counts(start, now, by_hour=True):
+            histogram = histograms.get(_floor(t, hourly.bucket), {}).get(name)
+            if histogram is not None:
+                histogram[bucket] = histogram.get(bucket, 0) + n
+    ages: dict[datetime, int] = {}
+    samples = BacklogAgeHourly.objects.filter(hour__gte=core_rollup.floor_hour(start), hour__lte=now)
+    for hour, age in samples.values_list("hour", "max_age_seconds"):
+        t = _floor(hour, hourly.bucket)
+        ages[t] = max(age, ages.get(t, 0))
+    for t, row in buckets.items():
+        for name, histogram in histograms[t].items():
+            row[f"{name}_p50"] = percentile(histogram, 0.5)
+            row[f"{name}_p99"] = percentile(histogram, 0.99)
+            row[f"{name}_runs"] = sum(n for b, n in histogram.items() if b != NO_DURATION)
+        row["backlog_age"] = ages.get(t)
     return list(buckets.values())
 
 

@@ -73,6 +73,10 @@ DECK: dict[str, int] = {
     "outbox_email": 1,
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
+# The kinds that stage a fault for an operator to repair (hung agents, refunds whose demo
+# handler fails while its switch is on): `Config.staged_faults=False` (`simulate --healthy`)
+# deals none of them, and the partner's 403 is off, so the overview shows all clear.
+STAGED_KINDS = frozenset({"agent_stall", "shopify_refund"})
 
 
 def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None = None, **extra: Any) -> dict:
@@ -299,6 +303,7 @@ class Config:
     summary_every: float = 15.0
     wait_for_server: float = 120.0
     max_in_flight: int = 16
+    staged_faults: bool = True  # False: healthy traffic only (see STAGED_KINDS)
 
 
 @dataclass
@@ -352,6 +357,8 @@ class Simulator:
         self._order = json.loads((FIXTURES / "shopify_order.json").read_text())
 
     def _enabled(self, kind: str) -> bool:
+        if kind in STAGED_KINDS and not self.config.staged_faults:
+            return False
         if kind.startswith("stripe"):
             return bool(self.config.stripe_secret)
         if kind.startswith("shopify"):

@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import Q
 
-from idemdash.core.attempts import AttemptLog
+from idemdash.core.attempts import AttemptLog, DurationHourly
 from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.rollup import HourlyCount
 
@@ -202,3 +202,33 @@ class OutboxAttemptHourly(HourlyCount):
         constraints = [
             models.UniqueConstraint(fields=["hour", "outcome"], name="outbox_attempt_hourly_uniq"),
         ]
+
+
+class SendDurationHourly(DurationHourly):
+    """How long the sends of one UTC hour took, as a histogram: outbox attempts counted by
+    bucket of `duration_ms` (idemdash.core.attempts.DURATION_BOUNDS_MS), rolled up from the
+    attempt log (`receipts.outbox.rollup`): the overview's send-duration history."""
+
+    class Meta:
+        verbose_name = "send durations per hour"
+        verbose_name_plural = "send durations per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "bucket"], name="send_duration_hourly_uniq"),
+        ]
+
+
+class BacklogAgeHourly(models.Model):
+    """The oldest waiting message's age, at its worst in one UTC hour, as the minute's
+    roll-up run found it (`receipts.outbox.rollup.sample_backlog_age`): a gauge cannot be
+    recomputed from the log afterwards, so it is sampled when it is known."""
+
+    hour = models.DateTimeField(unique=True, help_text="Start of the hour (UTC).")
+    max_age_seconds = models.PositiveIntegerField()
+    samples = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "outbox backlog age per hour"
+        verbose_name_plural = "outbox backlog age per hour"
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00}: {self.max_age_seconds} s at worst"

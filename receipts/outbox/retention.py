@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from idemdash.core.retention import Purger
 from receipts.outbox.conf import setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from receipts.outbox.rollup import ATTEMPTS, ENQUEUED
+from receipts.outbox.rollup import ATTEMPTS, ENQUEUED, SENDS, expired_backlog_ages
 
 
 def due_sent(now: datetime) -> QuerySet:
@@ -35,4 +35,6 @@ PURGERS = [
     # hours they were counted in as they are.
     Purger("outbox.message_rollups", ENQUEUED.expired, archive=ENQUEUED.carry, order_by="hour"),
     Purger("outbox.attempt_rollups", ATTEMPTS.expired, archive=ATTEMPTS.carry, order_by="hour"),
+    Purger("outbox.send_duration_rollups", SENDS.expired, archive=SENDS.carry, order_by="hour"),
+    Purger("outbox.backlog_age_samples", expired_backlog_ages, order_by="hour"),
 ]

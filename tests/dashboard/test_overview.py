@@ -15,7 +15,7 @@ def test_the_overview_shows_tiles_charts_and_loads_plotly_once(viewer_client):
     html = response.content.decode()
     assert response.status_code == 200
     assert html.count("/static/vendor/plotly.min.js") == 1
-    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 6
+    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 8
     assert 'data-figure="receipts.requests"' in html
     assert 'hx-trigger="every 15s' in html
 

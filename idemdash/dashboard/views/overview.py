@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from idemdash.dashboard import alerts, charts, queries
+from idemdash.dashboard import alerts, charts, health, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.views.pages import partial_or_page
 
@@ -20,6 +20,8 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
     now = timezone.now()
     series = queries.receipt_series(window, now)
     flow = queries.flow_series(window, now)
+    history = queries.history_series(window, now)
+    alert_panel = alerts.overview_alerts(window, now)
     return {
         "window": window,
         "windows": list(queries.WINDOWS),
@@ -33,9 +35,13 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-stuck", charts.stuck_chart(series, flow, window.name)),
             ("chart-webhooks", charts.webhook_chart(flow, window.name)),
             ("chart-outbox", charts.outbox_chart(flow, window.name)),
+            ("chart-latency", charts.latency_chart(history, window.name)),
+            ("chart-backlog", charts.backlog_age_chart(history, window.name)),
         ],
         "with_charts": True,
-        "alert_panel": alerts.overview_alerts(window, now),
+        "alert_panel": alert_panel,
+        # Observed (and its transitions recorded) on every load: the figures are read anyway.
+        "health": health.summary(health.observe(now), alert_panel["firing"]),
         "paused": queries.paused_work(),
     }
 

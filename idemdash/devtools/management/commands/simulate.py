@@ -39,6 +39,11 @@ class Command(BaseCommand):
             "--receiver-refuse", type=float, default=180.0,
             help=f"seconds from the start during which the receiver refuses {simulator.REFUSED_PATH} with a permanent 403 (180; 0: never)",
         )
+        parser.add_argument(
+            "--healthy", action="store_true",
+            help="healthy traffic only: no hung agents, no refunds for the staged handler bug, no partner 403 "
+                 "(the overview shows all clear)",
+        )
         parser.add_argument("--crash-lease", type=int, default=15, help="lease seconds of claims whose agent crashes (15, the shortest the API allows)")
         parser.add_argument(
             "--stall-lease", type=int, default=60,
@@ -79,7 +84,8 @@ class Command(BaseCommand):
             receiver_port=options["receiver_port"],
             receiver_failures=options["receiver_failures"],
             receiver_slow=options["receiver_slow"],
-            receiver_refuse_seconds=options["receiver_refuse"],
+            receiver_refuse_seconds=0.0 if options["healthy"] else options["receiver_refuse"],
+            staged_faults=not options["healthy"],
             crash_lease_seconds=options["crash_lease"],
             stall_lease_seconds=options["stall_lease"],
             say_every=options["say_every"],

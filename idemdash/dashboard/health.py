@@ -1,0 +1,338 @@
+"""Health at a glance: the overview's problem tiles coloured by a threshold on a rate or an
+age, each saying since when it has been in its state, and the first line that sums them up.
+
+A count says little on its own: 12 conflicts are nothing in 10,000 requests and a lot in 20,
+and one stuck row that the sweeper takes back in a minute is not an outage. So each check
+measures a **rate** (a share of the traffic in the last `IDEMDASH_HEALTH_WINDOW_MINUTES`)
+or an **age** (how long the oldest row has waited, right now) and compares it with two
+thresholds, warn and bad (`DEFAULT_THRESHOLDS`, overridable by
+`IDEMDASH_HEALTH_THRESHOLDS`, validated by `manage.py check`). A rate over fewer than
+`IDEMDASH_HEALTH_MIN_SAMPLE` rows is divided by that many instead: 1 failure in 2 requests
+does not read as 50%, while 5 dead messages of 5 still read as 25% (bad).
+
+The figures come from the same blocks as the tiles and the alert rules
+(`alerts.Measurements`, over the health window), so a check means what the tile shows.
+
+**Since when.** `observe()` measures every check and records a transition in `HealthState`
+when a check's state differs from the stored one: a conditional UPDATE (state differs, and
+the stored moment is older), or the first row's unique insert, so two observers write one
+change between them. The minute's alert schedule observes (`tasks.evaluate_alerts`), and so
+does every overview load, which measures the checks anyway; a page therefore reads "since"
+from one small table instead of scanning history, and an unchanged state writes nothing.
+"Since" is when the dashboard first saw the state, at most a minute after it began while
+the schedule runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Min
+from django.urls import reverse
+from django.utils import timezone
+
+from idemdash.dashboard import alerts, queries
+from idemdash.dashboard.models import HealthState
+from idemdash.dashboard.templatetags.idemdash_tags import duration, percent
+
+OK, WARN, BAD = "ok", "warn", "bad"
+SEVERITY = {OK: 0, WARN: 1, BAD: 2}
+
+RATE, AGE = "rate", "age"
+
+DEFAULT_WINDOW_MINUTES = 15
+DEFAULT_MIN_SAMPLE = 20
+
+# check -> (warn, bad): percent for rates, seconds for ages; a value at or above a
+# threshold is in that state. docs/dashboard.md ("Health") explains each choice.
+DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
+    "receipts.concurrent_duplicates": (25, 50),
+    "receipts.mismatch_conflicts": (10, 25),
+    "receipts.failed": (5, 20),
+    "receipts.stuck": (60, 180),
+    "webhooks.rejected": (1, 10),
+    "webhooks.dead": (1, 5),
+    "webhooks.stuck": (120, 300),
+    "outbox.backlog_age": (180, 600),
+    "outbox.dead": (1, 5),
+    "outbox.stuck": (120, 300),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    label: str  # as the first line names a problem
+    kind: str  # RATE or AGE
+    what: str  # what the value is, for the tile's note and the docs
+    url: str  # "urlname" or "urlname?query" or "urlname#fragment": the filtered list
+    # (blocks) -> for a rate (part, whole), rows; for an age (seconds, 0)
+    measure: Callable[["Blocks"], tuple[float, int]]
+
+
+class Blocks:
+    """The stats blocks of the health window and the oldest stuck leases, each read once."""
+
+    def __init__(self, now: datetime, span: timedelta) -> None:
+        self.now, self.span = now, span
+        self._m = alerts.Measurements(now)
+
+    def __getitem__(self, block: str) -> dict[str, Any]:
+        stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats}
+        return self._m.block(stats[block], self.span)
+
+    def stuck_age(self, stuck: Callable[[datetime], Any]) -> tuple[float, int]:
+        """Seconds the oldest stuck row has been past its lease (its partial index's first row)."""
+        oldest = stuck(self.now).aggregate(t=Min("lease_expires_at"))["t"]
+        return (max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0), 0
+
+
+def _share(part: int, whole: int) -> tuple[float, int]:
+    # A count can exceed its base (events that died now were received before the window).
+    return min(part, whole), whole
+
+
+CHECKS: list[Check] = [
+    Check("receipts.concurrent_duplicates", "Concurrent duplicates", RATE,
+          "of claim requests arrived while the key's first attempt ran, 409 or waited",
+          "dashboard:receipts?conflict=concurrent",
+          lambda b: _share(b["receipts"]["concurrent_duplicates"], b["receipts"]["requests"])),
+    Check("receipts.mismatch_conflicts", "422 mismatches", RATE,
+          "of claim requests reused a key with another request",
+          "dashboard:receipts?conflict=422",
+          lambda b: _share(b["receipts"]["mismatch_conflicts"], b["receipts"]["requests"])),
+    Check("receipts.failed", "Failed keys", RATE,
+          "failed keys per claim that ran",
+          "dashboard:receipts?status=failed&sort=-updated",
+          lambda b: _share(b["receipts"]["failed"], b["receipts"]["claimed"])),
+    Check("receipts.stuck", "Stuck receipts", AGE, "the oldest receipt past its lease",
+          "dashboard:stuck", lambda b: b.stuck_age(queries.stuck_receipts)),
+    Check("webhooks.rejected", "Rejected deliveries", RATE,
+          "of deliveries failed verification",
+          "dashboard:rejected",
+          lambda b: _share(b["webhooks"]["rejected"], b["webhooks"]["deliveries"] + b["webhooks"]["rejected"])),
+    Check("webhooks.dead", "Dead webhook events", RATE,
+          "dead events per unique event received",
+          "dashboard:events?status=dead",
+          lambda b: _share(b["webhooks"]["dead"], b["webhooks"]["events"])),
+    Check("webhooks.stuck", "Stuck webhook events", AGE, "the oldest event past its lease",
+          "dashboard:stuck#stuck-events", lambda b: b.stuck_age(queries.stuck_events)),
+    Check("outbox.backlog_age", "Outbox backlog", AGE, "the oldest waiting message since it was enqueued",
+          "dashboard:outbox?status=waiting",
+          lambda b: (float(b["outbox"]["oldest_pending_age_seconds"]), 0)),
+    Check("outbox.dead", "Dead outbox messages", RATE,
+          "of messages that finished went dead",
+          "dashboard:outbox?status=dead",
+          lambda b: _share(b["outbox"]["dead"], b["outbox"]["sent"] + b["outbox"]["dead"])),
+    Check("outbox.stuck", "Stuck outbox messages", AGE, "the oldest message in flight past its lease",
+          "dashboard:stuck#stuck-messages", lambda b: b.stuck_age(queries.stuck_messages)),
+]
+CHECKS_BY_NAME = {c.name: c for c in CHECKS}
+assert set(CHECKS_BY_NAME) == set(DEFAULT_THRESHOLDS), "every check needs its thresholds"
+
+# The overview's tiles (their data-figure) and the check that colours each; a tile not
+# here shows traffic, not health, and stays uncoloured.
+TILE_CHECKS: dict[str, str] = {
+    "receipts.concurrent_duplicates": "receipts.concurrent_duplicates",
+    "receipts.mismatch_conflicts": "receipts.mismatch_conflicts",
+    "receipts.failed": "receipts.failed",
+    "receipts.stuck": "receipts.stuck",
+    "webhooks.rejected": "webhooks.rejected",
+    "webhooks.dead": "webhooks.dead",
+    "webhooks.stuck": "webhooks.stuck",
+    "outbox.pending": "outbox.backlog_age",
+    "outbox.oldest_pending_age_seconds": "outbox.backlog_age",
+    "outbox.dead": "outbox.dead",
+    "outbox.stuck": "outbox.stuck",
+}
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def window_minutes() -> int:
+    return getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+
+
+def min_sample() -> int:
+    return getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+
+
+def thresholds() -> dict[str, tuple[float, float]]:
+    return {**DEFAULT_THRESHOLDS, **getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})}
+
+
+def setting_problems() -> list[str]:
+    """What is wrong with the health settings, for `manage.py check` (idemdash/dashboard/checks.py)."""
+    problems = []
+    minutes = getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+    if type(minutes) is not int or not 1 <= minutes <= 24 * 60:
+        problems.append(f"IDEMDASH_HEALTH_WINDOW_MINUTES must be a whole number of minutes from 1 to 1440; got {minutes!r}.")
+    sample = getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+    if type(sample) is not int or sample < 1:
+        problems.append(f"IDEMDASH_HEALTH_MIN_SAMPLE must be a whole number of at least 1; got {sample!r}.")
+    given = getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})
+    if not isinstance(given, dict):
+        return [*problems, f"IDEMDASH_HEALTH_THRESHOLDS must be a dict of check name -> (warn, bad); got {given!r}."]
+    for name, pair in given.items():
+        if name not in CHECKS_BY_NAME:
+            problems.append(f"IDEMDASH_HEALTH_THRESHOLDS: unknown check {name!r}; the checks are {', '.join(CHECKS_BY_NAME)}.")
+            continue
+        numbers = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in pair
+        )
+        unit = "percent" if CHECKS_BY_NAME[name].kind == RATE else "seconds"
+        if not numbers or not 0 < pair[0] <= pair[1] or (unit == "percent" and pair[1] > 100):
+            problems.append(
+                f"IDEMDASH_HEALTH_THRESHOLDS[{name!r}] must be (warn, bad) in {unit}, 0 < warn <= bad"
+                + (" <= 100" if unit == "percent" else "") + f"; got {pair!r}."
+            )
+    return problems
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+@dataclass
+class Reading:
+    check: Check
+    state: str
+    value: float  # a fraction for a rate (see `rate`), seconds for an age
+    part: int  # for a rate: the rows counted...
+    sample: int  # ... of these
+    warn: float
+    bad: float
+    since: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return self.check.name
+
+    @property
+    def url(self) -> str:
+        name, sep, rest = self.check.url.partition("?")
+        if not sep:
+            name, sep, rest = self.check.url.partition("#")
+        return reverse(name) + (sep + rest if sep else "")
+
+    @property
+    def value_display(self) -> str:
+        if self.check.kind == RATE:
+            if self.sample < min_sample():
+                return f"{self.part} of {self.sample}"
+            return percent(self.value)
+        return duration(self.value) if self.value >= 1 else "0 s"
+
+    @property
+    def threshold_display(self) -> str:
+        unit = "%" if self.check.kind == RATE else " s"
+        return f"warn ≥ {self.warn:g}{unit}, bad ≥ {self.bad:g}{unit}"
+
+    @property
+    def summary(self) -> str:
+        """How the first line names a problem: "Dead outbox messages: 20% of messages that
+        finished went dead (bad ≥ 5%)"."""
+        limit = self.bad if self.state == BAD else self.warn
+        unit = "%" if self.check.kind == RATE else " s"
+        return f"{self.check.label}: {self.value_display} ({self.check.what}; {self.state} ≥ {limit:g}{unit})"
+
+
+def rate(part: int, sample: int) -> float:
+    """The share judged: over at least IDEMDASH_HEALTH_MIN_SAMPLE rows (see above)."""
+    return part / max(sample, min_sample()) if part else 0.0
+
+
+def _state(value: float, kind: str, warn: float, bad: float) -> str:
+    value = value * 100 if kind == RATE else value
+    if value >= bad:
+        return BAD
+    return WARN if value >= warn else OK
+
+
+def measure(now: datetime | None = None) -> list[Reading]:
+    """Every check's reading, now, over the health window (no "since": see `observe`)."""
+    now = now or timezone.now()
+    blocks = Blocks(now, timedelta(minutes=window_minutes()))
+    limits = thresholds()
+    readings = []
+    for check in CHECKS:
+        measured, sample = check.measure(blocks)
+        part = int(measured) if check.kind == RATE else 0
+        value = rate(part, sample) if check.kind == RATE else measured
+        warn, bad = limits[check.name]
+        readings.append(Reading(check, _state(value, check.kind, warn, bad), value, part, sample, warn, bad))
+    return readings
+
+
+def record(readings: list[Reading], now: datetime) -> None:
+    """Write the transitions among `readings` and give each its `since`.
+
+    One read of the small table; a write only for a check whose state changed, made
+    conditional on the row still holding an older, different state, so that two observers
+    record one transition (and an observer with an older `now` never overwrites a newer one).
+    """
+    stored = {s.name: s for s in HealthState.objects.filter(name__in=[r.name for r in readings])}
+    for r in readings:
+        known = stored.get(r.name)
+        if known is not None and known.state == r.state:
+            r.since = known.since
+            continue
+        if known is None:
+            try:
+                with transaction.atomic():
+                    HealthState.objects.create(name=r.name, state=r.state, since=now, value=r.value)
+            except IntegrityError:  # another observer inserted it first
+                pass
+        else:
+            HealthState.objects.filter(name=r.name, since__lt=now).exclude(state=r.state).update(
+                state=r.state, since=now, value=r.value
+            )
+        # Whoever won, the row now says since when this state holds.
+        winner = HealthState.objects.filter(name=r.name, state=r.state).values_list("since", flat=True).first()
+        r.since = winner or now
+
+
+def observe(now: datetime | None = None) -> list[Reading]:
+    now = now or timezone.now()
+    readings = measure(now)
+    record(readings, now)
+    return readings
+
+
+@dataclass
+class Summary:
+    """The overview's first line: the worst state among the checks and the firing alerts,
+    and each problem with its link."""
+
+    state: str
+    problems: list[dict[str, str]]  # {"text", "url", "state"}
+    readings: dict[str, Reading]  # by check name
+    tiles: dict[str, dict[str, Reading]]  # block -> figure -> reading, as the template reads a tile's
+    window_minutes: int
+
+
+def summary(readings: list[Reading], firing: list[Any]) -> Summary:
+    """`firing`: the firing alerts of `alerts.overview_alerts` (with their `cause` path);
+    each is a problem, linked to the page that shows its cause."""
+    problems = [
+        {"text": r.summary, "url": r.url, "state": r.state}
+        for r in sorted(readings, key=lambda r: -SEVERITY[r.state])
+        if r.state != OK
+    ]
+    problems += [
+        {"text": f"Alert “{a.rule_name}” firing: {a.condition}", "url": a.cause,
+         "state": BAD}
+        for a in firing
+    ]
+    state = max((p["state"] for p in problems), key=SEVERITY.get, default=OK)
+    by_name = {r.name: r for r in readings}
+    tiles: dict[str, dict[str, Reading]] = {}
+    for tile, name in TILE_CHECKS.items():
+        block, figure = tile.split(".")
+        tiles.setdefault(block, {})[figure] = by_name[name]
+    return Summary(state, problems, by_name, tiles, window_minutes())
