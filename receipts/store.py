@@ -12,15 +12,18 @@ taken over holds a stale token and can no longer complete or fail the receipt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import re
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.http import HttpResponseBase
@@ -144,7 +147,68 @@ def validate_operation(operation: Any) -> str:
     return operation
 
 
-def claim(
+def claim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
+    """Claim (scope, key) for one execution of `operation`.
+
+    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
+    lease_takeover) and must settle it with its token; or it must not run (replayed,
+    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
+    (woken by its completion, not by polling in a tight loop) and its result replayed.
+    The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
+    user_id, session_id.
+    """
+    steps = _claiming(scope, key, operation, request, **options)
+    try:
+        wait = next(steps)
+        while True:
+            wait.wakeup.wait(wait.timeout)
+            wait = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()
+
+
+async def aclaim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
+    """`claim` for async callers: the same steps, each run by sync_to_async on one thread (the
+    one Django's async ORM uses), and a wait for a running first attempt awaited on the event
+    loop (woken when it settles, as `claim` is), so no thread is held while it waits. Takes
+    `claim`'s options."""
+    steps = _claiming(scope, key, operation, request, **options)
+    try:
+        done, step = await _astep(steps, None)
+        while not done:
+            await step.wakeup.async_wait(step.timeout)
+            done, step = await _astep(steps, None)
+        return step
+    finally:
+        # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
+        # while its step still runs on the thread is closed when it is collected.
+        with contextlib.suppress(ValueError):
+            steps.close()
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """What a claim waits for between its looks: a wake-up of its key, or the timeout."""
+
+    wakeup: waiting.Wakeup
+    timeout: float
+
+
+def _step(steps: Generator[_Wait, None, ClaimResult], value: None) -> tuple[bool, Any]:
+    """Resume a claim: (False, the _Wait it waits for) or (True, its ClaimResult)."""
+    try:
+        return False, steps.send(value)
+    except StopIteration as done:
+        return True, done.value
+
+
+# Thread-sensitive: every look of one claim runs on the same thread and connection.
+_astep = sync_to_async(_step, thread_sensitive=True)
+
+
+def _claiming(
     scope: str,
     key: str,
     operation: str,
@@ -155,14 +219,12 @@ def claim(
     wait_seconds: float = 0,
     user_id: str = "",
     session_id: str = "",
-) -> ClaimResult:
-    """Claim (scope, key) for one execution of `operation`.
-
-    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
-    lease_takeover) and must settle it with its token; or it must not run (replayed,
-    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
-    (woken by its completion, not by polling in a tight loop) and its result replayed.
-    """
+) -> Generator[_Wait, None, ClaimResult]:
+    """The one copy of a claim, sync or async: yields where it waits for the running first
+    attempt (claim and aclaim do the waiting), and returns the ClaimResult. `fingerprint`
+    is the request's when the caller has it already; `lease_seconds` overrides the
+    operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
+    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
     validate_key(key)
     validate_operation(operation)
     policy = policy_for(operation)
@@ -225,7 +287,7 @@ def claim(
                     continue  # settled meanwhile: look again at once
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
-            wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
+            yield _Wait(wakeup, max(0.01, min(left, lease_left + 0.01)))
 
 
 @dataclass(frozen=True)
