@@ -240,12 +240,20 @@ def _claiming(
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
+            raced_since: float | None = None
             now = timezone.now()
             if waited_since is None:
                 # On PostgreSQL a new key or a replay is one statement, log line included,
                 # and any other case comes back as the existing row; the ORM path decides
                 # every case below.
+                began = time.monotonic()
                 found = path().claim_or_replay(_new_receipt(intent, now), now)
+                if found is None and path() is pg:
+                    # The key was inserted by an attempt that committed while the statement
+                    # ran: under ATOMIC_REQUESTS its insert waited on that attempt's
+                    # uncommitted row until the request committed. A replay now is of a
+                    # result this caller waited for.
+                    raced_since = began
                 if found is not None:
                     logged, existing = found
                     if logged == Outcome.CLAIMED:
@@ -270,6 +278,8 @@ def _claiming(
                 result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
                 if waited_since is not None:
                     result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
+                elif raced_since is not None and result.outcome == Outcome.REPLAYED:
+                    result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
                 if settled and not reconcile:
                     _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
             if reconcile:
