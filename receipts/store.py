@@ -264,24 +264,7 @@ def _claiming(
                 # After a wait the statement's own "replayed" line would hide the wait: the
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
-            # The decision and its line in the attempt log commit together: never a claim
-            # without its log line.
-            with transaction.atomic():
-                result = _claim_once(intent, existing=existing)
-                # A held receipt whose operation can ask the provider: asked outside this
-                # transaction (a provider's answer must not hold SQLite's one writer).
-                reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
-                left = deadline - time.monotonic()
-                # Over the process's cap on waiters, a duplicate is refused at once rather
-                # than hold a thread that a completion may need (receipts/waiting.py).
-                settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
-                result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
-                if waited_since is not None:
-                    result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
-                elif raced_since is not None and result.outcome == Outcome.REPLAYED:
-                    result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
-                if settled and not reconcile:
-                    _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+            result, reconcile, settled, left = _decide(intent, existing, wakeup, deadline, waited_since, raced_since)
             if reconcile:
                 answered = _reconciled(intent, result)
                 if answered is None:
@@ -298,6 +281,36 @@ def _claiming(
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
             yield _Wait(wakeup, max(0.01, min(left, lease_left + 0.01)))
+
+
+@retry_deadlocks
+def _decide(
+    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup, deadline: float,
+    waited_since: float | None, raced_since: float | None,
+) -> tuple[ClaimResult, bool, bool, float]:
+    """One look of a claim: the decision and its line in the attempt log, committed together
+    (never a claim without its log line). Returns the result, whether the operation's
+    reconcile must be asked, whether the claim is settled (else it waits), and the seconds
+    left to wait. Run again when MySQL/MariaDB picks it as a deadlock's victim (a purge
+    deleting the expired row it re-claims, or inserting the key again meanwhile): InnoDB
+    rolled the decision back whole, so nothing of it was written."""
+    with transaction.atomic():
+        result = _claim_once(intent, existing=existing)
+        # A held receipt whose operation can ask the provider: asked outside this
+        # transaction (a provider's answer must not hold SQLite's one writer).
+        reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
+        left = deadline - time.monotonic()
+        # Over the process's cap on waiters, a duplicate is refused at once rather
+        # than hold a thread that a completion may need (receipts/waiting.py).
+        settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
+        result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
+        if waited_since is not None:
+            result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
+        elif raced_since is not None and result.outcome == Outcome.REPLAYED:
+            result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
+        if settled and not reconcile:
+            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp)
+    return result, reconcile, settled, left
 
 
 @dataclass(frozen=True)

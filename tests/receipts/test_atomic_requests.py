@@ -19,6 +19,7 @@ import pytest
 from django.db import connection
 
 from receipts.models import Attempt, AuditEntry, Receipt
+from tests.concurrently import uncommitted, until_transactions_wait_on_locks
 from tests.gunicorn import Gunicorn
 
 pytestmark = [
@@ -94,22 +95,15 @@ def test_a_duplicate_whose_claim_waited_on_the_uncommitted_first_attempt_is_logg
     and completes in it and has not committed; the duplicate's claim, on its own connection,
     waits on the uncommitted key, and once the first commits it replays that result, logged
     as the concurrent duplicate it is (`waited`, with how long), not as a plain replay."""
-    from django.db import connections, transaction
+    from django.db import connections
 
     from receipts import store
 
-    completed, commit = threading.Event(), threading.Event()
     answers: dict[str, store.ClaimResult] = {}
 
-    def first() -> None:
-        try:
-            with transaction.atomic():
-                claim = store.claim("user:1", "atomic-wait", "email.send", {"to": "a"})
-                store.complete("user:1", "atomic-wait", claim.token, response_status=201, body="{}")
-                completed.set()
-                assert commit.wait(30)
-        finally:
-            connections.close_all()
+    def first_attempt() -> None:
+        claim = store.claim("user:1", "atomic-wait", "email.send", {"to": "a"})
+        store.complete("user:1", "atomic-wait", claim.token, response_status=201, body="{}")
 
     def duplicate() -> None:
         try:
@@ -117,23 +111,11 @@ def test_a_duplicate_whose_claim_waited_on_the_uncommitted_first_attempt_is_logg
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=first)]
-    threads[0].start()
-    assert completed.wait(30)
-    threads.append(threading.Thread(target=duplicate))
-    threads[1].start()
-    with connection.cursor() as cursor:  # the duplicate's insert waits on the first's row lock
-        for _ in range(300):
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                           "AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0]:
-                break
-            threading.Event().wait(0.05)
-        else:
-            raise AssertionError("the duplicate's claim never waited on the first attempt's row")
-    commit.set()
-    for thread in threads:
-        thread.join(30)
+    duplicate_thread = threading.Thread(target=duplicate)
+    with uncommitted(first_attempt):  # the request's transaction, not committed yet
+        duplicate_thread.start()
+        until_transactions_wait_on_locks(1, "the duplicate's claim waits on the first attempt's row")
+    duplicate_thread.join(30)
 
     answer = answers["duplicate"]
     assert answer.outcome == "replayed" and answer.waited_ms is not None and answer.waited_ms > 0
