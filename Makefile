@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev
 CONSTRAINTS ?=
 
-.PHONY: demo test install migrate bench clean
+.PHONY: demo test install migrate bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" && $(PYTHON) -c '$(SUPPORTED_CHECK)' 2>/dev/null || { \
@@ -65,6 +65,13 @@ demo: install
 # extra carries the bench's own dependencies (DRF, drf-idempotency).
 bench: install
 	$(BIN)/python -m idemdash.devtools.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
+
+# `make soak` (idemdash/devtools/soak/run.py): claims, replays, webhook deliveries and outbox
+# messages through two web instances and two worker clusters on PostgreSQL (DATABASE_URL, else
+# postgres://postgres@127.0.0.1:5432/idemdash_soak) while workers are SIGKILLed and database
+# backends terminated; 10 minutes unless SOAK_SECONDS says otherwise. Writes var/soak/<time>/.
+soak: install
+	$(BIN)/python -m idemdash.devtools.soak $(if $(SOAK_SECONDS),--seconds $(SOAK_SECONDS))
 
 clean:
 	rm -rf $(VENV) var

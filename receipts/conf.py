@@ -43,7 +43,8 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
     # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
     # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
-    # "reconcile": "dotted.path.to.function"}; an exact name wins over patterns, then the
+    # "reconcile": "dotted.path.to.function", "single_transaction": bool}; an exact name wins
+    # over patterns, then the
     # first matching pattern wins. "ttl_seconds": None makes the operation's receipts
     # permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
@@ -78,6 +79,10 @@ class Policy:
     # `reconcile` function (a dotted path, or None) or an operator resolves it.
     after_crash: str = "rerun"
     reconcile: str | None = None
+    # A decorated view's claim, the view and its completion commit as one transaction
+    # (docs/http-contract.md: One transaction per request): for views whose effects all live in
+    # the receipts' database. A duplicate waits on the uncommitted row instead of a 409.
+    single_transaction: bool = False
     # Which configured names decided it: the RECEIPTS_OPERATIONS key and the
     # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
     rule: str | None = None
@@ -106,6 +111,7 @@ class Policy:
             "financial": self.financial,
             "on_failure": self.on_failure,
             "after_crash": self.after_crash,
+            "single_transaction": self.single_transaction,
             "matched": {
                 "RECEIPTS_OPERATIONS": self.rule,
                 "RECEIPTS_FINANCIAL_OPERATIONS": self.financial_pattern,
@@ -154,6 +160,8 @@ def rule_problems(name: str, rule: Any) -> list[str]:
     reconcile = rule.get("reconcile")
     if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
         problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
+    if not isinstance(rule.get("single_transaction", False), bool):
+        problems.append(f"{where}['single_transaction'] must be True or False, got {rule['single_transaction']!r}")
     return problems
 
 
@@ -182,6 +190,7 @@ def policy_for(operation: str) -> Policy:
         burn_on_failure=on_failure == "burn",
         after_crash=after_crash,
         reconcile=reconcile,
+        single_transaction=rule.get("single_transaction", False),
         rule=rule_name,
         financial_pattern=financial_pattern,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
@@ -88,17 +89,22 @@ def idempotent(
     required: bool = True,
     *,
     scope: Callable[[HttpRequest], str] | None = None,
+    single_transaction: bool | None = None,
 ) -> Callable[[View], View]:
     """Run the view at most once per (scope, Idempotency-Key) and replay its response.
 
     `required=False` runs the view normally when the header is absent. `scope` maps a
     request to the principal whose keys are separate from everyone else's; the default is
-    `default_scope`.
+    `default_scope`. `single_transaction` overrides the operation's policy of that name
+    (claim, view and completion in one transaction: docs/http-contract.md, One transaction
+    per request).
     """
     store.validate_operation(operation)
 
     def decorator(view: View) -> View:
         _refuse_ninja(view, operation, "receipts.decorators.idempotent")
+        if single_transaction or (single_transaction is None and policy_for(operation).single_transaction):
+            refuse_single_transaction(view, operation)
         if hasattr(view, "cls") and hasattr(view, "initkwargs"):
             # DRF's as_view() (and @api_view) mark their result with `cls`. Outside it, DRF
             # has not authenticated the caller (every token user would share one scope) nor
@@ -122,7 +128,9 @@ def idempotent(
             # the method it wraps when the method is async): the wrapper must be one too.
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-                return await arespond(request, view, args, kwargs, operation, required, scope)
+                return await arespond(
+                    request, view, args, kwargs, operation, required, scope, single_transaction=single_transaction
+                )
 
             return _marked(async_wrapper, operation)
 
@@ -130,7 +138,9 @@ def idempotent(
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             _refuse_drf_dispatch(view, request, operation)
             _refuse_async_dispatch(view, operation)
-            return respond(request, view, args, kwargs, operation, required, scope)
+            return respond(
+                request, view, args, kwargs, operation, required, scope, single_transaction=single_transaction
+            )
 
         return _marked(wrapper, operation)
 
@@ -188,10 +198,12 @@ def respond(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
+    *,
+    single_transaction: bool | None = None,
 ) -> HttpResponseBase:
     """The contract for one request to a protected sync view: checked once per decoration by
     `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
-    steps = _contract(request, args, kwargs, operation, required, scope)
+    steps = _contract(request, args, kwargs, operation, required, scope, single_transaction)
     running, answer = _step(steps.send, None)
     if not running:
         return answer
@@ -213,6 +225,8 @@ async def arespond(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
+    *,
+    single_transaction: bool | None = None,
 ) -> HttpResponseBase:
     """`respond` for an async view: the same contract, its steps before and after the view
     run by sync_to_async on the request's one sync thread, the view awaited between them.
@@ -222,7 +236,7 @@ async def arespond(
     `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
     writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
     store work runs on the event loop: a `Prefer: wait` waits in that thread."""
-    steps = _contract(request, args, kwargs, operation, required, scope)
+    steps = _contract(request, args, kwargs, operation, required, scope, single_transaction)
     running, answer = await _astep(steps.send, None)
     if not running:
         return answer
@@ -255,6 +269,7 @@ def _contract(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
+    single_transaction: bool | None = None,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     """The one copy of the contract, sync or async: yields where the view runs, is sent its
     response (or thrown its exception), and returns the response to send."""
@@ -279,7 +294,16 @@ def _contract(
             "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
             'quoted structured-field string ("...").',
         )
-    return (yield from _handle(request, args, kwargs, operation, key, scope))
+    if single_transaction is None:
+        single_transaction = policy_for(operation).single_transaction
+    if not single_transaction:
+        return (yield from _handle(request, args, kwargs, operation, key, scope))
+    try:
+        # The claim, the view and the completion commit together, or roll back together.
+        with transaction.atomic():
+            return (yield from _handle(request, args, kwargs, operation, key, scope, single_transaction=True))
+    except _WaitedTooLong:
+        return _waited_too_long()
 
 
 def _mismatch(view: Callable[..., Any], operation: str) -> str:
@@ -503,6 +527,8 @@ def _handle(
     operation: str,
     key: str,
     scope: Callable[[HttpRequest], str] | None,
+    *,
+    single_transaction: bool = False,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     content_type = request.META.get("CONTENT_TYPE", "")
     try:
@@ -521,25 +547,141 @@ def _handle(
     wait = parse_prefer_wait(request.headers.get("Prefer", ""))
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
-    result = store.claim(
+    claim = functools.partial(
+        store.claim,
         principal,
         key,
         operation,
         _stored_request(request, body, content_type, parsed),
         fingerprint=fingerprint,
-        wait_seconds=applied_wait,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
         session_id=session_reference(session.session_key) if session is not None else "",
     )
+    if single_transaction:
+        # A duplicate waits on the first attempt's uncommitted row, not in store.claim: a wait
+        # there would hold this request's transaction (on SQLite, the one write lock) open
+        # while the first attempt needs it.
+        result = _claim_waiting_on_the_row(claim, applied_wait or int(setting("RECEIPTS_MAX_WAIT_SECONDS")))
+        applied_wait = 0
+    else:
+        result = claim(wait_seconds=applied_wait)
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
         claimed = running_claim(result.receipt, result.token)
-        response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
+        with _single_transaction_view(operation) if single_transaction else contextlib.nullcontext():
+            response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
     else:
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
     return response
+
+
+class _WaitedTooLong(Exception):
+    """A single-transaction claim's wait on the first attempt's row ran past its bound: the
+    request's transaction is aborted and leaves with this, to be answered 409."""
+
+
+def _claim_waiting_on_the_row(claim: Callable[..., store.ClaimResult], seconds: int) -> store.ClaimResult:
+    """The claim of a single-transaction view, inside the request's transaction. On
+    PostgreSQL its insert waits on a concurrent first attempt's uncommitted row for at most
+    `seconds` (lock_timeout); then, as under ATOMIC_REQUESTS, it finds the committed receipt and
+    replays it, or, when the first attempt rolled back, claims the key itself. On SQLite the
+    wait happened already, at the transaction's BEGIN IMMEDIATE (bounded by the busy timeout):
+    the first attempt's transaction held the one write lock until it ended."""
+    if transaction.get_connection().vendor != "postgresql":
+        return claim()
+    from receipts import pg
+
+    pg.bound_lock_waits(seconds * 1000)
+    try:
+        return claim()
+    except OperationalError as exc:
+        if pg.is_lock_timeout(exc):
+            raise _WaitedTooLong from exc
+        raise
+
+
+def _waited_too_long() -> HttpResponseBase:
+    response = problem(
+        409,
+        "request-in-progress",
+        REFUSAL_WORDS.in_progress_title,
+        "The first attempt with this Idempotency-Key was still running when this request's wait "
+        "for it ended; retry to get its result.",
+    )
+    response["Retry-After"] = "1"
+    return response
+
+
+# The operation of the single-transaction view running in this context, if any: the in-process
+# API refuses to run under one (running_single_transaction).
+_single_transaction: contextvars.ContextVar[str | None] = contextvars.ContextVar("single_transaction", default=None)
+
+
+@contextlib.contextmanager
+def _single_transaction_view(operation: str) -> Generator[None, None, None]:
+    # Put back by value, as receipts/context.py:running does: an async view's steps each run
+    # in their own copy of the request's context, where a reset token would be refused.
+    before = _single_transaction.set(operation).old_value
+    try:
+        yield
+    finally:
+        _single_transaction.set(None if before is contextvars.Token.MISSING else before)
+
+
+def running_single_transaction() -> str | None:
+    return _single_transaction.get()
+
+
+SINGLE_TRANSACTION_REFUSED_CALLS = frozenset({"run_once", "arun_once"})
+
+
+def refuse_single_transaction(view: Callable, operation: str) -> None:
+    """Refuse, at import, single-transaction mode where it would not hold: a view calling the
+    in-process run_once (its effect lives outside the database, and its receipt would roll
+    back with the view's transaction), and an outbox on another database than the receipts
+    (an enqueued message would commit apart from the view). The in-process API also refuses
+    to run under such a view (receipts/inprocess.py), for calls this look cannot see."""
+    names = set(getattr(getattr(view, "__code__", None), "co_names", ()))
+    called = sorted(names & SINGLE_TRANSACTION_REFUSED_CALLS)
+    if called:
+        raise ImproperlyConfigured(
+            f"@idempotent({operation!r}, single_transaction) decorates {view.__qualname__}, which calls "
+            f"{', '.join(called)}: an effect outside the database cannot be in the view's transaction. "
+            "Leave the operation in the default two-commit mode (docs/http-contract.md: One transaction per request)."
+        )
+    problem_text = single_transaction_problem()
+    if problem_text:
+        raise ImproperlyConfigured(f"@idempotent({operation!r}, single_transaction): {problem_text}")
+
+
+def single_transaction_problem() -> str | None:
+    """Why single-transaction views cannot be used with this project's databases, or None: on
+    MySQL/MariaDB, InnoDB deadlocks concurrent claims of one key inside a transaction (as under
+    ATOMIC_REQUESTS, receipts.E004); an outbox on another database than the receipts would
+    commit a message the view enqueues apart from it."""
+    from django.apps import apps
+    from django.db import connections, router
+
+    if not apps.ready:
+        return None  # said by `manage.py check` (receipts.E016) once the apps are loaded
+    receipts_db = router.db_for_write(Receipt)
+    if connections[receipts_db].vendor == "mysql":
+        return (
+            f"the receipts' database {receipts_db!r} is MySQL/MariaDB, where InnoDB deadlocks concurrent "
+            "claims of one key inside a transaction (docs/http-contract.md: One transaction per request)."
+        )
+    if not apps.is_installed("receipts.outbox"):
+        return None
+    # By label: the receipts app does not import the outbox, which builds on it.
+    outbox_db = router.db_for_write(apps.get_model("outbox", "OutboxMessage"))
+    if receipts_db == outbox_db:
+        return None
+    return (
+        f"the outbox is routed to the database {outbox_db!r} and receipts to {receipts_db!r}: a message "
+        "the view enqueues would not commit with it (docs/http-contract.md: One transaction per request)."
+    )
 
 
 # How the decorator words a claim it does not run (receipts/responses.py:refusal).

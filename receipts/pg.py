@@ -112,6 +112,22 @@ def _converters() -> list[list]:
     return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
 
 
+def bound_lock_waits(milliseconds: int) -> None:
+    """Make the rest of the caller's transaction wait at most `milliseconds` for any lock
+    (lock_timeout, SET LOCAL: it ends with the transaction). A single-transaction view's claim
+    (receipts/decorators.py) waits on a concurrent first attempt's uncommitted row; past the
+    bound, LockNotAvailable (55P03) aborts the transaction. Not put back after the claim: that
+    would cost every request a round trip, and a view that waits as long for a lock of its own
+    is better told 503 than left holding its connection."""
+    with connection.cursor() as c:  # Django's own: psycopg2 hosts (the ORM path) get it too
+        c.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, milliseconds)}ms"])
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return "55P03" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))  # psycopg 3, psycopg2
+
+
 def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
     existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an

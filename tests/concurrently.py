@@ -178,3 +178,33 @@ def uncommitted(work: Callable[[], None], within: float = 30) -> Iterator[None]:
         holder.join(within)
     if errors:
         raise errors[0]
+
+
+def same_keys_at_once(post: Callable[[str], Any], keys: list[str], per_key: int) -> list[tuple[str, Any]]:
+    """per_key threads for each key, released at one moment, each calling post(key) once (an
+    HTTP request to a real server). Returns (key, response) for every call that answered."""
+    answers: list[tuple[str, Any]] = []
+    start = threading.Barrier(len(keys) * per_key)
+
+    def caller(key: str) -> None:
+        start.wait(30)
+        answers.append((key, post(key)))
+
+    threads = [threading.Thread(target=caller, args=(key,)) for key in keys for _ in range(per_key)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return answers
+
+
+def assert_each_key_ran_once(answers: list[tuple[str, Any]], keys: list[str], per_key: int, log: str) -> None:
+    """Every caller got the view's 201; per key one ran it and the rest were replayed the same
+    body; and the view's side effect (a test.side_effect audit row) exists once per key."""
+    assert len(answers) == len(keys) * per_key, log
+    assert {response.status_code for _, response in answers} == {201}, log
+    for key in keys:
+        mine = [response for k, response in answers if k == key]
+        assert len({response.content for response in mine}) == 1  # one result, replayed
+        assert sum("Idempotent-Replayed" not in response.headers for response in mine) == 1
+        assert AuditEntry.objects.filter(action="test.side_effect", object_id=key).count() == 1

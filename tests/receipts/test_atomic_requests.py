@@ -11,7 +11,6 @@ MySQL/MariaDB, where InnoDB deadlocked such claims and `check` refuses the setti
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import httpx
@@ -19,7 +18,7 @@ import pytest
 from django.db import connection
 
 from receipts.models import Attempt, AuditEntry, Receipt
-from tests.concurrently import uncommitted, until_transactions_wait_on_locks
+from tests.concurrently import assert_each_key_ran_once, same_keys_at_once, uncommitted, until_transactions_wait_on_locks
 from tests.gunicorn import Gunicorn
 
 pytestmark = [
@@ -49,26 +48,8 @@ def _post(url: str, path: str, key: str) -> httpx.Response:
 
 
 def test_duplicates_wait_for_the_first_attempts_commit_and_are_replayed(gunicorn):
-    answers: list[tuple[str, httpx.Response]] = []
-    start = threading.Barrier(len(KEYS) * CALLERS_PER_KEY)
-
-    def caller(key: str) -> None:
-        start.wait(30)
-        answers.append((key, _post(gunicorn.url, "/capture", key)))
-
-    threads = [threading.Thread(target=caller, args=(key,)) for key in KEYS for _ in range(CALLERS_PER_KEY)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-
-    assert len(answers) == len(KEYS) * CALLERS_PER_KEY, gunicorn.log()
-    assert Counter(response.status_code for _, response in answers) == {201: len(answers)}, gunicorn.log()
-    for key in KEYS:
-        mine = [response for k, response in answers if k == key]
-        assert len({response.content for response in mine}) == 1  # one result, replayed
-        assert sum("Idempotent-Replayed" not in response.headers for response in mine) == 1
-        assert AuditEntry.objects.filter(action="test.side_effect", object_id=key).count() == 1
+    answers = same_keys_at_once(lambda key: _post(gunicorn.url, "/capture", key), KEYS, CALLERS_PER_KEY)
+    assert_each_key_ran_once(answers, KEYS, CALLERS_PER_KEY, gunicorn.log())
     outcomes = Counter(Attempt.objects.values_list("outcome", flat=True))
     # Never in_progress (a 409), never a takeover: the duplicates waited for the commit. On
     # PostgreSQL one that arrived while the first ran is logged `waited` (its insert waited on

@@ -120,18 +120,16 @@ def bare_insert(client: httpx.Client, n: int) -> httpx.Response:
     return client.post("/bench/insert/bare/", json={"n": n})
 
 
-def protected_insert(prefix: str) -> loadgen.Request:
+def protected_insert(prefix: str, path: str = "/bench/insert/protected/") -> loadgen.Request:
     def request(client: httpx.Client, n: int) -> httpx.Response:
-        return client.post("/bench/insert/protected/", json={"n": n},
-                           headers={"Idempotency-Key": f"{prefix}-{n}"})
+        return client.post(path, json={"n": n}, headers={"Idempotency-Key": f"{prefix}-{n}"})
     return request
 
 
-def replay_insert(prefix: str, keys: int) -> loadgen.Request:
+def replay_insert(prefix: str, keys: int, path: str = "/bench/insert/protected/") -> loadgen.Request:
     def request(client: httpx.Client, n: int) -> httpx.Response:
         k = n % keys
-        return client.post("/bench/insert/protected/", json={"n": k},
-                           headers={"Idempotency-Key": f"{prefix}-{k}"})
+        return client.post(path, json={"n": k}, headers={"Idempotency-Key": f"{prefix}-{k}"})
     return request
 
 
@@ -141,9 +139,10 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9, S10 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S12 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
     "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once",
+    "12 one commit per request",
 )
 
 
@@ -296,6 +295,49 @@ def inprocess_run_once(b: Bench) -> list[Figure]:
         Figure("run_once.ratio", S10, "run_once, fresh key, CPU per call / insert", cpu["run_once"] / cpu["insert"], "x"),
         Figure("run_once.replay_ratio", S10, "run_once replay, CPU per call / insert",
                cpu["run_once_replay"] / cpu["insert"], "x"),
+    ]
+
+
+SINGLE_PATH = "/bench/insert/single/"
+
+
+def one_commit(b: Bench) -> list[Figure]:
+    """The same insert bare, in the default two-commit mode (the claim commits, then the view's
+    writes with the completion) and in single-transaction mode (one commit), side by side in
+    alternating rounds; then replays of completed keys in both modes beside the bare insert."""
+    prefix = f"bench-{b.run_id}-onecommit"
+    bare, two, one = "bare insert", "two commits (fresh keys)", "one commit (fresh keys)"
+    fresh = loadgen.compare({
+        bare: lambda r: b.load(bare, bare_insert),
+        two: lambda r: b.load(two, protected_insert(f"{prefix}-two-{r}")),
+        one: lambda r: b.load(one, protected_insert(f"{prefix}-one-{r}", SINGLE_PATH)),
+    }, b.sizes.rounds)
+    b.record(S12, fresh)
+    keys = min(500, b.sizes.requests)
+    for label, path in (("two", "/bench/insert/protected/"), ("one", SINGLE_PATH)):
+        setup = b.load(f"{label}-commit replay setup", protected_insert(f"{prefix}-{label}-replay", path),
+                       max_requests=keys, time_limit=120)
+        if setup.count != keys:
+            raise RuntimeError(f"{label}-commit replay setup completed {setup.count} of {keys} keys")
+    bare_again, two_replay, one_replay = "bare insert, replay rounds", "two-commit replay", "one-commit replay"
+    replays = loadgen.compare({
+        bare_again: lambda r: b.load(bare_again, bare_insert),
+        two_replay: lambda r: b.load(two_replay, replay_insert(f"{prefix}-two-replay", keys), ok=_replayed),
+        one_replay: lambda r: b.load(one_replay, replay_insert(f"{prefix}-one-replay", keys, SINGLE_PATH),
+                                     ok=_replayed),
+    }, b.sizes.rounds)
+    b.details.setdefault("rounds", {})[f"{S12} (replay)"] = replays.summary()
+    return [
+        Figure("onecommit.ratio", S12, "one commit / bare, fresh keys", fresh.ratio(one, bare), "x", ">=", 0.8),
+        Figure("onecommit.two_ratio", S12, "two commits / bare, fresh keys", fresh.ratio(two, bare), "x"),
+        Figure("onecommit.vs_two", S12, "one commit / two commits, fresh keys", fresh.ratio(one, two), "x"),
+        Figure("onecommit.replay_ratio", S12, "one-commit replay / bare", replays.ratio(one_replay, bare_again),
+               "x", ">=", 1.2),
+        Figure("onecommit.two_replay_ratio", S12, "two-commit replay / bare", replays.ratio(two_replay, bare_again),
+               "x"),
+        *load_figures(S12, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
+                                   one: ("onecommit.one_", "one commit")}),
+        *b.cpu_figures(S12, fresh, "onecommit"),
     ]
 
 
@@ -832,7 +874,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     try:
         warm_up(b)
         for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
-                                       (10, S10, inprocess_run_once)):
+                                       (10, S10, inprocess_run_once), (12, S12, one_commit)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)

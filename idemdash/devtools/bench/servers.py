@@ -31,21 +31,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_env() -> dict[str, str]:
+BENCH_SETTINGS = "idemdash.devtools.bench.settings"
+
+
+def server_env(settings_module: str = BENCH_SETTINGS) -> dict[str, str]:
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "idemdash.devtools.bench.settings"
+    env["DJANGO_SETTINGS_MODULE"] = settings_module
     env.setdefault("DB_CONN_MAX_AGE", "600")
     env["LOG_LEVEL"] = "WARNING"
     return env
 
 
 class Process:
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log_path: Path, settings_module: str = BENCH_SETTINGS) -> None:
         self.name = name
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            argv, cwd=settings.BASE_DIR, env=server_env(), stdout=self.log, stderr=subprocess.STDOUT,
+            argv, cwd=settings.BASE_DIR, env=server_env(settings_module), stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -73,14 +76,15 @@ class Process:
         return self.log_path.read_text(errors="replace")[-chars:]
 
 
-def start_gunicorn(port: int, log_dir: Path) -> Process:
+def start_gunicorn(port: int, log_dir: Path, *, workers: int = GUNICORN_WORKERS, name: str = "gunicorn",
+                   settings_module: str = BENCH_SETTINGS) -> Process:
     argv = [
         sys.executable, "-m", "gunicorn", "idemdash.wsgi:application",
-        "--bind", f"127.0.0.1:{port}", "--workers", str(GUNICORN_WORKERS), "--worker-class", "sync",
+        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class", "sync",
         "--backlog", "2048", "--timeout", "120", "--graceful-timeout", "5", "--log-level", "warning",
         "--worker-tmp-dir", "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp",
     ]
-    server = Process("gunicorn", argv, log_dir / "gunicorn.log")
+    server = Process(name, argv, log_dir / f"{name}.log", settings_module)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -88,7 +92,7 @@ def start_gunicorn(port: int, log_dir: Path) -> Process:
             raise RuntimeError(f"gunicorn exited at start:\n{server.tail()}")
         try:
             httpx.get(base + "/admin/login/", timeout=2)
-            if len(server.children()) >= GUNICORN_WORKERS:
+            if len(server.children()) >= workers:
                 return server
         except httpx.HTTPError:
             pass
@@ -97,10 +101,10 @@ def start_gunicorn(port: int, log_dir: Path) -> Process:
     raise RuntimeError(f"gunicorn did not answer on {base} within 60 s:\n{server.tail()}")
 
 
-def start_qcluster(log_dir: Path) -> Process:
+def start_qcluster(log_dir: Path, *, name: str = "qcluster", settings_module: str = BENCH_SETTINGS) -> Process:
     """django-q2's cluster: a sentinel with a monitor, a pusher and Q_CLUSTER["workers"]
     worker processes. Returns once they are all up."""
-    cluster = Process("qcluster", [sys.executable, "manage.py", "qcluster"], log_dir / "qcluster.log")
+    cluster = Process(name, [sys.executable, "manage.py", "qcluster"], log_dir / f"{name}.log", settings_module)
     wanted = settings.Q_CLUSTER.get("workers", 1) + 3
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and cluster.alive():

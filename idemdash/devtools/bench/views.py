@@ -1,4 +1,5 @@
-"""The two views that scenario 1 compares: the same insert, bare and protected.
+"""The views that scenarios 1, 2 and 11 compare: the same insert, bare, protected, and protected
+in single-transaction mode (claim, insert and completion committed together).
 
 Both are csrf-exempt JSON endpoints, as an API view would be; neither authenticates, so
 that the only difference between them is `@idempotent`.
@@ -31,4 +32,11 @@ def insert_bare(request: HttpRequest) -> HttpResponse:
 @require_POST
 @idempotent("bench.insert", scope=lambda request: SCOPE)  # one scope: the bench deletes it between runs
 def insert_protected(request: HttpRequest) -> HttpResponse:
+    return _insert(request)
+
+
+@csrf_exempt
+@require_POST
+@idempotent("bench.insert.single", scope=lambda request: SCOPE, single_transaction=True)
+def insert_protected_single(request: HttpRequest) -> HttpResponse:
     return _insert(request)

@@ -1,0 +1,5 @@
+import sys
+
+from idemdash.devtools.soak.run import main
+
+sys.exit(main())
