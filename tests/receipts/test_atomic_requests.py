@@ -11,6 +11,7 @@ MySQL/MariaDB, where InnoDB deadlocked such claims and `check` refuses the setti
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import httpx
