@@ -234,10 +234,10 @@ class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = (to_the_second("created_at", "at"), "actor", "action", "object_type", clipped("object_id", "object id"),
-                    "status_before", "status_after")
+    list_display = (to_the_second("created_at", "at"), "actor", "action", "object_type", clipped("object_name", "object"),
+                    clipped("object_id", "object id"), "status_before", "status_after", "run_id")
     list_filter = ("action", "object_type")
-    search_fields = ("actor", "object_id", "detail")
+    search_fields = ("actor", "object_name", "object_id", "detail")
     date_hierarchy = "created_at"
 
 

@@ -54,6 +54,7 @@ RUN_AGAIN = OperatorAction(
 
 RECEIPT = Kind(
     "receipt", Receipt, row_key=lambda receipt: receipt.key, actions=(RELEASE, MARK_COMPLETED, RUN_AGAIN),
+    lasting=store.lasting_failure, lasting_where=store.lasting_failures,
     bulk=BulkAction(RELEASE, Status.FAILED, "failed receipt", "Released", store.release_many, "receipt.release",
                     explain="Each key is given back, one by one, so that its caller's next attempt runs the "
                             "operation again; each keeps its error and gets its own audit entry."),

@@ -65,7 +65,7 @@ PURGERS: list[Purger] = [
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
     # Its own retention: purging the attempt log (35 days) must not take the hourly counts
     # of the 30-day charts with it.
-    Purger("receipts.attempt_rollups", rollup.ATTEMPTS.expired, order_by="hour"),
+    Purger("receipts.attempt_rollups", rollup.ATTEMPTS.expired, archive=rollup.ATTEMPTS.carry, order_by="hour"),
     Purger("receipts.audit", due_audit_entries, order_by="created_at"),
 ]
 

@@ -32,6 +32,7 @@ from django.utils import timezone
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
 from idemdash.core import pg as core_pg
+from idemdash.core.attempts import lasting_status, lasting_status_q
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from idemdash.core.mysql import retry_deadlocks
@@ -599,6 +600,20 @@ def fail(
         response_content_type=content_type,
         response_body=body,
     )
+
+
+def lasting_failure(receipt: Receipt) -> str:
+    """Why the caller's next attempt after a release would fail as this one did ("" when it
+    may not): it failed with a 4xx response that no retry changes (all but 408, 409, 425 and
+    429). `lasting_failures` is the same question asked in SQL."""
+    if receipt.status == Status.FAILED and lasting_status(receipt.response_status):
+        return (f"It failed with HTTP {receipt.response_status}: the caller's next attempt with the same request "
+                "will most likely get it again.")
+    return ""
+
+
+def lasting_failures() -> Q:
+    return Q(status=Status.FAILED) & lasting_status_q("response_status")
 
 
 @retry_deadlocks

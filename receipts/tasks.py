@@ -2,7 +2,7 @@
 
 from dataclasses import asdict
 
-from idemdash.core import rollup
+from idemdash.core import bulk, rollup
 from receipts import retention
 
 
@@ -12,3 +12,11 @@ def purge() -> list[dict]:
 
 def roll_up() -> list[dict]:
     return [asdict(result) for result in rollup.catch_up(max_runs=rollup.MAX_RUNS_PER_TASK)]
+
+
+def advance_bulk_run(run_id: int) -> int:
+    return bulk.advance(run_id)
+
+
+def resume_bulk_runs() -> list[int]:
+    return bulk.resume_stalled()

@@ -59,12 +59,19 @@ class SecretInline(admin.TabularInline):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
-    list_display = ["slug", "provider", "paused", "active_secrets", to_the_second("created_at", "created")]
+    list_display = ["slug", "provider", "paused", "held_backlog", "active_secrets", to_the_second("created_at", "created")]
     list_filter = ["provider", "paused"]
     fields = ["slug", "provider", "description", "paused"]
     readonly_fields = ["paused"]  # changed only by the actions, which release held events
     inlines = [SecretInline]
     actions = ["pause_endpoints", "resume_endpoints"]
+
+    @admin.display(description="held (oldest)")
+    def held_backlog(self, obj: WebhookEndpoint) -> str:
+        if not obj.paused:
+            return "-"
+        held = endpoints.backlog(obj)
+        return f"{held.held} (since {held.oldest:%Y-%m-%d %H:%M:%S} UTC)" if held.oldest else "0"
 
     @admin.display(description="active secrets")
     def active_secrets(self, obj: WebhookEndpoint) -> str:
@@ -79,7 +86,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     def resume_endpoints(self, request: HttpRequest, queryset: QuerySet) -> None:
         released = 0
         for endpoint in queryset:
-            released += endpoints.resume(endpoint, actor=request.user.get_username(), user=request.user)
+            released += endpoints.resume(endpoint, actor=request.user.get_username(), user=request.user) or 0
         self.message_user(request, f"Resumed; {released} held event(s) released to processing.")
 
 

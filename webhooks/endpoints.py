@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from idemdash.core import audit
@@ -107,29 +110,57 @@ def receiving(slug: str) -> tuple[WebhookEndpoint, list[tuple[int, str]]] | None
     return endpoint, [(secret_id, secret) for *_, secret_id, secret in rows if secret_id is not None]
 
 
-def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> bool:
-    """Stop processing: deliveries are still verified, stored (as held) and answered 200."""
+def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None, note: str = "") -> bool:
+    """Stop processing: deliveries are still verified, stored (as held) and answered 200,
+    and the endpoint's events waiting for a worker (received, or due for a retry) are held
+    too. No worker claims an event of a paused endpoint (processing._claim), so one stored
+    or enqueued just before the pause waits as well; one already running finishes. False
+    (and no audit entry) when it was paused already."""
     with transaction.atomic():
         if WebhookEndpoint.objects.filter(pk=endpoint.pk, paused=False).update(paused=True) != 1:
             return False
-        audit.record(actor, "webhook_endpoint.pause", endpoint, "active", "paused", user=user)
+        held = WebhookEvent.objects.filter(endpoint=endpoint, status__in=WebhookEvent.CLAIMABLE).update(
+            status=WebhookEvent.Status.HELD, enqueued_at=None
+        )
+        note = (note or "").strip()[:500]
+        audit.record(actor, "webhook_endpoint.pause", endpoint, "active", "paused",
+                     f"{held} waiting events held" + (f"; {note}" if note else ""), user=user)
     endpoint.paused = True
     return True
 
 
-def resume(endpoint: WebhookEndpoint, *, actor: str, user: Any = None) -> int:
-    """Resume and release the held events to processing. Returns how many were released."""
+def resume(endpoint: WebhookEndpoint, *, actor: str, user: Any = None, note: str = "") -> int | None:
+    """Resume and release the held events to processing, each handed to a worker. Returns
+    how many were released; None (and no audit entry) when it was not paused."""
     now = timezone.now()
     with transaction.atomic():
         if WebhookEndpoint.objects.filter(pk=endpoint.pk, paused=True).update(paused=False) != 1:
-            return 0
+            return None
         held = WebhookEvent.objects.filter(endpoint=endpoint, status=WebhookEvent.Status.HELD)
         ids = list(held.values_list("pk", flat=True))
         released = held.filter(pk__in=ids).update(
             status=WebhookEvent.Status.RECEIVED, next_attempt_at=now, enqueued_at=now
         )
-        audit.record(actor, "webhook_endpoint.resume", endpoint, "paused", "active", f"{released} held events released", user=user)
+        note = (note or "").strip()[:500]
+        audit.record(actor, "webhook_endpoint.resume", endpoint, "paused", "active",
+                     f"{released} held events released" + (f"; {note}" if note else ""), user=user)
         for event_id in ids:
             enqueue_on_commit(event_id)
     endpoint.paused = False
     return released
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a paused endpoint holds back: its held events and the oldest one's arrival."""
+
+    endpoint: WebhookEndpoint
+    held: int
+    oldest: datetime | None
+
+
+def backlog(endpoint: WebhookEndpoint) -> Backlog:
+    held = WebhookEvent.objects.filter(endpoint=endpoint, status=WebhookEvent.Status.HELD).aggregate(
+        held=Count("id"), oldest=Min("received_at")
+    )
+    return Backlog(endpoint, held["held"], held["oldest"])

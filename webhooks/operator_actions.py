@@ -29,10 +29,12 @@ RELEASE = OperatorAction(
 EVENT = Kind(
     "event", WebhookEvent, row_key=lambda event: event.provider_event_id or event.dedupe_key,
     label_prefix="event ", related=("endpoint",), actions=(REPROCESS, RELEASE),
-    bulk=BulkAction(REPROCESS, Status.DEAD, "dead event", "Reprocessed", processing.reprocess_many,
+    lasting=processing.lasting_failure, lasting_where=processing.lasting_failures,
+    bulk=BulkAction(REPROCESS, Status.DEAD, "dead event", "Requeued", processing.reprocess_many,
                     "webhook_event.reprocess",
                     explain="Each event gets a fresh attempt budget and is handed to a worker now; each gets "
-                            "its own audit entry. Handlers run again, so they must be idempotent."),
+                            "its own audit entry. Handlers run again, so they must be idempotent.",
+                    settles=WebhookEvent.FINISHED),
 )
 
 KINDS = [EVENT]

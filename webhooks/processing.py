@@ -28,14 +28,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, renewing, stuck
 from webhooks.conf import setting
-from webhooks.handlers import handler_for
-from webhooks.models import WebhookAttempt, WebhookEvent
+from webhooks.handlers import handler_for, registered
+from webhooks.models import WebhookAttempt, WebhookEndpoint, WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -144,16 +144,27 @@ def claim_event(event_id: int, now: datetime | None = None) -> WebhookEvent | No
     return _claim({"id": event_id}, now)
 
 
+def _endpoint_paused() -> Exists:
+    """The event's endpoint is paused (webhooks/endpoints.py:pause): its events are not claimed."""
+    return Exists(WebhookEndpoint.objects.filter(pk=OuterRef("endpoint_id"), paused=True))
+
+
 @functools.cache
 def _claim_sql(match: tuple[str, ...]) -> str:
     q = connection.ops.quote_name
+    table, endpoints = q(WebhookEvent._meta.db_table), q(WebhookEndpoint._meta.db_table)
     where = " AND ".join(f"{q(column)} = %s" for column in match)
     columns = ", ".join(q(f.column) for f in WebhookEvent._meta.concrete_fields)
     return (
-        f"UPDATE {q(WebhookEvent._meta.db_table)} "
+        f"UPDATE {table} "
         # claim_token is fencing_token's column (its name from before the vocabulary was one).
         "SET status = %s, attempts = attempts + 1, lease_expires_at = %s, claim_token = %s "
-        f"WHERE {where} AND status IN (%s, %s) AND next_attempt_at <= %s RETURNING {columns}"
+        f"WHERE {where} AND status IN (%s, %s) AND next_attempt_at <= %s "
+        # One primary-key probe: an event of a paused endpoint stays where it is. A delivery
+        # stored just as its endpoint was paused (it read the endpoint before the pause) is
+        # refused here, and held by the next sweep.
+        f"AND NOT EXISTS (SELECT 1 FROM {endpoints} p WHERE p.id = {table}.endpoint_id AND p.paused = %s) "
+        f"RETURNING {columns}"
     )
 
 
@@ -167,7 +178,9 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
     # SQLite before 3.35 has no RETURNING; MySQL none on an UPDATE (MariaDB's is INSERT's and DELETE's).
     if connection.vendor == "mysql" or not connection.features.can_return_columns_from_insert:
         events = WebhookEvent.objects.filter(**match)
-        claimed = events.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).update(
+        claimed = events.filter(
+            ~_endpoint_paused(), status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now
+        ).update(
             status=Status.PROCESSING, attempts=F("attempts") + 1, lease_expires_at=lease, fencing_token=token
         )
         # Our token is on the row, so this read sees our claim (nobody else can claim it now).
@@ -179,7 +192,7 @@ def _claim(match: dict[str, Any], now: datetime | None = None) -> WebhookEvent |
 
     params = [
         Status.PROCESSING, prep("lease_expires_at", lease), prep("fencing_token", token),
-        *match.values(), *WebhookEvent.CLAIMABLE, prep("next_attempt_at", now),
+        *match.values(), *WebhookEvent.CLAIMABLE, prep("next_attempt_at", now), True,
     ]
     # A raw query (not a cursor) so that the row comes back as a model with Django's
     # conversions applied (the JSON payload, and SQLite's datetimes and UUIDs).
@@ -324,6 +337,7 @@ class SweepResult:
     stuck_recovered: int = 0
     stuck_dead: int = 0
     released_held: int = 0
+    held: int = 0
     enqueued: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -358,7 +372,11 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     result.stuck_recovered = stuck_events.filter(attempts__lt=setting("WEBHOOKS_MAX_ATTEMPTS")).update(
         **_recovery(now, out_of_attempts=False)
     )
-    # A delivery stored as held just as its endpoint was resumed is released here.
+    # A delivery stored as received just as its endpoint was paused is held here (its claim
+    # refuses it meanwhile), and one stored as held just as its endpoint was resumed is released.
+    result.held = WebhookEvent.objects.filter(_endpoint_paused(), status__in=WebhookEvent.CLAIMABLE).update(
+        status=Status.HELD, enqueued_at=None
+    )
     result.released_held = WebhookEvent.objects.filter(status=Status.HELD, endpoint__paused=False).update(
         status=Status.RECEIVED, next_attempt_at=now, enqueued_at=None
     )
@@ -453,6 +471,24 @@ def release(event: WebhookEvent, *, actor: str, user: Any = None, reason: str = 
             enqueue_on_commit(event.pk)
     event.refresh_from_db()
     return event
+
+
+def lasting_failure(event: WebhookEvent) -> str:
+    """Why running the event again would end as it did ("" when it may not): no handler is
+    registered for its type, so reprocessing only marks it ignored again. (A handler's own
+    errors carry no "permanent" mark: whether it fails again is the handler's business.)
+    `lasting_failures` is the same question asked in SQL."""
+    if handler_for(event.provider, event.event_type) is None:
+        return (f"No handler is registered for {event.provider} {event.event_type or '(no type)'}: reprocessing "
+                "runs nothing and marks it ignored again. Deploy a handler first.")
+    return ""
+
+
+def lasting_failures() -> Q:
+    handled = Q(pk__in=[])
+    for provider, event_type in registered():
+        handled |= Q(provider=provider) if event_type == "*" else Q(provider=provider, event_type=event_type)
+    return ~handled
 
 
 # Each dead event reprocessed through `reprocess`: one compare-and-set and one audit entry per

@@ -33,5 +33,5 @@ PURGERS = [
     Purger("webhooks.rejections", due_rejections),
     # Its own retention, longer than the events': purging events (and their deliveries)
     # leaves the hours they were counted in as they are.
-    Purger("webhooks.delivery_rollups", DELIVERIES.expired, order_by="hour"),
+    Purger("webhooks.delivery_rollups", DELIVERIES.expired, archive=DELIVERIES.carry, order_by="hour"),
 ]

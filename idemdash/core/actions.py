@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Model, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from idemdash.core import bulk
 from idemdash.core.discovery import declared_by_apps
@@ -62,6 +62,10 @@ class BulkAction:
     run_many: Callable[..., Any]
     audit_action: str
     explain: str
+    # The statuses in which a row the action was done on has its outcome (a message sent
+    # again: sent or dead); a bulk run's summary follows each row until it gets there. Empty
+    # when the action's own change is the outcome (a release).
+    settles: tuple[str, ...] = ()
 
     @property
     def verb(self) -> str:
@@ -77,12 +81,24 @@ class Kind:
     bulk: BulkAction | None = None
     label_prefix: str = ""  # before the row's key in a sentence: "event evt_1"
     related: tuple[str, ...] = field(default=())  # select_related when a unit is loaded
+    # Will retrying help? `lasting(unit)` says why the unit's last failure would come back on
+    # every retry ("" when it may not), and `lasting_where()` picks such units in SQL, for a
+    # bulk confirmation's count. Each kind's domain module defines the pair, and its tests
+    # hold the two to the same answer.
+    lasting: Callable[[Any], str] | None = None
+    lasting_where: Callable[[], Q] | None = None
 
     def action(self, name: str) -> OperatorAction | None:
         return next((action for action in self.actions if action.name == name), None)
 
     def label(self, obj: Any) -> str:
         return f"{self.label_prefix}{self.row_key(obj)}"
+
+    def lasting_failure(self, unit: Any) -> str:
+        return self.lasting(unit) if self.lasting else ""
+
+    def lasting_count(self, units: QuerySet) -> int:
+        return units.filter(self.lasting_where()).count() if self.lasting_where else 0
 
     def units(self) -> QuerySet:
         units = self.model._default_manager.all()

@@ -40,3 +40,23 @@ def rollup_by_outcome(name: str, log: type[AttemptLog], table: type[HourlyCount]
     return HourlyRollup(
         name=name, log=log, time_field="created_at", groups=("outcome",), table=table, retention_setting=retention_setting
     )
+
+
+# --- will another attempt help? ----------------------------------------------------------
+
+# The 4xx statuses another attempt can change: the server timed out waiting (408), found a
+# conflict (409, e.g. the same key still running), was asked too early (425) or asked us to
+# slow down (429). Every other 4xx says the request itself is refused: sent again unchanged,
+# it is refused again. 5xx are the server's own trouble and may pass.
+RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+
+
+def lasting_status(code: int | None) -> bool:
+    """Whether a failure with this HTTP status would come back on every retry."""
+    return code is not None and 400 <= code < 500 and code not in RETRYABLE_4XX
+
+
+def lasting_status_q(field: str) -> models.Q:
+    """`lasting_status` as a filter on a status-code column, for counting such rows in SQL.
+    tests/core/test_attempts.py holds the two to the same answer for every code."""
+    return models.Q(**{f"{field}__gte": 400, f"{field}__lt": 500}) & ~models.Q(**{f"{field}__in": sorted(RETRYABLE_4XX)})

@@ -102,6 +102,10 @@ class Rollup(models.Model):
 
     name = models.CharField(max_length=64, primary_key=True)
     rolled_until = models.DateTimeField(null=True, blank=True)
+    # What retention deleted of the roll-up's rows, per group ("|"-joined group values ->
+    # count): added by `HourlyRollup.carry` in the purge's own transaction, so that `totals`
+    # never goes down when an old hour is purged (a Prometheus counter must not).
+    carried = models.JSONField(default=dict, blank=True)
 
     class Meta:
         # Shared by every app's roll-ups; its table, permissions and migration stay the
@@ -228,6 +232,35 @@ class HourlyRollup:
         days = getattr(settings, self.retention_setting, RETENTION_DAYS)
         return self.table._default_manager.filter(hour__lt=now - timedelta(days=days))
 
+    def carry(self, batch: QuerySet, now: datetime) -> int:
+        """A Purger's `archive` for this roll-up's expired rows: their counts, per group, added
+        to the watermark row's `carried` before the rows are deleted, in the same transaction.
+        Returns 0 (nothing archived: the rows are still deleted)."""
+        per_group = self._per_group(batch, Sum("count"))
+        if not per_group:
+            return 0
+        state, _ = Rollup.objects.select_for_update().get_or_create(name=self.name)
+        carried = dict(state.carried or {})
+        for _, *groups, n in per_group:
+            group = _group_key(groups)
+            carried[group] = carried.get(group, 0) + int(n)
+        state.carried = carried
+        state.save(update_fields=["carried"])
+        return 0
+
+    def totals(self, now: datetime) -> dict[tuple[str, ...], int]:
+        """Every row ever logged up to `now`, per group (values as text): the roll-up, the log
+        after its watermark, and what retention carried away. Monotonic, for counters."""
+        totals: dict[tuple[str, ...], int] = {}
+        for _, *groups, n in self.counts(EPOCH, now):
+            group = tuple(str(g) for g in groups)
+            totals[group] = totals.get(group, 0) + int(n)
+        carried = Rollup.objects.filter(name=self.name).values_list("carried", flat=True).first() or {}
+        for group, n in carried.items():
+            key = tuple(group.split("|")) if self.groups else ()
+            totals[key] = totals.get(key, 0) + int(n)
+        return totals
+
     def counts(self, start: datetime, end: datetime, *, by_hour: bool = False, **where: Any) -> list[tuple]:
         """(hour, *groups, count) of the rows logged in (start, end], filtered by `where`
         (lookups on the group fields only: they apply to the log and the roll-up alike);
@@ -280,6 +313,14 @@ class HourlyRollup:
             return self._per_group(qs, Count("*"))
         rows = qs.annotate(t=trunc(self.time_field, tzinfo=dt_timezone.utc)).values_list("t", *self.groups)
         return list(rows.annotate(n=Count("*")).order_by())
+
+
+# Before any row: the start of `totals`.
+EPOCH = datetime(2000, 1, 1, tzinfo=dt_timezone.utc)
+
+
+def _group_key(groups: list[Any]) -> str:
+    return "|".join(str(g) for g in groups)
 
 
 def installed_rollups() -> list[HourlyRollup]:

@@ -223,22 +223,34 @@ class OutboxFilter(_TimeFiltered):
         return self._filtered(qs)
 
 
-class AuditFilter(forms.Form):
-    """The audit log's filters; a bulk action's summary links to its own entries with them."""
+def _audit_kind_choices() -> list[tuple[str, str]]:
+    from idemdash.dashboard.queries import AUDIT_NOUNS  # it imports this module's models' apps
+
+    return [("", "Any kind"), *sorted(AUDIT_NOUNS.items(), key=lambda choice: choice[1])]
+
+
+class AuditFilter(_TimeFiltered):
+    """The audit log's filters. The entries a bulk run's items wrote are grouped under the
+    run's own entry, unless the filter asks for them: a run, an object or an action."""
 
     actor = forms.CharField(required=False, max_length=255, label="Who")
     action = forms.CharField(required=False, max_length=64, label="Action")
+    kind = forms.ChoiceField(required=False, choices=_audit_kind_choices, label="Kind")
+    object = forms.CharField(required=False, max_length=255, label="Object",
+                             help_text="its key, event id or name as the log shows it, or its id")
+    run = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, label="Bulk run")
     after_id = forms.IntegerField(required=False, min_value=0, label="After entry")
     through_id = forms.IntegerField(required=False, min_value=0, label="Through entry")
 
+    names = ("actor", "action", "kind", "object", "run", "after_id", "through_id")
+    lookups = {"actor": "actor", "action": "action", "kind": "object_type", "run": "run_id",
+               "after_id": "id__gt", "through_id": "id__lte"}
+
     def entries(self, qs: QuerySet) -> QuerySet:
+        qs = self._filtered(qs)
         data = self.cleaned_data
-        if data.get("actor"):
-            qs = qs.filter(actor=data["actor"])
-        if data.get("action"):
-            qs = qs.filter(action=data["action"])
-        if data.get("after_id") is not None:
-            qs = qs.filter(id__gt=data["after_id"])
-        if data.get("through_id") is not None:
-            qs = qs.filter(id__lte=data["through_id"])
+        if data.get("object"):
+            qs = qs.filter(Q(object_name=data["object"]) | Q(object_id=data["object"]))
+        if not any(data.get(name) not in (None, "") for name in ("run", "object", "action", "after_id")):
+            qs = qs.filter(run=None)
         return qs

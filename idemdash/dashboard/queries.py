@@ -9,6 +9,8 @@ Each figure family is one grouped query, never a query per figure or per bucket.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -24,10 +26,12 @@ from django.utils import timezone
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from receipts import rollup
-from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
+from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
-from webhooks.models import RejectedDelivery, WebhookEvent
+from webhooks import endpoints
+from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 from webhooks.rollup import DELIVERIES
 
 Outcome = Attempt.Outcome
@@ -70,7 +74,7 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
         raise BadWindow(f"window must be one of {', '.join(WINDOWS)}; got {value!r}") from None
 
 
-# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") and the /metrics HELP lines come
+# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") comes
 # from here, so the definition lives in one place.
 RECEIPT_FIELDS: dict[str, str] = {
     "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
@@ -225,6 +229,15 @@ def stuck_messages(now: datetime | None = None):
     return stuck(OutboxMessage, OutboxMessage.Status.IN_FLIGHT, now or timezone.now())
 
 
+def outbox_backlog() -> dict[str, Any]:
+    """The messages waiting to be sent (pending or retry) right now: how many, and when the
+    oldest was enqueued (None: nothing waits)."""
+    Status = OutboxMessage.Status
+    return OutboxMessage.objects.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
+        pending=Count("*"), oldest=Min("created_at")
+    )
+
+
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
@@ -233,9 +246,7 @@ def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     # (`receipts.outbox.rollup`), as the delivery figures; the rest one query per figure, each
     # on its own index (as in webhook_stats).
     messages = OutboxMessage.objects
-    backlog = messages.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
-        pending=Count("*"), oldest=Min("created_at")
-    )
+    backlog = outbox_backlog()
     enqueued = sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now))
     sent = sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT))
     oldest = backlog["oldest"]
@@ -429,20 +440,28 @@ def list_total(qs: Any, cap: int | None = None) -> Total:
     return Total(known, exact=False, estimate=estimate if estimate and estimate > known * 3 // 2 else None)
 
 
+@contextmanager
+def statement_budget(db: Any, ms: int) -> Iterator[None]:
+    """On PostgreSQL, each statement in the block is cancelled past `ms` milliseconds: the
+    block raises OperationalError (QueryCanceled) and its transaction (a savepoint inside
+    the caller's) is rolled back. Elsewhere the block runs unbounded."""
+    if db.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(using=db.alias):
+        with db.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(ms)}")
+        yield
+        with db.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = DEFAULT")
+
+
 def _bounded_count(qs: Any, cap: int) -> int | None:
     """COUNT(*) of at most cap + 1 rows; None if PostgreSQL could not finish it in the budget."""
     rows = qs.values("pk")[: cap + 1]
-    db = connections[qs.db]
-    if db.vendor != "postgresql":
-        return rows.count()
     try:
-        with transaction.atomic(using=qs.db):
-            with db.cursor() as cursor:
-                cursor.execute(f"SET LOCAL statement_timeout = {int(TOTAL_BUDGET_MS)}")
-            counted = rows.count()
-            with db.cursor() as cursor:
-                cursor.execute("SET LOCAL statement_timeout = DEFAULT")
-            return counted
+        with statement_budget(connections[qs.db], TOTAL_BUDGET_MS):
+            return rows.count()
     except OperationalError:  # QueryCanceled: the budget ran out
         return None
 
@@ -507,9 +526,14 @@ def _message_subject(m: OutboxMessage) -> Subject:
     return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
 
 
-# object_type -> (noun, rows by id, their display). Other kinds (endpoints, alert rules, API
-# clients) keep the stored "type id".
+def _run_subject(run: BulkRun) -> Subject:
+    return Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk]))
+
+
+# object_type -> (noun, rows by id, their display), for the objects that have a page. The
+# others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
+    "receipts.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
     "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
     "webhooks.webhookevent": (
         "webhook event",
@@ -517,6 +541,16 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
         _event_subject,
     ),
     "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
+}
+
+
+# Every kind of object the audit log names, by its stored object_type: the audit filter's choices.
+AUDIT_NOUNS: dict[str, str] = {
+    **{object_type: noun for object_type, (noun, _, _) in AUDIT_SUBJECTS.items()},
+    "webhooks.webhookendpoint": "webhook endpoint",
+    "idemdash.alertrule": "alert rule",
+    "devtools.demoswitch": "demo switch",
+    "receipts.apiclient": "API client",
 }
 
 
@@ -530,7 +564,8 @@ def audit_of(obj: Any, limit: int = 20) -> list[AuditEntry]:
 
 def name_audit_subjects(entries: list[AuditEntry]) -> None:
     """Give each entry its `noun` and `subject` (None once the object is purged: the page
-    shows the stored id): one query per kind of object on the page."""
+    shows the name stored with the entry), and a bulk run's entry how many entries its items
+    wrote: one query per kind of object on the page."""
     wanted: dict[str, set[int]] = {}
     for e in entries:
         if e.object_type in AUDIT_SUBJECTS and e.object_id.isdigit():
@@ -540,6 +575,40 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         _, rows, display = AUDIT_SUBJECTS[object_type]
         for obj in rows().filter(pk__in=ids):
             found[object_type, str(obj.pk)] = display(obj)
+    items = dict(
+        AuditEntry.objects.filter(run_id__in=[int(e.object_id) for e in entries
+                                              if e.object_type == "receipts.bulkrun" and e.object_id.isdigit()])
+        .values_list("run_id").annotate(n=Count("*")).order_by()
+    )
     for e in entries:
-        e.noun = AUDIT_SUBJECTS[e.object_type][0] if e.object_type in AUDIT_SUBJECTS else e.object_type
+        e.noun = AUDIT_NOUNS.get(e.object_type, e.object_type)
         e.subject = found.get((e.object_type, e.object_id))
+        e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
+        # A run's own entry: how many entries its items wrote (grouped under it).
+        e.items = items.get(int(e.object_id), 0) if e.object_type == "receipts.bulkrun" and e.object_id.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class PausedWork:
+    """What operators paused and what waits behind it: the outbox's pauses with their
+    backlogs (receipts/outbox/pauses.py) and every webhook endpoint with its held events
+    (webhooks/endpoints.py), for the Paused page, the outbox and events pages and the overview."""
+
+    outbox: list[Any]
+    endpoints: list[Any]
+
+    @property
+    def paused_endpoints(self) -> list[Any]:
+        return [b for b in self.endpoints if b.endpoint.paused]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.outbox or self.paused_endpoints)
+
+
+def paused_work() -> PausedWork:
+    return PausedWork(
+        outbox=pauses.paused(),
+        endpoints=[endpoints.backlog(e) if e.paused else endpoints.Backlog(e, 0, None)
+                   for e in WebhookEndpoint.objects.order_by("slug")],
+    )

@@ -7,7 +7,7 @@ An action on one unit is `views.actions.object_action` with the registry's kind 
 
 from django.urls import URLPattern, path
 
-from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, receipts, stuck
+from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, pauses, receipts, search, stuck
 from idemdash.dashboard.views.actions import object_action
 
 
@@ -44,8 +44,18 @@ urlpatterns = [
     _action("outbox/<int:pk>/send-now/", "message", "send_now"),
     _action("outbox/<int:pk>/send-again/", "message", "send_again"),
     _action("outbox/<int:pk>/release/", "message", "release"),
+    # Pausing: outbox sending (an action or a host) and webhook endpoints' processing
+    path("paused/", pauses.paused, name="paused"),
+    path("paused/outbox/pause/", pauses.outbox_pause, name="outbox_pause"),
+    path("paused/outbox/resume/", pauses.outbox_resume, name="outbox_resume"),
+    path("paused/endpoints/<int:pk>/pause/", pauses.endpoint_pause, name="endpoint_pause"),
+    path("paused/endpoints/<int:pk>/resume/", pauses.endpoint_resume, name="endpoint_resume"),
     # What every kind shares
     path("audit/", audit.audit_log, name="audit"),
+    path("search/", search.search, name="search"),
+    path("trace/", search.trace, name="trace"),
+    path("bulk/<int:pk>/", bulk.bulk_run, name="bulk_run"),
+    path("bulk/<int:pk>/cancel/", bulk.bulk_run_cancel, name="bulk_run_cancel"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
 ]

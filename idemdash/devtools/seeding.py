@@ -99,6 +99,13 @@ def _scope(rng: random.Random) -> str:
     return f"user:{PREFIX}{rng.randrange(2000)}"
 
 
+def order_id(tag: str, i: int) -> str:
+    """The business id row i of each kind carries (receipt i's request, event i's payload
+    metadata, message i's payload), as one order's payment, webhook and email would: what the
+    dashboard's search and trace find by (`make bench` scenario 11)."""
+    return f"ord_{tag}_{i}"
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -138,7 +145,8 @@ def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: date
             created -= EXPIRED_TTL
         roll = rng.random()
         attempts_log: list[dict] = []
-        request = {"amount": rng.randrange(100, 100_000), "currency": "eur", "ref": i} if rng.random() < 0.6 else None
+        request = ({"amount": rng.randrange(100, 100_000), "currency": "eur", "ref": i, "order": order_id(tag, i)}
+                   if rng.random() < 0.6 else None)
         fingerprint = _sha(key + operation)
         r: dict[str, Any] = {
             "scope": _scope(rng), "key": key, "operation": operation, "fingerprint": fingerprint,
@@ -228,7 +236,8 @@ def event_rows(rng: random.Random, tag: str, start: int, count: int, now: dateti
         event_id = f"evt_{PREFIX}{tag}_{i}"
         payload = {"id": event_id, "object": "event", "type": event_type, "created": int(received.timestamp()),
                    "data": {"object": {"id": f"pi_{tag}_{i}", "amount": rng.randrange(100, 100_000),
-                                       "currency": "eur", "status": "succeeded"}}}
+                                       "currency": "eur", "status": "succeeded",
+                                       "metadata": {"order_id": order_id(tag, i)}}}}
         duplicates = 0 if rng.random() < 0.8 else 1 + int(rng.random() ** 3 * 8)
         roll = rng.random()
         status, attempts, finished, error, lease, token = "completed", 1, None, "", None, None
@@ -305,8 +314,8 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                         "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
         rows.parents.append({
             "scope": scope, "key": key, "action": action,
-            "payload": ({"to": f"user{i}@example.com", "template": "receipt"} if action == "email.send"
-                        else {"url": "https://example.com/hook", "body": {"n": i}}),
+            "payload": ({"to": f"user{i}@example.com", "template": "receipt", "order": order_id(tag, i)}
+                        if action == "email.send" else {"url": "https://example.com/hook", "body": {"n": i, "order": order_id(tag, i)}}),
             "fingerprint": _sha(key + action), "status": status, "attempts": tries,
             "next_attempt_at": at + timedelta(minutes=5) if status in ("pending", "retry") else at,
             "fencing_token": tries,

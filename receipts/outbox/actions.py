@@ -26,12 +26,14 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage
 from django.core.validators import validate_email
 
+from idemdash.core.attempts import RETRYABLE_4XX
 from idemdash.core.masking import mask_text
 from receipts.decorators import format_key
 from receipts.outbox import fence
 
 Perform = Callable[[Any, "ActionContext"], "int | None"]
 Validate = Callable[[Any], None]
+Destination = Callable[[Any], str]
 
 
 class RetryableError(Exception):
@@ -60,6 +62,9 @@ class InvalidPayload(ValueError):
         self.field = field
 
 
+# An action's name, as enqueue takes it (and a pause names it).
+ACTION_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
 # Control characters (CR, LF and NUL among them): in a header they would split it or be
 # refused by the sender at every attempt; in a URL the same.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -80,19 +85,27 @@ class Action:
     name: str
     perform: Perform
     validator: Validate | None = None
+    # The host a (validated) payload goes to, for pausing by destination; none by default.
+    destination: Destination | None = None
 
     def validate(self, payload: Any) -> None:
         """Refuse a payload at enqueue time (ValueError) rather than at its first attempt."""
         if self.validator is not None:
             self.validator(payload)
 
+    def destination_host(self, payload: Any) -> str:
+        """Where this payload goes, lower case, at most 255 characters; "" if the action does not say."""
+        return (self.destination(payload) or "").lower()[:255] if self.destination else ""
+
 
 _registry: dict[str, Action] = {}
 
 
-def outbox_action(name: str, *, validate: Validate | None = None) -> Callable[[Perform], Perform]:
+def outbox_action(
+    name: str, *, validate: Validate | None = None, destination: Destination | None = None
+) -> Callable[[Perform], Perform]:
     def register(perform: Perform) -> Perform:
-        _registry[name] = Action(name, perform, validate)
+        _registry[name] = Action(name, perform, validate, destination)
         return perform
 
     return register
@@ -110,8 +123,6 @@ def registered() -> list[str]:
 
 
 # --- http.post --------------------------------------------------------------------------
-
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
 _client: tuple[int, httpx.Client] | None = None
 
@@ -175,7 +186,11 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(0.0, (when - (now or datetime.now(dt_timezone.utc))).total_seconds())
 
 
-@outbox_action("http.post", validate=_validate_http_post)
+def _http_post_host(payload: dict) -> str:
+    return urlsplit(payload["url"]).hostname or ""
+
+
+@outbox_action("http.post", validate=_validate_http_post, destination=_http_post_host)
 def http_post(payload: dict, ctx: ActionContext) -> int:
     """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key
     (bare, or as a structured-field string when it would not read back bare: see
@@ -207,7 +222,7 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
     if 200 <= status < 300:
         return status
     detail = mask_text(f"HTTP {status}: {response.text[:500]}")
-    if status in RETRYABLE_STATUSES or status >= 500:
+    if status in RETRYABLE_4XX or status >= 500:
         raise RetryableError(
             detail, retry_after=parse_retry_after(response.headers.get("Retry-After")), status_code=status
         )

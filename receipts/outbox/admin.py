@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
 from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
-from receipts.outbox import operator_actions
-from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.outbox import operator_actions, pauses
+from receipts.outbox.models import OutboxAttempt, OutboxMessage, OutboxPause
 
 
 class OutboxAttemptInline(admin.TabularInline):
@@ -83,3 +86,65 @@ class OutboxAttemptAdmin(FilterSafe, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+class PauseForm(forms.ModelForm):
+    class Meta:
+        model = OutboxPause
+        fields = ("kind", "target", "note")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        # Normalised here (a host lower case), so that save_model pauses what was checked.
+        try:
+            data["kind"], data["target"] = pauses.normalise(data.get("kind", ""), data.get("target", ""))
+        except pauses.InvalidPause as exc:
+            raise forms.ValidationError(str(exc)) from None
+        # Pausing what is paused is harmless (pauses.pause says so), not a form error: the
+        # form then stands for the existing pause, which the uniqueness check leaves alone.
+        existing = OutboxPause.objects.filter(kind=data["kind"], target=data["target"]).first()
+        if existing is not None:
+            self.instance = existing
+        return data
+
+
+@admin.register(OutboxPause)
+class OutboxPauseAdmin(admin.ModelAdmin):
+    """Pausing and resuming through receipts/outbox/pauses.py, as the dashboard does: adding a
+    pause is `pauses.pause` (audited; a second one for the same target changes nothing), and
+    the one way to end it is the Resume action (audited; the worker drains the backlog)."""
+
+    list_display = ("kind", "target", "paused_by", to_the_second("paused_at", "since"), "waiting", "oldest_waiting",
+                    "note")
+    list_filter = ("kind",)
+    fields = ("kind", "target", "note")
+    actions = ["resume"]
+    form = PauseForm
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # resuming is the Resume action: it drains the backlog and is audited
+
+    @admin.display(description="messages waiting")
+    def waiting(self, obj: OutboxPause) -> int:
+        return pauses.backlog(obj).waiting
+
+    @admin.display(description="oldest waiting since")
+    def oldest_waiting(self, obj: OutboxPause) -> str:
+        oldest = pauses.backlog(obj).oldest
+        return f"{oldest:%Y-%m-%d %H:%M:%S} UTC" if oldest else "-"
+
+    def save_model(self, request: HttpRequest, obj: OutboxPause, form: Any, change: bool) -> None:
+        done = pauses.pause(obj.kind, obj.target, actor=request.user.get_username(), user=request.user, note=obj.note)
+        if not done:
+            self.message_user(request, f"{obj.get_kind_display()} {obj.target} was paused already.", messages.WARNING)
+        # The row the admin would show is the one pauses.pause wrote (or found).
+        obj.pk = OutboxPause.objects.get(kind=obj.kind, target=obj.target).pk
+
+    @admin.action(description="Resume sending (the worker drains what waited)", permissions=["add"])
+    def resume(self, request: HttpRequest, queryset: QuerySet) -> None:
+        done = sum(pauses.resume(p.kind, p.target, actor=request.user.get_username(), user=request.user)
+                   for p in queryset)
+        self.message_user(request, f"Resumed {done} pause(s); the worker drains what waited.", messages.SUCCESS)

@@ -41,6 +41,9 @@ class OutboxMessage(LeasedWork, Scheduled):
     scope = models.CharField(max_length=255, blank=True, default="")
     key = models.CharField(max_length=255)
     action = models.CharField(max_length=100)
+    # Where the action sends it (http.post: the URL's host), written at enqueue from the
+    # action's `destination`, so that the claim can skip a paused host in SQL.
+    destination_host = models.CharField(max_length=255, blank=True, default="")
     payload = models.JSONField(default=dict, blank=True)
     fingerprint = models.CharField(max_length=64, help_text="sha256 of action and payload.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -79,10 +82,41 @@ class OutboxMessage(LeasedWork, Scheduled):
             # chart) as index-only scans, and the oldest waiting message as one index probe.
             models.Index(fields=["created_at", "action"], name="outbox_created_action"),
             models.Index(fields=["created_at"], name="outbox_waiting_age", condition=Q(status__in=["pending", "retry"])),
+            # A paused host's backlog: how many wait and the oldest, one index range each.
+            models.Index(
+                fields=["destination_host", "created_at"],
+                name="outbox_host_waiting",
+                condition=Q(status__in=["pending", "retry"]),
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.action} {self.key} ({self.status})"
+
+
+class OutboxPause(models.Model):
+    """Sending paused for one action or one destination host, by an operator
+    (receipts/outbox/pauses.py): the drain claims none of its messages while the row exists;
+    they are still enqueued and wait. Resuming deletes the row (the audit log keeps both)."""
+
+    class Kind(models.TextChoices):
+        ACTION = "action", "action"
+        HOST = "host", "destination host"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    target = models.CharField(max_length=255, help_text="The action's name, or the host (lower case).")
+    note = models.CharField(max_length=500, blank=True)
+    paused_by = models.CharField(max_length=255, blank=True)
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Pausing twice is an insert that finds the row there: harmless, audited once.
+            models.UniqueConstraint(fields=["kind", "target"], name="outbox_pause_target_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.target} (paused)"
 
 
 class OutboxAttempt(AttemptLog):

@@ -40,11 +40,13 @@ RELEASE = OperatorAction(
 
 MESSAGE = Kind(
     "message", OutboxMessage, row_key=lambda message: message.key, label_prefix="message ",
-    actions=(SEND_NOW, SEND_AGAIN, RELEASE),
-    bulk=BulkAction(SEND_AGAIN, Status.DEAD, "dead message", "Sent again", store.send_again_many,
+    actions=(SEND_NOW, SEND_AGAIN, RELEASE), lasting=store.lasting_failure, lasting_where=store.lasting_failures,
+    bulk=BulkAction(SEND_AGAIN, Status.DEAD, "dead message", "Requeued", store.send_again_many,
                     "outbox_message.send_again",
                     explain="Each message gets a fresh set of attempts and is due now, so the next drain "
-                            "sends it; each gets its own audit entry. Its key goes downstream unchanged."),
+                            "sends it; each gets its own audit entry. Its key goes downstream unchanged.",
+                    # Requeued is not sent: the summary follows each message to its outcome.
+                    settles=(Status.SENT, Status.DEAD)),
 )
 
 KINDS = [MESSAGE]

@@ -33,6 +33,6 @@ PURGERS = [
     Purger("outbox.attempts", due_attempts),
     # Their own retention, longer than the messages' and attempts': purging those leaves the
     # hours they were counted in as they are.
-    Purger("outbox.message_rollups", ENQUEUED.expired, order_by="hour"),
-    Purger("outbox.attempt_rollups", ATTEMPTS.expired, order_by="hour"),
+    Purger("outbox.message_rollups", ENQUEUED.expired, archive=ENQUEUED.carry, order_by="hour"),
+    Purger("outbox.attempt_rollups", ATTEMPTS.expired, archive=ATTEMPTS.carry, order_by="hour"),
 ]

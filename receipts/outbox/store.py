@@ -15,7 +15,6 @@ write lock, so drainers claim one after another. Actions run outside any transac
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,10 +25,11 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
-from idemdash.core.attempts import record_stale
+from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
-from receipts.outbox.actions import get_action, registered
+from receipts.outbox import pauses
+from receipts.outbox.actions import ACTION_RE, get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from receipts.store import validate_key
@@ -40,7 +40,6 @@ Status = OutboxMessage.Status
 Outcome = OutboxAttempt.Outcome
 
 SEND_TASK = "receipts.outbox.tasks.send"
-ACTION_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 
 class KeyReused(ValueError):
@@ -73,7 +72,8 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
     validate_key(key)
     if not isinstance(action, str) or not ACTION_RE.fullmatch(action):
         raise ValueError("An action is 1 to 100 characters of letters, digits and . _ : -")
-    get_action(action).validate(payload)
+    performer = get_action(action)
+    performer.validate(payload)
     fingerprint = fingerprint_json({"action": action, "payload": payload})
     now = timezone.now()
     try:
@@ -84,6 +84,7 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
                 scope=scope,
                 key=key,
                 action=action,
+                destination_host=performer.destination_host(payload),
                 payload=payload,
                 fingerprint=fingerprint,
                 status=Status.PENDING,
@@ -135,12 +136,14 @@ def claim_batch(
     Only messages whose action is registered in this process are claimed: one table may be
     drained by processes with different registries (a host project's worker beside
     idemdash's own, or old code beside new during a deployment), and each leaves the others'
-    messages alone rather than failing them as unknown."""
+    messages alone rather than failing them as unknown. Nor are messages whose action or
+    destination host an operator paused (receipts/outbox/pauses.py): left out by the
+    statement that locks the candidates, and again by the UPDATE that claims them."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     max_attempts = setting("OUTBOX_MAX_ATTEMPTS")
     now = timezone.now()
-    messages = OutboxMessage.objects.filter(action__in=registered())
+    messages = OutboxMessage.objects.filter(pauses.claimable(), action__in=registered())
     if ids is not None:
         messages = messages.filter(id__in=ids)
     with transaction.atomic():
@@ -172,7 +175,7 @@ def claim_batch(
             return []
         # The due condition is repeated in the UPDATE so that the claim stays a
         # compare-and-set even where the SELECT took no lock.
-        OutboxMessage.objects.filter(_due(now, max_attempts), id__in=due_ids).update(
+        OutboxMessage.objects.filter(_due(now, max_attempts), pauses.claimable(), id__in=due_ids).update(
             status=Status.IN_FLIGHT,
             fencing_token=F("fencing_token") + 1,
             attempts=F("attempts") + 1,
@@ -370,6 +373,25 @@ def release(message: OutboxMessage, *, actor: str, user: Any = None, reason: str
     if not is_stuck(message, Status.IN_FLIGHT, now):
         raise InvalidTransition(f"outbox message {message.key!r} is not past its lease")
     return _repair(message, RELEASE, actor=actor, user=user, reason=reason, guard=Q(lease_expires_at__lt=now))
+
+
+def lasting_failure(message: OutboxMessage) -> str:
+    """Why sending the message again would fail as its last attempt did ("" when it may not):
+    its action is not registered in this process, or the last attempt was refused with a
+    4xx that no retry changes (all but 408, 409, 425 and 429). `lasting_failures` is the same
+    question asked in SQL."""
+    if message.action not in registered():
+        return (f"No outbox action {message.action!r} is registered here: no drainer with this code can "
+                "send it, so it will wait (or fail) again until the action is deployed.")
+    if lasting_status(message.last_status_code):
+        return (f"Its last attempt was refused with HTTP {message.last_status_code}: sent again unchanged, it "
+                f"will most likely be refused again (only {', '.join(map(str, sorted(RETRYABLE_4XX)))} and 5xx "
+                "pass on a retry). Fix the cause at the receiver first.")
+    return ""
+
+
+def lasting_failures() -> Q:
+    return ~Q(action__in=registered()) | lasting_status_q("last_status_code")
 
 
 # Each dead message sent again through `send_again`: one compare-and-set and one audit entry per

@@ -33,3 +33,9 @@ def drain_due() -> dict[str, int]:
     # The tick's drain: what is due now, for a few seconds at most (what it claimed but
     # had no time for is handed back), so that it never keeps a worker from the next tick.
     return _worker_drain(max_seconds=TICK_DRAIN_SECONDS)
+
+
+def drain_backlog() -> dict[str, int]:
+    # Asked for when an operator resumes a paused action or host (pauses.resume): what waited
+    # is due, so drain until nothing is, for at most a scheduled drain's time.
+    return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"))

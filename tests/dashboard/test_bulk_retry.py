@@ -9,7 +9,7 @@ from django.test import Client
 
 from receipts import store
 from receipts.models import AuditEntry, Receipt
-from tests.dashboard.build import completed, failed
+from tests.dashboard.build import completed, confirm_bulk, failed
 
 pytestmark = pytest.mark.django_db
 
@@ -42,33 +42,34 @@ def test_the_preview_shows_the_first_ten_of_many(operator_client):
 
 
 def test_confirming_releases_exactly_the_previewed_rows_and_summarises(operator_client, receipts):
-    response = operator_client.post(
-        "/receipts/bulk-release/", {"operation": "payment.create", "status": "failed", "expected": "2", "reason": "outage over"}
+    run, html = confirm_bulk(
+        operator_client, "/receipts/bulk-release/",
+        {"operation": "payment.create", "status": "failed", "expected": "2", "reason": "outage over"},
     )
-    html = response.content.decode()
-    assert response.status_code == 200
     released = {r.key for r in Receipt.objects.all() if r.released}
     assert released == {"pay-1", "pay-2"}
     assert Receipt.objects.get(key="mail-1").retryable is False
-    assert 'data-done="2" data-skipped="0"' in html and "Released 2 failed receipts." in html
+    # A release is its own outcome: the run is over as soon as every row is released.
+    assert 'data-over="true" data-done="2" data-settled="2"' in html and "Released 2 of 2" in html
+    assert "hx-trigger" not in html.split('id="bulk-run"')[1].split(">")[0]
     audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
     audit = operator_client.get(audit_url).content.decode()
     assert len(re.findall(r'href="/receipts/\d+/"', audit)) == 2 and "outage over" in audit
-    assert "action <strong>Release</strong>" in audit
+    assert f"bulk run <strong>{run.pk}</strong>" in audit
     # A second run finds nothing: released receipts are no longer failed ones.
     assert "Nothing to release" in operator_client.get("/receipts/bulk-release/?operation=payment.create").content.decode()
 
 
 def test_the_audit_link_shows_only_this_runs_entries(operator_client, receipts):
     store.release(Receipt.objects.get(key="mail-1"), actor="otto", reason="earlier, by hand")
-    html = operator_client.post("/receipts/bulk-release/", {"operation": "payment.create"}).content.decode()
+    _, html = confirm_bulk(operator_client, "/receipts/bulk-release/", {"operation": "payment.create"})
     audit_url = re.search(r'href="(/audit/\?[^"]+)"', html).group(1).replace("&amp;", "&")
     audit = operator_client.get(audit_url).content.decode()
     assert "earlier, by hand" not in audit and len(re.findall(r'href="/receipts/\d+/"', audit)) == 2
 
 
 def test_a_count_that_changed_since_the_preview_is_said(operator_client, receipts):
-    html = operator_client.post("/receipts/bulk-release/", {"operation": "payment.create", "expected": "3"}).content.decode()
+    _, html = confirm_bulk(operator_client, "/receipts/bulk-release/", {"operation": "payment.create", "expected": "3"})
     assert "The preview counted 3; 2 matched when you confirmed." in html
 
 
@@ -95,3 +96,16 @@ def test_a_bad_filter_is_a_400_in_the_forms_words(operator_client):
     response = operator_client.get("/receipts/bulk-release/?since=yesterday")
     assert response.status_code == 400 and "Created from: " in response.content.decode()
     assert "since:" not in response.content.decode()
+
+
+def test_the_audit_log_shows_a_run_as_one_entry_with_its_items_grouped_under_it(operator_client, receipts):
+    run, _ = confirm_bulk(operator_client, "/receipts/bulk-release/", {"operation": "payment.create", "reason": "outage"})
+    assert AuditEntry.objects.filter(run=run).count() == 2
+    log = operator_client.get("/audit/").content.decode()
+    assert log.count("<tr>") - 1 == 1  # the run's entry only, under the table's head
+    assert f'href="/bulk/{run.pk}/" title="Release 2 failed receipts">Release 2 failed receipts</a>' in log
+    assert f'href="/audit/?run={run.pk}">2 item entries</a>' in log
+    items = operator_client.get(f"/audit/?run={run.pk}").content.decode()
+    assert len(re.findall(r'href="/receipts/\d+/"', items)) == 2 and f'in bulk run {run.pk}</a>' in items
+    # Looking for one object finds its entry from the run too.
+    assert "pay-1</a>" in operator_client.get("/audit/?object=pay-1").content.decode()

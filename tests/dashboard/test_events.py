@@ -82,3 +82,15 @@ def test_a_retrying_event_shows_when_its_next_attempt_is_due(viewer_client):
 def test_the_pager_says_how_many_events_match(viewer_client, events):
     html = viewer_client.get("/events/").content.decode()
     assert re.search(r'data-role="total">\d+ shown of \d+ matching<', html)
+
+
+def test_a_reprocess_is_marked_on_the_attempt_timeline_where_numbering_starts_again(operator_client):
+    from webhooks import processing
+
+    event = webhook_event("evt_marked", "dead")
+    processing.reprocess(event, actor="otto", reason="handler fixed")
+    html = operator_client.get(f"/events/{event.pk}/").content.decode()
+    log = html.split('id="event-attempts"')[1].split("</section>")[0]
+    mark = log.split('data-role="operator-mark"')[1].split("</li>")[0]
+    assert "Reprocess" in mark and "“handler fixed”" in mark and "numbering starts again at #1" in mark
+    assert log.index('data-attempt=') < log.index('data-role="operator-mark"')  # the attempt that died, then the mark

@@ -52,3 +52,32 @@ def test_operators_are_offered_the_bulk_action_on_dead_rows(request, operator_cl
     html = operator_client.get(url).content.decode()
     assert bulk_url in html and f"{label}…" in html
     assert label not in viewer_client.get(url).content.decode()
+
+
+@pytest.mark.parametrize("url,table", [
+    ("/receipts/?status=failed&operation=payment.create", "receipt-table"),
+    ("/events/?status=dead&type=charge.failed", "event-table"),
+    ("/outbox/?status=dead&action=http.post", "outbox-table"),
+    ("/rejected/?cause=no_matching_signature", "rejected-table"),
+])
+def test_a_list_refreshes_its_table_in_place_with_its_filters(viewer_client, url, table):
+    path, query = url.split("?")
+    html = viewer_client.get(url).content.decode()
+    tag = html.split(f'<div id="{table}"')[1].split(">")[0]
+    assert f'hx-get="{path}?{query.replace("&", "&amp;")}" hx-trigger="every 15s" hx-swap="outerHTML"' in tag
+    # The poll is answered with the table alone, filtered as before.
+    fragment = viewer_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert f'<div id="{table}"' in fragment and "<form" not in fragment.split(f'<div id="{table}"')[0]
+    assert "<html" not in fragment
+
+
+def test_an_older_page_of_a_list_holds_still(viewer_client):
+    from tests.dashboard.build import failed
+
+    for i in range(60):
+        failed(f"k-{i:02d}")
+    first = viewer_client.get("/receipts/").content.decode()
+    after = first.split("after=")[1].split('"')[0]
+    older = viewer_client.get(f"/receipts/?after={after}").content.decode()
+    assert 'hx-trigger="every 15s"' in first.split('<div id="receipt-table"')[1].split(">")[0]
+    assert "hx-trigger" not in older.split('<div id="receipt-table"')[1].split(">")[0]

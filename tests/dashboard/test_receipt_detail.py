@@ -128,3 +128,21 @@ def test_its_audit_block_names_the_receipt_by_key_as_the_audit_log_does(viewer_c
     html = viewer_client.get(f"/receipts/{f.pk}/").content.decode()
     assert 'title="audit-named">audit-named</a>' in html
     assert f"receipt {f.pk}</a>" not in html
+
+
+def test_an_operators_release_is_marked_on_the_timeline_between_the_attempts(viewer_client, time_machine):
+    from receipts import store
+
+    time_machine.move_to(timezone.now(), tick=False)
+    r = failed("k1", retryable=False)
+    time_machine.shift(timedelta(seconds=5))
+    store.release(r, actor="otto", reason="card issuer back")
+    time_machine.shift(timedelta(seconds=5))
+    store.claim("client:shop", "k1", "payment.create", {"key": "k1"})
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    log = html.split('id="receipt-timeline"')[1].split("</section>")[0]
+    mark = log.split('data-role="operator-mark"')[1].split("</li>")[0]
+    assert "operator: Release" in mark and "<strong>otto</strong>" in mark and "“card issuer back”" in mark
+    assert log.index("badge-outcome-failed") < log.index('data-role="operator-mark"') < log.index(
+        "badge-outcome-retried_after_failure")
+    assert "numbering starts again" not in mark  # a release keeps the receipt's attempts

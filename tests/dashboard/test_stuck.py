@@ -39,3 +39,13 @@ def test_it_lists_stuck_events_and_messages_oldest_first_with_release(operator_c
     assert re.findall(r'href="/events/\d+/">([^<]+)<', html) == ["evt_old", "evt_new"]
     assert re.findall(r'href="/outbox/\d+/">([^<]+)<', html) == ["m-old", "m-new"]
     assert f'href="/outbox/{old.pk}/release/?next=/stuck/"' in html
+
+
+def test_the_board_refreshes_itself_in_place_from_the_same_url(viewer_client):
+    stuck("k1")
+    html = viewer_client.get("/stuck/").content.decode()
+    assert '<div id="stuck-board" hx-get="/stuck/" hx-trigger="every 15s" hx-swap="outerHTML"' in html
+    fragment = viewer_client.get("/stuck/", headers={"HX-Request": "true"}).content.decode()
+    assert '<div id="stuck-board"' in fragment and ">k1</a>" in fragment and "<html" not in fragment
+    stuck("k2")  # what the next poll shows without a reload
+    assert ">k2</a>" in viewer_client.get("/stuck/", headers={"HX-Request": "true"}).content.decode()

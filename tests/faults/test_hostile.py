@@ -276,7 +276,7 @@ DASHBOARD_PARAMS = {
     "/events/": ["q", "endpoint", "provider", "type", "status", "since", "until", "after"],
     "/rejected/": ["endpoint", "provider", "cause", "since", "until", "after"],
     "/outbox/": ["q", "action", "status", "scope", "since", "until", "after"],
-    "/audit/": ["actor", "action", "after_id", "through_id"],
+    "/audit/": ["actor", "action", "kind", "object", "run", "since", "until", "after_id", "through_id"],
     "/alerts/": ["state", "after"],
 }
 DASHBOARD_VALUES = [NUL, *GARBAGE]

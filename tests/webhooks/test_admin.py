@@ -70,6 +70,9 @@ def test_pause_and_resume_actions_hold_and_release(admin_client, client, endpoin
     admin_client.post("/admin/webhooks/webhookendpoint/", {"action": "pause_endpoints", "_selected_action": [endpoint.pk]})
     deliver_stripe(client, "shop", stripe_event({}, "a.b"))
     assert WebhookEvent.objects.get().status == "held"
+    held = WebhookEvent.objects.get().received_at
+    listing = admin_client.get("/admin/webhooks/webhookendpoint/").content.decode()
+    assert f'<td class="field-held_backlog">1 (since {held:%Y-%m-%d %H:%M:%S} UTC)</td>' in listing
     admin_client.post("/admin/webhooks/webhookendpoint/", {"action": "resume_endpoints", "_selected_action": [endpoint.pk]})
     assert WebhookEvent.objects.get().status == "received"
 

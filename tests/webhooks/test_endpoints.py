@@ -60,12 +60,45 @@ def test_a_paused_endpoint_holds_events_until_it_is_resumed(client):
     assert processing.sweep().enqueued == 0  # held events are not processed
     assert queued_event_ids() == []
     assert endpoints.resume(endpoint, actor="ops") == 2
+    assert endpoints.resume(endpoint, actor="ops") is None  # not paused: nothing, no audit entry
     assert sorted(queued_event_ids()) == sorted(WebhookEvent.objects.values_list("pk", flat=True))
     assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"received"}
     event = WebhookEvent.objects.first()
     assert processing.process_event(event.pk) == "ignored"
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["webhook_endpoint.pause", "webhook_endpoint.resume"]
+
+
+def test_pausing_holds_the_events_already_waiting_for_a_worker_and_resuming_releases_them(client):
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    deliver_stripe(client, "shop", stripe_event({}, "c.d"))
+    first, second = WebhookEvent.objects.order_by("id")
+    WebhookEvent.objects.filter(pk=second.pk).update(status="retry", attempts=1)  # waiting for a retry
+    assert endpoints.pause(endpoint, actor="ops", note="their API is down") is True
+    assert set(WebhookEvent.objects.values_list("status", flat=True)) == {"held"}
+    assert processing.process_event(first.pk) == "not_claimed"
+    held = endpoints.backlog(endpoint)
+    assert (held.held, held.oldest) == (2, first.received_at)
+    assert AuditEntry.objects.get(action="webhook_endpoint.pause").detail == "2 waiting events held; their API is down"
+    assert endpoints.resume(endpoint, actor="ops") == 2
+    assert WebhookEvent.objects.get(pk=second.pk).attempts == 1  # its attempts so far are kept
+    assert processing.process_event(first.pk) == "ignored"
+
+
+def test_an_event_stored_just_before_its_endpoint_was_paused_is_not_claimed_and_the_sweep_holds_it(client):
+    # The delivery read the endpoint before the pause committed, so it stored the event as
+    # received and enqueued its task: the claim still refuses it.
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    deliver_stripe(client, "shop", stripe_event({}, "a.b"))
+    event = WebhookEvent.objects.get()
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(paused=True)  # as if the pause landed after
+    assert event.status == "received"
+    assert processing.process_event(event.pk) == "not_claimed"
+    assert processing.process_event_by_key(endpoint.pk, event.dedupe_key) == "not_claimed"
+    assert processing.sweep().held == 1
+    event.refresh_from_db()
+    assert (event.status, event.attempts) == ("held", 0)
 
 
 def test_receiving_reads_the_endpoint_and_its_active_secrets_newest_first_in_one_query(django_assert_num_queries):
@@ -85,3 +118,41 @@ def test_receiving_an_endpoint_without_secrets_or_an_unknown_slug():
     found, secrets = endpoints.receiving("bare")
     assert (found.provider, found.paused, secrets) == ("shopify", True, [])
     assert endpoints.receiving("nope") is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_a_running_worker_runs_nothing_of_a_paused_endpoint_and_everything_once_after_resume(client, tmp_path):
+    # A real `manage.py qcluster` with its ticks (the sweep every few seconds). One event was
+    # stored before the pause, its task already queued; five arrive while paused, each
+    # answered 200. None runs until the resume; then each runs once (no handler for the
+    # type: ignored, with one attempt).
+    import time
+
+    from django.db import connection
+    from django_q.models import OrmQ
+
+    from tests.faults.test_kill_qcluster import wait_for
+    from tests.qcluster import kill_process, signal_stop, start_qcluster
+
+    endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
+    assert deliver_stripe(client, "shop", stripe_event({"n": 0}, "a.b")).status_code == 200
+    endpoints.pause(endpoint, actor="ops")
+    for n in range(1, 6):
+        response = deliver_stripe(client, "shop", stripe_event({"n": n}, "a.b"))
+        assert response.status_code == 200 and response.json()["status"] == "held"
+    assert OrmQ.objects.count() == 1  # the first event's task, queued before the pause
+    qlog = tmp_path / "qcluster.log"
+    cluster = start_qcluster(qlog)
+    try:
+        wait_for(lambda: not OrmQ.objects.exists(), 20, "the queued task taken", qlog)
+        time.sleep(6)  # a tick or two: sweeps
+        assert set(WebhookEvent.objects.values_list("status", "attempts")) == {("held", 0)}
+        assert endpoints.resume(endpoint, actor="ops") == 6
+        wait_for(lambda: set(WebhookEvent.objects.values_list("status", flat=True)) == {"ignored"}, 30,
+                 "the held events run", qlog)
+        assert signal_stop(cluster, group=True, within=15) is not None
+    finally:
+        kill_process(cluster)
+        connection.close()
+    assert set(WebhookEvent.objects.values_list("attempts", flat=True)) == {1}

@@ -17,7 +17,7 @@ from webhooks.schedules import SCHEDULES
 
 @pytest.mark.django_db
 def test_the_sweep_task_reports_what_it_did():
-    assert tasks.sweep() == {"stuck_recovered": 0, "stuck_dead": 0, "released_held": 0, "enqueued": 0}
+    assert tasks.sweep() == {"stuck_recovered": 0, "stuck_dead": 0, "released_held": 0, "held": 0, "enqueued": 0}
 
 
 @pytest.mark.django_db

@@ -121,6 +121,10 @@ AUDIT_VERBS = {
     "outbox_message.release": "Release (stuck)",
     "webhook_endpoint.pause": "Pause endpoint",
     "webhook_endpoint.resume": "Resume endpoint",
+    "bulk_run.start": "Start bulk run",
+    "bulk_run.cancel": "Cancel bulk run",
+    "outbox_pause.pause": "Pause sending",
+    "outbox_pause.resume": "Resume sending",
 }
 
 

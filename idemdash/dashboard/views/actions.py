@@ -56,6 +56,8 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
         "next": safe_next(request, ""), "inline": bool(request.htmx), "now": timezone.now(),
         "target": f"#{obj._meta.model_name}-summary", "state": shown_status(obj),
         "caution": spec.caution(obj) if spec.caution else "",
+        # Will retrying help? Said before the click, whatever the action (idemdash/core/actions.py:Kind.lasting).
+        "lasting": unit_kind.lasting_failure(obj),
     })
     if request.method == "GET":
         if request.htmx:

@@ -48,5 +48,5 @@ def event_detail(request: HttpRequest, pk: int) -> HttpResponse:
     deliveries, delivery_total = latest(event.deliveries.all(), "-received_at", "-id", limit=LOG_LIMIT)
     tries, attempt_total = latest(event.attempt_log.all(), "-id", limit=LOG_LIMIT)
     return detail_page(request, "dashboard/event_detail.html", summary, event, attempts=tries,
-                       attempt_total=attempt_total, deliveries=deliveries, delivery_total=delivery_total,
+                       attempt_total=attempt_total, at="started_at", deliveries=deliveries, delivery_total=delivery_total,
                        payload_pretty=pretty_json(event.payload))

@@ -4,10 +4,10 @@ viewer's session or an API bearer token."""
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from idemdash.dashboard import queries
+from idemdash.dashboard.metrics import CONTENT_TYPE, exposition
 from idemdash.dashboard.access import VIEW
 from idemdash.core.clients import client_for_request, refused
 from idemdash.core.jsonapi import read_only
@@ -38,18 +38,8 @@ def api_stats(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Every figure of every window as a Prometheus gauge labelled with its window."""
+    """The figures for Prometheus (idemdash/dashboard/metrics.py)."""
     denied = _machine_access(request)
     if denied:
         return denied
-    now = timezone.now()
-    documents = [queries.overview_stats(w, now) for w in queries.WINDOWS.values()]
-    lines: list[str] = []
-    for block, fields in queries.FIELD_DOCS.items():
-        for field, help_text in fields.items():
-            name = f"idemdash_{block}_{field}"
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} gauge")
-            for doc in documents:
-                lines.append(f'{name}{{window="{doc["window"]}"}} {doc[block][field]}')
-    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(exposition(), content_type=CONTENT_TYPE)

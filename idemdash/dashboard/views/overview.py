@@ -36,6 +36,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         ],
         "with_charts": True,
         "alert_panel": alerts.overview_alerts(window, now),
+        "paused": queries.paused_work(),
     }
 
 

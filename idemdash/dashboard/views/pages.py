@@ -46,13 +46,36 @@ def lease_state(unit: Any, owned: str, live: tuple[str, ...]) -> dict[str, Any]:
     return {"now": now, "stuck": is_stuck(unit, owned, now), "live": unit.status in live}
 
 
+# Operator actions after which a unit's attempts are numbered from #1 again (a fresh budget).
+RESTART_NUMBERING = ("webhook_event.reprocess", "outbox_message.send_again")
+
+
+def with_operator_marks(rows: list, total: int, audit: list, at: str = "created_at") -> list:
+    """A unit's attempt log (`rows`, oldest first, the latest of `total`) with the operator's
+    actions on the unit (its audit entries) between the attempts, by time: the mark says who
+    did what, and where attempt numbering starts again. A log cut to its latest rows gets
+    only the marks from its first row on."""
+    since = getattr(rows[0], at) if rows and total > len(rows) else None
+    marks = [e for e in audit if since is None or e.created_at >= since]
+    for e in marks:
+        e.operator_mark = True
+        e.restarts_numbering = e.action in RESTART_NUMBERING
+    # Stable: an attempt and a mark at the same instant keep the attempt first.
+    return sorted([*rows, *marks], key=lambda row: row.created_at if getattr(row, "operator_mark", False) else getattr(row, at))
+
+
 def detail_page(
     request: HttpRequest, template: str, summary: Callable[[Any], tuple[str, dict[str, Any]]], unit: Any,
-    **shown: Any,
+    *, attempts: list, attempt_total: int, at: str = "created_at", **shown: Any,
 ) -> HttpResponse:
-    """A unit's page: what its summary partial shows, what the page adds, and its audit entries."""
+    """A unit's page: what its summary partial shows, what the page adds, its attempts with
+    the operator's actions marked between them, and its audit entries."""
     _, context = summary(unit)
-    return render(request, template, {**context, **shown, "audit": queries.audit_of(unit)})
+    audit = queries.audit_of(unit)
+    return render(request, template, {
+        **context, **shown, "audit": audit, "attempt_total": attempt_total,
+        "attempts": with_operator_marks(attempts, attempt_total, audit, at),
+    })
 
 
 def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard import conflicts, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import ReceiptFilter
-from idemdash.dashboard.views.pages import filtered_list, latest
+from idemdash.dashboard.views.pages import filtered_list, latest, with_operator_marks
 from receipts.conf import policy_for
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
@@ -67,11 +67,12 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
          "pretty": _pretty(a.request)}
         for a in rejected
     ]
+    audit = queries.audit_of(receipt)
     return {
         "receipt": receipt,
         # From today's settings: the policy a claim of this operation gets now.
         "policy": _policy(receipt.operation),
-        "timeline": timeline,
+        "timeline": with_operator_marks(timeline, timeline_total, audit),
         "timeline_total": timeline_total,
         "mismatch_total": mismatch_total,
         "mismatches": mismatches,
@@ -81,7 +82,7 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
         # Not final: the page polls its summary and timeline until the outcome lands.
         "live": receipt.released or receipt.status == Status.PROCESSING,
-        "audit": queries.audit_of(receipt),
+        "audit": audit,
     }
 
 

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -139,9 +140,9 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S12 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
-    "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once",
+    "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once", "11 search at scale",
     "12 one commit per request",
 )
 
@@ -456,14 +457,18 @@ def busy_receipt() -> int:
     return newest_first.filter(replayed).first() or newest_first[0]
 
 
-def time_pages(b: Bench, pages: dict[str, str], session_key: str) -> dict[str, loadgen.LoadResult]:
-    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed."""
+def time_pages(b: Bench, pages: dict[str, str | list[str]], session_key: str,
+               samples: int | None = None) -> dict[str, loadgen.LoadResult]:
+    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed.
+    A page given as a list of URLs is a different one of them at each sample (the search's
+    ids: one id asked for again would measure the database's cache)."""
     results = {page: loadgen.LoadResult(page) for page in pages}
     with httpx.Client(base_url=b.base_url, cookies={"sessionid": session_key}, timeout=60) as client:
         for url in pages.values():  # a first, untimed visit: worker caches, template loading
-            client.get(url)
-        for _ in range(b.sizes.page_samples):
-            for page, url in pages.items():
+            client.get(url if isinstance(url, str) else url[-1])
+        for i in range(samples or b.sizes.page_samples):
+            for page, urls in pages.items():
+                url = urls if isinstance(urls, str) else urls[i % len(urls)]
                 started = time.perf_counter()
                 response = client.get(url)
                 took = time.perf_counter() - started
@@ -526,6 +531,71 @@ def dashboard(b: Bench) -> list[Figure]:
         r = results[fid]
         note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else ""
         figures.append(Figure(fid, S5, label, r.percentile(95) if r.count else None, unit, op, bound, note=note))
+    return figures
+
+
+SEARCH_FIGURES = [
+    ("search.order", "search for an order id p95 (its receipt, events and message)", "<=", 300),
+    ("search.miss", "search for an id that is nowhere p95", "<=", 300),
+    ("search.trace", "trace of an order id p95", "<=", 300),
+    # Informational: a value in most payloads ("eur"): the search stops at its limit per kind.
+    ("search.common", "search for a value in most rows p95", None, None),
+]
+
+
+def search_samples(n: int) -> list[str]:
+    """Order ids of `n` seeded receipts spread over the table (seeding.order_id: receipt i's
+    request, event i's payload and message i's payload carry the same one)."""
+    from django.db.models import Max
+
+    top = Receipt.objects.aggregate(m=Max("id"))["m"] or 0
+    found: list[str] = []
+    rng = random.Random(11)
+    with connection.cursor() as cursor:
+        for _ in range(n * 20):
+            if len(found) >= n:
+                break
+            cursor.execute("SELECT request->>'order' FROM receipts_receipt WHERE id >= %s AND request ? 'order' "
+                           "ORDER BY id LIMIT 1", [rng.randrange(top + 1)])
+            row = cursor.fetchone()
+            if row and row[0] and row[0] not in found:
+                found.append(row[0])
+    if not found:
+        raise RuntimeError("no seeded receipt carries an order id: seed again (idemdash.devtools.seeding.order_id)")
+    return found
+
+
+def search_at_scale(b: Bench) -> list[Figure]:
+    """The search (/search/?q=) and trace (/trace/?q=) pages over the seeded log: a different
+    order id at each sample, found in its receipt, events and message through the GIN indexes
+    (idemdash/dashboard/search.py), an id found nowhere, and a value in most rows."""
+    from urllib.parse import quote
+
+    from webhooks.models import WebhookEvent
+
+    user, session_key = bench_session()
+    samples = b.sizes.page_samples * 5
+    orders = search_samples(samples * 2)
+    pages: dict[str, str | list[str]] = {
+        "search.order": [f"/search/?q={quote(o)}" for o in orders[:samples]],
+        "search.miss": [f"/search/?q=ord_missing_{b.run_id}_{i}" for i in range(samples)],
+        "search.trace": [f"/trace/?q={quote(o)}" for o in orders[samples:] or orders],
+        "search.common": "/search/?q=eur",
+    }
+    connection.close()
+    results = time_pages(b, pages, session_key, samples=samples)
+    b.details["search"] = {page: r.summary() for page, r in results.items()}
+    b.details["search_explain"] = explain_pages(
+        user, {page: urls if isinstance(urls, str) else urls[0] for page, urls in pages.items()},
+        b.out_dir / "explain-search.txt")
+    sizes = f"{Receipt.objects.count()} receipts, {WebhookEvent.objects.count()} events"
+    connection.close()
+    figures = []
+    for fid, label, op, bound in SEARCH_FIGURES:
+        r = results[fid]
+        note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else (
+            f"p50 {r.percentile(50):.1f} ms over {r.count} ids; {sizes}" if r.count else "")
+        figures.append(Figure(fid, S11, label, r.percentile(95) if r.count else None, "ms", op, bound, note=note))
     return figures
 
 
@@ -878,7 +948,9 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
-        for number, (name, scenario) in enumerate(((S4, webhook_ingest), (S5, dashboard), (S6, purge)), 4):
+        # The search runs before the purge, which deletes the seeded receipts that have expired.
+        for number, name, scenario in ((4, S4, webhook_ingest), (5, S5, dashboard), (11, S11, search_at_scale),
+                                       (6, S6, purge)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         if only is None or 9 in only:

@@ -31,6 +31,7 @@ FIGURES = {
     "memory.web_worker", "memory.qcluster_worker",
     "outbox.latency_p50", "outbox.latency_p99",
     "run_once.insert_us", "run_once.ratio", "run_once.replay_ratio",
+    "search.order", "search.miss", "search.trace", "search.common",
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
     # The same DRF view unprotected, under idemdash and, where the `bench` extra is installed

@@ -109,3 +109,35 @@ def test_url_userinfo_and_configured_headers_are_masked_on_the_admin_page_and_th
     for page in (admin_page, dashboard_page):
         assert "s3cret-pw" not in page and "tenant-secret" not in page
         assert f"https://{MASK}@example.com/hook" in page and "trace-in-clear" in page
+
+
+def test_a_pause_added_in_the_admin_goes_through_pauses_pause_and_is_audited_once(admin_client):
+    from receipts.outbox.models import OutboxPause
+
+    add = reverse("admin:outbox_outboxpause_add")
+    for _ in range(2):
+        response = admin_client.post(add, {"kind": "host", "target": "API.Example.com", "note": "403s"}, follow=True)
+        assert response.status_code == 200
+    assert list(OutboxPause.objects.values_list("kind", "target", "paused_by")) == [("host", "api.example.com", "admin")]
+    assert AuditEntry.objects.filter(action="outbox_pause.pause").count() == 1
+    assert b"was paused already" in response.content
+
+    bad = admin_client.post(add, {"kind": "host", "target": "https://x/y"})
+    assert bad.status_code == 200 and b"no scheme, path or port" in bad.content  # the form again, with why
+    assert OutboxPause.objects.count() == 1
+
+
+def test_the_admin_lists_a_pause_with_its_backlog_and_resumes_it_through_the_domain(admin_client):
+    from receipts.outbox import pauses
+    from receipts.outbox.models import OutboxPause
+
+    pauses.pause("host", "example.com", actor="ops")
+    store.enqueue("http.post", {"url": URL}, "waiting-1")
+    changelist = reverse("admin:outbox_outboxpause_changelist")
+    html = admin_client.get(changelist).content.decode()
+    assert "example.com" in html and '<td class="field-waiting">1</td>' in html
+    pause = OutboxPause.objects.get()
+    admin_client.post(changelist, {"action": "resume", "_selected_action": [pause.pk]}, follow=True)
+    assert not OutboxPause.objects.exists()
+    assert AuditEntry.objects.filter(action="outbox_pause.resume", actor="admin").count() == 1
+    assert "delete_selected" not in admin_client.get(changelist).content.decode()

@@ -1,0 +1,145 @@
+"""Pausing sending: for one action (`http.post`) or one destination host (`api.example.com`).
+
+A pause is a row (models.OutboxPause). While it exists the drain claims none of the messages
+it covers: the claim itself leaves them out in SQL (`claimable`), on every database, so no
+drainer in any process sends them, whatever its batch or its task. New messages are still
+enqueued and wait (the backlog, `backlog`). Resuming deletes the row and asks the worker to
+drain the backlog at once rather than at the next scheduled drain.
+
+A message already claimed when the pause lands finishes its attempt: the pause stops claims,
+it does not cut a send in flight.
+
+Pausing what is paused, and resuming what is not, change nothing and write no audit entry:
+the unique (kind, target) insert and the conditional DELETE settle it, so two operators (or a
+double click) pausing at once write one row and one entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.apps import apps
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from idemdash.core import audit
+from receipts.outbox.actions import ACTION_RE
+from receipts.outbox.models import OutboxMessage, OutboxPause
+
+log = logging.getLogger(__name__)
+
+Kind = OutboxPause.Kind
+WAITING = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY)
+DRAIN_TASK = "receipts.outbox.tasks.drain_backlog"
+
+# A DNS name or an IPv4 address, or an IPv6 one as urlsplit gives it (no brackets).
+HOST_RE = re.compile(r"^[a-z0-9.\-:]{1,253}$")
+
+# The message column each kind of pause matches.
+COLUMN = {Kind.ACTION: "action", Kind.HOST: "destination_host"}
+
+
+class InvalidPause(ValueError):
+    """Not something that can be paused: an unknown kind, or a target that is not a name."""
+
+
+def normalise(kind: str, target: str) -> tuple[str, str]:
+    """The kind and the target as stored, or InvalidPause: a host is lower case, as enqueue
+    writes it; an action is exact."""
+    if kind not in COLUMN:
+        raise InvalidPause(f"A pause is for an action or a host, not {kind!r}.")
+    target = (target or "").strip()
+    if kind == Kind.HOST:
+        target = target.lower().strip("[]")
+        if not HOST_RE.fullmatch(target):
+            raise InvalidPause("A host is a name or address such as api.example.com (no scheme, path or port).")
+    elif not ACTION_RE.fullmatch(target):
+        raise InvalidPause("An action is 1 to 100 characters of letters, digits and . _ : -")
+    return kind, target
+
+
+def claimable() -> Q:
+    """Messages no pause covers, as one condition in the claim's own statement."""
+    paused = OutboxPause.objects.filter
+    return ~Exists(paused(kind=Kind.ACTION, target=OuterRef("action"))) & ~Exists(
+        paused(kind=Kind.HOST, target=OuterRef("destination_host"))
+    )
+
+
+def covered(pause: OutboxPause) -> QuerySet:
+    """The messages the pause covers, whatever their status."""
+    return OutboxMessage.objects.filter(**{COLUMN[pause.kind]: pause.target})
+
+
+def pause(kind: str, target: str, *, actor: str, user: Any = None, note: str = "") -> bool:
+    """Pause sending; False (and no audit entry) when it was paused already."""
+    kind, target = normalise(kind, target)
+    note = (note or "").strip()[:500]
+    try:
+        with transaction.atomic():
+            row = OutboxPause.objects.create(
+                kind=kind, target=target, note=note, paused_by=actor[:255], paused_at=timezone.now()
+            )
+            audit.record(actor, "outbox_pause.pause", row, "sending", "paused",
+                         f"{row.get_kind_display()} {target}" + (f": {note}" if note else ""), user=user)
+    except IntegrityError:
+        return False
+    return True
+
+
+def resume(kind: str, target: str, *, actor: str, user: Any = None, note: str = "") -> bool:
+    """Resume sending and ask the worker to drain the backlog; False (and no audit entry)
+    when it was not paused."""
+    kind, target = normalise(kind, target)
+    with transaction.atomic():
+        row = OutboxPause.objects.filter(kind=kind, target=target).first()
+        # The DELETE is the compare-and-set: of two resumes, one deletes the row.
+        if row is None or OutboxPause.objects.filter(pk=row.pk).delete()[0] != 1:
+            return False
+        waiting = covered(row).filter(status__in=WAITING).count()
+        detail = f"{row.get_kind_display()} {target}: {waiting} waiting messages to send"
+        audit.record(actor, "outbox_pause.resume", row, "paused", "sending",
+                     detail + (f"; {note.strip()[:500]}" if note and note.strip() else ""), user=user)
+        transaction.on_commit(drain_soon)
+    return True
+
+
+def drain_soon() -> None:
+    """Ask the worker to drain what is due now (tasks.drain_backlog). As with send_soon, a
+    failure is logged, not raised: the scheduled drain sends the backlog within a minute."""
+    if not apps.is_installed("django_q"):
+        return
+    from django_q.tasks import async_task
+
+    try:
+        async_task(DRAIN_TASK, group="outbox")
+    except Exception:
+        log.warning("could not ask the worker to drain the outbox; the scheduled drain will", exc_info=True)
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A pause with its backlog: the messages it holds back that are waiting to be sent."""
+
+    pause: OutboxPause
+    waiting: int
+    oldest: datetime | None
+
+    def age_seconds(self, now: datetime | None = None) -> float | None:
+        return None if self.oldest is None else max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
+
+
+def backlog(row: OutboxPause) -> Paused:
+    """The pause with how many messages it holds back and since when (one aggregate query)."""
+    waiting = covered(row).filter(status__in=WAITING).aggregate(waiting=Count("id"), oldest=Min("created_at"))
+    return Paused(row, waiting["waiting"], waiting["oldest"])
+
+
+def paused() -> list[Paused]:
+    """Every pause, oldest first, with its backlog (a handful: one query each)."""
+    return [backlog(row) for row in OutboxPause.objects.order_by("paused_at", "id")]
