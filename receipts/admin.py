@@ -1,12 +1,17 @@
 """Admin for receipts. Receipts, attempts and audit entries are read-only here: a receipt
-changes state only through receipts.store (guarded, logged), which the release action calls."""
+changes state only through receipts.store (guarded, logged), which the admin actions call
+through the operator actions the dashboard serves (receipts/operator_actions.py): release,
+and the two repairs of an outcome-unknown receipt, mark completed (with a result, on a form
+between the selection and the action) and run again."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -21,10 +26,11 @@ from idemdash.core.clients import ApiClient, create_token
 from idemdash.core.columns import FilterSafe, clipped, to_the_second
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
-from receipts import responses
+from receipts import responses, store
 from receipts.conf import policy_for
+from receipts.downstream import downstream_key
 from receipts.models import ArchivedReceipt, Attempt, Receipt
-from receipts.operator_actions import RELEASE
+from receipts.operator_actions import MARK_COMPLETED, RELEASE, RUN_AGAIN
 
 
 class StoredResultDisplay:
@@ -50,12 +56,12 @@ class StoredResultDisplay:
 
 @admin.register(Receipt)
 class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
-    list_display = (clipped("key"), clipped("scope", width=20), "operation", "status", "attempts", "response_status",
+    list_display = (clipped("key"), clipped("scope", width=20), "operation", "state", "attempts", "response_status",
                     to_the_second("created_at", "created"))
     list_filter = ("status", "operation", "scope")
     search_fields = ("key",)
     date_hierarchy = "created_at"
-    actions = ["release"]
+    actions = ["release", "mark_completed", "run_again"]
     fields = (
         "scope",
         "key",
@@ -78,8 +84,19 @@ class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
         "completed_at",
         "expires",
         "policy",
+        "downstream",
     )
     readonly_fields = fields
+
+    @admin.display(description="downstream key")
+    def downstream(self, obj: Receipt) -> str:
+        # What its attempts sent the provider as Idempotency-Key: what to look the effect up by.
+        return downstream_key(obj.scope, obj.key, obj.created_at)
+
+    @admin.display(description="status", ordering="status")
+    def state(self, obj: Receipt) -> str:
+        # What an operator acts on: a held receipt reads outcome-unknown, a released one released.
+        return obj.shown_status
 
     @admin.display(description="expires at")
     def expires(self, obj: Receipt) -> Any:
@@ -111,6 +128,55 @@ class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
                 f"Skipped {len(refused)}: completed receipts keep their result, and some changed meanwhile.",
                 messages.WARNING,
             )
+
+
+    @admin.action(description="Mark selected outcome-unknown receipts completed (with a result)",
+                  permissions=["change"])
+    def mark_completed(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> HttpResponse | None:
+        form = ResultForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done, refused = act_on_each(queryset, MARK_COMPLETED, actor=request.user.get_username(), user=request.user,
+                                        reason=form.cleaned_data["reason"] or "marked completed from the admin",
+                                        result=form.cleaned_data["result"])
+            invalid = next((exc for _, exc in refused if isinstance(exc, store.InvalidResult)), None)
+            if invalid is None:
+                self._report(request, done, refused, MARK_COMPLETED)
+                return None
+            form.add_error("result", str(invalid))  # the result is refused for every row: nothing was stored
+        return TemplateResponse(request, "admin/receipts/receipt/mark_completed.html", {
+            **self.admin_site.each_context(request),
+            "title": "Mark outcome-unknown receipts completed",
+            "opts": self.model._meta,
+            "form": form,
+            "receipts": [(receipt, downstream_key(receipt.scope, receipt.key, receipt.created_at)) for receipt in queryset],
+            "explain": MARK_COMPLETED.explain,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        })
+
+    @admin.action(description="Run selected outcome-unknown receipts again", permissions=["change"])
+    def run_again(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
+        done, refused = act_on_each(queryset, RUN_AGAIN, actor=request.user.get_username(), user=request.user,
+                                    reason="run again from the admin")
+        self._report(request, done, refused, RUN_AGAIN)
+
+    def _report(self, request: HttpRequest, done: int, refused: list, action: Any) -> None:
+        self.message_user(request, f"{action.verb}: {done} receipt(s).", messages.SUCCESS)
+        if refused:
+            self.message_user(
+                request,
+                f"Skipped {len(refused)}: only an outcome-unknown receipt (its attempt stopped before it settled, "
+                "under after_crash \"hold\") is repaired so, and some may have changed meanwhile.",
+                messages.WARNING,
+            )
+
+
+class ResultForm(forms.Form):
+    """What an operator gives to mark a held receipt completed; store.mark_completed checks the JSON."""
+
+    result = forms.CharField(label=MARK_COMPLETED.input, widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+                             help_text='The result the provider shows for the downstream key, e.g. {"message_id": "m-42"}.')
+    reason = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"size": 60}),
+                             help_text="Goes to the audit log.")
 
 
 class ReadOnlyAdmin(FilterSafe, admin.ModelAdmin):

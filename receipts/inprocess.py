@@ -124,13 +124,16 @@ async def arun_once(
 ) -> Any:
     """run_once for async code: fn may be `async def` (awaited on the event loop) or plain
     (run by sync_to_async, as Django runs sync code from async). The store's work runs by
-    sync_to_async too, and a caller refused while another attempt runs waits with
-    asyncio.sleep, so the event loop never waits on the database."""
+    sync_to_async too, and a caller that finds another attempt running waits for it on the
+    event loop (store.aclaim: woken when it settles, as run_once is), so the event loop never
+    waits on the database or the first attempt."""
     fingerprint = _check(key, operation, scope, request, encoder)
     result = None
     for attempt in range(IN_PROGRESS_RETRIES + 1):
-        # No waiting inside the claim: it would hold the one thread Django's async ORM runs on.
-        result = await _aclaim(scope, key, operation, request, fingerprint, lease_seconds, 0)
+        result = await store.aclaim(
+            scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds,
+            wait_seconds=WAIT_SECONDS,
+        )
         if result.outcome != Attempt.Outcome.IN_PROGRESS or attempt == IN_PROGRESS_RETRIES:
             break
         await asyncio.sleep(patience(attempt, result.retry_after, MAX_BACKOFF))
@@ -235,24 +238,16 @@ def _check_encoder(encoder: Any) -> None:
         raise TypeError(f"encoder= must be a json.JSONEncoder subclass, got {encoder!r}")
 
 
-def _claim(
-    scope: str, key: str, operation: str, request: Any, fingerprint: str, lease_seconds: int | None, wait: float
-) -> store.ClaimResult:
-    return store.claim(
-        scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds, wait_seconds=wait
-    )
-
-
-_aclaim = sync_to_async(_claim)
-
-
 def _claim_patiently(
     scope: str, key: str, operation: str, request: Any, fingerprint: str, lease_seconds: int | None
 ) -> store.ClaimResult:
     """Claim, waiting for a running first attempt (woken when it completes), and claim again
     as the HTTP client does when still refused, up to IN_PROGRESS_RETRIES times."""
     for attempt in range(IN_PROGRESS_RETRIES + 1):
-        result = _claim(scope, key, operation, request, fingerprint, lease_seconds, WAIT_SECONDS)
+        result = store.claim(
+            scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds,
+            wait_seconds=WAIT_SECONDS,
+        )
         if result.outcome != Attempt.Outcome.IN_PROGRESS or attempt == IN_PROGRESS_RETRIES:
             return result
         time.sleep(patience(attempt, result.retry_after, MAX_BACKOFF))

@@ -74,6 +74,11 @@ class Idempotency:
 
         return testing.assert_survives_crash_after_effect(call, self.provider, timeout=timeout)
 
+    def assert_held_after_crash(self, call: Callable[[], Any], *, retries: int = 2, timeout: float = 60) -> Any:
+        from receipts import testing
+
+        return testing.assert_held_after_crash(call, self.provider, retries=retries, timeout=timeout)
+
 
 @pytest.fixture
 def idempotency(isolated_receipts: None, tmp_path: Path) -> Idempotency:

@@ -12,15 +12,18 @@ taken over holds a stale token and can no longer complete or fail the receipt.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import re
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.http import HttpResponseBase
@@ -145,7 +148,68 @@ def validate_operation(operation: Any) -> str:
     return operation
 
 
-def claim(
+def claim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
+    """Claim (scope, key) for one execution of `operation`.
+
+    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
+    lease_takeover) and must settle it with its token; or it must not run (replayed,
+    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
+    (woken by its completion, not by polling in a tight loop) and its result replayed.
+    The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
+    user_id, session_id.
+    """
+    steps = _claiming(scope, key, operation, request, **options)
+    try:
+        wait = next(steps)
+        while True:
+            wait.wakeup.wait(wait.timeout)
+            wait = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()
+
+
+async def aclaim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
+    """`claim` for async callers: the same steps, each run by sync_to_async on one thread (the
+    one Django's async ORM uses), and a wait for a running first attempt awaited on the event
+    loop (woken when it settles, as `claim` is), so no thread is held while it waits. Takes
+    `claim`'s options."""
+    steps = _claiming(scope, key, operation, request, **options)
+    try:
+        done, step = await _astep(steps, None)
+        while not done:
+            await step.wakeup.async_wait(step.timeout)
+            done, step = await _astep(steps, None)
+        return step
+    finally:
+        # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
+        # while its step still runs on the thread is closed when it is collected.
+        with contextlib.suppress(ValueError):
+            steps.close()
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """What a claim waits for between its looks: a wake-up of its key, or the timeout."""
+
+    wakeup: waiting.Wakeup
+    timeout: float
+
+
+def _step(steps: Generator[_Wait, None, ClaimResult], value: None) -> tuple[bool, Any]:
+    """Resume a claim: (False, the _Wait it waits for) or (True, its ClaimResult)."""
+    try:
+        return False, steps.send(value)
+    except StopIteration as done:
+        return True, done.value
+
+
+# Thread-sensitive: every look of one claim runs on the same thread and connection.
+_astep = sync_to_async(_step, thread_sensitive=True)
+
+
+def _claiming(
     scope: str,
     key: str,
     operation: str,
@@ -156,14 +220,12 @@ def claim(
     wait_seconds: float = 0,
     user_id: str = "",
     session_id: str = "",
-) -> ClaimResult:
-    """Claim (scope, key) for one execution of `operation`.
-
-    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
-    lease_takeover) and must settle it with its token; or it must not run (replayed,
-    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
-    (woken by its completion, not by polling in a tight loop) and its result replayed.
-    """
+) -> Generator[_Wait, None, ClaimResult]:
+    """The one copy of a claim, sync or async: yields where it waits for the running first
+    attempt (claim and aclaim do the waiting), and returns the ClaimResult. `fingerprint`
+    is the request's when the caller has it already; `lease_seconds` overrides the
+    operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
+    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
     validate_key(key)
     validate_operation(operation)
     policy = policy_for(operation)
@@ -179,12 +241,20 @@ def claim(
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
+            raced_since: float | None = None
             now = timezone.now()
             if waited_since is None:
                 # On PostgreSQL a new key or a replay is one statement, log line included,
                 # and any other case comes back as the existing row; the ORM path decides
                 # every case below.
+                began = time.monotonic()
                 found = path().claim_or_replay(_new_receipt(intent, now), now)
+                if found is None and path() is pg:
+                    # The key was inserted by an attempt that committed while the statement
+                    # ran: under ATOMIC_REQUESTS its insert waited on that attempt's
+                    # uncommitted row until the request committed. A replay now is of a
+                    # result this caller waited for.
+                    raced_since = began
                 if found is not None:
                     logged, existing = found
                     if logged == Outcome.CLAIMED:
@@ -195,22 +265,7 @@ def claim(
                 # After a wait the statement's own "replayed" line would hide the wait: the
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
-            # The decision and its line in the attempt log commit together: never a claim
-            # without its log line.
-            with transaction.atomic():
-                result = _claim_once(intent, existing=existing)
-                # A held receipt whose operation can ask the provider: asked outside this
-                # transaction (a provider's answer must not hold SQLite's one writer).
-                reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
-                left = deadline - time.monotonic()
-                # Over the process's cap on waiters, a duplicate is refused at once rather
-                # than hold a thread that a completion may need (receipts/waiting.py).
-                settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
-                result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
-                if waited_since is not None:
-                    result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
-                if settled and not reconcile:
-                    _record(result, request if result.outcome == Outcome.MISMATCH else None, fp)
+            result, reconcile, settled, left = _decide(intent, existing, wakeup, deadline, waited_since, raced_since)
             if reconcile:
                 answered = _reconciled(intent, result)
                 if answered is None:
@@ -226,7 +281,37 @@ def claim(
                     continue  # settled meanwhile: look again at once
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
-            wakeup.wait(max(0.01, min(left, lease_left + 0.01)))
+            yield _Wait(wakeup, max(0.01, min(left, lease_left + 0.01)))
+
+
+@retry_deadlocks
+def _decide(
+    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup, deadline: float,
+    waited_since: float | None, raced_since: float | None,
+) -> tuple[ClaimResult, bool, bool, float]:
+    """One look of a claim: the decision and its line in the attempt log, committed together
+    (never a claim without its log line). Returns the result, whether the operation's
+    reconcile must be asked, whether the claim is settled (else it waits), and the seconds
+    left to wait. Run again when MySQL/MariaDB picks it as a deadlock's victim (a purge
+    deleting the expired row it re-claims, or inserting the key again meanwhile): InnoDB
+    rolled the decision back whole, so nothing of it was written."""
+    with transaction.atomic():
+        result = _claim_once(intent, existing=existing)
+        # A held receipt whose operation can ask the provider: asked outside this
+        # transaction (a provider's answer must not hold SQLite's one writer).
+        reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
+        left = deadline - time.monotonic()
+        # Over the process's cap on waiters, a duplicate is refused at once rather
+        # than hold a thread that a completion may need (receipts/waiting.py).
+        settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
+        result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
+        if waited_since is not None:
+            result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
+        elif raced_since is not None and result.outcome == Outcome.REPLAYED:
+            result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
+        if settled and not reconcile:
+            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp)
+    return result, reconcile, settled, left
 
 
 @dataclass(frozen=True)

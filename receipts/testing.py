@@ -39,7 +39,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from idemdash_client.context import current
-from idemdash_client.errors import InProgress
+from idemdash_client.errors import InProgress, OutcomeUnknown
 from receipts.decorators import REPLAYED_HEADER
 
 # A key that no caller of the store would send by accident.
@@ -296,10 +296,86 @@ def assert_survives_crash_after_effect(call: Callable[[], Any], provider: Provid
     must replay without reaching the provider.
 
     `call` must reach `provider`, passing the key it sends downstream as `idempotency_key=`
-    (receipts.current().downstream_key)."""
+    (receipts.current().downstream_key). For an operation that holds a key after a crash
+    (`after_crash: "hold"`), assert_held_after_crash instead."""
+    seen = _killed_after_effect(call, provider, timeout, "assert_survives_crash_after_effect")
+    try:
+        result = call()
+    except OutcomeUnknown:
+        raise AssertionError(
+            "the retry was answered outcome-unknown: the step's operation holds a key after a crash "
+            '(after_crash: "hold"); assert that with assert_held_after_crash'
+        ) from None
+    retried = len(provider.calls()) - seen
+    again = call()
+    keys = provider.keys()[seen:]
+    if len(keys) != retried:
+        raise AssertionError(f"a call after the retry reached the provider again: it was sent {keys}")
+    if _outcome(again) != _outcome(result):
+        raise AssertionError(f"the call after the retry returned {_shown(again)}, not the retry's {_shown(result)}")
+    distinct = {k for k in keys if k is not None}
+    if None in keys or len(distinct) != 1:
+        raise AssertionError(
+            f"the provider was sent {keys} by the killed attempt and the retry: {len(distinct) + keys.count(None)} "
+            "effects; send it receipts.current().downstream_key, the same for every attempt of a claim"
+        )
+    return Crash(keys=keys, result=result)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What assert_held_after_crash saw: the receipt left outcome-unknown, for the test to
+    resolve (receipts.store.mark_completed or run_again, or the operation's reconcile)."""
+
+    receipt: Any  # receipts.models.Receipt
+    downstream_key: str | None  # what the killed attempt sent the provider
+
+
+def assert_held_after_crash(
+    call: Callable[[], Any], provider: Provider, *, retries: int = 2, timeout: float = 60
+) -> Held:
+    """Kill the first attempt right after its effect, before it settles, as
+    assert_survives_crash_after_effect does; then the step's operation must hold the key
+    (`after_crash: "hold"`): each of `retries` calls is answered outcome-unknown
+    (receipts.OutcomeUnknown, or a view's 409 `outcome-unknown`) and none reaches the
+    provider again, so the provider was called once. Returns the held receipt:
+
+        held = assert_held_after_crash(lambda: send_invoice(7), provider)
+        store.mark_completed(held.receipt, result='{"sent": true}', actor="test")
+        assert send_invoice(7) == {"sent": True}  # replayed: the provider is not called"""
+    _need_times(retries, 1)
+    seen = _killed_after_effect(call, provider, timeout, "assert_held_after_crash")
+    for number in range(1, retries + 1):
+        try:
+            answer = call()
+        except OutcomeUnknown:
+            answer = None
+        if answer is not None and not _held_response(answer):
+            raise AssertionError(
+                f"retry {number} after the crash returned {_shown(answer)}, not outcome-unknown: the step's "
+                'operation re-runs a key after a crash; hold it with RECEIPTS_OPERATIONS {...: {"after_crash": "hold"}}'
+            )
+        calls = provider.calls()[seen:]
+        if len(calls) != 1:
+            raise AssertionError(f"retry {number} after the crash reached the provider: it was sent {[c['idempotency_key'] for c in calls]}")
+    scope, key, *_ = provider.calls()[seen]["claim"]
     from receipts.models import Receipt
 
-    _need_committed_data("assert_survives_crash_after_effect")
+    return Held(receipt=Receipt.objects.get(scope=scope, key=key), downstream_key=provider.keys()[seen])
+
+
+def _held_response(value: Any) -> bool:
+    outcome = _outcome(value)
+    return outcome[0] == "response" and outcome[1] == 409 and b"outcome-unknown" in outcome[2]
+
+
+def _killed_after_effect(call: Callable[[], Any], provider: Provider, timeout: float, helper: str) -> int:
+    """Run `call` in a forked process killed right after it reaches `provider`, check that it
+    left its receipt processing, and end its lease. Returns how many calls the provider had
+    before."""
+    from receipts.models import Receipt
+
+    _need_committed_data(helper)
     seen = len(provider.calls())
     connections.close_all()
     child = multiprocessing.get_context("fork").Process(target=_die_after_effect, args=(call, provider))
@@ -326,22 +402,7 @@ def assert_survives_crash_after_effect(call: Callable[[], Any], provider: Provid
     if receipt.status != Receipt.Status.PROCESSING or receipt.fencing_token != token:
         raise AssertionError(f"the killed attempt's receipt is {receipt.status}, not left processing by it")
     Receipt.objects.filter(pk=receipt.pk, fencing_token=token).update(lease_expires_at=timezone.now())
-
-    result = call()
-    retried = len(provider.calls()) - seen
-    again = call()
-    keys = provider.keys()[seen:]
-    if len(keys) != retried:
-        raise AssertionError(f"a call after the retry reached the provider again: it was sent {keys}")
-    if _outcome(again) != _outcome(result):
-        raise AssertionError(f"the call after the retry returned {_shown(again)}, not the retry's {_shown(result)}")
-    distinct = {k for k in keys if k is not None}
-    if None in keys or len(distinct) != 1:
-        raise AssertionError(
-            f"the provider was sent {keys} by the killed attempt and the retry: {len(distinct) + keys.count(None)} "
-            "effects; send it receipts.current().downstream_key, the same for every attempt of a claim"
-        )
-    return Crash(keys=keys, result=result)
+    return seen
 
 
 def _die_after_effect(call: Callable[[], Any], provider: Provider) -> None:

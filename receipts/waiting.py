@@ -1,6 +1,8 @@
 """Wake callers that wait (`Prefer: wait=N`, `wait_seconds`) for an in-flight first attempt.
 
-A waiter subscribes to its key and sleeps on a threading.Event. Settling a receipt wakes
+A waiter subscribes to its key and sleeps on a threading.Event, or, an async caller
+(store.aclaim), awaits a future of its event loop, which a wake-up resolves from whatever
+thread it comes from (call_soon_threadsafe), so the loop is never blocked. Settling a receipt wakes
 the waiters of its key:
 - in this process, through `transaction.on_commit`, so nobody wakes before the result is
   visible;
@@ -15,13 +17,14 @@ waiter reads the database a handful of times, not in a tight loop.
 A waiter holds a server thread while it sleeps, and the completion it waits for needs a
 thread too: if waiters took every thread of a process, completions (and lease renewals)
 would queue behind them until the leases lapsed and other callers ran the step again. So
-a process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`_Wakeup.take_slot`);
+a process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`Wakeup.take_slot`);
 any other duplicate is answered at once with the 409 and its Retry-After, as without
 waiting, and the threads beyond the cap stay free for everything else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -38,7 +41,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "idemdash_receipts"
 
 _lock = threading.Lock()
-_waiters: dict[str, set[threading.Event]] = {}
+_waiters: dict[str, set[Wakeup]] = {}
 _listener: threading.Thread | None = None
 _stop = threading.Event()
 _waiting = 0  # callers of this process holding a waiting slot now (under _lock)
@@ -53,12 +56,23 @@ def topic(scope: str, key: str) -> str:
     return hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()[:20]
 
 
-class _Wakeup:
+class Wakeup:
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.event = threading.Event()
         self.interval = FIRST_INTERVAL
         self.holds_slot = False
+        self.future: asyncio.Future[None] | None = None  # what an async waiter awaits now
+
+    def set(self) -> None:
+        # Called under _lock (by _wake): takes no lock itself. The event first, the future
+        # after: an async waiter sets its future first and reads the event after, so one of
+        # the two always sees the other.
+        self.event.set()
+        future = self.future
+        if future is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has closed: nobody waits
+                future.get_loop().call_soon_threadsafe(_resolve, future)
 
     def take_slot(self) -> bool:
         """May this caller wait? True if it holds one of the process's RECEIPTS_MAX_WAITERS
@@ -79,23 +93,43 @@ class _Wakeup:
         self.event.clear()
         return woke
 
+    async def async_wait(self, timeout: float) -> bool:
+        """`wait` on the event loop: the same wake-ups and fallback timer, no thread held."""
+        _ensure_listener()
+        self.future = asyncio.get_running_loop().create_future()
+        try:
+            woke = self.event.is_set()
+            if not woke:
+                done, _ = await asyncio.wait({self.future}, timeout=min(timeout, self.interval))
+                woke = bool(done)
+        finally:
+            self.future = None
+        self.interval = min(self.interval * 2, MAX_INTERVAL)
+        self.event.clear()
+        return woke
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
 
 @contextlib.contextmanager
-def subscription(scope: str, key: str) -> Iterator[_Wakeup]:
+def subscription(scope: str, key: str) -> Iterator[Wakeup]:
     global _waiting
-    wakeup = _Wakeup(topic(scope, key))
+    wakeup = Wakeup(topic(scope, key))
     with _lock:
-        _waiters.setdefault(wakeup.topic, set()).add(wakeup.event)
+        _waiters.setdefault(wakeup.topic, set()).add(wakeup)
     try:
         yield wakeup
     finally:
         with _lock:
             if wakeup.holds_slot:
                 _waiting -= 1
-            events = _waiters.get(wakeup.topic)
-            if events is not None:
-                events.discard(wakeup.event)
-                if not events:
+            wakeups = _waiters.get(wakeup.topic)
+            if wakeups is not None:
+                wakeups.discard(wakeup)
+                if not wakeups:
                     del _waiters[wakeup.topic]
 
 
@@ -106,8 +140,8 @@ def waiting_now() -> int:
 
 def _wake(topic: str) -> None:
     with _lock:
-        for event in _waiters.get(topic, ()):
-            event.set()
+        for wakeup in _waiters.get(topic, ()):
+            wakeup.set()
 
 
 def wake_on_commit(scope: str, key: str) -> None:

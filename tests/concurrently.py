@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from receipts.models import AuditEntry
 
@@ -124,6 +124,60 @@ def killed_once_it_reaches(target: Callable[..., None], args: tuple, reached: Pa
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
     assert child.exitcode == -signal.SIGKILL
+
+
+# How many transactions wait on a row lock now, by database.
+_LOCK_WAITS = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+}
+
+
+def until_transactions_wait_on_locks(count: int, what: str, within: float = 30) -> None:
+    """Return once `count` transactions of other connections wait on a row lock (PostgreSQL,
+    MySQL/MariaDB): the moment a test has arranged; AssertionError naming `what` if never."""
+    deadline = time.monotonic() + within
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(_LOCK_WAITS[connection.vendor])
+            if cursor.fetchone()[0] >= count:
+                return
+            assert time.monotonic() < deadline, f"{what}: never happened"
+            time.sleep(0.05)
+
+
+@contextmanager
+def uncommitted(work: Callable[[], None], within: float = 30) -> Iterator[None]:
+    """Run `work` in a transaction on a thread with its own connection and hold that
+    transaction open while the block runs: its writes stay uncommitted (and their row locks
+    held) until the block ends, when it commits."""
+    done, commit = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                work()
+                done.set()
+                assert commit.wait(within), "the block never ended"
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            errors.append(exc)
+            done.set()
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert done.wait(within), "the transaction's work never finished"
+    try:
+        if errors:
+            raise errors[0]
+        yield
+    finally:
+        commit.set()
+        holder.join(within)
+    if errors:
+        raise errors[0]
 
 
 def same_keys_at_once(post: Callable[[str], Any], keys: list[str], per_key: int) -> list[tuple[str, Any]]:

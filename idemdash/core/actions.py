@@ -122,11 +122,12 @@ def shown_status(obj: Any) -> str:
 
 
 def act_on_each(
-    rows: QuerySet, action: OperatorAction, *, actor: str, user: Any, reason: str = ""
+    rows: QuerySet, action: OperatorAction, *, actor: str, user: Any, reason: str = "", **given: Any
 ) -> tuple[int, list[tuple[Any, Exception]]]:
     """`action` on each of `rows` (an admin's selection), through the bulk actions' loop
     (idemdash/core/bulk.py:each): how many were done, and each row it refused with why. A
-    refused row does not stop the others."""
-    result = bulk.each(rows, lambda row: action.run(row, actor=actor, user=user, reason=reason),
+    refused row does not stop the others. `given` is the value the action takes (`result`
+    for one with an `input`)."""
+    result = bulk.each(rows, lambda row: action.run(row, actor=actor, user=user, reason=reason, **given),
                        refused=action.refused)
     return result.done, result.refused

@@ -8,9 +8,11 @@ binary, no-pad collation on MySQL and MariaDB, and does nothing on any other dat
 
 And deadlocks retried (`retry_deadlocks`): InnoDB picks its index by estimates, and given a
 receipt's id, fencing token and status it may still read through the status index, locking
-other rows' entries on the way; two settles then deadlock (ER_LOCK_DEADLOCK). InnoDB rolls the
-victim's whole transaction back, so a unit of work that owns its transaction may simply run
-again, as MySQL's manual advises ("How to Minimize and Handle Deadlocks").
+other rows' entries on the way; two settles then deadlock (ER_LOCK_DEADLOCK). And callers
+inserting one key that a purge has just deleted all wait on the deleted entry, and when the
+purge commits all but one are rolled back. InnoDB rolls the victim's whole transaction back,
+so a unit of work that owns its transaction may simply run again, as MySQL's manual advises
+("How to Minimize and Handle Deadlocks").
 """
 
 from __future__ import annotations

@@ -109,10 +109,17 @@ def test_the_packed_package_installs_imports_and_type_checks_in_another_project(
     assert imported.stdout.split() == [make_key("lead", "Zoë"), "function", str(len(tool_call_key("r", "t", {})))]
 
     (project / "consumer.ts").write_text(CONSUMER_TS)
+    # The agents page's TypeScript examples, as written, against the installed package
+    # (`process` declared: the consumer has no Node types).
+    examples = re.findall(r"^```ts\n(.*?)^```", (ROOT / "docs" / "agents-and-workers.md").read_text(), re.M | re.S)
+    assert examples
+    for number, example in enumerate(examples):
+        (project / f"agents_page_{number}.ts").write_text(
+            "declare const process: { env: Record<string, string | undefined> };\n" + example)
     (project / "tsconfig.json").write_text(json.dumps({
         "compilerOptions": {"module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022",
                             "lib": ["ES2022", "DOM"], "types": [], "strict": True, "noEmit": True},
-        "files": ["consumer.ts"],
+        "files": ["consumer.ts", *(f"agents_page_{number}.ts" for number in range(len(examples)))],
     }))
     checked = run([str(PACKAGE / "node_modules/.bin/tsc"), "-p", str(project)], timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -100,3 +100,34 @@ def test_a_long_key_stays_on_one_line_in_the_dashboard_lists(rows, page, live_se
         assert overflow(page) <= 0
         cut = page.evaluate(f"(e => e.scrollWidth - e.clientWidth)(document.querySelector('{table} .table-scroll'))")
         assert cut <= 0, f"{path}: the table scrolls {cut} px inside its card (columns cut off)"
+
+
+def test_an_admin_marks_a_held_receipt_completed_with_a_result_from_the_changelist(page, live_server, settings):
+    # The repair of receipts/admin.py, driven as an operator does: select, choose the action,
+    # give the result on the form between, and read the outcome on the changelist.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from receipts.models import AuditEntry, Receipt
+
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"after_crash": "hold"}}
+    store.claim("client:shop", "capture-held", "payment.capture", {"amount": 100})
+    Receipt.objects.filter(key="capture-held").update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    page.goto(f"{live_server.url}/admin/receipts/receipt/")
+    row = page.locator("#result_list tr", has_text="capture-held")
+    assert "outcome-unknown" in row.inner_text()
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "mark_completed")
+    page.click("button[name=index]")
+    page.wait_for_selector("textarea[name=result]")
+    page.fill("textarea[name=result]", '{"id": "pi_found"}')
+    page.fill("input[name=reason]", "Stripe shows pi_found for the downstream key")
+    page.screenshot(path=SHOTS / "admin-receipt-mark-completed-form.png")
+    page.click("input[name=apply]")
+    page.wait_for_selector(".messagelist")
+    assert "Mark completed: 1 receipt(s)." in page.inner_text(".messagelist")
+    assert "completed" in page.locator("#result_list tr", has_text="capture-held").inner_text()
+    page.screenshot(path=SHOTS / "admin-receipt-mark-completed-done.png")
+    assert AuditEntry.objects.filter(action="receipt.mark_completed").count() == 1

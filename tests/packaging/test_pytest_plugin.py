@@ -69,7 +69,8 @@ def make_host(root: Path, database: Database) -> Path:
     project = root / "hostproject"
     (project / "host").mkdir(parents=True)
     (project / "tests").mkdir()
-    for name, language in [("pytest_ini", "ini"), ("settings", "python"), ("step", "python"), ("tests", "python")]:
+    for name, language in [("pytest_ini", "ini"), ("settings", "python"), ("step", "python"), ("tests", "python"),
+                           ("held", "python")]:
         assert BLOCKS[name][0] == language, name
     (project / "pytest.ini").write_text(BLOCKS["pytest_ini"][1])
     settings = host_settings(f"DATABASES = {{'default': {database.django!r}}}")
@@ -83,6 +84,7 @@ def make_host(root: Path, database: Database) -> Path:
         'urlpatterns = [path("charge", payments.charge_view)]\n'
     )
     (project / "tests" / "test_payments.py").write_text(BLOCKS["tests"][1])
+    (project / "tests" / "test_held.py").write_text(BLOCKS["held"][1])
     return project
 
 
@@ -101,14 +103,16 @@ def test_a_host_projects_own_tests_use_the_plugins_fixtures_and_helpers(venv, tm
     assert "receipts.pytest_plugin" in plugins
 
     (project / "tests" / "test_waiting.py").write_text(WAITING_TEST)
-    passed = host_pytest(venv, project, env, "tests/test_payments.py", "tests/test_waiting.py")
+    passed = host_pytest(venv, project, env, "tests/test_payments.py", "tests/test_waiting.py", "tests/test_held.py")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     for name in ("test_charging_an_order_twice_charges_it_once", "test_posting_a_charge_twice_with_one_key_charges_once",
                  "test_charging_from_threads_and_processes_at_once_charges_once",
                  "test_a_charge_killed_after_the_provider_charged_is_retried_with_the_same_key"):
         assert f"tests/test_payments.py::{name} PASSED" in passed.stdout, passed.stdout
     assert "tests/test_waiting.py::test_callers_waiting_for_a_slow_first_attempt_get_its_result PASSED" in passed.stdout
-    assert "5 passed" in passed.stdout
+    assert ("tests/test_held.py::test_a_held_charge_killed_after_the_provider_charged_waits_for_an_operator PASSED"
+            in passed.stdout)
+    assert "6 passed" in passed.stdout
     # Not "is being accessed by other users": the plugin closed the LISTEN connection first.
     assert "Error when trying to teardown test databases" not in passed.stdout, passed.stdout
 

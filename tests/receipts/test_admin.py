@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ from django.utils import timezone
 from idemdash.core import audit
 from idemdash.core.clients import client_for_request, create_token
 from receipts import retention, store
+from receipts.downstream import downstream_key
 from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +188,87 @@ def test_a_receipt_page_shows_the_policy_and_the_pattern_that_chose_it(admin_cli
     assert "Policy (today&#x27;s settings)" in text
     assert "financial · TTL 604800 s · lease 30 s · on failure: retry" in text
     assert "matched: RECEIPTS_FINANCIAL_OPERATIONS &#x27;payment.*&#x27;" in text
+
+
+# --- the repairs of an outcome-unknown receipt (after_crash "hold") --------------------------------
+
+REQUEST = {"amount": 100, "currency": "eur"}
+
+
+@pytest.fixture
+def holding(settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"after_crash": "hold"}}
+
+
+def a_held_receipt(key: str = "held") -> Receipt:
+    """A receipt whose attempt's lease ran out before it settled: outcome-unknown."""
+    a_receipt(key)
+    Receipt.objects.filter(key=key).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    receipt = Receipt.objects.get(key=key)
+    assert receipt.outcome_unknown
+    return receipt
+
+
+def test_the_receipt_list_shows_a_held_receipt_as_outcome_unknown(admin_client, holding):
+    a_held_receipt()
+    assert ">outcome-unknown<" in admin_client.get("/admin/receipts/receipt/").content.decode()
+
+
+def test_mark_completed_asks_for_the_result_then_stores_it_audited_once_and_later_claims_replay_it(
+    admin_client, admin_user, holding
+):
+    held = a_held_receipt()
+    other = a_receipt("running")  # not held: skipped
+    selected = {"action": "mark_completed", "_selected_action": [held.pk, other.pk]}
+    form = admin_client.post("/admin/receipts/receipt/", selected)
+    assert form.status_code == 200 and 'name="result"' in form.content.decode()
+    assert downstream_key(SCOPE, "held", held.created_at) in form.content.decode()  # what to look the effect up by
+    assert AuditEntry.objects.count() == 0 and Receipt.objects.get(pk=held.pk).outcome_unknown  # nothing done yet
+
+    done = admin_client.post("/admin/receipts/receipt/", {
+        **selected, "apply": "Mark completed", "result": '{"id": "pi_7", "found": true}', "reason": "Stripe has pi_7",
+    }, follow=True)
+    text = done.content.decode()
+    assert "Mark completed: 1 receipt(s)." in text and "Skipped 1" in text
+    [entry] = AuditEntry.objects.all()
+    assert (entry.action, entry.actor, entry.user, entry.detail) == (
+        "receipt.mark_completed", admin_user.username, admin_user, "Stripe has pi_7")
+    assert entry.object_id == str(held.pk) and entry.status_before == "outcome-unknown"
+    assert Receipt.objects.get(pk=other.pk).status == "processing"
+    replay = store.claim(SCOPE, "held", "payment.capture", REQUEST)
+    assert replay.outcome == "replayed" and json.loads(replay.receipt.response_body) == {"id": "pi_7", "found": True}
+
+
+def test_mark_completed_with_a_result_that_is_not_json_shows_the_form_again_and_changes_nothing(admin_client, holding):
+    held = a_held_receipt()
+    page = admin_client.post("/admin/receipts/receipt/", {
+        "action": "mark_completed", "_selected_action": [held.pk], "apply": "Mark completed", "result": "{not json",
+    })
+    assert page.status_code == 200 and "The result is not JSON" in page.content.decode()
+    assert Receipt.objects.get(pk=held.pk).outcome_unknown and AuditEntry.objects.count() == 0
+
+
+def test_run_again_gives_the_key_back_audited_once_and_the_next_claim_runs(admin_client, admin_user, holding):
+    held = a_held_receipt()
+    done = admin_client.post("/admin/receipts/receipt/", {"action": "run_again", "_selected_action": [held.pk]},
+                             follow=True)
+    assert "Run again: 1 receipt(s)." in done.content.decode()
+    [entry] = AuditEntry.objects.all()
+    assert (entry.action, entry.actor, entry.status_before) == ("receipt.run_again", admin_user.username, "outcome-unknown")
+    assert store.claim(SCOPE, "held", "payment.capture", REQUEST).outcome == "retried_after_failure"
+
+
+def test_the_repairs_need_the_change_permission(client, django_user_model, holding):
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("vera", password="pw-123456", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_receipt"))
+    client.force_login(viewer)
+    held = a_held_receipt()
+    listing = client.get("/admin/receipts/receipt/").content.decode()
+    assert "mark_completed" not in listing and "run_again" not in listing
+    for action in ("mark_completed", "run_again"):
+        client.post("/admin/receipts/receipt/", {
+            "action": action, "_selected_action": [held.pk], "apply": "Mark completed", "result": "{}",
+        })
+    assert Receipt.objects.get(pk=held.pk).outcome_unknown and AuditEntry.objects.count() == 0

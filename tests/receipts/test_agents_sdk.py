@@ -120,7 +120,10 @@ def test_the_same_tool_call_emitted_twice_in_a_run_makes_one_effect_and_a_new_ru
     assert tool_outputs(first) == ["msg-1", "msg-1", "msg-1"]  # three calls, one answer
     assert len(provider.requests) == 1  # one effect
     assert Attempt.objects.filter(outcome="claimed").count() == 1
-    assert Attempt.objects.filter(outcome="replayed").count() == 2
+    # The duplicate in the same response waited for the first call's answer (woken when it
+    # completed); the next turn's found it stored.
+    assert Attempt.objects.filter(outcome="waited").count() == 1
+    assert Attempt.objects.filter(outcome="replayed").count() == 1
 
     # A new run (a new conversation) asking for the same email: it is sent, under its own key.
     model.turns = [[call("c1", email)], [reply("Sent again.")]]

@@ -11,6 +11,7 @@ MySQL/MariaDB, where InnoDB deadlocked such claims and `check` refuses the setti
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 from django.db import connection
 
 from receipts.models import Attempt, AuditEntry, Receipt
-from tests.concurrently import assert_each_key_ran_once, same_keys_at_once
+from tests.concurrently import assert_each_key_ran_once, same_keys_at_once, uncommitted, until_transactions_wait_on_locks
 from tests.gunicorn import Gunicorn
 
 pytestmark = [
@@ -51,8 +52,13 @@ def test_duplicates_wait_for_the_first_attempts_commit_and_are_replayed(gunicorn
     answers = same_keys_at_once(lambda key: _post(gunicorn.url, "/capture", key), KEYS, CALLERS_PER_KEY)
     assert_each_key_ran_once(answers, KEYS, CALLERS_PER_KEY, gunicorn.log())
     outcomes = Counter(Attempt.objects.values_list("outcome", flat=True))
-    # Never in_progress (a 409), never a takeover: the duplicates waited for the commit.
-    assert outcomes == {"claimed": len(KEYS), "completed": len(KEYS), "replayed": len(KEYS) * (CALLERS_PER_KEY - 1)}
+    # Never in_progress (a 409), never a takeover: the duplicates waited for the commit. On
+    # PostgreSQL one that arrived while the first ran is logged `waited` (its insert waited on
+    # the uncommitted row); one that a busy worker took after the commit, a plain replay.
+    # SQLite's duplicates wait for the write lock before the claim begins: all plain replays.
+    duplicates = outcomes.pop("waited", 0) + outcomes.pop("replayed", 0)
+    assert outcomes == {"claimed": len(KEYS), "completed": len(KEYS)}
+    assert duplicates == len(KEYS) * (CALLERS_PER_KEY - 1)
     assert set(Receipt.objects.values_list("status", flat=True)) == {"completed"}
 
 
@@ -63,3 +69,37 @@ def test_an_exception_rolls_back_the_claim_too_so_the_next_attempt_runs(gunicorn
     assert not AuditEntry.objects.filter(object_id="atomic-boom").exists()
     assert _post(gunicorn.url, "/explode", "atomic-boom").status_code == 500
     assert not Attempt.objects.filter(key="atomic-boom").exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the row lock a duplicate's insert waits on: PostgreSQL")
+def test_a_duplicate_whose_claim_waited_on_the_uncommitted_first_attempt_is_logged_waited():
+    """The request transaction ATOMIC_REQUESTS opens, held by hand: the first attempt claims
+    and completes in it and has not committed; the duplicate's claim, on its own connection,
+    waits on the uncommitted key, and once the first commits it replays that result, logged
+    as the concurrent duplicate it is (`waited`, with how long), not as a plain replay."""
+    from django.db import connections
+
+    from receipts import store
+
+    answers: dict[str, store.ClaimResult] = {}
+
+    def first_attempt() -> None:
+        claim = store.claim("user:1", "atomic-wait", "email.send", {"to": "a"})
+        store.complete("user:1", "atomic-wait", claim.token, response_status=201, body="{}")
+
+    def duplicate() -> None:
+        try:
+            answers["duplicate"] = store.claim("user:1", "atomic-wait", "email.send", {"to": "a"})
+        finally:
+            connections.close_all()
+
+    duplicate_thread = threading.Thread(target=duplicate)
+    with uncommitted(first_attempt):  # the request's transaction, not committed yet
+        duplicate_thread.start()
+        until_transactions_wait_on_locks(1, "the duplicate's claim waits on the first attempt's row")
+    duplicate_thread.join(30)
+
+    answer = answers["duplicate"]
+    assert answer.outcome == "replayed" and answer.waited_ms is not None and answer.waited_ms > 0
+    logged = Attempt.objects.filter(key="atomic-wait").order_by("pk").values_list("outcome", "waited_ms")
+    assert [outcome for outcome, _ in logged] == ["claimed", "completed", "waited"]

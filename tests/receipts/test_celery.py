@@ -5,7 +5,9 @@ Redis broker and the idemdash test database: a task enqueued again and again mak
 per key; a worker killed with SIGKILL after the effect and before the task settled has its
 message delivered again by the broker to a new worker, and a pool process killed so has its
 message given back by its worker: either re-run reaches the provider with the same
-downstream key, and the receipt completes once."""
+downstream key, and the receipt completes once. Under `after_crash: "hold"` (shop.tasks.
+send_invoice) the redelivered message does not run: it fails with OutcomeUnknown, the provider
+is called once, and once an operator marks the receipt completed the task replays that result."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 # parallel runs sharing this Redis never take each other's tasks.
 REDIS_DB = 10
 TASK = "shop.tasks.send_welcome"
+HELD_TASK = "shop.tasks.send_invoice"  # its operation, invoice.send, holds a key after a crash
 
 
 def _wait_for(condition: Callable[[], bool], within: float, why: Callable[[], str]) -> None:
@@ -83,8 +86,8 @@ class CeleryRun:
     def tail(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.logs.glob("worker-*.log")))
 
-    def enqueue(self, *args: object):
-        return self.app.send_task(TASK, args=args)
+    def enqueue(self, *args: object, task: str = TASK):
+        return self.app.send_task(task, args=args)
 
     def kill(self, worker: subprocess.Popen) -> None:
         """SIGKILL of its process group: the worker and its pool processes, at once."""
@@ -92,9 +95,10 @@ class CeleryRun:
         kill_process(worker)
         self.killed.append(worker)
 
-    def get(self, result, within: float) -> object:
-        """The task's result; a failure (with the workers' logs) if a worker died meanwhile
-        or none came within `within` seconds."""
+    def get(self, result, within: float, propagate: bool = True) -> object:
+        """The task's result (without `propagate`, the error it raised, as Celery rebuilds it);
+        a failure (with the workers' logs) if a worker died meanwhile or none came within
+        `within` seconds."""
         deadline = time.monotonic() + within
         while not result.ready():
             dead = [w.pid for w in self.workers if w.poll() is not None]
@@ -102,7 +106,7 @@ class CeleryRun:
             assert time.monotonic() < deadline, f"task {result.id} had no result within {within} s\n{self.tail()}"
             time.sleep(0.1)
         try:
-            return result.get(timeout=5)
+            return result.get(timeout=5, propagate=propagate)
         except CeleryTimeout:
             pytest.fail(f"task {result.id} is ready but its result did not come\n{self.tail()}")
 
@@ -208,3 +212,52 @@ def test_a_pool_process_killed_after_the_effect_has_its_task_requeued_and_the_pr
     receipt = Receipt.objects.get()
     assert (receipt.status, receipt.attempts) == ("completed", 2)
     assert "WorkerLostError" in celery_run.log("lives").read_text()
+
+
+def _held_by_the_worker(celery_run: CeleryRun, result) -> None:
+    """The task raised OutcomeUnknown in the worker: it did not run, and its message is done."""
+    error = celery_run.get(result, within=45, propagate=False)
+    assert result.state == "FAILURE", f"{result.state}: {error!r}\n{celery_run.tail()}"
+    # Celery's traceback of the exception as the worker raised it (the result backend names
+    # it by its base class when rebuilding it, so the raise itself is what is asserted).
+    assert "raise OutcomeUnknown(" in result.traceback and "409 The outcome of the last attempt" in result.traceback, (
+        result.traceback)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_hold_a_task_redelivered_after_its_worker_was_killed_is_outcome_unknown_until_an_operator_resolves_it(
+    celery_run, tmp_path, settings
+):
+    from receipts.operator_actions import MARK_COMPLETED
+
+    settings.RECEIPTS_OPERATIONS = {"invoice.send": {"after_crash": "hold", "lease_seconds": 2}}  # as the host's
+    provider = tmp_path / "provider"
+    Path(f"{provider}.stall").touch()  # the first run hangs after its effect
+    first = celery_run.start_worker("first", concurrency=1, visibility_timeout=5)
+    result = celery_run.enqueue(7, str(provider), task=HELD_TASK)
+    _wait_for(Path(f"{provider}.sent").exists, 30, lambda: f"the first worker never made the effect\n{celery_run.tail()}")
+    celery_run.kill(first)
+    assert first.returncode == -9
+    assert Receipt.objects.get().status == "processing"  # never settled
+
+    # The broker delivers the message again to a new worker: by then the lease (2 s) has run
+    # out, and the task is answered outcome-unknown instead of calling the provider again.
+    celery_run.start_worker("second", concurrency=1, visibility_timeout=5)
+    _held_by_the_worker(celery_run, result)
+    _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 10, celery_run.tail)
+    # A retry sent meanwhile (a new message, the same key) is held too.
+    _held_by_the_worker(celery_run, celery_run.enqueue(7, str(provider), task=HELD_TASK))
+    [(_, sent_as)] = _received(provider)  # the provider was called once
+    receipt = Receipt.objects.get()
+    assert receipt.outcome_unknown and receipt.attempts == 1
+    assert list(Attempt.objects.order_by("pk").values_list("outcome", flat=True)) == [
+        "claimed", "outcome_unknown", "outcome_unknown",
+    ]
+
+    # The operator finds the invoice at the provider (by sent_as) and marks it completed.
+    MARK_COMPLETED.run(receipt, actor="otto", user=None, reason=f"the provider has {sent_as}",
+                       result='{"sent": 7, "found_by": "otto"}')
+    answer = celery_run.get(celery_run.enqueue(7, str(provider), task=HELD_TASK), within=30)
+    assert answer == {"sent": 7, "found_by": "otto"}
+    assert len(_received(provider)) == 1
+    assert Attempt.objects.order_by("pk").last().outcome == "replayed"

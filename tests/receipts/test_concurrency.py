@@ -85,7 +85,9 @@ def test_thirty_callers_per_key_from_processes_and_threads_run_each_key_once(tmp
     # The log agrees with what the callers saw.
     logged = Counter(Attempt.objects.filter(scope="client:race").values_list("outcome", flat=True))
     assert logged["claimed"] == len(KEYS)
-    assert logged["replayed"] == by_outcome["replayed"]
+    # A replay whose claim met the first attempt's insert committing meanwhile (PostgreSQL)
+    # arrived with it: logged as the concurrent duplicate it is, `waited`.
+    assert logged["replayed"] + logged["waited"] == by_outcome["replayed"]
     assert logged["in_progress"] == by_outcome["in_progress"]
 
 

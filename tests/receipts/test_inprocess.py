@@ -24,7 +24,7 @@ from django.utils import timezone
 
 import receipts
 from idemdash.core.clients import create_token
-from receipts import inprocess, store
+from receipts import inprocess, store, waiting
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_threads_of_forked_processes, killed_once_it_reaches
@@ -340,6 +340,47 @@ def test_the_decorator_on_an_async_task_gives_an_async_function():
 
     assert async_to_sync(three)() == [5, 5, 6]
     assert len(sent) == 2 and len(set(sent)) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_arun_once_a_duplicate_waits_on_the_event_loop_and_is_woken_when_the_first_attempt_completes():
+    events = []
+
+    async def scenario() -> list:
+        release = asyncio.Event()
+
+        async def step() -> dict:
+            events.append("first runs")
+            await release.wait()
+            return {"sent": 1}
+
+        async def until(condition) -> None:
+            for _ in range(500):  # bounded: 5 s
+                if await condition():
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{events}: never happened")
+
+        async def duplicate_waits() -> bool:
+            return waiting.waiting_now() == 1
+
+        # A lease of a minute: a duplicate that only slept would sleep its Retry-After (10 s).
+        first = asyncio.create_task(receipts.arun_once("w:1", "email.send", step, lease_seconds=60))
+        await until(Receipt.objects.filter(key="w:1").aexists)
+        duplicate = asyncio.create_task(receipts.arun_once("w:1", "email.send", step, lease_seconds=60))
+        # The duplicate holds a waiting slot while this coroutine still runs: the loop is free.
+        await until(duplicate_waits)
+        events.append("duplicate waits")
+        release.set()
+        events.append(("first", await first))
+        events.append(("duplicate", await asyncio.wait_for(duplicate, timeout=5)))
+        return events
+
+    assert async_to_sync(scenario)() == ["first runs", "duplicate waits", ("first", {"sent": 1}), ("duplicate", {"sent": 1})]
+    # Logged as a duplicate that waited for the first attempt's result, never refused meanwhile.
+    outcomes = list(Attempt.objects.order_by("pk").values_list("outcome", flat=True))
+    assert outcomes == ["claimed", "completed", "waited"]
+    assert waiting.waiting_now() == 0
 
 
 # --- current() in threads ---------------------------------------------------------------------

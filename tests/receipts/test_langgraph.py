@@ -209,3 +209,38 @@ def test_a_worker_killed_after_the_send_and_restarted_from_its_checkpoint_sends_
     receipt = Receipt.objects.get()
     assert (receipt.status, receipt.attempts) == ("completed", 2)
     assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_hold_a_restart_after_a_kill_after_the_send_stops_with_outcome_unknown_until_an_operator_resolves_it(
+    tmp_path, settings
+):
+    from receipts.operator_actions import MARK_COMPLETED
+
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"lease_seconds": 1, "after_crash": "hold"}}
+    checkpoints, crm_log = tmp_path / "checkpoints.sqlite", tmp_path / "crm.log"
+    provider_log, hang = tmp_path / "provider.log", tmp_path / "sent"
+    worker_args = (str(checkpoints), str(crm_log), str(provider_log), str(hang))
+    killed_once_it_reaches(_worker_killed_after_the_send, worker_args, hang)
+    time.sleep(1.2)  # the dead attempt's lease runs out
+
+    crm, provider = Crm(crm_log), EmailProvider(provider_log)
+    config = {"configurable": {"thread_id": "campaign-1"}}
+    with SqliteSaver.from_conn_string(str(checkpoints)) as checkpointer:
+        graph = follow_up_graph(checkpointer, crm, provider)
+        # The graph stops with it: retry_on refuses OutcomeUnknown, so the node ran once.
+        with pytest.raises(receipts.OutcomeUnknown):
+            graph.invoke(None, config, durability="sync")
+        assert graph.get_state(config).next == ("send_email",)
+        assert Attempt.objects.filter(outcome="outcome_unknown").count() == 1
+        assert len(provider.requests()) == 1  # the provider was called once: by the killed worker
+
+        # The operator finds the email at the provider, by the downstream key, and marks it sent.
+        [sent] = provider.requests()
+        MARK_COMPLETED.run(Receipt.objects.get(), actor="otto", user=None, reason=sent["idempotency_key"],
+                           result='"msg-found"')
+        final = graph.invoke(None, config, durability="sync")
+
+    assert final["message_id"] == "msg-found"  # replayed: the workflow ends without sending again
+    assert len(provider.requests()) == 1
+    assert crm.calls() == ["source_lead", "enrich"]

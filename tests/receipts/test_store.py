@@ -9,6 +9,7 @@ from django.utils import timezone
 from idemdash.core import leases
 from receipts import store
 from receipts.models import Attempt, Receipt
+from tests.concurrently import uncommitted, until_transactions_wait_on_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -366,3 +367,43 @@ def test_an_operator_repair_of_a_receipt_that_is_not_held_is_refused(settings):
         store.run_again(r, actor="otto")
     with pytest.raises(store.InvalidResult):
         store.mark_completed(r, result="not json", actor="otto")
+
+
+# --- MySQL/MariaDB: a claim chosen as a deadlock's victim is decided again -------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_chosen_as_a_deadlocks_victims_are_decided_again_on_mysql():
+    """A real InnoDB deadlock: a purge deletes an expired receipt and, before it commits,
+    three callers claim its key. Their inserts wait on the deleted row's key; when the purge
+    commits each is granted a shared lock on it and needs an exclusive one to insert: InnoDB
+    lets one insert and rolls the others back (ER_LOCK_DEADLOCK). Each victim's decision runs
+    again and finds the key claimed: one claim, the others in progress, no error."""
+    import threading
+
+    from django.db import connection, connections
+
+    if connection.vendor != "mysql":
+        pytest.skip("needs MySQL/MariaDB: set DATABASE_URL=mysql://...")
+    first = store.claim(SCOPE, "dl", "email.send", {"to": "a"})
+    store.complete(SCOPE, "dl", first.token, body="old")
+    Receipt.objects.filter(key="dl").update(expires_at=timezone.now() - timedelta(seconds=1))
+    answers: list[object] = []
+
+    def claim() -> None:
+        try:
+            answers.append(store.claim(SCOPE, "dl", "email.send", {"to": "a"}).outcome)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            answers.append(exc)
+        finally:
+            connections.close_all()
+
+    claims = [threading.Thread(target=claim) for _ in range(3)]
+    with uncommitted(lambda: Receipt.objects.filter(key="dl").delete()):  # the purge, not committed yet
+        for thread in claims:
+            thread.start()
+        until_transactions_wait_on_locks(3, "the three claims' inserts wait on the deleted row's key")
+    for thread in claims:
+        thread.join(30)
+
+    assert sorted(map(str, answers)) == ["claimed", "in_progress", "in_progress"], answers
+    assert Receipt.objects.get(scope=SCOPE, key="dl").status == "processing"

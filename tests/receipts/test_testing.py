@@ -18,10 +18,11 @@ from django.test import Client
 
 import receipts
 from idemdash.core.audit import AuditEntry
-from receipts import testing
-from receipts.models import Receipt
+from receipts import store, testing
+from receipts.models import Attempt, Receipt
 from receipts.testing import (
     Provider,
+    assert_held_after_crash,
     assert_runs_once,
     assert_runs_once_concurrently,
     assert_survives_crash_after_effect,
@@ -247,6 +248,52 @@ def test_a_step_called_outside_any_claim_fails_after_a_crash(provider):
 def test_a_step_that_never_reaches_the_provider_fails_after_a_crash(provider):
     with pytest.raises(AssertionError, match="without calling the provider"):
         assert_survives_crash_after_effect(lambda: receipts.run_once("k", "payment.charge", lambda: 1), provider)
+
+
+# --- held after a crash (after_crash "hold") ----------------------------------------------------
+
+@pytest.fixture
+def holding(settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.charge": {"after_crash": "hold"}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_step_killed_after_its_effect_is_outcome_unknown_until_resolved_and_then_replays(provider, holding):
+    held = assert_held_after_crash(charging(provider), provider, retries=3)
+    [call] = provider.calls()  # the killed attempt's, and no retry's
+    assert call["pid"] != os.getpid() and held.downstream_key == call["idempotency_key"]
+    assert held.receipt.outcome_unknown
+    assert list(Attempt.objects.order_by("pk").values_list("outcome", flat=True)) == ["claimed"] + ["outcome_unknown"] * 3
+
+    store.mark_completed(held.receipt, result='{"id": "ch_found"}', actor="test", reason="the provider has it")
+    assert charging(provider)() == {"id": "ch_found"}
+    assert len(provider.calls()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.receipts.testing_urls")
+def test_a_held_view_killed_after_its_effect_answers_409_outcome_unknown(provider, holding):
+    held = assert_held_after_crash(post_charge(), provider)
+    assert held.receipt.key == "order-42" and len(provider.calls()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_runs_again_after_a_crash_fails_the_hold_assertion(provider):
+    with pytest.raises(AssertionError, match=r'returned .*not outcome-unknown.*after_crash": "hold"'):
+        assert_held_after_crash(charging(provider), provider)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_step_fails_the_rerun_assertion_naming_the_hold_helper(provider, holding):
+    with pytest.raises(AssertionError, match="assert_held_after_crash"):
+        assert_survives_crash_after_effect(charging(provider), provider)
+    assert len(provider.calls()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_idempotency_fixture_asserts_the_hold_with_its_provider(idempotency, holding):
+    held = idempotency.assert_held_after_crash(charging(idempotency.provider))
+    assert held.receipt.outcome_unknown and idempotency.provider.effects() == 1
 
 
 # --- the plugin's fixtures -----------------------------------------------------------------------

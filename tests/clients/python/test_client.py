@@ -333,3 +333,30 @@ def test_a_held_key_raises_outcome_unknown_and_runs_nothing(idem, settings):
         idem.run_once("held", "email.send", ran.append, 1, request={"to": "a"})
     assert caught.value.status == 409 and caught.value.type == "urn:idemdash:problem:outcome-unknown"
     assert ran == []
+
+
+def test_the_agents_pages_http_recipe_runs_a_send_again_under_the_same_downstream_key_then_replays(idem):
+    from tests.receipts.recipes import recipe
+
+    class EmailApi:
+        """Records each request's key; the first answer times out after the email went out."""
+
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def send(self, *, to: str, subject: str, idempotency_key: str) -> str:
+            self.keys.append(idempotency_key)
+            if len(self.keys) == 1:
+                raise TimeoutError("the provider's answer timed out")
+            return f"msg-{len(self.keys)}"
+
+    provider = EmailApi()
+    page = recipe("http", email_api=provider)
+    with pytest.raises(TimeoutError):
+        page.send_welcome(idem, 42, "ada@example.com")
+    assert page.send_welcome(idem, 42, "ada@example.com") == {"message_id": "msg-2"}
+    assert page.send_welcome(idem, 42, "ada@example.com") == {"message_id": "msg-2"}  # replayed
+    assert len(provider.keys) == 2 and len(set(provider.keys)) == 1  # one key: one email
+    assert provider.keys[0].startswith("idemdash-")
+    receipt = Receipt.objects.get(key=make_key("welcome", 42))
+    assert (receipt.scope, receipt.status, receipt.attempts) == ("client:agent", "completed", 2)

@@ -15,6 +15,8 @@ INSTALLED_APPS = [
 DATABASES = {"default": dj_database_url.config(conn_max_age=0)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
+# shop.tasks.send_invoice: a key whose attempt died before it settled is held, not re-run.
+RECEIPTS_OPERATIONS = {"invoice.send": {"after_crash": "hold", "lease_seconds": 2}}
 
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 CELERY_RESULT_BACKEND = os.environ["CELERY_RESULT_BACKEND"]

@@ -15,6 +15,20 @@ import receipts
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 @receipts.once("email.send", key=lambda user_id, provider: f"welcome:{user_id}", lease_seconds=2)
 def send_welcome(user_id: int, provider: str) -> dict:
+    return _send(user_id, provider)
+
+
+# The same task for an effect that must not be repeated blindly: its operation holds a key
+# whose attempt died unsettled (settings.py: after_crash "hold"), so the message delivered
+# again after its worker was killed raises receipts.OutcomeUnknown instead of sending twice,
+# until an operator (or a reconcile function) says what happened.
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+@receipts.once("invoice.send", key=lambda user_id, provider: f"invoice:{user_id}")
+def send_invoice(user_id: int, provider: str) -> dict:
+    return _send(user_id, provider)
+
+
+def _send(user_id: int, provider: str) -> dict:
     downstream_key = receipts.current().downstream_key
     # The provider: what it received, the key it deduplicates on. A real one would be
     # e.g. EmailMessage(..., headers={"Idempotency-Key": downstream_key}).send().
