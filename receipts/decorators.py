@@ -51,6 +51,7 @@ from idemdash.core.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem
+from idemdash.core.references import References
 from receipts import context, renewal, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
@@ -610,6 +611,7 @@ def _run(
                 response_status=response.status_code,
                 content_type=response.get("Content-Type", ""),
                 body=responses.encode(response.content, responses.kept_headers(response)),
+                references=claimed.references,
             )
             return response
     except store.StaleToken:
@@ -625,7 +627,7 @@ def _run(
         )
     except _RollBack as rollback:
         response = rollback.response
-        _fail(scope, key, token, f"HTTP {response.status_code}", response)
+        _fail(scope, key, token, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
         # Not the operation's failure: a misplaced decorator, or an async view cancelled
@@ -652,7 +654,7 @@ def _run(
             }
         )
         error = f"{type(exc).__name__}: {exc}"
-        _fail(scope, key, token, error, None, body=body)
+        _fail(scope, key, token, error, None, claimed.references, body=body)
         raise
 
 
@@ -675,6 +677,7 @@ def _fail(
     token: int,
     error: str,
     response: HttpResponseBase | None,
+    references: References,
     *,
     body: str = "",
 ) -> None:
@@ -688,10 +691,12 @@ def _fail(
                 response_status=response.status_code,
                 content_type=response.get("Content-Type", ""),
                 body=responses.encode(response.content, responses.kept_headers(response)),
+                references=references,
             )
         else:
             store.fail(
-                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body
+                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body,
+                references=references,
             )
     except store.StaleToken:
         log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,9 +30,10 @@ from idemdash.core import audit, bulk
 from idemdash.core.attempts import record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
+from idemdash.core.references import cause, validate_all
 from receipts.outbox.actions import get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
-from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.outbox.models import MessageReference, OutboxAttempt, OutboxMessage
 from receipts.store import validate_key
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,16 @@ class Enqueued:
     created: bool
 
 
-def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued:
+def enqueue(
+    action: str, payload: Any, key: str, *, scope: str = "", references: Iterable[object] = ()
+) -> Enqueued:
     """Add a message, inside the caller's transaction when there is one. Once that
     transaction commits, the worker is asked to send it (send_soon).
+
+    Enqueued while a receipt's attempt (a decorated view, a run_once step) or a webhook
+    handler runs, the message records it as its cause (idemdash/core/references.py).
+    `references` ((kind, value) pairs, or {"kind", "value"} objects) are stored with a new
+    message; InvalidReference (a ValueError) refuses them before anything is written.
 
     Repeating it with the same key and the same action and payload is harmless: it returns
     the existing message with `created=False`. The same key with a different message raises
@@ -74,6 +83,8 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
     if not isinstance(action, str) or not ACTION_RE.fullmatch(action):
         raise ValueError("An action is 1 to 100 characters of letters, digits and . _ : -")
     get_action(action).validate(payload)
+    referred = validate_all(references)
+    running = cause()
     fingerprint = fingerprint_json({"action": action, "payload": payload})
     now = timezone.now()
     try:
@@ -90,7 +101,10 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
                 next_attempt_at=now,
                 created_at=now,
                 updated_at=now,
+                cause_kind=running.kind if running else "",
+                cause_id=running.id if running else None,
             )
+            MessageReference.store(message.pk, referred)
             # Registered inside the savepoint, so a message that is rolled back sends nothing.
             transaction.on_commit(lambda: send_soon(message.pk))
         return Enqueued(message, created=True)

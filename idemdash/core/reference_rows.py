@@ -1,0 +1,60 @@
+"""The stored references (idemdash/core/references.py): one table per kind of object, each
+app's own (receipts.ReceiptReference, webhooks.EventReference, outbox.MessageReference),
+because the apps are installed separately and a row points at exactly one object with a
+real foreign key that its purge follows.
+
+Each table is indexed for the two questions asked of it: "what does this object refer to"
+(the unique (owner, kind, value), which also makes storing a reference twice harmless) and
+"which objects refer to this value" (value, and kind + value), an index lookup however
+many rows there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import models
+from django.utils import timezone
+
+
+class Reference(models.Model):
+    """(kind, value) about one object; each app's subclass adds the object's foreign key."""
+
+    kind = models.CharField(max_length=64)
+    value = models.CharField(max_length=255)
+    created_at = models.DateTimeField()
+
+    # The foreign key's name on each subclass.
+    OWNER: str = ""
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.value}"
+
+    @classmethod
+    def store(cls, owner_id: int, references: Iterable[tuple[str, str]]) -> None:
+        """Write (kind, value) pairs about one object in the caller's transaction; a pair
+        already stored for it (an earlier attempt referred to it too) is left as it is."""
+        now = timezone.now()
+        rows = [cls(**{f"{cls.OWNER}_id": owner_id}, kind=kind, value=value, created_at=now) for kind, value in references]
+        if rows:
+            cls.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def meta_options(owner: str, table: str) -> tuple[list, list]:
+    """(constraints, indexes) of a subclass whose foreign key is `owner` (see above), named
+    after `table`: `constraints, indexes = meta_options("receipt", "receipt_ref")` in its Meta."""
+    return (
+        [models.UniqueConstraint(fields=[owner, "kind", "value"], name=f"{table}_uniq")],
+        [
+            models.Index(fields=["value"], name=f"{table}_value"),
+            models.Index(fields=["kind", "value"], name=f"{table}_kind_value"),
+        ],
+    )
+
+
+def listed(rows: Iterable[Reference]) -> list[dict[str, str]]:
+    """References as the JSON API shows them."""
+    return [{"kind": row.kind, "value": row.value} for row in rows]
