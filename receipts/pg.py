@@ -198,9 +198,9 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
 
     The ids are locked (FOR UPDATE SKIP LOCKED) in this transaction, so no claim can take
     one of them back between the two statements; the DELETE needs no second look at "due".
-    Attempt rows stay (no constraint, DO_NOTHING); the receipts' references go in a statement
-    of their own, an index lookup that finds nothing for most batches; the purge runs this
-    only while nothing else points at receipts (retention.purge_batches).
+    Attempt rows stay (no constraint, DO_NOTHING); the receipts' references go in the DELETE's
+    statement (an index lookup that finds nothing for most batches); the purge runs this only
+    while nothing else points at receipts but them (retention.purge_batches, Purger.follows).
     """
     rows = list(due.order_by("expires_at").select_for_update(skip_locked=True).values_list("pk", "operation")[:batch_size])
     if not rows:
@@ -208,17 +208,17 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
     ids = [pk for pk, _ in rows]
     operations = financial(op for _, op in rows)
     receipt = Receipt._meta
+    # Their references go in the same statement (the purger `follows` them): the foreign key
+    # is checked at commit, Django's PostgreSQL constraints being deferred.
+    references = f"refs AS (DELETE FROM {_q(ReceiptReference._meta.db_table)} WHERE receipt_id = ANY(%s))"
     with connection.cursor() as c:
-        # Their references first (the purger `follows` them; the foreign key is checked at
-        # commit, Django's PostgreSQL constraints being deferred).
-        c.execute(f"DELETE FROM {_q(ReceiptReference._meta.db_table)} WHERE receipt_id = ANY(%s)", [ids])
         if not operations:
-            c.execute(f"DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s)", [ids])
+            c.execute(f"WITH {references} DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s)", [ids, ids])
             return len(ids), c.rowcount, 0
         copied = [_q(receipt.get_field(name).column) for name in ArchivedReceipt.COPIED]
         c.execute(
             f"""
-            WITH gone AS (
+            WITH {references}, gone AS (
                 DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s) RETURNING id, {', '.join(copied)}
             ), kept AS (
                 {insert_into_archive(connection)}
@@ -226,7 +226,7 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
             )
             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)
             """,
-            [ids, now, operations],
+            [ids, ids, now, operations],
         )
         deleted, archived = c.fetchone()
     return len(ids), deleted, archived

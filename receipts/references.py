@@ -42,14 +42,16 @@ def _outbox() -> bool:
     return apps.is_installed("receipts.outbox")
 
 
-def referring(model: type[Model], value: str, kind: str | None = None) -> QuerySet:
-    """The rows of `model` (Receipt, WebhookEvent, OutboxMessage) with a reference `value`
-    (of `kind`, when given): a filter for their lists, a semi-join on the references' index."""
-    references = model._meta.get_field("references").related_model.objects.filter(value=value)
+def referring(rows: QuerySet | type[Model], value: str, kind: str | None = None) -> QuerySet:
+    """`rows` (a queryset or model of Receipt, WebhookEvent, OutboxMessage) that have a
+    reference `value` (of `kind`, when given): a filter for their lists, a semi-join on the
+    references' value index."""
+    rows = rows if isinstance(rows, QuerySet) else rows.objects.all()
+    relation = rows.model._meta.get_field("references")
+    references = relation.related_model.objects.filter(value=value)
     if kind:
         references = references.filter(kind=kind)
-    owner = model._meta.get_field("references").field.attname
-    return model.objects.filter(pk__in=references.values(owner))
+    return rows.filter(pk__in=references.values(relation.field.attname))
 
 
 def objects_referring(value: str, kind: str | None = None, *, limit: int = LIMIT) -> Referring:

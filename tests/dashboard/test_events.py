@@ -82,3 +82,11 @@ def test_a_retrying_event_shows_when_its_next_attempt_is_due(viewer_client):
 def test_the_pager_says_how_many_events_match(viewer_client, events):
     html = viewer_client.get("/events/").content.decode()
     assert re.search(r'data-role="total">\d+ shown of \d+ matching<', html)
+
+
+def test_the_reference_filter_lists_the_events_whose_handler_referred_to_the_value(viewer_client):
+    from tests.dashboard.build import handled_event
+
+    handled_event("evt_a", "ch_a")
+    handled_event("evt_b", "ch_b")
+    assert shown(viewer_client.get("/events/", {"ref": "ch_b"}).content.decode()) == ["evt_b"]

@@ -128,3 +128,19 @@ def test_its_audit_block_names_the_receipt_by_key_as_the_audit_log_does(viewer_c
     html = viewer_client.get(f"/receipts/{f.pk}/").content.decode()
     assert 'title="audit-named">audit-named</a>' in html
     assert f"receipt {f.pk}</a>" not in html
+
+
+def test_it_shows_the_receipts_references_and_links_to_the_messages_its_step_enqueued(viewer_client):
+    from tests.dashboard.build import charged
+
+    receipt, message = charged("order-1042", "ch_3MtwBw")
+    html = viewer_client.get(f"/receipts/{receipt.pk}/").content.decode()
+    assert 'data-reference="stripe.charge:ch_3MtwBw"' in html and 'data-reference="order:1042"' in html
+    assert '/receipts/?ref=ch_3MtwBw' in html and '/events/?ref=ch_3MtwBw' in html and '/outbox/?ref=ch_3MtwBw' in html
+    assert f'<a href="/outbox/{message.pk}/"><code class="break">receipt-mail-ch_3MtwBw</code></a>' in html
+
+
+def test_a_receipt_without_references_or_messages_says_so(viewer_client):
+    r = completed("k1")
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "No references: the step attached none" in html and "no outbox message was enqueued while it ran" in html

@@ -14,7 +14,7 @@ from idemdash.core import audit
 from idemdash.core import retention as core_retention
 from idemdash.core import rollup
 from receipts import retention, store
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt, ReceiptReference
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.concurrently import in_a_thread
@@ -192,7 +192,8 @@ def test_on_postgresql_a_batch_without_financial_receipts_is_a_plain_delete():
 def test_only_a_model_nothing_else_follows_is_deleted_alone():
     from webhooks.models import WebhookEvent
 
-    assert core_retention._deletes_alone(Receipt)  # attempts: DO_NOTHING
+    assert not core_retention._deletes_alone(Receipt)  # its references cascade...
+    assert core_retention._deletes_alone(Receipt, (ReceiptReference,))  # ...unless the batch deletes them; attempts: DO_NOTHING
     assert not core_retention._deletes_alone(OutboxMessage)  # its attempts are set to NULL
     assert not core_retention._deletes_alone(WebhookEvent)  # its deliveries cascade
 
@@ -345,3 +346,14 @@ def test_a_batch_of_sent_messages_unlinks_its_attempt_log_with_one_update(settin
     assert sum(sql.startswith("UPDATE") for sql in statements) == 1
     # Django's collector would load every message, payload included, before deleting it.
     assert not [sql for sql in statements if sql.startswith("SELECT") and '"payload"' in sql]
+
+
+@pytest.mark.django_db
+def test_a_batch_deletes_the_references_of_the_receipts_it_purges_and_only_theirs():
+    expired_receipts(3, "payment.capture")
+    kept = store.claim("client:shop", "kept", "email.send").receipt
+    for receipt in Receipt.objects.all():
+        ReceiptReference.store(receipt.pk, [("order", receipt.key)])
+    (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert result.deleted == 3
+    assert list(ReceiptReference.objects.values_list("receipt_id", flat=True)) == [kept.pk]

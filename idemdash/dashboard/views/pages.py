@@ -52,7 +52,7 @@ def detail_page(
 ) -> HttpResponse:
     """A unit's page: what its summary partial shows, what the page adds, and its audit entries."""
     _, context = summary(unit)
-    return render(request, template, {**context, **shown, "audit": queries.audit_of(unit)})
+    return render(request, template, {**context, **shown, "audit": queries.audit_of(unit), **queries.causation(unit)})
 
 
 def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
