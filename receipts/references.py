@@ -14,6 +14,7 @@ from typing import Any
 from django.apps import apps
 from django.db.models import Model, QuerySet
 
+from idemdash.core.reference_rows import referring
 from idemdash.core.references import RECEIPT, WEBHOOK_EVENT
 from receipts.models import Receipt, ReceiptReference
 
@@ -40,18 +41,6 @@ def _webhooks() -> bool:
 
 def _outbox() -> bool:
     return apps.is_installed("receipts.outbox")
-
-
-def referring(rows: QuerySet | type[Model], value: str, kind: str | None = None) -> QuerySet:
-    """`rows` (a queryset or model of Receipt, WebhookEvent, OutboxMessage) that have a
-    reference `value` (of `kind`, when given): a filter for their lists, a semi-join on the
-    references' value index."""
-    rows = rows if isinstance(rows, QuerySet) else rows.objects.all()
-    relation = rows.model._meta.get_field("references")
-    references = relation.related_model.objects.filter(value=value)
-    if kind:
-        references = references.filter(kind=kind)
-    return rows.filter(pk__in=references.values(relation.field.attname))
 
 
 def objects_referring(value: str, kind: str | None = None, *, limit: int = LIMIT) -> Referring:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import models
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 
 
@@ -53,6 +54,18 @@ def meta_options(owner: str, table: str) -> tuple[list, list]:
             models.Index(fields=["kind", "value"], name=f"{table}_kind_value"),
         ],
     )
+
+
+def referring(rows: QuerySet | type[Model], value: str, kind: str | None = None) -> QuerySet:
+    """`rows` (a queryset or a model with a `references` relation: Receipt, WebhookEvent,
+    OutboxMessage) that have a reference `value` (of `kind`, when given): a filter for their
+    lists and their admin search, a semi-join on the references' value index."""
+    rows = rows if isinstance(rows, QuerySet) else rows.objects.all()
+    relation = rows.model._meta.get_field("references")
+    references = relation.related_model.objects.filter(value=value)
+    if kind:
+        references = references.filter(kind=kind)
+    return rows.filter(pk__in=references.values(relation.field.attname))
 
 
 def listed(rows: Iterable[Reference]) -> list[dict[str, str]]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -109,3 +111,19 @@ def test_url_userinfo_and_configured_headers_are_masked_on_the_admin_page_and_th
     for page in (admin_page, dashboard_page):
         assert "s3cret-pw" not in page and "tenant-secret" not in page
         assert f"https://{MASK}@example.com/hook" in page and "trace-in-clear" in page
+
+
+def test_the_search_finds_a_message_by_a_references_exact_value_and_its_page_shows_references_and_cause(admin_client):
+    import receipts
+    from receipts.models import Receipt
+
+    receipts.run_once("order-42", "payment.create", lambda: store.enqueue(
+        "http.post", {"url": URL}, "mail-42", references=[("order", "42")]) and None)
+    store.enqueue("http.post", {"url": URL}, "hay", references=[("order", "421")])
+    changelist = reverse("admin:outbox_outboxmessage_changelist")
+    found = admin_client.get(changelist, {"q": "42"}).content.decode()
+    assert "mail-42" in found and ">hay<" not in found
+    message, receipt = OutboxMessage.objects.get(key="mail-42"), Receipt.objects.get()
+    page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[message.pk])).content.decode()
+    assert reverse("admin:receipts_receipt_change", args=[receipt.pk]) in page
+    assert re.search(r'class="field-value">\s*<p>42</p>', page)
