@@ -182,12 +182,16 @@ def test_a_message_enqueued_in_a_run_once_step_records_the_receipt_as_its_cause(
     assert (outside.cause_kind, outside.cause_id, cause_of(outside)) == ("", None, None)
 
 
+def charge_through(client: Client, path: str, charge_id: str) -> int:
+    """POST a charge to a test view that refers to it and enqueues a message; its status."""
+    return client.post(path, json.dumps({"charge": charge_id}), content_type="application/json",
+                       headers={"Idempotency-Key": f"order-{charge_id}"}).status_code
+
+
 @pytest.mark.django_db
 @pytest.mark.urls("tests.receipts.references_urls")
 def test_a_decorated_view_stores_its_references_and_its_message_names_the_receipt(client: Client):
-    response = client.post("/charge", json.dumps({"charge": "ch_view"}), content_type="application/json",
-                           headers={"Idempotency-Key": "order-77"})
-    assert response.status_code == 201
+    assert charge_through(client, "/charge", "ch_view") == 201
     receipt, message = Receipt.objects.get(), OutboxMessage.objects.get()
     assert stored(receipt) == [("stripe.charge", "ch_view")]
     assert cause_of(message) == receipt and list(caused_by(receipt)) == [message]
@@ -196,9 +200,7 @@ def test_a_decorated_view_stores_its_references_and_its_message_names_the_receip
 @pytest.mark.django_db
 @pytest.mark.urls("tests.receipts.references_urls")
 def test_a_view_answering_5xx_keeps_its_references_with_the_failure_and_rolls_its_message_back(client: Client):
-    response = client.post("/charge-then-502", json.dumps({"charge": "ch_502"}), content_type="application/json",
-                           headers={"Idempotency-Key": "order-78"})
-    assert response.status_code == 502
+    assert charge_through(client, "/charge-then-502", "ch_502") == 502
     receipt = Receipt.objects.get()
     assert receipt.status == "failed" and stored(receipt) == [("stripe.charge", "ch_502")]
     assert not OutboxMessage.objects.exists()  # enqueued in the view's transaction, rolled back with it
