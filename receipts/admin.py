@@ -23,13 +23,13 @@ from idemdash.core import audit
 from idemdash.core.actions import act_on_each
 from idemdash.core.audit import AuditEntry
 from idemdash.core.clients import ApiClient, create_token
-from idemdash.core.columns import FilterSafe, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts import responses, store
 from receipts.conf import policy_for
 from receipts.downstream import downstream_key
-from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts.models import ArchivedReceipt, Attempt, Receipt, ReceiptReference
 from receipts.operator_actions import MARK_COMPLETED, RELEASE, RUN_AGAIN
 
 
@@ -54,14 +54,19 @@ class StoredResultDisplay:
         return _pre(text)
 
 
+class ReceiptReferenceInline(ReferenceInline):
+    model = ReceiptReference
+
+
 @admin.register(Receipt)
-class ReceiptAdmin(FilterSafe, StoredResultDisplay, admin.ModelAdmin):
+class ReceiptAdmin(SearchesReferences, FilterSafe, StoredResultDisplay, admin.ModelAdmin):
     list_display = (clipped("key"), clipped("scope", width=20), "operation", "state", "attempts", "response_status",
                     to_the_second("created_at", "created"))
     list_filter = ("status", "operation", "scope")
-    search_fields = ("key",)
+    search_fields = ("key",)  # and a reference's exact value (SearchesReferences)
     date_hierarchy = "created_at"
     actions = ["release", "mark_completed", "run_again"]
+    inlines = [ReceiptReferenceInline]
     fields = (
         "scope",
         "key",

@@ -20,14 +20,16 @@ from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem
+from idemdash.core.reference_rows import listed
+from idemdash_client.references import InvalidReference, validate_all
 from receipts import responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import downstream_key
 from receipts.models import Receipt
 
 CLAIM_FIELDS = {"key", "operation", "request", "lease_seconds", "wait_seconds"}
-COMPLETE_FIELDS = {"key", "token", "response"}
-FAIL_FIELDS = {"key", "token", "error", "retryable"}
+COMPLETE_FIELDS = {"key", "token", "response", "references"}
+FAIL_FIELDS = {"key", "token", "error", "retryable", "references"}
 HEARTBEAT_FIELDS = {"key", "token", "lease_seconds"}
 
 
@@ -116,7 +118,20 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         # What a claim of this operation gets under today's settings, and which configured
         # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
         "policy": policy_for(receipt.operation).as_dict(),
+        "references": listed(receipt.references.order_by("created_at", "pk")),
     }
+
+
+def references_field(body: dict) -> list[tuple[str, str]]:
+    """The optional `references` of a body: a list of {"kind", "value"} objects, each checked
+    (clients/python/idemdash_client/references.py), 400 invalid-field naming the rule it broke."""
+    given = body.get("references", [])
+    if not isinstance(given, list):
+        raise Invalid("references", 'A list of {"kind": ..., "value": ...} objects.')
+    try:
+        return validate_all(given)
+    except InvalidReference as exc:
+        raise Invalid("references", f"{exc.field}: {exc}") from None
 
 
 def _not_found(key: str) -> HttpResponse:
@@ -231,16 +246,17 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
 
 @json_api("POST")
 def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
-    _fields(body, COMPLETE_FIELDS, COMPLETE_FIELDS)
+    _fields(body, COMPLETE_FIELDS, COMPLETE_FIELDS - {"references"})
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
+    references = references_field(body)
     storable_text(body, "response")
     try:
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
     return _settle(client, key, token, lambda: store.complete(
-        client.scope, key, token, content_type="application/json", body=stored,
+        client.scope, key, token, content_type="application/json", body=stored, references=references,
     ), Receipt.Status.COMPLETED, response_body=stored)
 
 
@@ -256,8 +272,10 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     retryable = body.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
-    return _settle(client, key, token, lambda: store.fail(client.scope, key, token, error=error, retryable=retryable),
-                   Receipt.Status.FAILED, error=error)
+    references = references_field(body)
+    return _settle(client, key, token, lambda: store.fail(
+        client.scope, key, token, error=error, retryable=retryable, references=references,
+    ), Receipt.Status.FAILED, error=error)
 
 
 @json_api("POST")

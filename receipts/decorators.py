@@ -53,6 +53,7 @@ from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem
 from idemdash_client import context
+from idemdash_client.references import References
 from receipts import renewal, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
@@ -753,6 +754,7 @@ def _run(
                 response_status=response.status_code,
                 content_type=response.get("Content-Type", ""),
                 body=responses.encode(response.content, responses.kept_headers(response)),
+                references=claimed.references,
             )
             return response
     except store.StaleToken:
@@ -768,7 +770,7 @@ def _run(
         )
     except _RollBack as rollback:
         response = rollback.response
-        _fail(scope, key, token, f"HTTP {response.status_code}", response)
+        _fail(scope, key, token, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
         # Not the operation's failure: a misplaced decorator, or an async view cancelled
@@ -795,7 +797,7 @@ def _run(
             }
         )
         error = f"{type(exc).__name__}: {exc}"
-        _fail(scope, key, token, error, None, body=body)
+        _fail(scope, key, token, error, None, claimed.references, body=body)
         raise
 
 
@@ -818,6 +820,7 @@ def _fail(
     token: int,
     error: str,
     response: HttpResponseBase | None,
+    references: References,
     *,
     body: str = "",
 ) -> None:
@@ -831,10 +834,12 @@ def _fail(
                 response_status=response.status_code,
                 content_type=response.get("Content-Type", ""),
                 body=responses.encode(response.content, responses.kept_headers(response)),
+                references=references,
             )
         else:
             store.fail(
-                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body
+                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body,
+                references=references,
             )
     except store.StaleToken:
         log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)

@@ -44,4 +44,5 @@ def running_claim(receipt: Receipt, token: int) -> RunningClaim:
         fencing_token=token,
         attempt=receipt.attempts,
         downstream_key=downstream_key(receipt.scope, receipt.key, receipt.created_at),
+        receipt_id=receipt.pk,
     )

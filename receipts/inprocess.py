@@ -41,6 +41,7 @@ from idemdash.core.canonical import fingerprint_json
 from idemdash_client import context
 from idemdash_client.canonical import UnstorableJSON
 from idemdash_client.client import patience
+from idemdash_client.references import References
 from idemdash_client.errors import (
     IdempotencyError,
     InProgress,
@@ -100,14 +101,15 @@ def run_once(
     # ATOMIC_REQUESTS), so it is not kept.
     uncommitted = transaction.get_connection().in_atomic_block
     keep = contextlib.nullcontext() if uncommitted else renewal.kept(scope, key, token, _lease(result))
+    claimed = running_claim(result.receipt, token)
     try:
-        with keep, context.running(running_claim(result.receipt, token)):
+        with keep, context.running(claimed):
             value = fn(*args, **kwargs)
         body = _stored(value, encoder, operation)
     except BaseException as exc:
-        _settle_failed(scope, key, token, exc)
+        _settle_failed(scope, key, token, exc, claimed.references)
         raise
-    _complete(scope, key, token, body)
+    _complete(scope, key, token, body, claimed.references)
     return value
 
 
@@ -142,8 +144,9 @@ async def arun_once(
         return _not_run(result)
     token = result.token
     assert token is not None
+    claimed = running_claim(result.receipt, token)
     try:
-        with renewal.kept(scope, key, token, _lease(result)), context.running(running_claim(result.receipt, token)):
+        with renewal.kept(scope, key, token, _lease(result)), context.running(claimed):
             if iscoroutinefunction(fn):
                 value = await fn(*args, **kwargs)
             else:
@@ -152,9 +155,9 @@ async def arun_once(
                     value = await value
         body = _stored(value, encoder, operation)
     except BaseException as exc:
-        await sync_to_async(_settle_failed)(scope, key, token, exc)
+        await sync_to_async(_settle_failed)(scope, key, token, exc, claimed.references)
         raise
-    await sync_to_async(_complete)(scope, key, token, body)
+    await sync_to_async(_complete)(scope, key, token, body, claimed.references)
     return value
 
 
@@ -291,22 +294,22 @@ def _stored(value: Any, encoder: type[json.JSONEncoder] | None, operation: str) 
     return body
 
 
-def _complete(scope: str, key: str, token: int, body: str) -> None:
+def _complete(scope: str, key: str, token: int, body: str, references: References) -> None:
     try:
-        store.complete(scope, key, token, content_type="application/json", body=body)
+        store.complete(scope, key, token, content_type="application/json", body=body, references=references)
     except store.StaleToken:
         problem = json.loads(api.stale_token(key).content)
         raise LeaseLost(409, problem) from None
 
 
-def _settle_failed(scope: str, key: str, token: int, exc: BaseException) -> None:
+def _settle_failed(scope: str, key: str, token: int, exc: BaseException, references: References) -> None:
     """fn raised (or its result could not be stored): fail the receipt as the operation's
     policy says. Cancelled or interrupted (CancelledError, KeyboardInterrupt, SystemExit) is
     not the operation's failure: the key is given back, as the view decorator does."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     try:
         if isinstance(exc, Exception):
-            store.fail(scope, key, token, error=error)
+            store.fail(scope, key, token, error=error, references=references)
         else:
             store.release(Receipt.objects.get(scope=scope, key=key), token=token, reason=f"{error}: not stored")
     except (store.StaleToken, Receipt.DoesNotExist):

@@ -14,6 +14,7 @@ from idemdash.core.audit import AuditEntry  # noqa: F401
 from idemdash.core.bulk import BulkItem, BulkRun  # noqa: F401
 from idemdash.core.clients import ApiClient  # noqa: F401
 from idemdash.core.leases import LeasedWork, is_stuck
+from idemdash.core.reference_rows import Reference, meta_options
 from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
 from receipts.conf import policy_for
 
@@ -270,3 +271,15 @@ class ArchivedReceipt(models.Model):
         "response_status", "response_content_type", "response_body", "error", "attempts",
         "created_at", "completed_at", "expires_at", "user_id", "session_id",
     )
+
+
+class ReceiptReference(Reference):
+    """What an attempt of the receipt said it worked on (`receipts.current().refer`, or the
+    JSON API's `references` on complete and fail), stored with that attempt's settle."""
+
+    OWNER = "receipt"
+
+    receipt = models.ForeignKey(Receipt, on_delete=models.CASCADE, related_name="references", db_index=False)
+
+    class Meta:
+        constraints, indexes = meta_options("receipt", "receipt_ref")

@@ -47,7 +47,7 @@ from django.db.models import QuerySet
 from idemdash.core.pg import cursor, insert_unless_exists
 from receipts import rules, waiting
 from receipts.archive import financial, insert_into_archive
-from receipts.models import ArchivedReceipt, Attempt, Receipt
+from receipts.models import ArchivedReceipt, Attempt, Receipt, ReceiptReference
 
 _RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
 _RECEIPT_COLUMNS = [f.attname for f in Receipt._meta.concrete_fields]  # id first
@@ -214,8 +214,9 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
 
     The ids are locked (FOR UPDATE SKIP LOCKED) in this transaction, so no claim can take
     one of them back between the two statements; the DELETE needs no second look at "due".
-    Attempt rows stay (no constraint, DO_NOTHING); the purge runs this only while nothing
-    else points at receipts (retention.purge_batches).
+    Attempt rows stay (no constraint, DO_NOTHING); the receipts' references go in the DELETE's
+    statement (an index lookup that finds nothing for most batches); the purge runs this only
+    while nothing else points at receipts but them (retention.purge_batches, Purger.follows).
     """
     rows = list(due.order_by("expires_at").select_for_update(skip_locked=True).values_list("pk", "operation")[:batch_size])
     if not rows:
@@ -223,14 +224,17 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
     ids = [pk for pk, _ in rows]
     operations = financial(op for _, op in rows)
     receipt = Receipt._meta
+    # Their references go in the same statement (the purger `follows` them): the foreign key
+    # is checked at commit, Django's PostgreSQL constraints being deferred.
+    references = f"refs AS (DELETE FROM {_q(ReceiptReference._meta.db_table)} WHERE receipt_id = ANY(%s))"
     with connection.cursor() as c:
         if not operations:
-            c.execute(f"DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s)", [ids])
+            c.execute(f"WITH {references} DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s)", [ids, ids])
             return len(ids), c.rowcount, 0
         copied = [_q(receipt.get_field(name).column) for name in ArchivedReceipt.COPIED]
         c.execute(
             f"""
-            WITH gone AS (
+            WITH {references}, gone AS (
                 DELETE FROM {_q(receipt.db_table)} WHERE id = ANY(%s) RETURNING id, {', '.join(copied)}
             ), kept AS (
                 {insert_into_archive(connection)}
@@ -238,7 +242,7 @@ def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tup
             )
             SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)
             """,
-            [ids, now, operations],
+            [ids, ids, now, operations],
         )
         deleted, archived = c.fetchone()
     return len(ids), deleted, archived

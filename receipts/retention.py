@@ -23,7 +23,7 @@ from idemdash.core.retention import Purger, PurgeResult
 from receipts import rollup, rules, store
 from receipts.archive import archive_financial_receipts
 from receipts.conf import setting
-from receipts.models import Attempt, Receipt
+from receipts.models import Attempt, Receipt, ReceiptReference
 
 
 def due_receipts(now: datetime) -> QuerySet:
@@ -61,6 +61,8 @@ PURGERS: list[Purger] = [
         archive=archive_financial_receipts,
         order_by="expires_at",
         batch=expired_receipts_batch,
+        # The batch deletes the receipts' references with them (receipts/pg.py).
+        follows=(ReceiptReference,),
     ),
     Purger("receipts.attempts", due_attempts, order_by="created_at"),
     # Its own retention: purging the attempt log (35 days) must not take the hourly counts

@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,7 +39,7 @@ from idemdash.core.mysql import retry_deadlocks
 from receipts import orm, pg, responses, rules, waiting
 from receipts.conf import Policy, policy_for, reconciler, setting
 from receipts.downstream import downstream_key
-from receipts.models import Attempt, Receipt
+from receipts.models import Attempt, Receipt, ReceiptReference
 from receipts.orm import log_settle
 
 log = logging.getLogger(__name__)
@@ -537,7 +537,13 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
 
 @retry_deadlocks
 def _settle(
-    scope: str, key: str, token: int, outcome: str, detail: str = "", **changes: Any
+    scope: str,
+    key: str,
+    token: int,
+    outcome: str,
+    detail: str = "",
+    references: Iterable[tuple[str, str]] = (),
+    **changes: Any,
 ) -> None:
     now = timezone.now()
     # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
@@ -545,6 +551,12 @@ def _settle(
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
         if not updated:
             log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
+        elif references:
+            # With the settle, or not at all: a refused settle (stale token) stores none. The
+            # settle's UPDATE holds the row, so this is its id. Only when there are references:
+            # a settle without any costs no extra query.
+            receipt_id = Receipt.objects.filter(scope=scope, key=key).values_list("pk", flat=True).get()
+            ReceiptReference.store(receipt_id, references)
     if not updated:
         raise StaleToken(f"token {token} no longer owns {key!r}")
 
@@ -557,13 +569,16 @@ def complete(
     response_status: int | None = None,
     content_type: str = "",
     body: str = "",
+    references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Store the result. Refused (StaleToken) unless `token` still owns a processing receipt."""
+    """Store the result, and the attempt's `references` with it. Refused (StaleToken) unless
+    `token` still owns a processing receipt."""
     _settle(
         scope,
         key,
         token,
         Outcome.COMPLETED,
+        references=references,
         status=Status.COMPLETED,
         response_status=response_status,
         response_content_type=content_type,
@@ -582,8 +597,11 @@ def fail(
     response_status: int | None = None,
     content_type: str = "",
     body: str = "",
+    references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Mark the attempt failed. Retryable by default; an operation may burn the key instead."""
+    """Mark the attempt failed, with its `references` (what it worked on before it failed:
+    a charge made before the step raised is what an operator looks for). Retryable by
+    default; an operation may burn the key instead."""
     receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     if retryable is None:
         retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
@@ -593,6 +611,7 @@ def fail(
         token,
         Outcome.FAILED,
         detail=error[:2000],
+        references=references,
         status=Status.FAILED,
         retryable=retryable,
         error=error,

@@ -6,9 +6,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import FilterSafe, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
 from webhooks import endpoints, operator_actions
 from webhooks.models import (
+    EventReference,
     RejectedDelivery,
     WebhookAttempt,
     WebhookDelivery,
@@ -113,16 +114,20 @@ class DeliveryInline(admin.TabularInline):
         return False
 
 
+class EventReferenceInline(ReferenceInline):
+    model = EventReference
+
+
 @admin.register(WebhookEvent)
-class WebhookEventAdmin(FilterSafe, admin.ModelAdmin):
+class WebhookEventAdmin(SearchesReferences, FilterSafe, admin.ModelAdmin):
     list_display = [
         clipped("provider_event_id", "event id", width=28), "provider", clipped("event_type", "type", width=28), "status",
         "attempts", "delivery_count", to_the_second("received_at", "received"),
     ]
     list_filter = ["status", "provider", "payload_mismatch"]
-    search_fields = ["dedupe_key", "provider_event_id", "event_type"]
+    search_fields = ["dedupe_key", "provider_event_id", "event_type"]  # and a reference's exact value
     date_hierarchy = "received_at"
-    inlines = [AttemptInline, DeliveryInline]
+    inlines = [AttemptInline, DeliveryInline, EventReferenceInline]
     actions = ["reprocess", "release"]
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:

@@ -14,7 +14,9 @@ from django.db import models
 from django.db.models import Q
 
 from idemdash.core.attempts import DurationHourly
+from idemdash_client import references
 from idemdash.core.leases import LeasedWork, Scheduled
+from idemdash.core.reference_rows import Reference, meta_options
 from idemdash.core.rollup import HourlyCount
 
 
@@ -143,6 +145,27 @@ class WebhookEvent(LeasedWork, Scheduled):
 
     def __str__(self) -> str:
         return f"{self.provider} {self.event_type} {self.provider_event_id or self.dedupe_key} ({self.status})"
+
+    def refer(self, kind: str, value: str | int) -> None:
+        """In the event's handler: attach a reference to what it works on,
+        `event.refer("stripe.charge", charge_id)`. Checked now (InvalidReference); stored
+        when this processing attempt completes or fails."""
+        running = references.cause()
+        if running is None or running.kind != references.WEBHOOK_EVENT or running.id != self.pk:
+            raise RuntimeError(f"event.refer() is for the handler of event {self.pk} while it runs.")
+        running.references.refer(kind, value)
+
+
+class EventReference(Reference):
+    """What processing the event said it worked on (`event.refer` in its handler), stored
+    with the attempt's settle (webhooks/processing.py)."""
+
+    OWNER = "event"
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="references", db_index=False)
+
+    class Meta:
+        constraints, indexes = meta_options("event", "webhook_event_ref")
 
 
 class WebhookDelivery(models.Model):

@@ -23,6 +23,7 @@ import functools
 import logging
 import traceback
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,10 +33,11 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from idemdash.core import audit, bulk
+from idemdash_client import references
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, renewing, stuck
 from webhooks.conf import setting
 from webhooks.handlers import handler_for, registered
-from webhooks.models import WebhookAttempt, WebhookEndpoint, WebhookEvent
+from webhooks.models import EventReference, WebhookAttempt, WebhookEndpoint, WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +215,12 @@ def _log_attempt(event: WebhookEvent, outcome: str, error: str, now: datetime) -
     )
 
 
-def _settle(event: WebhookEvent, outcome: str, error: str = "", **changes: Any) -> bool:
-    """The conditional UPDATE that settles the claim, and its attempt's row, in one
-    transaction (the handler's, when there is one: no savepoint)."""
+def _settle(
+    event: WebhookEvent, outcome: str, error: str = "", references: Iterable[tuple[str, str]] = (), **changes: Any
+) -> bool:
+    """The conditional UPDATE that settles the claim, its attempt's row and the references
+    its handler made (`event.refer`), in one transaction (the handler's, when there is one:
+    no savepoint)."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         won = compare_and_set(
@@ -224,15 +229,20 @@ def _settle(event: WebhookEvent, outcome: str, error: str = "", **changes: Any) 
         )
         if won:
             _log_attempt(event, outcome, error, now)
+            EventReference.store(event.pk, references)
     return won
 
 
-def complete_event(event: WebhookEvent, status: str = Status.COMPLETED) -> bool:
+def complete_event(
+    event: WebhookEvent, status: str = Status.COMPLETED, references: Iterable[tuple[str, str]] = ()
+) -> bool:
     """Mark a claimed event completed (or ignored). False if the claim was lost."""
-    return _settle(event, status, status=status, finished_at=timezone.now(), last_error="")
+    return _settle(event, status, references=references, status=status, finished_at=timezone.now(), last_error="")
 
 
-def fail_event(event: WebhookEvent, error: str, *, retry_in: float | None = None) -> str | None:
+def fail_event(
+    event: WebhookEvent, error: str, *, retry_in: float | None = None, references: Iterable[tuple[str, str]] = ()
+) -> str | None:
     """Schedule a retry with backoff (or after `retry_in` seconds), or after
     WEBHOOKS_MAX_ATTEMPTS a dead letter that keeps the traceback. Returns the new status, or
     None if the claim was lost."""
@@ -240,13 +250,14 @@ def fail_event(event: WebhookEvent, error: str, *, retry_in: float | None = None
     if retry_in is None:
         retry_in = backoff(event.attempts, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP"))
     if event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS"):
-        won = _settle(event, Status.DEAD, error, status=Status.DEAD, finished_at=now, last_error=error)
+        won = _settle(event, Status.DEAD, error, references, status=Status.DEAD, finished_at=now, last_error=error)
         status = Status.DEAD
     else:
         won = _settle(
             event,
             Status.RETRY,
             error,
+            references,
             status=Status.RETRY,
             next_attempt_at=now + timedelta(seconds=retry_in),
             enqueued_at=None,  # the sweeper enqueues it when it is due
@@ -271,11 +282,14 @@ def _process(event: WebhookEvent | None) -> str:
         return "not_claimed"
     handler = handler_for(event.provider, event.event_type)
     claimed_on = connection.connection  # the connection the claim ran on, to tell if it was lost
+    # The handler's cause: what an outbox message it enqueues records, where `event.refer` puts references.
+    running = references.Cause(references.WEBHOOK_EVENT, event.pk)
     try:
         with _renewing(event), transaction.atomic():
             if handler is not None:
-                handler(event)
-            if not complete_event(event, Status.COMPLETED if handler else Status.IGNORED):
+                with references.causing(running):
+                    handler(event)
+            if not complete_event(event, Status.COMPLETED if handler else Status.IGNORED, running.references):
                 raise LeaseLost(f"webhook event {event.pk} was taken over")
     except LeaseLost:
         log.warning("webhook event %s: lease lost, handler's writes rolled back", event.pk)
@@ -286,7 +300,7 @@ def _process(event: WebhookEvent | None) -> str:
         error = traceback.format_exc()
         if isinstance(exc, DatabaseError) and _connection_lost(claimed_on):
             return _retry_after_lost_connection(event, error)
-        status = fail_event(event, error)
+        status = fail_event(event, error, references=running.references)
         log.warning("webhook event %s failed on attempt %s -> %s", event.pk, event.attempts, status)
         if status is None:
             _log_attempt(event, WebhookAttempt.Outcome.LEASE_LOST, error, timezone.now())

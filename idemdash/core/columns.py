@@ -9,10 +9,14 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
 from idemdash.core.masking import masked
+from idemdash.core.reference_rows import referring
+from idemdash_client.references import VALUE_MAX
 
 
 # No style attributes here: the project's Content-Security-Policy refuses them
@@ -77,3 +81,27 @@ class FilterSafe:
     def get_changelist(self, request: Any, **kwargs: Any) -> type[ChangeList]:
         return _FilterSafeChangeList
 
+
+class ReferenceInline(admin.TabularInline):
+    """An object's references on its admin page, read-only like the object (each app's admin
+    sets `model`)."""
+
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ["kind", "value", "created_at"]
+    ordering = ["created_at", "pk"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class SearchesReferences:
+    """Mixed into an object's admin: its search also finds the objects with a reference whose
+    value is exactly the search term (a charge id, an order number), an index lookup."""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet, search_term: str) -> tuple[QuerySet, bool]:
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
+        term = search_term.strip()
+        if term and len(term) <= VALUE_MAX:
+            found = found | referring(queryset, term)
+        return found, may_have_duplicates

@@ -45,8 +45,10 @@ class Purger:
     order_by: str = "pk"
     # A whole batch written for this purger (one statement on PostgreSQL, say), in the
     # caller's transaction; it returns None to leave the batch to due/archive/delete_rows.
-    # Used only while nothing else points at the rows: it may delete with a plain DELETE.
+    # Used only while nothing else points at the rows but DO_NOTHING relations and the
+    # models in `follows`, whose rows the batch deletes itself: it may delete with a plain DELETE.
     batch: Batch | None = None
+    follows: tuple[type[Model], ...] = ()
 
 
 def installed_purgers() -> list[Purger]:
@@ -88,11 +90,13 @@ def delete_rows(rows: QuerySet) -> int:
     return rows._raw_delete(rows.db)
 
 
-def _deletes_alone(model: type[Model]) -> bool:
+def _deletes_alone(model: type[Model], follows: tuple[type[Model], ...] = ()) -> bool:
     """Can a row of `model` go with a plain DELETE: nothing points at it but DO_NOTHING
-    relations, and no delete signal listens?"""
+    relations (and the models in `follows`, which the caller deletes itself), and no delete
+    signal listens?"""
     return _settles_in_sql(model, ()) and all(
-        relation.field.remote_field.on_delete is DO_NOTHING for relation in get_candidate_relations_to_delete(model._meta)
+        relation.field.remote_field.on_delete is DO_NOTHING or relation.related_model in follows
+        for relation in get_candidate_relations_to_delete(model._meta)
     )
 
 
@@ -123,7 +127,7 @@ def purge_batches(
     """Delete the purger's due rows, one bounded transaction per batch."""
     result = PurgeResult(purger.name)
     own = purger.batch
-    if own is not None and not _deletes_alone(purger.due(now).model):
+    if own is not None and not _deletes_alone(purger.due(now).model, purger.follows):
         own = None  # something would have to follow the rows: the generic path settles it
     while max_batches is None or result.batches < max_batches:
         with transaction.atomic():

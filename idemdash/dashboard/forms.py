@@ -8,6 +8,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from receipts.models import Attempt, Receipt
+from receipts.references import referring
 from receipts.outbox.models import OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 
@@ -25,6 +26,16 @@ PAGE_SIZE = 50
 
 class BadCursor(ValueError):
     pass
+
+
+def _reference_field() -> forms.CharField:
+    # Exact, as references are stored (receipts/references.py): an index lookup at any size.
+    return forms.CharField(required=False, max_length=255, label="Reference", strip=True)
+
+
+def _by_reference(qs: QuerySet, value: str | None) -> QuerySet:
+    """`qs` narrowed to the rows with a reference `value`, when one is given."""
+    return referring(qs, value) if value else qs
 
 
 def encode_cursor(moment: datetime, pk: int) -> str:
@@ -65,6 +76,7 @@ class ReceiptFilter(forms.Form):
     )
     operation = forms.CharField(required=False, max_length=100)
     scope = forms.CharField(required=False, max_length=255)
+    ref = _reference_field()
     conflict = forms.ChoiceField(
         required=False, choices=[("", "Any"), ("concurrent", "Had a concurrent duplicate (409 or waited)"), ("422", "Had a 422 (mismatch)")]
     )
@@ -94,13 +106,13 @@ class ReceiptFilter(forms.Form):
             qs = qs.filter(created_at__gte=data["since"])
         if data.get("until"):
             qs = qs.filter(created_at__lte=data["until"])
-        return qs
+        return _by_reference(qs, data.get("ref"))
 
     def ordering(self) -> tuple[str, bool]:
         return SORTS[self.cleaned_data.get("sort") or "-created"]
 
     def is_filtered(self) -> bool:
-        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "conflict", "since", "until"))
+        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "ref", "conflict", "since", "until"))
 
 
 def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -> tuple[list, str | None]:
@@ -132,11 +144,12 @@ class _TimeFiltered(forms.Form):
     lookups: dict[str, str] = {}
 
     def _filtered(self, qs: QuerySet) -> QuerySet:
-        """`qs` narrowed by every filled-in lookup filter and the time range."""
+        """`qs` narrowed by every filled-in lookup filter, the reference (for a form that has
+        one) and the time range."""
         for name, lookup in self.lookups.items():
             if self.cleaned_data.get(name):
                 qs = qs.filter(**{lookup: self.cleaned_data[name]})
-        return self._time(qs)
+        return _by_reference(self._time(qs), self.cleaned_data.get("ref"))
 
     def _time(self, qs: QuerySet) -> QuerySet:
         if self.cleaned_data.get("since"):
@@ -164,9 +177,10 @@ class EventFilter(_TimeFiltered):
     type = forms.CharField(required=False, max_length=255, label="Event type")
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *WebhookEvent.Status.choices])
     q = forms.CharField(required=False, max_length=255, label="Event id starts with")
+    ref = _reference_field()
 
     time_field = "received_at"
-    names = ("endpoint", "provider", "type", "status", "q")
+    names = ("endpoint", "provider", "type", "status", "q", "ref")
     lookups = {"endpoint": "endpoint__slug", "provider": "provider", "type": "event_type", "status": "status"}
 
     def endpoint_slugs(self) -> QuerySet:
@@ -205,8 +219,9 @@ class OutboxFilter(_TimeFiltered):
     )
     q = forms.CharField(required=False, max_length=255, label="Key starts with")
     scope = forms.CharField(required=False, max_length=255)
+    ref = _reference_field()
 
-    names = ("action", "status", "q", "scope")
+    names = ("action", "status", "q", "scope", "ref")
     lookups = {"action": "action", "q": "key__startswith", "scope": "scope"}
 
     def action_names(self) -> QuerySet:

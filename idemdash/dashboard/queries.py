@@ -26,7 +26,7 @@ from django.utils import timezone
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from idemdash.core.attempts import NO_DURATION, percentile
-from receipts import rollup
+from receipts import references, rollup
 from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
 from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
@@ -595,6 +595,25 @@ AUDIT_NOUNS: dict[str, str] = {
     "devtools.demoswitch": "demo switch",
     "receipts.apiclient": "API client",
 }
+
+
+# A webhook handler that fans out may enqueue many messages: its page lists the first ones.
+CAUSED_LIMIT = 50
+
+
+def causation(unit: Any) -> dict[str, Any]:
+    """A detail page's references block (templates/dashboard/partials/references_card.html):
+    what the receipt, event or message refers to; for a receipt or an event, the outbox
+    messages enqueued while it ran; for a message, what it was enqueued under."""
+    shown: dict[str, Any] = {"references": list(unit.references.order_by("created_at", "pk"))}
+    if isinstance(unit, OutboxMessage):
+        shown["cause"] = references.cause_of(unit)
+        shown["cause_kind"], shown["cause_id"] = unit.cause_kind, unit.cause_id
+    else:
+        caused = references.caused_by(unit)
+        shown["caused"] = list(caused[:CAUSED_LIMIT])
+        shown["caused_total"] = caused.count() if len(shown["caused"]) == CAUSED_LIMIT else len(shown["caused"])
+    return shown
 
 
 def audit_of(obj: Any, limit: int = 20) -> list[AuditEntry]:

@@ -6,12 +6,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Min, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import FilterSafe, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import operator_actions, pauses
-from receipts.outbox.models import OutboxAttempt, OutboxMessage, OutboxPause
+from receipts.outbox.models import MessageReference, OutboxAttempt, OutboxMessage, OutboxPause
+from receipts.references import cause_of
 
 
 class OutboxAttemptInline(admin.TabularInline):
@@ -35,21 +38,27 @@ def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
                                 messages.WARNING)
 
 
+class MessageReferenceInline(ReferenceInline):
+    model = MessageReference
+
+
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(FilterSafe, admin.ModelAdmin):
+class OutboxMessageAdmin(SearchesReferences, FilterSafe, admin.ModelAdmin):
     list_display = (clipped("key"), clipped("scope", width=20), "action", "status", "attempts",
                     to_the_second("next_attempt_at", "next attempt"), to_the_second("sent_at", "sent"))
     list_filter = ("status", "action")
-    search_fields = ("key", "scope")
+    search_fields = ("key", "scope")  # and a reference's exact value (SearchesReferences)
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
-    inlines = [OutboxAttemptInline]
+    inlines = [OutboxAttemptInline, MessageReferenceInline]
     actions = ["send_now", "send_again", "release"]
     # Everything is read-only: a message changes only through the drain and the audited
     # operator actions below. The payload is shown as the dashboard shows it, credentials masked
     # (pretty_json masks by kind),
     # and the raw field is never on the page (nor in the form).
-    readonly_fields = [f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields]
+    readonly_fields = [
+        *(f.name if f.name != "payload" else "payload_masked" for f in OutboxMessage._meta.fields), "cause",
+    ]
     exclude = ["payload"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -58,6 +67,17 @@ class OutboxMessageAdmin(FilterSafe, admin.ModelAdmin):
     @admin.display(description="payload")
     def payload_masked(self, obj: OutboxMessage) -> str:
         return _pretty_json(obj.payload)
+
+    @admin.display(description="caused by")
+    def cause(self, obj: OutboxMessage) -> str:
+        """What it was enqueued under, linked to its admin page (clients/python/idemdash_client/references.py)."""
+        if not obj.cause_kind:
+            return "–"
+        found = cause_of(obj)
+        if found is None:
+            return f"{obj.cause_kind.replace('_', ' ')} #{obj.cause_id} (purged)"
+        url = reverse(f"admin:{found._meta.app_label}_{found._meta.model_name}_change", args=[found.pk])
+        return format_html('<a href="{}">{}</a>', url, found)
 
     @admin.action(description="Send now", permissions=["change"])
     def send_now(self, request: HttpRequest, queryset: QuerySet) -> None:

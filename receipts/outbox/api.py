@@ -18,6 +18,8 @@ from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import ApiClient
 from idemdash.core.jsonapi import json_api, storable_text
 from idemdash.core.problems import problem
+from idemdash.core.reference_rows import listed
+from receipts import api as receipts_api
 from receipts.outbox import store
 from receipts.outbox.actions import InvalidPayload
 from receipts.outbox.models import OutboxMessage
@@ -33,14 +35,18 @@ def message_json(message: OutboxMessage) -> dict[str, Any]:
         "next_attempt_at": message.next_attempt_at.isoformat(),
         "created_at": message.created_at.isoformat(),
         "sent_at": message.sent_at.isoformat() if message.sent_at else None,
+        "references": listed(message.references.order_by("pk")),
     }
 
 
 @json_api("POST")
 def enqueue(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     storable_text(body, "payload")
+    references = receipts_api.references_field(body)
     try:
-        result = store.enqueue(body.get("action"), body.get("payload", {}), body.get("key"), scope=client.scope)
+        result = store.enqueue(
+            body.get("action"), body.get("payload", {}), body.get("key"), scope=client.scope, references=references
+        )
     except store.KeyReused as exc:
         return problem(422, "idempotency-key-reused", "Idempotency key reused", str(exc))
     except UnstorableJSON as exc:  # a number beyond a double's range (1e400)

@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from idemdash.core.attempts import AttemptLog, DurationHourly
 from idemdash.core.leases import LeasedWork, Scheduled
+from idemdash.core.reference_rows import Reference, meta_options
 from idemdash.core.rollup import HourlyCount
 
 # Without its app, Django would file these models under `receipts` (the installed app whose
@@ -59,6 +60,12 @@ class OutboxMessage(LeasedWork, Scheduled):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)
+    # What was running when it was enqueued (clients/python/idemdash_client/references.py): a receipt's attempt
+    # ("receipt") or a webhook event's handler ("webhook_event"), and that row's id. A kind
+    # and an id, not foreign keys: the outbox is installed without webhooks, and a cause
+    # purged before its message leaves the id (ids are never reused), read as "purged".
+    cause_kind = models.CharField(max_length=16, blank=True, default="", db_default="")
+    cause_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -88,6 +95,8 @@ class OutboxMessage(LeasedWork, Scheduled):
                 name="outbox_host_waiting",
                 condition=Q(status__in=["pending", "retry"]),
             ),
+            # A receipt's or an event's page lists the messages it caused.
+            models.Index(fields=["cause_kind", "cause_id"], name="outbox_cause"),
         ]
 
     def __str__(self) -> str:
@@ -117,6 +126,18 @@ class OutboxPause(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.target} (paused)"
+
+
+class MessageReference(Reference):
+    """What a message is about, given when it was enqueued (`references=`, the JSON API's
+    `references`), stored with the message."""
+
+    OWNER = "message"
+
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, related_name="references", db_index=False)
+
+    class Meta:
+        constraints, indexes = meta_options("message", "outbox_message_ref")
 
 
 class OutboxAttempt(AttemptLog):

@@ -15,6 +15,7 @@ write lock, so drainers claim one after another. Actions run outside any transac
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,10 +29,11 @@ from idemdash.core import audit, bulk
 from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
+from idemdash_client.references import cause, validate_all
 from receipts.outbox import pauses
 from receipts.outbox.actions import ACTION_RE, get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
-from receipts.outbox.models import OutboxAttempt, OutboxMessage
+from receipts.outbox.models import MessageReference, OutboxAttempt, OutboxMessage
 from receipts.store import validate_key
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,16 @@ class Enqueued:
     created: bool
 
 
-def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued:
+def enqueue(
+    action: str, payload: Any, key: str, *, scope: str = "", references: Iterable[object] = ()
+) -> Enqueued:
     """Add a message, inside the caller's transaction when there is one. Once that
     transaction commits, the worker is asked to send it (send_soon).
+
+    Enqueued while a receipt's attempt (a decorated view, a run_once step) or a webhook
+    handler runs, the message records it as its cause (clients/python/idemdash_client/references.py).
+    `references` ((kind, value) pairs, or {"kind", "value"} objects) are stored with a new
+    message; InvalidReference (a ValueError) refuses them before anything is written.
 
     Repeating it with the same key and the same action and payload is harmless: it returns
     the existing message with `created=False`. The same key with a different message raises
@@ -74,6 +83,8 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
         raise ValueError("An action is 1 to 100 characters of letters, digits and . _ : -")
     performer = get_action(action)
     performer.validate(payload)
+    referred = validate_all(references)
+    running = cause()
     fingerprint = fingerprint_json({"action": action, "payload": payload})
     now = timezone.now()
     try:
@@ -91,7 +102,10 @@ def enqueue(action: str, payload: Any, key: str, *, scope: str = "") -> Enqueued
                 next_attempt_at=now,
                 created_at=now,
                 updated_at=now,
+                cause_kind=running.kind if running else "",
+                cause_id=running.id if running else None,
             )
+            MessageReference.store(message.pk, referred)
             # Registered inside the savepoint, so a message that is rolled back sends nothing.
             transaction.on_commit(lambda: send_soon(message.pk))
         return Enqueued(message, created=True)

@@ -183,7 +183,7 @@ def test_the_docs_show_the_workflow_the_tests_run():
 
 
 def test_its_keys_match_pythons_and_every_problem_type_has_its_error_class(built):
-    tap = node_test(["test/keys.test.js", "test/errors.test.js"])
+    tap = node_test(["test/keys.test.js", "test/errors.test.js", "test/references.test.js"])
     assert counts(tap)["fail"] == 0 and counts(tap)["skipped"] == 0 and counts(tap)["pass"] > 60
 
 

@@ -220,3 +220,44 @@ def confirm_bulk(client, url: str, data: dict[str, str]) -> tuple[Any, str]:
     bulk.advance(run.pk)
     run.refresh_from_db()
     return run, client.get(response["Location"]).content.decode()
+
+
+# --- references and causes, through run_once and a real handler run ---------------------------------
+
+def charged(key: str, charge: str, *, order: str = "1042"):
+    """A receipt whose step referred to a charge and an order and enqueued a receipt email:
+    (receipt, message)."""
+    import receipts
+    from receipts.outbox import store as outbox_store
+
+    def step() -> None:
+        receipts.current().refer("stripe.charge", charge)
+        receipts.current().refer("order", order)
+        outbox_store.enqueue("email.send", {"to": "buyer@example.com", "subject": f"Receipt {charge}", "body": "hi"},
+                             f"receipt-mail-{charge}")
+
+    receipts.run_once(key, "payment.create", step, scope=SCOPE)
+    from receipts.outbox.models import OutboxMessage
+
+    return Receipt.objects.get(scope=SCOPE, key=key), OutboxMessage.objects.get(key=f"receipt-mail-{charge}")
+
+
+def handled_event(event_id: str, charge: str):
+    """A Stripe event whose handler referred to a charge and enqueued a notification, processed
+    by the worker's own function: (event, message)."""
+    from receipts.outbox import store as outbox_store
+    from receipts.outbox.models import OutboxMessage
+    from webhooks import handlers, processing
+
+    def handler(event) -> None:
+        event.refer("stripe.charge", charge)
+        outbox_store.enqueue("http.post", {"url": "http://127.0.0.1:9/hook", "json": {"charge": charge}}, f"notify-{charge}")
+
+    handlers.webhook_handler("stripe", "charge.succeeded")(handler)
+    try:
+        event = webhook_event(event_id, event_type="charge.succeeded")
+        assert processing.process_event(event.pk) == "completed"
+    finally:
+        handlers.unregister("stripe", "charge.succeeded")
+    event.refresh_from_db()
+    return event, OutboxMessage.objects.get(key=f"notify-{charge}")

@@ -58,3 +58,12 @@ def test_every_attempt_is_listed_with_its_own_error(viewer_client):
 def test_an_event_never_attempted_says_so(viewer_client):
     event = webhook_event("evt_new")
     assert "Not attempted yet" in viewer_client.get(f"/events/{event.pk}/").content.decode()
+
+
+def test_it_shows_the_handlers_references_and_links_to_the_messages_it_enqueued(viewer_client):
+    from tests.dashboard.build import handled_event
+
+    event, message = handled_event("evt_charge_1", "ch_evt_1")
+    html = viewer_client.get(f"/events/{event.pk}/").content.decode()
+    assert 'data-reference="stripe.charge:ch_evt_1"' in html
+    assert f'<a href="/outbox/{message.pk}/"><code class="break">notify-ch_evt_1</code></a>' in html

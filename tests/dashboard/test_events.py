@@ -94,3 +94,11 @@ def test_a_reprocess_is_marked_on_the_attempt_timeline_where_numbering_starts_ag
     mark = log.split('data-role="operator-mark"')[1].split("</li>")[0]
     assert "Reprocess" in mark and "“handler fixed”" in mark and "numbering starts again at #1" in mark
     assert log.index('data-attempt=') < log.index('data-role="operator-mark"')  # the attempt that died, then the mark
+
+
+def test_the_reference_filter_lists_the_events_whose_handler_referred_to_the_value(viewer_client):
+    from tests.dashboard.build import handled_event
+
+    handled_event("evt_a", "ch_a")
+    handled_event("evt_b", "ch_b")
+    assert shown(viewer_client.get("/events/", {"ref": "ch_b"}).content.decode()) == ["evt_b"]

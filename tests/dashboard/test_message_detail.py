@@ -38,3 +38,38 @@ def test_viewers_get_no_action(viewer_client):
 
 def test_an_unknown_message_is_404(viewer_client):
     assert viewer_client.get("/outbox/999999/").status_code == 404
+
+
+def test_it_links_to_the_receipt_it_was_enqueued_under(viewer_client):
+    from tests.dashboard.build import charged
+
+    receipt, message = charged("order-1042", "ch_3MtwBw")
+    html = viewer_client.get(f"/outbox/{message.pk}/").content.decode()
+    assert f'the receipt <a href="/receipts/{receipt.pk}/">order-1042</a>' in html
+
+
+def test_it_links_to_the_webhook_event_it_was_enqueued_under(viewer_client):
+    from tests.dashboard.build import handled_event
+
+    event, message = handled_event("evt_charge_1", "ch_evt_1")
+    html = viewer_client.get(f"/outbox/{message.pk}/").content.decode()
+    assert f'the webhook event <a href="/events/{event.pk}/">charge.succeeded evt_charge_1</a>' in html
+
+
+def test_a_message_whose_cause_was_purged_names_it_by_id(viewer_client):
+    from receipts.models import Receipt
+    from tests.dashboard.build import charged
+
+    receipt, message = charged("order-1042", "ch_3MtwBw")
+    Receipt.objects.filter(pk=receipt.pk).delete()
+    html = viewer_client.get(f"/outbox/{message.pk}/").content.decode()
+    assert f"receipt #{receipt.pk} <span class=\"muted\">(purged)</span>" in html
+
+
+def test_references_given_at_enqueue_are_shown(viewer_client):
+    from receipts.outbox import store as outbox_store
+
+    m = outbox_store.enqueue("email.send", {"to": "a@example.com", "subject": "s", "body": "b"}, "m-ref",
+                             references=[("order", "77")]).message
+    html = viewer_client.get(f"/outbox/{m.pk}/").content.decode()
+    assert 'data-reference="order:77"' in html

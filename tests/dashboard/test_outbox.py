@@ -58,3 +58,12 @@ def test_a_retrying_message_shows_when_its_next_attempt_is_due(viewer_client, se
 def test_a_form_error_is_named_by_the_field_label(viewer_client):
     html = viewer_client.get("/outbox/?since=garbage").content.decode()
     assert "From: Enter a valid date/time." in html
+
+
+def test_the_reference_filter_lists_the_messages_given_the_value(viewer_client):
+    from receipts.outbox import store as outbox_store
+
+    for key, order in (("m1", "1"), ("m2", "2")):
+        outbox_store.enqueue("email.send", {"to": "a@example.com", "subject": key, "body": "b"}, key,
+                             references=[("order", order)])
+    assert shown(viewer_client.get("/outbox/", {"ref": "2"}).content.decode()) == ["m2"]

@@ -146,3 +146,19 @@ def test_an_operators_release_is_marked_on_the_timeline_between_the_attempts(vie
     assert log.index("badge-outcome-failed") < log.index('data-role="operator-mark"') < log.index(
         "badge-outcome-retried_after_failure")
     assert "numbering starts again" not in mark  # a release keeps the receipt's attempts
+
+
+def test_it_shows_the_receipts_references_and_links_to_the_messages_its_step_enqueued(viewer_client):
+    from tests.dashboard.build import charged
+
+    receipt, message = charged("order-1042", "ch_3MtwBw")
+    html = viewer_client.get(f"/receipts/{receipt.pk}/").content.decode()
+    assert 'data-reference="stripe.charge:ch_3MtwBw"' in html and 'data-reference="order:1042"' in html
+    assert '/receipts/?ref=ch_3MtwBw' in html and '/events/?ref=ch_3MtwBw' in html and '/outbox/?ref=ch_3MtwBw' in html
+    assert f'<a href="/outbox/{message.pk}/"><code class="break">receipt-mail-ch_3MtwBw</code></a>' in html
+
+
+def test_a_receipt_without_references_or_messages_says_so(viewer_client):
+    r = completed("k1")
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert "No references: the step attached none" in html and "no outbox message was enqueued while it ran" in html

@@ -182,3 +182,15 @@ def test_a_form_error_is_named_by_the_field_label(viewer_client):
     assert "Created from: Enter a valid date/time." in html
     assert "Key starts with: Ensure this value" in html
     assert "since:" not in html and "q:" not in html
+
+
+def test_the_reference_filter_lists_exactly_the_receipts_that_refer_to_the_value(viewer_client):
+    from tests.dashboard.build import charged
+
+    charged("order-1", "ch_1", order="1")
+    charged("order-2", "ch_2", order="2")
+    completed("plain")
+    assert keys(viewer_client.get("/receipts/", {"ref": "ch_2"})) == ["order-2"]
+    assert keys(viewer_client.get("/receipts/", {"ref": "ch_unknown"})) == []
+    assert keys(viewer_client.get("/receipts/", {"ref": "ch_1", "status": "failed"})) == []
+    assert len(keys(viewer_client.get("/receipts/"))) == 3

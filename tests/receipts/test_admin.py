@@ -272,3 +272,19 @@ def test_the_repairs_need_the_change_permission(client, django_user_model, holdi
             "action": action, "_selected_action": [held.pk], "apply": "Mark completed", "result": "{}",
         })
     assert Receipt.objects.get(pk=held.pk).outcome_unknown and AuditEntry.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_the_receipt_search_finds_a_references_exact_value_and_the_page_lists_its_references(admin_client):
+    import receipts
+    from django.urls import reverse
+
+    from receipts.models import Receipt
+
+    receipts.run_once("order-7", "payment.create", lambda: receipts.current().refer("stripe.charge", "ch_77"))
+    receipts.run_once("order-8", "payment.create", lambda: receipts.current().refer("stripe.charge", "ch_778"))
+    found = admin_client.get(reverse("admin:receipts_receipt_changelist"), {"q": "ch_77"}).content.decode()
+    assert "order-7" in found and "order-8" not in found
+    receipt = Receipt.objects.get(key="order-7")
+    page = admin_client.get(reverse("admin:receipts_receipt_change", args=[receipt.pk])).content.decode()
+    assert "ch_77" in page and "stripe.charge" in page

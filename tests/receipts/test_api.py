@@ -5,11 +5,14 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from django.test import Client
 from django.utils import timezone
 
 from idemdash.core.clients import create_token
-from receipts.models import ApiClient, Attempt, Receipt
+from receipts.models import ApiClient, Attempt, Receipt, ReceiptReference
 
 pytestmark = pytest.mark.django_db
 
@@ -465,6 +468,7 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
             "single_transaction": False,
             "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
         },
+        "references": [],
     }
 
 
@@ -527,3 +531,56 @@ def test_a_claim_whose_last_attempt_lapsed_under_hold_is_409_outcome_unknown_unt
     assert list(Attempt.objects.values_list("outcome", flat=True).order_by("id")) == [
         "claimed", "outcome_unknown", "completed", "replayed",
     ]
+
+
+# --- references ------------------------------------------------------------------------------------
+
+def test_references_given_with_a_completion_are_stored_with_it_and_shown(api, client, token):
+    claimed = api("claim", claim_body()).json()
+    references = [{"kind": "stripe.charge", "value": "ch_1"}, {"kind": "order", "value": "1042"}]
+    done = api("complete", {"key": "job-1", "token": claimed["token"], "response": {}, "references": references})
+    assert done.status_code == 200 and done.json()["references"] == references
+    looked_up = client.get(BASE, {"key": "job-1"}, headers={"Authorization": f"Bearer {token}"}).json()
+    assert looked_up["references"] == references
+
+
+def test_references_given_with_a_failure_are_stored_with_it(api):
+    claimed = api("claim", claim_body()).json()
+    failed = api("fail", {"key": "job-1", "token": claimed["token"], "error": "declined",
+                          "references": [{"kind": "stripe.charge", "value": "ch_declined"}]})
+    assert failed.status_code == 200
+    assert failed.json()["references"] == [{"kind": "stripe.charge", "value": "ch_declined"}]
+
+
+@pytest.mark.parametrize(
+    "references",
+    [
+        "ch_1",
+        [{"kind": "Stripe Charge", "value": "ch_1"}],
+        [{"kind": "stripe.charge", "value": "ch_\u202e1"}],
+        [{"kind": "stripe.charge", "value": "x" * 256}],
+        [{"kind": "stripe.charge"}],
+        [["stripe.charge", "ch_1"]],
+        [{"kind": "order", "value": str(n)} for n in range(21)],
+    ],
+)
+def test_bad_references_are_400_and_leave_the_receipt_processing(api, references):
+    claimed = api("claim", claim_body()).json()
+    response = api("complete", {"key": "job-1", "token": claimed["token"], "response": {}, "references": references})
+    assert response.status_code == 400 and kind(response) == "invalid-field"
+    assert response.json()["field"] == "references"
+    assert Receipt.objects.get().status == "processing" and not ReceiptReference.objects.exists()
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(references=st.lists(st.fixed_dictionaries({"kind": st.text(max_size=70), "value": st.text(max_size=260)}), max_size=22))
+def test_any_references_are_stored_or_refused_with_a_400_never_a_500(api, references):
+    Receipt.objects.all().delete()
+    claimed = api("claim", claim_body()).json()
+    response = api("complete", {"key": "job-1", "token": claimed["token"], "response": {}, "references": references})
+    assert response.status_code in (200, 400)
+    rows = set(ReceiptReference.objects.values_list("kind", "value"))
+    if response.status_code == 400:
+        assert rows == set() and Receipt.objects.get().status == "processing"
+    else:
+        assert rows == {(r["kind"], r["value"]) for r in references}

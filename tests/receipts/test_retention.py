@@ -14,7 +14,7 @@ from idemdash.core import audit
 from idemdash.core import retention as core_retention
 from idemdash.core import rollup
 from receipts import retention, store
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt, ReceiptReference
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.concurrently import in_a_thread
@@ -157,7 +157,8 @@ def statements_of_one_batch(receipts: int, attempts_each: int) -> list[str]:
 def test_a_batch_takes_the_same_few_statements_however_many_receipts_and_attempts_it_has():
     small = statements_of_one_batch(2, attempts_each=1)
     large = statements_of_one_batch(400, attempts_each=8)
-    assert len(large) == len(small) <= 6
+    # 7: the receipts' references (which cascade) are one more DELETE, keyed by the batch.
+    assert len(large) == len(small) <= 7
     # Nothing touches the attempt log, and no receipt is loaded into Python (Django's
     # collector would SELECT the batch's rows, bodies included, then delete by 100s).
     assert not [sql for sql in large if Attempt._meta.db_table in sql]
@@ -184,15 +185,18 @@ def test_on_postgresql_a_batch_without_financial_receipts_is_a_plain_delete():
     with CaptureQueriesContext(connection) as queries:
         (result,) = retention.purge(purgers=only("receipts.expired"))
     assert (result.deleted, result.archived) == (3, 0)
-    statements = [q["sql"].split()[0] for q in queries if "SAVEPOINT" not in q["sql"]]
-    assert statements == ["SELECT", "SELECT", "DELETE"]  # the count, the lock, the delete
+    sql = [q["sql"] for q in queries if "SAVEPOINT" not in q["sql"]]
+    # The count, the lock, the delete (of the receipts and, in the same statement, their references).
+    assert [s.split()[0] for s in sql[:2]] == ["SELECT", "SELECT"] and len(sql) == 3
+    assert sql[2].startswith("WITH refs AS (DELETE FROM") and ArchivedReceipt._meta.db_table not in sql[2]
     assert not Receipt.objects.exists() and not ArchivedReceipt.objects.exists()
 
 
 def test_only_a_model_nothing_else_follows_is_deleted_alone():
     from webhooks.models import WebhookEvent
 
-    assert core_retention._deletes_alone(Receipt)  # attempts: DO_NOTHING
+    assert not core_retention._deletes_alone(Receipt)  # its references cascade...
+    assert core_retention._deletes_alone(Receipt, (ReceiptReference,))  # ...unless the batch deletes them; attempts: DO_NOTHING
     assert not core_retention._deletes_alone(OutboxMessage)  # its attempts are set to NULL
     assert not core_retention._deletes_alone(WebhookEvent)  # its deliveries cascade
 
@@ -345,3 +349,14 @@ def test_a_batch_of_sent_messages_unlinks_its_attempt_log_with_one_update(settin
     assert sum(sql.startswith("UPDATE") for sql in statements) == 1
     # Django's collector would load every message, payload included, before deleting it.
     assert not [sql for sql in statements if sql.startswith("SELECT") and '"payload"' in sql]
+
+
+@pytest.mark.django_db
+def test_a_batch_deletes_the_references_of_the_receipts_it_purges_and_only_theirs():
+    expired_receipts(3, "payment.capture")
+    kept = store.claim("client:shop", "kept", "email.send").receipt
+    for receipt in Receipt.objects.all():
+        ReceiptReference.store(receipt.pk, [("order", receipt.key)])
+    (result,) = retention.purge(purgers=only("receipts.expired"))
+    assert result.deleted == 3
+    assert list(ReceiptReference.objects.values_list("receipt_id", flat=True)) == [kept.pk]

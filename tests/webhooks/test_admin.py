@@ -107,3 +107,16 @@ def test_an_endpoint_and_its_secret_are_added_in_the_admin(admin_client):
     assert secret.secret == "whsec_added_through_admin_9876" and secret.active
     page = admin_client.get(f"/admin/webhooks/webhookendpoint/{secret.endpoint_id}/change/").content.decode()
     assert "whsec_added_through_admin_9876" not in page and "whsec_…9876" in page
+
+
+@pytest.mark.django_db
+def test_the_event_search_finds_a_handlers_reference_and_the_page_lists_it(admin_client):
+    from django.urls import reverse
+
+    from tests.dashboard.build import handled_event
+
+    event, _ = handled_event("evt_admin_1", "ch_admin_1")
+    found = admin_client.get(reverse("admin:webhooks_webhookevent_changelist"), {"q": "ch_admin_1"}).content.decode()
+    assert "evt_admin_1" in found
+    page = admin_client.get(reverse("admin:webhooks_webhookevent_change", args=[event.pk])).content.decode()
+    assert "ch_admin_1" in page

@@ -10,6 +10,9 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from receipts.models import AuditEntry
+from receipts.outbox import store as outbox
+from receipts.outbox.models import OutboxMessage
+from receipts.references import cause_of, caused_by, objects_referring
 from tests.webhooks.conftest import make_endpoint, queued_event_ids
 from webhooks import processing
 from idemdash.devtools.models import Fulfilment
@@ -386,3 +389,51 @@ def test_an_operator_release_logs_the_stuck_attempt():
     (attempt,) = WebhookAttempt.objects.filter(event=event)
     assert (attempt.number, attempt.outcome) == (1, "released")
     assert attempt.duration_ms >= 3_600_000 - 1000
+
+
+# --- references and the messages a handler causes -------------------------------------------------
+
+def _refer_and_notify(event: WebhookEvent) -> None:
+    charge = event.payload["id"].replace("evt", "ch")
+    event.refer("stripe.charge", charge)
+    outbox.enqueue("http.post", {"url": "http://127.0.0.1:9/hook", "json": {"charge": charge}}, f"notify-{charge}")
+
+
+def test_a_handlers_references_are_stored_with_its_completion_and_its_message_names_the_event(registry):
+    registry("stripe", "thing.happened", _refer_and_notify)
+    event = make_event()
+    assert processing.process_event(event.pk) == "completed"
+    assert list(event.references.values_list("kind", "value")) == [("stripe.charge", "ch_1")]
+    message = OutboxMessage.objects.get()
+    assert (message.cause_kind, message.cause_id) == ("webhook_event", event.pk)
+    assert cause_of(message) == event and list(caused_by(event)) == [message]
+    assert objects_referring("ch_1").events == [event]
+
+
+def test_a_failing_handlers_references_are_stored_with_the_failure_and_its_message_rolls_back(registry):
+    def refer_then_fail(event: WebhookEvent) -> None:
+        _refer_and_notify(event)
+        raise RuntimeError("downstream is down")
+
+    registry("stripe", "thing.happened", refer_then_fail)
+    event = make_event()
+    assert processing.process_event(event.pk) == "retry"
+    assert list(event.references.values_list("value", flat=True)) == ["ch_1"]
+    assert not OutboxMessage.objects.exists()  # the handler's transaction rolled back
+
+
+def test_a_handler_that_loses_its_lease_stores_no_references(registry):
+    def refer_then_lose_the_lease(event: WebhookEvent) -> None:
+        event.refer("stripe.charge", "ch_lost")
+        WebhookEvent.objects.filter(pk=event.pk).update(fencing_token=None)
+
+    registry("stripe", "thing.happened", refer_then_lose_the_lease)
+    event = make_event()
+    assert processing.process_event(event.pk) == "lease_lost"
+    assert not event.references.exists()
+
+
+def test_event_refer_outside_its_handler_is_refused():
+    event = make_event()
+    with pytest.raises(RuntimeError):
+        event.refer("stripe.charge", "ch_1")

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from idemdash_client.references import RECEIPT, Cause, References, causing
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,17 @@ class RunningClaim:
     # The same for every attempt of this claim (receipts/downstream.py): send it to a
     # provider that honours idempotency keys, and a re-run after a crash is absorbed there.
     downstream_key: str
+    # The receipt's row id, where the claim was made on the store (None for the HTTP client):
+    # what an outbox message enqueued meanwhile records as its cause.
+    receipt_id: int | None = None
+    # What the step says it worked on (`refer`), stored with the attempt's completion or
+    # failure, in the same transaction (clients/python/idemdash_client/references.py).
+    references: References = field(default_factory=References, compare=False, repr=False)
+
+    def refer(self, kind: str, value: str | int) -> None:
+        """Attach a reference to what this attempt works on: `refer("stripe.charge", charge.id)`.
+        Checked now (InvalidReference); stored when the attempt completes or fails."""
+        self.references.refer(kind, value)
 
 
 _current: ContextVar[RunningClaim | None] = ContextVar("receipts_running_claim", default=None)
@@ -60,6 +73,10 @@ def running(claim: RunningClaim) -> Iterator[RunningClaim]:
     before = _current.get()
     _current.set(claim)
     try:
-        yield claim
+        if claim.receipt_id is None:
+            yield claim
+        else:
+            with causing(Cause(RECEIPT, claim.receipt_id, claim.references)):
+                yield claim
     finally:
         _current.set(before)

@@ -56,6 +56,35 @@ export interface Claim {
   replayed: boolean;
 }
 
+/** What a receipt or an outbox message is about, as another system names it (a Stripe
+ * charge, an order): shown on the dashboard, filterable and searchable by `value`. */
+export interface Reference {
+  /** A short token: 1 to 64 of lowercase letters, digits and `. _ : -` (`stripe.charge`). */
+  kind: string;
+  /** 1 to 255 printable characters, no leading or trailing spaces. */
+  value: string;
+}
+
+/** At most this many references per receipt attempt or message (the server's limit). */
+export const MAX_REFERENCES = 20;
+const KIND = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
+// What Python's str.isprintable() refuses (the server's rule): control, format (bidi and
+// zero-width), surrogate, private-use and unassigned characters, and every separator but the space.
+const UNPRINTABLE = /[\p{C}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
+
+/** The reference, checked by the server's rules: a TypeError names the rule it breaks, in
+ * the step that refers, rather than a 400 when its result is stored. */
+export function reference(kind: string, value: string | number): Reference {
+  if (typeof kind !== "string" || !KIND.test(kind)) {
+    throw new TypeError("A reference kind is 1 to 64 characters of lowercase letters, digits and . _ : - (such as stripe.charge).");
+  }
+  const text = typeof value === "number" && Number.isInteger(value) ? String(value) : value;
+  if (typeof text !== "string" || text.length < 1 || [...text].length > 255 || UNPRINTABLE.test(text) || text !== text.trim()) {
+    throw new TypeError("A reference value is 1 to 255 printable characters, without leading or trailing spaces.");
+  }
+  return { kind, value: text };
+}
+
 /** A receipt as `GET /api/v1/receipts/?key=` gives it (snake_case, as the API writes it). */
 export interface Receipt {
   key: string;
@@ -74,6 +103,8 @@ export interface Receipt {
   updated_at: string;
   completed_at: string | null;
   expires_at: string | null;
+  /** What its attempts referred to, stored with their completions and failures. */
+  references: Reference[];
   [member: string]: unknown;
 }
 
@@ -86,6 +117,7 @@ export interface OutboxMessage {
   next_attempt_at: string;
   created_at: string;
   sent_at: string | null;
+  references: Reference[];
   /** False when the same message was enqueued before under this key (nothing was added). */
   created: boolean;
 }
@@ -101,6 +133,9 @@ export interface RunContext {
   /** Send it as the provider's Idempotency-Key: the same for every attempt of this claim, so a
    * re-run after a crash reaches the provider with the key it has already seen. */
   downstreamKey: string;
+  /** Attach a reference to what this attempt works on, `refer("stripe.charge", charge.id)`:
+   * sent with its completion, or its failure (a TypeError for one the server would refuse). */
+  refer(kind: string, value: string | number): void;
 }
 
 type Body = Record<string, unknown>;
@@ -153,15 +188,22 @@ export class IdempotencyClient {
     };
   }
 
-  /** Store the result of the attempt holding `token`. LeaseLost: it no longer owns the key. */
-  complete(key: string, token: number, response: unknown): Promise<Receipt> {
-    return this.#post("/api/v1/receipts/complete", { key, token, response: response ?? null }) as Promise<Receipt>;
+  /** Store the result of the attempt holding `token`, and its `references` with it.
+   * LeaseLost: it no longer owns the key. */
+  complete(key: string, token: number, response: unknown, options: { references?: Reference[] } = {}): Promise<Receipt> {
+    const body: Body = { key, token, response: response ?? null };
+    if (options.references?.length) body.references = options.references;
+    return this.#post("/api/v1/receipts/complete", body) as Promise<Receipt>;
   }
 
-  /** Fail the attempt holding `token`; `retryable` unset: the operation's policy decides. */
-  fail(key: string, token: number, error: string, options: { retryable?: boolean } = {}): Promise<Receipt> {
+  /** Fail the attempt holding `token`, with its `references`; `retryable` unset: the
+   * operation's policy decides. */
+  fail(
+    key: string, token: number, error: string, options: { retryable?: boolean; references?: Reference[] } = {},
+  ): Promise<Receipt> {
     const body: Body = { key, token, error: error || "failed" };
     if (options.retryable !== undefined) body.retryable = options.retryable;
+    if (options.references?.length) body.references = options.references;
     return this.#post("/api/v1/receipts/fail", body) as Promise<Receipt>;
   }
 
@@ -186,8 +228,12 @@ export class IdempotencyClient {
 
   /** Enqueue an outbox message (`POST /api/v1/outbox`): sent by the server's worker, at
    * least once, with `key` passed downstream. Repeating it with the same message is harmless. */
-  async enqueue(action: string, payload: Record<string, unknown>, key: string): Promise<OutboxMessage> {
-    const reply = await this.#send("POST", "/api/v1/outbox", { action, payload, key });
+  async enqueue(
+    action: string, payload: Record<string, unknown>, key: string, options: { references?: Reference[] } = {},
+  ): Promise<OutboxMessage> {
+    const body: Body = { action, payload, key };
+    if (options.references?.length) body.references = options.references;
+    const reply = await this.#send("POST", "/api/v1/outbox", body);
     const message = (await this.#json(reply)) as Omit<OutboxMessage, "created">;
     return { ...message, created: reply.status === 201 };
   }
@@ -223,6 +269,13 @@ export class IdempotencyClient {
     }
     const token = claim.token as number;
     const beat = new Heartbeat(this, key, token, claim.leaseSeconds, sentAt);
+    const references: Reference[] = [];
+    const refer = (kind: string, value: string | number): void => {
+      const made = reference(kind, value);
+      if (references.some((r) => r.kind === made.kind && r.value === made.value)) return;
+      if (references.length >= MAX_REFERENCES) throw new TypeError(`At most ${MAX_REFERENCES} references per attempt.`);
+      references.push(made);
+    };
     let stored: string;
     try {
       const result = await fn({
@@ -231,12 +284,13 @@ export class IdempotencyClient {
         token,
         attempt: claim.attempts ?? 1,
         downstreamKey: claim.downstreamKey ?? "",
+        refer,
       });
       stored = JSON.stringify(result === undefined ? null : result); // throws on what JSON cannot hold
     } catch (error) {
       await beat.stop();
       try {
-        await this.fail(key, token, describe(error).slice(0, 2000));
+        await this.fail(key, token, describe(error).slice(0, 2000), { references });
       } catch (failed) {
         if (!(failed instanceof IdempotencyError)) throw failed;
         // The original error matters more; the lease lapses by itself.
@@ -246,7 +300,7 @@ export class IdempotencyClient {
     await beat.stop();
     if (beat.lost) throw beat.lost; // completing would be refused too: the token is stale for good
     const value = JSON.parse(stored) as T;
-    await this.complete(key, token, value);
+    await this.complete(key, token, value, { references });
     return value;
   }
 

@@ -1,5 +1,5 @@
-export { IdempotencyClient } from "./client.js";
-export type { Claim, ClaimOptions, ClaimOutcome, ClientOptions, OutboxMessage, Receipt, RunContext, RunOnceOptions } from "./client.js";
+export { IdempotencyClient, MAX_REFERENCES, reference } from "./client.js";
+export type { Claim, ClaimOptions, ClaimOutcome, ClientOptions, OutboxMessage, Receipt, Reference, RunContext, RunOnceOptions } from "./client.js";
 export { canonicalJson } from "./canonical.js";
 export type { JsonValue } from "./canonical.js";
 export { makeKey, toolCallKey, MAX_KEY_LENGTH } from "./keys.js";

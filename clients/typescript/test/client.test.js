@@ -333,3 +333,41 @@ test("tool calls keyed by toolCallKey run once per run, again in a new conversat
   assert.deepEqual(await idem.runOnce(toolCallKey(run, "search", reordered), "tool.search", search, { request: reordered }), { hits: 1 });
   assert.deepEqual(await idem.runOnce(toolCallKey(fresh("run"), "search", args), "tool.search", search, { request: args }), { hits: 2 });
 });
+
+test("runOnce sends what the step referred to with its completion, and get shows it", live, async () => {
+  const idem = client();
+  const key = fresh("refer");
+  const result = await idem.runOnce(key, "payments.charge", ({ refer }) => {
+    refer("stripe.charge", "ch_ts_1");
+    refer("order", 1042);
+    refer("order", 1042); // once
+    return { charged: true };
+  });
+  assert.deepEqual(result, { charged: true });
+  const receipt = await idem.get(key);
+  assert.deepEqual(receipt.references, [{ kind: "stripe.charge", value: "ch_ts_1" }, { kind: "order", value: "1042" }]);
+});
+
+test("a step that refers, then throws, sends its references with the failure", live, async () => {
+  const idem = client();
+  const key = fresh("refer-fail");
+  await assert.rejects(idem.runOnce(key, "payments.charge", ({ refer }) => {
+    refer("stripe.charge", "ch_ts_lost");
+    throw new Error("fell over after the charge");
+  }), /fell over/);
+  const receipt = await idem.get(key);
+  assert.deepEqual([receipt.status, receipt.references], ["failed", [{ kind: "stripe.charge", value: "ch_ts_lost" }]]);
+});
+
+test("an outbox message is enqueued with its references; a bad one is InvalidField", live, async () => {
+  const idem = client();
+  const key = fresh("outbox-refs");
+  const message = await idem.enqueue("http.post", { url: "https://example.com/hook" }, key, {
+    references: [{ kind: "order", value: "42" }],
+  });
+  assert.deepEqual(message.references, [{ kind: "order", value: "42" }]);
+  await assert.rejects(
+    idem.enqueue("http.post", { url: "https://example.com/hook" }, fresh("outbox-bad-ref"), { references: [{ kind: "order", value: " 42" }] }),
+    InvalidField,
+  );
+});

@@ -74,7 +74,7 @@ def detail_page(
     audit = queries.audit_of(unit)
     return render(request, template, {
         **context, **shown, "audit": audit, "attempt_total": attempt_total,
-        "attempts": with_operator_marks(attempts, attempt_total, audit, at),
+        "attempts": with_operator_marks(attempts, attempt_total, audit, at), **queries.causation(unit),
     })
 
 

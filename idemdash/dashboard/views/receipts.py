@@ -83,6 +83,7 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         # Not final: the page polls its summary and timeline until the outcome lands.
         "live": receipt.released or receipt.status == Status.PROCESSING,
         "audit": audit,
+        **queries.causation(receipt),
     }
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -141,3 +143,19 @@ def test_the_admin_lists_a_pause_with_its_backlog_and_resumes_it_through_the_dom
     assert not OutboxPause.objects.exists()
     assert AuditEntry.objects.filter(action="outbox_pause.resume", actor="admin").count() == 1
     assert "delete_selected" not in admin_client.get(changelist).content.decode()
+
+
+def test_the_search_finds_a_message_by_a_references_exact_value_and_its_page_shows_references_and_cause(admin_client):
+    import receipts
+    from receipts.models import Receipt
+
+    receipts.run_once("order-42", "payment.create", lambda: store.enqueue(
+        "http.post", {"url": URL}, "mail-42", references=[("order", "42")]) and None)
+    store.enqueue("http.post", {"url": URL}, "hay", references=[("order", "421")])
+    changelist = reverse("admin:outbox_outboxmessage_changelist")
+    found = admin_client.get(changelist, {"q": "42"}).content.decode()
+    assert "mail-42" in found and ">hay<" not in found
+    message, receipt = OutboxMessage.objects.get(key="mail-42"), Receipt.objects.get()
+    page = admin_client.get(reverse("admin:outbox_outboxmessage_change", args=[message.pk])).content.decode()
+    assert reverse("admin:receipts_receipt_change", args=[receipt.pk]) in page
+    assert re.search(r'class="field-value">\s*<p>42</p>', page)

@@ -181,3 +181,21 @@ def test_the_raw_bytes_of_a_lone_surrogate_are_refused_like_its_escape(client, t
 def test_a_pair_of_surrogates_is_one_character_and_is_taken(client, token):
     assert post(client, with_json('"\\ud83d\\ude00"'), token).status_code == 201
     assert OutboxMessage.objects.get().payload["json"] == "\U0001f600"
+
+
+def test_references_given_with_a_new_message_are_stored_and_shown(client, token):
+    references = [{"kind": "order", "value": "42"}, {"kind": "shopify.order", "value": "gid://shopify/Order/42"}]
+    response = post(client, {**MESSAGE, "references": references}, token)
+    assert response.status_code == 201 and response.json()["references"] == references
+    message = OutboxMessage.objects.get()
+    assert list(message.references.order_by("pk").values_list("kind", "value")) == [
+        ("order", "42"), ("shopify.order", "gid://shopify/Order/42"),
+    ]
+    assert message.cause_kind == "" and message.cause_id is None  # an API client runs under no claim here
+
+
+@pytest.mark.parametrize("references", [{"kind": "order"}, [{"kind": "order", "value": " 42"}], [{"kind": "", "value": "42"}]])
+def test_bad_references_are_400_and_write_no_message(client, token, references):
+    body = assert_problem(post(client, {**MESSAGE, "references": references}, token), 400, "invalid-field")
+    assert body["field"] == "references"
+    assert not OutboxMessage.objects.exists()

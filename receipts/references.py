@@ -1,0 +1,71 @@
+"""Who refers to a value: the receipts, webhook events and outbox messages that were given a
+reference (clients/python/idemdash_client/references.py) with it, and the messages a receipt or an event caused.
+
+For the pages, the admin and search: each question is an index lookup on its table (a
+reference's value, a message's cause), whatever the tables' size. The webhooks and outbox
+apps are optional, so each is asked only when installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.apps import apps
+from django.db.models import Model, QuerySet
+
+from idemdash.core.reference_rows import referring
+from idemdash_client.references import RECEIPT, WEBHOOK_EVENT
+from receipts.models import Receipt, ReceiptReference
+
+# Objects of each kind one question returns at most: a value that hundreds of objects
+# share is not an id, and a page lists what it can show.
+LIMIT = 100
+
+
+@dataclass
+class Referring:
+    """The objects that refer to one value, newest first, LIMIT of each kind at most."""
+
+    receipts: list[Receipt] = field(default_factory=list)
+    events: list[Model] = field(default_factory=list)
+    messages: list[Model] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.receipts or self.events or self.messages)
+
+
+def _webhooks() -> bool:
+    return apps.is_installed("webhooks")
+
+
+def _outbox() -> bool:
+    return apps.is_installed("receipts.outbox")
+
+
+def objects_referring(value: str, kind: str | None = None, *, limit: int = LIMIT) -> Referring:
+    """Every receipt, webhook event and outbox message with a reference `value` (of `kind`,
+    when given): the entry point for search and trace pages."""
+    found = Referring(receipts=list(referring(Receipt, value, kind).order_by("-created_at")[:limit]))
+    if _webhooks():
+        found.events = list(referring(apps.get_model("webhooks", "WebhookEvent"), value, kind).order_by("-received_at")[:limit])
+    if _outbox():
+        found.messages = list(referring(apps.get_model("outbox", "OutboxMessage"), value, kind).order_by("-created_at")[:limit])
+    return found
+
+
+def caused_by(cause: Receipt | Model) -> QuerySet:
+    """The outbox messages enqueued while `cause` (a receipt or a webhook event) ran."""
+    message = apps.get_model("outbox", "OutboxMessage")
+    kind = RECEIPT if isinstance(cause, Receipt) else WEBHOOK_EVENT
+    return message.objects.filter(cause_kind=kind, cause_id=cause.pk).order_by("created_at", "pk")
+
+
+def cause_of(message: Any) -> Receipt | Model | None:
+    """The receipt or webhook event a message was enqueued under; None when it has none, or
+    it was purged (message.cause_id then still says which it was)."""
+    if message.cause_kind == RECEIPT:
+        return Receipt.objects.filter(pk=message.cause_id).first()
+    if message.cause_kind == WEBHOOK_EVENT and _webhooks():
+        return apps.get_model("webhooks", "WebhookEvent").objects.filter(pk=message.cause_id).first()
+    return None
