@@ -77,6 +77,10 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 IDEMDASH_BASE_URL = os.environ.get(
     "IDEMDASH_BASE_URL", f"http://127.0.0.1:{os.environ.get('IDEMDASH_PORT', '8000')}"
 ).strip().rstrip("/")
+# An incident nobody acknowledged is reminded about every this many evaluations (one a
+# minute), at most this many times (idemdash.dashboard.incidents).
+IDEMDASH_INCIDENT_REMIND_EVERY = envint("IDEMDASH_INCIDENT_REMIND_EVERY", 30, minimum=1)
+IDEMDASH_INCIDENT_REMINDERS = envint("IDEMDASH_INCIDENT_REMINDERS", 2)
 
 INSTALLED_APPS = [
     "django.contrib.auth",
