@@ -507,8 +507,12 @@ def _message_subject(m: OutboxMessage) -> Subject:
     return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
 
 
+def _incident_subject(i: Any) -> Subject:
+    return Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk]))
+
+
 # object_type -> (noun, rows by id, their display). Other kinds (endpoints, alert rules, API
-# clients) keep the stored "type id".
+# clients) keep the stored "type id". Incidents by name: the model imports this module.
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
     "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
     "webhooks.webhookevent": (
@@ -517,6 +521,8 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
         _event_subject,
     ),
     "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
+    "idemdash.incident": ("incident", lambda: apps.get_model("idemdash", "Incident").objects.select_related("alert"),
+                          _incident_subject),
 }
 
 

@@ -122,3 +122,11 @@ def test_the_banner_links_each_firing_alert_to_its_cause_and_its_incident(operat
     assert f'href="/incidents/{incident.pk}/" data-link="incident"' in body
     operator_client.post(ack_url(incident), {"note": "mine"})
     assert "acknowledged by" in operator_client.get("/?window=1h").content.decode()
+
+
+def test_the_audit_log_names_the_acknowledged_incident_and_links_to_it(operator_client):
+    incident = firing("stuck rows")
+    operator_client.post(ack_url(incident), {"note": "mine"})
+    body = operator_client.get("/audit/").content.decode()
+    assert "Acknowledge incident" in body
+    assert f'href="/incidents/{incident.pk}/"' in body and f"#{incident.pk} stuck rows" in body

@@ -130,6 +130,7 @@ AUDIT_VERBS = {
     "outbox_message.release": "Release (stuck)",
     "webhook_endpoint.pause": "Pause endpoint",
     "webhook_endpoint.resume": "Resume endpoint",
+    "incident.acknowledge": "Acknowledge incident",
 }
 
 
