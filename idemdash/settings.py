@@ -77,9 +77,12 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 IDEMDASH_BASE_URL = os.environ.get(
     "IDEMDASH_BASE_URL", f"http://127.0.0.1:{os.environ.get('IDEMDASH_PORT', '8000')}"
 ).strip().rstrip("/")
+# An incident nobody acknowledged is reminded about every this many evaluations (one a
+# minute), at most this many times (idemdash.dashboard.incidents).
+IDEMDASH_INCIDENT_REMIND_EVERY = envint("IDEMDASH_INCIDENT_REMIND_EVERY", 30, minimum=1)
+IDEMDASH_INCIDENT_REMINDERS = envint("IDEMDASH_INCIDENT_REMINDERS", 2)
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -93,6 +96,9 @@ INSTALLED_APPS = [
     "receipts.outbox",
     "webhooks",
     "idemdash.dashboard",  # label "idemdash"
+    # After the dashboard, whose templates/admin/base_site.html gives the admin the favicon
+    # of every other page.
+    "django.contrib.admin",
 ]
 
 # --- Beside a host project, on its database (docs/host-project.md, "As a separate service") ---
@@ -115,6 +121,9 @@ MIDDLEWARE = [
     # Serves /static/ from STATIC_ROOT (and, with DEBUG, from the finders), so gunicorn alone
     # serves the whole dashboard; a proxy in front is optional.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Outermost of ours, so it sees every HTML page as it leaves: bidi controls and invisible
+    # characters from data shown as visible marks, on every page and the admin alike.
+    "idemdash.core.caller_text.RevealHiddenTextMiddleware",
     # Before anything reads a body: gives Django the body of a chunked request.
     "receipts.middleware.ChunkedBodyMiddleware",
     # A NUL in a path or query parameter: 400, not a database error in a view.

@@ -1,6 +1,7 @@
-"""Admin for alert rules and their alerts. Saving or deleting a rule here goes through
-idemdash.dashboard.alerts, like the dashboard, so it is audited; alerts are read-only (only the
-evaluator moves them)."""
+"""Admin for alert rules, their alerts and incidents. Saving or deleting a rule here goes
+through idemdash.dashboard.alerts, like the dashboard, so it is audited; alerts and incidents
+are read-only (the evaluator moves them, and operators acknowledge on the dashboard's
+incident page, where the form is CSRF-protected and audited)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.http import HttpRequest
 
 from idemdash.core.columns import FilterSafe, to_the_second
 from idemdash.dashboard import alerts
-from idemdash.dashboard.models import Alert, AlertRule
+from idemdash.dashboard.models import Alert, AlertRule, Incident, IncidentEvent
 
 # The app list beside every page took 300 of 1440 px from the changelists, whose last columns
 # were then cut off; the admin index and the breadcrumbs lead to the same pages.
@@ -67,6 +68,41 @@ class AlertAdmin(FilterSafe, admin.ModelAdmin):
     search_fields = ("rule_name",)
     date_hierarchy = "fired_at"
     readonly_fields = [f.name for f in Alert._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class IncidentEventInline(admin.TabularInline):
+    model = IncidentEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["at", "kind", "actor", "detail", "notification_key"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Incident)
+class IncidentAdmin(FilterSafe, admin.ModelAdmin):
+    list_display = ("pk", "rule_name", "state", to_the_second("opened_at", "opened"), "acknowledged_by",
+                    to_the_second("resolved_at", "resolved"), "evaluations", "reminders_sent")
+    list_filter = ("state",)
+    search_fields = ("alert__rule_name", "acknowledged_by", "note")
+    date_hierarchy = "opened_at"
+    readonly_fields = [f.name for f in Incident._meta.fields]
+    inlines = [IncidentEventInline]
+
+    @admin.display(description="rule", ordering="alert__rule_name")
+    def rule_name(self, obj: Incident) -> str:
+        return obj.alert.rule_name
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).select_related("alert")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

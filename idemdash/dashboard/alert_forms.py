@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from idemdash.dashboard.alert_rules import PERCENT_METRICS, parse_window_minutes, window_label
-from idemdash.dashboard.models import Alert, AlertRule
+from idemdash.dashboard.models import Alert, AlertRule, Incident
 
 
 class AlertRuleForm(forms.ModelForm):
@@ -63,3 +63,24 @@ class AlertFilter(forms.Form):
             qs = qs.filter(state=self.cleaned_data["state"])
         return qs
 
+
+
+class IncidentFilter(forms.Form):
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Incident.State.choices])
+    rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
+
+    def incidents(self) -> QuerySet[Incident]:
+        qs = Incident.objects.select_related("alert", "alert__rule")
+        if self.cleaned_data.get("state"):
+            qs = qs.filter(state=self.cleaned_data["state"])
+        if self.cleaned_data.get("rule"):
+            qs = qs.filter(alert__rule=self.cleaned_data["rule"])
+        return qs
+
+
+class AcknowledgeForm(forms.Form):
+    note = forms.CharField(
+        required=False, max_length=2000, strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "What you are doing about it"}),
+        help_text="Kept on the incident and in the audit log.",
+    )

@@ -14,6 +14,14 @@ happens once, so the message is enqueued once; the outbox then delivers it (at l
 with that key as the Idempotency-Key / Message-ID so that a receiver can drop a repeat).
 A rule that fires again after resolving opens a new Alert, hence a new key and a new
 notification.
+
+An alert that fires opens its incident (idemdash.dashboard.incidents) in the same
+transaction; while it stays firing, each evaluation counts, and the reminders that count
+makes due ("still failing", then "exhausted") are notified the same way, each once.
+
+Caller and operator text in a notification (the rule's name) goes through
+idemdash.core.caller_text: bidi controls and invisible characters shown as marks, and
+right-to-left names isolated, so a name cannot reverse the message around it.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from idemdash.core import audit
-from idemdash.dashboard import queries
+from idemdash.core.caller_text import isolated_plain, reveal
+from idemdash.dashboard import incidents, queries
 from idemdash.dashboard.conf import setting
 from idemdash.dashboard.alert_rules import (
     INSTANT_METRICS,
@@ -197,9 +206,14 @@ def cause_path(metric: str, window_minutes: int | None = None) -> str:
     return reverse(name) + (f"?{query}" if query else "")
 
 
+def absolute(path: str) -> str:
+    """`path` as a link in a notification, read away from the dashboard (IDEMDASH_BASE_URL)."""
+    return setting("IDEMDASH_BASE_URL").rstrip("/") + path
+
+
 def cause_url(metric: str, window_minutes: int | None = None) -> str:
     """`cause_path` as an absolute URL (IDEMDASH_BASE_URL), for notifications."""
-    return setting("IDEMDASH_BASE_URL").rstrip("/") + cause_path(metric, window_minutes)
+    return absolute(cause_path(metric, window_minutes))
 
 
 # --- notifications --------------------------------------------------------------------------
@@ -213,25 +227,35 @@ def notification_key(alert: Alert, transition: str) -> str:
 UNITS = {Metric.DUPLICATE_RATE: "percent", Metric.OUTBOX_BACKLOG_AGE: "seconds"}
 
 
-def notification_text(alert: Alert, rule: AlertRule, transition: str) -> str:
+def notification_text(alert: Alert, rule: AlertRule, transition: str, value: float | None = None) -> str:
+    """The one line a notification says; `value` is the figure now (for a reminder)."""
+    name = isolated_plain(rule.name)
+    condition = f"({rule.comparison} {format_threshold(rule.metric, rule.threshold)} {rule.span_text})"
     if transition == "fired":
-        return (
-            f"[FIRING] {rule.name}: {rule.get_metric_display()} is "
-            f"{format_value(rule.metric, alert.value)} ({rule.comparison} {format_threshold(rule.metric, rule.threshold)} {rule.span_text})"
-        )
+        return f"[FIRING] {name}: {rule.get_metric_display()} is {format_value(rule.metric, alert.value)} {condition}"
+    if transition.startswith(incidents.Kind.STILL_FAILING):
+        n = transition.rpartition(":")[2]
+        shown = "" if value is None else f" is {format_value(rule.metric, value)}"
+        return (f"[STILL FIRING] {name}: {rule.get_metric_display()}{shown} {condition}; firing since "
+                f"{alert.fired_at:%Y-%m-%d %H:%M:%S} UTC, not acknowledged; reminder {n} of {incidents.reminders()}")
+    if transition == incidents.Kind.EXHAUSTED:
+        return (f"[STILL FIRING, LAST REMINDER] {name}: {rule.get_metric_display()} {condition} since "
+                f"{alert.fired_at:%Y-%m-%d %H:%M:%S} UTC; no more reminders until it resolves or is acknowledged")
     now_value = "" if alert.resolved_value is None else f", now {format_value(rule.metric, alert.resolved_value)}"
     reason = f" ({alert.resolved_reason})" if alert.resolved_reason else ""
-    return f"[RESOLVED] {rule.name}: {rule.get_metric_display()}{now_value}{reason}; fired at {alert.fired_at:%Y-%m-%d %H:%M:%S} UTC"
+    return f"[RESOLVED] {name}: {rule.get_metric_display()}{now_value}{reason}; fired at {alert.fired_at:%Y-%m-%d %H:%M:%S} UTC"
 
 
-def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, dict[str, Any]]:
+def notification(alert: Alert, rule: AlertRule, transition: str, value: float | None = None) -> tuple[str, dict[str, Any]]:
     """The outbox action and payload for one transition of `alert`."""
-    text = notification_text(alert, rule, transition)
+    text = notification_text(alert, rule, transition, value)
     url = cause_url(rule.metric, rule.window_minutes)
+    incident_url = absolute(reverse("dashboard:incident", args=[alert.pk]))
     # Threshold and values in one unit, the rule's (percent for rates), named by `unit`.
     details = {
         "alert_id": alert.pk,
-        "rule": rule.name,
+        "transition": transition,
+        "rule": reveal(rule.name),
         "state": alert.state,
         "metric": rule.metric,
         "comparison": rule.comparison,
@@ -243,18 +267,21 @@ def notification(alert: Alert, rule: AlertRule, transition: str) -> tuple[str, d
         "fired_at": alert.fired_at.isoformat(),
         "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
         "url": url,
+        "incident_url": incident_url,
     }
     if rule.channel == AlertRule.Channel.EMAIL:
-        lines = [text, "", f"See what caused it: {url}", ""] + [f"{name}: {value}" for name, value in details.items()]
+        lines = [text, "", f"See what caused it: {url}", f"The incident: {incident_url}", ""]
+        lines += [f"{name}: {value}" for name, value in details.items()]
         return "email.send", {"to": rule.target, "subject": f"[idemdash] {text}"[:200], "body": "\n".join(lines)}
     # Slack's incoming webhooks read `text` and ignore the rest; other receivers get the figures.
     return "http.post", {"url": rule.target, "json": {"text": f"{text} <{url}>", "alert": details}, "headers": {}}
 
 
-def _notify(alert: Alert, rule: AlertRule, transition: str) -> None:
-    """Enqueue the notification, in the caller's transaction."""
+def _notify(alert: Alert, rule: AlertRule, transition: str, value: float | None = None) -> str:
+    """Enqueue the notification, in the caller's transaction; its key, or "" when the
+    outbox refused it."""
     key = notification_key(alert, transition)
-    action, payload = notification(alert, rule, transition)
+    action, payload = notification(alert, rule, transition, value)
     try:
         enqueue(action, payload, key)
     except ValueError as exc:
@@ -264,10 +291,12 @@ def _notify(alert: Alert, rule: AlertRule, transition: str) -> None:
         log.warning("alert %s: %s notification not queued: %s", alert.pk, transition, exc)
         Alert.objects.filter(pk=alert.pk).update(notification_error=f"{transition}: {exc}")
         alert.notification_error = f"{transition}: {exc}"
-        return
-    name = "fired_notification_key" if transition == "fired" else "resolved_notification_key"
-    Alert.objects.filter(pk=alert.pk).update(**{name: key})
-    setattr(alert, name, key)
+        return ""
+    if transition in ("fired", "resolved"):
+        name = f"{transition}_notification_key"
+        Alert.objects.filter(pk=alert.pk).update(**{name: key})
+        setattr(alert, name, key)
+    return key
 
 
 # --- transitions ------------------------------------------------------------------------
@@ -286,7 +315,21 @@ def fire(rule: AlertRule, value: float, now: datetime) -> Alert | None:
         except IntegrityError:
             return None
         _notify(alert, rule, "fired")
+        incidents.open_for(alert, now)
     return alert
+
+
+def remind(alert: Alert, rule: AlertRule, value: float, now: datetime) -> str | None:
+    """`alert` is still firing at this evaluation: count it on its incident, and notify the
+    reminder that made due, if any (claimed by one evaluator only). The transition sent, or None."""
+    with transaction.atomic():
+        transition = incidents.count_evaluation(alert, now)
+        if transition is None:
+            return None
+        key = _notify(alert, rule, transition, value)
+        kind = transition.partition(":")[0]
+        incidents.record(alert.pk, kind, now, detail=f"value {format_value(rule.metric, value)}", key=key)
+    return transition
 
 
 def resolve(alert: Alert, now: datetime, *, value: float | None = None, reason: str = "") -> bool:
@@ -302,6 +345,7 @@ def resolve(alert: Alert, now: datetime, *, value: float | None = None, reason: 
         alert.refresh_from_db()
         if alert.rule is not None:
             _notify(alert, alert.rule, "resolved")
+        incidents.close(alert, now)
     return True
 
 
@@ -311,6 +355,7 @@ class EvaluationResult:
     fired: list[int] = field(default_factory=list)  # alert ids
     resolved: list[int] = field(default_factory=list)
     still_firing: int = 0
+    reminded: list[int] = field(default_factory=list)  # alert ids with a reminder sent
     values: dict[str, float] = field(default_factory=dict)  # rule name -> figure
 
     def as_dict(self) -> dict[str, Any]:
@@ -340,6 +385,8 @@ def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None =
         if breached(rule, value):
             if alert is not None:
                 result.still_firing += 1
+                if remind(alert, rule, value, now):
+                    result.reminded.append(alert.pk)
                 continue
             fired = fire(rule, value, now)
             if fired is not None:
@@ -426,10 +473,11 @@ def attach_notifications(rows: list[Alert]) -> None:
 
 
 def overview_alerts(window: queries.Window, now: datetime | None = None, *, limit: int = 5) -> dict[str, Any]:
-    """Firing alerts, and alerts resolved within the overview's window."""
+    """Firing alerts (each with its incident, and `cause`: the path of the page showing what
+    it counts), and alerts resolved within the overview's window."""
     now = now or timezone.now()
     resolved = Alert.objects.filter(state=State.RESOLVED, resolved_at__gt=now - window.span, resolved_at__lte=now)
-    firing = list(Alert.objects.filter(state=State.FIRING).select_related("rule").order_by("-fired_at", "-id"))
+    firing = list(Alert.objects.filter(state=State.FIRING).select_related("incident", "rule").order_by("-fired_at", "-id"))
     for a in firing:
         a.cause = cause_path(a.metric, a.rule.window_minutes if a.rule else None)
     return {

@@ -11,6 +11,12 @@ DEFAULTS: dict[str, Any] = {
     # Where operators open the dashboard, for the links in alert notifications; empty: the
     # links are paths only (a host project sets its own address).
     "IDEMDASH_BASE_URL": "",
+    # An incident nobody acknowledged is reminded about ("still failing") every this many
+    # evaluations that find it firing (one a minute on the schedule), at most
+    # IDEMDASH_INCIDENT_REMINDERS times; then one "exhausted" notice, and quiet until it
+    # recovers (idemdash.dashboard.incidents).
+    "IDEMDASH_INCIDENT_REMIND_EVERY": 30,
+    "IDEMDASH_INCIDENT_REMINDERS": 2,
 }
 
 

@@ -158,3 +158,65 @@ class HealthState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.state} since {self.since:%Y-%m-%d %H:%M:%S}"
+
+
+class Incident(models.Model):
+    """What operators do about one alert: it opens when the alert fires (firing), an operator
+    may acknowledge it with a note (acknowledged), and it resolves with its alert (resolved).
+    Its key is its alert's, so an alert and its incident share one number.
+
+    Every move is a conditional UPDATE from the state it leaves, with a rowcount check
+    (idemdash.dashboard.incidents), so two evaluators or two operators meeting on one
+    incident move it once and notify or audit once.
+    """
+
+    class State(models.TextChoices):
+        FIRING = "firing"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+
+    alert = models.OneToOneField(Alert, primary_key=True, on_delete=models.CASCADE, related_name="incident")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.FIRING)
+    opened_at = models.DateTimeField()
+    evaluations = models.PositiveIntegerField(
+        default=1, help_text="Evaluations that found the condition holding, the one that opened it included."
+    )
+    reminders_sent = models.PositiveSmallIntegerField(default=0)
+    exhausted_at = models.DateTimeField(null=True, blank=True, help_text="When the last reminder went out.")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=255, blank=True)
+    note = models.TextField(blank=True, help_text="What the operator who acknowledged it wrote.")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "opened_at"], name="incident_state_opened")]
+
+    def __str__(self) -> str:
+        return f"Incident {self.pk}: {self.alert.rule_name} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state != self.State.RESOLVED
+
+
+class IncidentEvent(models.Model):
+    """One line of an incident's history: a move of its state, or a notification about it."""
+
+    class Kind(models.TextChoices):
+        FIRED = "fired"
+        STILL_FAILING = "still_failing", "still failing"
+        EXHAUSTED = "exhausted", "reminders exhausted"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved", "recovered"
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="history")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    actor = models.CharField(max_length=255, blank=True, help_text="The operator; blank for the evaluator.")
+    detail = models.TextField(blank=True)
+    notification_key = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        # In the order the moves were made: racing evaluators each stamp their own `now`,
+        # which need not follow the order in which they claimed their moves.
+        ordering = ["id"]

@@ -573,6 +573,10 @@ def _run_subject(run: BulkRun) -> Subject:
     return Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk]))
 
 
+def _incident_subject(i: Any) -> Subject:
+    return Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk]))
+
+
 # object_type -> (noun, rows by id, their display), for the objects that have a page. The
 # others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
@@ -584,6 +588,8 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
         _event_subject,
     ),
     "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
+    "idemdash.incident": ("incident", lambda: apps.get_model("idemdash", "Incident").objects.select_related("alert"),
+                          _incident_subject),
 }
 
 

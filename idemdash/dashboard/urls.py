@@ -7,7 +7,9 @@ An action on one unit is `views.actions.object_action` with the registry's kind 
 
 from django.urls import URLPattern, path
 
-from idemdash.dashboard.views import alerts, audit, bulk, events, machine, outbox, overview, pauses, receipts, search, stuck
+from idemdash.dashboard.views import (
+    alerts, audit, bulk, events, incidents, machine, outbox, overview, pauses, receipts, search, stuck,
+)
 from idemdash.dashboard.views.actions import object_action
 
 
@@ -68,4 +70,11 @@ urlpatterns += [
     path("alerts/rules/<int:pk>/", alerts.alert_rule_edit, name="alert_rule"),
     path("alerts/rules/<int:pk>/delete/", alerts.alert_rule_delete, name="alert_rule_delete"),
     path("alerts/rules/<int:pk>/evaluate/", alerts.alert_rule_evaluate, name="alert_rule_evaluate"),
+]
+
+# Incidents (idemdash.dashboard.incidents): one per alert; viewers read, operators acknowledge.
+urlpatterns += [
+    path("incidents/", incidents.incident_list, name="incidents"),
+    path("incidents/<int:pk>/", incidents.incident_detail, name="incident"),
+    path("incidents/<int:pk>/acknowledge/", incidents.incident_acknowledge, name="incident_acknowledge"),
 ]

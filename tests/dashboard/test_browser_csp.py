@@ -94,7 +94,7 @@ def test_every_page_works_under_the_policy_with_no_violation(receipts, flow, wat
     assert read_in_place(lambda: Receipt.objects.get(pk=burned.pk).retryable) is True
 
     for path in ("/events/", f"/events/{dead.pk}/", "/rejected/", "/outbox/", "/stuck/", "/audit/", "/alerts/",
-                 "/alerts/rules/", "/alerts/rules/new/", "/receipts/bulk-release/", "/admin/",
+                 "/alerts/rules/", "/alerts/rules/new/", "/incidents/", "/receipts/bulk-release/", "/admin/",
                  "/admin/receipts/receipt/", f"/admin/receipts/receipt/{burned.pk}/change/"):
         response = page.goto(live_server.url + path)
         assert response.status == 200 and page.url == live_server.url + path, path

@@ -283,9 +283,10 @@ def test_a_webhook_rule_posts_slack_compatible_json_with_the_figures(settings):
     assert body["text"] == (f"[FIRING] {r.name}: Duplicate rate is 55.56% (> 20% over 1h) "
                             "<https://idemdash.example.com/?window=1h>")
     assert body["alert"] == {
-        "alert_id": alert.pk, "rule": r.name, "state": "firing", "metric": "duplicate_rate", "comparison": ">",
+        "alert_id": alert.pk, "transition": "fired", "rule": r.name, "state": "firing", "metric": "duplicate_rate", "comparison": ">",
         "threshold": 20.0, "unit": "percent", "window_minutes": 60, "value": 55.56, "resolved_value": None,
         "fired_at": now.isoformat(), "resolved_at": None, "url": "https://idemdash.example.com/?window=1h",
+        "incident_url": f"https://idemdash.example.com/incidents/{alert.pk}/",
     }
 
 

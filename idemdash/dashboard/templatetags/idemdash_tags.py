@@ -7,6 +7,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from idemdash.core.caller_text import isolated_html
 from idemdash.core.masking import mask_text
 
 register = template.Library()
@@ -16,6 +17,14 @@ register = template.Library()
 def masked(text: str | None) -> str:
     """An error message as a page shows it: URL userinfo masked (idemdash.core.masking)."""
     return mask_text(text or "")
+
+
+@register.filter
+def untrusted(text: object) -> str:
+    """Text a caller or operator supplied, as a page shows it inline: escaped, bidi controls
+    and invisible characters shown as marks, isolated in a <bdi> (idemdash.core.caller_text).
+    Last in a filter chain: it returns HTML."""
+    return isolated_html(text)
 
 
 @register.filter
@@ -125,6 +134,7 @@ AUDIT_VERBS = {
     "bulk_run.cancel": "Cancel bulk run",
     "outbox_pause.pause": "Pause sending",
     "outbox_pause.resume": "Resume sending",
+    "incident.acknowledge": "Acknowledge incident",
 }
 
 

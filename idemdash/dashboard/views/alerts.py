@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from idemdash.dashboard import alerts
 from idemdash.dashboard.access import operator_required, viewer_required
 from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
-from idemdash.dashboard.views.pages import partial_or_page, safe_next
+from idemdash.dashboard.views.pages import newest_first_page, partial_or_page, safe_next
 from idemdash.dashboard.models import Alert, AlertRule
 
 PAGE_SIZE = 50
@@ -27,18 +27,8 @@ def alert_history(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "rows": [], "next_before": None}
     status = 200
     if form.is_valid():
-        rows = form.alerts().select_related("rule").order_by("-id")
-        before = request.GET.get("before", "")
-        if before.isdigit():
-            rows = rows.filter(id__lt=int(before))
-        page = list(rows[: PAGE_SIZE + 1])
-        context["rows"] = page[:PAGE_SIZE]
+        newest_first_page(request, form.alerts().select_related("rule"), context, PAGE_SIZE)
         alerts.attach_notifications(context["rows"])
-        if len(page) > PAGE_SIZE:
-            query = request.GET.copy()
-            query["before"] = page[PAGE_SIZE - 1].pk
-            context["next_page"] = query.urlencode()
-        context["paged"] = before.isdigit()
     else:
         status = 400
     return partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)

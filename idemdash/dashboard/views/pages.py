@@ -35,6 +35,23 @@ def pretty_json(value: Any) -> str:
     return json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False)
 
 
+def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int) -> None:
+    """One page of `rows`, newest first by id, older pages by `?before=<id>`: the alert
+    history's and the incident list's pager. Sets `rows`, `next_page` (the query of the
+    older page) and `paged` in `context`."""
+    rows = rows.order_by("-pk")
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        rows = rows.filter(pk__lt=int(before))
+    page = list(rows[: size + 1])
+    context["rows"] = page[:size]
+    if len(page) > size:
+        query = request.GET.copy()
+        query["before"] = page[size - 1].pk
+        context["next_page"] = query.urlencode()
+    context["paged"] = before.isdigit()
+
+
 # A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.
 LOG_LIMIT = 300
 
