@@ -69,3 +69,58 @@ def cause_of(message: Any) -> Receipt | Model | None:
     if message.cause_kind == WEBHOOK_EVENT and _webhooks():
         return apps.get_model("webhooks", "WebhookEvent").objects.filter(pk=message.cause_id).first()
     return None
+
+
+@dataclass
+class SideEffects:
+    """What is already on record as done for a unit an operator is about to run again (a
+    receipt to release, an event to reprocess, a message to send again or release): the
+    preflight the confirmation shows before the click.
+
+    - `messages`: the outbox messages the unit caused (for a message: the message itself), each
+      with its status; their keys are what went downstream as Idempotency-Key, so a receiver
+      that honours it absorbs a repeat, and one that does not acts twice.
+    - `receipts`: completed receipts, other than the unit, under one of the unit's references:
+      the same charge or order done by another step.
+    """
+
+    messages: list[Model] = field(default_factory=list)
+    receipts: list[Receipt] = field(default_factory=list)
+
+    @property
+    def sent(self) -> list[Model]:
+        return [m for m in self.messages if m.status == "sent"]
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.receipts)
+
+
+def side_effects_on_record(unit: Any, *, limit: int = 20) -> SideEffects:
+    """SideEffects of a receipt, a webhook event or an outbox message (index lookups only)."""
+    found = SideEffects()
+    if _outbox():
+        message_model = apps.get_model("outbox", "OutboxMessage")
+        if isinstance(unit, message_model):
+            found.messages = [unit]  # the effect itself: sending it again repeats it downstream
+        else:
+            found.messages = list(caused_by(unit)[:limit])
+    values = list(unit.references.values_list("value", flat=True)[:limit]) if hasattr(unit, "references") else []
+    if values:
+        others = Receipt.objects.filter(
+            status=Receipt.Status.COMPLETED, pk__in=ReceiptReference.objects.filter(value__in=values).values("receipt_id")
+        )
+        if isinstance(unit, Receipt):
+            others = others.exclude(pk=unit.pk)
+        found.receipts = list(others.order_by("-completed_at")[:limit])
+    return found
+
+
+def with_sent_side_effects(units: QuerySet) -> int:
+    """How many of `units` (receipts or webhook events) caused a message that was sent: the
+    bulk confirmation's count. One semi-join on the messages' cause index."""
+    if not _outbox():
+        return 0
+    message = apps.get_model("outbox", "OutboxMessage")
+    kind = RECEIPT if units.model is Receipt else WEBHOOK_EVENT
+    sent = message.objects.filter(cause_kind=kind, status="sent").values("cause_id")
+    return units.filter(pk__in=sent).count()

@@ -63,3 +63,22 @@ def test_an_event_within_its_lease_is_not_released(operator_client):
     event = webhook_event("evt_1", "processing")
     assert operator_client.post(f"/events/{event.pk}/release/", headers={"HX-Request": "true"}).status_code == 409
     assert WebhookEvent.objects.get(pk=event.pk).status == "processing"
+
+
+def test_the_reprocess_confirmation_lists_the_message_its_handler_already_sent(operator_client):
+    from receipts.outbox.models import OutboxMessage
+    from tests.dashboard.build import handled_event
+
+    event, message = handled_event("evt_sent", "ch_sent")
+    OutboxMessage.objects.filter(pk=message.pk).update(status="sent")
+    html = operator_client.get(f"/events/{event.pk}/reprocess/").content.decode()
+    preflight = html.split('data-role="side-effects"')[1].split("</div>")[0]
+    assert "1 side effect sent" in preflight
+    assert 'data-side-effect="message" data-status="sent"' in preflight and "notify-ch_sent" in preflight
+    assert 'data-role="downstream-key">notify-ch_sent<' in preflight
+    assert 'class="button danger"' in html  # the confirm button says it is not harmless
+
+
+def test_an_event_that_caused_nothing_shows_no_preflight(operator_client):
+    event = webhook_event("evt_quiet", "dead")
+    assert 'data-role="side-effects"' not in operator_client.get(f"/events/{event.pk}/reprocess/").content.decode()

@@ -225,3 +225,46 @@ def test_purging_an_expired_receipt_deletes_its_references_and_keeps_the_others(
         retention.purge(batch_size=10)
     assert list(Receipt.objects.values_list("key", flat=True)) == ["pay:12"]
     assert stored() == [("stripe.charge", "ch_12"), ("order", "1042")]
+
+
+# --- the preflight: what is on record before an operator runs something again -------------------
+
+
+@pytest.mark.django_db
+def test_side_effects_on_record_list_a_receipts_messages_and_completed_receipts_under_its_references():
+    from receipts.references import side_effects_on_record
+
+    def charge() -> None:
+        receipts.current().refer("stripe.charge", "ch_1")
+        outbox.enqueue("http.post", {"url": URL}, "receipt-mail-ch_1")
+
+    receipts.run_once("order-1", "payment.create", charge)
+    receipts.run_once("refund-1", "refund.create", lambda: receipts.current().refer("stripe.charge", "ch_1"))
+    receipts.run_once("order-2", "payment.create", lambda: receipts.current().refer("stripe.charge", "ch_2"))
+    order, refund = Receipt.objects.get(key="order-1"), Receipt.objects.get(key="refund-1")
+    OutboxMessage.objects.filter(key="receipt-mail-ch_1").update(status="sent", sent_at=timezone.now())
+
+    found = side_effects_on_record(order)
+    assert [m.key for m in found.messages] == ["receipt-mail-ch_1"] and [m.key for m in found.sent] == ["receipt-mail-ch_1"]
+    assert found.receipts == [refund]  # the same charge, another step; not order-2, not itself
+    assert not side_effects_on_record(Receipt.objects.get(key="order-2"))  # nothing caused, nothing shared
+
+
+@pytest.mark.django_db
+def test_a_message_about_to_be_sent_again_is_its_own_side_effect():
+    from receipts.references import side_effects_on_record
+
+    message = outbox.enqueue("http.post", {"url": URL}, "m-1").message
+    assert side_effects_on_record(message).messages == [message]
+    assert side_effects_on_record(message).sent == []
+
+
+@pytest.mark.django_db
+def test_the_bulk_count_names_the_units_whose_message_was_sent():
+    from receipts.references import with_sent_side_effects
+
+    for n in range(3):
+        receipts.run_once(f"k{n}", "email.send", lambda n=n: outbox.enqueue("http.post", {"url": URL}, f"m{n}") and None)
+    OutboxMessage.objects.filter(key__in=["m0", "m2"]).update(status="sent")
+    assert with_sent_side_effects(Receipt.objects.all()) == 2
+    assert with_sent_side_effects(Receipt.objects.filter(key="k1")) == 0

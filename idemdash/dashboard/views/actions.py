@@ -28,6 +28,7 @@ from idemdash.dashboard import queries
 from idemdash.dashboard.access import operator_required
 from idemdash.dashboard.views import events, outbox, receipts
 from idemdash.dashboard.views.pages import safe_next
+from receipts import references
 
 # Each kind's summary partial and its context, rendered after an htmx POST (the new status
 # appears in place) and used as the confirmation's page around it.
@@ -58,6 +59,8 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
         "caution": spec.caution(obj) if spec.caution else "",
         # Will retrying help? Said before the click, whatever the action (idemdash/core/actions.py:Kind.lasting).
         "lasting": unit_kind.lasting_failure(obj),
+        # What already happened because of it (receipts/references.py: side_effects_on_record).
+        "side_effects": references.side_effects_on_record(obj) if request.method == "GET" else None,
     })
     if request.method == "GET":
         if request.htmx:

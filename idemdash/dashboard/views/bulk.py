@@ -29,6 +29,7 @@ from idemdash.core.bulk import BULK_LIMIT, BulkItem, BulkRun
 from idemdash.dashboard.access import OPERATE, operator_required, viewer_required
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, ReceiptFilter
 from idemdash.dashboard.views.pages import describe_filter, partial_or_page
+from receipts import references
 
 # How many of the touched rows the preview names.
 PREVIEW_ROWS = 10
@@ -103,6 +104,9 @@ def bulk_action(request: HttpRequest, kind: str) -> HttpResponse:
         "count": matched,
         # How many of them failed last in a way no retry changes (idemdash/core/actions.py:Kind.lasting).
         "lasting": unit_kind.lasting_count(targets) if matched else 0,
+        # How many already caused a message that was sent (receipts/references.py).
+        "sent_side_effects": references.with_sent_side_effects(targets)
+        if matched and unit_kind.name in ("receipt", "event") else 0,
         "first_rows": [(unit_kind.row_key(row), reverse(f"dashboard:{unit_kind.name}", args=[row.pk]))
                        for row in first_rows],
         "hidden": list(params.items()),
