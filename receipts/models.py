@@ -11,7 +11,7 @@ from django.utils import timezone
 # and keeps them importable from here.
 from idemdash.core.attempts import AttemptLog
 from idemdash.core.audit import AuditEntry  # noqa: F401
-from idemdash.core.bulk import BulkItem, BulkRun  # noqa: F401
+from idemdash.core.bulk_runs import BulkItem, BulkRun  # noqa: F401
 from idemdash.core.clients import ApiClient  # noqa: F401
 from idemdash.core.leases import LeasedWork, is_stuck
 from idemdash.core.reference_rows import Reference, meta_options

@@ -2,7 +2,7 @@
 
 from dataclasses import asdict
 
-from idemdash.core import bulk, rollup
+from idemdash.core import bulk_runs, rollup
 from receipts import retention
 
 
@@ -15,8 +15,8 @@ def roll_up() -> list[dict]:
 
 
 def advance_bulk_run(run_id: int) -> int:
-    return bulk.advance(run_id)
+    return bulk_runs.advance(run_id)
 
 
 def resume_bulk_runs() -> list[int]:
-    return bulk.resume_stalled()
+    return bulk_runs.resume_stalled()

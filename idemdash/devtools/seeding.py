@@ -314,6 +314,8 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
                         "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
         rows.parents.append({
             "scope": scope, "key": key, "action": action,
+            # What the claim filters paused hosts by (receipts/outbox/pauses.py).
+            "destination_host": "example.com" if action == "http.post" else "",
             "payload": ({"to": f"user{i}@example.com", "template": "receipt", "order": order_id(tag, i)}
                         if action == "email.send" else {"url": "https://example.com/hook", "body": {"n": i, "order": order_id(tag, i)}}),
             "fingerprint": _sha(key + action), "status": status, "attempts": tries,

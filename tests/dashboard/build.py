@@ -212,12 +212,12 @@ def outbox_message(key: str, status: str = "pending", *, action: str = "email.se
 def confirm_bulk(client, url: str, data: dict[str, str]) -> tuple[Any, str]:
     """Confirm a bulk action and do the worker's part in this process (idemdash/core/bulk.py:
     advance, the task's body): the run and its page, as the operator is sent to it."""
-    from idemdash.core import bulk
+    from idemdash.core import bulk_runs
 
     response = client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:500]
-    run = bulk.BulkRun.objects.get(pk=int(response["Location"].split("/bulk/")[1].split("/")[0]))
-    bulk.advance(run.pk)
+    run = bulk_runs.BulkRun.objects.get(pk=int(response["Location"].split("/bulk/")[1].split("/")[0]))
+    bulk_runs.advance(run.pk)
     run.refresh_from_db()
     return run, client.get(response["Location"]).content.decode()
 

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from django.db import connections
 
-from idemdash.core import bulk
+from idemdash.core import bulk_runs
 from idemdash.core.clients import create_token
 from receipts.downstream import downstream_key
 from receipts.outbox import drain
@@ -242,7 +242,7 @@ def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
     # The worker's part (idemdash/core/bulk.py:advance, the task's body), done here while the
     # run's page polls; tests/dashboard/test_browser_bulk.py runs it in a real qcluster.
     run_id = int(page.url.split("/bulk/")[1].split("/")[0])
-    _in_a_thread(lambda: bulk.advance(run_id))
+    _in_a_thread(lambda: bulk_runs.advance(run_id))
     page.wait_for_selector('#bulk-run[data-over="true"]')
     result = page.inner_text("#bulk-run")
     assert "Released 1 of 1" in result and "skipped" not in result

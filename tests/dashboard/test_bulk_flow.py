@@ -92,13 +92,13 @@ def test_a_bad_filter_is_a_400(operator_client):
 
 # --- a run's page and its cancellation -------------------------------------------------------
 
-from idemdash.core import bulk  # noqa: E402
-from idemdash.core.bulk import BulkRun  # noqa: E402
+from idemdash.core import bulk_runs  # noqa: E402
+from idemdash.core.bulk_runs import BulkRun  # noqa: E402
 
 
 @pytest.fixture
 def run(operator, dead_rows) -> BulkRun:
-    return bulk.start("message", OutboxMessage.objects.all(), actor="otto", user=operator)
+    return bulk_runs.start("message", OutboxMessage.objects.all(), actor="otto", user=operator)
 
 
 def test_a_queued_runs_summary_polls_itself_and_offers_cancel_to_operators(operator_client, run):
@@ -113,7 +113,7 @@ def test_a_queued_runs_summary_polls_itself_and_offers_cancel_to_operators(opera
 def test_the_summary_says_sent_n_of_m_once_the_drain_sent_them_and_stops_polling(operator_client, run):
     from receipts.outbox import drain
 
-    bulk.advance(run.pk)
+    bulk_runs.advance(run.pk)
     assert "Since then: " in operator_client.get(f"/bulk/{run.pk}/").content.decode()
     # m1 posts to a loopback address the fence refuses (a permanent failure): it dies again;
     # m2 is an email, which the test mail backend takes.
@@ -148,7 +148,7 @@ def test_cancelling_twice_cancels_once_and_is_audited_once(operator_client, run)
     assert "This run is cancelled: nothing to cancel." in second
     assert AuditEntry.objects.filter(action="bulk_run.cancel", actor="otto").count() == 1
     assert "Cancelled by otto: 2 not touched" in second
-    assert bulk.advance(run.pk) == 0 and OutboxMessage.objects.filter(status="dead").count() == 2
+    assert bulk_runs.advance(run.pk) == 0 and OutboxMessage.objects.filter(status="dead").count() == 2
 
 
 def test_cancelling_a_run_that_does_not_exist_is_404(operator_client):
@@ -159,7 +159,7 @@ def test_cancelling_a_run_that_does_not_exist_is_404(operator_client):
 def test_each_rows_attempt_timeline_marks_the_operators_action_in_the_run(operator_client, run):
     from receipts.outbox import drain
 
-    bulk.advance(run.pk)
+    bulk_runs.advance(run.pk)
     drain.drain(max_seconds=10)
     m2 = OutboxMessage.objects.get(key="m2")
     html = operator_client.get(f"/outbox/{m2.pk}/").content.decode()

@@ -176,7 +176,7 @@ def test_the_banner_links_each_firing_alert_to_its_cause(viewer_client):
     AlertRule.objects.create(name="Stuck", metric="stuck_rows", threshold=0, channel="email", target="ops@example.com")
     alerts.evaluate()
     html = viewer_client.get("/").content.decode()
-    assert '<a href="/stuck/" data-cause>see the cause</a>' in html
+    assert '<a href="/stuck/" data-link="cause">see the cause</a>' in html
 
 
 @pytest.mark.parametrize("name,value,message", [

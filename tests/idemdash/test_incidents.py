@@ -146,7 +146,7 @@ def test_the_migration_gives_every_earlier_alert_its_incident_and_history():
 
     from django.apps import apps
 
-    migration = import_module("idemdash.dashboard.migrations.0008_incidents_incidents")
+    migration = import_module("idemdash.dashboard.migrations.0010_incidents_incidents")
     rule()
     receipt = stuck("r1")
     alerts.evaluate()

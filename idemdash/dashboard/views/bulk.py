@@ -23,9 +23,10 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idemdash.core import actions, bulk
+from idemdash.core import actions, bulk_runs
 from idemdash.core.actions import BulkAction
-from idemdash.core.bulk import BULK_LIMIT, BulkItem, BulkRun
+from idemdash.core.bulk import BULK_LIMIT
+from idemdash.core.bulk_runs import BulkItem, BulkRun
 from idemdash.dashboard.access import OPERATE, operator_required, viewer_required
 from idemdash.dashboard.forms import EventFilter, OutboxFilter, ReceiptFilter
 from idemdash.dashboard.views.pages import describe_filter, partial_or_page
@@ -89,7 +90,7 @@ def bulk_action(request: HttpRequest, kind: str) -> HttpResponse:
     if request.method == "POST":
         if not request.user.has_perm(OPERATE):
             raise PermissionDenied("Only operators may act.")
-        run = bulk.start(
+        run = bulk_runs.start(
             page.kind, targets, actor=request.user.get_username(), user=request.user,
             reason=request.POST.get("reason", "").strip()[:500] or f"bulk {spec.verb.lower()} from the dashboard",
             filters="; ".join(f"{label}: {value}" for label, value in context["filters"]),
@@ -119,7 +120,7 @@ def _run_context(request: HttpRequest, run: BulkRun) -> dict[str, Any]:
     page = LIST_OF_KIND[run.kind]
     back = request.GET.get("back", "")
     return {
-        "run": run, "spec": spec, "progress": bulk.progress(run), "title": page.title,
+        "run": run, "spec": spec, "progress": bulk_runs.progress(run), "title": page.title,
         # Only a query string is taken from the URL: back to the list with the run's filter.
         "back": f"{reverse(page.list_url)}?{QueryDict(back).urlencode()}" if back else reverse(page.list_url),
         "refused": list(run.items.filter(status=BulkItem.Status.REFUSED).order_by("id")[:PREVIEW_ROWS]),
@@ -141,7 +142,7 @@ def bulk_run(request: HttpRequest, pk: int) -> HttpResponse:
 def bulk_run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel a run: idempotent (a run that is over stays as it is, and is not audited again)."""
     run = get_object_or_404(BulkRun, pk=pk)
-    if bulk.cancel(run, actor=request.user.get_username(), user=request.user):
+    if bulk_runs.cancel(run, actor=request.user.get_username(), user=request.user):
         messages.success(request, "Cancelled: items already started finish, the rest are left as they were.")
     else:
         messages.info(request, f"This run is {run.status}: nothing to cancel.")
