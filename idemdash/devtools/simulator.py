@@ -198,7 +198,8 @@ class Receiver:
         self.refuse_path, self.refuse_seconds = refuse_path, refuse_seconds
         self._refuse_until = time.monotonic() + refuse_seconds
         self.counts: Counter[str] = Counter()
-        self.accepted_keys: set[str] = set()
+        # Accepted posts per Idempotency-Key: more than 1 is a repeat the key absorbed.
+        self.accepted_per_key: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         receiver = self
@@ -260,9 +261,9 @@ class Receiver:
             time.sleep(self.slow_seconds)
         with self._lock:
             self.counts["accepted"] += 1
-            if key in self.accepted_keys:
+            if key in self.accepted_per_key:
                 self.counts["repeats"] += 1
-            self.accepted_keys.add(key)
+            self.accepted_per_key[key] += 1
         return 200
 
     def start(self) -> None:

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
 from typing import Any
@@ -225,7 +225,7 @@ def _effect_counts(prefix: str) -> Counter:
     return Counter(label[len(prefix):] for label in rows)
 
 
-def _settled(run_id: str, receiver, tally: Tally) -> bool:
+def _settled(run_id: str) -> bool:
     from receipts.models import Receipt
     from receipts.outbox.models import OutboxMessage
     from webhooks.models import WebhookEvent
@@ -324,31 +324,6 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Receiver:
-    """A partner on 127.0.0.1 that accepts posts and counts them per Idempotency-Key."""
-
-    def __init__(self) -> None:
-        from idemdash.devtools.simulator import Receiver as SimulatedPartner
-
-        self.partner = SimulatedPartner(0, failures=0.1, slow=0.02, slow_seconds=1.0, seed=1)
-        self.accepted_per_key: Counter = Counter()
-        answer = self.partner._answer
-
-        def counting(key: str, path: str = "") -> int:
-            status = answer(key, path)
-            if status == 200:
-                with self.partner._lock:
-                    self.accepted_per_key[key] += 1
-            return status
-
-        self.partner._answer = counting
-        self.counts = self.partner.counts
-
-    @property
-    def url(self) -> str:
-        return self.partner.url
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m idemdash.devtools.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)))
@@ -366,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     # The settings refuse to start without a strong key; the soak makes its own, which the
     # servers it starts inherit.
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-    receiver = Receiver()
-    receiver.partner.start()
+    from idemdash.devtools.simulator import Receiver
+
+    # A partner on 127.0.0.1 that honours Idempotency-Key and counts accepted posts per key.
+    receiver = Receiver(0, failures=0.1, slow=0.02, slow_seconds=1.0, seed=1)
+    receiver.start()
     os.environ["SOAK_RECEIVER_URL"] = receiver.url
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     import django
@@ -422,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         recovered = None
         while time.monotonic() < last_fault + SETTLE_SECONDS:
             supervise(processes, out, tally)
-            if _settled(run_id, receiver, tally):
+            if _settled(run_id):
                 recovered = time.monotonic() - last_fault
                 break
             time.sleep(1)
@@ -430,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for process in processes.values():
             process.stop()
-        receiver.partner.stop()
+        receiver.stop()
     print((out / "summary.md").read_text(), flush=True)
     failed = sum(summary["doubles"].values()) + sum(summary["lost"].values()) + (recovered is None)
     return 1 if failed else 0
