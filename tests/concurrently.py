@@ -132,6 +132,12 @@ _LOCK_WAITS = {
     "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
 }
 
+# InnoDB fills information_schema.INNODB_TRX from a cache it refreshes only when the last read
+# of it is more than 0.1 s old (trx0i_s.cc: CACHE_MIN_REFRESH_TIME_US, measured from the last
+# read, not the last refresh): polled every 0.05 s it is never refreshed, and shows for ever
+# the transactions of the first look (one of three waiting claims, in the deadlock proof).
+_POLL_SECONDS = {"mysql": 0.25}
+
 
 def until_transactions_wait_on_locks(count: int, what: str, within: float = 30) -> None:
     """Return once `count` transactions of other connections wait on a row lock (PostgreSQL,
@@ -143,7 +149,7 @@ def until_transactions_wait_on_locks(count: int, what: str, within: float = 30) 
             if cursor.fetchone()[0] >= count:
                 return
             assert time.monotonic() < deadline, f"{what}: never happened"
-            time.sleep(0.05)
+            time.sleep(_POLL_SECONDS.get(connection.vendor, 0.05))
 
 
 @contextmanager

@@ -10,7 +10,8 @@ And deadlocks retried (`retry_deadlocks`): InnoDB picks its index by estimates, 
 receipt's id, fencing token and status it may still read through the status index, locking
 other rows' entries on the way; two settles then deadlock (ER_LOCK_DEADLOCK). And callers
 inserting one key that a purge has just deleted all wait on the deleted entry, and when the
-purge commits all but one are rolled back. InnoDB rolls the victim's whole transaction back,
+purge commits MySQL 8 may roll all but one back (MariaDB 10.11 lets them wait on the first
+insert and answers a duplicate key instead: tests/receipts/test_store.py races the two). InnoDB rolls the victim's whole transaction back,
 so a unit of work that owns its transaction may simply run again, as MySQL's manual advises
 ("How to Minimize and Handle Deadlocks").
 """
