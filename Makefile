@@ -11,7 +11,10 @@ PYTHON := $(shell for p in $(addprefix python,$(SUPPORTED_PYTHONS)) python3; do 
 endif
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# The stamp names what was installed (extras, Python): a `make test EXTRAS=...` or `PYTHON=...`
+# that differs from the last install installs again instead of finding the old stamp fresh.
+comma := ,
+STAMP = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))-$(notdir $(PYTHON))
 # The extras installed, and a pip constraints file for the install: .ci/run makes the oldest
 # end of the range it proves with `VENV=var/venv-oldest CONSTRAINTS=.ci/oldest.txt
 # EXTRAS=dev,bench` (under var/, which the docs' tests do not read).
@@ -33,6 +36,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	@# The Python client's distribution (clients/python), which idemdash depends on, in the
 	@# same command: pip takes it from the folder instead of looking for it on an index.
 	$(BIN)/python -m pip install --quiet -e clients/python -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -85,3 +85,16 @@ def test_an_unsupported_python_named_is_refused(tmp_path):
     assert done.returncode != 0
     assert f"idemdash needs Python 3.11, 3.12 or 3.13; PYTHON={bin_ / 'python3.10'} is not one of them." in done.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_another_python_or_other_extras_install_again_over_an_installed_venv(tmp_path):
+    """The install's stamp names its extras and Python: a venv installed with the dev extra
+    on python3.13 is up to date for the same, and installed again for EXTRAS=dev,bench or
+    PYTHON=python3.12 (the stamp once ignored both and left the venv without the extra)."""
+    bin_ = interpreters(tmp_path / "bin", ["python3.13", "python3.12"])
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-dev-python3.13").touch()
+    assert "pip install" not in make(bin_, "-n", "install").stdout
+    assert "pip install" in make(bin_, "-n", "install", "EXTRAS=dev,bench").stdout
+    assert "pip install" in make(bin_, "-n", "install", f"PYTHON={bin_ / 'python3.12'}").stdout
