@@ -60,22 +60,35 @@ INDEXES = [
 
 
 def create(apps, schema_editor) -> None:
+    """CONCURRENTLY: a host upgrading with millions of rows keeps taking claims, deliveries and
+    enqueues while each index builds (a plain CREATE INDEX blocks every write to its table
+    for the whole build). A build that failed half-way leaves an INVALID index that IF NOT
+    EXISTS would keep: it is dropped and built again."""
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(TERMS_FUNCTION)
     for name, table, terms in INDEXES:
-        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin (({terms}) jsonb_path_ops)")
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
+            invalid = cursor.fetchone()
+        if invalid and invalid[0]:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        schema_editor.execute(
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING gin (({terms}) jsonb_path_ops)"
+        )
 
 
 def drop(apps, schema_editor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     for name, _, _ in INDEXES:
-        schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
     schema_editor.execute("DROP FUNCTION IF EXISTS idemdash_search_terms(text[], jsonb, text)")
 
 
 class Migration(migrations.Migration):
+    # CREATE INDEX CONCURRENTLY cannot run inside a transaction.
+    atomic = False
 
     dependencies = [
         ('idemdash', '0007_concurrent_duplicates_metric'),
@@ -85,5 +98,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(create, drop),
+        migrations.RunPython(create, drop, atomic=False),
     ]
