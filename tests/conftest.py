@@ -32,6 +32,18 @@ def _close_listener(_receipts_listener_closed):
     the package's pytest plugin (receipts/pytest_plugin.py) does it, for every session here."""
 
 
+@pytest.fixture(autouse=True)
+def _no_dropped_connection() -> None:
+    """Start each test on a usable connection. A fault test that terminates every backend of
+    the database but its own (tests/faults) also ends idle connections this process keeps
+    from earlier tests; the server's log showed the test thread's one killed at 08:27 and
+    the next test to use it failing on it 3 minutes later with AdminShutdown, in CI, twice,
+    in the browser tests that follow. Django checks a persistent connection at a request's
+    start (CONN_HEALTH_CHECKS); a test starts here."""
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()
+
+
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"
