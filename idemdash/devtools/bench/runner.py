@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, Min, OuterRef, Q
@@ -140,10 +141,10 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
     "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once", "11 search at scale",
-    "12 one commit per request",
+    "12 one commit per request", "13 past one table",
 )
 
 
@@ -339,6 +340,63 @@ def one_commit(b: Bench) -> list[Figure]:
         *load_figures(S12, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
                                    one: ("onecommit.one_", "one commit")}),
         *b.cpu_figures(S12, fresh, "onecommit"),
+    ]
+
+
+# 100M new receipts a day, on average (docs/architecture.md, "Past one table").
+DAILY_TARGET_PER_S = 100_000_000 / 86_400
+
+
+def past_one_table(b: Bench) -> list[Figure]:
+    """The partitioned prototype (idemdash/devtools/bench/partitioned.py) beside the product's
+    claim: CLIENTS OS processes with their own connections claim fresh keys through
+    receipts.store.claim (the receipts table), through the prototype's one statement on
+    unpartitioned twins of its tables, and on the partitioned tables, in alternating rounds;
+    then a day of attempts and bodies removed by DELETE and by dropping its partitions."""
+    from idemdash.devtools.bench import partitioned
+
+    conninfo = partitioned.conninfo_from_django(connection.settings_dict)
+    today = datetime.now(dt_timezone.utc).date()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        partitioned.create(conn, today)
+    measured = partitioned.measure_claims(conninfo, processes=CLIENTS, per_process=b.sizes.requests // 2,
+                                          rounds=b.sizes.rounds, time_limit=b.sizes.time_limit, run_id=b.run_id)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        retention = partitioned.measure_retention(conn, partitioned.days_back(today)[-1], b.sizes.purge_receipts)
+    b.details.setdefault("rounds", {})[S13] = {v: [vars(r) for r in rounds] for v, rounds in measured.items()}
+    b.details[f"{S13} retention"] = retention
+
+    def median(variant: str, what: str) -> float:
+        return statistics.median(getattr(r, what) for r in measured[variant])
+
+    def ratio(a: str, over: str) -> float:
+        return statistics.median(x.per_second / y.per_second for x, y in zip(measured[a], measured[over]))
+
+    labels = {"product": "product claim (receipts table)", "single": "prototype, unpartitioned",
+              "partitioned": "prototype, partitioned"}
+    for v, label in labels.items():  # beside the other scenarios' variants in the chart
+        b.details.setdefault("variants", {})[f"13: {label}"] = {
+            "throughput_rps": round(median(v, "per_second"), 1), "p50_ms": round(median(v, "p50_ms"), 2),
+            "p99_ms": round(median(v, "p99_ms"), 2), "errors": 0,
+        }
+    return [
+        Figure("partition.vs_single", S13, "partitioned / unpartitioned claims per second",
+               ratio("partitioned", "single"), "x", ">=", 0.8),
+        Figure("partition.vs_product", S13, "partitioned prototype / product claims per second",
+               ratio("partitioned", "product"), "x"),
+        *(Figure(f"partition.{v}_cps", S13, f"{label}, claims/s at {CLIENTS} processes", median(v, "per_second"),
+                 "/s") for v, label in labels.items()),
+        *(Figure(f"partition.{v}_{p}", S13, f"{label} {p}", median(v, f"{p}_ms"), "ms")
+          for v, label in labels.items() for p in ("p50", "p99")),
+        Figure("partition.headroom", S13, "partitioned claims/s / 100M a day (1,157/s)",
+               median("partitioned", "per_second") / DAILY_TARGET_PER_S, "x",
+               note="one primary, this machine; peaks run 5-10x the average"),
+        Figure("partition.delete_s", S13, f"DELETE of a day ({retention['rows']} attempts + bodies)",
+               retention["delete_s"], "s"),
+        Figure("partition.drop_s", S13, "DETACH + DROP of the same day's partitions", retention["drop_s"], "s"),
+        Figure("partition.drop_ratio", S13, "DELETE / DROP time", retention["delete_s"] / retention["drop_s"], "x"),
+        Figure("partition.claims_purge_rps", S13, "expired claims purged by DELETE, rows/s",
+               retention["claims_purged"] / retention["claims_delete_s"], "rows/s"),
     ]
 
 
@@ -933,8 +991,11 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     reset_bench_rows()
     port = port or servers.free_port()
     b = Bench(sizes, f"http://127.0.0.1:{port}", out_dir)
-    print("seeding the log (reused from earlier runs when present)", flush=True)
-    seed_to_size(b, always=quick)
+    if only is not None and only <= {13}:
+        print("scenario 13 uses tables of its own: the log is not seeded", flush=True)
+    else:
+        print("seeding the log (reused from earlier runs when present)", flush=True)
+        seed_to_size(b, always=quick)
     connection.close()  # the servers and the load need no connection of ours meanwhile
     print(f"starting gunicorn ({servers.GUNICORN_WORKERS} sync workers) on {b.base_url}", flush=True)
     web = servers.start_gunicorn(port, out_dir)
@@ -944,7 +1005,8 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     try:
         warm_up(b)
         for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
-                                       (10, S10, inprocess_run_once), (12, S12, one_commit)):
+                                       (10, S10, inprocess_run_once), (12, S12, one_commit),
+                                       (13, S13, past_one_table)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)

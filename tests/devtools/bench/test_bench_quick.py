@@ -18,6 +18,13 @@ pytestmark = pytest.mark.postgres
 
 HAS_DRF_IDEMPOTENCY = importlib.util.find_spec("drf_idempotency") is not None
 
+# Scenario 13: the partitioned prototype beside the product's claim, and retention by DROP.
+PARTITION_FIGURES = {
+    "partition.vs_single", "partition.vs_product", "partition.headroom",
+    *(f"partition.{v}_{what}" for v in ("product", "single", "partitioned") for what in ("cps", "p50", "p99")),
+    "partition.delete_s", "partition.drop_s", "partition.drop_ratio", "partition.claims_purge_rps",
+}
+
 FIGURES = {
     "claim.ratio", "claim.bare_rps", "claim.protected_rps", "claim.bare_p50", "claim.bare_p99",
     "claim.protected_p50", "claim.protected_p99",
@@ -36,6 +43,7 @@ FIGURES = {
     "onecommit.bare_rps", "onecommit.two_rps", "onecommit.one_rps", "onecommit.bare_p50", "onecommit.bare_p99",
     "onecommit.two_p50", "onecommit.two_p99", "onecommit.one_p50", "onecommit.one_p99",
     "onecommit.cpu0", "onecommit.cpu1", "onecommit.cpu2",
+    *PARTITION_FIGURES,
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
     # The same DRF view unprotected, under idemdash and, where the `bench` extra is installed
@@ -105,3 +113,24 @@ def test_only_refuses_what_is_not_a_scenario_number(only: str):
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 2 and "--only" in done.stderr
+
+
+def test_only_13_measures_the_partitioned_prototype_without_seeding_the_log(tmp_path: Path):
+    suffix = settings.TEST_DB_SUFFIX
+    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
+        path=f"/idemdash_bench_test{'_' + suffix if suffix else ''}"
+    ))
+    done = subprocess.run(
+        [sys.executable, "-m", "idemdash.devtools.bench", "--quick", "--only", "13", "--out", str(tmp_path)],
+        cwd=settings.BASE_DIR, env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True, timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "not seeded" in done.stdout
+    (written,) = tmp_path.glob("bench-*-only.json")
+    report = json.loads(written.read_text())
+    figures = {f["id"]: f for f in report["figures"] if f["id"].startswith("partition.")}
+    assert set(figures) == PARTITION_FIGURES
+    assert all(f["value"] is not None and f["value"] > 0 for f in figures.values()), figures
+    rounds = report["details"]["rounds"]["13 past one table"]
+    # Every claim of every round took a fresh key: each one won.
+    assert all(r["won"] == r["claims"] > 0 for variant in rounds.values() for r in variant), rounds

@@ -1,0 +1,346 @@
+"""Scenario 13's prototype: receipts past one table (docs/architecture.md, "Past one table").
+
+A unique index on a time-partitioned PostgreSQL table must include the partition key, so
+partitioning the receipts by day could not keep one receipt per (scope, key). The design
+splits the receipt in three, in a schema of its own (SCHEMA), with raw SQL:
+
+- `claims`: hash-partitioned by (scope, key), PRIMARY KEY (scope, key). The partition key
+  is the primary key, so uniqueness holds across partitions. It holds the claim state only
+  (status, fencing token, fingerprint, lease, expiry, and the day of the attempt's rows);
+- `attempts` and `bodies`: range-partitioned by day (created_at), no unique index across
+  days, found from a claim by (scope, key, day); retention drops a day's partition whole.
+
+A claim is one statement (one transaction): INSERT ... ON CONFLICT DO NOTHING RETURNING into
+`claims`, and, only for the row it inserted, the attempt and body rows into today's
+partitions. `claims_single`, `attempts_single` and `bodies_single` are the same tables
+unpartitioned, so that the scenario can tell what partitioning itself costs.
+
+The load runs in OS processes (`Racers`), each with its own connection, started at the same
+instant; the product's own claim (receipts.store.claim) runs in the same processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, time as dt_time, timedelta, timezone as dt_timezone
+from multiprocessing.connection import Connection
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+SCHEMA = "past_one_table"
+CLAIM_PARTITIONS = 16
+DAYS = 3  # today, yesterday and the day before: retention drops the oldest
+PRODUCT_SCOPE = "bench"  # the bench view's scope, which every run starts by deleting
+
+
+def days_back(today: date, n: int = DAYS) -> list[date]:
+    return [today - timedelta(days=i) for i in range(n)]
+
+
+def create(conn: psycopg.Connection, today: date, schema: str = SCHEMA) -> None:
+    """(Re)create the schema: the partitioned tables with a partition per day of
+    `days_back(today)` and their unpartitioned twins."""
+    s = sql.Identifier(schema)
+    with conn.transaction():
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(s))
+        for suffix, partitioned in (("", True), ("_single", False)):
+            by_key = sql.SQL(" PARTITION BY HASH (scope, key)") if partitioned else sql.SQL("")
+            by_day = sql.SQL(" PARTITION BY RANGE (created_at)") if partitioned else sql.SQL("")
+            conn.execute(sql.SQL("""
+                CREATE TABLE {s}.{claims} (
+                    scope text NOT NULL,
+                    key text NOT NULL,
+                    status text NOT NULL,
+                    fencing_token bigint NOT NULL,
+                    fingerprint text NOT NULL,
+                    lease_expires_at timestamptz,
+                    expires_at timestamptz,
+                    attempt_day date NOT NULL,
+                    PRIMARY KEY (scope, key)
+                ){by_key}""").format(s=s, claims=sql.Identifier(f"claims{suffix}"), by_key=by_key))
+            conn.execute(sql.SQL("""
+                CREATE TABLE {s}.{attempts} (
+                    scope text NOT NULL,
+                    key text NOT NULL,
+                    outcome text NOT NULL,
+                    fencing_token bigint,
+                    fingerprint text NOT NULL,
+                    created_at timestamptz NOT NULL
+                ){by_day}""").format(s=s, attempts=sql.Identifier(f"attempts{suffix}"), by_day=by_day))
+            conn.execute(sql.SQL("""
+                CREATE TABLE {s}.{bodies} (
+                    scope text NOT NULL,
+                    key text NOT NULL,
+                    request jsonb,
+                    response jsonb,
+                    created_at timestamptz NOT NULL
+                ){by_day}""").format(s=s, bodies=sql.Identifier(f"bodies{suffix}"), by_day=by_day))
+            # Found from a claim by (scope, key) within its day; the dashboard's lists by age.
+            for table in ("attempts", "bodies"):
+                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (scope, key)").format(
+                    s=s, t=sql.Identifier(f"{table}{suffix}")))
+                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (created_at)").format(
+                    s=s, t=sql.Identifier(f"{table}{suffix}")))
+            conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (expires_at)").format(
+                s=s, t=sql.Identifier(f"claims{suffix}")))
+        for n in range(CLAIM_PARTITIONS):
+            conn.execute(sql.SQL(
+                "CREATE TABLE {s}.{p} PARTITION OF {s}.claims FOR VALUES WITH (MODULUS {m}, REMAINDER {r})"
+            ).format(s=s, p=sql.Identifier(f"claims_h{n}"), m=sql.Literal(CLAIM_PARTITIONS), r=sql.Literal(n)))
+        for day in days_back(today):
+            add_day(conn, day, schema)
+
+
+def day_partition(table: str, day: date) -> str:
+    return f"{table}_{day:%Y%m%d}"
+
+
+def add_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
+    """The day's partitions of `attempts` and `bodies` (made ahead of the day in production,
+    by the daily schedule that also drops the oldest)."""
+    start = datetime.combine(day, dt_time(), dt_timezone.utc)
+    for table in ("attempts", "bodies"):
+        conn.execute(sql.SQL("CREATE TABLE {s}.{p} PARTITION OF {s}.{t} FOR VALUES FROM ({a}) TO ({b})").format(
+            s=sql.Identifier(schema), p=sql.Identifier(day_partition(table, day)), t=sql.Identifier(table),
+            a=sql.Literal(start), b=sql.Literal(start + timedelta(days=1))))
+
+
+def drop_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
+    """Retention of a day's attempts and bodies: detach, then drop, each partition. Detaching
+    first keeps the parent's lock short; the drop is a file unlink, whatever the rows."""
+    with conn.transaction():
+        for table in ("attempts", "bodies"):
+            part = sql.Identifier(schema, day_partition(table, day))
+            conn.execute(sql.SQL("ALTER TABLE {t} DETACH PARTITION {p}").format(
+                t=sql.Identifier(schema, table), p=part))
+            conn.execute(sql.SQL("DROP TABLE {p}").format(p=part))
+
+
+def claim_sql(suffix: str = "", schema: str = SCHEMA) -> sql.Composed:
+    """One statement: the claim row if the key is new, and only then its attempt and body
+    rows (today's partitions, routed by created_at). Parameters: scope, key, fingerprint,
+    lease seconds, expiry seconds, request (JSON text), now. Returns the fencing token, or no
+    row when the key was already claimed. Commits without waiting for its WAL flush, as the
+    product's claim does outside a caller's transaction (receipts/pg.py explains why that is
+    safe), so both are measured alike."""
+    t = {name: sql.Identifier(schema, f"{name}{suffix}") for name in ("claims", "attempts", "bodies")}
+    return sql.SQL("""
+        WITH arg AS (
+            SELECT %(scope)s::text AS scope, %(key)s::text AS key, %(fp)s::text AS fp, %(now)s::timestamptz AS now
+        ), ins AS (
+            INSERT INTO {claims} (scope, key, status, fencing_token, fingerprint, lease_expires_at, expires_at,
+                                  attempt_day)
+            SELECT scope, key, 'processing', 1, fp, now + make_interval(secs => %(lease)s),
+                   now + make_interval(secs => %(ttl)s), (now AT TIME ZONE 'UTC')::date
+            FROM arg
+            ON CONFLICT (scope, key) DO NOTHING
+            RETURNING scope, key, fencing_token, fingerprint
+        ), log AS (
+            INSERT INTO {attempts} (scope, key, outcome, fencing_token, fingerprint, created_at)
+            SELECT ins.scope, ins.key, 'claimed', ins.fencing_token, ins.fingerprint, arg.now FROM ins, arg
+        ), body AS (
+            INSERT INTO {bodies} (scope, key, request, created_at)
+            SELECT ins.scope, ins.key, %(request)s::jsonb, arg.now FROM ins, arg
+        )
+        SELECT fencing_token, set_config('synchronous_commit', 'off', true) FROM ins
+    """).format(**t)
+
+
+def claim(conn: psycopg.Connection, statement: sql.Composed, scope: str, key: str, request: str,
+          now: datetime | None = None) -> int | None:
+    """Claim (scope, key) on an autocommit connection: its fencing token, or None when taken."""
+    row = conn.execute(statement, {
+        "scope": scope, "key": key, "fp": f"fp-{key}", "lease": 30.0, "ttl": 86400.0, "request": request,
+        "now": now or datetime.now(dt_timezone.utc),
+    }, prepare=True).fetchone()
+    return None if row is None else row[0]
+
+
+# --- The racing processes -------------------------------------------------------------------------
+
+VARIANTS = ("product", "single", "partitioned")
+
+
+def _product_claim() -> Any:
+    """receipts.store.claim in this process: Django is set up on first use (the bench's
+    settings, inherited through the environment)."""
+    import django
+
+    django.setup()
+    from receipts import store
+
+    def run(key: str, n: int) -> bool:
+        return store.claim(PRODUCT_SCOPE, key, "bench.insert", request={"n": n}).outcome == "claimed"
+    return run
+
+
+def _race(pipe: Connection, conninfo: str, schema: str) -> None:
+    """One racer: its own connection; runs what the pipe asks until told to stop."""
+    conn = psycopg.connect(conninfo, autocommit=True)
+    statements = {"single": claim_sql("_single", schema), "partitioned": claim_sql("", schema)}
+    product = None
+    pipe.send("ready")
+    while (job := pipe.recv()) is not None:
+        variant, keys, start_at, deadline = job
+        if variant == "product" and product is None:
+            product = _product_claim()
+        time.sleep(max(0.0, start_at - time.time()))  # every racer starts at the same instant
+        latencies, won = [], 0
+        begun = time.time()
+        for n, key in enumerate(keys):
+            if time.time() > deadline:
+                break
+            t0 = time.perf_counter()
+            if variant == "product":
+                won += product(key, n)
+            else:
+                won += claim(conn, statements[variant], "bench", key, f'{{"n": {n}}}') is not None
+            latencies.append(time.perf_counter() - t0)
+        pipe.send((latencies, won, begun, time.time()))
+    conn.close()
+
+
+@dataclass
+class Round:
+    claims: int
+    won: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def per_second(self) -> float:
+        return self.claims / self.seconds if self.seconds else 0.0
+
+
+class Racers:
+    """`processes` OS processes, each with its own connection, started once (spawned, so no
+    connection or lock is inherited) and given one job per round."""
+
+    def __init__(self, conninfo: str, processes: int, schema: str = SCHEMA) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.pipes, self.procs = [], []
+        for _ in range(processes):
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_race, args=(theirs, conninfo, schema), daemon=True)
+            proc.start()
+            self.pipes.append(ours)
+            self.procs.append(proc)
+        for pipe in self.pipes:
+            if not pipe.poll(120) or pipe.recv() != "ready":
+                raise RuntimeError("a racing process did not start")
+
+    def run(self, variant: str, keys: list[list[str]], time_limit: float) -> Round:
+        """Each process claims its list of keys (lists may overlap: a race), all from the same
+        instant, until done or `time_limit` runs out."""
+        start_at = time.time() + 0.3
+        for pipe, mine in zip(self.pipes, keys, strict=True):
+            pipe.send((variant, mine, start_at, start_at + time_limit))
+        results = [pipe.recv() for pipe in self.pipes]
+        latencies = sorted(x for r in results for x in r[0])
+        if not latencies:
+            raise RuntimeError(f"{variant}: no claim finished")
+        return Round(
+            claims=len(latencies), won=sum(r[1] for r in results),
+            seconds=max(r[3] for r in results) - min(r[2] for r in results),
+            p50_ms=1000 * statistics.median(latencies),
+            p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        )
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            pipe.send(None)
+        for proc in self.procs:
+            proc.join(30)
+
+
+def measure_claims(conninfo: str, *, processes: int, per_process: int, rounds: int, time_limit: float,
+                   run_id: str) -> dict[str, list[Round]]:
+    """VARIANTS side by side, alternating within each round (the order turns each round, so
+    that a noisy stretch hits each alike); every claim takes a fresh key."""
+    racers = Racers(conninfo, processes)
+    measured: dict[str, list[Round]] = {v: [] for v in VARIANTS}
+    try:
+        racers.run("product", [[f"{run_id}-warm-{p}-{n}" for n in range(20)] for p in range(processes)], 60)
+        for r in range(rounds):
+            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+            for variant in order:
+                keys = [[f"{run_id}-{variant}-{r}-{p}-{n}" for n in range(per_process)] for p in range(processes)]
+                measured[variant].append(racers.run(variant, keys, time_limit))
+    finally:
+        racers.close()
+    return measured
+
+
+# --- Retention --------------------------------------------------------------------------------------
+
+
+def fill_day(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> None:
+    """`rows` claims of `day`, each with its attempt and body row, in both layouts (the same
+    rows), as a day of traffic leaves them."""
+    start = datetime.combine(day, dt_time(), dt_timezone.utc)
+    s = sql.Identifier(schema)
+    with conn.transaction():
+        for suffix in ("", "_single"):
+            params = {"start": start, "rows": rows, "tag": f"{day:%Y%m%d}"}
+            conn.execute(sql.SQL("""
+                INSERT INTO {s}.{claims} (scope, key, status, fencing_token, fingerprint, lease_expires_at,
+                                          expires_at, attempt_day)
+                SELECT 'retention', %(tag)s || '-' || i, 'completed', 1, md5(i::text), NULL,
+                       %(start)s::timestamptz + interval '1 day', %(start)s::date
+                FROM generate_series(1, %(rows)s) AS i""").format(
+                s=s, claims=sql.Identifier(f"claims{suffix}")), params)
+            conn.execute(sql.SQL("""
+                INSERT INTO {s}.{attempts} (scope, key, outcome, fencing_token, fingerprint, created_at)
+                SELECT 'retention', %(tag)s || '-' || i, 'claimed', 1, md5(i::text),
+                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
+                FROM generate_series(1, %(rows)s) AS i""").format(
+                s=s, attempts=sql.Identifier(f"attempts{suffix}")), params)
+            conn.execute(sql.SQL("""
+                INSERT INTO {s}.{bodies} (scope, key, request, response, created_at)
+                SELECT 'retention', %(tag)s || '-' || i, jsonb_build_object('n', i, 'note', md5(i::text)),
+                       jsonb_build_object('status', 201, 'id', i),
+                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
+                FROM generate_series(1, %(rows)s) AS i""").format(
+                s=s, bodies=sql.Identifier(f"bodies{suffix}")), params)
+    conn.execute(sql.SQL("ANALYZE {s}.attempts, {s}.bodies, {s}.attempts_single, {s}.bodies_single").format(s=s))
+
+
+def measure_retention(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> dict[str, float]:
+    """Seconds to remove a day's attempts and bodies by DELETE from the unpartitioned tables
+    and by dropping the day's partitions; and the claims' own purge, which stays a DELETE
+    (the claim table is partitioned by key, not by day), per row."""
+    fill_day(conn, day, rows, schema)
+    start = datetime.combine(day, dt_time(), dt_timezone.utc)
+    s = sql.Identifier(schema)
+    t0 = time.perf_counter()
+    with conn.transaction():
+        for table in ("attempts_single", "bodies_single"):
+            conn.execute(sql.SQL("DELETE FROM {s}.{t} WHERE created_at >= %s AND created_at < %s").format(
+                s=s, t=sql.Identifier(table)), [start, start + timedelta(days=1)])
+    delete = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    drop_day(conn, day, schema)
+    drop = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with conn.transaction():
+        purged = conn.execute(sql.SQL("DELETE FROM {s}.claims WHERE scope = 'retention' AND expires_at <= %s").format(
+            s=s), [start + timedelta(days=1)]).rowcount
+    claims = time.perf_counter() - t0
+    return {"rows": rows, "delete_s": delete, "drop_s": drop, "claims_delete_s": claims, "claims_purged": purged}
+
+
+def conninfo_from_django(settings_dict: dict[str, Any]) -> str:
+    """A libpq connection string for Django's database settings (the racers connect on their
+    own, without Django)."""
+    parts = {"dbname": settings_dict["NAME"], "user": settings_dict.get("USER"),
+             "password": settings_dict.get("PASSWORD"), "host": settings_dict.get("HOST"),
+             "port": settings_dict.get("PORT")}
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items() if v})
+
