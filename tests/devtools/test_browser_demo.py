@@ -12,6 +12,7 @@ from django.core.management import call_command
 
 from idemdash.devtools import demo
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401  (the fixtures)
+from tests.dashboard.test_browser_references import one_sent_in_the_preflight
 from tests.webhooks.conftest import SHOPIFY_SECRET
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -36,13 +37,8 @@ def test_the_demos_staged_refund_shows_its_sent_confirmation_before_a_reprocess(
     assert page.locator('[data-reference="shopify.order:%s"]' % order).count() == 1
     # 3. Reprocess…: the confirmation, before anything is done.
     page.get_by_role("link", name="Reprocess…").click()
-    preflight = page.locator('[data-role="side-effects"]')
-    preflight.wait_for()
-    assert "1 side effect sent" in preflight.inner_text()
-    sent = preflight.locator('[data-side-effect="message"][data-status="sent"]')
-    assert sent.count() == 1 and "email.send" in sent.inner_text()
-    assert preflight.locator('[data-role="downstream-key"]').inner_text() == key
-    preflight.scroll_into_view_if_needed()
+    sent = one_sent_in_the_preflight(page, key)
+    assert "email.send" in sent.inner_text()
     page.screenshot(path=SHOTS / "demo-preflight-reprocess.png", full_page=True)
 
     # 4. The email's own page, from the preflight's link: sent, with its attempt.
