@@ -357,6 +357,8 @@ APP_INTEGERS: dict[str, tuple[int, int]] = {
     "RECEIPTS_ROLLUP_RETENTION_DAYS": (90, 31),
     # The audit log of operator actions; at least the 30-day window the dashboard charts it over.
     "RECEIPTS_AUDIT_RETENTION_DAYS": (365, 31),
+    # Finished and cancelled bulk runs and their items; each item's change is in the audit log.
+    "RECEIPTS_BULK_RUN_RETENTION_DAYS": (90, 1),
     # Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
     # LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
     # the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,

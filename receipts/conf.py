@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_OPERATIONS": {},
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
+    # Finished and cancelled bulk runs with their items (the audit log keeps what they did).
+    "RECEIPTS_BULK_RUN_RETENTION_DAYS": 90,
     "RECEIPTS_ROLLUP_RETENTION_DAYS": 90,
     "RECEIPTS_RETENTION_BATCH_SIZE": 1000,
     # Header names a replay leaves out besides those it never carries (hop-by-hop,

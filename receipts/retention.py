@@ -1,5 +1,5 @@
 """The receipts app's retention: expired receipts (financial ones archived first), the
-attempt log, its roll-up and the audit log. The machinery is `idemdash.core.retention`'s.
+attempt log, its roll-up, the audit log and finished bulk runs. The machinery is `idemdash.core.retention`'s.
 
 The dashboard's charts count Attempt and OutboxAttempt rows (through their hourly
 roll-ups), which keep scope, key and operation of their own. An attempt keeps the id of its
@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 
 from idemdash.core import retention as core_retention
 from idemdash.core.audit import AuditEntry
+from idemdash.core.bulk_runs import BulkRun
 from idemdash.core.retention import Purger, PurgeResult
 from receipts import rollup, rules, store
 from receipts.archive import archive_financial_receipts
@@ -48,6 +49,17 @@ def due_audit_entries(now: datetime) -> QuerySet:
     return AuditEntry.objects.filter(created_at__lt=now - timedelta(days=days))
 
 
+def due_bulk_runs(now: datetime) -> QuerySet:
+    # A finished or cancelled bulk run (and its items, one per row it was started on, up to
+    # 5,000) is the progress page of work long done; what each item changed stays in the
+    # audit log, kept longer. A run still queued or running is never due, however old: the
+    # worker resumes it (idemdash/core/bulk_runs.py: resume_stalled).
+    days = setting("RECEIPTS_BULK_RUN_RETENTION_DAYS")
+    return BulkRun.objects.filter(
+        status__in=(BulkRun.Status.FINISHED, BulkRun.Status.CANCELLED), updated_at__lt=now - timedelta(days=days)
+    )
+
+
 def expired_receipts_batch(due: QuerySet, now: datetime, batch_size: int) -> tuple[int, int, int] | None:
     """PostgreSQL's batch of expired receipts in one statement (receipts/pg.py); the ORM
     path's twin leaves it to the generic batch."""
@@ -69,6 +81,8 @@ PURGERS: list[Purger] = [
     # of the 30-day charts with it.
     Purger("receipts.attempt_rollups", rollup.ATTEMPTS.expired, archive=rollup.ATTEMPTS.carry, order_by="hour"),
     Purger("receipts.audit", due_audit_entries, order_by="created_at"),
+    # The (status, updated_at) index `bulk_run_active` serves both the filter and the order.
+    Purger("receipts.bulk_runs", due_bulk_runs, order_by="updated_at"),
 ]
 
 

@@ -5,7 +5,9 @@ What an id matches (the same on every database):
 
 - a receipt by its key, or a value in its stored request or response;
 - a webhook event by its provider event id or dedupe key, or a value in its payload;
-- an outbox message by its key, or a value in its payload.
+- an outbox message by its key, or a value in its payload;
+- any of them by a reference it was given (idemdash/core/reference_rows.py: a value a handler
+  passed to `event.refer`, or a receipt's or message's `references`), exactly, whatever its kind.
 
 A key matches when the id is the whole key or one of its parts between separators
 (`KEY_SEPARATORS`: `shop:order-1234` is found by `shop:order-1234`, `order` and `1234`); a
@@ -21,9 +23,9 @@ MySQL/MariaDB with JSON_SEARCH (string values; MariaDB's also integers, MySQL's 
 and slower with the size of the log.
 
 Each kind is found by one function of SOURCES, which returns Hits; `search` merges them by
-kind. Another way to find a unit (the references a handler attaches to what it works on)
-is one more function there that returns Hits of the units it finds: the page and the trace
-show them with the rest.
+kind. References are one more function there (`_by_reference`): each kind's reference
+table, looked up on its value index on every database; the page and the trace show what it
+finds with the rest, "found in reference stripe.charge".
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from django.db.models import BooleanField, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
+from idemdash.core.reference_rows import referring
 from idemdash.dashboard.queries import statement_budget
 from receipts.models import Attempt, AuditEntry, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -293,8 +296,31 @@ def _by_kind(kind: str) -> Callable[[Term, int], list[Hit]]:
     return find
 
 
+def _by_reference(term: Term, limit: int) -> list[Hit]:
+    """The units that were given the id as a reference (a charge id a handler referred to
+    with `event.refer`, a receipt's or a message's `references`), found in "reference <its
+    kind>": on each kind's reference table, an index lookup on its value (and a unique
+    (owner, kind, value) one for the kinds), whatever the tables' size."""
+    hits = []
+    for kind in KINDS.values():
+        rows = list(referring(kind.model, term.text)[:limit])
+        if not rows:
+            continue
+        relation = kind.model._meta.get_field("references")
+        owner = relation.field.attname
+        named: dict[int, list[str]] = {}
+        for owner_id, ref_kind in relation.related_model.objects.filter(
+            value=term.text, **{f"{owner}__in": [r.pk for r in rows]}
+        ).order_by("kind").values_list(owner, "kind"):
+            named.setdefault(owner_id, []).append(f"reference {ref_kind}")
+        hits += [Hit(kind.name, row, named.get(row.pk, ["reference"])) for row in rows]
+    return hits
+
+
 # How units are found: each function returns up to `limit` Hits (of any kind) for the term.
-SOURCES: list[Callable[[Term, int], list[Hit]]] = [_by_kind("receipt"), _by_kind("event"), _by_kind("message")]
+SOURCES: list[Callable[[Term, int], list[Hit]]] = [
+    _by_kind("receipt"), _by_kind("event"), _by_kind("message"), _by_reference,
+]
 
 
 @contextmanager

@@ -6,6 +6,9 @@
   events, which complete.
 - The alert rule `DEMO_RULE` fires on those dead events and resolves once they are
   reprocessed.
+- A refund handled before the bug (`stage_sent_refund`): its event completed and its
+  confirmation email went out, so the confirmation of a reprocess (or a send again) lists
+  that email as already sent: the case where the preflight matters (docs/demo.md).
 
 The simulator stages the other two (a partner that refuses one path for a while, agents
 that crash holding long leases); they need nothing in the database.
@@ -13,6 +16,10 @@ that crash holding long leases); they need nothing in the database.
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -47,9 +54,25 @@ class DemoOutage(RuntimeError):
     """Raised by a demo handler while its switch is on."""
 
 
+# Set while `stage_sent_refund` runs a handler "before the bug shipped": in this context only,
+# so that the web server and the worker keep seeing the switch as it is.
+_before_the_bug: contextvars.ContextVar[bool] = contextvars.ContextVar("demo_before_the_bug", default=False)
+
+
 def failing(name: str) -> bool:
     """Whether the demo outage `name` is on. No row (the demo was never set up): off."""
+    if _before_the_bug.get():
+        return False
     return DemoSwitch.objects.filter(name=name, failing=True).exists()
+
+
+@contextmanager
+def before_the_bug() -> Iterator[None]:
+    token = _before_the_bug.set(True)
+    try:
+        yield
+    finally:
+        _before_the_bug.reset(token)
 
 
 def check(name: str) -> None:
@@ -97,3 +120,62 @@ def setup() -> tuple[list[str], bool]:
             if not AlertRule.objects.filter(name=DEMO_RULE["name"]).exists():
                 raise
     return armed, created
+
+
+# --- the preflight's case: a refund already handled, its confirmation already sent -------------
+
+STAGED_SHOP = "idemdash-demo.myshopify.com"
+STAGED_REFUND = {
+    "id": 8300000000001,
+    "order_id": 8200000000001,
+    "note": "staged by demo_stage: handled before the refunds bug shipped",
+    "refund_line_items": [],
+    "transactions": [{"kind": "refund", "status": "success", "amount": "42.00", "currency": "EUR"}],
+}
+STAGED_WEBHOOK_ID = "demo-staged-refund-8300000000001"
+
+
+def refund_confirmation_key(shop: str, refund_id: object) -> str:
+    """The outbox key of a refund's confirmation email: one per refund, whoever runs its event."""
+    return f"refund-confirmation-{shop}-{refund_id}"
+
+
+@dataclass
+class StagedRefund:
+    event_id: int
+    message_id: int
+    created: bool
+
+
+def stage_sent_refund() -> StagedRefund | None:
+    """A Shopify refunds/create event that completed before the staged bug, whose handler's
+    confirmation email was sent: on record like any handled refund, through the real code
+    (store the delivery, process it, send the message). Once: a second run finds it. None
+    when no Shopify endpoint is configured (SHOPIFY_WEBHOOK_SECRET unset)."""
+    # Imported here: the webhooks app imports the demo's handlers, which import this module.
+    from receipts.outbox.drain import drain
+    from receipts.outbox.models import OutboxMessage
+    from webhooks import processing
+    from webhooks.endpoints import ensure_env_endpoints
+    from webhooks.models import WebhookEndpoint
+    from webhooks.receive import store_delivery
+    from webhooks.verify import VerifiedDelivery
+
+    ensure_env_endpoints()
+    endpoint = WebhookEndpoint.objects.filter(slug="shopify", provider="shopify").first()
+    if endpoint is None:
+        return None
+    stored = store_delivery(endpoint, VerifiedDelivery(
+        secret_index=0, payload=STAGED_REFUND, dedupe_key=f"{STAGED_SHOP}:{STAGED_WEBHOOK_ID}",
+        event_type="refunds/create", provider_event_id=STAGED_WEBHOOK_ID, account=STAGED_SHOP,
+    ))
+    if stored.created:
+        with before_the_bug():
+            processing.process_event(stored.event_id)
+    key = refund_confirmation_key(STAGED_SHOP, STAGED_REFUND["id"])
+    message = OutboxMessage.objects.filter(key=key).first()
+    if message is None:  # the event was stored but not processed (an earlier run stopped midway)
+        return StagedRefund(stored.event_id, 0, stored.created)
+    if message.status != "sent":
+        drain(ids=[message.pk])  # the worker would within seconds; now, so the case is ready at start
+    return StagedRefund(stored.event_id, message.pk, stored.created)

@@ -7,7 +7,9 @@ handler for any of these event types starts cleanly, and writes no demo rows.
   payment with both checkout.session.completed and payment_intent.succeeded, and an
   operator may reprocess an event.
 - The staged bug: Shopify refunds/create fails while the `refunds` demo switch is on
-  (idemdash.devtools.demo). With the switch off, or never set up, it succeeds.
+  (idemdash.devtools.demo). With the switch off, or never set up, it succeeds, and enqueues
+  the refund's confirmation email in the outbox under a key of its own (one per refund),
+  so reprocessing a refund's event adds no second email; sending the message again does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.db import IntegrityError, transaction
 
 from idemdash.devtools import demo
 from idemdash.devtools.models import Fulfilment, ShopifyOrder
+from receipts.outbox import store as outbox
 from webhooks.handlers import webhook_handler
 from webhooks.models import WebhookEvent
 
@@ -79,5 +82,17 @@ def record_order(event: WebhookEvent) -> None:
 
 @webhook_handler("shopify", "refunds/create")
 def acknowledge_refund(event: WebhookEvent) -> None:
-    # The demo keeps no refund ledger: completing the event is the whole point.
+    # The demo keeps no refund ledger: the customer's confirmation is the side effect.
+    refund = event.payload
+    event.refer("shopify.order", str(refund["order_id"]))  # kept even when the handler fails
     demo.check(demo.REFUNDS)
+    outbox.enqueue(
+        "email.send",
+        {
+            "to": f"customer-{refund['order_id']}@example.com",
+            "subject": f"Your refund for order {refund['order_id']}",
+            "body": f"We have refunded your order {refund['order_id']} (refund {refund['id']}).",
+        },
+        demo.refund_confirmation_key(event.account, refund["id"]),
+        references=[("shopify.order", str(refund["order_id"]))],
+    )

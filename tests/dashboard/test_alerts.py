@@ -117,3 +117,31 @@ def test_the_history_shows_each_notification_by_channel_and_time_not_by_key(view
     assert html.count("Email to ops@example.com · queued") == 2
     assert 'data-notification="fired"' in html and 'data-notification="resolved"' in html
     assert "/outbox/" in html and ">pending</a>" in html
+
+
+def test_the_history_refreshes_its_table_in_place_with_its_filters(viewer_client):
+    """Like the other lists (partials/list_poll.html): every 15 s, with the rule and state it
+    was filtered by, and the poll brings an alert that fired since, filtered as before."""
+    rule, other = make_rule("stuck rows"), make_rule("other rule")
+    url = f"/alerts/?rule={rule.pk}&state=firing"
+    html = viewer_client.get(url).content.decode()
+    tag = html.split('<section id="alert-table"')[1].split(">")[0]
+    assert f'hx-get="/alerts/?rule={rule.pk}&amp;state=firing" hx-trigger="every 15s" hx-swap="outerHTML"' in tag
+    assert "data-alert=" not in html
+
+    stuck("refresh-r")
+    alerts.evaluate(rules=[rule, other])  # both fire; the filter keeps one
+    fragment = viewer_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert fragment.count("data-alert=") == 1 and 'data-state="firing"' in fragment
+    assert f'data-alert="{Alert.objects.get(rule=rule).pk}"' in fragment
+    assert 'hx-trigger="every 15s"' in fragment.split('<section id="alert-table"')[1].split(">")[0]  # and on it goes
+
+
+def test_an_older_page_of_the_history_holds_still(viewer_client):
+    rule = make_rule()
+    now = timezone.now()
+    Alert.objects.bulk_create(Alert(rule=rule, rule_name="stuck rows", metric="stuck_rows", condition="c",
+                                    state="resolved", value=1, fired_at=now - timedelta(minutes=i)) for i in range(55))
+    before = Alert.objects.order_by("-id")[49].pk
+    older = viewer_client.get(f"/alerts/?before={before}").content.decode()
+    assert "hx-trigger" not in older.split('<section id="alert-table"')[1].split(">")[0]

@@ -109,3 +109,25 @@ def test_a_duplicate_rate_rule_reads_in_percent_and_its_alert_says_how_long_and_
     page.screenshot(path=SHOTS / "alert-history-1440.png")
     page.goto(live_server.url + "/alerts/rules/")
     page.screenshot(path=SHOTS / "alert-rules-1440.png")
+
+
+def test_the_alert_history_brings_a_new_alert_in_by_itself_keeping_its_filters(operator_page, live_server):
+    """The history polls like the other lists: filtered to one rule's firing alerts, it shows
+    the alert that fires while it is open, and not another rule's, without a reload."""
+    page = operator_page
+    watched = read_in_place(lambda: AlertRule.objects.create(
+        name="Stuck rows", metric="stuck_rows", threshold=0, window_minutes=60, channel="email", target="ops@example.com"))
+    read_in_place(lambda: AlertRule.objects.create(
+        name="Also stuck", metric="stuck_rows", threshold=0, window_minutes=60, channel="email", target="ops@example.com"))
+    page.goto(f"{live_server.url}/alerts/?rule={watched.pk}&state=firing")
+    assert page.locator("tr[data-alert]").count() == 0
+    page.evaluate("window.__stayed = true")
+
+    read_in_place(lambda: stuck("order-stuck-history"))
+    assert len(read_in_place(alerts.evaluate).fired) == 2  # both rules fire; the filter shows one
+    page.wait_for_selector('tr[data-state="firing"]', timeout=25_000)
+    assert page.locator("tr[data-alert]").count() == 1
+    assert "Stuck rows" in page.inner_text("#alert-table") and "Also stuck" not in page.inner_text("#alert-table")
+    assert page.evaluate("window.__stayed") is True
+    assert page.locator("select[name=state]").input_value() == "firing"
+    page.screenshot(path=SHOTS / "alert-history-refreshed.png", full_page=True)

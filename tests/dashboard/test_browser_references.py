@@ -55,6 +55,19 @@ def test_an_operator_follows_cause_and_effect_both_ways_and_filters_by_a_referen
     page.screenshot(path=SHOTS / "references-filtered-list.png", full_page=True)
 
 
+def one_sent_in_the_preflight(page, key: str):
+    """The open confirmation's preflight lists one message, sent, under `key` (downstream key
+    too), scrolled into view; returns its line."""
+    preflight = page.locator('[data-role="side-effects"]')
+    preflight.wait_for()
+    assert "1 side effect sent" in preflight.inner_text()
+    sent = preflight.locator('[data-side-effect="message"][data-status="sent"]')
+    assert sent.count() == 1 and key in sent.inner_text()
+    assert preflight.locator('[data-role="downstream-key"]').inner_text() == key
+    preflight.scroll_into_view_if_needed()
+    return sent
+
+
 def test_the_reprocess_confirmation_shows_the_side_effect_already_sent_before_the_click(operator_page, live_server):
     """Issue 22's preflight: an operator about to reprocess an event whose handler already
     enqueued a message that was sent sees that message, sent, with its downstream key."""
@@ -66,13 +79,7 @@ def test_the_reprocess_confirmation_shows_the_side_effect_already_sent_before_th
     OutboxMessage.objects.filter(pk=message.pk).update(status="sent")
     page.goto(f"{live_server.url}/events/{event.pk}/")
     page.get_by_role("link", name="Reprocess…").click()
-    preflight = page.locator('[data-role="side-effects"]')
-    preflight.wait_for()
-    assert "1 side effect sent" in preflight.inner_text()
-    sent = preflight.locator('[data-side-effect="message"][data-status="sent"]')
-    assert sent.count() == 1 and "notify-ch_refund_7" in sent.inner_text()
-    assert preflight.locator('[data-role="downstream-key"]').inner_text() == "notify-ch_refund_7"
-    preflight.scroll_into_view_if_needed()
+    one_sent_in_the_preflight(page, "notify-ch_refund_7")
     page.screenshot(path=SHOTS / "preflight-reprocess.png", full_page=True)
     # Nothing was done by looking: the event is as it was.
     assert WebhookEvent.objects.get(pk=event.pk).status == "completed"

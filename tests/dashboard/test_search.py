@@ -193,3 +193,78 @@ def test_on_postgresql_each_kind_reads_its_gin_index(order_world, on_postgres):
                 cursor.execute("EXPLAIN " + sql, params)
                 plan = "\n".join(row[0] for row in cursor.fetchall())
                 assert f"Bitmap Index Scan on {index}" in plan, plan
+
+
+# --- references ------------------------------------------------------------------------------
+
+CHARGE = "ch_3RefOnly9"
+
+
+@pytest.fixture
+def referred_world():
+    """A charge id held only as a reference: in no key, request, response or payload."""
+    from receipts.models import ReceiptReference
+    from receipts.outbox.models import MessageReference
+    from webhooks.models import EventReference
+
+    world = {
+        "receipt": receipt("pay-ref-1", {"amount": 500}),
+        "event": webhook_event("evt_ref_1", "completed", event_type="charge.succeeded", payload={"id": "evt_ref_1"}),
+        "message": outbox_message("mail-ref-1", "sent", payload={"to": "a@example.com", "subject": "s", "body": "b"}),
+    }
+    ReceiptReference.store(world["receipt"].pk, [("stripe.charge", CHARGE), ("order", "1042")])
+    EventReference.store(world["event"].pk, [("stripe.charge", CHARGE)])
+    MessageReference.store(world["message"].pk, [("stripe.charge", CHARGE)])
+    receipt("pay-ref-2", {"amount": 1})  # a decoy with no reference
+    return world
+
+
+def test_an_id_held_only_as_a_reference_finds_its_receipt_event_and_message(referred_world):
+    results = search.search(search.Term(CHARGE))
+    assert found(results) == {"receipt": [referred_world["receipt"].pk], "event": [referred_world["event"].pk],
+                              "message": [referred_world["message"].pk]}
+    assert {g.kind.name: g.hits[0].found_in for g in results.groups} == {
+        "receipt": ["reference stripe.charge"], "event": ["reference stripe.charge"], "message": ["reference stripe.charge"],
+    }
+    # A reference is matched whole, like a JSON value: a part of it finds nothing.
+    assert search.search(search.Term("ch_3RefOnly")).total == 0
+
+
+def test_a_unit_found_by_its_key_and_a_reference_is_listed_once_with_both_places(referred_world):
+    from receipts.models import ReceiptReference
+
+    ReceiptReference.store(referred_world["receipt"].pk, [("order", "pay-ref-1")])
+    [group] = [g for g in search.search(search.Term("pay-ref-1")).groups if g.hits]
+    assert [(h.obj.pk, h.found_in) for h in group.hits] == [(referred_world["receipt"].pk, ["key", "reference order"])]
+
+
+def test_the_trace_of_a_reference_shows_the_units_it_finds(referred_world):
+    units = {(e.kind, e.unit) for e in search.trace(search.Term(CHARGE)).entries}
+    assert {("receipt", "pay-ref-1"), ("message", "mail-ref-1")} <= units
+
+
+def test_on_postgresql_a_reference_is_read_from_its_value_index(referred_world, on_postgres):
+    if not on_postgres:
+        pytest.skip("the plan is PostgreSQL's")
+    from idemdash.core.reference_rows import referring
+    from receipts.models import ReceiptReference
+    from receipts.outbox.models import MessageReference
+    from webhooks.models import EventReference
+
+    # Enough other values that reading the whole table would cost more than the index, as in
+    # any real log; statistics taken, as autovacuum would.
+    owners = {"receipt": referred_world["receipt"].pk, "event": referred_world["event"].pk,
+              "message": referred_world["message"].pk}
+    for model, owner in ((ReceiptReference, "receipt"), (EventReference, "event"), (MessageReference, "message")):
+        model.objects.bulk_create([model(**{f"{owner}_id": owners[owner]}, kind="order", value=f"o-{i}",
+                                         created_at=timezone.now()) for i in range(5000)])
+    with connection.cursor() as cursor:
+        for model in (ReceiptReference, EventReference, MessageReference):
+            cursor.execute(f'ANALYZE "{model._meta.db_table}"')
+        for kind, index in (("receipt", "receipt_ref_value"), ("event", "webhook_event_ref_value"),
+                            ("message", "outbox_message_ref_value")):
+            sql, params = referring(search.KINDS[kind].model, CHARGE)[:search.LIMIT + 1].query.sql_with_params()
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert f"Index Only Scan using {index}" in plan or f"Index Scan using {index}" in plan \
+                or f"Bitmap Index Scan on {index}" in plan, plan

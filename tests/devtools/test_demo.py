@@ -83,3 +83,54 @@ def test_setup_arms_a_fixed_switch_again_so_each_demo_starts_broken():
     assert demo.setup() == (["refunds"], False)
     assert demo.failing(demo.REFUNDS)
     assert DemoSwitch.objects.count() == 1
+
+
+# --- the preflight's case: a refund handled before the bug, its confirmation sent ------------
+
+
+def test_stage_sent_refund_leaves_a_completed_refund_whose_confirmation_was_sent_once(settings, mailoutbox):
+    from receipts.outbox.models import OutboxMessage
+    from receipts.references import side_effects_on_record
+
+    settings.SHOPIFY_WEBHOOK_SECRET = SHOPIFY_SECRET
+    demo.setup()  # the bug is armed first, as demo_stage does
+    staged = demo.stage_sent_refund()
+
+    event = WebhookEvent.objects.get(pk=staged.event_id)
+    assert (staged.created, event.event_type, event.status) == (True, "refunds/create", "completed")
+    assert list(event.references.values_list("kind", "value")) == [("shopify.order", "8200000000001")]
+    message = OutboxMessage.objects.get(pk=staged.message_id)
+    assert (message.status, message.action, message.key) == (
+        "sent", "email.send", "refund-confirmation-idemdash-demo.myshopify.com-8300000000001")
+    assert [m.subject for m in mailoutbox] == ["Your refund for order 8200000000001"]
+    assert list(message.references.values_list("kind", "value")) == [("shopify.order", "8200000000001")]
+    # What the reprocess confirmation will show: that email, sent.
+    assert side_effects_on_record(event).sent == [message]
+    # Staging ran the handler "before the bug" in its own context only: the bug is still on.
+    assert demo.failing(demo.REFUNDS)
+
+    again = demo.stage_sent_refund()
+    assert (again.created, again.event_id, again.message_id) == (False, event.pk, message.pk)
+    assert OutboxMessage.objects.count() == 1 and len(mailoutbox) == 1
+
+
+def test_reprocessing_the_staged_refund_runs_its_handler_again_and_the_refunds_key_absorbs_the_email(settings, mailoutbox):
+    """What the preflight's "downstream key" means here: the handler enqueues under the refund's
+    key, so a reprocess finds the sent message and the customer gets no second email."""
+    from receipts.outbox.drain import drain
+    from receipts.outbox.models import OutboxMessage
+
+    settings.SHOPIFY_WEBHOOK_SECRET = SHOPIFY_SECRET
+    staged = demo.stage_sent_refund()  # never set up: no switch, the handler succeeds
+    event = WebhookEvent.objects.get(pk=staged.event_id)
+
+    processing.reprocess(event, actor="admin:ops")
+    assert process(event).status == "completed"
+    drain()
+    assert OutboxMessage.objects.count() == 1 and len(mailoutbox) == 1
+
+
+def test_without_a_shopify_endpoint_nothing_is_staged(settings):
+    settings.SHOPIFY_WEBHOOK_SECRET = ""
+    assert demo.stage_sent_refund() is None
+    assert not WebhookEvent.objects.exists()

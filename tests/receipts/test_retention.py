@@ -288,6 +288,39 @@ def test_audit_entries_are_kept_for_the_audit_retention_period(settings, admin_u
 
 
 @pytest.mark.django_db
+def test_finished_and_cancelled_bulk_runs_go_after_their_window_with_their_items_and_the_audit_log_stays(settings):
+    from idemdash.core.bulk_runs import BulkItem, BulkRun
+
+    settings.RECEIPTS_BULK_RUN_RETENTION_DAYS = 90
+    now = timezone.now()
+
+    def run(title: str, status: str, days: int) -> BulkRun:
+        at = now - timedelta(days=days)
+        made = BulkRun.objects.create(title=title, status=status, kind="message", actor="otto", total=2,
+                                      created_at=at, updated_at=at)
+        BulkItem.objects.bulk_create([BulkItem(run=made, object_id=i, name=f"m-{i}") for i in (1, 2)])
+        AuditEntry.objects.create(actor="otto", action="outbox_message.send_again", object_type="outbox.outboxmessage",
+                                  object_id="1", run=made, detail=title, created_at=at)
+        return made
+
+    run("finished long ago", "finished", 91)
+    run("cancelled long ago", "cancelled", 91)
+    run("finished lately", "finished", 89)
+    run("queued long ago", "queued", 200)  # still the worker's: resume_stalled hands it on
+    run("running long ago", "running", 200)
+
+    (result,) = retention.purge(purgers=only("receipts.bulk_runs"))
+    assert (result.due, result.deleted) == (2, 2)
+    assert sorted(BulkRun.objects.values_list("title", flat=True)) == [
+        "finished lately", "queued long ago", "running long ago"]
+    assert BulkItem.objects.count() == 6  # the purged runs' items went with them
+    # What each run did stays on record, no longer linked to the purged run.
+    assert AuditEntry.objects.filter(action="outbox_message.send_again").count() == 5
+    assert sorted(AuditEntry.objects.filter(run=None).values_list("detail", flat=True)) == [
+        "cancelled long ago", "finished long ago"]
+
+
+@pytest.mark.django_db
 def test_an_expired_receipt_whose_worker_holds_a_live_lease_is_kept():
     with time_machine.travel(timezone.now() - timedelta(days=2), tick=False):
         store.claim(SCOPE, "busy", "email.send", {}, lease_seconds=3600)

@@ -29,6 +29,10 @@ def alert_history(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         newest_first_page(request, form.alerts().select_related("rule"), context, PAGE_SIZE)
         alerts.attach_notifications(context["rows"])
+        # The filters the table refreshes itself with (partials/list_poll.html), as the other lists.
+        query = request.GET.copy()
+        query.pop("before", None)
+        context["query"] = query.urlencode()
     else:
         status = 400
     return partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)
