@@ -55,6 +55,7 @@ from idemdash_client.errors import (
     problem_error,
 )
 from idemdash_client.keys import make_key, tool_call_key
+from idemdash_client.references import InvalidReference
 
 if TYPE_CHECKING:
     from idemdash_client.aio import AsyncIdempotencyClient
@@ -74,6 +75,7 @@ __all__ = [
     "current",
     "make_key",
     "tool_call_key",
+    "InvalidReference",
     "PROBLEM_ERRORS",
     "PROBLEM_PREFIX",
     "problem_error",

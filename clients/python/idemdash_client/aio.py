@@ -16,7 +16,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -69,11 +69,17 @@ class AsyncIdempotencyClient(Requests):
         data = await self._post("claim", self._claim_body(key, operation, request, lease_seconds, wait_seconds))
         return self._claim_from(data, lease_seconds)
 
-    async def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
-        return await self._post("complete", {"key": key, "token": token, "response": response})
+    async def complete(
+        self, key: str, token: int, response: Any, *, references: Iterable[object] = ()
+    ) -> dict[str, Any]:
+        """As IdempotencyClient.complete."""
+        return await self._post("complete", self._complete_body(key, token, response, references))
 
-    async def fail(self, key: str, token: int, error: str, *, retryable: bool | None = None) -> dict[str, Any]:
-        return await self._post("fail", self._fail_body(key, token, error, retryable))
+    async def fail(
+        self, key: str, token: int, error: str, *, retryable: bool | None = None, references: Iterable[object] = ()
+    ) -> dict[str, Any]:
+        """As IdempotencyClient.fail."""
+        return await self._post("fail", self._fail_body(key, token, error, retryable, references))
 
     async def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
         """As IdempotencyClient.heartbeat."""
@@ -119,13 +125,13 @@ class AsyncIdempotencyClient(Requests):
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
             try:
-                await self.fail(key, claim.token, failure(exc))
+                await self.fail(key, claim.token, failure(exc), references=claimed.references)
             except (IdempotencyError, asyncio.CancelledError):
                 pass  # the original error matters more; the lease will lapse by itself
             raise
         if beat.lost is not None:
             raise beat.lost  # completing would be refused too: the token is stale for good
-        await self.complete(key, claim.token, result)
+        await self.complete(key, claim.token, result, references=claimed.references)
         return result
 
     # --- plumbing ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ import httpx
 
 from idemdash_client.context import RunningClaim, running
 from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost, PreviousFailure, problem_error
+from idemdash_client.references import validate_all
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ class Claim:
     @property
     def replayed(self) -> bool:
         return self.outcome == "replayed"
+
+
+def _with_references(body: dict[str, Any], references: Iterable[object]) -> dict[str, Any]:
+    """`body` with its "references" in the JSON API's form, checked here (InvalidReference)
+    rather than refused with a 400 after the work is done; none: the field is left out."""
+    checked = validate_all(references)
+    if checked:
+        body["references"] = [{"kind": kind, "value": value} for kind, value in checked]
+    return body
 
 
 def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
@@ -129,11 +139,18 @@ class Requests:
         )
 
     @staticmethod
-    def _fail_body(key: str, token: int, error: str, retryable: bool | None) -> dict[str, Any]:
+    def _complete_body(key: str, token: int, response: Any, references: Iterable[object]) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": key, "token": token, "response": response}
+        return _with_references(body, references)
+
+    @staticmethod
+    def _fail_body(
+        key: str, token: int, error: str, retryable: bool | None, references: Iterable[object] = ()
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"key": key, "token": token, "error": error or "failed"}
         if retryable is not None:
             body["retryable"] = retryable
-        return body
+        return _with_references(body, references)
 
     @staticmethod
     def _heartbeat_body(key: str, token: int, lease_seconds: int | None) -> dict[str, Any]:
@@ -271,11 +288,17 @@ class IdempotencyClient(Requests):
         data = self._post("claim", self._claim_body(key, operation, request, lease_seconds, wait_seconds))
         return self._claim_from(data, lease_seconds)
 
-    def complete(self, key: str, token: int, response: Any) -> dict[str, Any]:
-        return self._post("complete", {"key": key, "token": token, "response": response})
+    def complete(self, key: str, token: int, response: Any, *, references: Iterable[object] = ()) -> dict[str, Any]:
+        """Store the result of the attempt holding `token`, with `references` ((kind, value)
+        pairs or {"kind", "value"} objects: what the attempt worked on), checked here first
+        (InvalidReference) by the server's rules."""
+        return self._post("complete", self._complete_body(key, token, response, references))
 
-    def fail(self, key: str, token: int, error: str, *, retryable: bool | None = None) -> dict[str, Any]:
-        return self._post("fail", self._fail_body(key, token, error, retryable))
+    def fail(
+        self, key: str, token: int, error: str, *, retryable: bool | None = None, references: Iterable[object] = ()
+    ) -> dict[str, Any]:
+        """Fail the attempt holding `token`, with its `references` (as complete)."""
+        return self._post("fail", self._fail_body(key, token, error, retryable, references))
 
     def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
         """Renew the lease of the attempt holding `token` for `lease_seconds` from now (the
@@ -332,13 +355,13 @@ class IdempotencyClient(Requests):
             json.dumps(result)  # refuse what cannot be stored before claiming success
         except BaseException as exc:
             try:
-                self.fail(key, claim.token, failure(exc))
+                self.fail(key, claim.token, failure(exc), references=claimed.references)
             except IdempotencyError:
                 pass  # the original error matters more; the lease will lapse by itself
             raise
         if beat.lost is not None:
             raise beat.lost  # completing would be refused too: the token is stale for good
-        self.complete(key, claim.token, result)
+        self.complete(key, claim.token, result, references=claimed.references)
         return result
 
     # --- plumbing ----------------------------------------------------------------------

@@ -374,3 +374,24 @@ def test_a_held_key_raises_outcome_unknown_and_runs_nothing(live_server, token, 
         run(live_server, token, lambda idem: idem.run_once("held", "email.send", send, 1, request={"to": "a"}))
     assert caught.value.status == 409 and caught.value.type == "urn:idemdash:problem:outcome-unknown"
     assert ran == []
+
+
+def test_complete_fail_and_run_once_store_references(live_server, token):
+    async def charge() -> dict:
+        current().refer("stripe.charge", "ch_run")
+        return {"ok": True}
+
+    async def work(idem):
+        claim = await idem.claim("charge-1", "payment.charge")
+        await idem.complete("charge-1", claim.token, {}, references=[("stripe.charge", "ch_1")])
+        claim = await idem.claim("charge-2", "payment.charge")
+        await idem.fail("charge-2", claim.token, "declined", references=[{"kind": "order", "value": "o-2"}])
+        await idem.run_once("charge-3", "payment.charge", charge)
+
+    run(live_server, token, work)
+    stored = {r.key: list(r.references.values_list("kind", "value")) for r in Receipt.objects.all()}
+    assert stored == {
+        "charge-1": [("stripe.charge", "ch_1")],
+        "charge-2": [("order", "o-2")],
+        "charge-3": [("stripe.charge", "ch_run")],
+    }

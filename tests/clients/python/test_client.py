@@ -18,10 +18,12 @@ from idemdash_client import (
     ApiError,
     IdempotencyClient,
     InProgress,
+    InvalidReference,
     KeyMismatch,
     LeaseLost,
     OutcomeUnknown,
     PreviousFailure,
+    current,
     make_key,
 )
 from idemdash.devtools.examples.agent_workflow import Steps, run_workflow
@@ -360,3 +362,43 @@ def test_the_agents_pages_http_recipe_runs_a_send_again_under_the_same_downstrea
     assert provider.keys[0].startswith("idemdash-")
     receipt = Receipt.objects.get(key=make_key("welcome", 42))
     assert (receipt.scope, receipt.status, receipt.attempts) == ("client:agent", "completed", 2)
+
+
+# --- references ----------------------------------------------------------------------------------
+
+def _stored_references(key: str) -> list[tuple[str, str]]:
+    return list(Receipt.objects.get(key=key).references.order_by("pk").values_list("kind", "value"))
+
+
+def test_complete_and_fail_store_references_as_the_json_api_does(idem):
+    claim = idem.claim("charge-1", "payment.charge")
+    idem.complete("charge-1", claim.token, {"ok": True}, references=[("stripe.charge", "ch_1"), {"kind": "order", "value": 7}])
+    assert _stored_references("charge-1") == [("stripe.charge", "ch_1"), ("order", "7")]
+    assert idem.get("charge-1")["references"] == [{"kind": "stripe.charge", "value": "ch_1"}, {"kind": "order", "value": "7"}]
+    claim = idem.claim("charge-2", "payment.charge")
+    idem.fail("charge-2", claim.token, "declined", references=[("stripe.charge", "ch_2")])
+    assert _stored_references("charge-2") == [("stripe.charge", "ch_2")]
+
+
+def test_a_bad_reference_is_refused_before_anything_is_sent(idem):
+    claim = idem.claim("k", "email.send")
+    with pytest.raises(InvalidReference) as caught:
+        idem.complete("k", claim.token, {}, references=[("Not A Kind", "x")])
+    assert caught.value.field == "kind"
+    assert Receipt.objects.get(key="k").status == "processing"  # nothing reached the server
+
+
+def test_run_once_sends_what_fn_referred_to_with_its_completion_and_its_failure(idem):
+    def charge() -> dict:
+        current().refer("stripe.charge", "ch_ok")
+        return {"ok": True}
+
+    def declined() -> None:
+        current().refer("stripe.charge", "ch_declined")
+        raise RuntimeError("card declined")
+
+    idem.run_once("charge-ok", "payment.charge", charge)
+    with pytest.raises(RuntimeError):
+        idem.run_once("charge-bad", "payment.charge", declined)
+    assert _stored_references("charge-ok") == [("stripe.charge", "ch_ok")]
+    assert _stored_references("charge-bad") == [("stripe.charge", "ch_declined")]
