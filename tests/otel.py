@@ -1,11 +1,13 @@
 """The OpenTelemetry SDK for tests: one tracer provider per process (the API lets a process
 set it once), whose span processor a test points where it wants, by default at an
-InMemorySpanExporter it reads back."""
+InMemorySpanExporter it reads back; and a stand-in OTLP/HTTP collector that decodes what it is sent."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -79,3 +81,33 @@ def recorded_spans() -> Iterator[InMemorySpanExporter]:
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+@contextmanager
+def otlp_collector(port: int) -> Iterator[list]:
+    """A stand-in OTLP/HTTP collector on `port`: every span it is sent, decoded."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            for resource_spans in request.resource_spans:
+                service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+                received.extend((service, span) for scope in resource_spans.scope_spans for span in scope.spans)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -13,7 +13,7 @@ attribute, only its digest, and no body, header or secret is.
 from __future__ import annotations
 
 import contextlib
-import logging
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,8 +22,6 @@ try:
     from opentelemetry.trace import SpanKind
 except ImportError:  # the API is not installed: every function below does nothing
     trace = None
-
-log = logging.getLogger(__name__)
 
 # The tracer of every idemdash span (a proxy until a provider is set, then the provider's).
 TRACER_NAME = "idemdash"
@@ -95,7 +93,8 @@ def configure(*, service_name: str = "idemdash", metrics: bool = False) -> bool:
     OTLP over HTTP with a batch processor: spans are queued and sent from a thread of their
     own, so a collector that is down or slow costs a request nothing (the queue is bounded;
     what overflows is dropped). The exporter reads the OTEL_EXPORTER_OTLP_* variables
-    (endpoint, headers, timeout). False when the SDK or exporter is not installed."""
+    (endpoint, headers, timeout); the service is named by OTEL_SERVICE_NAME, else `service_name`.
+    False when the SDK or exporter is not installed."""
     try:
         from opentelemetry import metrics as otel_metrics
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -107,7 +106,8 @@ def configure(*, service_name: str = "idemdash", metrics: bool = False) -> bool:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         return False
-    resource = Resource.create({"service.name": service_name})
+    # OTEL_SERVICE_NAME (read by Resource.create) wins over the default name.
+    resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 import json
 import threading
+import time
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 from opentelemetry import trace
@@ -23,13 +24,15 @@ from receipts.models import Receipt
 from receipts.outbox import drain
 from receipts.outbox import store as outbox_store
 from tests.dashboard.build import failed
-from tests.otel import named, recorded_spans
+from tests.otel import named, otlp_collector, recorded_spans
+from tests.qcluster import start_qcluster, stop_process
 from tests.receipts.test_decorators import post
 from tests.receipts.outbox.receiver import running_receiver
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
 KEY = "order-4711-secret-ish"
+COLLECTOR_PORT = 18102  # this work's ports are 18100-18199
 
 
 def attribute_values(exporter) -> list[str]:
@@ -146,6 +149,39 @@ def test_a_delivery_carries_its_trace_into_the_worker_task_that_processes_it(cli
     assert process.attributes["idemdash.webhook.event_id"] == event.pk
     assert process.attributes["idemdash.webhook.outcome"] == outcome
     assert process.attributes["idemdash.webhook.provider"] == "stripe"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, spans, tmp_path):
+    """IDEMDASH_OTEL in a real `manage.py qcluster` (tracing.configure, its forked workers):
+    the worker's process span reaches the collector by OTLP, in the trace of the delivery."""
+    secret = "whsec_tracing_0000000000000"
+    make_endpoint("stripe", "stripe", secret)
+    with otlp_collector(COLLECTOR_PORT) as received:
+        worker = start_qcluster(tmp_path / "qcluster.log", IDEMDASH_OTEL="true", OTEL_SERVICE_NAME="idemdash-test-worker",
+                                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{COLLECTOR_PORT}", OTEL_BSP_SCHEDULE_DELAY="100")
+        try:
+            response = deliver_stripe(client, "stripe", stripe_event({"id": "pi_q1", "object": "payment_intent"},
+                                                                      "payment_intent.succeeded"), secret=secret)
+            assert response.status_code == 200
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and worker.poll() is None:
+                if any(span.name == "idemdash.webhook.process" for _, span in received):
+                    break
+                time.sleep(0.25)
+        finally:
+            stop_process(worker)
+            connection.close()
+    (receive,) = named(spans, "idemdash.webhook.receive")
+    processed = [(service, span) for service, span in received if span.name == "idemdash.webhook.process"]
+    assert processed, (tmp_path / "qcluster.log").read_text()[-3000:]
+    ((service, process),) = processed
+    assert service == "idemdash-test-worker"
+    assert process.trace_id.hex() == format_trace_id(receive.context.trace_id)
+    assert process.parent_span_id.hex() == format_span_id(receive.context.span_id)
+    outcome = {a.key: a.value.string_value for a in process.attributes}["idemdash.webhook.outcome"]
+    assert outcome in ("completed", "ignored")
 
 
 @pytest.mark.django_db(transaction=True)
