@@ -19,7 +19,7 @@ from typing import Any
 
 try:
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import ProxyTracerProvider, SpanKind
 except ImportError:  # the API is not installed: every function below does nothing
     trace = None
 
@@ -54,7 +54,9 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *, kind: Any = 
     """A span around the block, current within it; an exception leaving the block is recorded
     on it and sets its status to error. `parent` is a carrier (`carrier()`'s dict, a task's
     `traceparent`) whose trace the span continues: the context crossed a process boundary."""
-    if trace is None:
+    # No SDK set up (the API's proxy provider): its spans would record nothing, and skipping
+    # them keeps a hot path's cost at a type check instead of a context attached and detached.
+    if trace is None or isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
         return _NO_SPAN_CONTEXT
     context = propagate.extract(parent) if parent else None
     return _tracer.start_as_current_span(name, context=context, kind=kind or INTERNAL, attributes=attributes)
