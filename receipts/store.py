@@ -32,6 +32,7 @@ from django.utils import timezone
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
 from idemdash.core import pg as core_pg
+from idemdash.core import tracing
 from idemdash.core.attempts import lasting_status, lasting_status_q
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
@@ -158,16 +159,17 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
     The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
     user_id, session_id.
     """
-    steps = _claiming(scope, key, operation, request, **options)
-    try:
-        wait = next(steps)
-        while True:
-            wait.wakeup.wait(wait.timeout)
-            wait = steps.send(None)
-    except StopIteration as done:
-        return done.value
-    finally:
-        steps.close()
+    with tracing.span(CLAIM_SPAN) as span:
+        steps = _claiming(scope, key, operation, request, **options)
+        try:
+            wait = next(steps)
+            while True:
+                wait.wakeup.wait(wait.timeout)
+                wait = steps.send(None)
+        except StopIteration as done:
+            return _traced(span, scope, key, operation, done.value)
+        finally:
+            steps.close()
 
 
 async def aclaim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
@@ -175,18 +177,41 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
     one Django's async ORM uses), and a wait for a running first attempt awaited on the event
     loop (woken when it settles, as `claim` is), so no thread is held while it waits. Takes
     `claim`'s options."""
-    steps = _claiming(scope, key, operation, request, **options)
-    try:
-        done, step = await _astep(steps, None)
-        while not done:
-            await step.wakeup.async_wait(step.timeout)
+    with tracing.span(CLAIM_SPAN) as span:
+        steps = _claiming(scope, key, operation, request, **options)
+        try:
             done, step = await _astep(steps, None)
-        return step
-    finally:
-        # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
-        # while its step still runs on the thread is closed when it is collected.
-        with contextlib.suppress(ValueError):
-            steps.close()
+            while not done:
+                await step.wakeup.async_wait(step.timeout)
+                done, step = await _astep(steps, None)
+            return _traced(span, scope, key, operation, step)
+        finally:
+            # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
+            # while its step still runs on the thread is closed when it is collected.
+            with contextlib.suppress(ValueError):
+                steps.close()
+
+
+CLAIM_SPAN = "idemdash.receipt.claim"
+# A claim answered with the stored result: the same span, renamed, so that a trace shows a
+# replay as one at a glance.
+REPLAY_SPAN = "idemdash.receipt.replay"
+
+
+def _traced(span: Any, scope: str, key: str, operation: str, result: ClaimResult) -> ClaimResult:
+    """The claim's span told what it decided (only when recorded: the key's digest costs a hash)."""
+    if span.is_recording():
+        if result.outcome == Outcome.REPLAYED:
+            span.update_name(REPLAY_SPAN)
+        span.set_attributes({
+            "idemdash.operation": operation,
+            "idemdash.key.digest": waiting.topic(scope, key),
+            "idemdash.claim.outcome": str(result.outcome),
+            "idemdash.receipt.id": result.receipt.pk,
+            **({"idemdash.fencing_token": result.token} if result.token is not None else {}),
+            **({"idemdash.claim.waited_ms": result.waited_ms} if result.waited_ms is not None else {}),
+        })
+    return result
 
 
 @dataclass(frozen=True)
@@ -547,8 +572,13 @@ def _settle(
 ) -> None:
     now = timezone.now()
     # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
-    with transaction.atomic(savepoint=False):
+    with tracing.span(SETTLE_SPAN) as span, transaction.atomic(savepoint=False):
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
+        if span.is_recording():
+            span.set_attributes({
+                "idemdash.key.digest": waiting.topic(scope, key), "idemdash.settle.outcome": str(outcome),
+                "idemdash.fencing_token": token, "idemdash.settle.stale": not updated,
+            })
         if not updated:
             log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
         elif references:
@@ -559,6 +589,9 @@ def _settle(
             ReceiptReference.store(receipt_id, references)
     if not updated:
         raise StaleToken(f"token {token} no longer owns {key!r}")
+
+
+SETTLE_SPAN = "idemdash.receipt.settle"
 
 
 def complete(

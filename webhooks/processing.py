@@ -32,7 +32,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from idemdash.core import audit, bulk
+from idemdash.core import audit, bulk, tracing
 from idemdash_client import references
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, renewing, stuck
 from webhooks.conf import setting
@@ -58,14 +58,15 @@ class NotStuck(NotApplicable):
     """Only an event processing past its lease can be released."""
 
 
-def enqueue(event_id: int) -> bool:
+def enqueue(event_id: int, traceparent: str | None = None) -> bool:
     """Hand the event to django-q2. A failure (the broker down) is logged in one line, not
     raised, and the event is marked as not enqueued, so that the next sweep, seconds away,
-    enqueues it again rather than waiting WEBHOOKS_REQUEUE_AFTER_SECONDS."""
+    enqueues it again rather than waiting WEBHOOKS_REQUEUE_AFTER_SECONDS. `traceparent`: the
+    trace the task continues (its enqueuer's, taken before a commit ran this)."""
     from django_q.tasks import async_task
 
     try:
-        async_task(TASK, event_id, group="webhooks")
+        async_task(TASK, event_id, group="webhooks", **({"traceparent": traceparent} if traceparent else {}))
         return True
     except Exception as exc:  # noqa: BLE001 -- any broker's failure; the sweep repairs it
         log.warning("could not enqueue webhook event %s (%s: %s); the sweep will again", event_id,
@@ -83,13 +84,15 @@ def enqueue_on_commit(event_id: int) -> None:
     With the ORM broker on this database the task row is written in the transaction
     itself: one commit for the event and its task, and never one without the other. A
     failure to write it then fails the transaction, as any other failed write would.
-    Another broker (Redis) is told after the commit."""
+    Another broker (Redis) is told after the commit. The task carries the current trace
+    context (`traceparent`), so its span continues the request's trace."""
+    traced = tracing.task_kwargs()
     if _orm_broker_in_this_database() and transaction.get_connection().in_atomic_block:
         from django_q.tasks import async_task
 
-        async_task(TASK, event_id, group="webhooks")
+        async_task(TASK, event_id, group="webhooks", **traced)
     else:
-        transaction.on_commit(lambda: enqueue(event_id))
+        transaction.on_commit(lambda: enqueue(event_id, **traced))
 
 
 class _KeptPackage:
@@ -118,7 +121,7 @@ def delivery_task(endpoint_id: int, dedupe_key: str) -> tuple[str, str] | None:
     from django_q.tasks import async_task
 
     kept = _KeptPackage()
-    async_task(TASK_BY_KEY, endpoint_id, dedupe_key, group="webhooks", broker=kept)
+    async_task(TASK_BY_KEY, endpoint_id, dedupe_key, group="webhooks", broker=kept, **tracing.task_kwargs())
     return kept.list_key, kept.package
 
 
@@ -267,19 +270,36 @@ def fail_event(
     return status if won else None
 
 
-def process_event(event_id: int) -> str:
-    """Claim, run the handler, settle. Returns what happened, for the task result."""
-    return _process(claim_event(event_id))
+PROCESS_SPAN = "idemdash.webhook.process"
 
 
-def process_event_by_key(endpoint_id: int, dedupe_key: str) -> str:
+def process_event(event_id: int, traceparent: str | None = None) -> str:
+    """Claim, run the handler, settle. Returns what happened, for the task result. Its span
+    continues the trace of whoever enqueued it (`traceparent`: the delivery's request)."""
+    with tracing.task(PROCESS_SPAN, traceparent) as span:
+        return _traced(span, _process(claim_event(event_id)), event_id=event_id)
+
+
+def process_event_by_key(endpoint_id: int, dedupe_key: str, traceparent: str | None = None) -> str:
     """process_event for the task a delivery writes with its event (delivery_task)."""
-    return _process(_claim({"endpoint_id": endpoint_id, "dedupe_key": dedupe_key}))
+    with tracing.task(PROCESS_SPAN, traceparent) as span:
+        event = _claim({"endpoint_id": endpoint_id, "dedupe_key": dedupe_key})
+        return _traced(span, _process(event), event_id=event.pk if event else None)
+
+
+def _traced(span: Any, status: str, *, event_id: int | None) -> str:
+    if span.is_recording():
+        span.set_attributes({"idemdash.webhook.outcome": status,
+                             **({"idemdash.webhook.event_id": event_id} if event_id is not None else {})})
+    return status
 
 
 def _process(event: WebhookEvent | None) -> str:
     if event is None:
         return "not_claimed"
+    if (span := tracing.current()).is_recording():
+        span.set_attributes({"idemdash.webhook.provider": event.provider, "idemdash.webhook.event_type": event.event_type,
+                             "idemdash.webhook.attempt": event.attempts})
     handler = handler_for(event.provider, event.event_type)
     claimed_on = connection.connection  # the connection the claim ran on, to tell if it was lost
     # The handler's cause: what an outbox message it enqueues records, where `event.refer` puts references.

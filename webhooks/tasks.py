@@ -5,12 +5,12 @@ from __future__ import annotations
 from webhooks import processing
 
 
-def process_event(event_id: int) -> str:
-    return processing.process_event(event_id)
+def process_event(event_id: int, traceparent: str | None = None) -> str:
+    return processing.process_event(event_id, traceparent)
 
 
-def process_event_by_key(endpoint_id: int, dedupe_key: str) -> str:
-    return processing.process_event_by_key(endpoint_id, dedupe_key)
+def process_event_by_key(endpoint_id: int, dedupe_key: str, traceparent: str | None = None) -> str:
+    return processing.process_event_by_key(endpoint_id, dedupe_key, traceparent)
 
 
 def sweep() -> dict[str, int]:

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from idemdash_client.canonical import UnstorableJSON
+from idemdash.core import tracing
 from idemdash.core.problems import problem
 from webhooks import endpoints
 from webhooks.conf import setting
@@ -51,8 +53,18 @@ def _reject(endpoint: WebhookEndpoint, cause: str, detail: str, body: bytes, req
         log.warning("could not record a rejected %s delivery: database unavailable", endpoint.provider)
 
 
+RECEIVE_SPAN = "idemdash.webhook.receive"
+
+
 @csrf_exempt
 def receive(request: HttpRequest, slug: str) -> HttpResponse:
+    with tracing.span(RECEIVE_SPAN) as span:
+        response = _receive(request, slug, span)
+        span.set_attribute("http.response.status_code", response.status_code)
+        return response
+
+
+def _receive(request: HttpRequest, slug: str, span: Any) -> HttpResponse:
     try:
         endpoints.ensure_env_endpoints_once()
         found = endpoints.receiving(slug)
@@ -65,6 +77,7 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
             405, "method-not-allowed", "Method not allowed", "Deliver webhooks with POST.", headers={"Allow": "POST"}
         )
     endpoint, secrets = found
+    span.set_attribute("idemdash.webhook.provider", endpoint.provider)
 
     limit = setting("WEBHOOKS_MAX_BODY_BYTES")
     body = _read_body(request, limit)
@@ -97,6 +110,8 @@ def receive(request: HttpRequest, slug: str) -> HttpResponse:
         log.warning("webhook delivery to %r not stored: database unavailable", slug)
         return _unavailable()
 
+    if span.is_recording():
+        span.set_attributes({"idemdash.webhook.event_id": stored.event_id, "idemdash.webhook.duplicate": not stored.created})
     if stored.created:
         return JsonResponse({"received": True, "event": stored.event_id, "status": stored.status})
     return JsonResponse(

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import Model, Q, QuerySet
 
-from idemdash.core import bulk
+from idemdash.core import bulk, tracing
 from idemdash.core.discovery import declared_by_apps
 
 
@@ -47,6 +47,16 @@ class OperatorAction:
     def verb(self) -> str:
         """The name as the pages and messages say it: "send_again" is "Send again"."""
         return self.name.replace("_", " ").capitalize()
+
+    def perform(self, obj: Any, *, actor: str, user: Any, reason: str = "", **given: Any) -> Any:
+        """`run` in a span of its own: what every door (a page, the admin, a bulk run) calls.
+        The span names the action and the unit's row id, never the reason or a given value."""
+        with tracing.span(OPERATOR_SPAN, {"idemdash.operator.action": self.name, "idemdash.operator.unit_id": str(obj.pk),
+                                          "idemdash.operator.unit": obj._meta.label}):
+            return self.run(obj, actor=actor, user=user, reason=reason, **given)
+
+
+OPERATOR_SPAN = "idemdash.operator.action"
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,6 @@ def act_on_each(
     (idemdash/core/bulk.py:each): how many were done, and each row it refused with why. A
     refused row does not stop the others. `given` is the value the action takes (`result`
     for one with an `input`)."""
-    result = bulk.each(rows, lambda row: action.run(row, actor=actor, user=user, reason=reason, **given),
+    result = bulk.each(rows, lambda row: action.perform(row, actor=actor, user=user, reason=reason, **given),
                        refused=action.refused)
     return result.done, result.refused

@@ -185,7 +185,7 @@ def _act(run: BulkRun, kind: Any, item_id: int, object_id: int) -> int:
         else:
             try:
                 with transaction.atomic(), audit.in_run(run):
-                    spec.action.run(row, actor=run.actor, user=run.user, reason=run.reason)
+                    spec.action.perform(row, actor=run.actor, user=run.user, reason=run.reason)
                 return 1
             except spec.action.refused as exc:
                 why = str(exc)

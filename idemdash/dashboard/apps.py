@@ -21,6 +21,21 @@ def _create_cache_tables(sender: AppConfig, using: str = "default", **kwargs: An
     call_command("createcachetable", database=using, verbosity=0)
 
 
+def _start_opentelemetry() -> None:
+    """The SDK's providers (IDEMDASH_OTEL) and the metrics' instruments (IDEMDASH_OTEL_METRICS),
+    in every process that loads the app: web, worker and commands. Without the packages the
+    settings ask for, nothing starts here and `idemdash.E020`/`E021` say why."""
+    from idemdash.core import tracing
+    from idemdash.dashboard.conf import setting
+
+    if setting("IDEMDASH_OTEL"):
+        tracing.configure(metrics=setting("IDEMDASH_OTEL_METRICS"))
+    if setting("IDEMDASH_OTEL_METRICS") and tracing.trace is not None:
+        from idemdash.dashboard import otel_metrics
+
+        otel_metrics.register()
+
+
 class IdemdashConfig(BigIntegerIds, AppConfig):
     name = "idemdash.dashboard"
     # The label the app had when it was the `idemdash` package itself: its tables
@@ -34,3 +49,5 @@ class IdemdashConfig(BigIntegerIds, AppConfig):
         post_migrate.connect(_ensure_groups, sender=self)
         post_migrate.connect(_create_cache_tables, sender=self)
         from idemdash.dashboard import checks  # noqa: F401  (registers the system checks)
+
+        _start_opentelemetry()

@@ -17,6 +17,13 @@ DEFAULTS: dict[str, Any] = {
     # recovers (idemdash.dashboard.incidents).
     "IDEMDASH_INCIDENT_REMIND_EVERY": 30,
     "IDEMDASH_INCIDENT_REMINDERS": 2,
+    # OpenTelemetry (docs/operations.md, "OpenTelemetry"): IDEMDASH_OTEL sets the process's
+    # tracer provider to the SDK's at start-up, exporting spans by OTLP/HTTP to
+    # OTEL_EXPORTER_OTLP_ENDPOINT (a host with its own SDK set-up leaves it off);
+    # IDEMDASH_OTEL_METRICS reports the /metrics figures as OpenTelemetry instruments too,
+    # exported with the spans when IDEMDASH_OTEL is on, else read by the host's meter provider.
+    "IDEMDASH_OTEL": False,
+    "IDEMDASH_OTEL_METRICS": False,
 }
 
 

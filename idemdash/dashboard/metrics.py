@@ -18,6 +18,7 @@ key, a scope or a user. docs/operations.md ("Prometheus and Grafana") lists them
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -57,45 +58,57 @@ HELP: dict[str, str] = {
 CLAIM_OUTCOMES = frozenset(Attempt.CLAIM_OUTCOMES)
 
 
+# The labels of each labelled metric, in order; a metric not here has none.
+LABELS: dict[str, tuple[str, ...]] = {
+    "idemdash_receipt_claims_total": ("outcome",),
+    "idemdash_receipt_settles_total": ("outcome",),
+    "idemdash_webhook_deliveries_total": ("kind", "payload_matches"),
+    "idemdash_outbox_attempts_total": ("outcome",),
+}
+
+
+def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every metric's samples now, (labels, value) by name: what a Prometheus scrape and an
+    OpenTelemetry collection (idemdash/dashboard/otel_metrics.py) both report."""
+    found: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name in HELP}
+    for (outcome,), n in sorted(receipt_rollups.ATTEMPTS.totals(now).items()):
+        name = "idemdash_receipt_claims_total" if outcome in CLAIM_OUTCOMES else "idemdash_receipt_settles_total"
+        found[name].append(({"outcome": outcome}, n))
+    for (duplicate, matches), n in sorted(webhook_rollups.DELIVERIES.totals(now).items()):
+        kind = "redelivery" if duplicate == "True" else "first"
+        found["idemdash_webhook_deliveries_total"].append(({"kind": kind, "payload_matches": matches.lower()}, n))
+    found["idemdash_outbox_messages_enqueued_total"].append(({}, sum(outbox_rollups.ENQUEUED.totals(now).values())))
+    for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):
+        found["idemdash_outbox_attempts_total"].append(({"outcome": outcome}, n))
+
+    backlog = queries.outbox_backlog()
+    oldest = backlog["oldest"]
+    gauges = {
+        "idemdash_receipts_stuck": queries.stuck_receipts(now).count(),
+        "idemdash_receipts_failed": queries.failed_receipts().count(),
+        "idemdash_webhook_events_stuck": queries.stuck_events(now).count(),
+        "idemdash_webhook_events_dead": WebhookEvent.objects.filter(status=WebhookEvent.Status.DEAD).count(),
+        "idemdash_outbox_messages_pending": backlog["pending"],
+        "idemdash_outbox_oldest_pending_age_seconds": max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
+        "idemdash_outbox_messages_stuck": queries.stuck_messages(now).count(),
+        "idemdash_outbox_messages_dead": OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD).count(),
+    }
+    for name, value in gauges.items():
+        found[name].append(({}, value))
+    return found
+
+
 class IdemdashCollector(Collector):
     def collect(self) -> Iterator[Metric]:
-        now = timezone.now()
-        claims = CounterMetricFamily("idemdash_receipt_claims", HELP["idemdash_receipt_claims_total"], labels=["outcome"])
-        settles = CounterMetricFamily("idemdash_receipt_settles", HELP["idemdash_receipt_settles_total"], labels=["outcome"])
-        for (outcome,), n in sorted(receipt_rollups.ATTEMPTS.totals(now).items()):
-            (claims if outcome in CLAIM_OUTCOMES else settles).add_metric([outcome], n)
-        yield claims
-        yield settles
-
-        deliveries = CounterMetricFamily(
-            "idemdash_webhook_deliveries", HELP["idemdash_webhook_deliveries_total"], labels=["kind", "payload_matches"]
-        )
-        for (duplicate, matches), n in sorted(webhook_rollups.DELIVERIES.totals(now).items()):
-            deliveries.add_metric(["redelivery" if duplicate == "True" else "first", matches.lower()], n)
-        yield deliveries
-
-        enqueued = sum(outbox_rollups.ENQUEUED.totals(now).values())
-        yield CounterMetricFamily("idemdash_outbox_messages_enqueued", HELP["idemdash_outbox_messages_enqueued_total"],
-                                  value=enqueued)
-        sends = CounterMetricFamily("idemdash_outbox_attempts", HELP["idemdash_outbox_attempts_total"], labels=["outcome"])
-        for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):
-            sends.add_metric([outcome], n)
-        yield sends
-
-        backlog = queries.outbox_backlog()
-        oldest = backlog["oldest"]
-        gauges = {
-            "idemdash_receipts_stuck": queries.stuck_receipts(now).count(),
-            "idemdash_receipts_failed": queries.failed_receipts().count(),
-            "idemdash_webhook_events_stuck": queries.stuck_events(now).count(),
-            "idemdash_webhook_events_dead": WebhookEvent.objects.filter(status=WebhookEvent.Status.DEAD).count(),
-            "idemdash_outbox_messages_pending": backlog["pending"],
-            "idemdash_outbox_oldest_pending_age_seconds": max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
-            "idemdash_outbox_messages_stuck": queries.stuck_messages(now).count(),
-            "idemdash_outbox_messages_dead": OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD).count(),
-        }
-        for name, value in gauges.items():
-            yield GaugeMetricFamily(name, HELP[name], value=value)
+        for name, samples in figures(timezone.now()).items():
+            labels = LABELS.get(name, ())
+            if name.endswith("_total"):
+                family: Metric = CounterMetricFamily(name.removesuffix("_total"), HELP[name], labels=labels)
+            else:
+                family = GaugeMetricFamily(name, HELP[name], labels=labels)
+            for sample_labels, value in samples:
+                family.add_metric([sample_labels[label] for label in labels], value)
+            yield family
 
 
 # The text format every Prometheus server reads (prometheus_client's own default moved on to 1.0.0,

@@ -26,6 +26,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage
 from django.core.validators import validate_email
 
+from idemdash.core import tracing
 from idemdash.core.attempts import RETRYABLE_4XX
 from idemdash.core.masking import mask_text
 from receipts.decorators import format_key
@@ -205,7 +206,10 @@ def http_post(payload: dict, ctx: ActionContext) -> int:
         _validate_http_post(payload)  # the allow-list may have shrunk since enqueue
     except InvalidPayload as exc:
         raise PermanentError(f"{exc.field}: {exc}") from exc
-    headers = {**payload.get("headers", {}), "Idempotency-Key": format_key(ctx.key), "User-Agent": "idemdash-outbox"}
+    # The send's trace context (tracing.carrier: none when not traced) after the payload's
+    # headers, so a stored `traceparent` cannot claim another trace.
+    headers = {**payload.get("headers", {}), "Idempotency-Key": format_key(ctx.key), "User-Agent": "idemdash-outbox",
+               **tracing.carrier()}
     try:
         response = http_client().post(
             payload["url"], json=payload.get("json", {}), headers=headers, timeout=ctx.timeout

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from idemdash.core import tracing
 from receipts.outbox import store
 from receipts.outbox.actions import ActionContext, PermanentError, RetryableError, UnknownAction, get_action
 from receipts.outbox.conf import setting
@@ -90,6 +91,11 @@ def drain(
     return report
 
 
+# The span of one send: its context is what an action passes on (`http.post` sends it as
+# `traceparent`), so the receiver's trace continues the sender's.
+SEND_SPAN = "idemdash.outbox.send"
+
+
 def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
     lease = float(setting("OUTBOX_LEASE_SECONDS"))
     if not store.renew_lease(message, lease_seconds=lease):
@@ -104,10 +110,19 @@ def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
     started = time.monotonic()
     status_code: int | None = None
     error: Exception | None = None
-    try:
-        status_code = get_action(message.action).perform(message.payload, ctx)
-    except Exception as exc:  # every failure is recorded on the message, never raised
-        error = exc
+    with tracing.span(SEND_SPAN, kind=tracing.PRODUCER) as span:
+        try:
+            status_code = get_action(message.action).perform(message.payload, ctx)
+        except Exception as exc:  # every failure is recorded on the message, never raised
+            error = exc
+        if span.is_recording():
+            span.set_attributes({
+                "idemdash.outbox.message_id": message.pk, "idemdash.outbox.action": message.action,
+                "idemdash.outbox.attempt": message.attempts, "idemdash.fencing_token": message.fencing_token,
+                **({"server.address": message.destination_host} if message.destination_host else {}),
+                **({"http.response.status_code": status_code} if status_code is not None else {}),
+                **({"error.type": type(error).__name__} if error is not None else {}),
+            })
     duration_ms = int((time.monotonic() - started) * 1000)
     try:
         if error is None:

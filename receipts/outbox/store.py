@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from idemdash.core import audit, bulk
+from idemdash.core import audit, bulk, tracing
 from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
@@ -107,7 +107,9 @@ def enqueue(
             )
             MessageReference.store(message.pk, referred)
             # Registered inside the savepoint, so a message that is rolled back sends nothing.
-            transaction.on_commit(lambda: send_soon(message.pk))
+            # The enqueuer's trace context, taken now: the send task's span continues it.
+            traced = tracing.task_kwargs()
+            transaction.on_commit(lambda: send_soon(message.pk, **traced))
         return Enqueued(message, created=True)
     except IntegrityError:
         pass
@@ -117,7 +119,7 @@ def enqueue(
     return Enqueued(message, created=False)
 
 
-def send_soon(message_id: int) -> None:
+def send_soon(message_id: int, traceparent: str | None = None) -> None:
     """Ask the worker to send this message now (tasks.send). Failures are logged, not
     raised: a message that no task sends is sent by the scheduled drain within a minute,
     and one that two drainers see is claimed by one of them."""
@@ -128,7 +130,7 @@ def send_soon(message_id: int) -> None:
     from django_q.tasks import async_task
 
     try:
-        async_task(SEND_TASK, message_id, group="outbox")
+        async_task(SEND_TASK, message_id, group="outbox", **({"traceparent": traceparent} if traceparent else {}))
     except Exception:
         log.warning("could not ask the worker to send outbox message %s; the scheduled drain will", message_id, exc_info=True)
 

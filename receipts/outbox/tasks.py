@@ -5,6 +5,7 @@ shared with a project that drains), but this project's worker leaves the outbox 
 
 from typing import Any
 
+from idemdash.core import tracing
 from receipts.outbox import drain as _drain
 from receipts.outbox.conf import setting
 
@@ -24,9 +25,14 @@ def drain() -> dict[str, int]:
     return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"), idle_wait=1)
 
 
-def send(message_id: int) -> dict[str, int]:
-    # Enqueued when the message's transaction commits (store.send_soon).
-    return _worker_drain(ids=[message_id])
+def send(message_id: int, traceparent: str | None = None) -> dict[str, int]:
+    # Enqueued when the message's transaction commits (store.send_soon), with the trace
+    # context of whoever enqueued the message: its send span continues that trace.
+    with tracing.task(SEND_TASK_SPAN, traceparent):
+        return _worker_drain(ids=[message_id])
+
+
+SEND_TASK_SPAN = "idemdash.outbox.send_task"
 
 
 def drain_due() -> dict[str, int]:

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
 
 # What a core install must not pull in (each is an extra).
 EXTRAS_ONLY = {"django-q2", "stripe", "plotly", "honcho", "gunicorn", "psycopg", "psycopg-binary", "django-htmx",
-               "dj-database-url", "tqdm", "standardwebhooks", "redis"}
+               "dj-database-url", "tqdm", "standardwebhooks", "redis", "opentelemetry-api", "opentelemetry-sdk"}
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
     reason = request.POST.get("reason", "").strip()[:500] or f"{spec.verb.lower()} from the dashboard"
     given = {"result": request.POST.get("result", "")} if spec.input else {}
     try:
-        spec.run(obj, actor=request.user.get_username(), user=request.user, reason=reason, **given)
+        spec.perform(obj, actor=request.user.get_username(), user=request.user, reason=reason, **given)
     except spec.refused as exc:
         obj.refresh_from_db()
         messages.error(request, f"Not done: {exc} It is {shown_status(obj)} now.")
