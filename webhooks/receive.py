@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from idemdash.core import pg as core_pg
 from idemdash.core.canonical import fingerprint_json
 from webhooks import orm, pg
 from webhooks.conf import setting
-from webhooks.models import RejectedDelivery, Stored, WebhookEndpoint, WebhookEvent
+from webhooks.models import RejectedDelivery, RejectionCount, Stored, WebhookEndpoint, WebhookEvent
 from webhooks.verify import VerifiedDelivery
 
 Status = WebhookEvent.Status
@@ -103,4 +104,18 @@ def record_rejection(
         beyond = list(RejectedDelivery.objects.order_by("-id").values_list("id", flat=True)[cap : cap + 1])
         if beyond:
             RejectedDelivery.objects.filter(id__lte=beyond[0]).delete()
+        # Last, so the counter's row lock is held only for the commit: rejections of one
+        # cause take turns there, which bounds a flood of bad deliveries, not good ones.
+        _count_rejection(cause)
     return rejection
+
+
+def _count_rejection(cause: str) -> None:
+    counted = RejectionCount.objects.filter(cause=cause)
+    if counted.update(count=F("count") + 1):
+        return
+    try:
+        with transaction.atomic():
+            RejectionCount.objects.create(cause=cause, count=1)
+    except IntegrityError:  # another rejection of the cause created its row first
+        counted.update(count=F("count") + 1)
