@@ -15,8 +15,8 @@ internals). It reads what the dashboard reads, never a scan of the logs at scrap
 
 Names and units follow Prometheus' conventions: the `idemdash_` prefix, `_total` for counters,
 `_seconds` for durations and ages, labels only for small closed sets (outcome, kind, a
-rejection's cause): never a key, a scope, a user or a caller's text. docs/monitoring.md lists
-them.
+rejection's cause): never a key, a scope, a user or a caller's text. docs/dashboard.md
+("Prometheus: GET /metrics") lists them.
 """
 
 from __future__ import annotations
