@@ -226,6 +226,9 @@ def _claiming(
     is the request's when the caller has it already; `lease_seconds` overrides the
     operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
     most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
+    # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
+    # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
+    started = time.monotonic()
     validate_key(key)
     validate_operation(operation)
     policy = policy_for(operation)
@@ -238,9 +241,6 @@ def _claiming(
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
     waited_since: float | None = None  # when this caller began to wait for the running first attempt
-    # When the claim's own work began (Attempt.claim_ms): moved on by every wait, which is
-    # the first attempt's time, not the claim's (`waited_ms` has it).
-    started = time.monotonic()
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None

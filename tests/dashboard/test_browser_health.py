@@ -97,7 +97,7 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
         assert page.locator(f"#{chart} .main-svg").count() >= 1
     assert page.locator("#chart-latency .scatterlayer .trace").count() >= 6
     # The simulator's claims are charted beside the sends, from the claim-duration roll-up.
-    legend = page.locator("#chart-latency .legend").inner_text()
+    legend = page.locator("#chart-latency .legend").text_content()  # SVG: no inner_text
     assert "claim p50" in legend and "claim p99" in legend
     drawn = page.evaluate("""() => Object.fromEntries(document.getElementById('chart-latency').data
         .filter(t => t.name).map(t => [t.name, (t.y || []).filter(v => v !== null).length]))""")
