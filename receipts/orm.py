@@ -20,7 +20,7 @@ from receipts import rules, waiting
 from receipts.models import Attempt, Receipt
 
 
-def claim_or_replay(values: dict[str, Any], now: datetime) -> None:
+def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> None:
     """Nothing in one statement: the store inserts or decides about the existing receipt."""
     return None
 

@@ -53,6 +53,11 @@ _RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key
 _RECEIPT_COLUMNS = [f.attname for f in Receipt._meta.concrete_fields]  # id first
 # The attempt-log columns both statements fill, in this order.
 _LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, fingerprint, request, detail, actor, created_at"
+# A claim's line also says how long the claim took (Attempt.claim_ms): what the store spent
+# before the statement (a parameter) plus the server's time from the statement's start to
+# the row being logged, which comes after the receipt's insert or read, lock waits
+# included. One clock per part (Python's monotonic, the server's), so no skew between them.
+_CLAIM_MS = "%s::float8 + 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
 
 
 def _q(name: str) -> str:
@@ -75,10 +80,10 @@ def _claim_sql(asynchronous: bool) -> str:
         ), rep AS (
             SELECT id, scope, key, operation FROM cur WHERE {rules.REPLAY.sql}
         ), log AS (
-            INSERT INTO {attempt} ({_LOG_COLUMNS})
-            SELECT id, scope, key, operation, 'claimed', 1, %s, NULL::jsonb, '', '', %s FROM ins
+            INSERT INTO {attempt} ({_LOG_COLUMNS}, claim_ms)
+            SELECT id, scope, key, operation, 'claimed', 1, %s, NULL::jsonb, '', '', %s, {_CLAIM_MS} FROM ins
             UNION ALL
-            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s FROM rep
+            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s, {_CLAIM_MS} FROM rep
             RETURNING outcome
         )
         SELECT u.*, (SELECT outcome FROM log) AS logged{commit}
@@ -128,9 +133,9 @@ def is_lock_timeout(exc: BaseException) -> bool:
     return "55P03" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))  # psycopg 3, psycopg2
 
 
-def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
+def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
-    existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
+    existing one; `spent_ms` is what the claim spent before this statement (claim_ms). Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
     existing receipt that replays, logged), or None (an existing receipt the caller must
     decide about; nothing was written). Returns None when the key exists but this
     statement's snapshot cannot see it yet.
@@ -141,7 +146,7 @@ def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, 
         for value in (values[name],)
     ]
     fp = values["fingerprint"]
-    params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, fp, now]
+    params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, spent_ms, fp, now, spent_ms]
     with cursor() as c:
         c.execute(_claim_sql(not connection.in_atomic_block), params)
         row = c.fetchone()

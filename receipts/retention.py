@@ -80,6 +80,7 @@ PURGERS: list[Purger] = [
     # Its own retention: purging the attempt log (35 days) must not take the hourly counts
     # of the 30-day charts with it.
     Purger("receipts.attempt_rollups", rollup.ATTEMPTS.expired, archive=rollup.ATTEMPTS.carry, order_by="hour"),
+    Purger("receipts.claim_duration_rollups", rollup.CLAIMS.expired, archive=rollup.CLAIMS.carry, order_by="hour"),
     Purger("receipts.audit", due_audit_entries, order_by="created_at"),
     # The (status, updated_at) index `bulk_run_active` serves both the filter and the order.
     Purger("receipts.bulk_runs", due_bulk_runs, order_by="updated_at"),

@@ -251,6 +251,9 @@ def _claiming(
     is the request's when the caller has it already; `lease_seconds` overrides the
     operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
     most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
+    # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
+    # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
+    started = time.monotonic()
     validate_key(key)
     validate_operation(operation)
     policy = policy_for(operation)
@@ -273,7 +276,7 @@ def _claiming(
                 # and any other case comes back as the existing row; the ORM path decides
                 # every case below.
                 began = time.monotonic()
-                found = path().claim_or_replay(_new_receipt(intent, now), now)
+                found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
                 if found is None and path() is pg:
                     # The key was inserted by an attempt that committed while the statement
                     # ran: under ATOMIC_REQUESTS its insert waited on that attempt's
@@ -290,9 +293,11 @@ def _claiming(
                 # After a wait the statement's own "replayed" line would hide the wait: the
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
-            result, reconcile, settled, left = _decide(intent, existing, wakeup, deadline, waited_since, raced_since)
+            result, reconcile, settled, left = _decide(
+                intent, existing, wakeup, deadline, waited_since, raced_since, started
+            )
             if reconcile:
-                answered = _reconciled(intent, result)
+                answered = _reconciled(intent, result, started)
                 if answered is None:
                     continue  # resolved, or changed meanwhile: look again (a replay, most often)
                 return answered
@@ -306,13 +311,15 @@ def _claiming(
                     continue  # settled meanwhile: look again at once
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
+            paused = time.monotonic()
             yield _Wait(wakeup, max(0.01, min(left, lease_left + 0.01)))
+            started += time.monotonic() - paused
 
 
 @retry_deadlocks
 def _decide(
     intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup, deadline: float,
-    waited_since: float | None, raced_since: float | None,
+    waited_since: float | None, raced_since: float | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
     """One look of a claim: the decision and its line in the attempt log, committed together
     (never a claim without its log line). Returns the result, whether the operation's
@@ -335,7 +342,7 @@ def _decide(
         elif raced_since is not None and result.outcome == Outcome.REPLAYED:
             result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
         if settled and not reconcile:
-            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp)
+            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started)
     return result, reconcile, settled, left
 
 
@@ -436,7 +443,7 @@ def _take_over(receipt: Receipt, intent: _Intent, now: datetime) -> Receipt | No
     )
 
 
-def _reconciled(intent: _Intent, held: ClaimResult) -> ClaimResult | None:
+def _reconciled(intent: _Intent, held: ClaimResult, started: float) -> ClaimResult | None:
     """Ask the operation's reconcile function about a held receipt: NOT_DONE lets this claim
     take it over and run; a result completes it (None: the caller looks again and replays);
     raising, or a result that cannot be stored, leaves it outcome-unknown (logged so)."""
@@ -453,7 +460,8 @@ def _reconciled(intent: _Intent, held: ClaimResult) -> ClaimResult | None:
         log.warning("reconcile of %s/%s raised; it stays outcome-unknown", receipt.scope, receipt.key, exc_info=True)
         with transaction.atomic():
             Attempt.record(receipt, outcome=Outcome.OUTCOME_UNKNOWN, fingerprint=intent.fp,
-                           detail=f"reconcile raised {type(exc).__name__}: {exc}"[:2000], created_at=timezone.now())
+                           detail=f"reconcile raised {type(exc).__name__}: {exc}"[:2000], created_at=timezone.now(),
+                           claim_ms=_spent_ms(started))
         return held
     now = timezone.now()
     with transaction.atomic():
@@ -462,7 +470,7 @@ def _reconciled(intent: _Intent, held: ClaimResult) -> ClaimResult | None:
             if not won:
                 return None
             result = ClaimResult(Outcome.LEASE_TAKEOVER, won, token=won.fencing_token)
-            _record(result, None, intent.fp)
+            _record(result, None, intent.fp, started)
             return result
         _resolve(receipt, stored, now, actor="", detail="reconciled: the provider has the effect")
     return None
@@ -544,7 +552,11 @@ def _transition(
     return receipt
 
 
-def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
+def _spent_ms(started: float) -> float:
+    return (time.monotonic() - started) * 1000
+
+
+def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float) -> None:
     r = result.receipt
     # A duplicate answered with the result it waited for is a concurrent duplicate, not a
     # plain replay; every other outcome keeps its name, and its wait in `waited_ms`.
@@ -557,6 +569,7 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str) -> None:
         fingerprint=fp,
         request=rejected_request,
         created_at=timezone.now(),
+        claim_ms=_spent_ms(started),
     )
 
 

@@ -315,3 +315,17 @@ class RejectedDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}: {self.cause}"
+
+
+class RejectionCount(models.Model):
+    """Every rejected delivery ever, per cause: the counter behind /metrics'
+    idemdash_webhook_deliveries_rejected_total. Not counted from RejectedDelivery, whose rows
+    a flood trims to WEBHOOKS_REJECTED_MAX_ROWS within minutes (before any roll-up could
+    count them) and retention deletes: a counter must never go down. Added to by
+    `webhooks.receive.record_rejection` in the rejection's own transaction."""
+
+    cause = models.CharField(max_length=32, choices=RejectedDelivery.Cause.choices, unique=True)
+    count = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.cause}: {self.count}"

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from idemdash.core import pg as core_pg
 from idemdash.core.canonical import fingerprint_json
+from idemdash.core.mysql import retry_deadlocks
 from webhooks import orm, pg
 from webhooks.conf import setting
-from webhooks.models import RejectedDelivery, Stored, WebhookEndpoint, WebhookEvent
+from webhooks.models import RejectedDelivery, RejectionCount, Stored, WebhookEndpoint, WebhookEvent
 from webhooks.verify import VerifiedDelivery
 
 Status = WebhookEvent.Status
@@ -72,6 +74,7 @@ def store_delivery(
     raise RuntimeError(f"could not store delivery {verified.dedupe_key!r}")  # pragma: no cover
 
 
+@retry_deadlocks
 def record_rejection(
     endpoint: WebhookEndpoint | None,
     provider: str,
@@ -84,7 +87,9 @@ def record_rejection(
     now: datetime | None = None,
 ) -> RejectedDelivery:
     """Keep a truncated excerpt, never the body, and trim the table to its cap in the same
-    transaction, so a flood of bad deliveries costs a bounded amount of disk."""
+    transaction, so a flood of bad deliveries costs a bounded amount of disk. Run again when
+    MariaDB makes it a deadlock's victim (first rejections of a cause that has no count row
+    yet, racing to insert it: `_count_rejection`)."""
     now = now or timezone.now()
     excerpt = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")[:EXCERPT_CHARS]
     excerpt = "".join(ch if ch.isprintable() else " " for ch in excerpt)
@@ -103,4 +108,21 @@ def record_rejection(
         beyond = list(RejectedDelivery.objects.order_by("-id").values_list("id", flat=True)[cap : cap + 1])
         if beyond:
             RejectedDelivery.objects.filter(id__lte=beyond[0]).delete()
+        # Last, so the counter's row lock is held only for the commit: rejections of one
+        # cause take turns there, which bounds a flood of bad deliveries, not good ones.
+        _count_rejection(cause)
     return rejection
+
+
+def _count_rejection(cause: str) -> None:
+    # Every cause's row is made by the migration, so this is one UPDATE; the insert is for a
+    # row missing (a cause added since, a table emptied), whose first rejections may race:
+    # the unique cause settles it, and on MariaDB record_rejection's deadlock retry.
+    counted = RejectionCount.objects.filter(cause=cause)
+    if counted.update(count=F("count") + 1):
+        return
+    try:
+        with transaction.atomic():
+            RejectionCount.objects.create(cause=cause, count=1)
+    except IntegrityError:  # another rejection of the cause created its row first
+        counted.update(count=F("count") + 1)

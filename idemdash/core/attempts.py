@@ -7,6 +7,8 @@ settle, `STALE_OUTCOME`); what they have alike is here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import models
@@ -63,46 +65,75 @@ def lasting_status_q(field: str) -> models.Q:
     return models.Q(**{f"{field}__gte": 400, f"{field}__lt": 500}) & ~models.Q(**{f"{field}__in": sorted(RETRYABLE_4XX)})
 
 
-# Upper bounds (exclusive, in milliseconds) of the duration histogram's buckets: bucket i
-# holds durations below DURATION_BOUNDS_MS[i] (and at or above the bound before it); the
-# last bucket, len(DURATION_BOUNDS_MS), holds the rest; NO_DURATION, rows without one.
-DURATION_BOUNDS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+# Upper bounds (exclusive, in milliseconds) of a duration histogram's buckets: bucket i
+# holds durations below bounds[i] (and at or above the bound before it); the last bucket,
+# len(bounds), holds the rest; NO_DURATION, rows without one. "Below", not "at most": the
+# handler and send durations are whole milliseconds rounded down (a stored 5 is 5.0 to
+# 5.999 ms), so "below 5" is exactly Prometheus' `le="0.005"`. DURATION_BOUNDS_MS serves
+# handler runs and sends (milliseconds to a minute); CLAIM_BOUNDS_MS serves claims, most of
+# which take under a millisecond on PostgreSQL.
+DURATION_BOUNDS_MS: tuple[float, ...] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+CLAIM_BOUNDS_MS: tuple[float, ...] = (0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000)
 NO_DURATION = -1
 
 
-def duration_bucket(field: str) -> Case:
+def duration_bucket(field: str, bounds: tuple[float, ...] = DURATION_BOUNDS_MS) -> Case:
     """The histogram bucket of `field` (milliseconds) as SQL, the same on every database."""
     return Case(
         When(**{f"{field}__isnull": True}, then=Value(NO_DURATION)),
-        *[When(**{f"{field}__lt": bound}, then=Value(i)) for i, bound in enumerate(DURATION_BOUNDS_MS)],
-        default=Value(len(DURATION_BOUNDS_MS)),
+        *[When(**{f"{field}__lt": bound}, then=Value(i)) for i, bound in enumerate(bounds)],
+        default=Value(len(bounds)),
         output_field=models.SmallIntegerField(),
     )
 
 
 class DurationHourly(HourlyCount):
     """A row of a duration histogram rolled up by hour (`rollup_by_duration`): how many rows
-    of the log fell in one UTC hour and one bucket (DURATION_BOUNDS_MS)."""
+    of the log fell in one UTC hour and one bucket (the roll-up's `bounds`), and the sum of
+    their durations (for Prometheus' `_sum`: an average over any range)."""
 
     bucket = models.SmallIntegerField()
+    sum_ms = models.FloatField(default=0)
 
     class Meta:
         abstract = True
 
 
+@dataclass(frozen=True)
+class DurationRollup(HourlyRollup):
+    """An hourly histogram of a log's durations (`rollup_by_duration`), with its buckets'
+    upper bounds, which its readers need: the overview's quantiles, /metrics' `le` labels."""
+
+    bounds: tuple[float, ...] = DURATION_BOUNDS_MS
+
+    def histogram(self, now: datetime) -> tuple[dict[int, int], float]:
+        """Every duration ever logged up to `now`, as ({bucket: count}, sum in ms), the
+        NO_DURATION rows left out: the roll-up, the log after its watermark and what
+        retention carried away (`HourlyRollup.sums`), so no bucket and no sum ever goes down."""
+        counts: dict[int, int] = {}
+        total_ms = 0.0
+        for (bucket,), (n, summed) in self.sums(now).items():
+            if int(bucket) != NO_DURATION:
+                counts[int(bucket)] = n
+                total_ms += summed
+        return counts, total_ms
+
+
 def rollup_by_duration(
-    name: str, log: type[models.Model], time_field: str, field: str, table: type[HourlyCount], retention_setting: str
-) -> HourlyRollup:
+    name: str, log: type[models.Model], time_field: str, field: str, table: type[HourlyCount], retention_setting: str,
+    bounds: tuple[float, ...] = DURATION_BOUNDS_MS,
+) -> DurationRollup:
     """A log's durations rolled up as an hourly histogram: rows counted by hour and the
-    bucket of `field` (`table` has `hour`, `bucket` and `count`), from which
-    `percentile` reads p50 and p99 per hour without the log."""
-    return HourlyRollup(
+    bucket of `field` (`table`, a DurationHourly, has `hour`, `bucket`, `count` and `sum_ms`),
+    from which `percentile` reads p50 and p99 per hour without the log."""
+    return DurationRollup(
         name=name, log=log, time_field=time_field, groups=("bucket",), table=table,
-        retention_setting=retention_setting, computed=(("bucket", duration_bucket(field)),),
+        retention_setting=retention_setting, computed=(("bucket", duration_bucket(field, bounds)),),
+        summed=(("sum_ms", field),), bounds=bounds,
     )
 
 
-def percentile(histogram: dict[int, int], q: float) -> int | None:
+def percentile(histogram: dict[int, int], q: float, bounds: tuple[float, ...] = DURATION_BOUNDS_MS) -> float | None:
     """The q-quantile (0 < q <= 1) of a histogram {bucket: count} as its bucket's upper
     bound in milliseconds (the last bucket: its lower bound, "at least"); None when empty.
     Accurate to the bucket, which is what an hourly history can promise."""
@@ -114,5 +145,5 @@ def percentile(histogram: dict[int, int], q: float) -> int | None:
     for bucket, n in counted:
         running += n
         if running >= q * total:
-            return DURATION_BOUNDS_MS[min(bucket, len(DURATION_BOUNDS_MS) - 1)]
-    return DURATION_BOUNDS_MS[-1]
+            return bounds[min(bucket, len(bounds) - 1)]
+    return bounds[-1]

@@ -141,6 +141,9 @@ class HourlyRollup:
     # Group fields the log computes rather than stores, (name, expression) pairs: a
     # duration's histogram bucket (`idemdash.core.attempts.rollup_by_duration`).
     computed: tuple[tuple[str, Any], ...] = ()
+    # Fields of the log summed per (hour, groups) beside the count, (table column, log field)
+    # pairs: a duration histogram's total time (`sum_ms`), which Prometheus' `_sum` reports.
+    summed: tuple[tuple[str, str], ...] = ()
 
     def _logged(self, where: dict[str, Any], **span: datetime) -> QuerySet:
         """The log filtered by `where` and by the time field: gt=, gte=, lt=, lte=."""
@@ -187,21 +190,27 @@ class HourlyRollup:
             self._logged({}, gte=start, lt=end)
             .annotate(hour=TruncHour(self.time_field, tzinfo=dt_timezone.utc))
             .values_list("hour", *self.groups)
-            .annotate(n=Count("*"))
+            .annotate(n=Count("*"), **{column: Sum(field) for column, field in self.summed})
             .order_by()
         )
-        rows = [self.table(hour=floor_hour(hour), **dict(zip(self.groups, group)), count=n) for hour, *group, n in counted]
+        sums = [column for column, _ in self.summed]
+        width = len(self.groups)
+        rows = [
+            self.table(hour=floor_hour(hour), **dict(zip(self.groups, rest[:width])), count=rest[width],
+                       **{column: value or 0 for column, value in zip(sums, rest[width + 1:])})
+            for hour, *rest in counted
+        ]
         span = self.table._default_manager.filter(hour__gte=start, hour__lt=end)
         # Every count of the span is set to zero, the log's counts are written over them, and
         # what is still zero is deleted: a count that fell to nothing (its rows deleted) does
         # not linger. An update, not a delete and insert: on PostgreSQL it changes no indexed
         # column, so it leaves no dead index entries behind for every run.
-        span.update(count=0)
+        span.update(count=0, **dict.fromkeys(sums, 0))
         manager = self.table._default_manager
         # MySQL/MariaDB's upsert (ON DUPLICATE KEY) names no target: any unique key decides,
         # and (hour, groups) is the only one an inserted row (no pk) can collide on.
         target = ["hour", *self.groups] if connections[manager.db].features.supports_update_conflicts_with_target else None
-        manager.bulk_create(rows, update_conflicts=True, unique_fields=target, update_fields=["count"])
+        manager.bulk_create(rows, update_conflicts=True, unique_fields=target, update_fields=["count", *sums])
         span.filter(count=0).delete()
         return len(rows)
 
@@ -239,17 +248,20 @@ class HourlyRollup:
         return self.table._default_manager.filter(hour__lt=now - timedelta(days=days))
 
     def carry(self, batch: QuerySet, now: datetime) -> int:
-        """A Purger's `archive` for this roll-up's expired rows: their counts, per group, added
-        to the watermark row's `carried` before the rows are deleted, in the same transaction.
-        Returns 0 (nothing archived: the rows are still deleted)."""
-        per_group = self._per_group(batch, Sum("count"))
+        """A Purger's `archive` for this roll-up's expired rows: their counts (and sums), per
+        group, added to the watermark row's `carried` before the rows are deleted, in the same
+        transaction. Returns 0 (nothing archived: the rows are still deleted)."""
+        per_group = self._per_group(batch, Sum("count"), *(Sum(column) for column, _ in self.summed))
         if not per_group:
             return 0
         state, _ = Rollup.objects.select_for_update().get_or_create(name=self.name)
         carried = dict(state.carried or {})
-        for _, *groups, n in per_group:
-            group = _group_key(groups)
-            carried[group] = carried.get(group, 0) + int(n)
+        width = len(self.groups)
+        for _, *row in per_group:
+            group = _group_key(row[:width])
+            carried[group] = _added(carried.get(group), row[width:]) if self.summed else (
+                carried.get(group, 0) + int(row[width])
+            )
         state.carried = carried
         state.save(update_fields=["carried"])
         return 0
@@ -257,14 +269,29 @@ class HourlyRollup:
     def totals(self, now: datetime) -> dict[tuple[str, ...], int]:
         """Every row ever logged up to `now`, per group (values as text): the roll-up, the log
         after its watermark, and what retention carried away. Monotonic, for counters."""
-        totals: dict[tuple[str, ...], int] = {}
-        for _, *groups, n in self.counts(EPOCH, now):
-            group = tuple(str(g) for g in groups)
-            totals[group] = totals.get(group, 0) + int(n)
+        return {group: values[0] for group, values in self.sums(now).items()}
+
+    def sums(self, now: datetime) -> dict[tuple[str, ...], list]:
+        """`totals` with the `summed` fields: [count, *sums] per group. The roll-up's hours
+        before the watermark (its own hour as far as the watermark), the log from the
+        watermark to `now`, and `carried`."""
+        summed_log = [Sum(field) for _, field in self.summed]
+        watermark = self.rolled_until()
+        if watermark is None:
+            rows = self._per_group(self._logged({}, lte=now), Count("*"), *summed_log)
+        else:
+            rolled = self.table._default_manager.filter(hour__lt=watermark)
+            rows = self._per_group(rolled, Sum("count"), *(Sum(column) for column, _ in self.summed))
+            rows += self._per_group(self._logged({}, gte=watermark, lte=now), Count("*"), *summed_log)
+        totals: dict[tuple[str, ...], list] = {}
+        width = len(self.groups)
+        for _, *row in rows:
+            group = tuple(str(g) for g in row[:width])
+            totals[group] = _added(totals.get(group), row[width:])
         carried = Rollup.objects.filter(name=self.name).values_list("carried", flat=True).first() or {}
-        for group, n in carried.items():
+        for group, values in carried.items():
             key = tuple(group.split("|")) if self.groups else ()
-            totals[key] = totals.get(key, 0) + int(n)
+            totals[key] = _added(totals.get(key), values if isinstance(values, list) else [values])
         return totals
 
     def counts(self, start: datetime, end: datetime, *, by_hour: bool = False, **where: Any) -> list[tuple]:
@@ -305,13 +332,15 @@ class HourlyRollup:
         `trunc` (TruncMinute...): for chart buckets finer than the roll-up's hours."""
         return self._grouped(self._logged(where, gt=start, lte=end), trunc)
 
-    def _per_group(self, qs: QuerySet, total: Any) -> list[tuple]:
-        """(None, *groups, total) of `qs` per group; with no groups, one row (none if empty)."""
+    def _per_group(self, qs: QuerySet, total: Any, *more: Any) -> list[tuple]:
+        """(None, *groups, total, *more) of `qs` per group; with no groups, one row (none if
+        empty)."""
+        named = {"n": total, **{f"more{i}": aggregate for i, aggregate in enumerate(more)}}
         if not self.groups:
             # values_list() without fields would mean every field: one aggregate instead.
-            n = qs.aggregate(n=total)["n"]
-            return [(None, n)] if n else []
-        return [(None, *row) for row in qs.values_list(*self.groups).annotate(n=total).order_by()]
+            values = qs.aggregate(**named)
+            return [(None, *values.values())] if values["n"] else []
+        return [(None, *row) for row in qs.values_list(*self.groups).annotate(**named).order_by()]
 
     def _grouped(self, qs: QuerySet, trunc: type | None) -> list[tuple]:
         # COUNT(*), never COUNT(id): the logs' time indexes hold the groups but not the id.
@@ -327,6 +356,16 @@ EPOCH = datetime(2000, 1, 1, tzinfo=dt_timezone.utc)
 
 def _group_key(groups: list[Any]) -> str:
     return "|".join(str(g) for g in groups)
+
+
+def _added(values: list | None, more: Any) -> list:
+    """[count, *sums] plus `more` (the same shape; a None sum is an empty one's, 0)."""
+    values = list(values or [0])
+    more = [m or 0 for m in more]
+    width = max(len(values), len(more))
+    values += [0] * (width - len(values))
+    more += [0] * (width - len(more))
+    return [int(values[0]) + int(more[0]), *(v + m for v, m in zip(values[1:], more[1:]))]
 
 
 def installed_rollups() -> list[HourlyRollup]:

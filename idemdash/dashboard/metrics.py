@@ -7,12 +7,16 @@ internals). It reads what the dashboard reads, never a scan of the logs at scrap
 - counters (`_total`): every claim, delivery, message and send attempt ever counted, from the
   hourly roll-ups, the few minutes of log past their watermark, and what retention carried
   away from them (`idemdash.core.rollup.HourlyRollup.totals`), so they only go up;
+- histograms (`_seconds`): how long claims, webhook handler runs and outbox sends took, from
+  the hourly duration roll-ups (`idemdash.core.attempts.DurationRollup.histogram`: buckets and
+  sum carried past retention as the counters are), so no bucket, sum or count goes down;
 - gauges: the state right now (stuck rows, the outbox's backlog and its age, failed receipts
   and dead events and messages), each an indexed count.
 
 Names and units follow Prometheus' conventions: the `idemdash_` prefix, `_total` for counters,
-`_seconds` for durations and ages, labels only for small closed sets (outcome, kind): never a
-key, a scope or a user. docs/operations.md ("Prometheus and Grafana") lists them.
+`_seconds` for durations and ages, labels only for small closed sets (outcome, kind, a
+rejection's cause): never a key, a scope, a user or a caller's text. docs/dashboard.md
+("Prometheus: GET /metrics") lists them.
 """
 
 from __future__ import annotations
@@ -22,18 +26,20 @@ from datetime import datetime
 
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from idemdash.core.attempts import DurationRollup
 from idemdash.dashboard import queries
 from receipts import rollup as receipt_rollups
 from receipts.models import Attempt
 from receipts.outbox import rollup as outbox_rollups
 from receipts.outbox.models import OutboxMessage
 from webhooks import rollup as webhook_rollups
-from webhooks.models import WebhookEvent
+from webhooks.models import RejectedDelivery, RejectionCount, WebhookEvent
 
-# Every metric: name -> help. Its type is in the name (`_total`: counter; else gauge); the
+# Every metric: name -> help. Its type is in the name (`_total`: counter; in HISTOGRAMS: a
+# histogram; else gauge); the
 # rules and dashboard under docs/monitoring/ are checked against these names
 # (tests/dashboard/test_metrics.py).
 HELP: dict[str, str] = {
@@ -43,8 +49,14 @@ HELP: dict[str, str] = {
     "stale_token and the rest that are not claims.",
     "idemdash_webhook_deliveries_total": "Verified webhook deliveries stored, by kind: first (a new event) or "
     "redelivery (payload_matches says whether the redelivery's JSON equalled the stored payload).",
+    "idemdash_webhook_deliveries_rejected_total": "Webhook deliveries refused with 400 (failed verification), by "
+    "reason: the RejectedDelivery cause (missing_header, no_matching_signature, stale_timestamp, ...).",
     "idemdash_outbox_messages_enqueued_total": "Outbox messages enqueued.",
     "idemdash_outbox_attempts_total": "Outbox send attempts by outcome: sent, retry, dead and the rest.",
+    "idemdash_receipt_claim_duration_seconds": "How long claims took to decide, from the store being asked to the "
+    "decision logged (less any wait for a running first attempt), every claim outcome alike.",
+    "idemdash_webhook_processing_duration_seconds": "How long webhook handler runs took (every run: processed or failed).",
+    "idemdash_outbox_send_duration_seconds": "How long outbox send attempts took (every attempt that sent a request).",
     "idemdash_receipts_stuck": "Receipts processing past their lease right now.",
     "idemdash_receipts_failed": "Receipts failed and not released right now (what a bulk release would touch).",
     "idemdash_webhook_events_stuck": "Webhook events processing past their lease right now.",
@@ -57,26 +69,59 @@ HELP: dict[str, str] = {
 
 CLAIM_OUTCOMES = frozenset(Attempt.CLAIM_OUTCOMES)
 
+# Every histogram: name -> the duration roll-up it is read from.
+HISTOGRAMS: dict[str, DurationRollup] = {
+    "idemdash_receipt_claim_duration_seconds": receipt_rollups.CLAIMS,
+    "idemdash_webhook_processing_duration_seconds": webhook_rollups.PROCESSING,
+    "idemdash_outbox_send_duration_seconds": outbox_rollups.SENDS,
+}
+
+
+def histogram(name: str, rolled: DurationRollup, now: datetime) -> HistogramMetricFamily:
+    """A duration roll-up as a Prometheus histogram in seconds: the roll-up's buckets made
+    cumulative (a roll-up bucket holds durations below its bound: `le` is that bound), +Inf
+    the count, and the sum."""
+    counts, total_ms = rolled.histogram(now)
+    buckets, running = [], 0
+    for i, bound in enumerate(rolled.bounds):
+        running += counts.get(i, 0)
+        buckets.append((_seconds(bound), running))
+    buckets.append(("+Inf", running + counts.get(len(rolled.bounds), 0)))
+    return HistogramMetricFamily(name, HELP[name], buckets=buckets, sum_value=total_ms / 1000)
+
+
+def _seconds(ms: float) -> str:
+    # The shortest text of the bound: le="0.005", never le="0.005000000000000001".
+    return repr(ms / 1000)
+
 
 # The labels of each labelled metric, in order; a metric not here has none.
 LABELS: dict[str, tuple[str, ...]] = {
     "idemdash_receipt_claims_total": ("outcome",),
     "idemdash_receipt_settles_total": ("outcome",),
     "idemdash_webhook_deliveries_total": ("kind", "payload_matches"),
+    "idemdash_webhook_deliveries_rejected_total": ("reason",),
     "idemdash_outbox_attempts_total": ("outcome",),
 }
 
 
 def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Every metric's samples now, (labels, value) by name: what a Prometheus scrape and an
-    OpenTelemetry collection (idemdash/dashboard/otel_metrics.py) both report."""
-    found: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name in HELP}
+    """Every counter's and gauge's samples now, (labels, value) by name: what a Prometheus
+    scrape and an OpenTelemetry collection (idemdash/dashboard/otel_metrics.py) both report.
+    The histograms (HISTOGRAMS) are read apart, by `histogram`."""
+    found: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name in HELP if name not in HISTOGRAMS}
     for (outcome,), n in sorted(receipt_rollups.ATTEMPTS.totals(now).items()):
         name = "idemdash_receipt_claims_total" if outcome in CLAIM_OUTCOMES else "idemdash_receipt_settles_total"
         found[name].append(({"outcome": outcome}, n))
     for (duplicate, matches), n in sorted(webhook_rollups.DELIVERIES.totals(now).items()):
         kind = "redelivery" if duplicate == "True" else "first"
         found["idemdash_webhook_deliveries_total"].append(({"kind": kind, "payload_matches": matches.lower()}, n))
+    # Only the causes the code knows: a label set that cannot grow from what callers send.
+    known = {cause: 0 for cause in RejectedDelivery.Cause.values}
+    for cause, n in RejectionCount.objects.filter(cause__in=known).values_list("cause", "count"):
+        known[cause] = n
+    for cause, n in sorted(known.items()):
+        found["idemdash_webhook_deliveries_rejected_total"].append(({"reason": cause}, n))
     found["idemdash_outbox_messages_enqueued_total"].append(({}, sum(outbox_rollups.ENQUEUED.totals(now).values())))
     for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):
         found["idemdash_outbox_attempts_total"].append(({"outcome": outcome}, n))
@@ -100,7 +145,8 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 class IdemdashCollector(Collector):
     def collect(self) -> Iterator[Metric]:
-        for name, samples in figures(timezone.now()).items():
+        now = timezone.now()
+        for name, samples in figures(now).items():
             labels = LABELS.get(name, ())
             if name.endswith("_total"):
                 family: Metric = CounterMetricFamily(name.removesuffix("_total"), HELP[name], labels=labels)
@@ -109,6 +155,9 @@ class IdemdashCollector(Collector):
             for sample_labels, value in samples:
                 family.add_metric([sample_labels[label] for label in labels], value)
             yield family
+        # Histograms are not (labels, value) samples: each is its buckets, sum and count.
+        for name, rolled in HISTOGRAMS.items():
+            yield histogram(name, rolled, now)
 
 
 # The text format every Prometheus server reads (prometheus_client's own default moved on to 1.0.0,

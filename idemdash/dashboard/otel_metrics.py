@@ -62,6 +62,10 @@ def register(meter: Any = None) -> list[Any]:
     meter = meter or otel_metrics.get_meter("idemdash")
     instruments = []
     for name, description in metrics.HELP.items():
+        if name in metrics.HISTOGRAMS:
+            # OpenTelemetry has no observable histogram to report pre-counted buckets through;
+            # the durations reach a tracing backend as the spans' own (docs/operations.md).
+            continue
         unit = "s" if name.endswith("_seconds") else "1"
         create = meter.create_observable_counter if name.endswith("_total") else meter.create_observable_gauge
         instruments.append(create(instrument_name(name), callbacks=[_callback(name)], unit=unit, description=description))

@@ -408,7 +408,7 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
 # --- history from the hourly roll-ups ---------------------------------------------------------
 
 # The duration histograms charted, by the name their p50 and p99 take in a history bucket.
-DURATION_ROLLUPS = {"processing": webhooks_rollup.PROCESSING, "send": outbox_rollup.SENDS}
+DURATION_ROLLUPS = {"claim": rollup.CLAIMS, "processing": webhooks_rollup.PROCESSING, "send": outbox_rollup.SENDS}
 
 
 def history_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -439,8 +439,9 @@ def history_series(window: Window, now: datetime | None = None) -> list[dict[str
         ages[t] = max(age, ages.get(t, 0))
     for t, row in buckets.items():
         for name, histogram in histograms[t].items():
-            row[f"{name}_p50"] = percentile(histogram, 0.5)
-            row[f"{name}_p99"] = percentile(histogram, 0.99)
+            bounds = DURATION_ROLLUPS[name].bounds
+            row[f"{name}_p50"] = percentile(histogram, 0.5, bounds)
+            row[f"{name}_p99"] = percentile(histogram, 0.99, bounds)
             row[f"{name}_runs"] = sum(n for b, n in histogram.items() if b != NO_DURATION)
         row["backlog_age"] = ages.get(t)
     return list(buckets.values())

@@ -86,8 +86,8 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
     assert "OK since" in conflict and "warn ≥ 10%" in conflict
     page.screenshot(path=SHOTS / "health-all-clear.png", full_page=True)
 
-    # History: the sends' durations and the backlog age (sampled by the roll-up run, which
-    # the schedule makes every minute) are charted.
+    # History: the claims' and sends' durations and the backlog age (sampled by the roll-up
+    # run, which the schedule makes every minute) are charted.
     read_in_place(rollup.catch_up)
     page.goto(live_server.url + "/?window=24h")
     charts_drawn(page, 8)
@@ -95,7 +95,13 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
         figure = page.locator(f"figure:has(#{chart})")
         assert figure.get_attribute("data-empty") is None, chart
         assert page.locator(f"#{chart} .main-svg").count() >= 1
-    assert page.locator("#chart-latency .scatterlayer .trace").count() >= 4
+    assert page.locator("#chart-latency .scatterlayer .trace").count() >= 6
+    # The simulator's claims are charted beside the sends, from the claim-duration roll-up.
+    legend = page.locator("#chart-latency .legend").text_content()  # SVG: no inner_text
+    assert "claim p50" in legend and "claim p99" in legend
+    drawn = page.evaluate("""() => Object.fromEntries(document.getElementById('chart-latency').data
+        .filter(t => t.name).map(t => [t.name, (t.y || []).filter(v => v !== null).length]))""")
+    assert drawn["claim p50"] > 0 and drawn["claim p99"] > 0 and drawn["send p50"] > 0, drawn
     page.locator("figure:has(#chart-latency)").screenshot(path=SHOTS / "health-latency-chart.png")
     page.locator("figure:has(#chart-backlog)").screenshot(path=SHOTS / "health-backlog-chart.png")
     page.goto(live_server.url + "/?window=1h")

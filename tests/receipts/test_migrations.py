@@ -1,6 +1,8 @@
 """receipts/migrations/0010_session_reference.py: receipts written when a receipt recorded the
 caller's session key take the keyed reference the code records now. 0011: the attempt log
-gains `waited_ms` (empty for what was logged before) and a receipt may have no expiry.
+gains `waited_ms` (empty for what was logged before) and a receipt may have no expiry. 0016
+and 0017: the attempt log gains `claim_ms`, and its (created_at, outcome) index becomes
+(created_at, outcome, claim_ms), built concurrently on PostgreSQL, both ways.
 
 Each test migrates the test database back and leaves it migrated to the latest again, for
 the tests that run after it."""
@@ -16,10 +18,19 @@ from django.utils import timezone
 
 from receipts.decorators import session_reference
 from receipts.models import Attempt, Receipt
+from receipts.rollup import CLAIMS
 
 BEFORE = ("receipts", "0009_exact_text")
 REPLACING = ("receipts", "0010_session_reference")
 WAITED_AND_PERMANENT = ("receipts", "0011_waited_outcome_and_permanent_receipts")
+CLAIM_DURATIONS = ("receipts", "0016_hist_claim_durations")
+CLAIM_DURATION_INDEX = ("receipts", "0017_hist_claim_duration_index")
+
+
+def _attempt_indexes() -> set[str]:
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Attempt._meta.db_table)
+    return {name for name, c in constraints.items() if c["index"] and not c["primary_key"]}
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +74,28 @@ def test_attempts_logged_before_have_no_wait_and_a_receipt_may_then_be_permanent
     assert Receipt.objects.get().expires_at == now + timedelta(days=1)
     Receipt.objects.filter(key="k").update(expires_at=None)
     assert Receipt.objects.get().permanent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claim_duration_index_replaces_the_outcome_index_and_goes_back():
+    executor = MigrationExecutor(connection)
+    executor.migrate([CLAIM_DURATIONS])
+    assert "attempt_age_outcome" in _attempt_indexes() and "attempt_age_outcome_claim" not in _attempt_indexes()
+    MigrationExecutor(connection).migrate([CLAIM_DURATION_INDEX])
+    assert "attempt_age_outcome_claim" in _attempt_indexes() and "attempt_age_outcome" not in _attempt_indexes()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = 'attempt_age_outcome_claim'::regclass")
+            assert cursor.fetchone() == (True,)
+            # The claim-duration roll-up's recount reads the index alone (no heap for the duration).
+            for setting in ("enable_seqscan", "enable_bitmapscan"):
+                cursor.execute(f"SET {setting} = off")
+            recount = CLAIMS._logged({}, gte=timezone.now() - timedelta(hours=3)).values_list("bucket")
+            sql, params = recount.query.sql_with_params()
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            for setting in ("enable_seqscan", "enable_bitmapscan"):
+                cursor.execute(f"RESET {setting}")
+        assert "Index Only Scan using attempt_age_outcome_claim" in plan, plan
+    MigrationExecutor(connection).migrate([CLAIM_DURATIONS])
+    assert "attempt_age_outcome" in _attempt_indexes() and "attempt_age_outcome_claim" not in _attempt_indexes()

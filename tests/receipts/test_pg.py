@@ -19,9 +19,12 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from receipts import store
+from receipts import pg, store
+from receipts.conf import policy_for
 from receipts.models import Attempt, Receipt
+from receipts.store import _Intent, _new_receipt
 
 pytestmark = pytest.mark.postgres
 
@@ -72,6 +75,21 @@ def test_claim_complete_and_replay_are_one_statement_each_with_their_log_lines()
         (receipt.pk, "email.send", "completed", 1, "", None, ""),
         (receipt.pk, "email.send", "replayed", None, fp, None, ""),
     ]
+
+
+@pytest.mark.django_db
+def test_the_claim_statement_logs_the_time_spent_before_it_plus_its_own_up_to_the_decision():
+    intent = _Intent(SCOPE, "k-timed", "email.send", None, "fp", policy_for("email.send"),
+                     policy_for("email.send").lease, "", "")
+    now = timezone.now()
+    for expected in ("claimed", "replayed"):
+        if expected == "replayed":
+            Receipt.objects.filter(key="k-timed").update(status="completed", completed_at=now)
+        logged, _ = pg.claim_or_replay(_new_receipt(intent, now), now, 40.0)
+        assert logged == expected
+        # The 40 ms the store spent before the statement, and the statement's own fraction of one.
+        ms = Attempt.objects.get(key="k-timed", outcome=expected).claim_ms
+        assert 40 < ms < 1040, ms
 
 
 @pytest.mark.django_db

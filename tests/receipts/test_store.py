@@ -409,3 +409,83 @@ def test_claims_racing_a_purge_of_their_key_are_decided_right_on_mysql():
 
     assert sorted(map(str, answers)) == ["claimed", "in_progress", "in_progress"], answers
     assert Receipt.objects.get(scope=SCOPE, key="dl").status == "processing"
+
+
+# --- how long a claim took (Attempt.claim_ms) -------------------------------------------------
+
+
+def test_every_claim_outcome_logs_how_long_it_took_and_no_settle_does():
+    first = store.claim(SCOPE, "timed", "email.send", {"n": 1})
+    assert store.claim(SCOPE, "timed", "email.send", {"n": 1}).outcome == "in_progress"
+    assert store.claim(SCOPE, "timed", "email.send", {"n": 2}).outcome == "mismatch"
+    store.complete(SCOPE, "timed", first.token, body="{}")
+    assert store.claim(SCOPE, "timed", "email.send", {"n": 1}).outcome == "replayed"
+    logged = list(Attempt.objects.filter(key="timed").order_by("id").values_list("outcome", "claim_ms"))
+    assert [outcome for outcome, _ in logged] == ["claimed", "in_progress", "mismatch", "completed", "replayed"]
+    for outcome, ms in logged:
+        if outcome == "completed":
+            assert ms is None
+        else:
+            assert 0 < ms < 5000, (outcome, ms)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claims_duration_counts_its_wait_on_a_lock():
+    """The key's row is held by another transaction (inserted, deleted, not committed yet) for
+    0.3 s: the claim's insert waits on it, and that wait is the claim's. On PostgreSQL the
+    claim's own statement logs it (the server's clock, receipts/pg.py); elsewhere the store."""
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite takes one writer at a time: no row lock to wait on")
+    answers: list[object] = []
+
+    def claim() -> None:
+        try:
+            answers.append(store.claim(SCOPE, "locked", "email.send", {"n": 1}).outcome)
+        finally:
+            connections.close_all()
+
+    def insert_and_delete() -> None:
+        Receipt.objects.filter(pk=store.claim(SCOPE, "locked", "email.send", {"n": 0}).receipt.pk).delete()
+        Attempt.objects.filter(key="locked").delete()
+
+    waiting = threading.Thread(target=claim)
+    with uncommitted(insert_and_delete):
+        waiting.start()
+        until_transactions_wait_on_locks(1, "the claim's insert waits on the held row")
+        time.sleep(0.3)
+    waiting.join(30)
+    assert answers == ["claimed"]
+    assert Attempt.objects.get(key="locked").claim_ms >= 300
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wait():
+    """`waited_ms` is the first attempt's time; `claim_ms` is the claim's own work."""
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    first = store.claim(SCOPE, "awaited", "email.send", {"n": 1})
+    answers: list[store.ClaimResult] = []
+
+    def duplicate() -> None:
+        try:
+            connection.ensure_connection()  # opening the thread's connection is not the claim's
+            answers.append(store.claim(SCOPE, "awaited", "email.send", {"n": 1}, wait_seconds=10))
+        finally:
+            connections.close_all()
+
+    waiter = threading.Thread(target=duplicate)
+    waiter.start()
+    time.sleep(1.0)
+    store.complete(SCOPE, "awaited", first.token, body="{}")
+    waiter.join(30)
+    assert answers[0].outcome == "replayed" and answers[0].waited_ms >= 900
+    line = Attempt.objects.get(key="awaited", outcome="waited")
+    assert line.waited_ms >= 900 and line.claim_ms < line.waited_ms / 2

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from receipts.models import AuditEntry
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, queued_event_ids, stripe_event, stripe_headers
 from webhooks import processing
-from webhooks.models import RejectedDelivery, WebhookDelivery, WebhookEvent
+from webhooks.models import RejectedDelivery, RejectionCount, WebhookDelivery, WebhookEvent
 from webhooks.receive import record_rejection, store_delivery
 from webhooks.verify import VerifiedDelivery
 
@@ -134,6 +134,47 @@ def test_a_rejection_keeps_a_printable_excerpt_only():
     assert rejection.body_size == 10_006
     assert len(rejection.body_excerpt) == 256
     assert rejection.body_excerpt.startswith("  abc")
+
+
+@pytest.mark.django_db
+def test_every_rejection_is_counted_by_cause_even_past_the_tables_cap(settings):
+    settings.WEBHOOKS_REJECTED_MAX_ROWS = 2
+    for _ in range(5):
+        record_rejection(None, "stripe", "no_matching_signature", "bad", b"{}")
+    record_rejection(None, "stripe", "stale_timestamp", "late", b"{}")
+    assert RejectedDelivery.objects.count() == 2  # the cap trimmed the table ...
+    counted = dict(RejectionCount.objects.filter(count__gt=0).values_list("cause", "count"))
+    assert counted == {"no_matching_signature": 5, "stale_timestamp": 1}  # ... not the count
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_rejections_of_one_cause_are_each_counted_once():
+    """Threads with their own connections add to the cause's row at once. Its row removed
+    first (the migration makes one per cause), so their first rejections also race to insert
+    it: the unique cause settles that, and on MariaDB, where that race deadlocks, the
+    rejection's deadlock retry; the UPDATE's row lock settles the additions."""
+    RejectionCount.objects.all().delete()
+    threads, each = 6, 5
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def reject() -> None:
+        try:
+            barrier.wait()
+            for _ in range(each):
+                record_rejection(None, "stripe", "missing_header", "none", b"{}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    running = [threading.Thread(target=reject) for _ in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    assert not errors, errors
+    assert RejectionCount.objects.get(cause="missing_header").count == threads * each
 
 
 def _storm_worker(slug: str, deliveries: list[tuple[int, bytes]], results) -> None:

@@ -214,8 +214,10 @@ def test_rebuild_recounts_every_roll_up_from_its_log(endpoint):
 def test_the_scheduled_roll_up_and_rewind_serve_the_deliveries_too(endpoint):
     deliver(endpoint, "a", NOW - 20 * d)
     runs = tasks.roll_up()
-    assert {r["name"] for r in runs} == {"receipts.attempts", "webhooks.deliveries", "webhooks.processing_durations",
-                                         "outbox.messages", "outbox.attempts", "outbox.send_durations"}
+    assert {r["name"] for r in runs} == {
+        "receipts.attempts", "receipts.claim_durations", "webhooks.deliveries", "webhooks.processing_durations",
+        "outbox.messages", "outbox.attempts", "outbox.send_durations",
+    }
     assert DeliveryHourly.objects.get().count == 1
     # A bulk load of past rows (the seeder) rewinds every roll-up, and the next run
     # recounts the hours handed back.
