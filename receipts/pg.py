@@ -60,16 +60,20 @@ def _q(name: str) -> str:
 
 
 @functools.cache
-def _claim_sql(asynchronous: bool) -> str:
+def _claim_sql(asynchronous: bool, bounded: bool = False) -> str:
     receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
     returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
     commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
+    # bound_lock_waits in the same statement, saving it a round trip: the scope's value sets
+    # lock_timeout as the row is built, which is before the insert looks for a conflicting
+    # row, and so before it can wait on one (its second parameter follows the scope's).
+    bound = {"scope": "(SELECT %s WHERE set_config('lock_timeout', %s, true) IS NOT NULL)"} if bounded else None
     # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
     # at most one of the two has a row. Both empty means a concurrent insert committed
     # after our snapshot was taken; the caller then looks again.
     return f"""
         WITH ins AS (
-            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned)}
+            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned, bound)}
         ), cur AS (
             SELECT {returned} FROM {receipt} WHERE scope = %s AND key = %s
         ), rep AS (
@@ -108,6 +112,11 @@ def _preparers() -> list[tuple[str, type | None, Any]]:
 
 
 @functools.cache
+def _scope_index() -> int:
+    return [f.name for f in _RECEIPT_FIELDS].index("scope")
+
+
+@functools.cache
 def _converters() -> list[list]:
     return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
 
@@ -118,9 +127,14 @@ def bound_lock_waits(milliseconds: int) -> None:
     (receipts/decorators.py) waits on a concurrent first attempt's uncommitted row; past the
     bound, LockNotAvailable (55P03) aborts the transaction. Not put back after the claim: that
     would cost every request a round trip, and a view that waits as long for a lock of its own
-    is better told 503 than left holding its connection."""
+    is better told 503 than left holding its connection. On this path the claim statement
+    sets it itself (claim_or_replay's `lock_wait_ms`); the ORM path's twin calls this."""
     with connection.cursor() as c:  # Django's own: psycopg2 hosts (the ORM path) get it too
-        c.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, milliseconds)}ms"])
+        c.execute("SELECT set_config('lock_timeout', %s, true)", [_lock_timeout(milliseconds)])
+
+
+def _lock_timeout(milliseconds: int) -> str:
+    return f"{max(1, milliseconds)}ms"
 
 
 def is_lock_timeout(exc: BaseException) -> bool:
@@ -128,22 +142,28 @@ def is_lock_timeout(exc: BaseException) -> bool:
     return "55P03" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))  # psycopg 3, psycopg2
 
 
-def claim_or_replay(values: dict[str, Any], now: datetime) -> tuple[str | None, Receipt] | None:
+def claim_or_replay(
+    values: dict[str, Any], now: datetime, lock_wait_ms: int | None = None
+) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
     existing one. Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
     existing receipt that replays, logged), or None (an existing receipt the caller must
     decide about; nothing was written). Returns None when the key exists but this
-    statement's snapshot cannot see it yet.
+    statement's snapshot cannot see it yet. `lock_wait_ms`: bound_lock_waits, set by this
+    statement before its insert can wait.
     """
     params = [
         value if value is None or type(value) is plain else prepare(value, connection)
         for name, plain, prepare in _preparers()
         for value in (values[name],)
     ]
+    bounded = lock_wait_ms is not None
+    if bounded:
+        params.insert(_scope_index() + 1, _lock_timeout(lock_wait_ms))
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, fp, now]
     with cursor() as c:
-        c.execute(_claim_sql(not connection.in_atomic_block), params)
+        c.execute(_claim_sql(not connection.in_atomic_block, bounded), params)
         row = c.fetchone()
     if row is None:
         return None

@@ -100,12 +100,15 @@ def _prepared_cursor_class() -> type:
     return PreparedCursor
 
 
-def insert_unless_exists(model: type, fields: list, conflict: str, returned: str) -> str:
-    """An INSERT of one row of `fields` (one %s each) that does nothing when the unique
-    `conflict` columns already exist, for a CTE."""
+def insert_unless_exists(
+    model: type, fields: list, conflict: str, returned: str, expressions: dict[str, str] | None = None
+) -> str:
+    """An INSERT of one row of `fields` (one %s each, or the expression `expressions` gives
+    for a field's name) that does nothing when the unique `conflict` columns already exist,
+    for a CTE."""
     q = connection.ops.quote_name
     columns = ", ".join(q(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
+    placeholders = ", ".join((expressions or {}).get(f.name, "%s") for f in fields)
     return (
         f"INSERT INTO {q(model._meta.db_table)} ({columns}) VALUES ({placeholders}) "
         f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"
