@@ -103,11 +103,22 @@ _PLAIN_TYPES = (
 
 
 @functools.cache
-def _preparers() -> list[tuple[str, type | None, Any]]:
-    """(attname, the type passed as is, the field's get_db_prep_save) per inserted field."""
+def _preparers(names: tuple[str, ...] | None = None) -> list[tuple[str, type | None, Any]]:
+    """(attname, the type passed as is, the field's get_db_prep_save) per field named, or per
+    inserted field."""
+    fields = _RECEIPT_FIELDS if names is None else [Receipt._meta.get_field(name) for name in names]
     return [
         (f.attname, next((t for cls, t in _PLAIN_TYPES if isinstance(f, cls)), None), f.get_db_prep_save)
-        for f in _RECEIPT_FIELDS
+        for f in fields
+    ]
+
+
+def _prepared(values: dict[str, Any], names: tuple[str, ...] | None = None) -> list[Any]:
+    """The statement parameters of `values`' fields (`names`, or every inserted field)."""
+    return [
+        value if value is None or type(value) is plain else prepare(value, connection)
+        for name, plain, prepare in _preparers(names)
+        for value in (values[name],)
     ]
 
 
@@ -152,11 +163,7 @@ def claim_or_replay(
     statement's snapshot cannot see it yet. `lock_wait_ms`: bound_lock_waits, set by this
     statement before its insert can wait.
     """
-    params = [
-        value if value is None or type(value) is plain else prepare(value, connection)
-        for name, plain, prepare in _preparers()
-        for value in (values[name],)
-    ]
+    params = _prepared(values)
     bounded = lock_wait_ms is not None
     if bounded:
         params.insert(_scope_index() + 1, _lock_timeout(lock_wait_ms))
@@ -198,7 +205,7 @@ def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: dat
     commit. False (nothing written) when `token` no longer owns a processing receipt."""
     changed = tuple(sorted(changes))
     params: list[Any] = [now]
-    params += [Receipt._meta.get_field(name).get_db_prep_save(changes[name], connection) for name in changed]
+    params += _prepared(changes, changed)
     params += [scope, key, *rules.SETTLE.arguments(token=token)]
     params += [scope, key, outcome, token, detail, now, waiting.CHANNEL, waiting.topic(scope, key)]
     with cursor() as c:
