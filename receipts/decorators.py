@@ -595,9 +595,8 @@ def _claim_waiting_on_the_row(claim: Callable[..., store.ClaimResult], seconds: 
         return claim()
     from receipts import pg
 
-    pg.bound_lock_waits(seconds * 1000)
     try:
-        return claim()
+        return claim(lock_wait_ms=seconds * 1000)
     except OperationalError as exc:
         if pg.is_lock_timeout(exc):
             raise _WaitedTooLong from exc

@@ -65,16 +65,20 @@ def _q(name: str) -> str:
 
 
 @functools.cache
-def _claim_sql(asynchronous: bool) -> str:
+def _claim_sql(asynchronous: bool, bounded: bool = False) -> str:
     receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
     returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
     commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
+    # bound_lock_waits in the same statement, saving it a round trip: the scope's value sets
+    # lock_timeout as the row is built, which is before the insert looks for a conflicting
+    # row, and so before it can wait on one (its second parameter follows the scope's).
+    bound = {"scope": "(SELECT %s WHERE set_config('lock_timeout', %s, true) IS NOT NULL)"} if bounded else None
     # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
     # at most one of the two has a row. Both empty means a concurrent insert committed
     # after our snapshot was taken; the caller then looks again.
     return f"""
         WITH ins AS (
-            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned)}
+            {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", returned, bound)}
         ), cur AS (
             SELECT {returned} FROM {receipt} WHERE scope = %s AND key = %s
         ), rep AS (
@@ -104,12 +108,28 @@ _PLAIN_TYPES = (
 
 
 @functools.cache
-def _preparers() -> list[tuple[str, type | None, Any]]:
-    """(attname, the type passed as is, the field's get_db_prep_save) per inserted field."""
+def _preparers(names: tuple[str, ...] | None = None) -> list[tuple[str, type | None, Any]]:
+    """(attname, the type passed as is, the field's get_db_prep_save) per field named, or per
+    inserted field."""
+    fields = _RECEIPT_FIELDS if names is None else [Receipt._meta.get_field(name) for name in names]
     return [
         (f.attname, next((t for cls, t in _PLAIN_TYPES if isinstance(f, cls)), None), f.get_db_prep_save)
-        for f in _RECEIPT_FIELDS
+        for f in fields
     ]
+
+
+def _prepared(values: dict[str, Any], names: tuple[str, ...] | None = None) -> list[Any]:
+    """The statement parameters of `values`' fields (`names`, or every inserted field)."""
+    return [
+        value if value is None or type(value) is plain else prepare(value, connection)
+        for name, plain, prepare in _preparers(names)
+        for value in (values[name],)
+    ]
+
+
+@functools.cache
+def _scope_index() -> int:
+    return [f.name for f in _RECEIPT_FIELDS].index("scope")
 
 
 @functools.cache
@@ -123,9 +143,14 @@ def bound_lock_waits(milliseconds: int) -> None:
     (receipts/decorators.py) waits on a concurrent first attempt's uncommitted row; past the
     bound, LockNotAvailable (55P03) aborts the transaction. Not put back after the claim: that
     would cost every request a round trip, and a view that waits as long for a lock of its own
-    is better told 503 than left holding its connection."""
+    is better told 503 than left holding its connection. On this path the claim statement
+    sets it itself (claim_or_replay's `lock_wait_ms`); the ORM path's twin calls this."""
     with connection.cursor() as c:  # Django's own: psycopg2 hosts (the ORM path) get it too
-        c.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(1, milliseconds)}ms"])
+        c.execute("SELECT set_config('lock_timeout', %s, true)", [_lock_timeout(milliseconds)])
+
+
+def _lock_timeout(milliseconds: int) -> str:
+    return f"{max(1, milliseconds)}ms"
 
 
 def is_lock_timeout(exc: BaseException) -> bool:
@@ -133,22 +158,24 @@ def is_lock_timeout(exc: BaseException) -> bool:
     return "55P03" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))  # psycopg 3, psycopg2
 
 
-def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> tuple[str | None, Receipt] | None:
+def claim_or_replay(
+    values: dict[str, Any], now: datetime, spent_ms: float, lock_wait_ms: int | None = None
+) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
     existing one; `spent_ms` is what the claim spent before this statement (claim_ms). Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
     existing receipt that replays, logged), or None (an existing receipt the caller must
     decide about; nothing was written). Returns None when the key exists but this
-    statement's snapshot cannot see it yet.
+    statement's snapshot cannot see it yet. `lock_wait_ms`: bound_lock_waits, set by this
+    statement before its insert can wait.
     """
-    params = [
-        value if value is None or type(value) is plain else prepare(value, connection)
-        for name, plain, prepare in _preparers()
-        for value in (values[name],)
-    ]
+    params = _prepared(values)
+    bounded = lock_wait_ms is not None
+    if bounded:
+        params.insert(_scope_index() + 1, _lock_timeout(lock_wait_ms))
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, spent_ms, fp, now, spent_ms]
     with cursor() as c:
-        c.execute(_claim_sql(not connection.in_atomic_block), params)
+        c.execute(_claim_sql(not connection.in_atomic_block, bounded), params)
         row = c.fetchone()
     if row is None:
         return None
@@ -183,7 +210,7 @@ def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: dat
     commit. False (nothing written) when `token` no longer owns a processing receipt."""
     changed = tuple(sorted(changes))
     params: list[Any] = [now]
-    params += [Receipt._meta.get_field(name).get_db_prep_save(changes[name], connection) for name in changed]
+    params += _prepared(changes, changed)
     params += [scope, key, *rules.SETTLE.arguments(token=token)]
     params += [scope, key, outcome, token, detail, now, waiting.CHANNEL, waiting.topic(scope, key)]
     with cursor() as c:

@@ -157,7 +157,7 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
     in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
     (woken by its completion, not by polling in a tight loop) and its result replayed.
     The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
-    user_id, session_id.
+    user_id, session_id, lock_wait_ms.
     """
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
@@ -245,12 +245,15 @@ def _claiming(
     wait_seconds: float = 0,
     user_id: str = "",
     session_id: str = "",
+    lock_wait_ms: int | None = None,
 ) -> Generator[_Wait, None, ClaimResult]:
     """The one copy of a claim, sync or async: yields where it waits for the running first
     attempt (claim and aclaim do the waiting), and returns the ClaimResult. `fingerprint`
     is the request's when the caller has it already; `lease_seconds` overrides the
     operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
-    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
+    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt;
+    `lock_wait_ms` bounds the lock waits of the rest of the caller's transaction, from before
+    the claim's insert (PostgreSQL's lock_timeout: receipts/pg.py:bound_lock_waits)."""
     # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
     # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
     started = time.monotonic()
@@ -276,7 +279,7 @@ def _claiming(
                 # and any other case comes back as the existing row; the ORM path decides
                 # every case below.
                 began = time.monotonic()
-                found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
+                found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000, lock_wait_ms)
                 if found is None and path() is pg:
                     # The key was inserted by an attempt that committed while the statement
                     # ran: under ATOMIC_REQUESTS its insert waited on that attempt's

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.utils.asyncio import async_unsafe
 
 
 def usable(alias: str = DEFAULT_DB_ALIAS) -> bool:
@@ -55,18 +56,30 @@ def cursor() -> Iterator[Any]:
     parameters on the client (psycopg's ClientCursor, which never prepares) and turns
     prepared statements off unless OPTIONS sets `prepare_threshold` (PgBouncer in
     transaction mode before 1.21 cannot route them). Where it is set, these few statements
-    are prepared once per connection by swapping a server-binding psycopg cursor into
-    Django's wrapper, which keeps Django's health check, error translation and query
+    are prepared once per connection on a server-binding psycopg cursor in Django's own
+    wrapper, which keeps Django's health check, error translation and query
     logging; the ORM's own queries are unaffected. Only on persistent connections
     (CONN_MAX_AGE not 0): preparing costs a round trip of its own, which a connection
     opened for one request would pay every time.
     """
-    with connection.cursor() as wrapper:
-        if connection.settings_dict["CONN_MAX_AGE"] != 0 and connection.connection.prepare_threshold is not None:
-            wrapper.cursor.close()
-            wrapper.cursor = _prepared_cursor_class()(connection.connection)
-            wrapper.cursor.logged = connection.queries_logged
+    with _open(connections[DEFAULT_DB_ALIAS]) as wrapper:
         yield wrapper
+
+
+@async_unsafe
+def _open(db: Any) -> Any:
+    """What `db.cursor()` does (BaseDatabaseWrapper._cursor: the health check, the connection,
+    error translation, the wrapper that logs queries), with the prepared cursor created in
+    place of Django's: creating Django's only to close it cost more than the statement's
+    own Python (tests/core/test_dependency_guards.py pins these internals)."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    if db.settings_dict["CONN_MAX_AGE"] == 0 or db.connection.prepare_threshold is None:
+        return db.cursor()
+    with db.wrap_database_errors:
+        wrapper = db._prepare_cursor(_prepared_cursor_class()(db.connection))
+    wrapper.cursor.logged = db.queries_logged
+    return wrapper
 
 
 @functools.cache
@@ -87,12 +100,15 @@ def _prepared_cursor_class() -> type:
     return PreparedCursor
 
 
-def insert_unless_exists(model: type, fields: list, conflict: str, returned: str) -> str:
-    """An INSERT of one row of `fields` (one %s each) that does nothing when the unique
-    `conflict` columns already exist, for a CTE."""
+def insert_unless_exists(
+    model: type, fields: list, conflict: str, returned: str, expressions: dict[str, str] | None = None
+) -> str:
+    """An INSERT of one row of `fields` (one %s each, or the expression `expressions` gives
+    for a field's name) that does nothing when the unique `conflict` columns already exist,
+    for a CTE."""
     q = connection.ops.quote_name
     columns = ", ".join(q(f.column) for f in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
+    placeholders = ", ".join((expressions or {}).get(f.name, "%s") for f in fields)
     return (
         f"INSERT INTO {q(model._meta.db_table)} ({columns}) VALUES ({placeholders}) "
         f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"

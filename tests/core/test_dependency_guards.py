@@ -55,10 +55,15 @@ def _prepared_statements() -> list[str]:
 
 @pytest.mark.postgres
 @pytest.mark.django_db
-def test_djangos_cursor_wrapper_runs_the_server_binding_cursor_swapped_into_it(persistent_connection):
+def test_djangos_cursor_wrapper_runs_the_server_binding_cursor_put_into_it(persistent_connection):
     from idemdash.core import pg
 
-    with pinned("Django", "ServerBindingCursor or CursorWrapper.cursor", "idemdash/core/pg.py:cursor"):
+    with pinned(
+        "Django",
+        "ServerBindingCursor, CursorWrapper.cursor or BaseDatabaseWrapper._cursor's steps "
+        "(close_if_health_check_failed, ensure_connection, wrap_database_errors, _prepare_cursor)",
+        "idemdash/core/pg.py:cursor",
+    ):
         from django.db.backends.postgresql.base import ServerBindingCursor
 
         with pg.cursor() as wrapper:
