@@ -67,10 +67,11 @@ demo: install
 # `make bench` (idemdash.devtools.bench.settings: the demo's settings plus the bench app)
 # measures on PostgreSQL (DATABASE_URL, else postgres://postgres@127.0.0.1:5432/idemdash_bench)
 # and writes var/bench/; `make bench QUICK=1` is the under-two-minutes version CI runs;
-# `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone). The dev
+# `make bench ONLY=1,2` runs only those scenarios (it leaves var/bench/latest.* alone);
+# `make bench RECEIPTS=10000000 ONLY=5,11,6` seeds 10 M receipts by SQL for the pages, search and purge. The dev
 # extra carries the bench's own dependencies (DRF, drf-idempotency).
 bench: install
-	$(BIN)/python -m idemdash.devtools.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
+	$(BIN)/python -m idemdash.devtools.bench $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY)) $(if $(RECEIPTS),--receipts $(RECEIPTS))
 
 # `make soak` (idemdash/devtools/soak/run.py): claims, replays, webhook deliveries and outbox
 # messages through two web instances and two worker clusters on PostgreSQL (DATABASE_URL, else

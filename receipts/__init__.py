@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 from idemdash_client.context import RunningClaim, current
-from idemdash_client.errors import InProgress, KeyMismatch, LeaseLost, OutcomeUnknown, PreviousFailure
+from idemdash_client.errors import InProgress, KeyMismatch, LeaseLost, OutcomeUnknown, PreviousFailure, ReceiptCompacted
 
 _LAZY = {
     "run_once": "receipts.inprocess",
@@ -32,6 +32,7 @@ __all__ = [
     "LeaseLost",
     "OutcomeUnknown",
     "PreviousFailure",
+    "ReceiptCompacted",
     *_LAZY,
 ]
 

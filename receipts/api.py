@@ -115,6 +115,8 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "completed_at": _iso(receipt.completed_at),
         "expires_at": _iso(receipt.expires_at),
         "permanent": receipt.permanent,
+        # Set when compaction dropped `request` and `response` (receipts/compaction.py).
+        "compacted_at": _iso(receipt.compacted_at),
         # What a claim of this operation gets under today's settings, and which configured
         # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
         "policy": policy_for(receipt.operation).as_dict(),

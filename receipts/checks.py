@@ -183,11 +183,38 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     # Each `reconcile` imported, as the first held claim of its operation would import it.
     for name in operations:
         try:
-            reconciler(policy_for(name))  # an entry's own name matches it exactly
+            policy = policy_for(name)  # an entry's own name matches it exactly
+        except ImproperlyConfigured:
+            continue  # its compaction window, the one thing left to refuse: receipts.E017
+        try:
+            reconciler(policy)
         except ImproperlyConfigured as exc:
             errors.append(Error(
                 str(exc), hint="docs/receipt-store.md: Operation policies names each key and its values.",
                 id="receipts.E006",
+            ))
+    return errors
+
+
+@register()
+def compaction_windows(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds`: a positive number of seconds
+    shorter than the TTL the operation gets (conf.compaction_problem). Entries E006 refuses are
+    left to it."""
+    operations = setting("RECEIPTS_OPERATIONS")
+    if not isinstance(operations, dict):
+        return []  # receipts.E006
+    errors = []
+    for name, rule in operations.items():
+        if not isinstance(rule, dict) or "compact_after_seconds" not in rule or rule_problems(name, rule):
+            continue
+        try:
+            policy_for(name)  # with no rule_problems, only the compaction window can be refused
+        except ImproperlyConfigured as exc:
+            errors.append(Error(
+                str(exc), hint='e.g. {"report.*": {"ttl_seconds": 7 * 24 * 3600, "compact_after_seconds": 24 * 3600}} '
+                "(docs/receipt-store.md: Compaction).",
+                id="receipts.E017",
             ))
     return errors
 

@@ -43,7 +43,8 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
     # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
     # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
-    # "reconcile": "dotted.path.to.function", "single_transaction": bool}; an exact name wins
+    # "reconcile": "dotted.path.to.function", "single_transaction": bool,
+    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py)}; an exact name wins
     # over patterns, then the
     # first matching pattern wins. "ttl_seconds": None makes the operation's receipts
     # permanent (a once-ever step): never purged, never claimable again.
@@ -89,6 +90,9 @@ class Policy:
     # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
     rule: str | None = None
     financial_pattern: str | None = None
+    # How long after its claim a completed receipt keeps its stored request and response;
+    # then receipts/compaction.py drops them and keeps the rest until it expires. None: kept whole.
+    compact_after: timedelta | None = None
 
     @property
     def on_failure(self) -> str:
@@ -114,6 +118,7 @@ class Policy:
             "on_failure": self.on_failure,
             "after_crash": self.after_crash,
             "single_transaction": self.single_transaction,
+            "compact_after_seconds": None if self.compact_after is None else int(self.compact_after.total_seconds()),
             "matched": {
                 "RECEIPTS_OPERATIONS": self.rule,
                 "RECEIPTS_FINANCIAL_OPERATIONS": self.financial_pattern,
@@ -167,6 +172,21 @@ def rule_problems(name: str, rule: Any) -> list[str]:
     return problems
 
 
+def compaction_problem(name: str | None, compact_after: Any, ttl_seconds: int | None) -> str | None:
+    """What is wrong with an entry's `compact_after_seconds` given the TTL its operation gets
+    (the entry's own, or the default its financial standing picks), or None. A window as long
+    as the TTL would never compact anything: the purge deletes the receipt first. Said by
+    `manage.py check` (receipts.E017) and by policy_for."""
+    if compact_after is None:
+        return None
+    where = f"RECEIPTS_OPERATIONS[{name!r}]['compact_after_seconds']"
+    if not _positive_seconds(compact_after):
+        return f"{where} must be a positive whole number of seconds, or None to keep bodies whole, got {compact_after!r}"
+    if ttl_seconds is not None and compact_after >= ttl_seconds:
+        return f"{where} is {compact_after}, not shorter than the operation's TTL of {ttl_seconds} seconds"
+    return None
+
+
 @lru_cache(maxsize=1024)
 def policy_for(operation: str) -> Policy:
     rules: dict[str, dict[str, Any]] = setting("RECEIPTS_OPERATIONS")
@@ -184,6 +204,10 @@ def policy_for(operation: str) -> Policy:
     ttl_seconds = rule.get("ttl_seconds", default_ttl)
     after_crash = rule.get("after_crash", "rerun")
     reconcile = rule.get("reconcile")
+    compact_after = rule.get("compact_after_seconds")
+    problem = compaction_problem(rule_name, compact_after, ttl_seconds)
+    if problem:
+        raise ImproperlyConfigured(problem)
     return Policy(
         operation=operation,
         ttl=None if ttl_seconds is None else timedelta(seconds=int(ttl_seconds)),
@@ -193,6 +217,7 @@ def policy_for(operation: str) -> Policy:
         after_crash=after_crash,
         reconcile=reconcile,
         single_transaction=rule.get("single_transaction", False),
+        compact_after=None if compact_after is None else timedelta(seconds=compact_after),
         rule=rule_name,
         financial_pattern=financial_pattern,
     )

@@ -14,7 +14,9 @@ IdempotencyClient.run_once), and its errors.
 returns the stored result without running fn. If fn raises, the receipt fails as the
 operation's policy says (RECEIPTS_OPERATIONS `on_failure`: retried by the next call, or
 burned: PreviousFailure) and the error is raised again. While another caller runs the key
-it waits for its result, then raises InProgress. While fn runs, its lease is renewed
+it waits for its result, then raises InProgress. A repeat after the operation's compaction
+window (`compact_after_seconds`, receipts/compaction.py) raises ReceiptCompacted: fn ran, its
+stored result was dropped, and fn is not run again. While fn runs, its lease is renewed
 (receipts/renewal.py) and receipts.current() gives the claim and its downstream key.
 
 Keys and operations are checked by the store's own validate_key and validate_operation, the
@@ -49,6 +51,7 @@ from idemdash_client.errors import (
     LeaseLost,
     OutcomeUnknown,
     PreviousFailure,
+    ReceiptCompacted,
 )
 from receipts import api, decorators, renewal, responses, store
 from receipts.downstream import running_claim
@@ -274,6 +277,8 @@ def _not_run(result: store.ClaimResult) -> Any:
             raise InProgress(refused.status_code, problem, result.retry_after)
         if result.outcome == Attempt.Outcome.OUTCOME_UNKNOWN:
             raise OutcomeUnknown(refused.status_code, problem)
+        if result.outcome == Attempt.Outcome.REPLAYED:  # compacted: the operation ran, its result is gone
+            raise ReceiptCompacted(refused.status_code, problem)
         raise KeyMismatch(refused.status_code, problem)
     if result.outcome != Attempt.Outcome.REPLAYED:
         # An outcome this function does not know yet must not pass for a replay of nothing.

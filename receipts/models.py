@@ -67,6 +67,12 @@ class Receipt(LeasedWork):
         max_length=255, blank=True, default="", db_default="", help_text="The operator; empty for the worker."
     )
     release_reason = models.TextField(blank=True, default="", db_default="")
+    # Set when compaction (receipts/compaction.py) dropped the stored request and response
+    # body of this completed receipt, under its operation's `compact_after_seconds`; the
+    # fingerprint, status, response status, references and counts stay until it expires. A
+    # replay then answers 410 receipt-compacted (receipts/responses.py:refusal). Cleared by
+    # the claim that starts a new life on the key once it expired.
+    compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
 
     class Meta:
         constraints = [
@@ -88,6 +94,14 @@ class Receipt(LeasedWork):
                 fields=["lease_expires_at"],
                 name="receipt_processing_lease",
                 condition=Q(status="processing"),
+            ),
+            # Compaction's work list: completed receipts it has not compacted, by operation
+            # (its policy's window) and age. Compacted ones leave it, so a run never walks
+            # past what earlier runs did; the distinct operations are read from it too.
+            models.Index(
+                fields=["operation", "created_at"],
+                name="receipt_compactable",
+                condition=Q(status="completed", compacted_at=None),
             ),
         ]
 

@@ -30,7 +30,7 @@ from django.http import HttpResponse
 
 from idemdash.core.problems import problem
 from receipts.conf import setting
-from receipts.models import Attempt
+from receipts.models import Attempt, Receipt
 
 if TYPE_CHECKING:
     from receipts.store import ClaimResult
@@ -114,8 +114,9 @@ class RefusalWords:
 
 def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
     """The answer to a claim whose key another caller holds (409, with Retry-After: what is
-    left of its lease), whose last attempt's outcome is unknown (409 outcome-unknown), or that
-    reused its key with another request (422); None otherwise."""
+    left of its lease), whose last attempt's outcome is unknown (409 outcome-unknown), that
+    replays a compacted receipt (410 receipt-compacted), or that reused its key with another
+    request (422); None otherwise."""
     if result.outcome == Attempt.Outcome.IN_PROGRESS:
         retry_after = result.retry_after
         return problem(
@@ -131,7 +132,31 @@ def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
             "Its attempt stopped before it settled and may have had its effect; it is not run again "
             "until its outcome is resolved (by the operation's reconcile function or by an operator).",
         )
+    if result.outcome == Attempt.Outcome.REPLAYED and result.receipt.compacted_at is not None:
+        return compacted(result.receipt)
     if result.outcome == Attempt.Outcome.MISMATCH:
         detail = words.reused_detail.format(operation=result.receipt.operation)
         return problem(422, "idempotency-key-reused", words.reused_title, detail)
     return None
+
+
+# The header that carries a compacted receipt's original status beside the problem's field.
+ORIGINAL_STATUS_HEADER = "Idempotent-Original-Status"
+
+
+def compacted(receipt: Receipt) -> HttpResponse:
+    """The replay of a receipt whose body compaction dropped (receipts/compaction.py): 410,
+    because the stored answer is gone for good and asking again will not bring it back; not a
+    2xx, which a caller would read as this request's own answer with an empty body; not a 5xx,
+    which generic retry policies retry; and not 409, which says "try again later". The
+    operation ran, and the key still refuses to run it again until it expires."""
+    original = receipt.response_status or 200
+    return problem(
+        410, "receipt-compacted", "The stored result of this request was dropped by compaction",
+        f"The operation ran (key {receipt.key!r}, answered {original}) and will not run again; "
+        "its stored response was dropped after the operation's compaction window. Look the result "
+        "up where the operation keeps it.",
+        headers={ORIGINAL_STATUS_HEADER: str(original)},
+        original_status=original,
+        compacted_at=receipt.compacted_at.isoformat(),
+    )

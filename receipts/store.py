@@ -535,6 +535,7 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
         "released_at": None,
         "released_by": "",
         "release_reason": "",
+        "compacted_at": None,
     }
 
 

@@ -3,11 +3,15 @@
 from dataclasses import asdict
 
 from idemdash.core import bulk_runs, rollup
-from receipts import retention
+from receipts import compaction, retention
 
 
 def purge() -> list[dict]:
     return [asdict(result) for result in retention.purge()]
+
+
+def compact() -> list[dict]:
+    return [asdict(result) for result in compaction.compact()]
 
 
 def roll_up() -> list[dict]:

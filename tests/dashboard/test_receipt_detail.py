@@ -162,3 +162,19 @@ def test_a_receipt_without_references_or_messages_says_so(viewer_client):
     r = completed("k1")
     html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
     assert "No references: the step attached none" in html and "no outbox message was enqueued while it ran" in html
+
+
+def test_a_compacted_receipt_says_its_body_was_dropped_and_when(viewer_client, settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.create": {"compact_after_seconds": 3600}}
+    from receipts import compaction
+
+    r = mismatched("k1", {"amount": 500, "currency": "eur"}, {"amount": 900, "currency": "eur"})
+    compaction.compact(now=timezone.now() + timedelta(hours=2))
+    r.refresh_from_db()
+    html = viewer_client.get(f"/receipts/{r.pk}/").content.decode()
+    assert 'id="response-compacted">Body dropped by compaction at' in html and "410 receipt-compacted" in html
+    assert 'id="request-compacted">Request body dropped by compaction at' in html
+    assert "&quot;id&quot;: &quot;ch_1&quot;" not in html and "HTTP 201" in html  # the status is kept
+    assert "bodies compacted after" in html  # the policy says so
+    # The rejected request is shown as sent, with no diff against a request that is gone.
+    assert "The stored request was dropped by compaction" in html and "badge-muted\">changed" not in html

@@ -463,9 +463,11 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
         "completed_at": receipt.completed_at.isoformat(),
         "expires_at": receipt.expires_at.isoformat(),
         "permanent": False,
+        "compacted_at": None,
         "policy": {
             "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry", "after_crash": "rerun",
             "single_transaction": False,
+            "compact_after_seconds": None,
             "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
         },
         "references": [],
@@ -481,6 +483,7 @@ def test_a_claim_and_a_lookup_say_which_policy_the_receipt_got(api, client, toke
     expected = {
         "ttl_seconds": 7 * 86400, "lease_seconds": 30, "financial": True, "on_failure": "burn", "after_crash": "rerun",
             "single_transaction": False,
+            "compact_after_seconds": None,
         "matched": {"RECEIPTS_OPERATIONS": "payments.*", "RECEIPTS_FINANCIAL_OPERATIONS": "payments.*"},
     }
     assert claimed["policy"] == expected

@@ -21,6 +21,7 @@ import pytest
 from django.db import connection
 
 from receipts.checks import (
+    compaction_windows,
     idempotent_on_async_dispatch,
     idempotent_on_drf_dispatch,
     mysql_atomic_requests,
@@ -234,3 +235,38 @@ def test_manage_py_check_accepts_a_held_operation_with_its_reconcile(settings):
     from receipts.checks import operation_policies
 
     assert operation_policies() == []
+
+
+@pytest.mark.parametrize(("rule", "says"), [
+    ({"compact_after_seconds": 0}, "must be a positive whole number of seconds"),
+    ({"compact_after_seconds": "3600"}, "must be a positive whole number of seconds"),
+    ({"compact_after_seconds": 3600.5}, "must be a positive whole number of seconds"),
+    ({"ttl_seconds": 3600, "compact_after_seconds": 3600}, "not shorter than the operation's TTL of 3600"),
+    # The default TTL (24 h) applies when the entry names none; a financial name gets 7 days.
+    ({"compact_after_seconds": 2 * 86400}, "not shorter than the operation's TTL of 86400"),
+])
+def test_a_compaction_window_that_is_not_shorter_than_the_ttl_is_one_e017_error(settings, rule, says):
+    settings.RECEIPTS_OPERATIONS = {"x.*": rule, "email.send": {"lease_seconds": 60}}
+    assert operation_policies() == []  # not said twice: E006 leaves the window to E017
+    (error,) = compaction_windows()
+    assert error.id == "receipts.E017" and says in error.msg and "RECEIPTS_OPERATIONS['x.*']" in error.msg
+
+
+def test_a_window_inside_the_ttl_a_financial_one_and_a_permanent_operation_pass(settings):
+    settings.RECEIPTS_OPERATIONS = {
+        "export.*": {"ttl_seconds": 7 * 86400, "compact_after_seconds": 86400},
+        "payment.*": {"compact_after_seconds": 2 * 86400},  # financial: 7 days by default
+        "email.welcome": {"ttl_seconds": None, "compact_after_seconds": 30 * 86400},
+    }
+    assert compaction_windows() == [] and operation_policies() == []
+
+
+@pytest.mark.django_db
+def test_manage_py_check_refuses_a_compaction_window_as_long_as_the_ttl(settings):
+    settings.RECEIPTS_OPERATIONS = {"report.*": {"ttl_seconds": 3600, "compact_after_seconds": 7200}}
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    with pytest.raises(SystemCheckError, match=r"receipts\.E017") as caught:
+        call_command("check")
+    assert "compact_after_seconds" in str(caught.value) and "receipts.E006" not in str(caught.value)

@@ -47,6 +47,7 @@ def test_an_exact_name_wins_over_an_earlier_pattern(settings):
     assert policy.as_dict() == {
         "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn", "after_crash": "rerun",
         "single_transaction": False,
+        "compact_after_seconds": None,
         "matched": {"RECEIPTS_OPERATIONS": "report.build", "RECEIPTS_FINANCIAL_OPERATIONS": None},
     }
     assert policy_for("report.send").ttl == timedelta(seconds=60)

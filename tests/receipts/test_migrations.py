@@ -71,9 +71,10 @@ def test_attempts_logged_before_have_no_wait_and_a_receipt_may_then_be_permanent
         receipt_id=receipt.pk, scope="user:1", key="k", operation="email.send", outcome="replayed", created_at=now)
     MigrationExecutor(connection).migrate([WAITED_AND_PERMANENT])
     assert list(Attempt.objects.values_list("outcome", "waited_ms")) == [("replayed", None)]
-    assert Receipt.objects.get().expires_at == now + timedelta(days=1)
+    # Only the columns this state has: later migrations add others (compacted_at).
+    assert Receipt.objects.only("expires_at").get().expires_at == now + timedelta(days=1)
     Receipt.objects.filter(key="k").update(expires_at=None)
-    assert Receipt.objects.get().permanent
+    assert Receipt.objects.only("expires_at").get().permanent
 
 
 @pytest.mark.django_db(transaction=True)

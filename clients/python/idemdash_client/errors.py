@@ -108,6 +108,16 @@ class OutcomeUnknown(ApiError):
     operator resolves them. Retrying does not help until then."""
 
 
+class ReceiptCompacted(ApiError):
+    """The key's operation ran, but compaction dropped its stored response (the operation's
+    `compact_after_seconds`); it will not run again. `original_status` is the status it
+    answered; look the result up where the operation keeps it."""
+
+    @property
+    def original_status(self) -> int | None:
+        return self.problem.get("original_status")
+
+
 class ViewLeaseLost(ApiError):
     """A decorated view outlived its lease and another attempt took over; its writes were
     rolled back."""
@@ -189,6 +199,7 @@ PROBLEM_ERRORS: dict[str, type[ApiError]] = {
     "method-not-allowed": MethodNotAllowed,
     "request-in-progress": InProgress,
     "outcome-unknown": OutcomeUnknown,
+    "receipt-compacted": ReceiptCompacted,
     "lease-lost": ViewLeaseLost,
     "stale-token": LeaseLost,
     "length-required": LengthRequired,

@@ -65,6 +65,10 @@ export class InProgress extends ApiError { override name = "InProgress"; }
  * operation holds such keys (`after_crash: "hold"`) until the operation's reconcile function
  * or an operator resolves them. Retrying does not help until then: do not retry it blindly. */
 export class OutcomeUnknown extends ApiError { override name = "OutcomeUnknown"; }
+/** The key's operation ran, but compaction dropped its stored response (the operation's
+ * `compact_after_seconds`); it will not run again. `problem.original_status` is the status it
+ * answered; look the result up where the operation keeps it. Do not retry it. */
+export class ReceiptCompacted extends ApiError { override name = "ReceiptCompacted"; }
 /** A decorated view outlived its lease and another attempt took over. */
 export class ViewLeaseLost extends ApiError { override name = "ViewLeaseLost"; }
 /** Our fencing token no longer owns the receipt (the lease was taken over, an operator
@@ -109,6 +113,7 @@ export const PROBLEM_ERRORS: Readonly<Record<string, ApiErrorClass>> = Object.fr
   "method-not-allowed": MethodNotAllowed,
   "request-in-progress": InProgress,
   "outcome-unknown": OutcomeUnknown,
+  "receipt-compacted": ReceiptCompacted,
   "lease-lost": ViewLeaseLost,
   "stale-token": LeaseLost,
   "length-required": LengthRequired,

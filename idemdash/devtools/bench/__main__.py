@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default var/bench/)")
     parser.add_argument("--only", default="", help="comma-separated scenario numbers (1-6, 8-13), e.g. 1,2; "
                         "such a run leaves latest.* to the last complete run")
+    parser.add_argument("--receipts", type=int, default=int(os.environ.get("BENCH_RECEIPTS", 0)) or None,
+                        help="seed the log to this many receipts (three attempts each) by set-based SQL, e.g. "
+                        "10000000; a tenth expire, the purge's backlog (default: the full or quick sizes)")
     args = parser.parse_args(argv)
     try:
         only = {int(n) for n in args.only.split(",") if n.strip()} or None
@@ -64,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from idemdash.devtools.bench.runner import run
 
-    return run(quick=args.quick, port=args.port, out_dir=args.out or Path(settings.VAR_DIR) / "bench", only=only)
+    return run(quick=args.quick, port=args.port, out_dir=args.out or Path(settings.VAR_DIR) / "bench", only=only,
+               receipts=args.receipts)
 
 
 if __name__ == "__main__":

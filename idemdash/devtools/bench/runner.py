@@ -8,6 +8,7 @@ of per-round ratios.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import importlib.util
@@ -55,6 +56,9 @@ class Sizes:
     page_samples: int  # timed requests per dashboard page
     purge_budget: float  # seconds the purge may run; the rate is over what it deleted
     latency_messages: int  # outbox messages enqueued one at a time for scenario 9
+    # Receipts (three attempts each) seeded by set-based SQL (seeding.seed_receipts_sql)
+    # instead of the bulk loader: the sizes of `--receipts 10000000`.
+    sql_seed: bool = False
 
 
 FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=2_000_000,
@@ -62,6 +66,14 @@ FULL = Sizes(rounds=5, requests=2000, time_limit=30, receipts=1_000_000, events=
              latency_messages=300)
 QUICK = Sizes(rounds=2, requests=150, time_limit=8, receipts=5_000, events=5_000, outbox=2_000,
               purge_receipts=5_000, page_samples=5, purge_budget=120, latency_messages=40)
+
+
+def at_scale(sizes: Sizes, receipts: int) -> Sizes:
+    """The full sizes with `receipts` receipts (10 M for issue 23) seeded by SQL, a tenth of
+    them expired: the purge's backlog comes with them, none is seeded apart. Events and outbox
+    messages are not topped up (the search finds what is present of them)."""
+    return dataclasses.replace(sizes, receipts=receipts, purge_receipts=receipts // 10, sql_seed=True,
+                               events=0, outbox=0)
 
 
 @dataclass
@@ -671,7 +683,7 @@ def purge(b: Bench) -> list[Figure]:
         b.loads.append((counts.receipts + counts.attempts, time.monotonic() - started, f"{n} expired receipts"))
     connection.close()
     prefix = f"bench-{b.run_id}-purge"
-    slice_s = 3.0 if b.sizes is FULL else 1.0
+    slice_s = 1.0 if b.sizes is QUICK else 3.0
     rounds: list[dict[str, Any]] = []
 
     def claims(phase: str) -> loadgen.LoadResult:
@@ -822,6 +834,7 @@ def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
             "outbox": seeding.seeded_outbox().count()}
     want = {"receipts": b.sizes.receipts, "events": b.sizes.events, "outbox": b.sizes.outbox}
     missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want}
+    sql_receipts = missing.pop("receipts") if b.sizes.sql_seed else 0
     bars: list[tqdm] = []
 
     def progress(name: str, total: int):
@@ -833,6 +846,10 @@ def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
 
     started = time.monotonic()
     counts = seeding.seed(**missing, batch=10_000, progress=progress)
+    if sql_receipts:
+        sql_counts = seeding.seed_receipts_sql(sql_receipts, progress=progress)
+        counts.receipts, counts.attempts = sql_counts.receipts, sql_counts.attempts
+        missing["receipts"] = sql_receipts
     for bar in bars:
         bar.close()
     took = time.monotonic() - started
@@ -972,12 +989,16 @@ def meta(quick: bool, started: datetime) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None = None) -> int:
+def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None = None,
+        receipts: int | None = None) -> int:
     """Every scenario, or with `only` the numbered ones (for iterating on one figure; such a
-    run does not replace latest.*, which keeps the last complete run)."""
+    run does not replace latest.*, which keeps the last complete run). `receipts` seeds the
+    log to that size by SQL (at_scale)."""
     from django.core.management import call_command
 
     sizes = QUICK if quick else FULL
+    if receipts:
+        sizes = at_scale(sizes, receipts)
     started = datetime.now(dt_timezone.utc)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"bench ({'quick' if quick else 'full'}): migrating {connection.settings_dict['NAME']}", flush=True)
@@ -988,6 +1009,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
 
     Schedule.objects.all().delete()
     info = meta(quick, started)
+    info["receipts_wanted"] = sizes.receipts
     reset_bench_rows()
     port = port or servers.free_port()
     b = Bench(sizes, f"http://127.0.0.1:{port}", out_dir)
