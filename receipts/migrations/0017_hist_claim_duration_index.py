@@ -9,6 +9,8 @@
 
 from django.db import migrations, models
 
+from idemdash.core.pg import build_index_concurrently
+
 OLD = models.Index(fields=["created_at", "outcome"], name="attempt_age_outcome")
 NEW = models.Index(fields=["created_at", "outcome", "claim_ms"], name="attempt_age_outcome_claim")
 
@@ -18,14 +20,9 @@ def _swap(schema_editor, model, add: models.Index, drop: models.Index) -> None:
         schema_editor.add_index(model, add)
         schema_editor.remove_index(model, drop)
         return
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [add.name])
-        invalid = cursor.fetchone()
-    if invalid and invalid[0]:
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {add.name}")
     columns = ", ".join(schema_editor.quote_name(model._meta.get_field(f).column) for f in add.fields)
     table = schema_editor.quote_name(model._meta.db_table)
-    schema_editor.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {add.name} ON {table} ({columns})")
+    build_index_concurrently(schema_editor, add.name, f"CREATE INDEX {add.name} ON {table} ({columns})")
     schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {drop.name}")
 
 

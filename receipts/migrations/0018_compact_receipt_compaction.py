@@ -9,6 +9,8 @@
 
 from django.db import migrations, models
 
+from idemdash.core.pg import build_index_concurrently
+
 INDEX = models.Index(
     condition=models.Q(("compacted_at", None), ("status", "completed")),
     fields=["operation", "created_at"],
@@ -21,13 +23,7 @@ def create(apps, schema_editor) -> None:
     if schema_editor.connection.vendor != "postgresql":
         schema_editor.add_index(receipt, INDEX)
         return
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [INDEX.name])
-        invalid = cursor.fetchone()
-    if invalid and invalid[0]:
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX.name}")
-    sql = str(INDEX.create_sql(receipt, schema_editor)).replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY IF NOT EXISTS", 1)
-    schema_editor.execute(sql)
+    build_index_concurrently(schema_editor, INDEX.name, str(INDEX.create_sql(receipt, schema_editor)))
 
 
 def drop(apps, schema_editor) -> None:

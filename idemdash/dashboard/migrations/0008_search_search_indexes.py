@@ -8,6 +8,8 @@
 
 from django.db import migrations
 
+from idemdash.core.pg import build_index_concurrently
+
 # A row's terms, as one JSON array: each key whole and each of its parts between
 # separators, and every string and number anywhere in the JSON document(s). `body` is a
 # stored response: text, searched when it is a JSON object or array (a body that only looks
@@ -60,22 +62,13 @@ INDEXES = [
 
 
 def create(apps, schema_editor) -> None:
-    """CONCURRENTLY: a host upgrading with millions of rows keeps taking claims, deliveries and
-    enqueues while each index builds (a plain CREATE INDEX blocks every write to its table
-    for the whole build). A build that failed half-way leaves an INVALID index that IF NOT
-    EXISTS would keep: it is dropped and built again."""
+    """Each index built CONCURRENTLY: a host upgrading with millions of rows keeps taking
+    claims, deliveries and enqueues meanwhile."""
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(TERMS_FUNCTION)
     for name, table, terms in INDEXES:
-        with schema_editor.connection.cursor() as cursor:
-            cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
-            invalid = cursor.fetchone()
-        if invalid and invalid[0]:
-            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        schema_editor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING gin (({terms}) jsonb_path_ops)"
-        )
+        build_index_concurrently(schema_editor, name, f"CREATE INDEX {name} ON {table} USING gin (({terms}) jsonb_path_ops)")
 
 
 def drop(apps, schema_editor) -> None:
