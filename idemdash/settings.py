@@ -264,23 +264,10 @@ SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 # --- Email (outbox email.send, alert notifications) --------------------------------------
-# The backend is named by the EMAIL_BACKEND variable on every Django; the filebased one (`make
-# demo`'s worker) writes under var/mail. Django 6.1 configures mail as MAILERS and deprecates
-# EMAIL_BACKEND and EMAIL_FILE_PATH (RemovedInDjango2028Warning at every start), so there the
-# same choice becomes the default mailer; Django 5.2 and 6.0 know only the old settings.
-_EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-_EMAIL_FILE_PATH = VAR_DIR / "mail"
-if django.VERSION >= (6, 1):
-    MAILERS = {
-        "default": {
-            "BACKEND": _EMAIL_BACKEND,
-            "OPTIONS": {"file_path": str(_EMAIL_FILE_PATH)} if _EMAIL_BACKEND.endswith(".filebased.EmailBackend") else {},
-        }
-    }
-else:
-    EMAIL_BACKEND = _EMAIL_BACKEND
-    EMAIL_FILE_PATH = _EMAIL_FILE_PATH
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "idemdash@localhost")
+# Where django.core.mail.backends.filebased.EmailBackend writes (`make demo` uses it).
+EMAIL_FILE_PATH = VAR_DIR / "mail"
 
 # --- Background work: django-q2 -----------------------------------------------------------
 # The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below

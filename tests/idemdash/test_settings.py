@@ -285,31 +285,3 @@ def test_a_user_model_not_spelled_app_label_dot_model_stops_the_start():
     done = _load(HOST_SHOW, SECRET_KEY=STRONG_KEY, IDEMDASH_AUTH_USER_MODEL="accounts.models.User")
     assert done.returncode != 0
     assert "IDEMDASH_AUTH_USER_MODEL must be app_label.ModelName" in done.stderr
-
-
-# --- email --------------------------------------------------------------------------------------
-
-MAIL = """
-import warnings, django
-from django.utils.deprecation import RemovedInDjango2028Warning
-warnings.simplefilter("error", RemovedInDjango2028Warning)
-django.setup()
-from django.conf import settings
-from django.core.mail import EmailMessage
-EmailMessage("subject", "body", "a@example.com", ["b@example.com"]).send()
-print(hasattr(settings, "MAILERS"))
-"""
-
-
-def test_the_worker_s_filebased_mail_is_written_under_var_mail_without_a_deprecation_warning(tmp_path):
-    """The Procfile's worker names the filebased backend by EMAIL_BACKEND: on Django 6.1 the
-    settings make it the default mailer (MAILERS), on 5.2 and 6.0 the old settings; either
-    way a message lands under var/mail and no RemovedInDjango2028Warning is raised."""
-    import django
-
-    done = _load(MAIL, SECRET_KEY=STRONG_KEY, IDEMDASH_VAR_DIR=str(tmp_path),
-                 EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == str(django.VERSION >= (6, 1))
-    (written,) = (tmp_path / "mail").iterdir()
-    assert "Subject: subject" in written.read_text()

@@ -90,6 +90,7 @@ def test_http_post_retries_a_refused_connection():
 
 
 def test_email_send_uses_a_message_id_derived_from_the_key(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     payload = {"to": "a@example.com", "subject": "Receipt", "body": "Thanks"}
     actions.email_send(payload, CTX)
     actions.email_send(payload, CTX)  # an at-least-once resend
