@@ -34,12 +34,11 @@ def _close_listener(_receipts_listener_closed):
 
 @pytest.fixture(autouse=True)
 def _no_dropped_connection() -> None:
-    """Start each test on a usable connection. A fault test that terminates every backend of
-    the database but its own (tests/faults) also ends idle connections this process keeps
-    from earlier tests; the server's log showed the test thread's one killed at 08:27 and
-    the next test to use it failing on it 3 minutes later with AdminShutdown, in CI, twice,
-    in the browser tests that follow. Django checks a persistent connection at a request's
-    start (CONN_HEALTH_CHECKS); a test starts here."""
+    """Start each test on a usable connection. This process keeps its connection from one
+    test to the next, and a test may have ended it: the fault tests terminate backends of the
+    test database, and until tests/qcluster.py:signal_group a late killpg of a reaped
+    process's pid could reach it (CI's AdminShutdown failures of browser tests). Django checks
+    a persistent connection at a request's start (CONN_HEALTH_CHECKS); a test starts here."""
     if connection.connection is not None and not connection.is_usable():
         connection.close()
 

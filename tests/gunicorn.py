@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.qcluster import ROOT, database_url, free_port, subprocess_env
+from tests.qcluster import ROOT, database_url, free_port, signal_group, subprocess_env
 
 
 class Gunicorn:
@@ -69,9 +69,9 @@ class Gunicorn:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc, signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                signal_group(self.proc, signal.SIGKILL)
                 self.proc.wait(5)

@@ -65,12 +65,44 @@ def start_process(argv: list[str], log_path: Path, env: dict[str, str], cwd: Pat
         return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def group_members(worker: subprocess.Popen) -> list[int]:
+    """The live processes of the group `worker` leads (started in a session of its own),
+    its leader left out. The kernel frees a pid only once no process has it as its group id,
+    so while a member is found the number is still ours, even after the leader was reaped;
+    and a process that was given the number since leads a group of its own, as every
+    PostgreSQL backend does (it calls setsid), and is left out with the leader."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == worker.pid:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # The command name may hold spaces; the fields after its ')' are fixed.
+                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(pgrp) == worker.pid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def signal_group(worker: subprocess.Popen, sig: int) -> None:
+    """Send `sig` to the process group of `worker`, while it is still ours: its leader not
+    reaped yet (an exited one, a zombie, keeps its pid), or members left. A killpg after the
+    leader was reaped and its group gone can reach a process that has its pid since: in CI a
+    test's database connection was so terminated in the middle of a later test
+    ("terminating connection due to administrator command": PostgreSQL backends lead groups
+    of their own), and a SIGKILL there would have crashed the server."""
+    if worker.returncode is None or group_members(worker):
+        try:
+            os.killpg(worker.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def kill_process(worker: subprocess.Popen) -> None:
     """SIGKILL the whole process group at once: the cluster gets no chance to clean up."""
-    try:
-        os.killpg(worker.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    signal_group(worker, signal.SIGKILL)
     worker.wait(timeout=10)
 
 
@@ -81,7 +113,7 @@ def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> floa
     be killed. Stopped means every process of its group is gone, not only the main one."""
     started = time.monotonic()
     if group:
-        os.killpg(worker.pid, signal.SIGTERM)
+        signal_group(worker, signal.SIGTERM)
     else:
         worker.send_signal(signal.SIGTERM)
     while time.monotonic() - started < within:
@@ -93,11 +125,8 @@ def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> floa
 
 
 def group_alive(worker: subprocess.Popen) -> bool:
-    try:
-        os.killpg(worker.pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether any process of the group of `worker` is left, its leader included."""
+    return worker.poll() is None or bool(group_members(worker))
 
 
 def stop_process(worker: subprocess.Popen) -> None:

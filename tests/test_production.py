@@ -24,6 +24,7 @@ import pytest
 from django.conf import settings
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
+from tests.qcluster import signal_group
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 ROOT = Path(settings.BASE_DIR)
@@ -110,13 +111,11 @@ def _wait_for(url: str, process: subprocess.Popen, log: Path, seconds: float = 6
 
 def _stop(process: subprocess.Popen) -> None:
     try:
-        os.killpg(process.pid, signal.SIGTERM)
+        signal_group(process, signal.SIGTERM)
         process.wait(20)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        signal_group(process, signal.SIGKILL)
         process.wait(5)
-    except ProcessLookupError:
-        pass
 
 
 def test_the_documented_production_steps_serve_a_complete_dashboard_with_gunicorn_alone(

@@ -82,8 +82,8 @@ def charts_drawn(page, count: int) -> None:
 def read_in_place(fn):
     """Run `fn` on fresh connections of this thread, closed again after it. Fresh before too:
     in one CI run the test thread's connection, idle for the minute a simulator ran, had been
-    terminated (AdminShutdown) by the time a roll-up used it; who terminated it was not found
-    (every test that terminates backends filters on its own database), and a web request or a
+    terminated (AdminShutdown) by the time a roll-up used it (by a late killpg of a reaped
+    process's pid, since made safe: tests/qcluster.py:signal_group), and a web request or a
     worker's task would have started on a new connection anyway."""
     connections.close_all()
     try:

@@ -26,7 +26,7 @@ from django.db import connection
 
 from receipts.models import AuditEntry
 from tests.faults.test_kill_qcluster import RECOVERY_BOUND, record_recovery, run_counts, wait_for
-from tests.qcluster import free_port, kill_process, start_process, start_qcluster, stop_process, subprocess_env, database_url, ROOT
+from tests.qcluster import free_port, kill_process, signal_group, start_process, start_qcluster, stop_process, subprocess_env, database_url, ROOT
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
@@ -121,7 +121,7 @@ def test_events_whose_enqueue_failed_while_redis_was_down_are_processed_soon_aft
         first = _deliver(web_port, 0)
         wait_for(lambda: WebhookEvent.objects.get(pk=first).status == "completed", 30, "an event through Redis", qlog)
 
-        os.killpg(redis.pid, signal.SIGKILL)
+        signal_group(redis, signal.SIGKILL)
         redis.wait(10)
         down_at = time.monotonic()
         waiting = [_deliver(web_port, n) for n in range(1, 4)]  # stored, answered 200, not enqueued

@@ -36,7 +36,7 @@ import pytest
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
 from tests.packaging.host import GUIDE, INSTALL, REPO, Database, free_port, marked_blocks, new_venv, run, run_block
-from tests.qcluster import database_url
+from tests.qcluster import database_url, signal_group
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
 
@@ -123,11 +123,11 @@ class Shop:
                     time.sleep(0.2)
             yield base
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
+            signal_group(server, signal.SIGTERM)
             try:
                 server.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
+                signal_group(server, signal.SIGKILL)
                 server.wait()
 
 

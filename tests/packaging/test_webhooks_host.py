@@ -26,7 +26,7 @@ import pytest
 
 from idemdash.devtools.simulator import FIXTURES, stripe_event
 from tests.packaging.source import copy_source
-from tests.qcluster import free_port
+from tests.qcluster import free_port, signal_group
 from tests.webhooks.conftest import shopify_headers, stripe_headers
 
 pytestmark = [pytest.mark.packaging, pytest.mark.timeout(300)]
@@ -143,11 +143,11 @@ def start(venv: Path, project: Path, env: dict[str, str], *args: str) -> subproc
 
 def stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        signal_group(process, signal.SIGTERM)
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            signal_group(process, signal.SIGKILL)
             process.wait()
 
 
