@@ -26,18 +26,13 @@ WAITED_AND_PERMANENT = ("receipts", "0011_waited_outcome_and_permanent_receipts"
 CLAIM_DURATIONS = ("receipts", "0016_hist_claim_durations")
 CLAIM_DURATION_INDEX = ("receipts", "0017_hist_claim_duration_index")
 
+pytestmark = pytest.mark.usefixtures("back_to_the_latest_migrations")
+
 
 def _attempt_indexes() -> set[str]:
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, Attempt._meta.db_table)
     return {name for name, c in constraints.items() if c["index"] and not c["primary_key"]}
-
-
-@pytest.fixture(autouse=True)
-def back_to_the_latest():
-    yield
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ RENAMING = ("outbox", "0006_audit_actions_named_by_their_verbs")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migrating_gives_entries_stored_under_the_old_action_names_the_current_ones():
+def test_migrating_gives_entries_stored_under_the_old_action_names_the_current_ones(back_to_the_latest_migrations):
     message = outbox_message("m1", "pending")
     MigrationExecutor(connection).migrate([BEFORE])
     for old in ("outbox.retry_now", "outbox.requeue_dead", "outbox.release", "receipt.release"):
