@@ -110,7 +110,10 @@ def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
     started = time.monotonic()
     status_code: int | None = None
     error: Exception | None = None
-    with tracing.span(SEND_SPAN, kind=tracing.PRODUCER) as span:
+    # Inside the send task, its span (which continues the enqueuer's trace) is the parent; a
+    # scheduled drain has none, and continues the trace stored with the message.
+    stored = {"traceparent": message.traceparent} if message.traceparent and not tracing.current().is_recording() else None
+    with tracing.span(SEND_SPAN, kind=tracing.PRODUCER, parent=stored) as span:
         try:
             status_code = get_action(message.action).perform(message.payload, ctx)
         except Exception as exc:  # every failure is recorded on the message, never raised

@@ -87,6 +87,9 @@ def enqueue(
     running = cause()
     fingerprint = fingerprint_json({"action": action, "payload": payload})
     now = timezone.now()
+    # The enqueuer's trace context, taken now: the send task's span continues it, and so
+    # does a send by a scheduled drain, which has only the row (drain.perform).
+    traced = tracing.task_kwargs()
     try:
         # A savepoint inside the caller's transaction: a duplicate key rolls back only
         # this insert, never the caller's own writes.
@@ -104,11 +107,10 @@ def enqueue(
                 updated_at=now,
                 cause_kind=running.kind if running else "",
                 cause_id=running.id if running else None,
+                traceparent=traced.get("traceparent", ""),
             )
             MessageReference.store(message.pk, referred)
             # Registered inside the savepoint, so a message that is rolled back sends nothing.
-            # The enqueuer's trace context, taken now: the send task's span continues it.
-            traced = tracing.task_kwargs()
             transaction.on_commit(lambda: send_soon(message.pk, **traced))
         return Enqueued(message, created=True)
     except IntegrityError:

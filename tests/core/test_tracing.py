@@ -23,6 +23,7 @@ from receipts import run_once, store, waiting
 from receipts.models import Receipt
 from receipts.outbox import drain
 from receipts.outbox import store as outbox_store
+from receipts.outbox.models import OutboxMessage
 from tests.dashboard.build import failed
 from tests.otel import named, otlp_collector, recorded_spans
 from tests.qcluster import start_qcluster, stop_process
@@ -233,12 +234,30 @@ def test_a_message_enqueued_under_a_request_is_sent_with_that_requests_trace(out
 
 
 @pytest.mark.django_db
+def test_a_message_the_scheduled_drain_sends_later_continues_its_enqueuers_trace(outbox_may_post_locally, spans):
+    # No send task ran (a lost task, a retry after its backoff): the drain has only the row.
+    tracer = trace.get_tracer("test")
+    with running_receiver() as receiver:
+        with tracer.start_as_current_span("incoming request") as request_span:
+            message = outbox_store.enqueue("http.post", {"url": receiver.url, "json": {"n": 1}}, KEY).message
+        assert drain.drain().sent == 1
+    request = request_span.get_span_context()
+    assert message.traceparent.split("-")[1:3] == [format_trace_id(request.trace_id), format_span_id(request.span_id)]
+    (send,) = named(spans, "idemdash.outbox.send")
+    assert send.context.trace_id == request.trace_id
+    assert send.parent.span_id == request.span_id and send.parent.is_remote
+    (headers,) = receiver.headers
+    assert headers["traceparent"].split("-")[1:3] == [format_trace_id(request.trace_id), format_span_id(send.context.span_id)]
+
+
+@pytest.mark.django_db
 def test_an_outbox_send_sends_no_traceparent_when_nothing_records(outbox_may_post_locally):
     with running_receiver() as receiver:
         outbox_store.enqueue("http.post", {"url": receiver.url, "json": {}}, KEY)
         drain.drain()
     (headers,) = receiver.headers
     assert "traceparent" not in {name.lower() for name in headers}
+    assert OutboxMessage.objects.get().traceparent == ""
 
 
 @pytest.mark.django_db
