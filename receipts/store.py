@@ -272,7 +272,7 @@ def _claiming(
     with waiting.subscription(scope, key) as wakeup:
         while True:
             existing = None
-            raced_since: float | None = None
+            raced: tuple[float, float] | None = None  # (start, end) of a statement that waited
             now = timezone.now()
             if waited_since is None:
                 # On PostgreSQL a new key or a replay is one statement, log line included,
@@ -285,7 +285,7 @@ def _claiming(
                     # ran: under ATOMIC_REQUESTS its insert waited on that attempt's
                     # uncommitted row until the request committed. A replay now is of a
                     # result this caller waited for.
-                    raced_since = began
+                    raced = (began, time.monotonic())
                 if found is not None:
                     logged, existing = found
                     if logged == Outcome.CLAIMED:
@@ -297,7 +297,7 @@ def _claiming(
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
             result, reconcile, settled, left = _decide(
-                intent, existing, wakeup, deadline, waited_since, raced_since, started
+                intent, existing, wakeup, deadline, waited_since, raced, started
             )
             if reconcile:
                 answered = _reconciled(intent, result, started)
@@ -322,7 +322,7 @@ def _claiming(
 @retry_deadlocks
 def _decide(
     intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup, deadline: float,
-    waited_since: float | None, raced_since: float | None, started: float,
+    waited_since: float | None, raced: tuple[float, float] | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
     """One look of a claim: the decision and its line in the attempt log, committed together
     (never a claim without its log line). Returns the result, whether the operation's
@@ -342,8 +342,11 @@ def _decide(
         result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
         if waited_since is not None:
             result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
-        elif raced_since is not None and result.outcome == Outcome.REPLAYED:
-            result.waited_ms = math.ceil((time.monotonic() - raced_since) * 1000)
+        elif raced is not None and result.outcome == Outcome.REPLAYED:
+            result.waited_ms = math.ceil((time.monotonic() - raced[0]) * 1000)
+            # That statement was the wait (on the first attempt's uncommitted row): counted
+            # in `waited_ms`, so not in the claim's own time (`claim_ms`) too.
+            started += raced[1] - raced[0]
         if settled and not reconcile:
             _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started)
     return result, reconcile, settled, left

@@ -184,6 +184,10 @@ def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look
     assert [r.outcome for r in results] == [expected]
     assert Receipt.objects.filter(scope=SCOPE, key=key).count() == 1
     assert [row[2] for row in _log(key)] == [logged]
+    if logged == "waited":
+        # The 0.3 s and more it was blocked count as its wait, not also as the claim's time.
+        (waited_ms, claim_ms), = Attempt.objects.filter(scope=SCOPE, key=key).values_list("waited_ms", "claim_ms")
+        assert waited_ms >= 300 and claim_ms < waited_ms - 250, (waited_ms, claim_ms)
 
 
 
