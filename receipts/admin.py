@@ -232,7 +232,7 @@ class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
     fields = (
         "original_id", "scope", "key", "operation", "status", "retryable", "attempts", "fingerprint",
         "request_pretty", "response_status", "response_content_type", "response_pretty", "error",
-        "user_id", "session_id", "created_at", "completed_at", "expires_at", "archived_at",
+        "user_id", "session_id", "created_at", "completed_at", "expires_at", "compacted_at", "archived_at",
     )
     readonly_fields = fields
 

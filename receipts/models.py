@@ -294,6 +294,8 @@ class ArchivedReceipt(models.Model):
     expires_at = models.DateTimeField()
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
+    # Copied like the rest: a compacted receipt's archived copy has no body either, and says why.
+    compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
     archived_at = models.DateTimeField(db_index=True)
 
     class Meta:
@@ -306,7 +308,7 @@ class ArchivedReceipt(models.Model):
     COPIED = (
         "scope", "key", "operation", "fingerprint", "request", "status", "retryable",
         "response_status", "response_content_type", "response_body", "error", "attempts",
-        "created_at", "completed_at", "expires_at", "user_id", "session_id",
+        "created_at", "completed_at", "expires_at", "user_id", "session_id", "compacted_at",
     )
 
 

@@ -176,6 +176,26 @@ def test_an_expired_compacted_key_starts_a_whole_new_life(settings):
     assert store.claim(SCOPE, "exp-1", "export.run", {"order": "new"}).outcome == "replayed"
 
 
+@pytest.mark.django_db
+def test_a_compacted_financial_receipt_is_archived_with_its_compaction_time(settings):
+    """Its archived copy has no bodies either, and says why rather than look emptied."""
+    from idemdash.core import retention as core_retention
+    from receipts import retention
+    from receipts.models import ArchivedReceipt
+
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"ttl_seconds": 2 * HOUR, "compact_after_seconds": HOUR}}
+    settings.RECEIPTS_FINANCIAL_OPERATIONS = ["payment.capture"]
+    old = completed("pay-1", "payment.capture", age=timedelta(hours=3))  # compacted, then expired
+    compaction.compact(now=timezone.now() - timedelta(minutes=30))
+    compacted_at = Receipt.objects.get(pk=old.pk).compacted_at
+    assert compacted_at is not None
+    (result,) = retention.purge(purgers=[p for p in core_retention.installed_purgers() if p.name == "receipts.expired"])
+    assert (result.deleted, result.archived) == (1, 1)
+    archived = ArchivedReceipt.objects.get()
+    assert (archived.original_id, archived.compacted_at, archived.request, archived.response_body) == (
+        old.pk, compacted_at, None, "")
+
+
 # --- races ------------------------------------------------------------------------------------
 
 RACE_KEYS = [f"race-{n:03d}" for n in range(120)]
