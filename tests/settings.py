@@ -16,7 +16,7 @@ os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 # The suite sends many bad tokens from 127.0.0.1 on purpose; tests/core/test_clients.py
 # sets the limit it tests, here and in its gunicorn.
 os.environ.setdefault("API_TOKEN_FAILURE_LIMIT", "100000")
-# Under pytest-xdist (.ci/run's `-n 2`) each worker has databases of its own: the worker's id
+# Under pytest-xdist (.ci/run's `-n 3`) each worker has databases of its own: the worker's id
 # joins IDEMDASH_TEST_DB_SUFFIX, from which the test database and every database a test makes
 # for a host project, the production settings or the bench take their names; the servers and
 # workers a test starts inherit it.
