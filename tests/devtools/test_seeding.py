@@ -158,3 +158,27 @@ def test_seeded_rows_are_written_in_time_order():
     created = list(seeding.seeded_receipts().order_by("id").values_list("created_at", flat=True))
     out_of_order = sum(1 for a, b in zip(created, created[1:]) if b < a - timedelta(hours=1))
     assert out_of_order < 20  # only the few live (just-claimed) receipts jump to now
+
+
+def _index_definitions() -> set[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        # Each with whether it is valid (usable by queries).
+        cursor.execute("SELECT pg_get_indexdef(indexrelid), indisvalid FROM pg_index WHERE indrelid = ANY(%s::regclass[])",
+                       [[Receipt._meta.db_table, Attempt._meta.db_table]])
+        return set(cursor.fetchall())
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_sql_seed_writes_its_receipts_and_attempts_and_gives_back_every_index_it_set_aside():
+    # Into an empty log: the secondary indexes are dropped for the load and built after it.
+    before = _index_definitions()
+    counts = seeding.seed_receipts_sql(3000, chunk=1000)
+    assert (counts.receipts, counts.attempts) == (3000, 9000)
+    assert (seeding.seeded_receipts().count(), Attempt.objects.filter(key__startswith=seeding.PREFIX).count()) == (3000, 9000)
+    assert _index_definitions() == before and all(valid for _, valid in before)
+    # Fewer rows than the log holds: the indexes stay as they are.
+    seeding.seed_receipts_sql(500)
+    assert _index_definitions() == before and seeding.seeded_receipts().count() == 3500
