@@ -538,7 +538,7 @@ def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None 
     advance = progress("receipts (SQL)", total) if progress else None
     span = 30 * 86400.0
     # Adding at least as many rows as there are, the secondary indexes are cheaper built once
-    # afterwards (a sort each) than kept up row by row (nine on the two tables, a GIN among them).
+    # afterwards (a sort each) than kept up row by row (eleven on the two tables, a GIN among them).
     set_aside = _set_aside_indexes([receipt, attempt]) if total >= Receipt.objects.count() else []
     try:
         _insert_receipts_sql(total, chunk, now, tag, span, counts, advance)
