@@ -132,6 +132,7 @@ def test_archived_financial_receipts_are_listed_searchable_and_read_only(admin_c
     text = page.content.decode()
     assert page.status_code == 200 and 'name="_save"' not in text
     assert "&quot;ok&quot;: true" in text and "&quot;currency&quot;: &quot;eur&quot;" in text  # request and response, pretty
+    assert "Compacted at" in text  # empty here: this receipt kept its bodies (tests/receipts/test_compaction.py)
     assert admin_client.get("/admin/receipts/archivedreceipt/add/").status_code == 403
     assert admin_client.post(f"/admin/receipts/archivedreceipt/{archived.pk}/delete/", {"post": "yes"}).status_code == 403
     assert ArchivedReceipt.objects.count() == 1
