@@ -16,6 +16,8 @@ from urllib.parse import quote
 
 from django.db import connection
 
+from idemdash.devtools.bench.servers import process_table
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,19 +73,7 @@ def group_members(worker: subprocess.Popen) -> list[int]:
     so while a member is found the number is still ours, even after the leader was reaped;
     and a process that was given the number since leads a group of its own, as every
     PostgreSQL backend does (it calls setsid), and is left out with the leader."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == worker.pid:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                # The command name may hold spaces; the fields after its ')' are fixed.
-                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
-        except (OSError, IndexError, ValueError):
-            continue
-        if int(pgrp) == worker.pid and state != "Z":
-            members.append(int(entry))
-    return members
+    return [pid for pid, state, _, pgrp in process_table() if pgrp == worker.pid and pid != worker.pid and state != "Z"]
 
 
 def signal_group(worker: subprocess.Popen, sig: int) -> None:

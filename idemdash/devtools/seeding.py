@@ -22,6 +22,7 @@ mismatches (with the rejected request) for ~1%, lease takeovers for some stuck o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -539,11 +540,56 @@ def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None 
     span = 30 * 86400.0
     # Adding at least as many rows as there are, the secondary indexes are cheaper built once
     # afterwards (a sort each) than kept up row by row (eleven on the two tables, a GIN among them).
-    set_aside = _set_aside_indexes([receipt, attempt]) if total >= Receipt.objects.count() else []
-    try:
-        _insert_receipts_sql(total, chunk, now, tag, span, counts, advance)
-    finally:
-        _rebuild_indexes(set_aside)
+    with _indexes_set_aside([receipt, attempt], total >= Receipt.objects.count()):
+        for start, count in _batches(total, chunk):
+            with transaction.atomic(), connection.cursor() as c:
+                c.execute(
+                    f"""
+                    WITH src AS (
+                        SELECT i, %(now)s::timestamptz - make_interval(secs => %(span)s * (1 - (i + 0.5) / %(total)s)) AS at,
+                               i %% 100 AS roll, (%(ops)s::text[])[1 + (i * 7919) %% %(nops)s] AS op
+                        FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS i
+                    ), ins AS (
+                        INSERT INTO {receipt} (scope, key, operation, fingerprint, request, status, retryable,
+                            response_status, response_content_type, response_body, error, attempts, fencing_token,
+                            lease_expires_at, created_at, updated_at, completed_at, expires_at, user_id, session_id,
+                            waiters, released_at, released_by, release_reason, compacted_at)
+                        SELECT
+                            CASE WHEN i %% 5 = 4 THEN 'user:' || %(prefix)s || (i %% 2000) ELSE 'client:' || %(prefix)s || lpad((i %% 20)::text, 2, '0') END,
+                            %(prefix)s || %(tag)s || '_' || i, op, md5(i::text || %(tag)s) || md5(op || i::text),
+                            CASE WHEN i %% 5 < 3 THEN jsonb_build_object('amount', 100 + (i * 31) %% 99900, 'currency', 'eur',
+                                'ref', i, 'order', 'ord_' || %(tag)s || '_' || i) END,
+                            CASE WHEN roll < 92 THEN 'completed' WHEN roll < 97 THEN 'failed' ELSE 'processing' END,
+                            roll < 95, CASE WHEN roll < 92 THEN 201 END,
+                            CASE WHEN roll < 92 THEN 'application/json' ELSE '' END,
+                            CASE WHEN roll < 92 THEN '{{"id":' || i || ',"ok":true}}' ELSE '' END,
+                            CASE WHEN roll BETWEEN 92 AND 96 THEN 'upstream timeout' ELSE '' END,
+                            1, 1, CASE WHEN roll >= 97 THEN at + interval '30 seconds' END,
+                            at, at + interval '1 second', CASE WHEN roll < 92 THEN at + interval '1 second' END,
+                            -- a tenth expired, three days after their claim (in claim order, as a purge backlog is)
+                            CASE WHEN (i * 7) %% 10 = 3 THEN LEAST(at + interval '3 days', %(now)s::timestamptz - interval '1 minute')
+                                 ELSE %(now)s::timestamptz + interval '1 hour' + make_interval(secs => (i %% 604800)) END,
+                            '', '', false, NULL, '', '', NULL
+                        FROM src
+                        RETURNING id, scope, key, operation, fingerprint, status, created_at
+                    )
+                    INSERT INTO {attempt} (receipt_id, scope, key, operation, outcome, fencing_token, fingerprint,
+                        request, detail, actor, created_at, waited_ms)
+                    SELECT id, scope, key, operation, o.outcome, o.token, fingerprint, NULL, '', '', created_at + o.after, NULL
+                    FROM ins, LATERAL (VALUES
+                        ('claimed', 1, interval '0'),
+                        (CASE status WHEN 'completed' THEN 'completed' WHEN 'failed' THEN 'failed' ELSE 'in_progress' END,
+                         1, interval '1 second'),
+                        (CASE WHEN status = 'processing' THEN 'in_progress' ELSE 'replayed' END, NULL, interval '10 minutes')
+                    ) AS o(outcome, token, after)
+                    """,
+                    {"now": now, "span": span, "total": total, "ops": _OPERATION_TABLE, "nops": len(_OPERATION_TABLE),
+                     "start": start, "stop": start + count - 1, "prefix": PREFIX, "tag": tag},
+                )
+                counts.attempts += c.rowcount
+            counts.receipts += count
+            if advance:
+                advance(count)
     with connection.cursor() as c:
         for table in (receipt, attempt):
             c.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
@@ -552,9 +598,13 @@ def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None 
     return counts
 
 
-def _set_aside_indexes(tables: list[str]) -> list[str]:
-    """Drop the indexes of `tables` that are neither unique nor a constraint's (so no rule of
-    the data is off meanwhile), returning their definitions for `_rebuild_indexes`."""
+@contextlib.contextmanager
+def _indexes_set_aside(tables: list[str], when: bool) -> Iterator[None]:
+    """With `when`, the indexes of `tables` that are neither unique nor a constraint's (so no
+    rule of the data is off meanwhile) are dropped inside, and built again on the way out."""
+    if not when:
+        yield
+        return
     with transaction.atomic(), connection.cursor() as c:
         c.execute(
             "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i "
@@ -565,66 +615,12 @@ def _set_aside_indexes(tables: list[str]) -> list[str]:
         found = c.fetchall()
         for name, _ in found:
             c.execute(f"DROP INDEX {name}")
-    return [definition for _, definition in found]
+    try:
+        yield
+    finally:
+        with connection.cursor() as c:
+            c.execute("SET maintenance_work_mem = '256MB'")  # this session's builds sort in memory
+            for _, definition in found:
+                c.execute(definition)
+            c.execute("RESET maintenance_work_mem")
 
-
-def _rebuild_indexes(definitions: list[str]) -> None:
-    with connection.cursor() as c:
-        c.execute("SET maintenance_work_mem = '256MB'")  # this session's builds sort in memory
-        for definition in definitions:
-            c.execute(definition)
-        c.execute("RESET maintenance_work_mem")
-
-
-def _insert_receipts_sql(total: int, chunk: int, now: datetime, tag: str, span: float, counts: SeedCounts,
-                         advance: Callable[[int], Any] | None) -> None:
-    receipt, attempt = Receipt._meta.db_table, Attempt._meta.db_table
-    for start, count in _batches(total, chunk):
-        with transaction.atomic(), connection.cursor() as c:
-            c.execute(
-                f"""
-                WITH src AS (
-                    SELECT i, %(now)s::timestamptz - make_interval(secs => %(span)s * (1 - (i + 0.5) / %(total)s)) AS at,
-                           i %% 100 AS roll, (%(ops)s::text[])[1 + (i * 7919) %% %(nops)s] AS op
-                    FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS i
-                ), ins AS (
-                    INSERT INTO {receipt} (scope, key, operation, fingerprint, request, status, retryable,
-                        response_status, response_content_type, response_body, error, attempts, fencing_token,
-                        lease_expires_at, created_at, updated_at, completed_at, expires_at, user_id, session_id,
-                        waiters, released_at, released_by, release_reason, compacted_at)
-                    SELECT
-                        CASE WHEN i %% 5 = 4 THEN 'user:' || %(prefix)s || (i %% 2000) ELSE 'client:' || %(prefix)s || lpad((i %% 20)::text, 2, '0') END,
-                        %(prefix)s || %(tag)s || '_' || i, op, md5(i::text || %(tag)s) || md5(op || i::text),
-                        CASE WHEN i %% 5 < 3 THEN jsonb_build_object('amount', 100 + (i * 31) %% 99900, 'currency', 'eur',
-                            'ref', i, 'order', 'ord_' || %(tag)s || '_' || i) END,
-                        CASE WHEN roll < 92 THEN 'completed' WHEN roll < 97 THEN 'failed' ELSE 'processing' END,
-                        roll < 95, CASE WHEN roll < 92 THEN 201 END,
-                        CASE WHEN roll < 92 THEN 'application/json' ELSE '' END,
-                        CASE WHEN roll < 92 THEN '{{"id":' || i || ',"ok":true}}' ELSE '' END,
-                        CASE WHEN roll BETWEEN 92 AND 96 THEN 'upstream timeout' ELSE '' END,
-                        1, 1, CASE WHEN roll >= 97 THEN at + interval '30 seconds' END,
-                        at, at + interval '1 second', CASE WHEN roll < 92 THEN at + interval '1 second' END,
-                        -- a tenth expired, three days after their claim (in claim order, as a purge backlog is)
-                        CASE WHEN (i * 7) %% 10 = 3 THEN LEAST(at + interval '3 days', %(now)s::timestamptz - interval '1 minute')
-                             ELSE %(now)s::timestamptz + interval '1 hour' + make_interval(secs => (i %% 604800)) END,
-                        '', '', false, NULL, '', '', NULL
-                    FROM src
-                    RETURNING id, scope, key, operation, fingerprint, status, created_at
-                )
-                INSERT INTO {attempt} (receipt_id, scope, key, operation, outcome, fencing_token, fingerprint,
-                    request, detail, actor, created_at, waited_ms)
-                SELECT id, scope, key, operation, o.outcome, o.token, fingerprint, NULL, '', '', created_at + o.after, NULL
-                FROM ins, LATERAL (VALUES
-                    ('claimed', 1, interval '0'),
-                    (CASE status WHEN 'completed' THEN 'completed' WHEN 'failed' THEN 'failed' ELSE 'in_progress' END,
-                     1, interval '1 second'),
-                    (CASE WHEN status = 'processing' THEN 'in_progress' ELSE 'replayed' END, NULL, interval '10 minutes')
-                ) AS o(outcome, token, after)
-                """,
-                {"now": now, "span": span, "total": total, "ops": _OPERATION_TABLE, "nops": len(_OPERATION_TABLE),
-                 "start": start, "stop": start + count - 1, "prefix": PREFIX, "tag": tag},
-            )
-            counts.attempts += c.rowcount
-        counts.receipts += count
-        if advance:
-            advance(count)

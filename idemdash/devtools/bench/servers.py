@@ -115,18 +115,26 @@ def start_qcluster(log_dir: Path, *, name: str = "qcluster", settings_module: st
     raise RuntimeError(f"qcluster did not start its {wanted} processes within 60 s:\n{cluster.tail()}")
 
 
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
+def process_table() -> list[tuple[int, str, int, int]]:
+    """This machine's processes from /proc: (pid, state, parent pid, process group id)."""
+    table = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 # The command name may hold spaces; the fields after its ')' are fixed.
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                state, ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+            table.append((int(entry), state, int(ppid), int(pgrp)))
         except (OSError, IndexError, ValueError):
             continue
-        parents.setdefault(ppid, []).append(int(entry))
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for child, _, ppid, _ in process_table():
+        parents.setdefault(ppid, []).append(child)
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
