@@ -298,14 +298,7 @@ def _contract(
         )
     if single_transaction is None:
         single_transaction = policy_for(operation).single_transaction
-    if not single_transaction:
-        return (yield from _handle(request, args, kwargs, operation, key, scope))
-    try:
-        # The claim, the view and the completion commit together, or roll back together.
-        with transaction.atomic():
-            return (yield from _handle(request, args, kwargs, operation, key, scope, single_transaction=True))
-    except _WaitedTooLong:
-        return _waited_too_long()
+    return (yield from _handle(request, args, kwargs, operation, key, scope, single_transaction=single_transaction))
 
 
 def _mismatch(view: Callable[..., Any], operation: str) -> str:
@@ -549,34 +542,111 @@ def _handle(
     wait = parse_prefer_wait(request.headers.get("Prefer", ""))
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
-    claim = functools.partial(
-        store.claim,
-        principal,
-        key,
-        operation,
-        _stored_request(request, body, content_type, parsed),
-        fingerprint=fingerprint,
-        user_id=str(user.pk) if user is not None and user.is_authenticated else "",
-        session_id=session_reference(session.session_key) if session is not None else "",
-    )
+    def claim(**options: Any) -> store.ClaimResult:
+        # What a new receipt keeps of the request and its caller, built when a claim is made:
+        # a single-transaction view's replay (store.replay) needs none of it.
+        return store.claim(
+            principal,
+            key,
+            operation,
+            _stored_request(request, body, content_type, parsed),
+            fingerprint=fingerprint,
+            user_id=str(user.pk) if user is not None and user.is_authenticated else "",
+            session_id=session_reference(session.session_key) if session is not None else "",
+            **options,
+        )
     if single_transaction:
-        # A duplicate waits on the first attempt's uncommitted row, not in store.claim: a wait
-        # there would hold this request's transaction (on SQLite, the one write lock) open
-        # while the first attempt needs it.
-        result = _claim_waiting_on_the_row(claim, applied_wait or int(setting("RECEIPTS_MAX_WAIT_SECONDS")))
-        applied_wait = 0
-    else:
-        result = claim(wait_seconds=applied_wait)
+        return (yield from _in_one_transaction(
+            request, args, kwargs, operation, principal, key, fingerprint, claim,
+            applied_wait or int(setting("RECEIPTS_MAX_WAIT_SECONDS")),
+        ))
+    result = claim(wait_seconds=applied_wait)
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
         claimed = running_claim(result.receipt, result.token)
-        with _single_transaction_view(operation) if single_transaction else contextlib.nullcontext():
-            response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
+        response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
     else:
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
     return response
+
+
+def _in_one_transaction(
+    request: HttpRequest,
+    args: tuple,
+    kwargs: dict,
+    operation: str,
+    scope: str,
+    key: str,
+    fingerprint: str,
+    claim: Callable[..., store.ClaimResult],
+    wait_seconds: int,
+) -> Generator[None, HttpResponseBase, HttpResponseBase]:
+    """A single-transaction view: the claim, the view and the completion commit together,
+    or roll back together.
+
+    A completed key is replayed first, outside any transaction (store.replay: on PostgreSQL
+    one statement that commits by itself), so a replay costs what it costs in the two-commit
+    mode rather than a BEGIN and a durable COMMIT. Then the claim, in the transaction: a
+    duplicate waits on the first attempt's uncommitted row there, not in store.claim, whose
+    wait would hold this transaction (on SQLite, the one write lock) open while the first
+    attempt needs it.
+
+    The view runs without a savepoint of its own (SAVEPOINT and RELEASE were two of the
+    request's seven round trips): a failure rolls the whole transaction back, claim included,
+    and a returned 5xx is stored after it (_fail_afresh). Only under `"on_failure": "burn"`
+    does the view get its savepoint, so that the burned failure commits with the claim and a
+    duplicate waiting on the row replays it rather than running."""
+    replayed = store.replay(scope, key, operation, fingerprint=fingerprint)
+    if replayed is not None:
+        return _refusal(replayed)
+    policy = policy_for(operation)
+    references = None
+    try:
+        with transaction.atomic():
+            result = _claim_waiting_on_the_row(claim, wait_seconds)
+            if not result.owned:
+                return _refusal(result)
+            claimed = running_claim(result.receipt, result.token)
+            references = claimed.references
+            with _single_transaction_view(operation):
+                return (yield from _run(
+                    request, args, kwargs, scope, key, result.token, policy.lease.total_seconds(), claimed,
+                    own_block=policy.burn_on_failure,
+                ))
+    except _WaitedTooLong:
+        return _waited_too_long()
+    except _RolledBack as rolled_back:
+        if rolled_back.failed:
+            _fail_afresh(claim, scope, key, rolled_back.response, references)
+        return rolled_back.response
+
+
+class _RolledBack(Exception):
+    """Leaves a single-transaction view's transaction, rolling back the claim with the view's
+    writes, carrying the response out; `failed`: a 5xx to store as the failure after."""
+
+    def __init__(self, response: HttpResponseBase, *, failed: bool = False) -> None:
+        self.response = response
+        self.failed = failed
+
+
+def _fail_afresh(
+    claim: Callable[..., store.ClaimResult], scope: str, key: str, response: HttpResponseBase,
+    references: References | None,
+) -> None:
+    """Store a single-transaction view's 5xx after its transaction rolled back with the claim:
+    claimed again and failed in one transaction of their own. A duplicate that waited on the
+    rolled-back row may hold the key by now: it runs as the next attempt would after this
+    failure (retryable: the only kind stored here), and this failure is not stored."""
+    try:
+        with transaction.atomic():
+            result = _claim_waiting_on_the_row(claim, 0)
+            if result.owned:
+                _fail(scope, key, result.token, f"HTTP {response.status_code}", response, references or References())
+    except _WaitedTooLong:
+        log.info("receipt %s/%s was claimed by a duplicate before its failure could be stored", scope, key)
 
 
 class _WaitedTooLong(Exception):
@@ -722,14 +792,21 @@ def _run(
     token: int,
     lease: float,
     claimed: context.RunningClaim,
+    *,
+    own_block: bool = True,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
+    """The view and its settle. `own_block`: they run in an atomic block of their own (the
+    view's transaction, or a savepoint inside the request's), so a failure rolls back the
+    view's writes alone and is stored beside the claim. Without it (a single-transaction
+    view, _in_one_transaction) a failure leaves with _RolledBack, which rolls the request's
+    whole transaction back, and nothing is written here that would roll back with it."""
     # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
     # can take it over (each waits on its row), and a renewal from another connection would
     # find no row or wait on it until this request commits, while this thread waited for the
     # renewal to finish: so it is not kept.
     claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
-        with transaction.atomic():
+        with transaction.atomic() if own_block else contextlib.nullcontext():
             # A view longer than a third of its lease has it renewed until it returns.
             # The view runs where the generator yields; receipts.current() gives it the claim
             # (for an async view, asgiref carries the step's context over to the view).
@@ -757,33 +834,42 @@ def _run(
             )
             return response
     except store.StaleToken:
-        # Our lease was taken over while the view ran: its writes were rolled back above,
-        # and with them the store's own record of the refusal, so log it again here.
-        _record_lease_lost(scope, key, token)
-        return problem(
+        lost = problem(
             409,
             "lease-lost",
             "The lease on this Idempotency-Key was lost",
             "The request took longer than its lease and another attempt took over; "
             "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
         )
+        if not own_block:
+            raise _RolledBack(lost) from None
+        # Our lease was taken over while the view ran: its writes were rolled back above,
+        # and with them the store's own record of the refusal, so log it again here.
+        _record_lease_lost(scope, key, token)
+        return lost
     except _RollBack as rollback:
         response = rollback.response
+        if not own_block:
+            raise _RolledBack(response, failed=True) from None
         _fail(scope, key, token, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
         # Not the operation's failure: a misplaced decorator, or an async view cancelled
         # because its client went away. Its writes rolled back; the key is given back.
-        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+        if own_block:
+            _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
         # A lost connection is not the operation's failure: the view's writes are gone and
         # the client is told 503, "nothing stored, retry". Failing the receipt would store a
         # 500 (and burn the key of an operation that burns on failure), so the key is given
         # back; if the database still does not answer, the lease runs out instead.
-        _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
+        if own_block:
+            _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
+        if not own_block:
+            raise  # the request's transaction rolls back whole, the claim with it: the next attempt runs
         if is_client_error(exc):
             _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
             raise

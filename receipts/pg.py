@@ -50,7 +50,7 @@ from receipts.archive import financial, insert_into_archive
 from receipts.models import ArchivedReceipt, Attempt, Receipt, ReceiptReference
 
 _RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
-_RECEIPT_COLUMNS = [f.attname for f in Receipt._meta.concrete_fields]  # id first
+_RECEIPT_COLUMNS = tuple(f.attname for f in Receipt._meta.concrete_fields)  # id first
 # The attempt-log columns both statements fill, in this order.
 _LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, fingerprint, request, detail, actor, created_at"
 # A claim's line also says how long the claim took (Attempt.claim_ms): what the store spent
@@ -95,6 +95,33 @@ def _claim_sql(asynchronous: bool, bounded: bool = False) -> str:
     """
 
 
+# What a replay's answer reads of the receipt (decorators._refusal, responses.refusal): the
+# rest of the row stays in the database (the stored request is JSON to decode, for nothing).
+_REPLAY_ATTNAMES = ("id", "key", "status", "response_status", "response_content_type", "response_body", "error",
+                    "compacted_at")
+
+
+@functools.cache
+def _replay_sql(asynchronous: bool) -> str:
+    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
+    returned = ", ".join(_q(Receipt._meta.get_field(name).column) for name in _REPLAY_ATTNAMES)
+    # Only when it replays: the commit then holds nothing but the log line (see the module's
+    # "Durability of a claim"); a row that does not replay wrote nothing.
+    commit = (", CASE WHEN rep.id IS NOT NULL THEN set_config('synchronous_commit', 'off', true) END"
+              if asynchronous else "")
+    return f"""
+        WITH rep AS (
+            SELECT scope, operation, {returned} FROM {receipt}
+            WHERE scope = %s AND key = %s AND {rules.REPLAY.sql}
+        ), log AS (
+            INSERT INTO {attempt} ({_LOG_COLUMNS}, claim_ms)
+            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s, {_CLAIM_MS} FROM rep
+        )
+        SELECT {", ".join(f"rep.{_q(Receipt._meta.get_field(name).column)}" for name in _REPLAY_ATTNAMES)}{commit}
+        FROM rep
+    """
+
+
 # On PostgreSQL Django's get_db_prep_save returns a value of these fields unchanged when it
 # already has the field's Python type (integers are not among them: Django wraps them in
 # psycopg's Int2/Int4/Int8 so that a server-side prepared statement knows their type);
@@ -133,8 +160,9 @@ def _scope_index() -> int:
 
 
 @functools.cache
-def _converters() -> list[list]:
-    return [f.get_db_converters(connection) for f in Receipt._meta.concrete_fields]
+def _converters(attnames: tuple[str, ...]) -> list[list]:
+    fields = {f.attname: f for f in Receipt._meta.concrete_fields}
+    return [fields[name].get_db_converters(connection) for name in attnames]
 
 
 def bound_lock_waits(milliseconds: int) -> None:
@@ -179,13 +207,32 @@ def claim_or_replay(
         row = c.fetchone()
     if row is None:
         return None
-    # Built by hand rather than by QuerySet.raw(), which reads the cursor's description: its
-    # column type lookups cost more than the rest of this function.
-    values = list(row[: len(_RECEIPT_COLUMNS)])
-    for i, converters in enumerate(_converters()):
+    return row[len(_RECEIPT_COLUMNS)], _built(row, _RECEIPT_COLUMNS)
+
+
+def replay_only(scope: str, key: str, fingerprint: str, now: datetime, spent_ms: float) -> Receipt | None:
+    """The receipt of (scope, key) when it replays (rules.REPLAY), its "replayed" line logged:
+    a claim's replay without its insert, for a caller that must not write a new receipt
+    outside its own transaction (store.replay). None, and nothing written, when there is no
+    receipt or it does not replay. Outside a transaction it commits by itself, as a replay by
+    claim_or_replay does. The receipt holds only what the replay's answer reads
+    (_REPLAY_ATTNAMES); another field would be fetched when read."""
+    params = [scope, key, *rules.REPLAY.arguments(fingerprint=fingerprint, now=now), fingerprint, now, spent_ms]
+    with cursor() as c:
+        c.execute(_replay_sql(not connection.in_atomic_block), params)
+        row = c.fetchone()
+    return None if row is None else _built(row, _REPLAY_ATTNAMES)
+
+
+def _built(row: tuple, attnames: tuple[str, ...]) -> Receipt:
+    """The Receipt of a statement's row whose first values are the fields `attnames`. Built by
+    hand rather than by QuerySet.raw(), which reads the cursor's description: its column type
+    lookups cost more than the rest of a claim."""
+    values = list(row[: len(attnames)])
+    for i, converters in enumerate(_converters(attnames)):
         for convert in converters:
             values[i] = convert(values[i], None, connection)
-    return row[len(_RECEIPT_COLUMNS)], Receipt.from_db(connection.alias, _RECEIPT_COLUMNS, values)
+    return Receipt.from_db(connection.alias, attnames, values)
 
 
 @functools.cache

@@ -192,10 +192,29 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
                 steps.close()
 
 
+def replay(scope: str, key: str, operation: str, *, fingerprint: str) -> ClaimResult | None:
+    """The stored result of (scope, key) when it replays, its line logged; else None and
+    nothing written, and the caller claims. For a caller that must claim inside its own
+    transaction (a single-transaction view, receipts/decorators.py) but need not open one
+    to replay: on PostgreSQL the look and its log line are one statement that commits by
+    itself, as a two-commit replay does, where a claim inside the transaction would cost a
+    BEGIN and a durable COMMIT for a log line. Elsewhere (receipts/orm.py) it finds nothing,
+    and the claim inside the transaction replays."""
+    if path() is not pg:
+        return None  # nothing to look up ahead of the claim: no span for it either
+    with tracing.span(LOOKUP_SPAN) as span:
+        started = time.monotonic()
+        validate_key(key)
+        validate_operation(operation)
+        receipt = pg.replay_only(scope, key, fingerprint, timezone.now(), _spent_ms(started))
+        return None if receipt is None else _traced(span, scope, key, operation, ClaimResult(Outcome.REPLAYED, receipt))
+
 CLAIM_SPAN = "idemdash.receipt.claim"
 # A claim answered with the stored result: the same span, renamed, so that a trace shows a
 # replay as one at a glance.
 REPLAY_SPAN = "idemdash.receipt.replay"
+# store.replay's look, renamed REPLAY_SPAN when it replays.
+LOOKUP_SPAN = "idemdash.receipt.lookup"
 
 
 def _traced(span: Any, scope: str, key: str, operation: str, result: ClaimResult) -> ClaimResult:

@@ -35,7 +35,9 @@ def _effect(request: HttpRequest) -> HttpResponse:
         time.sleep(30)
     if "explode" in request.GET:
         raise RuntimeError("boom")
-    return JsonResponse({"row": row.pk}, status=int(request.GET.get("status", "201")))
+    # `status` answers for the request instead of its query string, so a retry can be the same request.
+    status = hooks["status"]() if "status" in hooks else int(request.GET.get("status", "201"))
+    return JsonResponse({"row": row.pk}, status=status)
 
 
 @csrf_exempt

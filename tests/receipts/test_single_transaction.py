@@ -181,6 +181,75 @@ def test_a_5xx_answer_is_stored_as_the_failure_without_the_views_writes(client):
 
 @not_on_mysql
 @pytest.mark.urls("tests.receipts.single_transaction_urls")
+def test_a_5xx_is_stored_after_the_rollback_as_a_retryable_failure_and_the_retry_runs(client):
+    # Without a savepoint the 5xx rolls back the claim with the view's writes; the failure is
+    # then claimed and stored in a transaction of its own, with its log lines.
+    hooks["status"] = lambda: 500
+    assert _post(client, "/single", "fails-then-runs").status_code == 500
+    hooks.clear()
+    receipt = Receipt.objects.get(key="fails-then-runs")
+    assert (receipt.status, receipt.retryable, receipt.response_status) == (Receipt.Status.FAILED, True, 500)
+    assert _effects("fails-then-runs") == 0
+    assert _post(client, "/single", "fails-then-runs").status_code == 201
+    assert _effects("fails-then-runs") == 1
+    assert list(Attempt.objects.filter(key="fails-then-runs").values_list("outcome", flat=True).order_by("id")) == [
+        "claimed", "failed", "retried_after_failure", "completed"
+    ]
+
+
+@not_on_mysql
+@pytest.mark.urls("tests.receipts.single_transaction_urls")
+def test_under_burn_the_5xx_commits_with_its_claim_in_the_same_transaction_and_is_replayed(client):
+    # "on_failure": "burn" keeps the view's savepoint: the burned failure commits with the
+    # claim, so a duplicate waiting on the row replays it rather than running.
+    policy = {"ledger.*": {"single_transaction": True, "on_failure": "burn"}}
+    with override_settings(RECEIPTS_OPERATIONS=policy):
+        hooks["status"] = lambda: 503
+        first = _post(client, "/single-policy", "burned")
+        hooks.clear()
+        again = _post(client, "/single-policy", "burned")
+    assert first.status_code == 503
+    receipt = Receipt.objects.get(key="burned")
+    assert (receipt.status, receipt.retryable) == (Receipt.Status.FAILED, False)
+    assert again.status_code == 503
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert _effects("burned") == 0
+    if connection.vendor == "postgresql":
+        with connection.cursor() as c:
+            c.execute(f"SELECT count(DISTINCT xmin::text) FROM {Attempt._meta.db_table} WHERE key = 'burned' "
+                      "AND outcome IN ('claimed', 'failed')")
+            assert c.fetchone()[0] == 1  # claimed and failed by the request's one transaction
+
+
+@pytest.mark.urls("tests.receipts.single_transaction_urls")
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements are PostgreSQL's")
+def test_on_postgresql_a_replay_is_one_statement_and_a_first_attempt_has_no_savepoint(client):
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as first:
+        assert _post(client, "/single", "counted").status_code == 201
+    statements = [q["sql"].split()[0].upper() for q in first.captured_queries]
+    assert "SAVEPOINT" not in statements and "RELEASE" not in statements, statements
+    in_transaction: list[bool] = []
+
+    def note(execute, sql, params, many, context):
+        in_transaction.append(connection.in_atomic_block)
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as replay, connection.execute_wrapper(note):
+        response = _post(client, "/single", "counted")
+    assert response.headers["Idempotent-Replayed"] == "true"
+    # One statement, outside any transaction: no BEGIN, and no durable COMMIT for a log line.
+    assert len(replay.captured_queries) == 1, replay.captured_queries
+    assert "'replayed'" in replay.captured_queries[0]["sql"]
+    assert in_transaction == [False]
+    assert list(Attempt.objects.filter(key="counted").values_list("outcome", flat=True).order_by("id")) == [
+        "claimed", "completed", "replayed"
+    ]
+
+
+@not_on_mysql
+@pytest.mark.urls("tests.receipts.single_transaction_urls")
 def test_a_lapsed_receipt_of_the_two_commit_mode_is_taken_over(client):
     response = _post(client, "/single", "lapsed")
     assert response.status_code == 201
