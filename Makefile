@@ -1,15 +1,20 @@
 # The two commands a new user needs: `make demo` and `make test`.
-# The Pythons idemdash supports (pyproject.toml, docs/install.md), newest first: the newest
-# one that runs is used (`python3` last, when it is one of them); `make test PYTHON=...`
-# names another. Each candidate is run, not just looked up, as a pyenv shim of a version
-# pyenv has not selected exists but fails.
+# The Pythons idemdash supports (pyproject.toml, docs/install.md), newest first: the one the
+# venv was made with while it runs and is supported, else the newest one that runs (`python3`
+# last, when it is one of them); `make test PYTHON=...` names another. Each candidate is run,
+# not just looked up, as a pyenv shim of a version pyenv has not selected exists but fails; and
+# the venv is kept because `make install PYTHON=...` made it so, when the newest on PATH is older.
 SUPPORTED_PYTHONS := 3.13 3.12 3.11
 SUPPORTED_CHECK := import sys; sys.exit(f"{sys.version_info[0]}.{sys.version_info[1]}" not in "$(SUPPORTED_PYTHONS)".split())
+VENV := .venv
 ifndef PYTHON
+PYTHON := $(shell $(VENV)/bin/python -c '$(SUPPORTED_CHECK)' >/dev/null 2>&1 \
+	&& $(VENV)/bin/python -c 'import sys; print(sys._base_executable)')
+ifeq ($(PYTHON),)
 PYTHON := $(shell for p in $(addprefix python,$(SUPPORTED_PYTHONS)) python3; do \
 	$$p -c '$(SUPPORTED_CHECK)' >/dev/null 2>&1 && { $$p -c 'import sys; print(sys.executable)'; break; }; done)
 endif
-VENV := .venv
+endif
 BIN := $(VENV)/bin
 # The stamp names what was installed (extras, Python): a `make test EXTRAS=...` or `PYTHON=...`
 # that differs from the last install installs again instead of finding the old stamp fresh.

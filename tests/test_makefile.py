@@ -1,6 +1,6 @@
-"""Which Python `make demo` and `make test` take (the Makefile's first lines): the newest
-supported one that runs, from python3.13, python3.12, python3.11, then python3; PYTHON= names
-another; with none, a message that says which versions it accepts. Run with a PATH of stand-in
+"""Which Python `make demo` and `make test` take (the Makefile's first lines): the one the venv
+was made with, while it runs and is supported; else the newest supported one that runs, from
+python3.13, python3.12, python3.11, then python3; PYTHON= names another; with none, a message that says which versions it accepts. Run with a PATH of stand-in
 interpreters: links to the Python running the tests (a supported one) under each name, and
 failing scripts like a pyenv shim of a version pyenv has not selected."""
 
@@ -98,3 +98,19 @@ def test_another_python_or_other_extras_install_again_over_an_installed_venv(tmp
     assert "pip install" not in make(bin_, "-n", "install").stdout
     assert "pip install" in make(bin_, "-n", "install", "EXTRAS=dev,bench").stdout
     assert "pip install" in make(bin_, "-n", "install", f"PYTHON={bin_ / 'python3.12'}").stdout
+
+
+def test_a_venv_of_a_supported_python_is_kept_when_no_python_is_named(tmp_path):
+    """`make install PYTHON=/opt/python3.13` made the venv; a later `make test` on a PATH whose
+    newest Python is another (pyenv's shims: only the global version runs) keeps it, instead
+    of making it anew with that one."""
+    bin_ = interpreters(tmp_path / "bin", ["python3.12", "python3.11"], failing=["python3.13"])
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    base = subprocess.run([venv / "bin" / "python", "-c", "import sys; print(sys._base_executable)"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (venv / f".installed-dev-{Path(base).name}").touch()
+    kept = make(bin_, "-n", "install")
+    assert "venv --clear" not in kept.stdout and "pip install" not in kept.stdout, kept.stdout  # up to date
+    # Named, another Python still makes it anew.
+    assert chosen(make(bin_, "-n", "install", f"PYTHON={bin_ / 'python3.12'}")) == str(bin_ / "python3.12")
