@@ -8,13 +8,16 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 - `bare`: the bench's unprotected insert (`/bench/insert/bare/`), the yardstick;
 - `claim`: the same insert under `@idempotent` with a fresh key;
 - `replay`: the same keys again, answered from their receipts;
+- `single`, `single_replay`: the same two in single-transaction mode (`/bench/insert/single/`);
 - `delivery`: a signed Stripe delivery of a new event (verified, stored with its task);
 - `duplicate`: a delivery of an event already stored.
 
 And then the in-process API (idemdash/devtools/bench/cputime.py:measure_run_once).
 
 The figure is the median, over rounds, of `time.process_time()` per request, and each path's
-ratio to `bare` measured in the same run. To compare two checkouts, run each alternately
+ratio to `bare` measured in the same run; then the same for the database server's process
+that serves this connection (its CPU from /proc, when it runs on this machine), and for the
+two together, which is what a request costs a machine running both. To compare two checkouts, run each alternately
 against its own database (docs/benchmarks/2026-11-24-issue-13-before-after.md).
 """
 
@@ -26,14 +29,18 @@ import os
 import secrets
 import statistics
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
-PATHS = ("bare", "claim", "replay", "delivery", "duplicate")
+PATHS = ("bare", "claim", "replay", "single", "single_replay", "delivery", "duplicate")
 
 
-def measure(*, requests: int, rounds: int) -> dict[str, float]:
-    """Median CPU µs per request of each path in PATHS."""
+def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Median CPU µs per request of each path in PATHS: of this process ("web"), of the
+    database server's process serving its connection ("db", absent when that is not on this
+    machine), and of both ("both")."""
     from django.test import Client
 
     from idemdash.devtools.bench.runner import BENCH_ENDPOINT, bench_webhook_endpoint, stripe_delivery
@@ -42,9 +49,9 @@ def measure(*, requests: int, rounds: int) -> dict[str, float]:
     client = Client()
     run = uuid.uuid4().hex[:8]
 
-    def insert(n: int, key: str | None, replayed: bool = False) -> None:
+    def insert(n: int, key: str | None, replayed: bool = False, view: str = "protected") -> None:
         headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-        response = client.post(f"/bench/insert/{'protected' if key else 'bare'}/", data=json.dumps({"n": n}),
+        response = client.post(f"/bench/insert/{view if key else 'bare'}/", data=json.dumps({"n": n}),
                                content_type="application/json", **headers)
         if response.status_code not in (200, 201) or replayed != (response.headers.get("Idempotent-Replayed") == "true"):
             raise RuntimeError(f"insert answered {response.status_code}: {response.content[:200]!r}")
@@ -60,20 +67,55 @@ def measure(*, requests: int, rounds: int) -> dict[str, float]:
         if response.status_code != 200:
             raise RuntimeError(f"delivery answered {response.status_code}: {response.content[:200]!r}")
 
-    def one_round(tag: str) -> dict[str, float]:
+    def both(calls: list) -> dict[str, float]:
+        server = database_process_cpu()
+        before = server() if server else 0.0
+        web = cpu_per_call(calls)
+        if server is None:
+            return {"web": web}
+        db = (server() - before) / len(calls) * 1e6
+        return {"web": web, "db": db, "both": web + db}
+
+    def one_round(tag: str) -> dict[str, dict[str, float]]:
         keys = [f"inprocess-{run}-{tag}-{n}" for n in range(requests)]
+        single = [f"inprocess-{run}-{tag}-single-{n}" for n in range(requests)]
         new, dup = deliveries(f"inprocess{run}new{tag}"), deliveries(f"inprocess{run}dup", max(1, requests // 2))
         return {
-            "bare": cpu_per_call([lambda n=n: insert(n, None) for n in range(requests)]),
-            "claim": cpu_per_call([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
-            "replay": cpu_per_call([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
-            "delivery": cpu_per_call([lambda d=d: deliver(d) for d in new]),
-            "duplicate": cpu_per_call([lambda d=d: deliver(d) for d in dup]),
+            "bare": both([lambda n=n: insert(n, None) for n in range(requests)]),
+            "claim": both([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
+            "replay": both([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
+            "single": both([lambda n=n: insert(n, single[n], view="single") for n in range(requests)]),
+            "single_replay": both([lambda n=n: insert(n, single[n], True, "single") for n in range(requests)]),
+            "delivery": both([lambda d=d: deliver(d) for d in new]),
+            "duplicate": both([lambda d=d: deliver(d) for d in dup]),
         }
 
     one_round("warm")  # connections, prepared statements, the duplicates' first deliveries
     rounds_measured = [one_round(str(r)) for r in range(rounds)]
-    return {path: statistics.median(r[path] for r in rounds_measured) for path in PATHS}
+    return {path: {part: statistics.median(r[path][part] for r in rounds_measured) for part in rounds_measured[0][path]}
+            for path in PATHS}
+
+
+def database_process_cpu() -> Callable[[], float] | None:
+    """A reader of the CPU seconds spent so far by the PostgreSQL process serving this
+    connection, or None when that process is not on this machine (or not readable)."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT pg_backend_pid()")
+        pid = c.fetchone()[0]
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "postgres":
+            return None  # another machine's pid, which is some other process here
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def seconds() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +140,15 @@ def main(argv: list[str] | None = None) -> int:
 
     call_command("migrate", verbosity=0)
     cpu = measure(requests=args.requests, rounds=args.rounds)
-    figures = [f"{path} {cpu[path]:.0f} µs" + ("" if path == "bare" else f" ({cpu[path] / cpu['bare']:.2f}x bare)")
-               for path in PATHS]
-    print(f"{args.label} CPU per request, median of {args.rounds} rounds: {', '.join(figures)}".strip())
+    for part, what in (("web", "CPU per request"), ("db", "database CPU per request"),
+                       ("both", "CPU per request with the database's")):
+        if part not in cpu["bare"]:
+            print(f"{args.label} {what}: the database server is not on this machine".strip())
+            continue
+        bare = cpu["bare"][part]  # 0 when a short run's requests took less than the server's clock tick
+        figures = [f"{path} {cpu[path][part]:.0f} µs"
+                   + ("" if path == "bare" or not bare else f" ({cpu[path][part] / bare:.2f}x bare)") for path in PATHS]
+        print(f"{args.label} {what}, median of {args.rounds} rounds: {', '.join(figures)}".strip())
     cpu = measure_run_once(calls=args.requests, rounds=args.rounds)
     figures = [f"{path} {cpu[path]:.0f} µs" + ("" if path == "insert" else f" ({cpu[path] / cpu['insert']:.2f}x insert)")
                for path in RUN_ONCE_PATHS]
