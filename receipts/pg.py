@@ -117,8 +117,7 @@ def _replay_sql(asynchronous: bool) -> str:
             INSERT INTO {attempt} ({_LOG_COLUMNS}, claim_ms)
             SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s, {_CLAIM_MS} FROM rep
         )
-        SELECT {", ".join(f"rep.{_q(Receipt._meta.get_field(name).column)}" for name in _REPLAY_ATTNAMES)}{commit}
-        FROM rep
+        SELECT {returned}{commit} FROM rep
     """
 
 

@@ -198,14 +198,13 @@ def replay(scope: str, key: str, operation: str, *, fingerprint: str) -> ClaimRe
     transaction (a single-transaction view, receipts/decorators.py) but need not open one
     to replay: on PostgreSQL the look and its log line are one statement that commits by
     itself, as a two-commit replay does, where a claim inside the transaction would cost a
-    BEGIN and a durable COMMIT for a log line. Elsewhere (receipts/orm.py) it finds nothing,
-    and the claim inside the transaction replays."""
+    BEGIN and a durable COMMIT for a log line. Elsewhere it returns None, and the claim inside
+    the transaction replays. The key and operation were checked already (the decorator's
+    parse_key, and idempotent() when it decorated)."""
     if path() is not pg:
         return None  # nothing to look up ahead of the claim: no span for it either
     with tracing.span(LOOKUP_SPAN) as span:
         started = time.monotonic()
-        validate_key(key)
-        validate_operation(operation)
         receipt = pg.replay_only(scope, key, fingerprint, timezone.now(), _spent_ms(started))
         return None if receipt is None else _traced(span, scope, key, operation, ClaimResult(Outcome.REPLAYED, receipt))
 
