@@ -165,13 +165,20 @@ def _settle(client: ApiClient, key: str, token: int, run: Callable[[], Any], sta
     """Settle a receipt by `run` (store.complete or store.fail) and answer with the receipt:
     404 for a key this client does not have, 409 for a token that no longer owns it (unless
     this very settlement already landed)."""
-    # Looked up first only to answer 404 rather than 409, and to write no attempt row for a
-    # key that does not exist; the settlement itself is the store's conditional update.
-    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
+    # Looked up first to answer 404 rather than 409 and write no attempt row for a key that
+    # does not exist, and to answer a retry of a settlement that already landed without
+    # settling again: the store would log it as a stale settle, which the dashboard counts
+    # as a lease lost, when all that was lost was an answer. The settlement itself is the
+    # store's conditional update.
+    receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
+    if receipt is None:
         return _not_found(key)
+    if _landed(receipt, token, status, **fields):
+        return _json_response(receipt_json(receipt))
     try:
         run()
     except store.StaleToken:
+        # The retry came while its first try was still committing: answered the same way.
         receipt = Receipt.objects.get(scope=client.scope, key=key)
         if not _landed(receipt, token, status, **fields):
             return stale_token(key)

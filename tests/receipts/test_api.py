@@ -280,6 +280,8 @@ def test_repeating_a_completion_that_already_landed_answers_200_again(api):
     assert other.status_code == 409 and kind(other) == "stale-token"
     assert Receipt.objects.get().response_body == '{"id":7}'
     assert Attempt.objects.filter(outcome="completed").count() == 1
+    # The repeat is not a stale settle (the dashboard counts those as leases lost); `other` is.
+    assert Attempt.objects.filter(outcome="stale_token").count() == 1
 
 
 def test_repeating_a_failure_that_already_landed_answers_200_again(api):
@@ -289,6 +291,7 @@ def test_repeating_a_failure_that_already_landed_answers_200_again(api):
     assert api("fail", failure).status_code == 200
     assert api("fail", {**failure, "error": "other"}).status_code == 409
     assert Attempt.objects.filter(outcome="failed").count() == 1
+    assert Attempt.objects.filter(outcome="stale_token").count() == 1
 
 
 def test_complete_of_an_unknown_key_is_404_and_writes_nothing(api):
