@@ -40,13 +40,21 @@ def database_url(name: str | None = None) -> str:
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{name or s['NAME']}"
 
 
+# What the backends of a test's subprocesses are called in pg_stat_activity (libpq reads
+# PGAPPNAME), so that a test playing a failover terminates those, never a connection of the
+# pytest process itself (its other threads' outlive the test, and a later test would fail on them).
+CHILD_APPLICATION_NAME = "idemdash-test-child"
+
+
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """This environment without the developer's webhook secrets and Redis (a subprocess
-    under test uses the database's broker and the test's own endpoints)."""
+    under test uses the database's broker and the test's own endpoints), its database
+    connections named CHILD_APPLICATION_NAME."""
     env = {
         k: v for k, v in os.environ.items()
         if not k.endswith("_WEBHOOK_SECRET") and k not in {"REDIS_URL", "IDEMDASH_TEST_DB_SUFFIX"}
     }
+    env["PGAPPNAME"] = CHILD_APPLICATION_NAME
     env.update(overrides)
     return env
 

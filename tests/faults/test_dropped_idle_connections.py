@@ -5,7 +5,6 @@ uses it, so no request fails but those in flight at the kill."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 from django.db import connection
 
 from idemdash.core.clients import create_token
-from tests.qcluster import ROOT, database_url, stop_process
+from tests.qcluster import CHILD_APPLICATION_NAME, ROOT, database_url, stop_process, subprocess_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 WORKERS, THREADS, CALLERS = 3, 4, 8
@@ -31,8 +30,8 @@ def _free_port() -> int:
 
 
 def _start_gunicorn(port: int, log: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "IDEMDASH_TEST_DB_SUFFIX"}}
-    env.update(DATABASE_URL=database_url(), DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    env = subprocess_env(DATABASE_URL=database_url(), DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
@@ -42,13 +41,14 @@ def _start_gunicorn(port: int, log: Path) -> subprocess.Popen:
 
 
 def _kill_idle_backends() -> tuple[float, float, int]:
-    """Terminate every idle backend of the test database but this one. pg_terminate_backend
-    only signals: the kill lasts until the backends are gone, so that is when it ends."""
+    """Terminate every idle backend of the test's gunicorn (CHILD_APPLICATION_NAME: not the
+    pytest process's own). pg_terminate_backend only signals: the kill lasts until the
+    backends are gone, so that is when it ends."""
     started = time.monotonic()
     with connection.cursor() as cursor:
         # Two statements: in one, nothing says the filter runs before pg_terminate_backend.
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid() AND state = 'idle'")
+                       "AND application_name = %s AND state = 'idle'", [CHILD_APPLICATION_NAME])
         idle = [pid for (pid,) in cursor.fetchall()]
         cursor.execute("SELECT pid FROM unnest(%s::int[]) AS pid WHERE pg_terminate_backend(pid)", [idle])
         killed = [pid for (pid,) in cursor.fetchall()]

@@ -26,7 +26,7 @@ from django.db import connection
 
 from receipts.models import AuditEntry
 from tests.faults.test_kill_qcluster import RECOVERY_BOUND, record_recovery, run_counts, wait_for
-from tests.qcluster import free_port, kill_process, signal_group, start_process, start_qcluster, stop_process, subprocess_env, database_url, ROOT
+from tests.qcluster import CHILD_APPLICATION_NAME, free_port, kill_process, signal_group, start_process, start_qcluster, stop_process, subprocess_env, database_url, ROOT
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
@@ -57,9 +57,9 @@ def test_events_in_flight_when_postgresql_drops_every_connection_complete_within
     try:
         wait_for(lambda: events.filter(status="processing", pk__in=list(run_counts(run_log))).exists(), 60,
                  "a running handler", qlog)
-        with connection.cursor() as cursor:  # as a failover or a restart would
+        with connection.cursor() as cursor:  # as a failover or a restart would, to the cluster's connections
             cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                           "WHERE datname = current_database() AND application_name = %s", [CHILD_APPLICATION_NAME])
             (terminated,) = cursor.fetchone()
         dropped_at = time.monotonic()
         assert terminated >= 2  # the handler's and at least the pusher's or the monitor's
