@@ -33,7 +33,12 @@ from idemdash_client import IdempotencyClient
 from receipts.models import Attempt, Receipt
 from tests.qcluster import ROOT, database_url, free_port, start_process, stop_process, subprocess_env
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
+# `alone`: the short storm's heartbeats must land within a third of a 15 s lease while 600
+# callers hammer two servers on two cores. Beside the other test files' servers, browsers and
+# pip installs (CI's load average reached 14), they did not always, and leases lapsed: taken
+# over and fenced as they should be (each extra run matched a LeaseLost), but not what this test
+# measures.
+pytestmark = [pytest.mark.postgres, pytest.mark.alone, pytest.mark.timeout(240)]
 
 KEYS, CALLERS_PER_KEY = 20, 30
 # A storm's calls must all have ended by then (the client's own retry budget is longer).
