@@ -14,6 +14,12 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 
 And then the in-process API (idemdash/devtools/bench/cputime.py:measure_run_once).
 
+`--breakdown` measures instead where the CPU of a protected request with a fresh key goes
+in this process, in either mode (`claim`, `single`) beside the bare insert: the view's own
+insert, the replay look-ahead, the claim, the completion and the COMMIT (each function
+wrapped, at the module attribute it is called through, by a process-time counter), and
+the rest (Django's request handling and the decorator's own logic).
+
 The figure is the median, over rounds, of `time.process_time()` per request, and each path's
 ratio to `bare` measured in the same run; then the same for the database server's process
 that serves this connection (its CPU from /proc, when it runs on this machine), and for the
@@ -24,17 +30,37 @@ against its own database (docs/benchmarks/2026-11-24-issue-13-before-after.md).
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import functools
+import importlib
 import json
 import os
 import secrets
 import statistics
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
 PATHS = ("bare", "claim", "replay", "single", "single_replay", "delivery", "duplicate")
+
+
+def _inserter(client: Any) -> Callable[..., None]:
+    """POSTs the bench's insert through the test Client: bare without a key, else through
+    `view` (protected, single); refuses a request that did not do what its path is named for."""
+
+    def insert(n: int, key: str | None, replayed: bool = False, view: str = "protected") -> None:
+        headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+        response = client.post(f"/bench/insert/{view if key else 'bare'}/", data=json.dumps({"n": n}),
+                               content_type="application/json", **headers)
+        if response.status_code not in (200, 201) or replayed != (response.headers.get("Idempotent-Replayed") == "true"):
+            raise RuntimeError(f"insert answered {response.status_code}: {response.content[:200]!r}")
+
+    return insert
 
 
 def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
@@ -47,14 +73,8 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
     secret = bench_webhook_endpoint()
     client = Client()
+    insert = _inserter(client)
     run = uuid.uuid4().hex[:8]
-
-    def insert(n: int, key: str | None, replayed: bool = False, view: str = "protected") -> None:
-        headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-        response = client.post(f"/bench/insert/{view if key else 'bare'}/", data=json.dumps({"n": n}),
-                               content_type="application/json", **headers)
-        if response.status_code not in (200, 201) or replayed != (response.headers.get("Idempotent-Replayed") == "true"):
-            raise RuntimeError(f"insert answered {response.status_code}: {response.content[:200]!r}")
 
     def deliveries(prefix: str, keys: int | None = None) -> list[tuple[bytes, dict[str, str]]]:
         # Signed before the clock starts: signing is the provider's cost, not ours.
@@ -96,6 +116,74 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             for path in PATHS}
 
 
+# The parts of a protected request --breakdown times: (name, module, attribute path), each
+# wrapped where it is looked up when called, so every call is counted.
+PARTS = (
+    ("view's insert", "idemdash.devtools.bench.views", "_insert"),
+    ("replay look-ahead", "receipts.store", "replay"),
+    ("claim", "receipts.store", "claim"),
+    ("completion", "receipts.store", "complete"),
+    ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
+)
+BREAKDOWN_PATHS = ("bare", "claim", "single")
+
+
+@contextlib.contextmanager
+def _counting(spent: dict[str, float]) -> Iterator[None]:
+    """While open, each of PARTS adds the process time of its calls to spent[name]."""
+    originals = []
+    for name, module, attribute in PARTS:
+        owner = importlib.import_module(module)
+        *outer, leaf = attribute.split(".")
+        for step in outer:
+            owner = getattr(owner, step)
+        original = getattr(owner, leaf)
+
+        @functools.wraps(original)
+        def counted(*args: Any, __original: Callable = original, __name: str = name, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                spent[__name] += time.process_time() - started
+
+        setattr(owner, leaf, counted)
+        originals.append((owner, leaf, original))
+    try:
+        yield
+    finally:
+        for owner, leaf, original in originals:
+            setattr(owner, leaf, original)
+
+
+def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Median CPU µs per request, in this process, of each path in BREAKDOWN_PATHS with fresh
+    keys: "total", each of PARTS that it called, and "rest" (what is left of the total)."""
+    from django.test import Client
+
+    insert = _inserter(Client())
+    run = uuid.uuid4().hex[:8]
+
+    def one_round(tag: str) -> dict[str, dict[str, float]]:
+        figures = {}
+        for path in BREAKDOWN_PATHS:
+            spent: dict[str, float] = collections.defaultdict(float)
+            calls = [lambda n=n: insert(n, None) for n in range(requests)] if path == "bare" else [
+                lambda n=n: insert(n, f"breakdown-{run}-{tag}-{path}-{n}", view="single" if path == "single" else "protected")
+                for n in range(requests)
+            ]
+            with _counting(spent):
+                total = cpu_per_call(calls)
+            parts = {name: seconds / requests * 1e6 for name, seconds in spent.items()}
+            figures[path] = {"total": total, **parts, "rest": total - sum(parts.values())}
+        return figures
+
+    one_round("warm")
+    measured = [one_round(str(r)) for r in range(rounds)]
+    return {path: {part: statistics.median(r[path].get(part, 0.0) for r in measured) for part in measured[0][path]}
+            for path in BREAKDOWN_PATHS}
+
+
 def database_process_cpu() -> Callable[[], float] | None:
     """A reader of the CPU seconds spent so far by the PostgreSQL process serving this
     connection, or None when that process is not on this machine (or not readable)."""
@@ -124,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300, help="requests per path and round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--label", default="", help="printed before the line, e.g. the commit")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="where a protected request's CPU goes in this process, part by part, instead")
     args = parser.parse_args(argv)
 
     from idemdash.devtools.bench.__main__ import DEFAULT_DATABASE_URL, ensure_database
@@ -139,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if args.breakdown:
+        for path, parts in breakdown(requests=args.requests, rounds=args.rounds).items():
+            figures = ", ".join(f"{part} {us:.0f} µs" for part, us in parts.items())
+            print(f"{args.label} {path}, CPU per request in this process, median of {args.rounds} rounds: {figures}".strip())
+        return 0
     cpu = measure(requests=args.requests, rounds=args.rounds)
     for part, what in (("web", "CPU per request"), ("db", "database CPU per request"),
                        ("both", "CPU per request with the database's")):

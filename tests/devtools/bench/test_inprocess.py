@@ -15,12 +15,13 @@ import pytest
 from django.conf import settings
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS
-from idemdash.devtools.bench.inprocess import PATHS
+from idemdash.devtools.bench.inprocess import BREAKDOWN_PATHS, PATHS
 
 pytestmark = pytest.mark.postgres
 
 
-def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
+def _inprocess(*options: str) -> list[str]:
+    """The tool's output lines, run on a database of its own beside the suite's."""
     suffix = settings.TEST_DB_SUFFIX
     url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
         path=f"/idemdash_inprocess_test{'_' + suffix if suffix else ''}"
@@ -28,12 +29,16 @@ def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(
-        [sys.executable, "-m", "idemdash.devtools.bench.inprocess", "--requests", "6", "--rounds", "2", "--label", "t"],
+        [sys.executable, "-m", "idemdash.devtools.bench.inprocess", "--requests", "6", "--rounds", "2", "--label", "t",
+         *options],
         cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout.strip().splitlines()
 
-    line, db, both, run_once = done.stdout.strip().splitlines()[-4:]
+
+def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
+    line, db, both, run_once = _inprocess()[-4:]
     assert line.startswith("t CPU per request, median of 2 rounds: ")
     figures = dict(re.findall(r"(\w+) (\d+) µs", line))
     assert set(figures) == set(PATHS) and all(int(us) > 0 for us in figures.values())
@@ -52,3 +57,20 @@ def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
     assert set(figures) == set(RUN_ONCE_PATHS) and all(int(us) > 0 for us in figures.values())
     assert len(re.findall(r"\(\d+\.\d\dx insert\)", run_once)) == len(RUN_ONCE_PATHS) - 1
 
+
+
+def test_the_breakdown_parts_each_protected_requests_cpu_and_leaves_the_bare_insert_its_own():
+    lines = _inprocess("--breakdown")[-len(BREAKDOWN_PATHS):]
+    parts = {}
+    for path, line in zip(BREAKDOWN_PATHS, lines, strict=True):
+        assert line.startswith(f"t {path}, CPU per request in this process, median of 2 rounds: ")
+        items = (item.rsplit(" ", 2) for item in line.split(": ", 1)[1].split(", "))  # "<part> <n> µs"
+        parts[path] = {part: int(us) for part, us, _ in items}
+    # Each path called the parts it is named for, and no other: the wrappers were in place
+    # where the decorator and the view look them up.
+    assert set(parts["bare"]) == {"total", "view's insert", "rest"}
+    assert set(parts["claim"]) == {"total", "view's insert", "claim", "completion", "COMMIT", "rest"}
+    assert set(parts["single"]) == set(parts["claim"]) | {"replay look-ahead"}
+    # No part runs inside another (which would count its CPU twice and leave the rest below zero).
+    for figures in parts.values():
+        assert figures["total"] > 0 and all(us >= 0 for us in figures.values())
