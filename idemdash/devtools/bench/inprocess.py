@@ -9,6 +9,8 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 - `claim`: the same insert under `@idempotent` with a fresh key;
 - `replay`: the same keys again, answered from their receipts;
 - `single`, `single_replay`: the same two in single-transaction mode (`/bench/insert/single/`);
+- `floor`: the insert with only what any protection claiming before it and completing after it
+  adds, a transaction and two trivial statements (`/bench/insert/floor/`);
 - `delivery`: a signed Stripe delivery of a new event (verified, stored with its task);
 - `duplicate`: a delivery of an event already stored.
 
@@ -46,16 +48,18 @@ from typing import Any
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
-PATHS = ("bare", "claim", "replay", "single", "single_replay", "delivery", "duplicate")
+PATHS = ("bare", "claim", "replay", "single", "single_replay", "floor", "delivery", "duplicate")
 
 
 def _inserter(client: Any) -> Callable[..., None]:
-    """POSTs the bench's insert through the test Client: bare without a key, else through
-    `view` (protected, single); refuses a request that did not do what its path is named for."""
+    """POSTs the bench's insert through the test Client to `view` (bare, protected, single,
+    floor; protected when a key is given, else bare); refuses a request that did not do what
+    its path is named for."""
 
-    def insert(n: int, key: str | None, replayed: bool = False, view: str = "protected") -> None:
+    def insert(n: int, key: str | None, replayed: bool = False, view: str | None = None) -> None:
         headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-        response = client.post(f"/bench/insert/{view if key else 'bare'}/", data=json.dumps({"n": n}),
+        view = view or ("protected" if key else "bare")
+        response = client.post(f"/bench/insert/{view}/", data=json.dumps({"n": n}),
                                content_type="application/json", **headers)
         if response.status_code not in (200, 201) or replayed != (response.headers.get("Idempotent-Replayed") == "true"):
             raise RuntimeError(f"insert answered {response.status_code}: {response.content[:200]!r}")
@@ -106,6 +110,7 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             "replay": both([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
             "single": both([lambda n=n: insert(n, single[n], view="single") for n in range(requests)]),
             "single_replay": both([lambda n=n: insert(n, single[n], True, "single") for n in range(requests)]),
+            "floor": both([lambda n=n: insert(n, None, view="floor") for n in range(requests)]),
             "delivery": both([lambda d=d: deliver(d) for d in new]),
             "duplicate": both([lambda d=d: deliver(d) for d in dup]),
         }

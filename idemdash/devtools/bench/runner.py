@@ -315,16 +315,25 @@ def inprocess_run_once(b: Bench) -> list[Figure]:
 SINGLE_PATH = "/bench/insert/single/"
 
 
+def floor_insert(client: httpx.Client, n: int) -> httpx.Response:
+    return client.post("/bench/insert/floor/", json={"n": n})
+
+
 def one_commit(b: Bench) -> list[Figure]:
     """The same insert bare, in the default two-commit mode (the claim commits, then the view's
-    writes with the completion) and in single-transaction mode (one commit), side by side in
-    alternating rounds; then replays of completed keys in both modes beside the bare insert."""
+    writes with the completion), in single-transaction mode (one commit), and as the floor
+    (views.insert_floor: a transaction and two trivial statements where the claim and the
+    completion would be, which no design claiming before the view and completing after it
+    avoids), side by side in alternating rounds; then replays of completed keys in both modes
+    beside the bare insert."""
     prefix = f"bench-{b.run_id}-onecommit"
     bare, two, one = "bare insert", "two commits (fresh keys)", "one commit (fresh keys)"
+    floor = "floor (a transaction, two trivial statements)"
     fresh = loadgen.compare({
         bare: lambda r: b.load(bare, bare_insert),
         two: lambda r: b.load(two, protected_insert(f"{prefix}-two-{r}")),
         one: lambda r: b.load(one, protected_insert(f"{prefix}-one-{r}", SINGLE_PATH)),
+        floor: lambda r: b.load(floor, floor_insert),
     }, b.sizes.rounds)
     b.record(S12, fresh)
     keys = min(500, b.sizes.requests)
@@ -345,12 +354,14 @@ def one_commit(b: Bench) -> list[Figure]:
         Figure("onecommit.ratio", S12, "one commit / bare, fresh keys", fresh.ratio(one, bare), "x", ">=", 0.8),
         Figure("onecommit.two_ratio", S12, "two commits / bare, fresh keys", fresh.ratio(two, bare), "x"),
         Figure("onecommit.vs_two", S12, "one commit / two commits, fresh keys", fresh.ratio(one, two), "x"),
+        Figure("onecommit.floor_ratio", S12, "floor / bare", fresh.ratio(floor, bare), "x"),
+        Figure("onecommit.vs_floor", S12, "one commit / floor, fresh keys", fresh.ratio(one, floor), "x"),
         Figure("onecommit.replay_ratio", S12, "one-commit replay / bare", replays.ratio(one_replay, bare_again),
                "x", ">=", 1.2),
         Figure("onecommit.two_replay_ratio", S12, "two-commit replay / bare", replays.ratio(two_replay, bare_again),
                "x"),
         *load_figures(S12, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
-                                   one: ("onecommit.one_", "one commit")}),
+                                   one: ("onecommit.one_", "one commit"), floor: ("onecommit.floor_", "floor")}),
         *b.cpu_figures(S12, fresh, "onecommit"),
     ]
 

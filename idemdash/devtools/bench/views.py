@@ -1,5 +1,6 @@
-"""The views that scenarios 1, 2 and 11 compare: the same insert, bare, protected, and protected
-in single-transaction mode (claim, insert and completion committed together).
+"""The views that scenarios 1, 2 and 12 compare: the same insert, bare, protected, and protected
+in single-transaction mode (claim, insert and completion committed together); and scenario
+12's floor, the same insert with only what any such protection must add around it.
 
 Both are csrf-exempt JSON endpoints, as an API view would be; neither authenticates, so
 that the only difference between them is `@idempotent`.
@@ -7,6 +8,7 @@ that the only difference between them is `@idempotent`.
 
 from __future__ import annotations
 
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -40,3 +42,17 @@ def insert_protected(request: HttpRequest) -> HttpResponse:
 @idempotent("bench.insert.single", scope=lambda request: SCOPE, single_transaction=True)
 def insert_protected_single(request: HttpRequest) -> HttpResponse:
     return _insert(request)
+
+
+@csrf_exempt
+@require_POST
+def insert_floor(request: HttpRequest) -> HttpResponse:
+    """What protection that claims before the view and completes after it, in statements of
+    their own and in the view's transaction, cannot avoid, and nothing else: a transaction,
+    and a trivial statement where the claim and where the completion would be. A protected
+    view's distance from this floor is the protection's own work (its writes, its logic)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        response = _insert(request)
+        cursor.execute("SELECT 1")
+    return response

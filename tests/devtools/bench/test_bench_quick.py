@@ -42,7 +42,8 @@ FIGURES = {
     "onecommit.ratio", "onecommit.two_ratio", "onecommit.vs_two", "onecommit.replay_ratio", "onecommit.two_replay_ratio",
     "onecommit.bare_rps", "onecommit.two_rps", "onecommit.one_rps", "onecommit.bare_p50", "onecommit.bare_p99",
     "onecommit.two_p50", "onecommit.two_p99", "onecommit.one_p50", "onecommit.one_p99",
-    "onecommit.cpu0", "onecommit.cpu1", "onecommit.cpu2",
+    "onecommit.floor_ratio", "onecommit.vs_floor", "onecommit.floor_rps", "onecommit.floor_p50", "onecommit.floor_p99",
+    "onecommit.cpu0", "onecommit.cpu1", "onecommit.cpu2", "onecommit.cpu3",
     *PARTITION_FIGURES,
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
