@@ -18,6 +18,9 @@ over every combination of the fields the rules read and checks that they agree.
   that takes it clears the marker.
 - SETTLE: a worker may complete or fail the receipt. Its fencing token, and still
   processing.
+- NEW: the fields every freshly claimed receipt starts with, whatever the request (the rest
+  are the caller's and the time's): the store's insert on either path, and PostgreSQL's claim
+  statement, which writes them as literals.
 - LAPSED: a processing receipt whose lease ran out before its attempt settled. The next
   claim takes it over, or, under an operation's `after_crash: "hold"`, answers
   outcome-unknown: the attempt may have had its effect (store._claim_once; the operator's
@@ -211,6 +214,23 @@ REPLAY = Rule(
 )
 
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
+
+NEW: dict[str, Any] = {
+    "status": Status.PROCESSING.value,
+    "retryable": True,
+    "response_status": None,
+    "response_content_type": "",
+    "response_body": "",
+    "error": "",
+    "fencing_token": 1,
+    "attempts": 1,
+    "completed_at": None,
+    "waiters": False,
+    "released_at": None,
+    "released_by": "",
+    "release_reason": "",
+    "compacted_at": None,
+}
 
 LAPSED = Rule(
     All((

@@ -530,33 +530,20 @@ def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: 
 
 
 def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
-    """Every field of a freshly claimed receipt."""
+    """Every field of a freshly claimed receipt: the request's and the time's, and rules.NEW."""
     return {
         "scope": intent.scope,
         "key": intent.key,
         "operation": intent.operation,
         "fingerprint": intent.fp,
         "request": intent.request,
-        "status": Status.PROCESSING,
-        "retryable": True,
-        "response_status": None,
-        "response_content_type": "",
-        "response_body": "",
-        "error": "",
-        "fencing_token": 1,
-        "attempts": 1,
         "lease_expires_at": now + intent.lease,
         "created_at": now,
         "updated_at": now,
-        "completed_at": None,
         "expires_at": intent.policy.expires_at(now),
         "user_id": intent.user_id,
         "session_id": intent.session_id,
-        "waiters": False,
-        "released_at": None,
-        "released_by": "",
-        "release_reason": "",
-        "compacted_at": None,
+        **rules.NEW,
     }
 
 

@@ -267,7 +267,7 @@ def test_the_fields_passed_as_is_are_those_django_would_pass_unchanged(db):
 
     samples = {str: "x", bool: True, datetime: datetime(2026, 11, 24, tzinfo=tz.utc)}
     checked = 0
-    for name, plain, prepare in pg._preparers():
+    for name, plain, prepare in pg._preparers(tuple(f.name for f in pg._RECEIPT_FIELDS)):  # the claim's and the settle's
         if plain is None:
             continue
         value = samples[plain]
