@@ -75,9 +75,9 @@ def _literal(value: Any) -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, int):
-        return str(int(value))
+        return str(value)
     if isinstance(value, str):
-        return "'" + str(value).replace("'", "''") + "'"
+        return "'" + value.replace("'", "''") + "'"
     raise TypeError(f"no SQL literal for {value!r}")
 
 

@@ -5,7 +5,6 @@ uses it, so no request fails but those in flight at the kill."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -17,27 +16,20 @@ import pytest
 from django.db import connection
 
 from idemdash.core.clients import create_token
-from tests.qcluster import CHILD_APPLICATION_NAME, ROOT, database_url, stop_process, subprocess_env
+from tests.qcluster import CHILD_APPLICATION_NAME, database_url, free_port, start_process, stop_process, subprocess_env
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 WORKERS, THREADS, CALLERS = 3, 4, 8
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_gunicorn(port: int, log: Path) -> subprocess.Popen:
     env = subprocess_env(DATABASE_URL=database_url(), DB_CONN_MAX_AGE="60", LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(WORKERS), "--worker-class", "gthread", "--threads", str(THREADS)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    return start_process(
+        [sys.executable, "-m", "gunicorn", "idemdash.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(WORKERS), "--worker-class", "gthread", "--threads", str(THREADS)],
+        log, env,
+    )
 
 
 def _kill_idle_backends() -> tuple[float, float, int]:
@@ -62,7 +54,7 @@ def _kill_idle_backends() -> tuple[float, float, int]:
 @pytest.mark.django_db(transaction=True)
 def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_starts_after(tmp_path):
     _, token = create_token("dropped-idle")
-    port = _free_port()
+    port = free_port()
     server = _start_gunicorn(port, tmp_path / "gunicorn.log")
     results: list[tuple[float, float, int]] = []  # (started, ended, status)
     stop = threading.Event()

@@ -130,7 +130,22 @@ PARTS = (
     ("completion", "receipts.store", "complete"),
     ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
 )
-BREAKDOWN_PATHS = ("bare", "claim", "single")
+# Each path --breakdown measures, and the bench view it posts to (bare without a key).
+BREAKDOWN_PATHS = {"bare": "bare", "claim": "protected", "single": "single"}
+
+
+def _counted(original: Callable, name: str, spent: dict[str, float]) -> Callable:
+    """`original`, adding the process time of each call to spent[name]."""
+
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[name] += time.process_time() - started
+
+    return counted
 
 
 @contextlib.contextmanager
@@ -143,16 +158,7 @@ def _counting(spent: dict[str, float]) -> Iterator[None]:
         for step in outer:
             owner = getattr(owner, step)
         original = getattr(owner, leaf)
-
-        @functools.wraps(original)
-        def counted(*args: Any, __original: Callable = original, __name: str = name, **kwargs: Any) -> Any:
-            started = time.process_time()
-            try:
-                return __original(*args, **kwargs)
-            finally:
-                spent[__name] += time.process_time() - started
-
-        setattr(owner, leaf, counted)
+        setattr(owner, leaf, _counted(original, name, spent))
         originals.append((owner, leaf, original))
     try:
         yield
@@ -171,12 +177,10 @@ def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
     def one_round(tag: str) -> dict[str, dict[str, float]]:
         figures = {}
-        for path in BREAKDOWN_PATHS:
+        for path, view in BREAKDOWN_PATHS.items():
             spent: dict[str, float] = collections.defaultdict(float)
-            calls = [lambda n=n: insert(n, None) for n in range(requests)] if path == "bare" else [
-                lambda n=n: insert(n, f"breakdown-{run}-{tag}-{path}-{n}", view="single" if path == "single" else "protected")
-                for n in range(requests)
-            ]
+            keys = [None if view == "bare" else f"breakdown-{run}-{tag}-{path}-{n}" for n in range(requests)]
+            calls = [lambda n=n: insert(n, keys[n], view=view) for n in range(requests)]
             with _counting(spent):
                 total = cpu_per_call(calls)
             parts = {name: seconds / requests * 1e6 for name, seconds in spent.items()}

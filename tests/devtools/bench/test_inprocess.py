@@ -58,7 +58,6 @@ def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
     assert len(re.findall(r"\(\d+\.\d\dx insert\)", run_once)) == len(RUN_ONCE_PATHS) - 1
 
 
-
 def test_the_breakdown_parts_each_protected_requests_cpu_and_leaves_the_bare_insert_its_own():
     lines = _inprocess("--breakdown")[-len(BREAKDOWN_PATHS):]
     parts = {}
