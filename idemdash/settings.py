@@ -9,10 +9,14 @@ instead of silently falling back to a default.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
+import dj_email_url
 import django
 from django.core.exceptions import ImproperlyConfigured
 
@@ -46,6 +50,43 @@ def envint(name: str, default: int, *, minimum: int = 0) -> int:
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+@dataclass(frozen=True)
+class EmailSettings:
+    """Where mail goes, from EMAIL_URL: a backend and its options, named as MAILERS names them
+    (Django 6.1), with the EMAIL_* setting each one is before it (`SETTINGS`)."""
+
+    backend: str
+    options: dict[str, Any]
+    SETTINGS = {"host": "EMAIL_HOST", "port": "EMAIL_PORT", "username": "EMAIL_HOST_USER",
+                "password": "EMAIL_HOST_PASSWORD", "use_tls": "EMAIL_USE_TLS", "use_ssl": "EMAIL_USE_SSL",
+                "timeout": "EMAIL_TIMEOUT", "file_path": "EMAIL_FILE_PATH"}
+
+    @property
+    def mailer(self) -> dict[str, Any]:
+        return {"BACKEND": self.backend, "OPTIONS": self.options}
+
+    @property
+    def email_settings(self) -> dict[str, Any]:
+        return {"EMAIL_BACKEND": self.backend, **{self.SETTINGS[k]: v for k, v in self.options.items()}}
+
+
+def email_settings(url: str, mail_dir: Path) -> EmailSettings:
+    """EMAIL_URL read by dj-email-url; refused at start-up when its scheme names no backend.
+    `file:` writes to `mail_dir`, `file:///path` to /path (dj-email-url would drop its
+    leading slash)."""
+    parsed = dj_email_url.parse(url)
+    scheme = urlsplit(url).scheme
+    if "EMAIL_BACKEND" not in parsed:
+        raise ImproperlyConfigured(
+            f"EMAIL_URL must start with one of {', '.join(s + ':' for s in dj_email_url.SCHEMES)}, got {scheme!r}")
+    if scheme == "file":
+        return EmailSettings(parsed["EMAIL_BACKEND"], {"file_path": str(urlsplit(url).path or mail_dir)})
+    if parsed["EMAIL_BACKEND"] != "django.core.mail.backends.smtp.EmailBackend":
+        return EmailSettings(parsed["EMAIL_BACKEND"], {})
+    options = {option: parsed[name] for option, name in EmailSettings.SETTINGS.items() if name != "EMAIL_FILE_PATH"}
+    return EmailSettings(parsed["EMAIL_BACKEND"], {k: v for k, v in options.items() if v is not None})
 
 
 def envlist(name: str, default: list[str]) -> list[str]:
@@ -264,10 +305,20 @@ SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 # --- Email (outbox email.send, alert notifications) --------------------------------------
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# One variable, EMAIL_URL, parsed by dj-email-url: smtp://user:password@host:25,
+# submission://user:password@host (STARTTLS on 587), ?ssl=true, ?timeout=10, or a development
+# backend (console:, file:, memory:, dummy:). Unset, mail is printed by the console backend, and
+# `check --deploy` warns (idemdash.W030). Django 6.1 configures mail through MAILERS (its EMAIL_*
+# settings are deprecated there); before it, through the EMAIL_* settings.
+# A name in lower case is not a setting: the URL, which may hold a password, is not kept whole.
+_email = email_settings(os.environ.get("EMAIL_URL", "").strip() or "console:", VAR_DIR / "mail")
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": _email.mailer}
+    # idemdash.W030 says the same on every Django version, as a warning (idemdash/dashboard/checks.py).
+    SILENCED_SYSTEM_CHECKS = ["mail.E001"]
+else:
+    globals().update(_email.email_settings)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "idemdash@localhost")
-# Where django.core.mail.backends.filebased.EmailBackend writes (`make demo` uses it).
-EMAIL_FILE_PATH = VAR_DIR / "mail"
 
 # --- Background work: django-q2 -----------------------------------------------------------
 # The ORM broker needs no extra server; REDIS_URL switches to Redis. `timeout` stays below
@@ -295,6 +346,13 @@ if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
 else:
     Q_CLUSTER["orm"] = "default"
+if IDEMDASH_AUTH_USER_MODEL:
+    # Beside a host project, whose own django-q2 cluster may share this database's schedule
+    # table: a cluster_name other than its name makes this cluster run only the schedules that
+    # name it (django-q2 runs a schedule naming none in every cluster whose two names agree),
+    # and idemdash's are installed naming it (idemdash/core/schedules.py), so neither cluster
+    # runs the other's.
+    Q_CLUSTER["cluster_name"] = "idemdash-service"
 
 LOGGING = {
     "version": 1,

@@ -149,39 +149,19 @@ def stale_token(key: str) -> HttpResponse:
     )
 
 
-def _landed(receipt: Receipt, token: int, status: str, **fields: Any) -> bool:
-    """Did this very settlement already land? A client whose connection dropped after its
-    completion committed retries it; settling keeps the fencing token (only a new claim
-    bumps it), so the same token with the same result means it is the same settlement,
-    answered 200 again rather than a 409 that would say its result was not stored."""
-    return (
-        receipt.status == status
-        and receipt.fencing_token == token
-        and all(getattr(receipt, name) == value for name, value in fields.items())
-    )
-
-
-def _settle(client: ApiClient, key: str, token: int, run: Callable[[], Any], status: str, **fields: Any) -> HttpResponse:
+def _settle(client: ApiClient, key: str, run: Callable[[], Any]) -> HttpResponse:
     """Settle a receipt by `run` (store.complete or store.fail) and answer with the receipt:
-    404 for a key this client does not have, 409 for a token that no longer owns it (unless
-    this very settlement already landed)."""
+    404 for a key this client does not have, 409 for a token that no longer owns it. A retry
+    of a settlement that already landed (its answer lost with the connection) is answered 200
+    again: the store tells it from a stale settle, and logs nothing for it."""
     # Looked up first to answer 404 rather than 409 and write no attempt row for a key that
-    # does not exist, and to answer a retry of a settlement that already landed without
-    # settling again: the store would log it as a stale settle, which the dashboard counts
-    # as a lease lost, when all that was lost was an answer. The settlement itself is the
-    # store's conditional update.
-    receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
-    if receipt is None:
+    # does not exist.
+    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
-    if _landed(receipt, token, status, **fields):
-        return _json_response(receipt_json(receipt))
     try:
         run()
     except store.StaleToken:
-        # The retry came while its first try was still committing: answered the same way.
-        receipt = Receipt.objects.get(scope=client.scope, key=key)
-        if not _landed(receipt, token, status, **fields):
-            return stale_token(key)
+        return stale_token(key)
     return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
@@ -264,9 +244,9 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
-    return _settle(client, key, token, lambda: store.complete(
+    return _settle(client, key, lambda: store.complete(
         client.scope, key, token, content_type="application/json", body=stored, references=references,
-    ), Receipt.Status.COMPLETED, response_body=stored)
+    ))
 
 
 @json_api("POST")
@@ -282,9 +262,9 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     if retryable is not None and not isinstance(retryable, bool):
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     references = references_field(body)
-    return _settle(client, key, token, lambda: store.fail(
+    return _settle(client, key, lambda: store.fail(
         client.scope, key, token, error=error, retryable=retryable, references=references,
-    ), Receipt.Status.FAILED, error=error)
+    ))
 
 
 @json_api("POST")

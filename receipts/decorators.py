@@ -27,11 +27,12 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import hashlib
 import inspect
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -440,14 +441,36 @@ def parse_prefer_wait(header: str) -> int | None:
 
 def default_scope(request: HttpRequest) -> str:
     """`user:<pk>` for the logged-in user, else `client:<name>` for an idemdash bearer
-    token, else the scope of the request's credentials, else `anonymous`."""
+    token, else the subject of verified JWT claims an auth framework left in `request.auth`
+    without a user (DRF's), else the scope of the request's credentials, else `anonymous`."""
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"
     client = client_for_request(request)
     if client is not None:
         return client.scope
-    return credential_scope(request) or "anonymous"
+    return subject_scope(getattr(request, "auth", None)) or credential_scope(request) or "anonymous"
+
+
+def subject_scope(auth: Any) -> str | None:
+    """`subject:<sub>`, or `subject:<iss> <sub>` with an issuer, for the claims of a JWT that an
+    auth class verified and decoded (a mapping with a `sub`); None for anything else. The
+    subject, not the token: a caller whose access token was refreshed between two tries of one
+    key is the same caller, and gets its replay (hashing the token made it another, and ran the
+    effect again)."""
+    if not isinstance(auth, Mapping):
+        return None
+    subject, issuer = _claim(auth.get("sub")), _claim(auth.get("iss"))
+    if not subject:
+        return None
+    scope = f"subject:{issuer} {subject}" if issuer else f"subject:{subject}"
+    # Receipt.scope holds 255 characters: a longer issuer and subject are told apart by their hash.
+    return scope if len(scope) <= 255 else "subject:sha256:" + hashlib.sha256(scope.encode()).hexdigest()
+
+
+def _claim(value: Any) -> str:
+    """A JWT claim as text: a string or an integer (some issuers number their subjects)."""
+    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
 
 
 def credential_scope(request: HttpRequest, *credentials: str) -> str | None:
@@ -639,14 +662,20 @@ def _fail_afresh(
     """Store a single-transaction view's 5xx after its transaction rolled back with the claim:
     claimed again and failed in one transaction of their own. A duplicate that waited on the
     rolled-back row may hold the key by now: it runs as the next attempt would after this
-    failure (retryable: the only kind stored here), and this failure is not stored."""
+    failure (retryable: the only kind stored here), and this failure is not stored. Then the
+    claim's transaction is rolled back too, with the line the claim logged (a replay, a
+    refusal) that no client received: asking first whether the key was held left a moment in
+    which a duplicate could complete between the question and the claim."""
     try:
         with transaction.atomic():
             result = _claim_waiting_on_the_row(claim, 0)
             if result.owned:
                 _fail(scope, key, result.token, f"HTTP {response.status_code}", response, references or References())
+                return
+            transaction.set_rollback(True)
     except _WaitedTooLong:
-        log.info("receipt %s/%s was claimed by a duplicate before its failure could be stored", scope, key)
+        pass
+    log.info("receipt %s/%s was claimed by a duplicate before its failure could be stored", scope, key)
 
 
 class _WaitedTooLong(Exception):

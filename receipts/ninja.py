@@ -105,9 +105,12 @@ def auth_scope(request: HttpRequest) -> str:
     - a Django user: `user:<pk>`, as receipts.decorators.default_scope names it;
     - an idemdash ApiClient: `client:<name>`;
     - any other model instance (an API key row): `<app_label>.<model>:<pk>`;
-    - anything else (a token string, a decoded JWT): the credentials the request carries,
-      hashed (receipts.decorators.credential_scope), the operation's APIKeyHeader,
-      APIKeyCookie and APIKeyQuery values included.
+    - a mapping with a `sub` (the claims of a JWT the auth class verified and decoded):
+      receipts.decorators.subject_scope, so that a caller whose access token was refreshed
+      between two tries of one key still gets its replay;
+    - anything else (a token string): the credentials the request carries, hashed
+      (receipts.decorators.credential_scope), the operation's APIKeyHeader, APIKeyCookie and
+      APIKeyQuery values included. A refreshed token is then another caller.
 
     An operation without auth leaves `request.auth` unset: receipts.decorators.default_scope.
     """
@@ -123,6 +126,9 @@ def auth_scope(request: HttpRequest) -> str:
         return f"user:{auth.pk}"
     if isinstance(auth, models.Model) and auth.pk is not None:
         return f"{auth._meta.label_lower}:{auth.pk}"
+    subject = decorators.subject_scope(auth)
+    if subject is not None:
+        return subject
     ninja_operation = getattr(request, _OPERATION, None)
     keys = _api_keys(ninja_operation, request) if ninja_operation is not None else []
     # A string is what many auth callbacks return: the token or the caller's name.

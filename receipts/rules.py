@@ -202,16 +202,13 @@ LIVE = Rule(Either((Equals("expires_at", None), Later("expires_at", than=Param("
 
 EXPIRED = Rule(NotLater("expires_at", than=Param("now")))
 
-REPLAY = Rule(
-    All((
-        Equals("fingerprint", Param("fingerprint")),
-        LIVE.condition,
-        Either((
-            Equals("status", Status.COMPLETED),
-            All((Equals("status", Status.FAILED), Equals("retryable", False), Equals("released_at", None))),
-        )),
-    ))
-)
+# Settled for good: completed, or failed and not retryable (burned) and not released.
+_FINAL = Either((
+    Equals("status", Status.COMPLETED),
+    All((Equals("status", Status.FAILED), Equals("retryable", False), Equals("released_at", None))),
+))
+
+REPLAY = Rule(All((Equals("fingerprint", Param("fingerprint")), LIVE.condition, _FINAL)))
 
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
 

@@ -599,21 +599,35 @@ def _settle(
     # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
     with tracing.span(SETTLE_SPAN) as span, transaction.atomic(savepoint=False):
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
+        stale = not updated and not _landed(scope, key, token, changes)
         if span.is_recording():
             span.set_attributes({
                 "idemdash.key.digest": waiting.topic(scope, key), "idemdash.settle.outcome": str(outcome),
-                "idemdash.fencing_token": token, "idemdash.settle.stale": not updated,
+                "idemdash.fencing_token": token, "idemdash.settle.stale": stale,
             })
-        if not updated:
+        if stale:
             log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
-        elif references:
+        elif updated and references:
             # With the settle, or not at all: a refused settle (stale token) stores none. The
             # settle's UPDATE holds the row, so this is its id. Only when there are references:
             # a settle without any costs no extra query.
             receipt_id = Receipt.objects.filter(scope=scope, key=key).values_list("pk", flat=True).get()
             ReceiptReference.store(receipt_id, references)
-    if not updated:
+    if stale:
         raise StaleToken(f"token {token} no longer owns {key!r}")
+
+
+def _landed(scope: str, key: str, token: int, changes: dict[str, Any]) -> bool:
+    """Whether this very settlement landed already: a caller that lost the answer to its
+    completion (a dropped connection, a timeout while it committed) sends it again. A settle
+    keeps the fencing token (only a claim or a release moves it on), so the same token with
+    the same result is the same settlement: done, not a lost lease (which the dashboard
+    counts a stale settle as). Compared here, not in SQL, so that MySQL's case-insensitive
+    collations cannot call two bodies equal; read with a lock, so that under REPEATABLE READ
+    it sees the settle that our UPDATE waited for."""
+    compared = [name for name in changes if name != "completed_at"]  # the clock, not the result
+    row = Receipt.objects.select_for_update().filter(scope=scope, key=key).values("fencing_token", *compared).first()
+    return row is not None and row.pop("fencing_token") == token and row == {name: changes[name] for name in compared}
 
 
 SETTLE_SPAN = "idemdash.receipt.settle"
@@ -630,7 +644,8 @@ def complete(
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Store the result, and the attempt's `references` with it. Refused (StaleToken) unless
-    `token` still owns a processing receipt."""
+    `token` still owns a processing receipt, or this very completion landed already (sent
+    again after its answer was lost: done, and logged once)."""
     _settle(
         scope,
         key,
@@ -701,13 +716,19 @@ def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None)
     Fenced like a settle (receipts/rules.py:SETTLE): refused with StaleToken, and logged as
     `stale_token`, unless `token` still owns a processing receipt; so a worker whose lease
     was taken over learns it here, while its step runs, not only when it completes. A
-    renewal is not logged: a running step renews every third of its lease."""
+    renewal is not logged: a running step renews every third of its lease. Nor is one that
+    comes after its own attempt settled the receipt (a heartbeat that waited in a queue
+    behind the completion): refused, so the sender stops, but no lease was lost, and the
+    dashboard counts stale_token lines as lost leases."""
     receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     now = timezone.now()
     if receipt is not None:
         expires = now + _lease_length(policy_for(receipt.operation), lease_seconds)
         if Receipt.objects.filter(rules.SETTLE.q(token=token), scope=scope, key=key).update(lease_expires_at=expires):
             return expires
+        # A settle keeps the fencing token (only a takeover or a release moves it on).
+        if Receipt.objects.filter(scope=scope, key=key, fencing_token=token).exclude(status=Status.PROCESSING).exists():
+            raise StaleToken(f"token {token} settled {key!r} already")
     log_settle(scope, key, token, Outcome.STALE_TOKEN, "heartbeat refused: the lease was lost", now)
     raise StaleToken(f"token {token} no longer owns {key!r}")
 

@@ -93,7 +93,7 @@ def production_env(tmp_path, database_url) -> dict[str, str]:
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # `python` and `gunicorn` are this venv's
         DATABASE_URL=database_url, SECRET_KEY=secrets.token_urlsafe(50), DB_CONN_MAX_AGE="60",
         ALLOWED_HOSTS="127.0.0.1", IDEMDASH_VAR_DIR=str(tmp_path / "var"), Q_WORKERS="1",
-        EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend", PYTHONUNBUFFERED="1",
+        EMAIL_URL="memory:", PYTHONUNBUFFERED="1",
     )
     return env
 

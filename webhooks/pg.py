@@ -81,7 +81,7 @@ def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Store
     received = values["status"] == WebhookEvent.Status.RECEIVED
     # The task is written by the statement with the ORM broker; with another broker (or
     # django-q2's sync mode) it is None, and the event is enqueued after the commit.
-    task = delivery_task(values["endpoint_id"], values["dedupe_key"]) if received else None
+    task = delivery_task(values["endpoint_id"], values["dedupe_key"], values["traceparent"]) if received else None
     params = [f.get_db_prep_save(values[f.attname], connection) for f in _EVENT_FIELDS]
     digest = values["payload_sha256"]
     params += [now, digest, values["endpoint_id"], values["dedupe_key"], now, secret_id, now, digest, secret_id]

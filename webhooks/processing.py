@@ -66,7 +66,7 @@ def enqueue(event_id: int, traceparent: str | None = None) -> bool:
     from django_q.tasks import async_task
 
     try:
-        async_task(TASK, event_id, group="webhooks", **({"traceparent": traceparent} if traceparent else {}))
+        async_task(TASK, event_id, group="webhooks", **tracing.traceparent_kwargs(traceparent))
         return True
     except Exception as exc:  # noqa: BLE001 -- any broker's failure; the sweep repairs it
         log.warning("could not enqueue webhook event %s (%s: %s); the sweep will again", event_id,
@@ -110,18 +110,20 @@ class _KeptPackage:
         return "with its event"  # what django-q2 logs as the id it was enqueued under
 
 
-def delivery_task(endpoint_id: int, dedupe_key: str) -> tuple[str, str] | None:
+def delivery_task(endpoint_id: int, dedupe_key: str, traceparent: str) -> tuple[str, str] | None:
     """The django-q2 task for a delivery's event, as the (queue, signed package) of a row of
     the ORM broker's table, for the statement that stores the delivery to write only if it
     inserts the event (webhooks/pg.py): event and task then commit together, in one
-    round trip. The event has no id yet, so the task names it by its key. None when another
-    broker (or django-q2's sync mode) is configured: the caller uses enqueue_on_commit."""
+    round trip. The event has no id yet, so the task names it by its key; it continues the
+    delivery's trace (`traceparent`, the one stored on the event; "" when none). None when
+    another broker (or django-q2's sync mode) is configured: the caller uses enqueue_on_commit."""
     if not _orm_broker_in_this_database():
         return None
     from django_q.tasks import async_task
 
     kept = _KeptPackage()
-    async_task(TASK_BY_KEY, endpoint_id, dedupe_key, group="webhooks", broker=kept, **tracing.task_kwargs())
+    async_task(TASK_BY_KEY, endpoint_id, dedupe_key, group="webhooks", broker=kept,
+               **tracing.traceparent_kwargs(traceparent))
     return kept.list_key, kept.package
 
 
@@ -426,10 +428,11 @@ def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
     due = WebhookEvent.objects.filter(status__in=WebhookEvent.CLAIMABLE, next_attempt_at__lte=now).filter(
         not_queued
     )
-    for event_id in list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:batch]):
-        # Marked before enqueueing, conditionally, so two sweepers do not both enqueue it.
+    for event_id, traceparent in list(due.order_by("next_attempt_at").values_list("pk", "traceparent")[:batch]):
+        # Marked before enqueueing, conditionally, so two sweepers do not both enqueue it. The
+        # task continues the delivery's trace, not the sweep's.
         if due.filter(pk=event_id).update(enqueued_at=now) == 1:
-            if not enqueue(event_id):
+            if not enqueue(event_id, traceparent):
                 break  # the broker is down: the next sweep, seconds away, tries again
             result.enqueued += 1
     if any(asdict(result).values()):

@@ -18,6 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from idemdash.core import pg as core_pg
+from idemdash.core import tracing
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.mysql import retry_deadlocks
 from webhooks import orm, pg
@@ -63,6 +64,7 @@ def store_delivery(
         "received_at": now,
         "last_delivery_at": now,
         "finished_at": None,
+        "traceparent": tracing.carrier().get("traceparent", ""),
     }
     store = path().store
     for _ in range(3):

@@ -10,6 +10,15 @@ creates or updates each one by name, and deletes schedules that an app no longer
 start with its label and a dot, and only those are ever deleted, so schedules that an
 operator adds in the admin under other names are left alone. Running it twice changes
 nothing the second time.
+
+A schedule is identified by its name and its cluster: each is installed for the cluster of
+the process that installs it, and an install creates, updates and removes only that cluster's.
+django-q2 runs a schedule that names no `cluster` in every cluster whose `cluster_name` is its
+`name` (the usual case, where schedules name none). A cluster that must not run another's on a
+shared database (idemdash's server beside a host project's own django-q2 worker:
+idemdash/settings.py gives it a `cluster_name` of its own) has schedules naming it, so each
+cluster runs its own copy of what its apps declare (both drain their own outbox, say) and never
+the other's (the host's nightly job, or idemdash's alerts in a host that lacks the dashboard).
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.db.models import Q
 from django.utils.module_loading import import_string, module_has_submodule
+from django_q.conf import Conf
 from django_q.models import Schedule
 
 
@@ -37,6 +48,12 @@ class InstallResult:
     updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+
+
+def this_cluster() -> str | None:
+    """The `cluster` this process's schedules name: none when its cluster runs the schedules
+    that name none (its cluster_name is its name), else its cluster_name."""
+    return None if Conf.CLUSTER_NAME == Conf.PREFIX else Conf.CLUSTER_NAME
 
 
 def declared_schedules() -> Declared:
@@ -69,10 +86,12 @@ def declared_schedules() -> Declared:
 def install_schedules(declared: Declared | None = None) -> InstallResult:
     declared = declared_schedules() if declared is None else declared
     result = InstallResult()
+    cluster = this_cluster()
+    ours = Schedule.objects.filter(Q(cluster=cluster) if cluster else Q(cluster__isnull=True) | Q(cluster=""))
     with transaction.atomic():
         for entry in declared.schedules:
-            fields = {k: v for k, v in entry.items() if k != "name"}
-            existing = list(Schedule.objects.filter(name=entry["name"]).order_by("pk"))
+            fields = {**{k: v for k, v in entry.items() if k != "name"}, "cluster": cluster}
+            existing = list(ours.filter(name=entry["name"]).order_by("pk"))
             # Duplicates (made by hand in the admin) would make update_or_create fail.
             for extra in existing[1:]:
                 extra.delete()
@@ -80,11 +99,11 @@ def install_schedules(declared: Declared | None = None) -> InstallResult:
             if existing and all(getattr(existing[0], k) == v for k, v in fields.items()):
                 result.unchanged.append(entry["name"])
                 continue
-            _, created = Schedule.objects.update_or_create(name=entry["name"], defaults=fields)
+            _, created = ours.update_or_create(name=entry["name"], defaults=fields)
             (result.created if created else result.updated).append(entry["name"])
         keep = {entry["name"] for entry in declared.schedules}
         for prefix in declared.prefixes:
-            for schedule in Schedule.objects.filter(name__startswith=prefix).exclude(name__in=keep):
+            for schedule in ours.filter(name__startswith=prefix).exclude(name__in=keep):
                 schedule.delete()
                 result.removed.append(schedule.name)
     return result

@@ -80,7 +80,13 @@ def carrier() -> dict[str, str]:
 
 def task_kwargs() -> dict[str, str]:
     """`carrier()` as the keyword a django-q2 task takes (`traceparent=`), or none."""
-    return {"traceparent": value} if (value := carrier().get("traceparent")) else {}
+    return traceparent_kwargs(carrier().get("traceparent"))
+
+
+def traceparent_kwargs(traceparent: str | None) -> dict[str, str]:
+    """A `traceparent` already taken (a task's argument, one kept on a row) as that keyword:
+    none when it is empty, so an untraced task is enqueued without it."""
+    return {"traceparent": traceparent} if traceparent else {}
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
@@ -485,3 +486,29 @@ def overview_alerts(window: queries.Window, now: datetime | None = None, *, limi
         "resolved": list(resolved.order_by("-resolved_at", "-id")[:limit]),
         "resolved_total": resolved.count(),
     }
+
+
+# Django's backends that deliver nothing (Django 6.1's mail.E001 names the same four), and
+# what each does with a message instead.
+DEVELOPMENT_MAIL_BACKENDS = {
+    "django.core.mail.backends.console.EmailBackend": "printed to the process's output",
+    "django.core.mail.backends.filebased.EmailBackend": "written to files",
+    "django.core.mail.backends.locmem.EmailBackend": "kept in memory",
+    "django.core.mail.backends.dummy.EmailBackend": "dropped",
+}
+
+
+def default_mail_backend() -> str:
+    """The backend that email.send and email alerts use: MAILERS' default (Django 6.1), else
+    EMAIL_BACKEND."""
+    if hasattr(settings, "MAILERS"):
+        return settings.MAILERS.get("default", {}).get("BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+    return settings.EMAIL_BACKEND
+
+
+def undelivered_mail() -> str:
+    """What becomes of mail here when it is not delivered ("" when it is): said by
+    `check --deploy` (idemdash.W030) and on the alert rules' pages, where an email rule's
+    history would still say "sent"."""
+    fate = DEVELOPMENT_MAIL_BACKENDS.get(default_mail_backend())
+    return f"Mail on this server is {fate}, not sent" if fate else ""

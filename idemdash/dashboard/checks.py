@@ -1,15 +1,15 @@
 """System checks (`manage.py check`, run by runserver and migrate): the health settings are
 read at every overview load and every minute's schedule, so a bad value fails here, once,
-instead of there."""
+instead of there. `check --deploy` adds the mail check."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 
 from idemdash.core import tracing
-from idemdash.dashboard import health
+from idemdash.dashboard import alerts, health
 from idemdash.dashboard.conf import setting
 
 
@@ -32,3 +32,20 @@ def otel_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if setting("IDEMDASH_OTEL_METRICS") and tracing.trace is None:
         return [Error("IDEMDASH_OTEL_METRICS is on but opentelemetry-api is not installed.", hint=hint, id="idemdash.E021")]
     return []
+
+
+@register("mail", deploy=True)  # Tags.mail's value; Django 5.2 has no Tags.mail
+def mail_delivered(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A deployment whose mail goes to a development backend prints its email alerts instead of
+    sending them. A warning on every Django version, where Django 6.1's own check (mail.E001,
+    which idemdash's settings silence in favour of this one) is an error: idemdash needs no mail
+    when its alerts post to a webhook."""
+    undelivered = alerts.undelivered_mail()
+    if not undelivered:
+        return []
+    return [Warning(
+        f"{undelivered}: email alerts and email.send messages are not delivered.",
+        hint="Set EMAIL_URL, e.g. submission://user:password@smtp.example.com (docs/operations.md, Email); "
+             "alert rules that post to a webhook need no mail.",
+        id="idemdash.W030",
+    )]

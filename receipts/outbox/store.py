@@ -132,7 +132,7 @@ def send_soon(message_id: int, traceparent: str | None = None) -> None:
     from django_q.tasks import async_task
 
     try:
-        async_task(SEND_TASK, message_id, group="outbox", **({"traceparent": traceparent} if traceparent else {}))
+        async_task(SEND_TASK, message_id, group="outbox", **tracing.traceparent_kwargs(traceparent))
     except Exception:
         log.warning("could not ask the worker to send outbox message %s; the scheduled drain will", message_id, exc_info=True)
 

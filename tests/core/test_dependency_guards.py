@@ -266,7 +266,7 @@ def test_async_task_hands_the_signed_package_to_the_broker_it_is_given():
     with pinned("django-q2", "async_task(broker=) or SignedPackage.loads", "webhooks/processing.py:delivery_task"):
         from django_q.signing import SignedPackage
 
-        queue, package = processing.delivery_task(7, "evt_guard")
+        queue, package = processing.delivery_task(7, "evt_guard", "")
         assert isinstance(package, str)
         task = SignedPackage.loads(package)
         assert (task["func"], task["args"], task["group"]) == (processing.TASK_BY_KEY, (7, "evt_guard"), "webhooks")
@@ -319,7 +319,7 @@ def test_the_orm_broker_dequeues_a_row_written_as_its_enqueue_writes_it():
         assert [OrmQ._meta.get_field(name).column for name in ("key", "payload", "lock")] == ["key", "payload", "lock"]
 
         before = timezone.now()
-        queue, package = processing.delivery_task(7, "evt_guard")
+        queue, package = processing.delivery_task(7, "evt_guard", "")
         enqueued = OrmQ.objects.get(pk=broker.enqueue(package))
         assert (enqueued.key, enqueued.payload) == (queue, package)
         assert before <= enqueued.lock <= timezone.now()  # lock = now: due at once

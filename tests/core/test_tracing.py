@@ -2,7 +2,8 @@
 one span for each of claim, replay, settle, webhook receive and process, outbox send and an
 operator's action, with the attributes docs/operations.md lists and never a raw key; and
 the trace context carried from a request into the worker's task (the task as the broker
-stores it, run on another thread) and onto the outbox's outbound HTTP (`traceparent`)."""
+stores it, run on another thread; kept on the webhook event and the outbox message for a
+later task or drain) and onto the outbox's outbound HTTP (`traceparent`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from django.db import connection, connections
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
+from django_q.tasks import async_task
 from opentelemetry import trace
 from opentelemetry.trace import format_span_id, format_trace_id
 
@@ -30,6 +32,7 @@ from tests.qcluster import start_qcluster, stop_process
 from tests.receipts.test_decorators import post
 from tests.receipts.outbox.receiver import running_receiver
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
+from webhooks import processing
 from webhooks.models import WebhookEvent
 
 KEY = "order-4711-secret-ish"
@@ -172,6 +175,50 @@ def test_a_delivery_carries_its_trace_into_the_worker_task_that_processes_it(cli
     assert process.attributes["idemdash.webhook.provider"] == "stripe"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_event_the_sweep_enqueues_again_is_processed_in_its_deliverys_trace(client, spans):
+    """A retry after its backoff, a lost task, a stuck row recovered: the sweep enqueues the
+    event again, and that task continues the trace of the delivery (kept on the event), not
+    the sweep's nor one of its own."""
+    make_endpoint("stripe", "stripe", "whsec_tracing_0000000000000")
+    with trace.get_tracer("test").start_as_current_span("incoming request"):
+        deliver_stripe(client, "stripe", stripe_event({"id": "pi_t3", "object": "payment_intent"},
+                                                      "payment_intent.succeeded"), secret="whsec_tracing_0000000000000")
+    (receive,) = named(spans, "idemdash.webhook.receive")
+    event = WebhookEvent.objects.get()
+    assert event.traceparent.split("-")[1:3] == [format_trace_id(receive.context.trace_id),
+                                                 format_span_id(receive.context.span_id)]
+    OrmQ.objects.all().delete()  # its task lost: pulled by a cluster that died
+    WebhookEvent.objects.filter(pk=event.pk).update(enqueued_at=None)
+
+    with trace.get_tracer("test").start_as_current_span("scheduled sweep"):
+        assert processing.sweep().enqueued == 1
+    (task,) = _tasks()
+    assert task["kwargs"]["traceparent"] == event.traceparent
+    assert run_on_another_thread(task) in ("completed", "ignored")
+    (process,) = named(spans, "idemdash.webhook.process")
+    assert process.context.trace_id == receive.context.trace_id
+    assert process.parent.span_id == receive.context.span_id and process.parent.is_remote
+
+
+def traced_qcluster(tmp_path, **env: str):
+    """A real `manage.py qcluster` with IDEMDASH_OTEL, exporting by OTLP to the collector on
+    COLLECTOR_PORT every 100 ms."""
+    return start_qcluster(tmp_path / "qcluster.log", IDEMDASH_OTEL="true", OTEL_SERVICE_NAME="idemdash-test-worker",
+                          OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{COLLECTOR_PORT}", OTEL_BSP_SCHEDULE_DELAY="100",
+                          **env)
+
+
+def until_exported(worker, received: list, names: set[str], within: float = 60) -> None:
+    """Wait until the collector has a span of each name (or the worker exits, or time is up:
+    the caller's assertions then say what is missing)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and worker.poll() is None:
+        if names <= {span.name for _, span in received}:
+            return
+        time.sleep(0.25)
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, spans, tmp_path):
@@ -180,17 +227,12 @@ def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, sp
     secret = "whsec_tracing_0000000000000"
     make_endpoint("stripe", "stripe", secret)
     with otlp_collector(COLLECTOR_PORT) as received:
-        worker = start_qcluster(tmp_path / "qcluster.log", IDEMDASH_OTEL="true", OTEL_SERVICE_NAME="idemdash-test-worker",
-                                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{COLLECTOR_PORT}", OTEL_BSP_SCHEDULE_DELAY="100")
+        worker = traced_qcluster(tmp_path)
         try:
             response = deliver_stripe(client, "stripe", stripe_event({"id": "pi_q1", "object": "payment_intent"},
                                                                       "payment_intent.succeeded"), secret=secret)
             assert response.status_code == 200
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and worker.poll() is None:
-                if any(span.name == "idemdash.webhook.process" for _, span in received):
-                    break
-                time.sleep(0.25)
+            until_exported(worker, received, {"idemdash.webhook.process"})
         finally:
             stop_process(worker)
             connection.close()
@@ -205,6 +247,44 @@ def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, sp
     assert outcome in ("completed", "ignored")
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_real_qclusters_drain_and_sweep_continue_the_traces_kept_on_the_rows(client, spans, tmp_path):
+    """Their tasks lost, a message and an event are picked up by a real `manage.py qcluster`'s
+    scheduled drain and sweep, which have no trace context of their own: the send and the
+    processing reach the collector in the request's trace, from the context kept on the rows."""
+    secret = "whsec_tracing_0000000000000"
+    make_endpoint("stripe", "stripe", secret)
+    with running_receiver() as receiver, otlp_collector(COLLECTOR_PORT) as received:
+        with trace.get_tracer("test").start_as_current_span("incoming request") as request_span:
+            outbox_store.enqueue("http.post", {"url": receiver.url, "json": {"n": 1}}, KEY)
+            deliver_stripe(client, "stripe", stripe_event({"id": "pi_q2", "object": "payment_intent"},
+                                                          "payment_intent.succeeded"), secret=secret)
+        OrmQ.objects.all().delete()  # both tasks lost with a cluster that died
+        WebhookEvent.objects.update(enqueued_at=None)
+        worker = traced_qcluster(tmp_path, OUTBOX_HTTP_ALLOWED_HOSTS="127.0.0.1",
+                                 OUTBOX_DRAIN_SECONDS="1")  # then the sweep's turn on the one worker
+        try:
+            async_task("receipts.outbox.tasks.drain")
+            async_task("webhooks.tasks.sweep")
+            until_exported(worker, received, {"idemdash.outbox.send", "idemdash.webhook.process"})
+        finally:
+            stop_process(worker)
+            connection.close()
+    request = request_span.get_span_context()
+    (receive,) = named(spans, "idemdash.webhook.receive")
+    log = (tmp_path / "qcluster.log").read_text()[-3000:]
+    (send,) = [span for _, span in received if span.name == "idemdash.outbox.send"] or [None]
+    assert send is not None, log
+    assert send.trace_id.hex() == format_trace_id(request.trace_id)
+    assert send.parent_span_id.hex() == format_span_id(request.span_id)
+    (process,) = [span for _, span in received if span.name == "idemdash.webhook.process"] or [None]
+    assert process is not None, log
+    assert process.trace_id.hex() == format_trace_id(request.trace_id)
+    assert process.parent_span_id.hex() == format_span_id(receive.context.span_id)
+    assert len(receiver.headers) == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_delivery_enqueues_no_trace_context_when_nothing_records(client):
     make_endpoint("stripe", "stripe", "whsec_tracing_0000000000000")
@@ -213,6 +293,12 @@ def test_a_delivery_enqueues_no_trace_context_when_nothing_records(client):
     (task,) = _tasks()
     assert "traceparent" not in task["kwargs"]
     assert tracing.carrier() == {} and tracing.task_kwargs() == {}
+    assert WebhookEvent.objects.get().traceparent == ""
+    OrmQ.objects.all().delete()
+    WebhookEvent.objects.update(enqueued_at=None)
+    assert processing.sweep().enqueued == 1
+    (task,) = _tasks()
+    assert "traceparent" not in task["kwargs"]
 
 
 @pytest.mark.django_db

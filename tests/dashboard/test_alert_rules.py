@@ -180,3 +180,35 @@ def test_a_duplicate_rate_rule_is_typed_and_shown_in_percent(operator_client):
     assert "Duplicate rate &gt; 20% over 1h" in html
     form = operator_client.get(f"/alerts/rules/{AlertRule.objects.get().pk}/").content.decode()
     assert 'name="threshold" value="20.0"' in form or 'name="threshold" value="20"' in form
+
+
+# --- mail that is not delivered ---------------------------------------------------------------
+
+
+@pytest.fixture
+def smtp(settings):
+    """Mail that is sent: an SMTP mailer, as EMAIL_URL makes one (MAILERS on Django 6.1)."""
+    backend = "django.core.mail.backends.smtp.EmailBackend"
+    if hasattr(settings, "MAILERS"):
+        settings.MAILERS = {"default": {"BACKEND": backend}}
+    else:
+        settings.EMAIL_BACKEND = backend
+
+
+def test_the_rules_say_when_an_email_rule_would_notify_nobody(viewer_client):
+    make_rule(channel="webhook", target="https://hooks.example.com/x")
+    assert "data-undelivered-mail" not in viewer_client.get("/alerts/rules/").content.decode()  # no email rule
+    make_rule(name="by email")
+    html = viewer_client.get("/alerts/rules/").content.decode()
+    # Django's test mail stays in memory: a development backend, as console: is by default.
+    assert "Mail on this server is kept in memory, not sent: the email rules below notify nobody" in html
+
+
+def test_the_rule_form_says_it_too(operator_client):
+    assert "a rule that notifies by email would notify nobody" in operator_client.get("/alerts/rules/new/").content.decode()
+
+
+def test_with_mail_that_is_sent_neither_says_anything(viewer_client, operator_client, smtp):
+    make_rule()
+    assert "data-undelivered-mail" not in viewer_client.get("/alerts/rules/").content.decode()
+    assert "data-undelivered-mail" not in operator_client.get("/alerts/rules/new/").content.decode()

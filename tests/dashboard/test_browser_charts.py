@@ -19,7 +19,10 @@ from tests.dashboard.test_browser import SHOTS, browser, charts_drawn, operator,
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-RANGE = re.compile(r"\d{2}:\d{2}–\d{2}:\d{2} UTC · in progress")
+# A bucket's range, as charts.range_text writes it: "05:50–05:55 UTC", or with the days when it
+# ends on another day than it starts ("Nov 28 23:55 – Nov 29 00:00 UTC", a run near midnight).
+SPAN = r"(\d{2}:\d{2}–\d{2}:\d{2}|[A-Z][a-z]{2} \d{2} \d{2}:\d{2} – [A-Z][a-z]{2} \d{2} \d{2}:\d{2}) UTC"
+RANGE = re.compile(SPAN + " · in progress")
 
 
 def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say_why(operator_page, live_server):
@@ -66,7 +69,7 @@ def test_a_bar_shows_its_bucket_on_hover_the_window_is_kept_and_empty_charts_say
     page.mouse.move(short["x"] + short["width"] / 2, plot_top + 10)
     box = traffic.locator(".hoverlayer .legend")
     box.wait_for(state="visible", timeout=5_000)
-    assert re.search(r"\d{2}:\d{2}–\d{2}:\d{2} UTC · 4 requests", box.text_content()), box.text_content()
+    assert re.search(SPAN + " · 4 requests", box.text_content()), box.text_content()
     assert "ran: 3" in box.text_content() and "duplicates (not run): 1" in box.text_content()
     page.locator(".charts").scroll_into_view_if_needed()
     page.mouse.move(5, 5)

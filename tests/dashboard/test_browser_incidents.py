@@ -86,3 +86,19 @@ def test_an_operator_follows_the_banner_to_the_incident_and_acknowledges_it(oper
     assert page.locator(f'tr[data-incident="{pk}"] [data-incident-state="acknowledged"]').count() == 1
     page.screenshot(path=SHOTS / "incident-list.png", full_page=True)
     assert read_in_place(lambda: AuditEntry.objects.filter(action="incident.acknowledge").count()) == 1
+
+
+def test_the_incident_list_brings_a_new_incident_in_by_itself_keeping_its_filter(operator_page, live_server):
+    """The list polls like the other lists: open on the firing incidents, it shows the one that
+    opens while it is open, without a reload and with its filter kept."""
+    page = operator_page
+    page.goto(f"{live_server.url}/incidents/?state=firing")
+    assert page.locator("tr[data-incident]").count() == 0
+    page.evaluate("window.__stayed = true")
+
+    pk = read_in_place(_evil_rule_fires)
+    page.wait_for_selector(f'tr[data-incident="{pk}"]', timeout=25_000)
+    assert page.locator('tr[data-incident] [data-incident-state="firing"]').count() == 1
+    assert page.evaluate("window.__stayed") is True
+    assert page.locator("select[name=state]").input_value() == "firing"
+    page.screenshot(path=SHOTS / "incident-list-refreshed.png", full_page=True)

@@ -47,6 +47,23 @@ def test_the_list_filters_by_state_and_refuses_a_bad_state_with_400(viewer_clien
     assert viewer_client.get("/incidents/?state=nonsense").status_code == 400
 
 
+def test_the_list_refreshes_its_table_in_place_with_its_filters(viewer_client):
+    """Like the other lists (partials/list_poll.html): every 15 s, with the state it was
+    filtered by; the poll brings an incident opened since, and an older page holds still."""
+    html = viewer_client.get("/incidents/?state=firing").content.decode()
+    tag = html.split('<section id="incident-table"')[1].split(">")[0]
+    assert 'hx-get="/incidents/?state=firing" hx-trigger="every 15s" hx-swap="outerHTML"' in tag
+    assert "data-incident=" not in html
+
+    incident = firing("while it was open")
+    fragment = viewer_client.get("/incidents/?state=firing", headers={"HX-Request": "true"}).content.decode()
+    assert fragment.count("data-incident=") == 1 and f'data-incident="{incident.pk}"' in fragment
+    assert 'hx-trigger="every 15s"' in fragment.split('<section id="incident-table"')[1].split(">")[0]
+
+    older = viewer_client.get(f"/incidents/?before={incident.pk + 1}").content.decode()
+    assert "hx-trigger" not in older.split('<section id="incident-table"')[1].split(">")[0]
+
+
 def test_the_detail_shows_the_history_and_links_to_the_cause(viewer_client):
     incident = firing()
     page = viewer_client.get(f"/incidents/{incident.pk}/")

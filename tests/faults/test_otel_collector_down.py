@@ -25,13 +25,15 @@ pytestmark = [pytest.mark.urls("tests.receipts.urls"), pytest.mark.django_db]
 # The task's own ports (docs: 18100-18199): the collector's, and the blackhole's.
 COLLECTOR_PORT = 18100
 BLACKHOLE_PORT = 18101
-EXPORT_TIMEOUT = 3.0  # seconds the exporter waits for an answer before it gives a batch up
+EXPORT_TIMEOUT = 5.0  # seconds the exporter waits for an answer before it gives a batch up
 REQUESTS = 60
-# No request waits for the exporter: one that did would take EXPORT_TIMEOUT, three times this.
+# No request waits for the exporter: one that did would take at least EXPORT_TIMEOUT. The bound
+# keeps a margin below it and far above a request's time, for a busy machine's stalls (a
+# 1.56 s request, median 12 ms, failed a bound of 1 s in CI while tests ran beside it).
 # What a span costs a request is a benchmark's question, not a timed assertion's: a median
 # within 20 ms of the untraced one, asserted here before, failed under a loaded CI machine
 # while no request came near this bound.
-WORST_SECONDS = 1.0
+WORST_SECONDS = EXPORT_TIMEOUT - 1.0
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django_q.models import Schedule
 
-from idemdash.core.schedules import Declared, declared_schedules, install_schedules
+from idemdash.core.schedules import Declared, declared_schedules, install_schedules, this_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -103,3 +103,43 @@ def test_the_command_installs_and_reports():
 
 def test_an_empty_declaration_installs_nothing():
     assert install_schedules(Declared()).created == []
+
+
+# --- two clusters on one schedule table (idemdash's server beside a host's worker) -----------
+
+
+@pytest.fixture
+def service_cluster(monkeypatch):
+    """This process as idemdash's server beside a host: a cluster_name other than its name."""
+    from django_q.conf import Conf
+
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", "idemdash-service")
+    return Conf
+
+
+def test_a_cluster_named_apart_installs_its_own_copy_and_leaves_the_others_alone(service_cluster):
+    """idemdash's server beside a host: the host's migrate made the schedules that name no
+    cluster (its own and those of the idemdash apps it has too); the service's adds its own copy
+    of each it declares, naming its cluster. django-q2 runs each copy in its own cluster only."""
+    host = {(s.name, s.cluster, s.minutes) for s in Schedule.objects.all()}  # migrate's, naming none
+    Schedule.objects.create(name="outbox.hosts", func="receipts.outbox.tasks.drain")  # under a declared prefix
+    assert this_cluster() == "idemdash-service"
+    result = install_schedules()
+    assert set(result.created) == declared_names() and result.removed == []
+    assert {(s.name, s.cluster, s.minutes) for s in Schedule.objects.filter(cluster__isnull=True)} == host | {
+        ("outbox.hosts", None, None)}
+    assert set(Schedule.objects.filter(cluster="idemdash-service").values_list("name", flat=True)) == declared_names()
+    assert install_schedules().unchanged and not install_schedules().created
+
+    # The host's next migrate, with another version of the shared apps, changes only its own.
+    service_cluster.CLUSTER_NAME = service_cluster.PREFIX
+    assert this_cluster() is None
+    declared = declared_schedules()
+    for entry in declared.schedules:
+        if entry["name"] == "outbox.drain":
+            entry["minutes"] = 5
+    result = install_schedules(declared)
+    assert result.updated == ["outbox.drain"] and result.removed == ["outbox.hosts"]
+    assert Schedule.objects.get(name="outbox.drain", cluster__isnull=True).minutes == 5
+    assert Schedule.objects.get(name="outbox.drain", cluster="idemdash-service").minutes == 1
+    assert set(Schedule.objects.filter(cluster="idemdash-service").values_list("name", flat=True)) == declared_names()

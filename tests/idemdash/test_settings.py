@@ -257,7 +257,8 @@ def test_another_database_url_is_refused():
 
 HOST_SHOW = (
     "import json; from django.conf import settings as s; "
-    "print(json.dumps({'user': s.AUTH_USER_MODEL, 'drain': s.OUTBOX_DRAIN, 'last_app': s.INSTALLED_APPS[-1]}))"
+    "print(json.dumps({'user': s.AUTH_USER_MODEL, 'drain': s.OUTBOX_DRAIN, 'last_app': s.INSTALLED_APPS[-1], "
+    "'cluster': s.Q_CLUSTER.get('cluster_name')}))"
 )
 
 
@@ -268,13 +269,16 @@ def _host_settings(**env: str) -> dict:
 
 
 def test_on_its_own_database_it_has_djangos_user_model_and_drains_its_outbox():
-    assert _host_settings() == {"user": "auth.User", "drain": True, "last_app": "django.contrib.admin"}  # after the dashboard: its admin/base_site.html wins
+    assert _host_settings() == {"user": "auth.User", "drain": True, "last_app": "django.contrib.admin",  # after the dashboard: its admin/base_site.html wins
+                                "cluster": None}  # its cluster runs the schedules that name none
 
 
 def test_naming_a_hosts_user_model_loads_the_hosts_apps_and_leaves_the_outbox_to_the_host():
     # django.contrib.flatpages stands in for a host's app: importable, and not idemdash's.
     settings = _host_settings(IDEMDASH_AUTH_USER_MODEL="accounts.User", IDEMDASH_HOST_APPS="django.contrib.flatpages")
-    assert settings == {"user": "accounts.User", "drain": False, "last_app": "django.contrib.flatpages"}
+    # Its cluster runs only the schedules that name it, not a host cluster's (idemdash/core/schedules.py).
+    assert settings == {"user": "accounts.User", "drain": False, "last_app": "django.contrib.flatpages",
+                        "cluster": "idemdash-service"}
 
 
 def test_a_service_beside_a_host_drains_when_told_to():

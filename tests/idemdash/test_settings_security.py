@@ -26,20 +26,25 @@ HTTPS = {
     "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
     "SECURE_HSTS_PRELOAD": "true",
 }
+# Mail that is delivered (docs/operations.md, Email): without it, idemdash.W030.
+EMAIL = {"EMAIL_URL": "submission://ops%40example.com:secret@smtp.example.com"}
+
+
+def _deploy_env(**env: str) -> dict[str, str]:
+    drop = {"DJANGO_SETTINGS_MODULE", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE", *HTTPS, *EMAIL}
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**base, "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "idemdash.example.com", **env}
 
 
 def _check_deploy(**env: str) -> subprocess.CompletedProcess:
-    drop = {"DJANGO_SETTINGS_MODULE", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE", *HTTPS}
-    base = {k: v for k, v in os.environ.items() if k not in drop}
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**base, "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "idemdash.example.com", **env},
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=_deploy_env(**env),
     )
 
 
-def test_check_deploy_is_clean_with_the_documented_https_settings():
-    done = _check_deploy(**HTTPS)
+def test_check_deploy_is_clean_with_the_documented_https_and_mail_settings():
+    done = _check_deploy(**HTTPS, **EMAIL)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
 
@@ -47,12 +52,24 @@ def test_check_deploy_is_clean_with_the_documented_https_settings():
 def test_check_deploy_names_what_is_missing_without_them():
     done = _check_deploy()
     assert done.returncode != 0
-    assert set(re.findall(r"security\.W\d+", done.stdout + done.stderr)) == {
+    assert set(re.findall(r"(?:security|idemdash|mail)\.[EW]\d+", done.stdout + done.stderr)) == {
         "security.W004",  # HSTS
         "security.W008",  # SSL redirect
         "security.W012",  # session cookie Secure
         "security.W016",  # CSRF cookie Secure
+        "idemdash.W030",  # mail printed by the console backend, not delivered (not Django 6.1's mail.E001)
     }
+
+
+@pytest.mark.parametrize("url", ["console:", "file:", "memory:", "dummy:"])
+def test_check_deploy_warns_of_mail_that_is_not_delivered_and_only_warns(url):
+    done = _check_deploy(**HTTPS, EMAIL_URL=url)
+    assert done.returncode != 0 and "idemdash.W030" in done.stderr and "mail.E001" not in done.stderr
+    assert "email alerts and email.send messages are not delivered" in done.stderr
+    # Below --fail-level WARNING a deployment without mail passes: its alerts may post to a webhook.
+    plain = subprocess.run([sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env=_deploy_env(**HTTPS, EMAIL_URL=url))
+    assert plain.returncode == 0, plain.stderr
 
 
 @pytest.mark.parametrize(("raw", "setting"), [

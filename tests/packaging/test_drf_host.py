@@ -12,7 +12,8 @@ Both ways of running the dashboard beside it:
   with the host's user model named by IDEMDASH_AUTH_USER_MODEL. `migrate` works (and without
   the setting stops before it writes anything), the host's users log in, and the service's
   worker leaves the host's outbox alone unless OUTBOX_DRAIN is set, even then never claiming
-  the host's own action.
+  the host's own action; and with the host's own django-q2 cluster on the same schedule table,
+  each cluster's scheduler takes only its own schedules.
 
 SQLite always; with DATABASE_URL on PostgreSQL, PostgreSQL too.
 """
@@ -61,7 +62,7 @@ def shop_venv(checkout, wheel, tmp_path_factory) -> Path:
 class Shop:
     """The shop, copied from tests/packaging/drf_host with the guide's blocks appended."""
 
-    def __init__(self, venv: Path, root: Path, database: Database, *, dashboard: bool) -> None:
+    def __init__(self, venv: Path, root: Path, database: Database, *, dashboard: bool, worker: bool = False) -> None:
         self.venv, self.root = venv, root
         self.project = root / "shop"
         shutil.copytree(DRF_HOST, self.project, ignore=shutil.ignore_patterns("__pycache__", "README.md"))
@@ -72,6 +73,8 @@ class Shop:
             for name, (language, code) in blocks:
                 assert language == "python", name
                 settings.write(f"\n# --- added as docs/host-project.md says: {name} ---\n{code}")
+            if worker:  # the shop's own django-q2 cluster, on its database (the dashboard's block has one)
+                settings.write('\nINSTALLED_APPS += ["django_q"]\nQ_CLUSTER = {"name": "shop", "orm": "default"}\n')
         if dashboard:
             language, code = GUIDE["dashboard_urls"]
             assert language == "python"
@@ -268,7 +271,7 @@ def session(env: dict[str, str]) -> dict:
 
 
 def test_the_dashboard_as_a_separate_service_on_a_drf_hosts_database(shop_venv, tmp_path, database):
-    shop = Shop(shop_venv, tmp_path, database, dashboard=False)
+    shop = Shop(shop_venv, tmp_path, database, dashboard=False, worker=True)
     shop.manage("migrate", "--noinput")
     shop.manage("collectstatic", "--noinput")
     shop.create_user(OPERATOR, is_staff=True)
@@ -315,3 +318,23 @@ def test_the_dashboard_as_a_separate_service_on_a_drf_hosts_database(shop_venv, 
     # The shop's own worker sends its own action.
     assert "claimed=1 sent=1" in shop.manage("drain_outbox")
     assert shop.shipments.read_text().split() == ["1", "order-1-ship"]
+
+    # Both django-q2 clusters read the one schedule table: each runs its own schedules only.
+    # The shop's nightly job, and its copies of receipts' and the outbox's; the service's copies
+    # name its cluster (idemdash/core/schedules.py). Every schedule made due, then each cluster's
+    # scheduler (what its qcluster runs every 30 s) in its own project and settings.
+    shop.manage("shell", "--no-imports", "-c", (
+        "from django_q.models import Schedule; "
+        "Schedule.objects.create(name='shop.nightly', func='orders.tasks.nightly', schedule_type='I', minutes=1)"
+    ))
+    due = ("from datetime import timedelta; from django.utils import timezone; from django_q.models import Schedule; "
+           "Schedule.objects.update(task=None, next_run=timezone.now() - timedelta(seconds=5))")
+    picked = ("import json; from django_q.models import Schedule; from django_q.scheduler import scheduler; scheduler(); "
+              "print(json.dumps(sorted(f'{s.name}@{s.cluster}' for s in Schedule.objects.exclude(task=None))))")
+    shop.manage("shell", "--no-imports", "-c", due)
+    by_shop = json.loads(shop.manage("shell", "--no-imports", "-c", picked).strip().splitlines()[-1])
+    shop.manage("shell", "--no-imports", "-c", due)
+    by_service = json.loads(service(env, "shell", "--no-imports", "-c", picked).stdout.strip().splitlines()[-1])
+    shared = ["outbox.drain", "receipts.compact", "receipts.purge", "receipts.resume_bulk_runs", "receipts.rollup"]
+    assert by_shop == sorted([f"{name}@None" for name in shared] + ["shop.nightly@None"])
+    assert by_service == sorted(f"{name}@idemdash-service" for name in [*shared, "idemdash.alerts", "webhooks.sweep"])

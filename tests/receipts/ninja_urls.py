@@ -4,8 +4,9 @@
 Each operation writes the side effect of tests.receipts.urls and answers with its response
 schema. Callers authenticate with Ninja's own classes: JwtStandIn, an HttpBearer whose tokens
 are `Bearer jwt.<username>` and whose `request.auth` is the user; django_auth (the session);
-an APIKeyHeader whose `request.auth` is the key itself (a string); and an HttpBearer whose
-`request.auth` is a custom object naming its scope.
+an APIKeyHeader whose `request.auth` is the key itself (a string); an HttpBearer whose
+`request.auth` is a custom object naming its scope; and ClaimsBearer, whose `request.auth` is
+the claims of a (stand-in) JWT: `Bearer claims.<sub>.<n>`, each n another token for the subject.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class TenantBearer(HttpBearer):
         return Tenant(token.removeprefix("tenant.")) if token.startswith("tenant.") else None
 
 
+class ClaimsBearer(HttpBearer):
+    """As a JWT auth class that returns the token's verified claims rather than a user."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> dict | None:
+        parts = token.split(".")
+        if len(parts) != 3 or parts[0] != "claims":
+            return None
+        claims = {"iss": "https://idp.example", "sub": parts[1], "jti": parts[2]}
+        return {k: v for k, v in claims.items() if v != "-"}  # "-": a claim the token lacks
+
+
 class OrderIn(Schema):
     amount: int
 
@@ -77,6 +89,8 @@ router = Router()
 def _caller(request: HttpRequest) -> str:
     if isinstance(request.auth, str):
         return "api key"  # never the key itself: the tests look for it in what is stored
+    if isinstance(request.auth, dict):
+        return f"token {request.auth.get('jti', '-')}"  # which of the subject's tokens sent it
     return str(request.auth.name if isinstance(request.auth, Tenant) else request.auth)
 
 
@@ -102,6 +116,12 @@ def create_order_by_api_key(request: HttpRequest, payload: OrderIn) -> Status:
 @api.post("/orders-tenant", response={201: OrderOut}, auth=TenantBearer())
 @idempotent("order.create")
 def create_order_for_tenant(request: HttpRequest, payload: OrderIn) -> Status:
+    return Status(201, _place(request, payload.amount))
+
+
+@api.post("/orders-claims", response={201: OrderOut}, auth=ClaimsBearer())
+@idempotent("order.create")
+def create_order_for_claims(request: HttpRequest, payload: OrderIn) -> Status:
     return Status(201, _place(request, payload.amount))
 
 

@@ -412,6 +412,17 @@ def test_a_heartbeat_after_a_takeover_is_409_stale_token_and_changes_nothing(api
     assert Attempt.objects.filter(outcome="stale_token", fencing_token=old).count() == 1
 
 
+def test_a_heartbeat_after_its_own_completion_is_409_and_logs_no_lost_lease(api):
+    """A heartbeat that sat in the server's queue behind its attempt's completion: the caller
+    is told to stop, and the log gets no stale_token line (the dashboard's lost leases)."""
+    token = api("claim", claim_body()).json()["token"]
+    assert api("complete", {"key": "job-1", "token": token, "response": {"ok": True}}).status_code == 200
+    response = api("heartbeat", {"key": "job-1", "token": token})
+    assert response.status_code == 409 and kind(response) == "stale-token"
+    assert Receipt.objects.get().status == "completed"
+    assert not Attempt.objects.filter(outcome="stale_token").exists()
+
+
 def test_a_heartbeat_of_an_unknown_key_is_404_and_writes_nothing(api):
     response = api("heartbeat", {"key": "nope", "token": 1})
     assert response.status_code == 404 and kind(response) == "receipt-not-found"

@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from receipts import store
+from receipts import decorators, store
 from idemdash.core.clients import create_token
 from receipts.decorators import idempotent, session_reference
 from receipts.models import Attempt, AuditEntry, Receipt
@@ -569,6 +569,32 @@ def test_a_credential_scope_holds_no_credential_in_clear_and_is_keyed_by_the_sec
     settings.SECRET_KEY = "another-secret-key-for-this-test-only-0123456789abcdef"
     credentialed(Client(), alice, kind)
     assert Receipt.objects.count() == 2  # rotating SECRET_KEY starts these keys anew
+
+
+@pytest.mark.parametrize(("claims", "scope"), [
+    ({"sub": "u-1"}, "subject:u-1"),
+    ({"sub": 42, "iss": "https://idp.example"}, "subject:https://idp.example 42"),
+    ({"sub": "u-1", "iss": "i" * 300}, "subject:sha256:"),
+])
+def test_the_claims_of_a_jwt_are_scoped_by_subject_and_issuer_within_the_columns_length(claims, scope):
+    assert decorators.subject_scope(claims).startswith(scope) and len(decorators.subject_scope(claims)) <= 255
+
+
+@pytest.mark.parametrize("claims", [{}, {"sub": ""}, {"sub": None}, {"sub": True}, {"sub": ["u-1"]}])
+def test_claims_without_a_usable_subject_fall_back_to_the_hashed_credentials(rf, claims):
+    assert decorators.subject_scope(claims) is None
+    request = rf.post("/", HTTP_AUTHORIZATION="Bearer opaque")
+    request.auth = claims
+    assert decorators.default_scope(request).startswith("credential:")
+
+
+def test_claims_an_auth_framework_left_without_a_user_are_scoped_by_their_subject(rf):
+    """DRF's request.auth, when its authentication returns claims with an anonymous user."""
+    from django.contrib.auth.models import AnonymousUser
+
+    request = rf.post("/", HTTP_AUTHORIZATION="Bearer first-token")
+    request.user, request.auth = AnonymousUser(), {"sub": "agent-7", "iss": "https://idp.example"}
+    assert decorators.default_scope(request) == "subject:https://idp.example agent-7"
 
 
 @pytest.mark.django_db

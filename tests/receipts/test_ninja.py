@@ -185,6 +185,22 @@ def test_an_auth_object_names_its_scope_through_idempotency_scope(client):
 
 
 @pytest.mark.django_db
+def test_the_claims_of_a_jwt_scope_by_subject_so_a_refreshed_token_still_gets_its_replay(client):
+    """An agent's try times out, its access token expires, it refreshes and tries the same key
+    again: the new token's claims name the same subject, so it is the same caller and gets the
+    first try's answer, not a second order. Hashing the token instead made it another caller."""
+    first = send(client, "/api/orders-claims", Authorization="Bearer claims.agent-7.1")
+    refreshed = send(client, "/api/orders-claims", Authorization="Bearer claims.agent-7.2")
+    assert first.status_code == refreshed.status_code == 201
+    assert refreshed["Idempotent-Replayed"] == "true" and refreshed.content == first.content
+    assert first.json()["caller"] == "token 1" and rows("k-1") == 1
+    other = send(client, "/api/orders-claims", Authorization="Bearer claims.agent-8.1")
+    assert "Idempotent-Replayed" not in other and rows("k-1") == 2
+    assert sorted(Receipt.objects.values_list("scope", flat=True)) == [
+        "subject:https://idp.example agent-7", "subject:https://idp.example agent-8"]
+
+
+@pytest.mark.django_db
 def test_an_operation_without_auth_uses_the_default_scope(client):
     assert send(client, "/api/router/raw").status_code == 201
     assert Receipt.objects.get().scope == "anonymous"

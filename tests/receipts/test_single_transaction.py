@@ -25,6 +25,7 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, connections
+from django.http import HttpResponse
 from django.test import override_settings
 from django.utils import timezone
 
@@ -195,6 +196,65 @@ def test_a_5xx_is_stored_after_the_rollback_as_a_retryable_failure_and_the_retry
     assert list(Attempt.objects.filter(key="fails-then-runs").values_list("outcome", flat=True).order_by("id")) == [
         "claimed", "failed", "retried_after_failure", "completed"
     ]
+
+
+@not_on_mysql
+@pytest.mark.parametrize("duplicate", ["completed", "running", "failed, retryable", "none"])
+def test_a_5xx_stored_after_the_rollback_defers_to_a_duplicate_that_took_the_key_meanwhile(duplicate):
+    """Between the rollback and the failure's own claim a duplicate that waited on the row can
+    take the key. The failure is then not stored, and its claim logs nothing: before, a
+    duplicate that had completed already was answered, in the log, by a replay nobody got."""
+    from receipts import store
+    from receipts.decorators import _fail_afresh
+
+    def claim(**options):
+        return store.claim("s", "k", "op", {"n": 1}, fingerprint="f", **options)
+
+    if duplicate != "none":
+        other = claim()
+        if duplicate == "completed":
+            store.complete("s", "k", other.token, response_status=201, body="{}")
+        elif duplicate == "failed, retryable":
+            store.fail("s", "k", other.token, error="HTTP 503", response_status=503)
+    before = list(Attempt.objects.filter(key="k").values_list("outcome", flat=True).order_by("id"))
+    _fail_afresh(claim, "s", "k", HttpResponse(status=500), None)
+    added = list(Attempt.objects.filter(key="k").values_list("outcome", flat=True).order_by("id"))[len(before):]
+    receipt = Receipt.objects.get(key="k")
+    if duplicate in ("completed", "running"):
+        assert added == [] and receipt.status == ("completed" if duplicate == "completed" else "processing")
+    else:  # the key was free to claim: this failure is the latest attempt's
+        assert added == (["claimed", "failed"] if duplicate == "none" else ["retried_after_failure", "failed"])
+        assert (receipt.status, receipt.response_status) == ("failed", 500)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql",
+                    reason="needs a second connection to commit while the failure's transaction is open: "
+                           "SQLite's IMMEDIATE transaction excludes it, MySQL/MariaDB are refused (receipts.E016)")
+def test_a_duplicate_that_completes_as_the_failure_claims_leaves_no_replay_in_the_log():
+    """The duplicate completes the key after the failure's transaction began and before its
+    claim: the claim replays the result and is rolled back with its line (before, a look at the
+    key came first, and a completion just after it left a `replayed` line nobody received)."""
+    from receipts import store
+    from receipts.decorators import _fail_afresh
+
+    def duplicate():
+        try:
+            other = store.claim("s", "k", "op", {"n": 1}, fingerprint="f")
+            store.complete("s", "k", other.token, response_status=201, body="{}")
+        finally:
+            connection.close()
+
+    def claim(**options):  # inside the failure's transaction, before its claim statement
+        racer = threading.Thread(target=duplicate)
+        racer.start()
+        racer.join(30)
+        return store.claim("s", "k", "op", {"n": 1}, fingerprint="f", **options)
+
+    _fail_afresh(claim, "s", "k", HttpResponse(status=500), None)
+    assert list(Attempt.objects.filter(key="k").values_list("outcome", flat=True).order_by("id")) == [
+        "claimed", "completed"
+    ]
+    assert Receipt.objects.get(key="k").status == "completed"
 
 
 @not_on_mysql

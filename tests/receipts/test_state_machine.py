@@ -52,7 +52,6 @@ class ReceiptMachine(RuleBasedStateMachine):
         self.now = datetime(2026, 1, 1, tzinfo=dt_timezone.utc)
         self.model = {k: Model() for k in OPERATIONS}
         self.holders: list[Holder] = []
-        self.serial = 0
 
     def _at_now(self):
         return time_machine.travel(self.now, tick=False)
@@ -88,21 +87,23 @@ class ReceiptMachine(RuleBasedStateMachine):
             m.released = False
             self.holders.append(Holder(key, result.token))
 
-    def _settle(self, holder_index: int, fn, status: str, **kwargs) -> Model | None:
+    def _settle(self, holder_index: int, fn, status: str, same, **kwargs) -> Model | None:
         holder = self.holders[holder_index % len(self.holders)]
         m = self.model[holder.key]
         # The fencing token alone decides: an owner whose receipt passed its TTL may still
         # settle it as long as nobody claimed the key anew (which would bump the token).
         owns = m.status == "processing" and m.token == holder.token
+        # The same settlement sent again (its answer lost) is done, and changes nothing.
+        repeats = not owns and m.status == status and m.token == holder.token and same(m)
         before = Receipt.objects.filter(scope=SCOPE, key=holder.key).values().first()
         with self._at_now():
             try:
                 fn(SCOPE, holder.key, holder.token, **kwargs)
-                wrote = True
+                accepted = True
             except store.StaleToken:
-                wrote = False
-        assert wrote == owns, (wrote, owns, m, holder)
-        if not wrote:  # a stale token never writes
+                accepted = False
+        assert accepted == (owns or repeats), (accepted, owns, repeats, m, holder)
+        if not owns:  # a stale token, or a repeat, never writes
             after = Receipt.objects.filter(scope=SCOPE, key=holder.key).values().first()
             assert after == before
             return None
@@ -110,11 +111,9 @@ class ReceiptMachine(RuleBasedStateMachine):
         return m
 
     @precondition(lambda self: self.holders)
-    @rule(holder=st.integers(0, 50))
-    def complete(self, holder: int) -> None:
-        self.serial += 1
-        body = f"result-{self.serial}"
-        m = self._settle(holder, store.complete, "completed", body=body)
+    @rule(holder=st.integers(0, 50), body=st.sampled_from(["result-1", "result-2"]))
+    def complete(self, holder: int, body: str) -> None:
+        m = self._settle(holder, store.complete, "completed", lambda m: m.result == body, body=body)
         if m is not None:
             m.result = body
 
@@ -122,9 +121,10 @@ class ReceiptMachine(RuleBasedStateMachine):
     @rule(holder=st.integers(0, 50), retryable=st.sampled_from([None, True, False]))
     def fail(self, holder: int, retryable: bool | None) -> None:
         key = self.holders[holder % len(self.holders)].key
-        m = self._settle(holder, store.fail, "failed", error="boom", retryable=retryable)
+        resolved = (key != "b") if retryable is None else retryable
+        m = self._settle(holder, store.fail, "failed", lambda m: m.retryable == resolved, error="boom", retryable=retryable)
         if m is not None:
-            m.retryable = (key != "b") if retryable is None else retryable
+            m.retryable = resolved
 
     @rule(key=st.sampled_from(sorted(OPERATIONS)))
     def operator_release(self, key: str) -> None:

@@ -171,7 +171,7 @@ def test_the_refusals_are_the_cores_under_their_old_names():
     with pytest.raises(leases.NotApplicable):
         store.release(Receipt.objects.get(key="k11b"), actor="bob")
     with pytest.raises(leases.StaleToken):
-        store.complete(SCOPE, "k11b", r.token)
+        store.complete(SCOPE, "k11b", r.token, body="another result")
     assert store.StaleToken is leases.StaleToken and issubclass(store.NotReleasable, leases.NotApplicable)
 
 
@@ -236,7 +236,7 @@ def test_a_renewal_without_a_length_gives_the_operations_lease(settings):
         assert Receipt.objects.get(key="r2").lease_expires_at == expires
 
 
-@pytest.mark.parametrize("lost", ["taken over", "released", "completed"])
+@pytest.mark.parametrize("lost", ["taken over", "released", "completed by the next attempt"])
 def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost):
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         first = store.claim(SCOPE, "r3", "email.send", {}, lease_seconds=1)
@@ -246,7 +246,9 @@ def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost
         elif lost == "released":
             store.release(Receipt.objects.get(key="r3"), actor="otto")
         else:
-            store.complete(SCOPE, "r3", first.token, body="done")
+            traveller.shift(timedelta(seconds=2))
+            second = store.claim(SCOPE, "r3", "email.send", {})
+            store.complete(SCOPE, "r3", second.token, body="done")
         before = Receipt.objects.get(key="r3").lease_expires_at
         with pytest.raises(store.StaleToken):
             store.renew(SCOPE, "r3", first.token, lease_seconds=60)
@@ -254,6 +256,82 @@ def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost
     last = Attempt.objects.filter(key="r3").order_by("id").last()
     assert (last.outcome, last.fencing_token) == ("stale_token", first.token)
     assert "heartbeat" in last.detail
+
+
+@pytest.mark.parametrize("settle", ["complete", "fail"])
+def test_a_renewal_after_its_own_attempt_settled_is_refused_without_a_lost_lease_line(settle):
+    """A heartbeat that waited behind its attempt's completion (in a queue, or a renewal
+    thread's last beat) must stop, but it lost no lease: no stale_token line, which the
+    dashboard counts as one."""
+    first = store.claim(SCOPE, "r5", "email.send", {})
+    if settle == "complete":
+        store.complete(SCOPE, "r5", first.token, body="done")
+    else:
+        store.fail(SCOPE, "r5", first.token, error="boom")
+    with pytest.raises(store.StaleToken):
+        store.renew(SCOPE, "r5", first.token, lease_seconds=60)
+    assert outcomes("r5") == ["claimed", "completed" if settle == "complete" else "failed"]
+    # A token the receipt never had is still a stale one.
+    with pytest.raises(store.StaleToken):
+        store.renew(SCOPE, "r5", first.token + 1, lease_seconds=60)
+    assert outcomes("r5")[-1] == "stale_token"
+
+
+@pytest.mark.parametrize("settle", ["complete", "fail"])
+def test_a_settlement_sent_again_after_it_landed_is_done_and_logged_once(settle):
+    """Its sender lost the answer (a dropped connection, a timeout while it committed) and
+    sends it again: the same token with the same result is the same settlement, done, not
+    a lost lease (no stale_token line, which the dashboard counts as one). Another result
+    under that token is still refused."""
+    first = store.claim(SCOPE, "s1", "email.send", {})
+
+    def send(result: str) -> None:
+        if settle == "complete":
+            store.complete(SCOPE, "s1", first.token, response_status=201, content_type="text/plain", body=result)
+        else:
+            store.fail(SCOPE, "s1", first.token, error=result, response_status=503)
+
+    send("done")
+    settled = Receipt.objects.get(key="s1")
+    send("done")
+    assert outcomes("s1") == ["claimed", "completed" if settle == "complete" else "failed"]
+    with pytest.raises(store.StaleToken):
+        send("DONE")  # differs in case only: compared exactly, whatever the database's collation
+    assert outcomes("s1")[-1] == "stale_token"
+    again = Receipt.objects.get(key="s1")
+    assert (again.response_body, again.error, again.completed_at) == (settled.response_body, settled.error, settled.completed_at)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_once():
+    """The retry's UPDATE waits on the row its first try holds, and finds it settled when that
+    commits: the same settlement, not a stale one. (Row locks: PostgreSQL, MySQL/MariaDB;
+    SQLite's one writer orders them as the test above does.)"""
+    import threading
+
+    from django.db import connection, connections
+
+    if connection.vendor == "sqlite":
+        pytest.skip("needs row locks: PostgreSQL or MySQL/MariaDB")
+    first = store.claim(SCOPE, "s2", "email.send", {})
+    answers: list[object] = []
+
+    def retry() -> None:
+        try:
+            store.complete(SCOPE, "s2", first.token, body="done")
+            answers.append("done")
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            answers.append(exc)
+        finally:
+            connections.close_all()
+
+    retrying = threading.Thread(target=retry)
+    with uncommitted(lambda: store.complete(SCOPE, "s2", first.token, body="done")):
+        retrying.start()
+        until_transactions_wait_on_locks(1, "the retry's settle waits on its first try's row")
+    retrying.join(30)
+    assert answers == ["done"]
+    assert outcomes("s2") == ["claimed", "completed"]
 
 
 def test_a_renewal_of_an_unknown_key_is_refused():

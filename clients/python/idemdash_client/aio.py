@@ -81,9 +81,14 @@ class AsyncIdempotencyClient(Requests):
         """As IdempotencyClient.fail."""
         return await self._post("fail", self._fail_body(key, token, error, retryable, references))
 
-    async def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
+    async def heartbeat(
+        self, key: str, token: int, *, lease_seconds: int | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """As IdempotencyClient.heartbeat."""
-        return await self._post("heartbeat", self._heartbeat_body(key, token, lease_seconds))
+        body = self._heartbeat_body(key, token, lease_seconds)
+        if timeout is None:
+            return await self._post("heartbeat", body)
+        return self._json(await self._http.post("heartbeat", json=body, timeout=timeout))
 
     async def get(self, key: str) -> dict[str, Any] | None:
         """The receipt, or None when this client has none with that key."""
@@ -210,7 +215,7 @@ class _AsyncHeartbeat:
                 pass
             due = time.monotonic() + interval
             try:
-                await client.heartbeat(key, token, lease_seconds=lease_seconds)
+                await client.heartbeat(key, token, lease_seconds=lease_seconds, timeout=interval)
             except LeaseLost as lost:
                 log.warning("the lease on %r was lost while its step ran; its result will not be stored", key)
                 self.lost = lost

@@ -300,10 +300,17 @@ class IdempotencyClient(Requests):
         """Fail the attempt holding `token`, with its `references` (as complete)."""
         return self._post("fail", self._fail_body(key, token, error, retryable, references))
 
-    def heartbeat(self, key: str, token: int, *, lease_seconds: int | None = None) -> dict[str, Any]:
+    def heartbeat(
+        self, key: str, token: int, *, lease_seconds: int | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Renew the lease of the attempt holding `token` for `lease_seconds` from now (the
-        operation's lease when None). LeaseLost: the token no longer owns the receipt."""
-        return self._post("heartbeat", self._heartbeat_body(key, token, lease_seconds))
+        operation's lease when None). LeaseLost: the token no longer owns the receipt. With
+        `timeout`, sent once and given up after that many seconds, as run_once sends each
+        beat (the next beat is its retry); else with the client's timeout and retries."""
+        body = self._heartbeat_body(key, token, lease_seconds)
+        if timeout is None:
+            return self._post("heartbeat", body)
+        return self._json(self._http.post("heartbeat", json=body, timeout=timeout))
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The receipt, or None when this client has none with that key."""
@@ -411,8 +418,9 @@ class IdempotencyClient(Requests):
 class _Heartbeat:
     """Renews a running attempt's lease every third of it from a daemon thread, until the
     `with` block ends (the thread is joined, so no renewal lands after a settle). `lost` is
-    the LeaseLost of a refused renewal; a renewal that fails otherwise (the server down or
-    slow) is tried again at the next beat, while the lease still has two thirds to run.
+    the LeaseLost of a refused renewal; a renewal that fails otherwise (the server down, or
+    no answer within a beat) is tried again at the next beat, while the lease still has a
+    third to run.
 
     The beats count from when the claim was sent (`sent_at`), not from its answer: a slow
     answer has already used part of the lease, and the first beat must not come a whole
@@ -444,7 +452,9 @@ class _Heartbeat:
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             due = time.monotonic() + interval
             try:
-                client.heartbeat(key, token, lease_seconds=lease_seconds)
+                # Given up after a beat: the client's timeout and retries would hold the beats
+                # back past the lease's end while the server does not answer.
+                client.heartbeat(key, token, lease_seconds=lease_seconds, timeout=interval)
             except LeaseLost as lost:
                 log.warning("the lease on %r was lost while its step ran; its result will not be stored", key)
                 self.lost = lost

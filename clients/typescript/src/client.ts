@@ -207,11 +207,18 @@ export class IdempotencyClient {
     return this.#post("/api/v1/receipts/fail", body) as Promise<Receipt>;
   }
 
-  /** Renew the lease for `leaseSeconds` from now (the operation's lease when unset). */
-  heartbeat(key: string, token: number, options: { leaseSeconds?: number } = {}): Promise<{ key: string; lease_expires_at: string }> {
+  /** Renew the lease for `leaseSeconds` from now (the operation's lease when unset). With
+   * `timeoutSeconds`, sent once and given up after that long, as runOnce's heartbeat sends
+   * each beat (the next beat is its retry); else with the client's timeout and retries. */
+  async heartbeat(
+    key: string, token: number, options: { leaseSeconds?: number; timeoutSeconds?: number } = {},
+  ): Promise<{ key: string; lease_expires_at: string }> {
     const body: Body = { key, token };
     if (options.leaseSeconds !== undefined) body.lease_seconds = options.leaseSeconds;
-    return this.#post("/api/v1/receipts/heartbeat", body) as Promise<{ key: string; lease_expires_at: string }>;
+    const path = "/api/v1/receipts/heartbeat";
+    if (options.timeoutSeconds === undefined) return this.#post(path, body) as Promise<{ key: string; lease_expires_at: string }>;
+    const once = await this.#request("POST", path, body, options.timeoutSeconds);
+    return this.#json(once) as Promise<{ key: string; lease_expires_at: string }>;
   }
 
   /** The receipt, or null when this client has none with that key (any other 404, such as
@@ -333,16 +340,12 @@ export class IdempotencyClient {
    * the Python client: a claim that committed before its answer was lost meets its own lease
    * (a 409, waited out), and a repeated complete or fail is the same settlement. */
   async #send(method: string, path: string, body?: Body, waitSeconds = 0): Promise<Response> {
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: "application/json" };
-    if (body) headers["Content-Type"] = "application/json";
-    const text = body ? JSON.stringify(body) : undefined;
     for (let attempt = 0; ; attempt++) {
       const last = attempt >= this.maxUnavailableRetries;
       let reply: Response;
       try {
         // The server may hold a claim for waitSeconds: never time out before it answers.
-        const signal = AbortSignal.timeout((this.#timeoutSeconds + waitSeconds) * 1000);
-        reply = await this.#fetch(this.#base + path, { method, headers, body: text, signal });
+        reply = await this.#request(method, path, body, this.#timeoutSeconds + waitSeconds);
       } catch (error) {
         if (last || !isTransportError(error)) throw error;
         await sleep(this.#backoff(attempt, null));
@@ -352,6 +355,15 @@ export class IdempotencyClient {
       await reply.body?.cancel();
       await sleep(this.#backoff(attempt, reply.headers.get("Retry-After")));
     }
+  }
+
+  /** One try: the request, or what fetch rejected with (a TimeoutError after `timeoutSeconds`). */
+  #request(method: string, path: string, body: Body | undefined, timeoutSeconds: number): Promise<Response> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, Accept: "application/json" };
+    if (body) headers["Content-Type"] = "application/json";
+    // Whole milliseconds: AbortSignal.timeout throws a RangeError for a fraction (a third of a 1 s lease).
+    const signal = AbortSignal.timeout(Math.ceil(timeoutSeconds * 1000));
+    return this.#fetch(this.#base + path, { method, headers, body: body ? JSON.stringify(body) : undefined, signal });
   }
 
   #backoff(attempt: number, retryAfter: string | null): number {
@@ -379,8 +391,9 @@ export class IdempotencyClient {
 /** Renews a running attempt's lease every third of it, until stopped; `stop` waits for a
  * renewal in flight, so none lands after the settlement. The beats count from when the claim
  * was sent: a slow answer has already used part of the lease. `lost` is the LeaseLost of a
- * refused renewal (and `signal` aborts); a renewal that fails otherwise (the server down or
- * slow) is tried again at the next beat, while the lease still has two thirds to run. */
+ * refused renewal (and `signal` aborts); a renewal that fails otherwise (the server down, or
+ * no answer within a beat) is tried again at the next beat, while the lease still has a third
+ * to run. */
 class Heartbeat {
   lost: LeaseLost | null = null;
   readonly #abort = new AbortController();
@@ -419,14 +432,14 @@ class Heartbeat {
   async #beat(): Promise<void> {
     const next = performance.now() + this.#interval;
     try {
-      await this.client.heartbeat(this.key, this.token, { leaseSeconds: this.leaseSeconds });
+      await this.client.heartbeat(this.key, this.token, { leaseSeconds: this.leaseSeconds, timeoutSeconds: this.#interval / 1000 });
     } catch (error) {
       if (error instanceof LeaseLost) {
         this.lost = error;
         this.#abort.abort(error);
         return;
       }
-      // Anything else (the server down, slow, a 503 after retries): try at the next beat.
+      // Anything else (the server down, no answer within the beat, a 503): try at the next beat.
     }
     if (!this.#stopped) this.#schedule(Math.max(0, next - performance.now()));
   }

@@ -3,8 +3,10 @@
  * (clients/python/idemdash_client/keys.py), checked against the shared vectors in clients/test-vectors/.
  */
 
+import { sha256 } from "@noble/hashes/sha2.js";
+import { bytesToHex } from "@noble/hashes/utils.js";
+
 import { canonicalJson } from "./canonical.js";
-import { sha256Hex } from "./sha256.js";
 
 export const MAX_KEY_LENGTH = 255;
 const PRINTABLE = /^[\x20-\x7e]{1,255}$/;
@@ -28,6 +30,12 @@ export function makeKey(...parts: KeyPart[]): string {
     .slice(0, MAX_KEY_LENGTH - digest.length - 1)
     .join("");
   return readable ? `${readable}:${digest}` : digest;
+}
+
+/** SHA-256 of the UTF-8 text, lowercase hex, as Python's hashlib gives it. Synchronous (the
+ * one hash every runtime has, crypto.subtle.digest, is not), so makeKey stays a plain function. */
+function sha256Hex(text: string): string {
+  return bytesToHex(sha256(new TextEncoder().encode(text)));
 }
 
 /**

@@ -234,6 +234,35 @@ test("heartbeats keep the lease of a step four times longer than it", live, asyn
   assert.deepEqual([receipt.status, receipt.attempts, receipt.response], ["completed", 1, "built"]);
 });
 
+test("a heartbeat left unanswered is given up after a beat, and the next keeps the lease", live, async () => {
+  // The first heartbeat is never answered (a server stuck behind a full queue): only its
+  // signal ends it. Sent with the client's timeout and retries, it held the beats back past
+  // the 3 s lease and another worker took the key over mid-step.
+  let heartbeats = 0;
+  const fetchFn = (url, init) => {
+    if (new URL(url).pathname.endsWith("/heartbeat") && ++heartbeats === 1) {
+      return new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(init.signal.reason), { once: true }));
+    }
+    return fetch(url, init);
+  };
+  const idem = client({ fetch: fetchFn });
+  const other = client({ maxInProgressRetries: 0 });
+  const key = fresh("unanswered");
+  const seen = [];
+  const build = async () => {
+    for (let i = 0; i < 9; i++) {
+      await sleep(500); // 4.5 s under a 3 s lease, the first beat unanswered
+      seen.push(await other.claim(key, "report.build").then((c) => c.outcome, (e) => e.constructor.name));
+    }
+    return "built";
+  };
+  assert.equal(await idem.runOnce(key, "report.build", build, { leaseSeconds: 3 }), "built");
+  assert.deepEqual(seen, Array(9).fill("InProgress"));
+  assert.ok(heartbeats >= 3, `${heartbeats} heartbeats`);
+  const receipt = await idem.get(key);
+  assert.deepEqual([receipt.status, receipt.attempts], ["completed", 1]);
+});
+
 test("a lost lease aborts fn's signal, stores nothing and throws LeaseLost", live, async () => {
   const key = fresh("lost");
   let started = 0;

@@ -29,10 +29,6 @@ def alert_history(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         newest_first_page(request, form.alerts().select_related("rule"), context, PAGE_SIZE)
         alerts.attach_notifications(context["rows"])
-        # The filters the table refreshes itself with (partials/list_poll.html), as the other lists.
-        query = request.GET.copy()
-        query.pop("before", None)
-        context["query"] = query.urlencode()
     else:
         status = 400
     return partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)
@@ -45,7 +41,9 @@ def alert_rules(request: HttpRequest) -> HttpResponse:
     rules = list(AlertRule.objects.all())
     for rule in rules:
         rule.firing_alert = firing.get(rule.pk)
-    return render(request, "dashboard/alert_rules.html", {"rules": rules})
+    emails = any(rule.enabled and rule.channel == AlertRule.Channel.EMAIL for rule in rules)
+    return render(request, "dashboard/alert_rules.html",
+                  {"rules": rules, "undelivered_mail": alerts.undelivered_mail() if emails else ""})
 
 
 def _actor(request: HttpRequest) -> str:
@@ -66,7 +64,8 @@ def alert_rule_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse
                                       f"{rule.condition}. It is evaluated every minute.")
             return redirect("dashboard:alert_rules")
         status = 400
-    return render(request, "dashboard/alert_rule_form.html", {"form": form, "rule": rule}, status=status)
+    return render(request, "dashboard/alert_rule_form.html",
+                  {"form": form, "rule": rule, "undelivered_mail": alerts.undelivered_mail()}, status=status)
 
 
 @require_http_methods(["GET", "POST"])

@@ -38,7 +38,8 @@ def pretty_json(value: Any) -> str:
 def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int) -> None:
     """One page of `rows`, newest first by id, older pages by `?before=<id>`: the alert
     history's and the incident list's pager. Sets `rows`, `next_page` (the query of the
-    older page) and `paged` in `context`."""
+    older page), `paged`, and `query` (the filters the table refreshes itself with,
+    partials/list_poll.html) in `context`."""
     rows = rows.order_by("-pk")
     before = request.GET.get("before", "")
     if before.isdigit():
@@ -50,6 +51,9 @@ def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, A
         query["before"] = page[size - 1].pk
         context["next_page"] = query.urlencode()
     context["paged"] = before.isdigit()
+    query = request.GET.copy()
+    query.pop("before", None)
+    context["query"] = query.urlencode()
 
 
 # A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.

@@ -11,6 +11,8 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 - `single`, `single_replay`: the same two in single-transaction mode (`/bench/insert/single/`);
 - `floor`: the insert with only what any protection claiming before it and completing after it
   adds, a transaction and two trivial statements (`/bench/insert/floor/`);
+- `replay_ceiling`: one trivial statement and the insert's answer without the insert, the least
+  any replay from the database can cost (`/bench/replay/ceiling/`);
 - `delivery`: a signed Stripe delivery of a new event (verified, stored with its task);
 - `duplicate`: a delivery of an event already stored.
 
@@ -24,7 +26,8 @@ the rest (Django's request handling and the decorator's own logic).
 
 The figure is the median, over rounds, of `time.process_time()` per request, and each path's
 ratio to `bare` measured in the same run; then the same for the database server's process
-that serves this connection (its CPU from /proc, when it runs on this machine), and for the
+that serves this connection (its CPU from /proc, in nanoseconds from its schedstat, else in
+clock ticks from its stat, when it runs on this machine), and for the
 two together, which is what a request costs a machine running both. To compare two checkouts, run each alternately
 against its own database (docs/benchmarks/2026-11-24-issue-13-before-after.md).
 """
@@ -48,18 +51,18 @@ from typing import Any
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
-PATHS = ("bare", "claim", "replay", "single", "single_replay", "floor", "delivery", "duplicate")
+PATHS = ("bare", "claim", "replay", "single", "single_replay", "floor", "replay_ceiling", "delivery", "duplicate")
 
 
 def _inserter(client: Any) -> Callable[..., None]:
-    """POSTs the bench's insert through the test Client to `view` (bare, protected, single,
-    floor; protected when a key is given, else bare); refuses a request that did not do what
-    its path is named for."""
+    """POSTs the bench's insert through the test Client to `view` (a path under /bench/:
+    insert/bare, insert/protected, insert/single, insert/floor, replay/ceiling; protected when a
+    key is given, else bare); refuses a request that did not do what its path is named for."""
 
     def insert(n: int, key: str | None, replayed: bool = False, view: str | None = None) -> None:
         headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-        view = view or ("protected" if key else "bare")
-        response = client.post(f"/bench/insert/{view}/", data=json.dumps({"n": n}),
+        view = view or ("insert/protected" if key else "insert/bare")
+        response = client.post(f"/bench/{view}/", data=json.dumps({"n": n}),
                                content_type="application/json", **headers)
         if response.status_code not in (200, 201) or replayed != (response.headers.get("Idempotent-Replayed") == "true"):
             raise RuntimeError(f"insert answered {response.status_code}: {response.content[:200]!r}")
@@ -108,9 +111,10 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             "bare": both([lambda n=n: insert(n, None) for n in range(requests)]),
             "claim": both([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
             "replay": both([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
-            "single": both([lambda n=n: insert(n, single[n], view="single") for n in range(requests)]),
-            "single_replay": both([lambda n=n: insert(n, single[n], True, "single") for n in range(requests)]),
-            "floor": both([lambda n=n: insert(n, None, view="floor") for n in range(requests)]),
+            "single": both([lambda n=n: insert(n, single[n], view="insert/single") for n in range(requests)]),
+            "single_replay": both([lambda n=n: insert(n, single[n], True, "insert/single") for n in range(requests)]),
+            "floor": both([lambda n=n: insert(n, None, view="insert/floor") for n in range(requests)]),
+            "replay_ceiling": both([lambda n=n: insert(n, keys[n], True, "replay/ceiling") for n in range(requests)]),
             "delivery": both([lambda d=d: deliver(d) for d in new]),
             "duplicate": both([lambda d=d: deliver(d) for d in dup]),
         }
@@ -131,7 +135,7 @@ PARTS = (
     ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
 )
 # Each path --breakdown measures, and the bench view it posts to (bare without a key).
-BREAKDOWN_PATHS = {"bare": "bare", "claim": "protected", "single": "single"}
+BREAKDOWN_PATHS = {"bare": "insert/bare", "claim": "insert/protected", "single": "insert/single"}
 
 
 def _counted(original: Callable, name: str, spent: dict[str, float]) -> Callable:
@@ -179,7 +183,7 @@ def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
         figures = {}
         for path, view in BREAKDOWN_PATHS.items():
             spent: dict[str, float] = collections.defaultdict(float)
-            keys = [None if view == "bare" else f"breakdown-{run}-{tag}-{path}-{n}" for n in range(requests)]
+            keys = [None if path == "bare" else f"breakdown-{run}-{tag}-{path}-{n}" for n in range(requests)]
             calls = [lambda n=n: insert(n, keys[n], view=view) for n in range(requests)]
             with _counting(spent):
                 total = cpu_per_call(calls)
@@ -208,11 +212,18 @@ def database_process_cpu() -> Callable[[], float] | None:
         return None
     tick = os.sysconf("SC_CLK_TCK")
 
-    def seconds() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    def on_cpu() -> float:  # the nanoseconds it has run on a CPU (the scheduler's own count)
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
-    return seconds
+    def ticks() -> float:  # utime + stime, in clock ticks (10 ms): a kernel without schedstat
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    try:
+        on_cpu()
+    except (OSError, ValueError, IndexError):
+        return ticks
+    return on_cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         if part not in cpu["bare"]:
             print(f"{args.label} {what}: the database server is not on this machine".strip())
             continue
-        bare = cpu["bare"][part]  # 0 when a short run's requests took less than the server's clock tick
+        bare = cpu["bare"][part]  # 0 only when read in clock ticks and a short run took less than one
         figures = [f"{path} {cpu[path][part]:.0f} µs"
                    + ("" if path == "bare" or not bare else f" ({cpu[path][part] / bare:.2f}x bare)") for path in PATHS]
         print(f"{args.label} {what}, median of {args.rounds} rounds: {', '.join(figures)}".strip())

@@ -319,13 +319,18 @@ def floor_insert(client: httpx.Client, n: int) -> httpx.Response:
     return client.post("/bench/insert/floor/", json={"n": n})
 
 
+def ceiling_replay(client: httpx.Client, n: int) -> httpx.Response:
+    return client.post("/bench/replay/ceiling/", json={"n": n}, headers={"Idempotency-Key": f"ceiling-{n}"})
+
+
 def one_commit(b: Bench) -> list[Figure]:
     """The same insert bare, in the default two-commit mode (the claim commits, then the view's
     writes with the completion), in single-transaction mode (one commit), and as the floor
     (views.insert_floor: a transaction and two trivial statements where the claim and the
     completion would be, which no design claiming before the view and completing after it
     avoids), side by side in alternating rounds; then replays of completed keys in both modes
-    beside the bare insert."""
+    beside the bare insert and the replay ceiling (views.replay_ceiling: one trivial statement
+    and the answer, the most any replay from the database could gain over running the view)."""
     prefix = f"bench-{b.run_id}-onecommit"
     bare, two, one = "bare insert", "two commits (fresh keys)", "one commit (fresh keys)"
     floor = "floor (a transaction, two trivial statements)"
@@ -343,8 +348,10 @@ def one_commit(b: Bench) -> list[Figure]:
         if setup.count != keys:
             raise RuntimeError(f"{label}-commit replay setup completed {setup.count} of {keys} keys")
     bare_again, two_replay, one_replay = "bare insert, replay rounds", "two-commit replay", "one-commit replay"
+    ceiling = "replay ceiling (one trivial statement, no view)"
     replays = loadgen.compare({
         bare_again: lambda r: b.load(bare_again, bare_insert),
+        ceiling: lambda r: b.load(ceiling, ceiling_replay, ok=_replayed),
         two_replay: lambda r: b.load(two_replay, replay_insert(f"{prefix}-two-replay", keys), ok=_replayed),
         one_replay: lambda r: b.load(one_replay, replay_insert(f"{prefix}-one-replay", keys, SINGLE_PATH),
                                      ok=_replayed),
@@ -360,6 +367,8 @@ def one_commit(b: Bench) -> list[Figure]:
                "x", ">=", 1.2),
         Figure("onecommit.two_replay_ratio", S12, "two-commit replay / bare", replays.ratio(two_replay, bare_again),
                "x"),
+        Figure("onecommit.replay_ceiling_ratio", S12, "replay ceiling / bare", replays.ratio(ceiling, bare_again), "x"),
+        Figure("onecommit.vs_ceiling", S12, "one-commit replay / replay ceiling", replays.ratio(one_replay, ceiling), "x"),
         *load_figures(S12, fresh, {bare: ("onecommit.bare_", "bare"), two: ("onecommit.two_", "two commits"),
                                    one: ("onecommit.one_", "one commit"), floor: ("onecommit.floor_", "floor")}),
         *b.cpu_figures(S12, fresh, "onecommit"),

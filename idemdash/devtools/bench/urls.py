@@ -9,6 +9,7 @@ urlpatterns = [
     path("bench/insert/protected/", views.insert_protected, name="bench-insert-protected"),
     path("bench/insert/single/", views.insert_protected_single, name="bench-insert-single"),
     path("bench/insert/floor/", views.insert_floor, name="bench-insert-floor"),
+    path("bench/replay/ceiling/", views.replay_ceiling, name="bench-replay-ceiling"),
 ]
 if importlib.util.find_spec("rest_framework") is not None:
     from idemdash.devtools.bench import drf_views

@@ -208,31 +208,6 @@ def test_run_once_gives_up_after_its_retries(live_server, token):
         run(live_server, token, work, max_in_progress_retries=0)
 
 
-def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_server, token, settings):
-    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
-    seen = []
-
-    async def work(idem):
-        async with AsyncIdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as other:
-
-            async def build() -> str:
-                for _ in range(8):  # 4 s under a 2 s lease, the loop free for the heartbeats
-                    await asyncio.sleep(0.5)
-                    try:
-                        seen.append((await other.claim("k", "report.build")).outcome)
-                    except InProgress:
-                        seen.append("in_progress")
-                return "built"
-
-            return await idem.run_once("k", "report.build", build, lease_seconds=2)
-
-    assert run(live_server, token, work) == "built"
-    assert seen == ["in_progress"] * 8
-    receipt = Receipt.objects.get()
-    assert (receipt.status, receipt.attempts, receipt.response_body) == ("completed", 1, '"built"')
-    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
-
-
 def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(live_server, token, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
 
@@ -252,6 +227,54 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
     # One refused heartbeat; no completion was even tried (it would have logged a second one).
     assert [outcome for outcome, _ in log] == ["claimed", "released", "stale_token"]
     assert "heartbeat" in log[-1][1]
+
+
+class _FirstHeartbeatUnanswered(httpx.AsyncHTTPTransport):
+    """test_client.py's twin: counts heartbeats; given `silent_port`, the first goes there."""
+
+    def __init__(self, silent_port: int | None) -> None:
+        super().__init__()
+        self.silent_port = silent_port
+        self.heartbeats = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat"):
+            self.heartbeats += 1
+            if self.heartbeats == 1 and self.silent_port:
+                request = httpx.Request(request.method, request.url.copy_with(port=self.silent_port),
+                                        headers=request.headers, content=await request.aread(),
+                                        extensions=request.extensions)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("first_beat", ["answered", "unanswered"])
+def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(
+    live_server, token, settings, silent_port, first_beat
+):
+    """As test_client.py's: an unanswered beat is given up after a beat, and the next keeps the lease."""
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
+    transport = _FirstHeartbeatUnanswered(silent_port if first_beat == "unanswered" else None)
+    seen = []
+
+    async def work(idem):
+        async with AsyncIdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as other:
+
+            async def build() -> str:
+                for _ in range(9):  # 4.5 s under a 3 s lease, the loop free for the heartbeats
+                    await asyncio.sleep(0.5)
+                    try:
+                        seen.append((await other.claim("k", "report.build")).outcome)
+                    except InProgress:
+                        seen.append("in_progress")
+                return "built"
+
+            return await idem.run_once("k", "report.build", build, lease_seconds=3)
+
+    assert run(live_server, token, work, transport=transport) == "built"
+    assert seen == ["in_progress"] * 9 and transport.heartbeats >= 3
+    receipt = Receipt.objects.get()
+    assert (receipt.status, receipt.attempts, receipt.response_body) == ("completed", 1, '"built"')
+    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
 
 
 class _DropsFirstConnections(httpx.AsyncHTTPTransport):

@@ -176,29 +176,6 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
             idem.run_once("k", "email.send", lambda: "never")
 
 
-def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(live_server, transactional_db, settings):
-    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
-    _, token = create_token("slow-step")
-    seen = []
-    with IdempotencyClient(live_server.url, token, wait_seconds=0) as idem, \
-            IdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as other:
-
-        def build() -> str:
-            for _ in range(8):  # 4 s under a 2 s lease
-                time.sleep(0.5)
-                try:
-                    seen.append(other.claim("k", "report.build").outcome)
-                except InProgress:
-                    seen.append("in_progress")
-            return "built"
-
-        assert idem.run_once("k", "report.build", build, lease_seconds=2) == "built"
-    assert seen == ["in_progress"] * 8
-    receipt = Receipt.objects.get()
-    assert (receipt.status, receipt.attempts, receipt.response_body) == ("completed", 1, '"built"')
-    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
-
-
 def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     def step() -> str:
@@ -214,6 +191,54 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
     # One refused heartbeat; no completion was even tried (it would have logged a second one).
     assert [outcome for outcome, _ in log] == ["claimed", "released", "stale_token"]
     assert "heartbeat" in log[-1][1]
+
+
+class _FirstHeartbeatUnanswered(httpx.HTTPTransport):
+    """A real transport to the live server that counts heartbeats; given `silent_port`, the
+    first goes there, to a listener that never answers (a server stuck behind a full queue)."""
+
+    def __init__(self, silent_port: int | None) -> None:
+        super().__init__()
+        self.silent_port = silent_port
+        self.heartbeats = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat"):
+            self.heartbeats += 1
+            if self.heartbeats == 1 and self.silent_port:
+                request = httpx.Request(request.method, request.url.copy_with(port=self.silent_port),
+                                        headers=request.headers, content=request.read(), extensions=request.extensions)
+        return super().handle_request(request)
+
+
+@pytest.mark.parametrize("first_beat", ["answered", "unanswered"])
+def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(
+    live_server, transactional_db, settings, silent_port, first_beat
+):
+    """Unanswered: sent with the client's 10 s timeout and its retries, that heartbeat held the
+    beats back past the lease, and another worker took the key over mid-step. Each beat is
+    given up after a beat's length, and the next keeps the lease."""
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
+    _, token = create_token("slow-step")
+    transport = _FirstHeartbeatUnanswered(silent_port if first_beat == "unanswered" else None)
+    seen = []
+    with IdempotencyClient(live_server.url, token, wait_seconds=0, transport=transport) as idem, \
+            IdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as other:
+
+        def build() -> str:
+            for _ in range(9):  # 4.5 s under a 3 s lease
+                time.sleep(0.5)
+                try:
+                    seen.append(other.claim("k", "report.build").outcome)
+                except InProgress:
+                    seen.append("in_progress")
+            return "built"
+
+        assert idem.run_once("k", "report.build", build, lease_seconds=3) == "built"
+    assert seen == ["in_progress"] * 9 and transport.heartbeats >= 3
+    receipt = Receipt.objects.get()
+    assert (receipt.status, receipt.attempts, receipt.response_body) == ("completed", 1, '"built"')
+    assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
 
 
 class _DropsFirstConnections(httpx.HTTPTransport):

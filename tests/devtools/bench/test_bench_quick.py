@@ -43,6 +43,7 @@ FIGURES = {
     "onecommit.bare_rps", "onecommit.two_rps", "onecommit.one_rps", "onecommit.bare_p50", "onecommit.bare_p99",
     "onecommit.two_p50", "onecommit.two_p99", "onecommit.one_p50", "onecommit.one_p99",
     "onecommit.floor_ratio", "onecommit.vs_floor", "onecommit.floor_rps", "onecommit.floor_p50", "onecommit.floor_p99",
+    "onecommit.replay_ceiling_ratio", "onecommit.vs_ceiling",
     "onecommit.cpu0", "onecommit.cpu1", "onecommit.cpu2", "onecommit.cpu3",
     *PARTITION_FIGURES,
     # CPU per request of each compared variant, with its breakdown by process in the note.
