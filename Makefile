@@ -26,7 +26,7 @@ STAMP = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))-$(notdir $(PYTHON))
 EXTRAS ?= dev
 CONSTRAINTS ?=
 
-.PHONY: demo test install migrate bench soak clean
+.PHONY: demo test test-all install migrate bench soak clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	@test -n "$(PYTHON)" && $(PYTHON) -c '$(SUPPORTED_CHECK)' 2>/dev/null || { \
@@ -56,8 +56,18 @@ DEMO_SETTINGS = export DJANGO_SETTINGS_MODULE=idemdash.devtools.settings
 migrate: install
 	$(DEMO_ENV); $(DEMO_SETTINGS); $(BIN)/python manage.py migrate --noinput
 
+# `make test` is the fast tier: every test not marked `slow`, on SQLite unless DATABASE_URL
+# says otherwise, in random order (pytest-randomly) on one pytest-xdist worker per core, each on
+# databases of its own; `make test-all` adds the slow tier (real processes, servers, kills,
+# Chromium, packaging venvs): docs/development.md says which to run when. Bytecode is written
+# even where PYTHONDONTWRITEBYTECODE is set: without it every worker would compile the project
+# and rewrite every test module's asserts again, about 20 s each.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -n auto --dist worksteal -m "not slow" $(PYTEST_ARGS)
+
+test-all: install
+	$(PYTEST) -n auto --dist worksteal $(PYTEST_ARGS)
 
 # The production stack (Procfile: gunicorn, qcluster) plus the traffic simulator, on the
 # embedded SQLite file, with static files collected for WhiteNoise to serve. The outbox may

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import _posixsubprocess
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
@@ -24,6 +30,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+# --- the two tiers (docs/development.md) ---------------------------------------------------------
+# A test marked `slow` may start OS processes, servers, browsers and packaging venvs, and wait on
+# them; every other test is in the fast tier (`make test`), which this guard holds to its
+# promise: it starts no process and its own code never sleeps. Either is an error naming the
+# test, not a slow pass.
+TESTS = Path(__file__).resolve().parent
+WAITS = str(TESTS / "waits.py")  # the one poll a fast test may make: a condition with a deadline
+
+
+class SlowTierOnly(Exception):
+    """A fast-tier test did what only the slow tier may."""
+
+
+def _refuse(what: str):
+    def refused(*args, **kwargs):
+        raise SlowTierOnly(f"{what} in a fast test: mark it @pytest.mark.slow, or test it without ({TESTS / 'conftest.py'})")
+    return refused
+
+
+def _sleep_outside_tests(real_sleep):
+    def sleep(seconds: float) -> None:
+        caller = sys._getframe(1).f_code.co_filename
+        if seconds > 0 and caller.startswith(str(TESTS)) and caller != WAITS:
+            raise SlowTierOnly(f"time.sleep({seconds}) in a fast test: wait on an event, or hold the clock")
+        real_sleep(seconds)
+    return sleep
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if item.get_closest_marker("slow"):
+        return (yield)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_posixsubprocess, "fork_exec", _refuse("starting a process"))
+        mp.setattr(subprocess, "_fork_exec", _refuse("starting a process"))
+        mp.setattr(subprocess, "_USE_POSIX_SPAWN", False)
+        mp.setattr(os, "fork", _refuse("forking"))
+        mp.setattr(time, "sleep", _sleep_outside_tests(time.sleep))
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

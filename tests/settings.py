@@ -43,3 +43,8 @@ if find_spec("django_tasks_db") and (find_spec("django.tasks") or find_spec("dja
     BACKPORT = [] if find_spec("django.tasks") else ["django_tasks"]
     INSTALLED_APPS = [*INSTALLED_APPS, *BACKPORT, "django_tasks_db"]  # noqa: F405
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+# A fast hasher, as Django's testing docs advise: the suite logs users in by the hundred (the
+# lockout and hostile-login tests), and PBKDF2 costs each login most of a second. Production
+# keeps Django's default; servers and workers a test starts on these settings check the same hashes.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

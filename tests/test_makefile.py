@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 MAKE = shutil.which("make")
 SHIM = '#!/bin/sh\necho "pyenv: $(basename "$0"): command not found" >&2\nexit 127\n'
 
-pytestmark = pytest.mark.skipif(MAKE is None, reason="needs make")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MAKE is None, reason="needs make")]
 
 
 def interpreters(folder: Path, working: list[str], failing: list[str] = ()) -> Path:

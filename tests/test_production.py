@@ -118,6 +118,7 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(5)
 
 
+@pytest.mark.slow
 def test_the_documented_production_steps_serve_a_complete_dashboard_with_gunicorn_alone(
     production_env, browser, tmp_path  # noqa: F811
 ):

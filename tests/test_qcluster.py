@@ -11,7 +11,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.qcluster import group_alive, group_members, kill_process, signal_group
+
+pytestmark = pytest.mark.slow
 
 # A leader that starts a child in its own group and then exits at once (or sleeps), and the child.
 SPAWN = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \

@@ -65,6 +65,7 @@ def counts(tap: str) -> dict[str, int]:
     return {name: int(n) for name, n in re.findall(r"^# (tests|pass|fail|skipped) (\d+)$", tap, re.M)}
 
 
+@pytest.mark.slow
 def test_the_build_produces_what_package_json_exports(built):
     package = json.loads((built / "package.json").read_text())
     assert package["type"] == "module" and set(package["dependencies"]) == {"@noble/hashes"}
@@ -85,6 +86,7 @@ export { result, claim, KeyMismatch };
 """
 
 
+@pytest.mark.slow
 def test_the_packed_package_installs_imports_and_type_checks_in_another_project(built, tmp_path):
     packed = run([NPM, "pack", "--pack-destination", str(tmp_path)], timeout=120)
     assert packed.returncode == 0, packed.stderr
@@ -150,6 +152,7 @@ BROWSER_CHECK = """async () => {
 }"""
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_the_built_package_runs_in_a_browser_with_the_same_keys(built):
     """The package in Chromium, imported as an ES module from a plain static server: the keys
@@ -195,11 +198,13 @@ def test_the_docs_show_the_workflow_the_tests_run():
     assert workflow[0] in (PACKAGE / "examples" / "agent-workflow.ts").read_text()
 
 
+@pytest.mark.slow
 def test_its_keys_match_pythons_and_every_problem_type_has_its_error_class(built):
     tap = node_test(["test/keys.test.js", "test/errors.test.js", "test/references.test.js"])
     assert counts(tap)["fail"] == 0 and counts(tap)["skipped"] == 0 and counts(tap)["pass"] > 60
 
 
+@pytest.mark.slow
 def test_the_client_and_the_seed_workflow_against_a_live_server(built, live_server, transactional_db, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so lapses take a second, not 15
     settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}, "mail.held.*": {"after_crash": "hold"}}

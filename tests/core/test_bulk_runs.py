@@ -182,6 +182,7 @@ def _advance_in_child(run_id: int, go) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_worker_processes_racing_on_one_run_take_each_item_once():
     run = start_run(dead_messages(60))
@@ -199,6 +200,7 @@ def test_two_worker_processes_racing_on_one_run_take_each_item_once():
     assert_each_row_acted_on_exactly_once(run)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_run_loses_no_item_and_the_resumed_run_does_none_twice(time_machine):
     rows = dead_messages(400)

@@ -134,6 +134,7 @@ def gunicorn(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_the_limit_holds_across_gunicorn_workers_and_a_valid_token_passes(gunicorn):

@@ -64,6 +64,7 @@ def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     assert not leases.is_stuck(Receipt.objects.get(key="failed"), "processing", now)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_renewing_keeps_the_lease_alive_while_the_block_runs_and_stops_once_the_unit_is_settled():
     # The renewal's thread has its own connection: the unit must be committed for it to see it.

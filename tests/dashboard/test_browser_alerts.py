@@ -12,7 +12,7 @@ from idemdash.dashboard.models import Alert, AlertRule
 from tests.dashboard.build import stuck
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def fill_rule(page, name: str, metric: str, threshold: str, window: str, target: str) -> None:

@@ -15,7 +15,7 @@ from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page
 from tests.qcluster import kill_process, signal_stop, start_qcluster
 from tests.receipts.outbox.receiver import running_receiver
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 KEYS = [f"refund-{n}" for n in range(6)]
 

@@ -17,7 +17,7 @@ from receipts import store
 from tests.dashboard.build import SCOPE, completed, mismatched
 from tests.dashboard.test_browser import SHOTS, browser, charts_drawn, operator, operator_page  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # A bucket's range, as charts.range_text writes it: "05:50–05:55 UTC", or with the days when it
 # ends on another day than it starts ("Nov 28 23:55 – Nov 29 00:00 UTC", a run near midnight).

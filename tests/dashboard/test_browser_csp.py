@@ -16,7 +16,7 @@ from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
 )
 from receipts.models import Receipt
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Reports every violation the page sees to the test, on every document the page loads.
 REPORT_VIOLATIONS = """

@@ -28,7 +28,7 @@ from tests.dashboard.test_browser import (  # noqa: F401
 )
 from tests.receipts.outbox.receiver import running_receiver
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def forbidden(key: str, nth: int, body: object) -> tuple[int, dict[str, str], float]:

@@ -14,7 +14,7 @@ from receipts.models import AuditEntry
 from tests.dashboard.build import stuck
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 RLO = "\u202e"
 

@@ -14,7 +14,7 @@ from receipts.models import Receipt
 from tests.dashboard.build import completed, failed, mismatched, outbox_message, webhook_event
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LONG_KEY = "checkout-2026-11-24-7f3c9a1e-5b2d-4c8e-9f60-1a2b3c4d5e6f-retry-window"
 

@@ -19,7 +19,7 @@ from tests.dashboard.test_browser_repair import _in_a_thread, _log_in
 
 from ..receipts.outbox.receiver import running_receiver
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from tests.dashboard.build import charged, completed, handled_event
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401  (the fixtures)
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_follows_cause_and_effect_both_ways_and_filters_by_a_reference(operator_page, live_server):

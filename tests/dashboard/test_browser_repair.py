@@ -23,7 +23,7 @@ from tests.dashboard.build import SCOPE, failed, outbox_message, stuck, webhook_
 from tests.dashboard.test_browser import SHOTS, act_in_place, browser  # noqa: F401 (the Chromium fixture)
 from webhooks import handlers, processing
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SIZE = {"width": 1440, "height": 900}
 REPAIRED_TYPE = "invoice.repair_test"

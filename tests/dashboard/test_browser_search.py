@@ -15,7 +15,7 @@ from receipts import store
 from tests.dashboard.build import SCOPE, outbox_message, webhook_event
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401  (fixtures)
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ORDER = "ord_2026_1184"
 

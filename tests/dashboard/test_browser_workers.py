@@ -13,7 +13,7 @@ from django.utils import timezone
 from idemdash.worker.models import ClusterHeartbeat
 from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page  # noqa: F401 -- fixtures
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ def _claim_and_complete(key: str) -> None:
     store.complete("client:metrics", key, result.token, body="{}")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @needs_promtool
 def test_the_exposition_passes_promtool(client):
@@ -93,6 +94,7 @@ def test_no_label_carries_a_key_a_scope_or_a_user(viewer_client):
             assert "secret-order-42" not in json.dumps(sample.labels)
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_the_alert_rules_pass_promtool():
     checked = _promtool("check", "rules", str(RULES))

@@ -15,7 +15,7 @@ from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page
 from tests.dashboard.test_browser_references import one_sent_in_the_preflight
 from tests.webhooks.conftest import SHOPIFY_SECRET
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_demos_staged_refund_shows_its_sent_confirmation_before_a_reprocess(settings, operator_page, live_server):

@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from idemdash.devtools.demo_env import write_demo_env
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "SHOPIFY_WEBHOOK_SECRET")

@@ -83,6 +83,7 @@ def test_the_receiver_accepts_the_rest_and_counts_a_key_accepted_twice():
     assert receiver.counts == {"posts": 3, "accepted": 3, "repeats": 1}
 
 
+@pytest.mark.slow
 def test_the_receiver_refuses_the_invoices_path_permanently_for_a_while_then_accepts_it():
     # A window of seconds, not half of one: CI's loaded machine once took over 0.5 s from the
     # receiver's start to the first post, which then came after the outage.
@@ -175,6 +176,7 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
     assert any("crashed mid-operation" in line for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_hung_agent_waits_for_an_operators_release_then_runs_its_key(live_server, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # the hung agent's 1 s lease

@@ -22,7 +22,7 @@ from tests.faults.test_bad_input import snapshot
 from tests.gunicorn import Gunicorn
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 WORKER_CLASS = "idemdash.serving.ProblemThreadWorker"
 

@@ -21,6 +21,8 @@ from django.db import connection, connections, transaction
 from receipts import store
 from receipts.models import Attempt, Receipt
 
+pytestmark = pytest.mark.slow
+
 SCOPE = "client:kill"
 KEYS = [f"charge-{i}" for i in range(12)]
 LEASE = 1

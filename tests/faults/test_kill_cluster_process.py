@@ -28,7 +28,7 @@ from idemdash.worker.models import ClusterHeartbeat
 from tests.faults.test_kill_qcluster import wait_for
 from tests.qcluster import group_alive, kill_process, signal_stop, start_qcluster
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 # From the kill to a new task done: the sentinel notices within its one-second guard cycle,
 # the cluster's processes start again, the pusher polls every half second.

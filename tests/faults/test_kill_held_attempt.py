@@ -32,6 +32,8 @@ from receipts.decorators import idempotent
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, AuditEntry, Receipt
 
+pytestmark = pytest.mark.slow
+
 SCOPE = "client:held"
 OPERATION = "email.send"
 LEASE = 1

@@ -27,7 +27,7 @@ from receipts.outbox.store import enqueue
 from tests.faults.test_kill_qcluster import Receiver, wait_for
 from tests.qcluster import kill_process, signal_stop, start_qcluster
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
 # Well below the 40 s drain; the documented units allow 90 s (TimeoutStopSec).
 STOP_BOUND = 15

@@ -205,6 +205,7 @@ def _race(target) -> list:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_evaluators_racing_in_processes_and_threads_send_each_reminder_once(settings):
     # Every evaluation makes a reminder due: twelve evaluators at once may each count, but
@@ -222,6 +223,7 @@ def test_evaluators_racing_in_processes_and_threads_send_each_reminder_once(sett
     assert [k.rpartition(f"{incident.pk}:")[2] for k in keys()] == ["exhausted", "fired", "still_failing:1", "still_failing:2"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_operators_racing_in_processes_and_threads_acknowledge_once_and_are_audited_once():
     rule()

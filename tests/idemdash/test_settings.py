@@ -141,6 +141,7 @@ def test_the_project_defaults_are_the_apps_own():
     assert {default for name, default in project.items() if name.endswith("_ROLLUP_RETENTION_DAYS")} == {RETENTION_DAYS}
 
 
+@pytest.mark.slow
 def test_every_app_integer_setting_is_set_from_its_environment_variable():
     names = list(idemdash_settings.APP_INTEGERS)
     show = f"import json; from django.conf import settings as s; print(json.dumps({{n: getattr(s, n) for n in {names!r}}}))"
@@ -150,6 +151,7 @@ def test_every_app_integer_setting_is_set_from_its_environment_variable():
     assert json.loads(done.stdout) == {name: 100 + i for i, name in enumerate(names)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable,minimum", [
     ("RETENTION_BATCH_SIZE", 1), ("RECEIPTS_MAX_WAIT_SECONDS", 0), ("OUTBOX_LEASE_SECONDS", 2),
     ("WEBHOOKS_ROLLUP_RETENTION_DAYS", 31),
@@ -185,6 +187,7 @@ def _settings(**env: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [
     None,
     "",
@@ -199,11 +202,13 @@ def test_it_refuses_to_start_without_debug_on_a_missing_or_weak_key(key: str | N
     assert "ImproperlyConfigured: SECRET_KEY must be set to at least 50 random characters" in done.stderr
 
 
+@pytest.mark.slow
 def test_it_names_the_development_key_when_that_is_the_problem():
     done = _load(SECRET_KEY="django-insecure-idemdash-development-key-change-me")
     assert "not the development key" in done.stderr
 
 
+@pytest.mark.slow
 def test_manage_py_refuses_too():
     base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE"}}
     done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=base,
@@ -211,14 +216,17 @@ def test_manage_py_refuses_too():
     assert done.returncode != 0 and "SECRET_KEY must be set" in done.stderr
 
 
+@pytest.mark.slow
 def test_it_starts_on_a_strong_key():
     assert _settings(SECRET_KEY=STRONG_KEY)["key"] == STRONG_KEY
 
 
+@pytest.mark.slow
 def test_debug_falls_back_to_the_development_key():
     assert _settings(DEBUG="1")["key"].startswith("django-insecure-")
 
 
+@pytest.mark.slow
 def test_persistent_connections_are_health_checked():
     url = "postgres://nobody@127.0.0.1:5432/none"
     assert _settings(SECRET_KEY=STRONG_KEY, DATABASE_URL=url, DB_CONN_MAX_AGE="60")["db"] == {
@@ -227,6 +235,7 @@ def test_persistent_connections_are_health_checked():
     assert _settings(SECRET_KEY=STRONG_KEY, DATABASE_URL=url)["db"] == {"CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False}
 
 
+@pytest.mark.slow
 def test_static_files_are_served_by_whitenoise_under_hashed_compressed_names():
     loaded = _settings(SECRET_KEY=STRONG_KEY)
     assert loaded["storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
@@ -235,6 +244,7 @@ def test_static_files_are_served_by_whitenoise_under_hashed_compressed_names():
         "django.middleware.security.SecurityMiddleware") + 1
 
 
+@pytest.mark.slow
 def test_a_mysql_url_gets_utf8mb4_read_committed_and_a_suffixed_test_database():
     show = (
         "import json; from django.conf import settings as s; d = s.DATABASES['default']; "
@@ -248,6 +258,7 @@ def test_a_mysql_url_gets_utf8mb4_read_committed_and_a_suffixed_test_database():
     assert loaded["test"] == {"NAME": "test_idemdash_x", "CHARSET": "utf8mb4"}
 
 
+@pytest.mark.slow
 def test_another_database_url_is_refused():
     done = _load(SECRET_KEY=STRONG_KEY, DATABASE_URL="oracle://u:p@127.0.0.1:1521/x")
     assert done.returncode != 0 and "MySQL/MariaDB (mysql://)" in done.stderr
@@ -268,11 +279,13 @@ def _host_settings(**env: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_on_its_own_database_it_has_djangos_user_model_and_drains_its_outbox():
     assert _host_settings() == {"user": "auth.User", "drain": True, "last_app": "django.contrib.admin",  # after the dashboard: its admin/base_site.html wins
                                 "cluster": None}  # its cluster runs the schedules that name none
 
 
+@pytest.mark.slow
 def test_naming_a_hosts_user_model_loads_the_hosts_apps_and_leaves_the_outbox_to_the_host():
     # django.contrib.flatpages stands in for a host's app: importable, and not idemdash's.
     settings = _host_settings(IDEMDASH_AUTH_USER_MODEL="accounts.User", IDEMDASH_HOST_APPS="django.contrib.flatpages")
@@ -281,10 +294,12 @@ def test_naming_a_hosts_user_model_loads_the_hosts_apps_and_leaves_the_outbox_to
                         "cluster": "idemdash-service"}
 
 
+@pytest.mark.slow
 def test_a_service_beside_a_host_drains_when_told_to():
     assert _host_settings(IDEMDASH_AUTH_USER_MODEL="accounts.User", OUTBOX_DRAIN="1")["drain"] is True
 
 
+@pytest.mark.slow
 def test_a_user_model_not_spelled_app_label_dot_model_stops_the_start():
     done = _load(HOST_SHOW, SECRET_KEY=STRONG_KEY, IDEMDASH_AUTH_USER_MODEL="accounts.models.User")
     assert done.returncode != 0

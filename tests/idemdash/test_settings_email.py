@@ -79,6 +79,7 @@ def _load(code: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_url_that_names_no_backend_stops_the_start():
     done = _load("import django; django.setup()", EMAIL_URL="smtp+tls://ops:hunter2@smtp.example.com")
     assert done.returncode != 0
@@ -131,6 +132,7 @@ call_command("sendtestemail", "admin@example.com")
 """
 
 
+@pytest.mark.slow
 def test_the_production_settings_deliver_mail_to_the_urls_smtp_server_with_its_login(smtp_server):
     port, inbox = smtp_server
     # Django 6.1 warns of each EMAIL_* setting a project still defines: made an error here.
@@ -148,6 +150,7 @@ def test_the_production_settings_deliver_mail_to_the_urls_smtp_server_with_its_l
     assert b"X-Idempotency-Key: idemdash:alert:7:fired" in alert and b"Subject: [idemdash] [FIRING] stuck" in alert
 
 
+@pytest.mark.slow
 def test_a_wrong_password_fails_the_send_as_one_the_outbox_retries_and_delivers_nothing(smtp_server):
     port, inbox = smtp_server
     done = _load(SEND.format(deprecations=""), EMAIL_URL=f"smtp://ops%40example.com:wrong@127.0.0.1:{port}?timeout=3")

@@ -43,12 +43,14 @@ def _check_deploy(**env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_with_the_documented_https_and_mail_settings():
     done = _check_deploy(**HTTPS, **EMAIL)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
 
 
+@pytest.mark.slow
 def test_check_deploy_names_what_is_missing_without_them():
     done = _check_deploy()
     assert done.returncode != 0
@@ -61,6 +63,7 @@ def test_check_deploy_names_what_is_missing_without_them():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", ["console:", "file:", "memory:", "dummy:"])
 def test_check_deploy_warns_of_mail_that_is_not_delivered_and_only_warns(url):
     done = _check_deploy(**HTTPS, EMAIL_URL=url)
@@ -104,6 +107,7 @@ def test_behind_the_proxy_https_answers_carry_hsts_and_plain_http_is_redirected(
     assert secure["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains; preload"
 
 
+@pytest.mark.slow
 def test_the_throttles_are_read_from_the_environment_with_documented_defaults():
     show = ("import json; from django.conf import settings as s; print(json.dumps({n: str(getattr(s, n)) for n in ("
             "'AXES_FAILURE_LIMIT', 'AXES_COOLOFF_TIME', 'API_TOKEN_FAILURE_LIMIT', 'API_TOKEN_FAILURE_WINDOW_SECONDS', "

@@ -47,6 +47,7 @@ def test_with_no_cluster_running_the_health_check_fails():
     assert "gone-cluster" in said and "stopped" in said and "no worker cluster is running" in said
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_workers_stop_taking_work_fails_the_health_check_and_shows_on_the_overview(
     settings, tmp_path, viewer_client
 ):

@@ -16,7 +16,7 @@ from idemdash.core.clients import create_token
 from receipts.models import Receipt
 from tests.packaging.host import INSTALL, new_venv, run, run_block
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(420)]
 
 WORKER = '''\
 import asyncio, importlib.util, json, sys

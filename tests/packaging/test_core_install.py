@@ -51,6 +51,7 @@ def installed(venv: Path) -> set[str]:
     return {p["name"].lower() for p in listing}
 
 
+@pytest.mark.slow
 def test_the_core_install_pulls_in_no_extra(venv):
     packages = installed(venv)
     assert {"django", "rfc8785", "httpx", "idemdash", "idemdash-client"} <= packages
@@ -119,6 +120,7 @@ def check_the_contract(host: Host, client: httpx.Client) -> None:
     assert receipt.strip() == "7"
 
 
+@pytest.mark.slow
 def test_a_host_project_on_sqlite_follows_the_guide(make_server, tmp_path):
     host, client = make_server(
         f'DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{tmp_path / "host.sqlite3"}"}}}}'

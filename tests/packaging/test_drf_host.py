@@ -39,7 +39,7 @@ from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixtu
 from tests.packaging.host import GUIDE, INSTALL, REPO, Database, free_port, marked_blocks, new_venv, run, run_block
 from tests.qcluster import database_url, signal_group
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(600)]
 
 DRF_HOST = Path(__file__).parent / "drf_host"
 OUTBOX_GUIDE = marked_blocks("outbox.md", "guide")

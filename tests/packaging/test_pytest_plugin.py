@@ -17,7 +17,7 @@ import pytest
 from tests.packaging.host import Database, host_env, host_settings, marked_blocks, new_venv, run
 from tests.qcluster import database_url
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(600)]
 
 BLOCKS = marked_blocks("testing.md", "testing")
 

@@ -29,7 +29,7 @@ from tests.packaging.source import copy_source
 from tests.qcluster import free_port, signal_group
 from tests.webhooks.conftest import shopify_headers, stripe_headers
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(300)]
 
 STRIPE_SECRET = "whsec_host_project_0123456789abcdef"
 SHOPIFY_SECRET = "shpss_host_project_0123456789abcdef"

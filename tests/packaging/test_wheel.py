@@ -18,7 +18,7 @@ import pytest
 
 from tests.packaging.host import GUIDE, INSTALL, REPO, Host, host_env, make_host, new_venv, run_block, stop
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(420)]
 
 # The dashboard's files, kept at the top of the repository; in the wheel, inside its app.
 DASHBOARD_FILES = {

@@ -48,6 +48,7 @@ def _post(url: str, path: str, key: str) -> httpx.Response:
     return httpx.post(url + path, json={"amount": 100}, headers={"Idempotency-Key": key}, timeout=60)
 
 
+@pytest.mark.slow
 def test_duplicates_wait_for_the_first_attempts_commit_and_are_replayed(gunicorn):
     answers = same_keys_at_once(lambda key: _post(gunicorn.url, "/capture", key), KEYS, CALLERS_PER_KEY)
     assert_each_key_ran_once(answers, KEYS, CALLERS_PER_KEY, gunicorn.log())
@@ -62,6 +63,7 @@ def test_duplicates_wait_for_the_first_attempts_commit_and_are_replayed(gunicorn
     assert set(Receipt.objects.values_list("status", flat=True)) == {"completed"}
 
 
+@pytest.mark.slow
 def test_an_exception_rolls_back_the_claim_too_so_the_next_attempt_runs(gunicorn):
     assert _post(gunicorn.url, "/explode", "atomic-boom").status_code == 500
     # The request's transaction held the receipt, its failure and the view's row: all gone.

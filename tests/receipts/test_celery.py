@@ -30,6 +30,8 @@ from django.db import connections
 from receipts.models import Attempt, Receipt
 from tests.qcluster import ROOT, database_url, kill_process, start_process, subprocess_env
 
+pytestmark = pytest.mark.slow
+
 HOST = Path(__file__).resolve().parent / "celery_host"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 # Not 0 (a developer's), nor 9 (tests/idemdash/test_redis_broker.py); every key a run makes

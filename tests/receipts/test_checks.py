@@ -76,11 +76,13 @@ def manage(project: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_a_host_without_the_outbox_and_no_use_of_it_checks_clean(tmp_path):
     done = manage(make_host(tmp_path), "check")
     assert done.returncode == 0 and "no issues" in done.stdout, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sign,host", [
     ("shop.outbox_actions", {"outbox_actions": True}),
     ("OUTBOX_MAX_ATTEMPTS", {"extra_settings": "OUTBOX_MAX_ATTEMPTS = 3\n"}),
@@ -94,6 +96,7 @@ def test_a_host_that_uses_the_outbox_without_its_app_fails_its_check_with_the_fi
         assert 'Add "receipts.outbox" to INSTALLED_APPS' in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ttl", ["0", "-60", "'3600'", "3600.5", "True", "timedelta(hours=1)"])
 def test_a_host_whose_operation_ttl_is_not_a_positive_number_of_seconds_fails_its_check(tmp_path, ttl):
     project = make_host(tmp_path, extra_settings=(
@@ -123,6 +126,7 @@ def test_every_kind_of_bad_policy_is_one_error_that_names_it(settings, rules, sa
     assert error.id == "receipts.E006" and says in error.msg
 
 
+@pytest.mark.slow
 def test_enqueue_without_the_outbox_app_raises_an_error_that_names_the_entry(tmp_path):
     project = make_host(tmp_path)
     assert manage(project, "migrate", "--noinput").returncode == 0
@@ -134,6 +138,7 @@ def test_enqueue_without_the_outbox_app_raises_an_error_that_names_the_entry(tmp
     assert "Unknown command: 'drain_outbox'" in manage(project, "drain_outbox").stderr
 
 
+@pytest.mark.slow
 def test_a_host_with_the_documented_entry_enqueues_and_drains(tmp_path):
     project = make_host(tmp_path, extra_settings=outbox_entry(), outbox_actions=True)
     migrated = manage(project, "migrate", "--noinput")

@@ -226,6 +226,7 @@ def _replaying(process: int, thread: int, start: threading.Barrier, out: list) -
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_compaction_racing_replays_from_threads_and_processes_never_answers_a_wrong_status():
     for key in RACE_KEYS:
@@ -269,6 +270,7 @@ def _claiming_new_lives(process: int, thread: int, start: threading.Barrier, out
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_compaction_racing_claims_of_expired_keys_never_compacts_a_new_life(settings):
     # Forked processes inherit these settings: expired receipts, due for compaction too.

@@ -27,6 +27,8 @@ from receipts import store, waiting
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_threads_of_forked_processes
 
+pytestmark = pytest.mark.slow
+
 KEYS = [f"order-{i:02d}" for i in range(20)]
 PROCESSES = 5
 THREADS = 6  # 5 x 6 = 30 callers per key

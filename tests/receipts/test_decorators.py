@@ -647,6 +647,7 @@ def test_an_unusable_prefer_wait_is_ignored(client, prefer):
     assert response.status_code == 201 and "Preference-Applied" not in response
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_prefer_wait_waits_for_the_first_attempt_and_replays_it(live_server):
     url = live_server.url + "/capture?sleep=1"
@@ -672,6 +673,7 @@ def test_prefer_wait_waits_for_the_first_attempt_and_replays_it(live_server):
 
 # --- real concurrency over HTTP ---------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
     callers = 20

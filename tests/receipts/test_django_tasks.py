@@ -19,6 +19,8 @@ from django.db import connections
 from receipts.models import Attempt, Receipt
 from tests.qcluster import database_url, start_process, stop_process, subprocess_env
 
+pytestmark = pytest.mark.slow
+
 WORKERS = 3
 
 

@@ -190,6 +190,7 @@ def test_an_async_step_given_to_run_once_is_refused_before_it_is_claimed():
     assert not Receipt.objects.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_longer_than_its_lease_keeps_it_while_it_runs(settings):
     """The lease is renewed by receipts/renewal.py (SQLite too: the step holds no transaction),
@@ -440,6 +441,7 @@ def _caller(effects: Path, thread: int, start: threading.Barrier, out: list) -> 
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_processes_and_threads_calling_run_once_on_the_same_keys_make_one_effect_per_key(tmp_path, settings):
     settings.RECEIPTS_MAX_WAITERS = THREADS  # every caller of a process may wait (the forks inherit it)
@@ -466,6 +468,7 @@ def _killed_child(provider: str, sent: str) -> None:
     receipts.run_once("invoice:9", "email.send", send, lease_seconds=1)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_killed_after_its_effect_is_run_again_with_the_same_downstream_key(tmp_path):
     provider, sent = tmp_path / "provider.log", tmp_path / "sent"
@@ -488,6 +491,7 @@ def test_a_step_killed_after_its_effect_is_run_again_with_the_same_downstream_ke
 
 # --- django-q2: a real qcluster runs a decorated task enqueued several times ----------------------
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_decorated_task_enqueued_again_and_again_runs_once_per_key_in_a_real_qcluster(tmp_path):
     from django_q.models import Success

@@ -119,6 +119,7 @@ def test_retry_on_differs_from_langgraphs_default_where_a_claim_changes_the_answ
     assert (default(TimeoutError()), receipts.langgraph.retry_on(TimeoutError())) == (False, True)
 
 
+@pytest.mark.slow
 def test_retry_on_imports_neither_langgraph_nor_django_until_it_asks_langgraphs_default():
     code = (
         "import sys\n"
@@ -183,6 +184,7 @@ def _worker_killed_after_the_send(checkpoints: str, crm_log: str, provider_log: 
     graph.invoke({"lead_id": "lead-7"}, {"configurable": {"thread_id": "campaign-1"}}, durability="sync")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_after_the_send_and_restarted_from_its_checkpoint_sends_one_email(tmp_path, settings):
     # A short lease, so the restart takes the dead attempt's key over in a second (the
@@ -211,6 +213,7 @@ def test_a_worker_killed_after_the_send_and_restarted_from_its_checkpoint_sends_
     assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_under_hold_a_restart_after_a_kill_after_the_send_stops_with_outcome_unknown_until_an_operator_resolves_it(
     tmp_path, settings

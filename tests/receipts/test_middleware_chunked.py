@@ -63,6 +63,7 @@ def problem_type(raw: bytes) -> str:
     return json.loads(raw)["type"].removeprefix("urn:idemdash:problem:")
 
 
+@pytest.mark.slow
 def test_a_chunked_body_reaches_a_decorated_view_and_is_fingerprinted_as_sent(gunicorn):
     body = json.dumps({"amount": 100, "note": "x" * 40_000}).encode()  # several chunks
     status, _, raw = capture(gunicorn.url, "chunked-1", body)
@@ -75,6 +76,7 @@ def test_a_chunked_body_reaches_a_decorated_view_and_is_fingerprinted_as_sent(gu
     assert AuditEntry.objects.filter(object_id="chunked-1").count() == 1
 
 
+@pytest.mark.slow
 def test_a_chunked_claim_is_read_whole(gunicorn):
     token = create_token("chunked")[1]
     body = json.dumps({"key": "chunked-claim", "operation": "x", "request": {"n": "y" * 30_000}}).encode()
@@ -84,6 +86,7 @@ def test_a_chunked_claim_is_read_whole(gunicorn):
     assert Receipt.objects.get(key="chunked-claim").request == {"n": "y" * 30_000}
 
 
+@pytest.mark.slow
 def test_a_validly_signed_chunked_stripe_delivery_is_stored(gunicorn):
     make_endpoint("stripe-chunked", "stripe", STRIPE_SECRET)
     body = json.dumps(stripe_event({"id": "pi_1", "pad": "z" * 50_000}, "payment_intent.succeeded")).encode()
@@ -94,6 +97,7 @@ def test_a_validly_signed_chunked_stripe_delivery_is_stored(gunicorn):
     assert not RejectedDelivery.objects.exists()
 
 
+@pytest.mark.slow
 def test_a_chunked_body_over_the_upload_limit_is_413_before_anything_runs(gunicorn):
     status, _, raw = capture(gunicorn.url, "chunked-big", b" " * (UPLOAD_LIMIT + 1))
     assert (status, problem_type(raw)) == (413, "payload-too-large")
@@ -105,6 +109,7 @@ def test_a_chunked_body_over_the_upload_limit_is_413_before_anything_runs(gunico
     assert not Receipt.objects.exists() and not AuditEntry.objects.filter(object_id="chunked-big").exists()
 
 
+@pytest.mark.slow
 def test_a_chunked_delivery_over_the_webhook_limit_is_413_and_recorded(gunicorn):
     make_endpoint("stripe-chunked", "stripe", STRIPE_SECRET)
     body = b" " * (WEBHOOK_LIMIT + 1)
@@ -115,6 +120,7 @@ def test_a_chunked_delivery_over_the_webhook_limit_is_413_and_recorded(gunicorn)
     assert not WebhookEvent.objects.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", [("k-1", "k-2"), ("k-1", "k-1"), ('"k-1"', '"k-2"')])
 def test_an_idempotency_key_header_sent_twice_is_400_invalid(gunicorn, values):
     headers = [("Content-Type", "application/json"), *(("Idempotency-Key", value) for value in values)]

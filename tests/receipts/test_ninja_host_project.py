@@ -23,7 +23,7 @@ import pytest
 
 from tests.receipts.host_project import GUNICORN, WSGI, HostDatabase, HostProject
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.django_db]
 
 SETTINGS = '''
 import os

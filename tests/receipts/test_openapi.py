@@ -322,6 +322,7 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)
 def test_schemathesis_finds_no_server_error_and_no_undescribed_answer(live, tmp_path):

@@ -114,6 +114,7 @@ def _killed_child(reached: str) -> None:
     receipts.run_once("pay:7", "payments.charge", charge_then_hang, lease_seconds=1)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_an_attempt_killed_mid_step_leaves_no_references_and_the_next_attempt_stores_its_own(tmp_path):
     killed_once_it_reaches(_killed_child, (str(tmp_path / "reached"),), tmp_path / "reached")
@@ -123,6 +124,7 @@ def test_an_attempt_killed_mid_step_leaves_no_references_and_the_next_attempt_st
     assert stored() == [("stripe.charge", "ch_rerun"), ("order", "1042")]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_of_threads_racing_on_one_key_only_the_one_that_ran_leaves_references():
     threads, ran, errors = 6, [], []

@@ -442,6 +442,7 @@ def gunicorn(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.slow
 def test_concurrent_callers_in_several_processes_get_one_effect_per_key(gunicorn):
     answers = same_keys_at_once(
         lambda key: httpx.post(gunicorn.url + "/single?sleep=0.3", json={"n": 1}, headers={"Idempotency-Key": key},
@@ -455,6 +456,8 @@ def test_concurrent_callers_in_several_processes_get_one_effect_per_key(gunicorn
     assert not {"in_progress", "lease_takeover"} & set(outcomes)
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 def test_a_worker_killed_mid_view_leaves_nothing_and_the_retry_runs_once(gunicorn, tmp_path):
     for round_no in range(3):
         key = f"killed-{round_no}"

@@ -541,6 +541,7 @@ def test_a_claims_duration_counts_its_wait_on_a_lock():
     assert Attempt.objects.get(key="locked").claim_ms >= 300
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wait():
     """`waited_ms` is the first attempt's time; `claim_ms` is the claim's own work."""

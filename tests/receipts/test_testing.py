@@ -110,6 +110,7 @@ def test_an_idempotent_view_sent_twice_with_one_key_answers_the_replay_of_its_fi
     assert len(provider.calls()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.urls("tests.receipts.view_kinds_urls")
 @pytest.mark.parametrize("path", ["/api-view", "/orders", "/ninja/capture"])
@@ -139,6 +140,7 @@ def test_a_step_called_from_eight_threads_at_once_makes_one_effect(provider):
     assert len(provider.calls()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_called_from_threads_of_forked_processes_at_once_makes_one_effect(provider, settings):
     settings.RECEIPTS_MAX_WAITERS = 6  # every caller may wait for the first (the forks inherit it)
@@ -148,6 +150,7 @@ def test_a_step_called_from_threads_of_forked_processes_at_once_makes_one_effect
     assert Receipt.objects.get().status == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("processes", [0, 2])
 def test_a_step_without_a_claim_called_at_once_fails(provider, processes):
@@ -157,6 +160,7 @@ def test_a_step_without_a_claim_called_at_once_fails(provider, processes):
     assert len(provider.calls()) == (4 if processes else 2)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_effects_counted_in_a_list_of_this_process_fail_with_a_hint_under_processes(provider):
     sent: list[int] = []  # each forked process appends to its own copy
@@ -197,6 +201,7 @@ def test_callers_on_other_connections_are_refused_in_a_test_that_runs_in_a_trans
 
 # --- killed right after its effect ---------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_killed_after_its_effect_is_retried_with_the_key_it_sent(provider):
     crash = assert_survives_crash_after_effect(charging(provider), provider)
@@ -209,6 +214,7 @@ def test_a_step_killed_after_its_effect_is_retried_with_the_key_it_sent(provider
     assert (receipt.status, receipt.attempts) == ("completed", 2)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.urls("tests.receipts.testing_urls")
 def test_a_view_killed_after_its_effect_is_retried_with_the_key_it_sent(provider):
@@ -217,6 +223,7 @@ def test_a_view_killed_after_its_effect_is_retried_with_the_key_it_sent(provider
     assert crash.result.status_code == 201
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_that_sends_the_provider_no_key_fails_after_a_crash(provider):
     def charge() -> dict:
@@ -226,6 +233,7 @@ def test_a_step_that_sends_the_provider_no_key_fails_after_a_crash(provider):
         assert_survives_crash_after_effect(lambda: receipts.run_once("charge:1", "payment.charge", charge), provider)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_keyed_anew_on_every_attempt_fails_after_a_crash(provider):
     def charge() -> dict:
@@ -238,12 +246,14 @@ def test_a_step_keyed_anew_on_every_attempt_fails_after_a_crash(provider):
     assert len(set(provider.keys())) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_called_outside_any_claim_fails_after_a_crash(provider):
     with pytest.raises(AssertionError, match="outside any claim"):
         assert_survives_crash_after_effect(charging_every_time(provider), provider)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_that_never_reaches_the_provider_fails_after_a_crash(provider):
     with pytest.raises(AssertionError, match="without calling the provider"):
@@ -257,6 +267,7 @@ def holding(settings):
     settings.RECEIPTS_OPERATIONS = {"payment.charge": {"after_crash": "hold"}}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_held_step_killed_after_its_effect_is_outcome_unknown_until_resolved_and_then_replays(provider, holding):
     held = assert_held_after_crash(charging(provider), provider, retries=3)
@@ -270,6 +281,7 @@ def test_a_held_step_killed_after_its_effect_is_outcome_unknown_until_resolved_a
     assert len(provider.calls()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.urls("tests.receipts.testing_urls")
 def test_a_held_view_killed_after_its_effect_answers_409_outcome_unknown(provider, holding):
@@ -277,12 +289,14 @@ def test_a_held_view_killed_after_its_effect_answers_409_outcome_unknown(provide
     assert held.receipt.key == "order-42" and len(provider.calls()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_step_that_runs_again_after_a_crash_fails_the_hold_assertion(provider):
     with pytest.raises(AssertionError, match=r'returned .*not outcome-unknown.*after_crash": "hold"'):
         assert_held_after_crash(charging(provider), provider)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_held_step_fails_the_rerun_assertion_naming_the_hold_helper(provider, holding):
     with pytest.raises(AssertionError, match="assert_held_after_crash"):
@@ -290,6 +304,7 @@ def test_a_held_step_fails_the_rerun_assertion_naming_the_hold_helper(provider, 
     assert len(provider.calls()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_idempotency_fixture_asserts_the_hold_with_its_provider(idempotency, holding):
     held = idempotency.assert_held_after_crash(charging(idempotency.provider))
@@ -318,6 +333,7 @@ def test_the_idempotency_fixture_counts_its_own_providers_effects(idempotency):
         idempotency.assert_runs_once(lambda: idempotency.provider())
 
 
+@pytest.mark.slow
 def test_the_plugin_imports_no_django_and_leaves_a_pytest_run_without_django_alone(tmp_path):
     imported = subprocess.run(
         [sys.executable, "-c", "import sys, receipts.pytest_plugin; print('django' in sys.modules)"],

@@ -320,6 +320,7 @@ def test_the_system_check_names_an_async_view_whose_dispatch_is_decorated():
 
 # --- DRF stays optional -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_no_module_of_the_app_but_receipts_drf_imports_drf():
     code = (
         "import django, pkgutil, importlib, sys; django.setup(); import receipts;"

@@ -25,6 +25,7 @@ def _complete_later(key: str, token: int, delay: float) -> None:
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_waiter_gets_the_replay_and_reads_the_database_only_a_few_times():
     first = store.claim(SCOPE, "w1", "email.send", {}, lease_seconds=60)
@@ -53,6 +54,7 @@ def test_a_waiter_gives_up_with_in_progress_after_its_wait_and_the_log_keeps_its
     assert (logged.outcome, logged.waited_ms) == ("in_progress", result.waited_ms)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_waiter_answered_with_the_result_is_logged_as_waited_not_replayed():
     first = store.claim(SCOPE, "w5", "email.send", {}, lease_seconds=60)
@@ -226,6 +228,7 @@ def _wait_in_thread(key: str, results: list) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(settings):
     settings.RECEIPTS_MAX_WAITERS = 1

@@ -120,6 +120,7 @@ def test_receiving_an_endpoint_without_secrets_or_an_unknown_slug():
     assert endpoints.receiving("nope") is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
 def test_a_running_worker_runs_nothing_of_a_paused_endpoint_and_everything_once_after_resume(client, tmp_path):

@@ -259,6 +259,7 @@ def test_a_retry_storm_stores_each_event_once_counts_every_delivery_and_runs_eac
     run_storm(tmp_path, registry, events=200, repeats=10)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_small_retry_storm_holds_on_either_database(tmp_path, registry):
     run_storm(tmp_path, registry, events=20, repeats=5)

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 # --- no Django ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_client_imports_without_django():
     code = (
         "import sys\n"
@@ -176,6 +177,7 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
             idem.run_once("k", "email.send", lambda: "never")
 
 
+@pytest.mark.slow
 def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
     def step() -> str:
@@ -211,6 +213,7 @@ class _FirstHeartbeatUnanswered(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first_beat", ["answered", "unanswered"])
 def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(
     live_server, transactional_db, settings, silent_port, first_beat

@@ -76,6 +76,7 @@ def test_retry_after_may_be_an_http_date():
     assert actions.parse_retry_after("garbage", now) is None
 
 
+@pytest.mark.slow
 def test_http_post_retries_a_timeout():
     ctx = ActionContext(key="slow", scope="", attempt=1, timeout=0.2)
     with running_receiver(respond(200, hold=1.0)) as receiver, pytest.raises(RetryableError, match="Timeout"):

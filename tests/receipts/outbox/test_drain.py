@@ -92,6 +92,7 @@ def test_a_requeued_dead_message_is_sent_by_the_next_drain():
     assert receiver.requests == {"msg-0000": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_drain_out_of_time_releases_what_it_claimed_but_did_not_start():
     with running_receiver(lambda key, nth, body: (200, {}, 0.6)) as receiver:
@@ -166,6 +167,7 @@ def test_four_drainer_processes_send_every_message_once_despite_503s_on_postgres
     run_drainers(settings, count=240)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_four_drainer_processes_send_every_message_once_despite_503s(settings):
     run_drainers(settings, count=60)
@@ -181,6 +183,7 @@ def _drain_once() -> None:
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_messages_of_a_drainer_killed_mid_batch_are_sent_after_its_lease_expires(settings):
     settings.OUTBOX_LEASE_SECONDS = 3
@@ -248,6 +251,7 @@ def _drain_with_registry(unregister: list[str], results) -> None:
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_drainer_processes_with_different_registries_each_claim_only_their_own_actions():
     # One table, two projects draining it at once: the host's worker knows host.ship,

@@ -175,6 +175,7 @@ def _drainers(processes: int, seconds: float) -> None:
     assert [p.exitcode for p in drainers] == [0] * processes
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_drainer_processes_send_nothing_of_a_paused_host_and_everything_once_after_resume(two_local_hosts):
     with running_receiver() as receiver:
@@ -196,6 +197,7 @@ def test_drainer_processes_send_nothing_of_a_paused_host_and_everything_once_aft
     assert set(OutboxMessage.objects.values_list("attempts", flat=True)) == {1}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
 def test_a_running_worker_sends_nothing_of_a_paused_host_and_drains_it_after_resume(tmp_path):

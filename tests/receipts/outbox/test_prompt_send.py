@@ -21,7 +21,7 @@ from tests.qcluster import kill_process, signal_stop, start_qcluster
 
 from .receiver import running_receiver
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 def test_a_message_is_sent_right_after_its_commit_with_no_schedule_installed(tmp_path):
