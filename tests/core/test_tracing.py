@@ -219,6 +219,7 @@ def until_exported(worker, received: list, names: set[str], within: float = 60) 
         time.sleep(0.25)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, spans, tmp_path):
@@ -247,6 +248,7 @@ def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, sp
     assert outcome in ("completed", "ignored")
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_qclusters_drain_and_sweep_continue_the_traces_kept_on_the_rows(client, spans, tmp_path):

@@ -188,6 +188,7 @@ def test_a_connection_lost_while_logging_the_api_claim_stores_neither_and_the_re
     assert completions(key) == 1
 
 
+@pytest.mark.slow
 def test_a_caller_that_never_received_its_committed_claim_retries_into_a_lease_takeover(api):
     """The claim committed but its answer was lost on the way (the connection dropped after
     the commit): the caller never learnt its token. Its retry is refused while the lease

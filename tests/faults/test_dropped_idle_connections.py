@@ -18,7 +18,7 @@ from django.db import connection
 from idemdash.core.clients import create_token
 from tests.qcluster import CHILD_APPLICATION_NAME, database_url, free_port, start_process, stop_process, subprocess_env
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(120)]
 WORKERS, THREADS, CALLERS = 3, 4, 8
 
 

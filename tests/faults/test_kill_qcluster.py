@@ -37,7 +37,7 @@ from tests.qcluster import ROOT, free_port, kill_process, start_qcluster
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
 SECRET = "whsec_fault_kill_qcluster_0000"
 # docs/architecture.md, section 2: a lease (20 s) plus the tick (5 s) plus the time to take the

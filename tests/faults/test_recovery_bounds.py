@@ -30,7 +30,7 @@ from tests.qcluster import CHILD_APPLICATION_NAME, free_port, kill_process, sign
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
 
 SECRET = "whsec_fault_recovery_bounds_00"
 # docs/architecture.md, section 2: the sweep's tick (5 s), the pusher's look at the broker,

@@ -38,7 +38,7 @@ from tests.qcluster import ROOT, database_url, free_port, start_process, stop_pr
 # pip installs (CI's load average reached 14), they did not always, and leases lapsed: taken
 # over and fenced as they should be (each extra run matched a LeaseLost), but not what this test
 # measures.
-pytestmark = [pytest.mark.postgres, pytest.mark.alone, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone, pytest.mark.timeout(240)]
 
 KEYS, CALLERS_PER_KEY = 20, 30
 # A storm's calls must all have ended by then (the client's own retry budget is longer).

@@ -23,6 +23,8 @@ from idemdash.devtools.models import Fulfilment
 from tests.qcluster import database_url, free_port, start_qcluster, stop_process
 from webhooks.models import WebhookEvent
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 # Not 0, which a local `make demo` with REDIS_URL would use; the queue name is unique per run

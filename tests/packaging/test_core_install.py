@@ -27,7 +27,7 @@ from tests.packaging.source import copy_source
 
 INSTALL = marked_blocks("install.md", "install")
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(240)]
 
 # What a core install must not pull in (each is an extra).
 EXTRAS_ONLY = {"django-q2", "stripe", "plotly", "honcho", "gunicorn", "psycopg", "psycopg-binary", "django-htmx",
@@ -51,7 +51,6 @@ def installed(venv: Path) -> set[str]:
     return {p["name"].lower() for p in listing}
 
 
-@pytest.mark.slow
 def test_the_core_install_pulls_in_no_extra(venv):
     packages = installed(venv)
     assert {"django", "rfc8785", "httpx", "idemdash", "idemdash-client"} <= packages
@@ -120,7 +119,6 @@ def check_the_contract(host: Host, client: httpx.Client) -> None:
     assert receipt.strip() == "7"
 
 
-@pytest.mark.slow
 def test_a_host_project_on_sqlite_follows_the_guide(make_server, tmp_path):
     host, client = make_server(
         f'DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{tmp_path / "host.sqlite3"}"}}}}'

@@ -24,7 +24,7 @@ from tests.receipts.test_decorators import rows
 from tests.receipts.view_kinds_urls import release_hold
 from tests.uvicorn import Uvicorn
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 BODY = b'{"amount": 5}'
 

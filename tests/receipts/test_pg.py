@@ -105,6 +105,7 @@ def test_a_burned_failure_replays_on_the_fast_path_and_a_mismatch_does_not():
     assert Attempt.objects.get(scope=SCOPE, key="k2", outcome="mismatch").request == {"n": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_stale_token_settles_nothing_and_is_logged():
     first = store.claim(SCOPE, "k3", "email.send", {}, lease_seconds=1)
@@ -150,6 +151,7 @@ def _hold_uncommitted_insert(dsn: dict, key: str, fingerprint: str, status: str,
         conn.commit()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("status,expected,logged", [("completed", "replayed", "waited"),
                                                      ("processing", "in_progress", "in_progress")])
@@ -228,6 +230,7 @@ def test_nothing_is_prepared_on_a_connection_per_request_or_when_turned_off(monk
     assert not [s for s in _prepared_here() if "receipts_receipt" in s]
 
 
+@pytest.mark.slow
 def test_the_settings_allow_prepared_statements_unless_turned_off():
     import subprocess
     import sys

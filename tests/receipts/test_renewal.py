@@ -18,7 +18,7 @@ from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls
 from tests.receipts.view_kinds_urls import ASYNC_VIEWS, CONTRACT_VIEWS
 
-pytestmark = [pytest.mark.urls("tests.receipts.view_kinds_urls"), pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.urls("tests.receipts.view_kinds_urls"), pytest.mark.postgres]
 
 
 @pytest.fixture(autouse=True)

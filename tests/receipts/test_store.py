@@ -302,6 +302,7 @@ def test_a_settlement_sent_again_after_it_landed_is_done_and_logged_once(settle)
     assert (again.response_body, again.error, again.completed_at) == (settled.response_body, settled.error, settled.completed_at)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_once():
     """The retry's UPDATE waits on the row its first try holds, and finds it settled when that
@@ -507,6 +508,7 @@ def test_every_claim_outcome_logs_how_long_it_took_and_no_settle_does():
             assert 0 < ms < 5000, (outcome, ms)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_claims_duration_counts_its_wait_on_a_lock():
     """The key's row is held by another transaction (inserted, deleted, not committed yet) for

@@ -91,6 +91,7 @@ def _complete_in_child(key: str, token: int) -> None:
     connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(no_fallback_timer):
@@ -130,6 +131,7 @@ def test_on_postgresql_settling_a_receipt_nobody_waits_for_sends_no_notify():
     assert _notifications_during(lambda: store.complete(SCOPE, "quiet", first.token, body="done")) == []
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_waiter_asks_for_the_notify_that_wakes_it():
@@ -159,6 +161,7 @@ def _settle_and_hold(key: str, token: int, settled, release) -> None:
         connections.close_all()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(no_fallback_timer):
@@ -197,6 +200,7 @@ def _until(predicate, seconds: float = 10):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_lost_listen_connection_is_one_warning_line_and_comes_back(caplog):

@@ -252,6 +252,7 @@ def run_storm(tmp_path: Path, registry, events: int, repeats: int) -> None:
     assert not RejectedDelivery.objects.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_retry_storm_stores_each_event_once_counts_every_delivery_and_runs_each_handler_once(tmp_path, registry):

@@ -38,6 +38,7 @@ def test_the_task_timeout_is_below_the_broker_retry_and_a_lease_that_cannot_be_r
         assert processing.lease_seconds() == settings.WEBHOOKS_LEASE_SECONDS == 20
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_real_qcluster_processes_a_received_event(client):

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 HAS_DRF_IDEMPOTENCY = importlib.util.find_spec("drf_idempotency") is not None
 

@@ -17,7 +17,7 @@ from django.conf import settings
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS
 from idemdash.devtools.bench.inprocess import BREAKDOWN_PATHS, PATHS
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
 def _inprocess(*options: str) -> list[str]:

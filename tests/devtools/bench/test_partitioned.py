@@ -47,6 +47,7 @@ def test_the_claim_table_is_hash_partitioned_by_its_primary_key(conninfo):
     assert parts == partitioned.CLAIM_PARTITIONS and strategy == "h"
 
 
+@pytest.mark.slow
 def test_processes_racing_on_the_same_keys_claim_each_exactly_once(conninfo):
     keys = [f"race-{n}" for n in range(200)]
     racers = partitioned.Racers(conninfo, 4, SCHEMA)

@@ -161,6 +161,7 @@ def run_drainers(settings, count: int, processes: int = 4) -> None:
     assert OutboxAttempt.objects.values("drainer").distinct().count() > 1
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_four_drainer_processes_send_every_message_once_despite_503s_on_postgres(settings):
