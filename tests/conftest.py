@@ -14,10 +14,32 @@ from django.db import connection
 from django.test import Client
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--database-tests-only", action="store_true",
+        help="deselect the tests that use no database: .ci/run's stages on a second database "
+             "(they ran on SQLite already, on the same Python and Django)",
+    )
+
+
+# pytest-django's fixtures that give a test the database (every test sets the test database
+# up: receipts/pytest_plugin.py closes the LISTEN connection before it is dropped).
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server"}
+
+
+def uses_a_database(item: pytest.Item) -> bool:
+    return item.get_closest_marker("django_db") is not None or bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`postgres` tests run only on PostgreSQL. Under .ci/run's PostgreSQL pass
     (IDEMDASH_REQUIRE_POSTGRES=1) a database that is not PostgreSQL is an error, not a skip."""
     from django.conf import settings
+
+    if config.getoption("--database-tests-only"):
+        kept = [item for item in items if uses_a_database(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not uses_a_database(item)])
+        items[:] = kept
 
     on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
     if os.environ.get("IDEMDASH_REQUIRE_POSTGRES") == "1" and not on_postgres:

@@ -73,6 +73,7 @@ def test_an_exception_rolls_back_the_claim_too_so_the_next_attempt_runs(gunicorn
     assert not Attempt.objects.filter(key="atomic-boom").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the row lock a duplicate's insert waits on: PostgreSQL")
 def test_a_duplicate_whose_claim_waited_on_the_uncommitted_first_attempt_is_logged_waited():
     """The request transaction ATOMIC_REQUESTS opens, held by hand: the first attempt claims
