@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import os
 import re
 import textwrap
 from collections.abc import Iterator
@@ -179,8 +180,14 @@ def resolve(reference: str, page: Path, tracked: list[str]) -> Path | None:
 
 @functools.cache
 def repository_files() -> list[str]:
+    # Walked with the skipped folders pruned, not filtered after: .venv alone holds tens of
+    # thousands of files.
     skipped = {".venv", ".git", "var", "node_modules", "__pycache__"}
-    return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and not skipped & set(p.parts)]
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if name not in skipped]
+        found += [str(Path(folder, name).relative_to(ROOT)) for name in files]
+    return found
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
