@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.qcluster import ROOT, database_url, free_port, signal_group, subprocess_env
+from tests.waits import until
 
 
 class Gunicorn:
@@ -48,17 +48,20 @@ class Gunicorn:
         self._wait_until_up()
 
     def _wait_until_up(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def answers() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{type(self).__name__} exited at start:\n{self.log()}")
             try:
                 httpx.get(self.url + "/admin/login/", timeout=2)
-                return
+                return True
             except httpx.HTTPError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{type(self).__name__} did not answer within 30 s:\n{self.log()}")
+                return False
+
+        try:
+            until(answers, f"{type(self).__name__} to answer", within=60, every=0.1, log=self.log_path)
+        except AssertionError:
+            self.stop()
+            raise
 
     def answered_by(self) -> list[tuple[str, int]]:
         lines = self.log_path.with_suffix(".access").read_text().split("\n")

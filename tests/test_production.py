@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ from django.conf import settings
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
 from tests.qcluster import signal_group
+from tests.waits import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 ROOT = Path(settings.BASE_DIR)
@@ -99,14 +99,15 @@ def production_env(tmp_path, database_url) -> dict[str, str]:
 
 
 def _wait_for(url: str, process: subprocess.Popen, log: Path, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
+    def answers() -> bool:
+        assert process.poll() is None, log.read_text()[-3000:]
         try:
             httpx.get(url, timeout=2)
-            return
+            return True
         except httpx.TransportError:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+            return False
+
+    until(answers, f"{url} to answer", within=seconds, every=0.2, log=log)
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from idemdash.core.clients import create_token
+from tests.browsers import browser  # noqa: F401 (the fixture: Chromium, shared with the browser tests beside this one)
 from idemdash_client import IdempotencyClient, make_key, tool_call_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,8 +134,6 @@ def test_the_packed_package_installs_imports_and_type_checks_in_another_project(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-CHROMIUM = "/usr/bin/chromium"
-
 # The page a browser imports the package into: without a bundler, an import map names where
 # its dependency is, as a page serving the package as it is must.
 BROWSER_PAGE = """<!doctype html><script type="importmap">
@@ -154,29 +153,18 @@ BROWSER_CHECK = """async () => {
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_built_package_runs_in_a_browser_with_the_same_keys(built):
+def test_the_built_package_runs_in_a_browser_with_the_same_keys(built, browser):
     """The package in Chromium, imported as an ES module from a plain static server: the keys
     and canonical JSON of every vector, a client, a typed error. (Its calls to the API are not
     made here: the API sends no CORS headers, so a page calls it from its own origin.)"""
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("IDEMDASH_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (or run .ci/run)")
-    from playwright.sync_api import sync_playwright
-
     handler = functools.partial(QuietFiles, directory=str(ROOT / "clients"))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
-            try:
-                page = browser.new_page()
-                page.route("**/page.html", lambda route: route.fulfill(body=BROWSER_PAGE, content_type="text/html"))
-                page.goto(f"http://127.0.0.1:{server.server_port}/page.html")
-                result = page.evaluate(BROWSER_CHECK)
-            finally:
-                browser.close()
+        page = browser.new_page()
+        page.route("**/page.html", lambda route: route.fulfill(body=BROWSER_PAGE, content_type="text/html"))
+        page.goto(f"http://127.0.0.1:{server.server_port}/page.html")
+        result = page.evaluate(BROWSER_CHECK)
     finally:
         server.shutdown()
         server.server_close()

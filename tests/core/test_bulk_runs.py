@@ -32,6 +32,7 @@ from receipts.outbox import drain  # noqa: E402
 from receipts.outbox import store as outbox_store  # noqa: E402
 from receipts.outbox.models import OutboxMessage  # noqa: E402
 from tests.dashboard.build import outbox_message  # noqa: E402
+from tests.waits import until  # noqa: E402
 
 SEND_AGAIN = "outbox_message.send_again"
 
@@ -211,9 +212,7 @@ def test_a_worker_killed_mid_run_loses_no_item_and_the_resumed_run_does_none_twi
     child = ctx.Process(target=_advance_in_child, args=(run.pk, go))
     child.start()
     go.set()
-    deadline = time.monotonic() + 60
-    while run.items.filter(status="done").count() < 30 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until(lambda: run.items.filter(status="done").count() >= 30, "30 items done", within=60, every=0.01)
     os.kill(child.pid, signal.SIGKILL)  # wherever it is: between items or inside one's transaction
     child.join(10)
     done_at_kill = run.items.filter(status="done").count()

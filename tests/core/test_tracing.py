@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import json
 import threading
-import time
 
 import pytest
 from django.db import connection, connections
@@ -31,6 +30,7 @@ from tests.otel import named, otlp_collector, recorded_spans
 from tests.qcluster import start_qcluster, stop_process
 from tests.receipts.test_decorators import post
 from tests.receipts.outbox.receiver import running_receiver
+from tests.waits import until
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks import processing
 from webhooks.models import WebhookEvent
@@ -212,11 +212,11 @@ def traced_qcluster(tmp_path, **env: str):
 def until_exported(worker, received: list, names: set[str], within: float = 60) -> None:
     """Wait until the collector has a span of each name (or the worker exits, or time is up:
     the caller's assertions then say what is missing)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and worker.poll() is None:
-        if names <= {span.name for _, span in received}:
-            return
-        time.sleep(0.25)
+    try:
+        until(lambda: worker.poll() is not None or names <= {span.name for _, span in received}, "the spans",
+              within=within, every=0.25)
+    except AssertionError:
+        pass  # the caller's assertions say what is missing
 
 
 @pytest.mark.slow

@@ -5,50 +5,17 @@ Screenshots go to var/screenshots/ for a human to look at.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
-from django.conf import settings
 from playwright.sync_api import expect
 from django.contrib.auth.models import Group
 from django.db import connections
 
 from receipts.models import Receipt
 from webhooks.models import WebhookEvent
+from tests.browsers import SHOTS, browser  # noqa: F401 (the fixture, which the other browser tests import from here too)
 from tests.dashboard.build import completed, failed, mismatched, outbox_message, stuck, waited_for, webhook_event
 
-# Playwright's sync API runs an event loop in this thread; Django then refuses ORM calls
-# from it unless told that this is deliberate (documented pytest-django workaround).
-# Even so, an ORM call made while Playwright runs gets a connection of its own (Django's
-# connections are context-local) that nobody closes, so the data is made before the
-# browser starts, and the one read during the test closes what it opened.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
-
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def browser():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("IDEMDASH_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (or run .ci/run)")
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"],
-        )
-        yield b
-        b.close()
 
 
 @pytest.fixture
@@ -79,8 +46,15 @@ def charts_drawn(page, count: int) -> None:
     page.locator(".js-plotly-plot .main-svg").nth(count - 1).wait_for(state="attached")
 
 
+def next_poll(page) -> None:
+    """Bring the overview's and the lists' next 15 s poll now: the test holds the page's clock
+    (page.clock.install() before the page loaded) and jumps it forward, rather than wait."""
+    page.clock.fast_forward(15_000)
+
+
 def read_in_place(fn):
-    """Run `fn` on fresh connections of this thread, closed again after it. Fresh before too:
+    """Run `fn` on fresh connections of this thread, closed again after it (tests/browsers.py
+    says why a connection opened while Playwright runs needs closing). Fresh before too:
     in one CI run the test thread's connection, idle for the minute a simulator ran, had been
     terminated (AdminShutdown) by the time a roll-up used it (by a late killpg of a reaped
     process's pid, since made safe: tests/qcluster.py:signal_group), and a web request or a

@@ -10,7 +10,7 @@ import pytest
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import Alert, AlertRule
 from tests.dashboard.build import stuck
-from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
+from tests.dashboard.test_browser import SHOTS, browser, next_poll, operator, operator_page, read_in_place  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -42,6 +42,7 @@ def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_pa
     assert "Stuck rows" in page.inner_text("table.data") and "ok" in page.inner_text("table.data")
 
     # The overview, quiet; then a worker dies holding a key, and the schedule evaluates.
+    page.clock.install()
     page.goto(live_server.url + "/?window=1h")
     assert page.locator(".alert-panel").count() == 0
     read_in_place(lambda: stuck("order-stuck"))
@@ -49,7 +50,8 @@ def test_an_operator_creates_a_rule_and_sees_it_fire_on_the_overview(operator_pa
     assert len(result.fired) == 1
     # The 15 s poll brings the alert in, without a reload.
     page.evaluate("window.__stayed = true")
-    page.wait_for_selector(".alert-panel [role=alert]", timeout=25_000)
+    next_poll(page)
+    page.wait_for_selector(".alert-panel [role=alert]")
     assert "1 ALERT FIRING" in page.inner_text(".alert-panel").upper()
     assert "Stuck rows" in page.inner_text(".alert-panel")
     assert page.evaluate("window.__stayed") is True
@@ -121,13 +123,15 @@ def test_the_alert_history_brings_a_new_alert_in_by_itself_keeping_its_filters(o
         name="Stuck rows", metric="stuck_rows", threshold=0, window_minutes=60, channel="email", target="ops@example.com"))
     read_in_place(lambda: AlertRule.objects.create(
         name="Also stuck", metric="stuck_rows", threshold=0, window_minutes=60, channel="email", target="ops@example.com"))
+    page.clock.install()
     page.goto(f"{live_server.url}/alerts/?rule={watched.pk}&state=firing")
     assert page.locator("tr[data-alert]").count() == 0
     page.evaluate("window.__stayed = true")
 
     read_in_place(lambda: stuck("order-stuck-history"))
     assert len(read_in_place(alerts.evaluate).fired) == 2  # both rules fire; the filter shows one
-    page.wait_for_selector('tr[data-state="firing"]', timeout=25_000)
+    next_poll(page)
+    page.wait_for_selector('tr[data-state="firing"]')
     assert page.locator("tr[data-alert]").count() == 1
     assert "Stuck rows" in page.inner_text("#alert-table") and "Also stuck" not in page.inner_text("#alert-table")
     assert page.evaluate("window.__stayed") is True

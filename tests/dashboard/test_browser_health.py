@@ -22,6 +22,7 @@ from tests.dashboard.test_browser import (  # noqa: F401
     SHOTS,
     browser,
     charts_drawn,
+    next_poll,
     operator,
     operator_page,
     read_in_place,
@@ -104,6 +105,7 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
     assert drawn["claim p50"] > 0 and drawn["claim p99"] > 0 and drawn["send p50"] > 0, drawn
     page.locator("figure:has(#chart-latency)").screenshot(path=SHOTS / "health-latency-chart.png")
     page.locator("figure:has(#chart-backlog)").screenshot(path=SHOTS / "health-backlog-chart.png")
+    page.clock.install()
     page.goto(live_server.url + "/?window=1h")
 
     # The partner starts refusing every post with a permanent 403: the next drain sends
@@ -119,7 +121,8 @@ def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_wi
     assert read_in_place(partner_outage) == 8
     # No reload: the overview's 15 s poll brings the red line in.
     page.evaluate("window.__stayed = true")
-    page.wait_for_selector('.health-line[data-health="bad"]', timeout=25_000)
+    next_poll(page)
+    page.wait_for_selector('.health-line[data-health="bad"]')
     assert page.evaluate("window.__stayed") is True
     problem = page.locator('.health-line li[data-health="bad"] a', has_text="Dead outbox messages")
     assert problem.get_attribute("href") == "/outbox/?status=dead"

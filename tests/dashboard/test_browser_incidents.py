@@ -12,7 +12,7 @@ from idemdash.dashboard import alerts
 from idemdash.dashboard.models import AlertRule, Incident
 from receipts.models import AuditEntry
 from tests.dashboard.build import stuck
-from tests.dashboard.test_browser import SHOTS, browser, operator, operator_page, read_in_place  # noqa: F401
+from tests.dashboard.test_browser import SHOTS, browser, next_poll, operator, operator_page, read_in_place  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -92,12 +92,14 @@ def test_the_incident_list_brings_a_new_incident_in_by_itself_keeping_its_filter
     """The list polls like the other lists: open on the firing incidents, it shows the one that
     opens while it is open, without a reload and with its filter kept."""
     page = operator_page
+    page.clock.install()
     page.goto(f"{live_server.url}/incidents/?state=firing")
     assert page.locator("tr[data-incident]").count() == 0
     page.evaluate("window.__stayed = true")
 
     pk = read_in_place(_evil_rule_fires)
-    page.wait_for_selector(f'tr[data-incident="{pk}"]', timeout=25_000)
+    next_poll(page)
+    page.wait_for_selector(f'tr[data-incident="{pk}"]')
     assert page.locator('tr[data-incident] [data-incident-state="firing"]').count() == 1
     assert page.evaluate("window.__stayed") is True
     assert page.locator("select[name=state]").input_value() == "firing"

@@ -17,6 +17,7 @@ from django.db import connection
 
 from idemdash.core.clients import create_token
 from tests.qcluster import CHILD_APPLICATION_NAME, database_url, free_port, start_process, stop_process, subprocess_env
+from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(120)]
 WORKERS, THREADS, CALLERS = 3, 4, 8
@@ -44,18 +45,21 @@ def _kill_idle_backends() -> tuple[float, float, int]:
         idle = [pid for (pid,) in cursor.fetchall()]
         cursor.execute("SELECT pid FROM unnest(%s::int[]) AS pid WHERE pg_terminate_backend(pid)", [idle])
         killed = [pid for (pid,) in cursor.fetchall()]
-        while True:
+
+        def gone() -> bool:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [killed])
-            if cursor.fetchone()[0] == 0:
-                return started, time.monotonic(), len(killed)
-            time.sleep(0.005)
+            return cursor.fetchone()[0] == 0
+
+        until(gone, "the terminated backends to be gone", every=0.005)
+        return started, time.monotonic(), len(killed)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_starts_after(tmp_path):
     _, token = create_token("dropped-idle")
     port = free_port()
-    server = _start_gunicorn(port, tmp_path / "gunicorn.log")
+    log = tmp_path / "gunicorn.log"
+    server = _start_gunicorn(port, log)
     results: list[tuple[float, float, int]] = []  # (started, ended, status)
     stop = threading.Event()
 
@@ -75,23 +79,27 @@ def test_killing_the_idle_connections_of_a_live_server_fails_no_request_that_sta
                 results.append((started, time.monotonic(), status))
 
     try:
-        deadline = time.monotonic() + 30
-        while True:
+        def answers() -> bool:
+            assert server.poll() is None, log.read_text()
             try:
-                httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=2)
-                break
+                return httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=2).status_code > 0
             except httpx.TransportError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "gunicorn.log").read_text()
-                time.sleep(0.1)
+                return False
+
+        until(answers, "gunicorn to answer", log=log)
         ready_at = time.monotonic()
         callers = [threading.Thread(target=caller, args=(n,)) for n in range(CALLERS)]
         for thread in callers:
             thread.start()
-        time.sleep(3)  # every worker thread that served a request now keeps its connection
         kills = []
         for _ in range(3):  # three times, so that connections opened after a kill are killed too
-            kills.append(_kill_idle_backends())
-            time.sleep(2)
+            # Requests served since the last kill (or the start), so that worker threads keep
+            # connections again; then a kill that finds one idle between two requests.
+            since = kills[-1][1] if kills else ready_at
+            until(lambda: sum(1 for r in results if r[0] > since) >= 50, "requests on kept connections", log=log)
+            kills.append(until(lambda: (kill := _kill_idle_backends())[2] > 0 and kill,
+                               "a kept connection idle between two requests", log=log))
+        until(lambda: sum(1 for r in results if r[0] > kills[-1][1]) >= 50, "requests after the last kill", log=log)
         stop.set()
         for thread in callers:
             thread.join(30)

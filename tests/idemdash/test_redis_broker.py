@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from django_q.models import OrmQ
 
 from idemdash.devtools.models import Fulfilment
 from tests.qcluster import database_url, free_port, start_qcluster, stop_process
+from tests.waits import until
 from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.slow
@@ -80,14 +80,13 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
             "Content-Type": "application/json",
             "Stripe-Signature": stripe.WebhookSignature.generate_signature_header(body, SECRET),
         }
-        deadline = time.monotonic() + 30
-        while True:
+        def delivered() -> httpx.Response | None:
             try:
-                reply = httpx.post(f"http://127.0.0.1:{port}/webhooks/stripe/", content=body, headers=headers, timeout=10)
-                break
+                return httpx.post(f"http://127.0.0.1:{port}/webhooks/stripe/", content=body, headers=headers, timeout=10)
             except httpx.TransportError:
-                assert time.monotonic() < deadline, web_log.read_text()[-3000:]
-                time.sleep(0.2)
+                return None  # the web server is not up yet
+
+        reply = until(delivered, "the web server to take the delivery", within=60, every=0.2, log=web_log)
         assert reply.status_code == 200, reply.text
         event_id = reply.json()["event"]
 
@@ -97,14 +96,11 @@ def test_with_redis_url_a_real_qcluster_processes_an_event_the_web_server_enqueu
         assert WebhookEvent.objects.get(pk=event_id).status == "received"
 
         started.append(start_qcluster(worker_log, **{k: env[k] for k in ("REDIS_URL", "Q_CLUSTER_NAME", "STRIPE_WEBHOOK_SECRET")}))
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline and started[-1].poll() is None:
-            status = WebhookEvent.objects.get(pk=event_id).status
-            if status == "completed":
-                break
-            time.sleep(0.25)
-        assert status == "completed", worker_log.read_text()[-3000:]
+        def completed() -> bool:
+            assert started[-1].poll() is None, worker_log.read_text()[-3000:]
+            return WebhookEvent.objects.get(pk=event_id).status == "completed"
+
+        until(completed, "the event completed through Redis", within=60, log=worker_log)
         assert Fulfilment.objects.get().payment_id == "pi_redis_1"
         assert queued.llen(f"django_q:{queue}:q") == 0
     finally:

@@ -12,7 +12,6 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import django
@@ -22,6 +21,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 from django.core.exceptions import ImproperlyConfigured
 
 from idemdash.settings import email_settings
+from tests.waits import until
 
 # The test SMTP server takes a login over plain text, which aiosmtpd warns of: it listens on
 # 127.0.0.1 only.
@@ -141,9 +141,7 @@ def test_the_production_settings_deliver_mail_to_the_urls_smtp_server_with_its_l
     done = _load(SEND.format(deprecations=deprecations),
                  EMAIL_URL=f"smtp://ops%40example.com:p%40ss@127.0.0.1:{port}?timeout=10")
     assert done.returncode == 0, done.stderr[-3000:]
-    deadline = time.monotonic() + 10
-    while len(inbox.messages) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: len(inbox.messages) >= 2, "both messages at the SMTP server")
     (alert_login, alert_to, alert), (test_login, test_to, _) = inbox.messages
     assert (alert_login, alert_to, test_login, test_to) == ("ops@example.com", ["oncall@example.com"],
                                                              "ops@example.com", ["admin@example.com"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 import uuid
 from datetime import timedelta
 
@@ -18,8 +17,8 @@ from django.db import connection
 from django.utils import timezone
 
 from idemdash.worker.models import ClusterHeartbeat
-from tests.faults.test_kill_qcluster import wait_for
 from tests.qcluster import kill_process, start_qcluster
+from tests.waits import until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -56,11 +55,10 @@ def test_a_cluster_whose_workers_stop_taking_work_fails_the_health_check_and_sho
     cluster = start_qcluster(log, Q_WORKERS="2", WORKER_TICK_SECONDS="1", LOG_LEVEL="INFO")
     workers: list[int] = []
     try:
-        row = wait_for(lambda: ClusterHeartbeat.objects.filter(took_work_at__isnull=False).first(), 60,
-                       "the cluster's first heartbeat", log)
+        row = until(lambda: ClusterHeartbeat.objects.filter(took_work_at__isnull=False).first(), "the cluster's first heartbeat", within=60, log=log)
         assert row.pid == cluster.pid and row.restarts == 0 and row.stopped_at is None
         first = row.took_work_at
-        wait_for(lambda: ClusterHeartbeat.objects.get().took_work_at > first, 10, "a second heartbeat (the tick)", log)
+        until(lambda: ClusterHeartbeat.objects.get().took_work_at > first, "a second heartbeat (the tick)", log=log)
         code, said = health("--here")
         assert code == 0, said
         assert f"{row.name} " in said and "taking work" in said
@@ -70,10 +68,9 @@ def test_a_cluster_whose_workers_stop_taking_work_fails_the_health_check_and_sho
         workers = [int(pid) for pid in re.findall(r"ready for work at (\d+)", log.read_text())]
         for pid in workers:
             os.kill(pid, signal.SIGSTOP)  # alive, and taking nothing
-        time.sleep(settings.WORKER_STALE_SECONDS + 2)
-        assert cluster.poll() is None  # the cluster runs, its scheduler fires ...
-        code, said = health()
-        assert code == 1, said  # ... but it takes no work
+        # WORKER_STALE_SECONDS after the last work taken, the check fails ...
+        code, said = until(lambda: (found := health())[0] == 1 and found, "the health check to fail", log=log)
+        assert cluster.poll() is None  # ... while the cluster runs and its scheduler fires, as it takes no work
         assert "not taking work" in said and "no worker cluster took work in the last 4 s" in said
         page = viewer_client.get("/").content.decode()
         assert f'data-cluster="{row.name}" data-state="not taking work"' in page

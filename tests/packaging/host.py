@@ -12,11 +12,12 @@ import subprocess
 import sys
 import sqlite3
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.waits import until
 
 REPO = Path(__file__).resolve().parents[2]
 # The placeholder the docs' shell blocks use for a checkout of idemdash.
@@ -84,7 +85,8 @@ def host_settings(database: str, *blocks: str) -> str:
 
 
 # The host's own code the guide's view calls: it records each execution in a file (the
-# server's process writes it, the test reads it) and can take its time.
+# server's process writes it, the test reads it) and, given a `hold` path, runs until the
+# test creates that file (at most a minute).
 HOST_CODE = '''\
 import os
 import time
@@ -93,7 +95,10 @@ import time
 def capture_payment(payload):
     with open(os.environ["HOST_EXECUTIONS"], "a") as log:
         log.write(payload["order"] + "\\n")
-    time.sleep(payload.get("seconds", 0))
+    for _ in range(600 if payload.get("hold") else 0):
+        if os.path.exists(payload["hold"]):
+            break
+        time.sleep(0.1)
     return {"order": payload["order"], "amount": payload["amount"]}
 
 '''
@@ -161,19 +166,24 @@ class Host:
             cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-        deadline = time.monotonic() + 30
-        while True:
+
+        def answers() -> bool:
             if server.poll() is not None:
                 client.close()
                 raise AssertionError(server.stderr.read().decode())
             try:
                 client.get("/payments/capture")
-                return server, client
+                return True
             except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    stop(server, client)
-                    raise AssertionError("the host's server did not start") from None
-                time.sleep(0.2)
+                return False
+
+        try:
+            until(answers, "the host's server to start", within=60, every=0.2)
+        except AssertionError:
+            if server.poll() is None:
+                stop(server, client)
+            raise
+        return server, client
 
 
 def host_env(tmp_path: Path) -> dict[str, str]:

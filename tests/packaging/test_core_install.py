@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from django.conf import settings as django_settings
 
 from tests.packaging.host import GUIDE, Host, host_env, make_host, marked_blocks, new_venv, run, run_block, stop
 from tests.packaging.source import copy_source
+from tests.waits import until
 
 INSTALL = marked_blocks("install.md", "install")
 
@@ -98,15 +98,14 @@ def check_the_contract(host: Host, client: httpx.Client) -> None:
     assert changed.status_code == 422 and problem_type(changed) == "idempotency-key-reused"
 
     slow: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: slow.append(capture(client, "order-2", seconds=2)))
+    release = host.project / "release-order-2"  # the first attempt runs until this exists
+    worker = threading.Thread(target=lambda: slow.append(capture(client, "order-2", hold=str(release))))
     worker.start()
-    deadline = time.monotonic() + 10
-    while "order-2" not in host.executed:  # the first attempt holds the lease
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    in_flight = capture(client, "order-2", seconds=2)
+    until(lambda: "order-2" in host.executed, "the first attempt to run")  # it holds the lease
+    in_flight = capture(client, "order-2", hold=str(release))
     assert in_flight.status_code == 409 and problem_type(in_flight) == "request-in-progress"
     assert int(in_flight.headers["retry-after"]) >= 1
+    release.touch()
     worker.join(timeout=30)
     assert slow[0].status_code == 201
     assert host.executed == ["order-1", "order-2"]
@@ -173,19 +172,23 @@ def test_a_host_on_psycopg2_and_postgresql_gets_the_orm_path_with_the_same_guara
 
     # Several threads per key at once: each key's view runs exactly once; the others get
     # 409 (in flight) or the replay, never a 500.
+    # The attempts that run are held until every other caller has its answer.
     keys = [f"race-{n}" for n in range(4)]
+    release = host.project / "release-races"
     answers: list[int] = []
     lock = threading.Lock()
 
     def hammer(key: str) -> None:
-        status = capture(client, key, seconds=0.3).status_code
+        status = capture(client, key, hold=str(release)).status_code
         with lock:
             answers.append(status)
 
     threads = [threading.Thread(target=hammer, args=(key,)) for key in keys for _ in range(6)]
     for t in threads:
         t.start()
+    until(lambda: len(answers) == 20, "an answer for every caller but the four held")
+    release.touch()
     for t in threads:
         t.join(timeout=60)
-    assert len(answers) == 24 and set(answers) <= {201, 409} and 201 in answers and 409 in answers
+    assert sorted(answers) == [201] * 4 + [409] * 20
     assert sorted(k for k in host.executed if k.startswith("race-")) == keys

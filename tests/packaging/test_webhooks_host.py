@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import pytest
 from idemdash.devtools.simulator import FIXTURES, stripe_event
 from tests.packaging.source import copy_source
 from tests.qcluster import free_port, signal_group
+from tests.waits import until
 from tests.webhooks.conftest import shopify_headers, stripe_headers
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(300)]
@@ -198,15 +198,14 @@ def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_i
     worker = None
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            deadline = time.monotonic() + 30
-            while True:
+            def answers() -> bool:
                 assert server.poll() is None, server.stderr.read().decode()
                 try:
-                    client.get("/webhooks/stripe/")
-                    break
+                    return client.get("/webhooks/stripe/").status_code > 0
                 except httpx.TransportError:
-                    assert time.monotonic() < deadline, "the host's server did not start"
-                    time.sleep(0.2)
+                    return False
+
+            until(answers, "the host's server to start", within=60, every=0.2)
             for slug, body, headers in deliveries():
                 response = client.post(f"/webhooks/{slug}/", content=body,
                                        headers={"Content-Type": "application/json", **headers})
@@ -214,17 +213,23 @@ def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_i
 
         worker = start(venv, project, env, "qcluster")
         handled = Path(env["HOST_HANDLED"])
-        deadline = time.monotonic() + 60
-        while len(handled.read_text().splitlines() if handled.exists() else []) < 3:
+        def running() -> None:
             assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "the host's worker did not process the events"
-            time.sleep(0.2)
+
+        def handled_three() -> bool:
+            running()
+            return len(handled.read_text().splitlines() if handled.exists() else []) >= 3
+
+        until(handled_three, "the host's worker to process the events", within=60, every=0.2)
+
         # A handler writes its line inside the transaction that then marks its event completed,
         # so the third line can precede the third commit: wait for the rows, not the file.
-        while (settled := settlement(venv, project, env))[0] != "['completed', 'completed', 'completed']":
-            assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, f"the host's events did not settle: {settled}"
-            time.sleep(0.2)
+        def settled_all() -> list[str] | None:
+            running()
+            found = settlement(venv, project, env)
+            return found if found[0] == "['completed', 'completed', 'completed']" else None
+
+        settled = until(settled_all, "the host's events to settle", within=60, every=0.2)
     finally:
         stop(server)
         if worker is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.host import GUIDE, INSTALL, REPO, Host, host_env, make_host, new_venv, run_block, stop
+from tests.packaging.host import GUIDE, REPO, Host, host_env, make_host, run_block, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(420)]
 
@@ -101,11 +101,11 @@ def test_the_wheel_holds_no_developer_tooling(wheel_files):
 
 
 @pytest.fixture
-def dashboard_host(checkout, wheel, tmp_path) -> Iterator[Host]:
-    """A fresh environment with the wheel and its dashboard extra, as docs/install.md says,
-    and a host project on SQLite that mounts the dashboard as docs/host-project.md says."""
-    venv = new_venv(tmp_path / "venv")
-    run_block(INSTALL["wheel"], venv, checkout=checkout, cwd=tmp_path)
+def dashboard_host(dashboard_venv, tmp_path) -> Iterator[Host]:
+    """An environment with the wheel and its dashboard extra, as docs/install.md says
+    (tests/packaging/conftest.py), and a host project on SQLite that mounts the dashboard as
+    docs/host-project.md says."""
+    venv = dashboard_venv
     database = f'DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{tmp_path / "host.sqlite3"}"}}}}'
     host = Host(venv, make_host(tmp_path, database, dashboard=True), host_env(tmp_path))
     yield host

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -23,6 +22,7 @@ from tests.concurrently import in_forked_processes
 from tests.receipts.test_decorators import rows
 from tests.receipts.view_kinds_urls import release_hold
 from tests.uvicorn import Uvicorn
+from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -82,10 +82,10 @@ def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvico
     slow = uvicorn.url + "/async-function?hold=slow"  # runs until the test says go
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(post, slow, "slow")
-        _wait_for(lambda: Receipt.objects.filter(key="slow").exists())
+        until(lambda: Receipt.objects.filter(key="slow").exists(), "the first claim")
         # Four: RECEIPTS_MAX_WAITERS per process, wherever they land.
         waiters = [pool.submit(post, slow, "slow", Prefer="wait=30") for _ in range(4)]
-        _wait_for(lambda: Receipt.objects.filter(key="slow", waiters=True).exists())  # one is waiting
+        until(lambda: Receipt.objects.filter(key="slow", waiters=True).exists(), "a waiter")
         others = [post(uvicorn.url + "/async-cbv-post", f"quick-{i}") for i in range(6)]
         assert [reply.status_code for reply in others] == [201] * 6
         # The workers answered while the waiters still waited for the first attempt.
@@ -101,11 +101,16 @@ def test_prefer_wait_waits_off_the_event_loop_and_replays_the_first_result(uvico
 
 def test_a_lease_taken_over_while_the_async_view_runs_rolls_its_writes_back(uvicorn):
     with ThreadPoolExecutor(2) as pool:
-        slow = pool.submit(post, uvicorn.url + "/async-function?sleep=4", "fenced")
-        _wait_for(lambda: Receipt.objects.filter(key="fenced").exists())  # the claim commits before the view
+        # Both views are held until the second attempt owns the key, however long that takes.
+        held = uvicorn.url + "/async-function?hold=fenced"
+        slow = pool.submit(post, held, "fenced")
+        until(lambda: Receipt.objects.filter(key="fenced").exists(), "the first claim")  # it commits before the view
         # The lease lapses (a stalled worker, an operator's "take over"): the next attempt owns it.
         Receipt.objects.filter(key="fenced").update(lease_expires_at=timezone.now())
-        second = post(uvicorn.url + "/async-function?sleep=4", "fenced")
+        next_one = pool.submit(post, held, "fenced")
+        until(lambda: Receipt.objects.filter(key="fenced", fencing_token=2).exists(), "the second attempt's claim")
+        release_hold("fenced")
+        second = next_one.result()
         assert second.status_code == 201 and "Idempotent-Replayed" not in second.headers
         lost = slow.result()
     assert lost.status_code == 409 and lost.json()["type"] == "urn:idemdash:problem:lease-lost"
@@ -131,23 +136,18 @@ def test_a_chunked_body_over_the_upload_limit_is_413_before_anything_runs(uvicor
 def test_a_client_gone_mid_view_rolls_the_view_back_and_gives_the_key_back(uvicorn):
     port = int(uvicorn.url.rsplit(":", 1)[1])
     request = (
-        "POST /async-function?sleep=3 HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: gone\r\n"
+        "POST /async-function?hold=gone HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: gone\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
     ).encode() + BODY
     with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
         client.sendall(request)
-        _wait_for(lambda: Receipt.objects.filter(key="gone").exists())  # claimed: the view runs
+        until(lambda: Receipt.objects.filter(key="gone").exists(), "the claim")  # claimed: the view runs
     # The client hung up: Django cancels the view.
-    _wait_for(lambda: Receipt.objects.filter(key="gone", released_at__isnull=False).exists())
+    until(lambda: Receipt.objects.filter(key="gone", released_at__isnull=False).exists(), "the key given back")
     assert rows("gone") == 0
     assert "CancelledError" in Receipt.objects.get(key="gone").release_reason
-    retry = post(uvicorn.url + "/async-function?sleep=3", "gone")
+    release_hold("gone")  # the retry's view, under the same URL, runs through
+    retry = post(uvicorn.url + "/async-function?hold=gone", "gone")
     assert retry.status_code == 201 and "Idempotent-Replayed" not in retry.headers
     assert rows("gone") == 1
 
-
-def _wait_for(condition, within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "not within the bound"
-        time.sleep(0.02)

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from django.db import connections
 
 from receipts.models import Attempt, Receipt
 from tests.qcluster import ROOT, database_url, kill_process, start_process, subprocess_env
+from tests.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +43,11 @@ HELD_TASK = "shop.tasks.send_invoice"  # its operation, invoice.send, holds a ke
 
 
 def _wait_for(condition: Callable[[], bool], within: float, why: Callable[[], str]) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, why()
-        time.sleep(0.1)
+    """tests/waits.py:until, with the workers' logs (`why`) read only if it fails."""
+    try:
+        until(condition, "the condition", within=within, every=0.1)
+    except AssertionError:
+        raise AssertionError(why()) from None
 
 
 class CeleryRun:
@@ -101,12 +102,12 @@ class CeleryRun:
         """The task's result (without `propagate`, the error it raised, as Celery rebuilds it);
         a failure (with the workers' logs) if a worker died meanwhile or none came within
         `within` seconds."""
-        deadline = time.monotonic() + within
-        while not result.ready():
+        def ready() -> bool:
             dead = [w.pid for w in self.workers if w.poll() is not None]
             assert not dead, f"worker process(es) {dead} exited\n{self.tail()}"
-            assert time.monotonic() < deadline, f"task {result.id} had no result within {within} s\n{self.tail()}"
-            time.sleep(0.1)
+            return result.ready()
+
+        _wait_for(ready, within, lambda: f"task {result.id} had no result within {within} s\n{self.tail()}")
         try:
             return result.get(timeout=5, propagate=propagate)
         except CeleryTimeout:
@@ -191,7 +192,7 @@ def test_a_worker_killed_after_the_effect_has_its_task_redelivered_and_the_provi
     assert (receipt.status, receipt.attempts) == ("completed", 2)
     assert Attempt.objects.filter(outcome="lease_takeover").count() == 1
     # The second worker acknowledged the message once the task settled: nothing to redeliver.
-    _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 10, celery_run.tail)
+    _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 30, celery_run.tail)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -215,7 +216,7 @@ def test_a_pool_process_killed_after_the_effect_has_its_task_requeued_and_the_pr
     assert (receipt.status, receipt.attempts) == ("completed", 2)
     # Celery requeues the message (worker/request.py:on_failure) before it logs the lost pool
     # process, so the retry's answer can come first: read until the line is there.
-    _wait_for(lambda: "WorkerLostError" in celery_run.log("lives").read_text(), 10, celery_run.tail)
+    _wait_for(lambda: "WorkerLostError" in celery_run.log("lives").read_text(), 30, celery_run.tail)
 
 
 def _held_by_the_worker(celery_run: CeleryRun, result) -> None:
@@ -248,7 +249,7 @@ def test_under_hold_a_task_redelivered_after_its_worker_was_killed_is_outcome_un
     # out, and the task is answered outcome-unknown instead of calling the provider again.
     celery_run.start_worker("second", concurrency=1, visibility_timeout=5)
     _held_by_the_worker(celery_run, result)
-    _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 10, celery_run.tail)
+    _wait_for(lambda: celery_run.redis.hlen(celery_run.prefix + "unacked") == 0, 30, celery_run.tail)
     # A retry sent meanwhile (a new message, the same key) is held too.
     _held_by_the_worker(celery_run, celery_run.enqueue(7, str(provider), task=HELD_TASK))
     [(_, sent_as)] = _received(provider)  # the provider was called once

@@ -8,6 +8,7 @@ real database."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -22,9 +23,11 @@ from django.utils import timezone
 
 import receipts
 from idemdash.core.clients import create_token
+from idemdash.devtools.bench.servers import process_table
 from receipts import compaction, responses, store
 from receipts.models import Attempt, Receipt, ReceiptReference
 from tests.concurrently import in_a_thread, in_threads_of_forked_processes
+from tests.waits import until
 
 SCOPE = "client:test"
 HOUR = 3600
@@ -208,9 +211,13 @@ def _replaying(process: int, thread: int, start: threading.Barrier, out: list) -
     stored result or receipt-compacted with the original status, never an empty replay."""
     try:
         start.wait()
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline:
-            for key in RACE_KEYS[thread::THREADS]:
+        mine = RACE_KEYS[thread::THREADS]
+        compacted: set[str] = set()
+        # Until every key of this thread was answered compacted: compaction starts only once
+        # replays are under way (whole answers first), so both answers are seen, whatever the load.
+        deadline = time.monotonic() + 90
+        while len(compacted) < len(mine) and time.monotonic() < deadline:
+            for key in mine:
                 result = store.claim(SCOPE, key, "export.run", {"order": key, "lines": [1, 2, 3]})
                 receipt = result.receipt
                 if result.outcome != "replayed":
@@ -222,8 +229,15 @@ def _replaying(process: int, thread: int, start: threading.Barrier, out: list) -
                     refused = responses.refusal(result, responses.RefusalWords("", "", "", ""))
                     ok = refused is not None and refused.status_code == 410 and json.loads(refused.content)["original_status"] == 201
                     out.append(("compacted" if ok and receipt.response_body == "" else "torn", key, None))
+                    compacted.add(key)
     finally:
         connections.close_all()
+
+
+def _forked() -> bool:
+    """Every process of the race is forked: a thread of this process may now take locks (a
+    fork copies a lock another thread holds, held for ever in the child)."""
+    return sum(1 for _, state, parent, _ in process_table() if parent == os.getpid() and state != "Z") >= PROCESSES
 
 
 @pytest.mark.slow
@@ -235,7 +249,8 @@ def test_compaction_racing_replays_from_threads_and_processes_never_answers_a_wr
     runs: list[int] = []
 
     def compacting() -> None:
-        time.sleep(0.5)  # the replays are under way (and a fork never copies a lock this thread holds)
+        until(lambda: _forked() and Attempt.objects.filter(key__in=RACE_KEYS, outcome="replayed").exists(),
+              "the replays under way", within=60)
         while not stop.is_set():
             runs.append(sum(r.compacted for r in compaction.compact(batch_size=7, max_batches=1)))
             time.sleep(0.05)
@@ -256,7 +271,8 @@ def test_compaction_racing_replays_from_threads_and_processes_never_answers_a_wr
 def _claiming_new_lives(process: int, thread: int, start: threading.Barrier, out: list) -> None:
     try:
         start.wait()
-        time.sleep(0.35)  # compaction is running by then
+        until(lambda: Receipt.objects.filter(key__in=RACE_KEYS).exclude(compacted_at=None).exists(),
+              "compaction under way", within=60)
         for key in RACE_KEYS[process * THREADS + thread::PROCESSES * THREADS]:
             time.sleep(0.01)
             try:
@@ -281,7 +297,7 @@ def test_compaction_racing_claims_of_expired_keys_never_compacts_a_new_life(sett
     runs: list[int] = []
 
     def compacting() -> None:
-        time.sleep(0.3)  # not while the processes fork: a lock held then stays held in the child
+        until(_forked, "the claiming processes forked", within=60)
         while not stop.is_set():
             runs.append(sum(r.compacted for r in compaction.compact(batch_size=5, max_batches=1)))
             time.sleep(0.01)  # as a schedule would: SQLite's one writer is not held for ever

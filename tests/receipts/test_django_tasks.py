@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import Counter
 from importlib.util import find_spec
 
@@ -18,6 +17,7 @@ from django.db import connections
 
 from receipts.models import Attempt, Receipt
 from tests.qcluster import database_url, start_process, stop_process, subprocess_env
+from tests.waits import until
 
 pytestmark = pytest.mark.slow
 
@@ -50,15 +50,14 @@ def test_a_task_enqueued_again_and_again_runs_once_per_key_in_real_db_workers(dj
     # Three workers, each with its own connection, take the duplicates at once.
     workers = [start_process(argv, log, env) for log in logs]
     try:
-        deadline = time.monotonic() + 60
+        def finished(result) -> bool:
+            dead = [w.pid for w in workers if w.poll() is not None]
+            assert not dead, "\n".join(log.read_text()[-2000:] for log in logs)
+            result.refresh()
+            return result.is_finished
+
         for result in results:
-            while True:
-                result.refresh()
-                if result.is_finished:
-                    break
-                dead = [w.pid for w in workers if w.poll() is not None]
-                assert not dead and time.monotonic() < deadline, "\n".join(log.read_text()[-2000:] for log in logs)
-                time.sleep(0.1)
+            until(lambda: finished(result), "every duplicate finished", within=60, every=0.1)
     finally:
         for worker in workers:
             stop_process(worker)

@@ -11,13 +11,14 @@ orders written are counted in that database.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.receipts.host_project import WSGI, HostDatabase, HostProject
+from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.django_db]
 
@@ -113,6 +114,7 @@ class Migration(migrations.Migration):
 
 VIEWS = '''
 import time
+from pathlib import Path
 
 from rest_framework import viewsets
 from rest_framework.decorators import api_view
@@ -125,8 +127,11 @@ from shop.models import Order
 
 
 def place(request, via):
-    if "sleep" in request.query_params:
-        time.sleep(float(request.query_params["sleep"]))
+    if "hold" in request.query_params:  # until the test creates released-<hold> in the project, at most a minute
+        for _ in range(600):
+            if Path(f"released-{request.query_params['hold']}").exists():
+                break
+            time.sleep(0.1)
     order = Order.objects.create(user=request.user, amount=request.data["amount"], via=via)
     return Response({"order": order.pk, "user": request.user.username, "amount": order.amount}, status=201)
 
@@ -179,11 +184,11 @@ FILES = {
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory, django_db_setup) -> Iterator[tuple[str, dict[str, str], HostDatabase]]:
-    """The host project, migrated and served by gunicorn: (base URL, tokens, database)."""
+def host(tmp_path_factory, django_db_setup) -> Iterator[tuple[str, dict[str, str], HostDatabase, Path]]:
+    """The host project, migrated and served by gunicorn: (base URL, tokens, database, its folder)."""
     project = HostProject(tmp_path_factory.mktemp("drf-host"), FILES, "hostsite.settings")
     with project.migrated_and_served(USERS, "/login/") as (base, tokens):
-        yield base, tokens, project.db
+        yield base, tokens, project.db, project.root
 
 
 def token_client(base: str, token: str) -> httpx.Client:
@@ -208,7 +213,7 @@ def order(client: httpx.Client, path: str, key: str, amount: int) -> httpx.Respo
 
 
 def test_users_of_a_drf_project_each_get_their_own_keys(host):
-    base, tokens, db = host
+    base, tokens, db, root = host
     users = {
         "alice": token_client(base, tokens["alice"]),
         "bob": token_client(base, tokens["bob"]),
@@ -232,17 +237,25 @@ def test_users_of_a_drf_project_each_get_their_own_keys(host):
     # Alice's first attempt still runs in one worker: her own retry is told 409 (on SQLite,
     # whose writers queue, it waits for the first attempt and gets its replay), while Bob's
     # request under the same key runs in another worker as his own first attempt.
-    slow = "/apiview/?sleep=2"
-    alices = {}
-    running = threading.Thread(target=lambda: alices.update(first=order(users["alice"], slow, "slow", 1)))
-    running.start()
-    deadline = time.monotonic() + 10
-    while not db.rows("SELECT 1 FROM receipts_receipt WHERE key = 'slow'"):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    retry = order(users["alice"], slow, "slow", 1)
-    bobs = order(users["bob"], slow, "slow", 2)
-    running.join(20)
+    # The views run until the test lets them go (?hold=), once Alice's retry has its answer
+    # on PostgreSQL; at once on SQLite, where that answer waits for the first attempt.
+    slow = "/apiview/?hold=slow"
+    answers: dict[str, httpx.Response] = {}
+
+    def send(name: str, user: str, amount: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.update({name: order(users[user], slow, "slow", amount)}))
+        thread.start()
+        return thread
+
+    running = [send("first", "alice", 1)]
+    until(lambda: db.rows("SELECT 1 FROM receipts_receipt WHERE key = 'slow'"), "Alice's first claim")
+    running += [send("retry", "alice", 1), send("bob", "bob", 2)]
+    if db.postgres:
+        until(lambda: "retry" in answers, "the answer to Alice's retry")
+    (root / "released-slow").touch()
+    for thread in running:
+        thread.join(60)
+    alices, retry, bobs = {"first": answers["first"]}, answers["retry"], answers["bob"]
     assert alices["first"].status_code == 201 and alices["first"].json()["user"] == "alice"
     if db.postgres:
         assert retry.status_code == 409 and retry.headers["Content-Type"] == "application/problem+json"
@@ -272,7 +285,7 @@ def test_users_of_a_drf_project_each_get_their_own_keys(host):
 
 
 def test_an_unauthenticated_or_csrf_less_call_is_refused_and_claims_nothing(host):
-    base, tokens, db = host
+    base, tokens, db, _ = host
     anonymous = httpx.Client(base_url=base, timeout=20)
     assert order(anonymous, "/apiview/", "k", 13).status_code == 401
     assert order(token_client(base, "not-a-token"), "/function/", "k", 13).status_code == 401

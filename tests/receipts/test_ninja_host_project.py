@@ -6,8 +6,8 @@ NinjaAPI, an app with Order and AccessToken models) as Ninja's documentation wri
 `HttpBearer` whose `authenticate` looks the token up and returns its user (`request.auth`),
 Schemas for input and output, `response={201: OrderOut}`. It migrates its own database
 (beside the test database, on the same server or as a SQLite file); two users call it with
-their tokens. The orders written are counted in that database. Every test runs against
-both servers (the `host` fixture's parameter).
+their tokens. The orders written are counted in that database. Every test that calls the
+project runs against both servers (the `host` fixture's parameter).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.receipts.host_project import GUNICORN, WSGI, HostDatabase, HostProject
+from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.django_db]
 
@@ -108,6 +108,7 @@ class Migration(migrations.Migration):
 API = '''
 import asyncio
 import time
+from pathlib import Path
 
 from ninja import NinjaAPI, Schema
 from ninja.responses import Status
@@ -138,16 +139,22 @@ api = NinjaAPI(auth=TokenAuth())
 
 @api.post("/orders", response={201: OrderOut})
 @idempotent("order.create")
-def create_order(request, payload: OrderIn, sleep: float = 0):
-    time.sleep(sleep)
+def create_order(request, payload: OrderIn, hold: str = ""):
+    for _ in range(600 if hold else 0):  # until the test creates released-<hold> in the project, at most a minute
+        if Path(f"released-{hold}").exists():
+            break
+        time.sleep(0.1)
     order = Order.objects.create(user=request.auth, amount=payload.amount)
     return Status(201, {"id": order.pk, "amount": order.amount, "user": request.auth.username})
 
 
 @api.post("/async-orders", response={201: OrderOut})
 @idempotent("order.create")
-async def create_order_async(request, payload: OrderIn, sleep: float = 0):
-    await asyncio.sleep(sleep)
+async def create_order_async(request, payload: OrderIn, hold: str = ""):
+    for _ in range(600 if hold else 0):
+        if Path(f"released-{hold}").exists():
+            break
+        await asyncio.sleep(0.1)
     order = await Order.objects.acreate(user=request.auth, amount=payload.amount)
     return Status(201, {"id": order.pk, "amount": order.amount, "user": request.auth.username})
 '''
@@ -294,16 +301,24 @@ def test_the_documented_problems_are_problem_json(host):
     assert too_big.status_code == 413 and too_big.json()["type"] == "urn:idemdash:problem:payload-too-large"
 
     # Alice's first attempt still runs in one worker: her retry is told 409 (on SQLite, whose
-    # writers queue, it waits for the first attempt and gets its replay).
-    first = {}
-    running = threading.Thread(target=lambda: first.update(response=host.order(alice, "slow", 7, "?sleep=2")))
-    running.start()
-    deadline = time.monotonic() + 10
-    while not host.db.rows("SELECT 1 FROM receipts_receipt WHERE key = 'slow'"):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    retry = host.order(alice, "slow", 7, "?sleep=2")
-    running.join(20)
+    # writers queue, it waits for the first attempt and gets its replay). The view runs until
+    # the test lets it go (?hold=): once the retry has its answer, or at once on SQLite.
+    answers: dict[str, httpx.Response] = {}
+
+    def send(name: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.update({name: host.order(alice, "slow", 7, "?hold=slow")}))
+        thread.start()
+        return thread
+
+    running = [send("first")]
+    until(lambda: host.db.rows("SELECT 1 FROM receipts_receipt WHERE key = 'slow'"), "Alice's first claim")
+    running.append(send("retry"))
+    if host.db.postgres:
+        until(lambda: "retry" in answers, "the answer to Alice's retry")
+    (host.project.root / "released-slow").touch()
+    for thread in running:
+        thread.join(60)
+    first, retry = {"response": answers["first"]}, answers["retry"]
     assert first["response"].status_code == 201
     if host.db.postgres:
         assert retry.status_code == 409 and retry.headers["Content-Type"] == "application/problem+json"
@@ -334,9 +349,16 @@ def test_many_concurrent_callers_get_one_order_per_user_and_key(host):
     assert [row for row in counted(host.db) if row[1] == 31] == [("alice", 31, 1), ("bob", 31, 1)]
 
 
+@pytest.fixture(scope="module")
+def unserved(tmp_path_factory) -> HostProject:
+    """The host project's files, neither migrated nor served: what `check` reads."""
+    return HostProject(tmp_path_factory.mktemp("ninja-checked"), FILES, "hostsite.settings")
+
+
+# Run once, not once per server: `check` starts neither.
 @pytest.mark.parametrize("urls", ["hostsite.wrong_plain", "hostsite.wrong_above", "hostsite.wrong_async"])
-def test_a_misplaced_decorator_stops_the_project_at_start_naming_the_placement(host, urls):
-    checked = host.project.django("check", check=False, HOST_URLS=urls)
+def test_a_misplaced_decorator_stops_the_project_at_start_naming_the_placement(unserved, urls):
+    checked = unserved.django("check", check=False, HOST_URLS=urls)
     assert checked.returncode != 0
     assert "ImproperlyConfigured" in checked.stderr
     assert "directly below @api.post(...)" in checked.stderr, checked.stderr[-2000:]

@@ -46,7 +46,6 @@ def view(request) -> str:
     return request.param
 
 
-@pytest.mark.slow
 def test_a_first_post_runs_once_and_its_repeat_is_replayed_byte_for_byte(view):
     first = send(view)
     again = send(view)
@@ -57,7 +56,6 @@ def test_a_first_post_runs_once_and_its_repeat_is_replayed_byte_for_byte(view):
     assert Receipt.objects.get().status == "completed"
 
 
-@pytest.mark.slow
 def test_reusing_a_key_with_another_body_is_422(view):
     send(view)
     reused = send(view, {"amount": 999})
@@ -85,7 +83,6 @@ def test_a_body_over_the_upload_limit_is_413_and_runs_nothing(view, settings):
     assert not Receipt.objects.exists()
 
 
-@pytest.mark.slow
 def test_a_second_request_while_the_first_runs_is_409(view):
     seen = {}
     test_urls.hooks["hook"] = lambda: seen.setdefault("busy", send(view))
@@ -95,7 +92,6 @@ def test_a_second_request_while_the_first_runs_is_409(view):
     assert rows("k-1") == 1
 
 
-@pytest.mark.slow
 def test_a_5xx_rolls_back_the_views_writes_and_fails_the_receipt(view):
     response = send(view + "?status=503")
     assert response.status_code == 503
@@ -104,7 +100,6 @@ def test_a_5xx_rolls_back_the_views_writes_and_fails_the_receipt(view):
     assert receipt.status == "failed" and receipt.response_status == 503 and receipt.error == "HTTP 503"
 
 
-@pytest.mark.slow
 def test_an_exception_rolls_back_fails_the_receipt_and_is_raised_again(view):
     with pytest.raises(RuntimeError, match="ledger unreachable"):
         send(view + "?raise=error")
@@ -114,7 +109,6 @@ def test_an_exception_rolls_back_fails_the_receipt_and_is_raised_again(view):
     assert json.loads(receipt.response_body)["type"] == "urn:idemdash:problem:internal-error"
 
 
-@pytest.mark.slow
 def test_an_http404_is_not_stored_and_the_next_attempt_runs(view):
     assert send(view + "?raise=not-found").status_code == 404
     assert rows("k-1") == 0
@@ -123,7 +117,6 @@ def test_an_http404_is_not_stored_and_the_next_attempt_runs(view):
     assert Receipt.objects.get().attempts == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("status", [401, 429])
 def test_a_response_that_depends_on_the_caller_is_not_stored(view, status):
     assert send(view + f"?status={status}").status_code == status
@@ -132,7 +125,6 @@ def test_a_response_that_depends_on_the_caller_is_not_stored(view, status):
     assert Receipt.objects.get().status == "failed"
 
 
-@pytest.mark.slow
 def test_a_takeover_during_the_view_rolls_back_its_writes_and_answers_409_lease_lost(view):
     with time_machine.travel(timezone.now(), tick=False) as traveller:
 
@@ -150,7 +142,6 @@ def test_a_takeover_during_the_view_rolls_back_its_writes_and_answers_409_lease_
     assert Attempt.objects.get(outcome="stale_token").fencing_token == 1
 
 
-@pytest.mark.slow
 def test_under_hold_a_lapsed_attempt_is_409_outcome_unknown_and_the_view_does_not_run_again(view, settings):
     settings.RECEIPTS_OPERATIONS = {"payment.capture": {"after_crash": "hold"}}
     send(view, key="probe")  # the fingerprint this view's request gets

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.conf import settings
 from django.db import connection
 from django_q.models import Schedule
 
 from tests.qcluster import ROOT, start_qcluster, stop_process
+from tests.waits import until
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from idemdash.devtools.models import Fulfilment
 from webhooks import processing, tasks
@@ -52,14 +51,12 @@ def test_a_real_qcluster_processes_a_received_event(client):
         response = deliver_stripe(client, "shop", stripe_event(intent, "payment_intent.succeeded"), secret=secret)
         assert response.status_code == 200
         event_id = response.json()["event"]
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline and worker.poll() is None:
-            status = WebhookEvent.objects.get(pk=event_id).status
-            if status == "completed":
-                break
-            time.sleep(0.25)
-        assert status == "completed", log_path.read_text()[-3000:]
+
+        def completed() -> bool:
+            assert worker.poll() is None, log_path.read_text()[-3000:]
+            return WebhookEvent.objects.get(pk=event_id).status == "completed"
+
+        until(completed, "the event completed by the cluster", within=60, log=log_path)
         assert Fulfilment.objects.get().payment_id == "pi_qcluster_1"
     finally:
         stop_process(worker)
