@@ -9,5 +9,11 @@ class BenchRow(models.Model):
     label = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        # Named, not found from the module: where the bench app is not installed (the suite,
+        # which imports the bench's runner in process) the model would otherwise be filed under
+        # the devtools app, whose migrations then lack it (makemigrations --check failed).
+        app_label = "bench"
+
     def __str__(self) -> str:
         return self.label

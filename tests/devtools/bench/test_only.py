@@ -84,3 +84,14 @@ def test_only_13_seeds_nothing(stand_ins, tmp_path: Path, capsys):
     assert stand_ins["scenarios"] == [13] and stand_ins["seeded"] == []
     assert "not seeded" in capsys.readouterr().out
 
+
+
+def test_the_bench_row_stays_the_bench_apps_where_the_bench_is_not_installed():
+    # The suite imports the bench in process without its app: a model found under the devtools
+    # app instead made `makemigrations --check` fail in whichever test ran after this file.
+    from django.apps import apps
+
+    from idemdash.devtools.bench.models import BenchRow
+
+    assert BenchRow._meta.app_label == "bench"
+    assert BenchRow not in apps.get_models()
