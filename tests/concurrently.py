@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection, connections, transaction
 
 from receipts.models import AuditEntry
+from tests.waits import until
 
 
 def operators_at_once(n: int, row, act: Callable[..., Any], refused: type[Exception]) -> list[str]:
@@ -142,14 +143,12 @@ _POLL_SECONDS = {"mysql": 0.25}
 def until_transactions_wait_on_locks(count: int, what: str, within: float = 30) -> None:
     """Return once `count` transactions of other connections wait on a row lock (PostgreSQL,
     MySQL/MariaDB): the moment a test has arranged; AssertionError naming `what` if never."""
-    deadline = time.monotonic() + within
-    with connection.cursor() as cursor:
-        while True:
+    def waiting() -> bool:
+        with connection.cursor() as cursor:
             cursor.execute(_LOCK_WAITS[connection.vendor])
-            if cursor.fetchone()[0] >= count:
-                return
-            assert time.monotonic() < deadline, f"{what}: never happened"
-            time.sleep(_POLL_SECONDS.get(connection.vendor, 0.05))
+            return cursor.fetchone()[0] >= count
+
+    until(waiting, what, within=within, every=_POLL_SECONDS.get(connection.vendor, 0.05))
 
 
 @contextmanager

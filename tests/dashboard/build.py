@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from receipts import store, waiting
 from receipts.models import Receipt
+from tests.waits import until
 
 SCOPE = "client:shop"
 
@@ -59,10 +59,7 @@ def waited_for(key: str, waiters: int, operation: str = "email.send") -> Receipt
     threads = [threading.Thread(target=wait) for _ in range(waiters)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 30
-    while waiting.waiting_now() < waiters:
-        assert time.monotonic() < deadline, "the callers never waited"
-        time.sleep(0.01)
+    until(lambda: waiting.waiting_now() >= waiters, "the callers wait", every=0.01)
     store.complete(SCOPE, key, first.token, response_status=201, content_type="application/json", body='{"id": "em_1"}')
     for t in threads:
         t.join(30)

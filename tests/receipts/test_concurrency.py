@@ -15,6 +15,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,7 @@ from idemdash.dashboard import queries
 from receipts import store, waiting
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_threads_of_forked_processes
-
-pytestmark = pytest.mark.slow
+from tests.waits import until
 
 KEYS = [f"order-{i:02d}" for i in range(20)]
 PROCESSES = 5
@@ -36,8 +36,12 @@ OPERATION = "email.send"
 
 
 def _caller(
-    scope: str, effects: Path, wait: float, seed: int, start: threading.Barrier | None, out: list
+    scope: str, effects: Path, wait: float, seed: int, start: threading.Barrier | None, out: list,
+    hold: Callable[[str], None] | None = None,
 ) -> None:
+    """Claim every key once, in an order of the seed's. A claim that owns its key makes the
+    side effect and holds the lease while others arrive: `hold(key)`, else a moment of the
+    seed's (in forked processes, which share no memory to say when others came)."""
     rng = random.Random(seed)
     keys = KEYS[:]
     rng.shuffle(keys)
@@ -49,7 +53,10 @@ def _caller(
             if result.owned:
                 with open(effects / key, "a") as f:  # the side effect
                     f.write(f"{os.getpid()}:{threading.get_ident()}\n")
-                time.sleep(rng.uniform(0.005, 0.03))  # hold the lease while others arrive
+                if hold is not None:
+                    hold(key)
+                else:
+                    time.sleep(rng.uniform(0.005, 0.03))
                 store.complete(scope, key, result.token, body=f"sent {key}")
             out.append((key, result.outcome))
     finally:
@@ -76,6 +83,7 @@ def _assert_once_per_key(effects: Path, scope: str) -> None:
     assert done == len(KEYS)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_thirty_callers_per_key_from_processes_and_threads_run_each_key_once(tmp_path):
     results = _run("client:race", tmp_path, wait=0)
@@ -93,6 +101,7 @@ def test_thirty_callers_per_key_from_processes_and_threads_run_each_key_once(tmp
     assert logged["in_progress"] == by_outcome["in_progress"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_callers_that_wait_get_the_replay_instead_of_a_conflict(tmp_path, settings):
     settings.RECEIPTS_MAX_WAITERS = THREADS  # every caller of a process may wait (the forks inherit it)
@@ -122,25 +131,19 @@ def _wait_for_the_first(scope: str, out: list) -> None:
         connections.close_all()
 
 
-def _until(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
-
-
 def _waiting_process(scope: str, ready, results) -> None:
     out: list = []
     threads = [threading.Thread(target=_wait_for_the_first, args=(scope, out)) for _ in range(WAITERS_PER_PROCESS)]
     for t in threads:
         t.start()
-    _until(lambda: waiting.waiting_now() == WAITERS_PER_PROCESS, "this process's callers wait")
+    until(lambda: waiting.waiting_now() == WAITERS_PER_PROCESS, "this process's callers wait", within=60, every=0.01)
     ready.put(os.getpid())
     for t in threads:
         t.join(120)
     results.put(out)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_simultaneous_callers_that_wait_are_counted_as_concurrent_duplicates_with_their_wait(settings):
     settings.RECEIPTS_MAX_WAITERS = LOCAL_WAITERS  # every caller of a process may wait (the forks inherit it)
@@ -161,7 +164,7 @@ def test_simultaneous_callers_that_wait_are_counted_as_concurrent_duplicates_wit
     # attempt completes: each of them met the key while it ran.
     for _ in procs:
         ready.get(timeout=60)
-    _until(lambda: waiting.waiting_now() == LOCAL_WAITERS, "this process's callers wait")
+    until(lambda: waiting.waiting_now() == LOCAL_WAITERS, "this process's callers wait", within=60, every=0.01)
     store.complete(scope, "simultaneous", first.token, body="sent once")
     for t in threads:
         t.join(120)
@@ -197,8 +200,15 @@ def test_simultaneous_callers_that_wait_are_counted_as_concurrent_duplicates_wit
 def test_threads_alone_also_run_each_key_once(tmp_path):
     out: list = []
     barrier = threading.Barrier(30)
+
+    def until_another_caller_meets_it(key: str) -> None:
+        # Every other caller comes to every key: the first that comes while this one holds it
+        # is told in_progress (30 callers for 20 keys: some are always free to come).
+        until(lambda: (key, "in_progress") in out, f"another caller meets {key} running")
+
     threads = [
-        threading.Thread(target=_caller, args=("client:threads", tmp_path, 0, t, barrier, out)) for t in range(30)
+        threading.Thread(target=_caller, args=("client:threads", tmp_path, 0, t, barrier, out, until_another_caller_meets_it))
+        for t in range(30)
     ]
     for t in threads:
         t.start()
@@ -206,3 +216,5 @@ def test_threads_alone_also_run_each_key_once(tmp_path):
         t.join(120)
     assert len(out) == 30 * len(KEYS)
     _assert_once_per_key(tmp_path, "client:threads")
+    by_outcome = Counter(outcome for _, outcome in out)
+    assert by_outcome["claimed"] == len(KEYS) and by_outcome["in_progress"] >= len(KEYS)

@@ -3,7 +3,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from datetime import timedelta
 
 import httpx
@@ -16,11 +15,12 @@ from django.test import Client
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from receipts import decorators, store
+from receipts import decorators, store, waiting
 from idemdash.core.clients import create_token
 from receipts.decorators import idempotent, session_reference
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls
+from tests.waits import until
 
 pytestmark = pytest.mark.urls("tests.receipts.urls")
 
@@ -628,15 +628,14 @@ def test_prefer_wait_past_the_cap_on_waiters_is_a_409_at_once_without_preference
     seen = {}
 
     def second_request() -> None:
-        started = time.monotonic()
         seen["response"] = post(client, "/capture", Prefer="wait=10")
-        seen["took"] = time.monotonic() - started
 
     test_urls.hooks["hook"] = second_request
     assert post(client, "/capture").status_code == 201
     busy = seen["response"]
     assert busy.status_code == 409 and problem_type(busy) == "request-in-progress" and busy["Retry-After"]
-    assert seen["took"] < 2  # not the 10 s it asked to wait
+    # Not the 10 s it asked to wait: refused a waiting slot, it did not wait at all.
+    assert Attempt.objects.get(key="k-1", outcome="in_progress").waited_ms is None
     assert "Preference-Applied" not in busy
 
 
@@ -647,56 +646,74 @@ def test_an_unusable_prefer_wait_is_ignored(client, prefer):
     assert response.status_code == 201 and "Preference-Applied" not in response
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_prefer_wait_waits_for_the_first_attempt_and_replays_it(live_server):
-    url = live_server.url + "/capture?sleep=1"
+    url = live_server.url + "/capture"
     headers = {"Idempotency-Key": "slow", "Content-Type": "application/json"}
-    first: dict = {}
-    worker = threading.Thread(target=lambda: first.update(r=httpx.post(url, content=b"{}", headers=headers, timeout=30)))
-    worker.start()
-    for _ in range(100):  # until the first attempt holds the receipt
-        if Receipt.objects.filter(key="slow").exists():
-            break
-        threading.Event().wait(0.02)
-    # Still running (it sleeps 1 s): without the wait preference this would be a 409.
+    running, finish = threading.Event(), threading.Event()
+
+    def first_attempt_runs_until_told() -> None:
+        running.set()
+        assert finish.wait(30), "the waiter never waited"
+
+    test_urls.hooks["hook"] = first_attempt_runs_until_told
+    answers: dict = {}
+
+    def send(name: str, **extra: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.update(
+            {name: httpx.post(url, content=b"{}", headers={**headers, **extra}, timeout=30)}))
+        thread.start()
+        return thread
+
+    first = send("first")
+    assert running.wait(30), "the first attempt never ran"
+    # Still running: without the wait preference this would be a 409.
     assert Receipt.objects.get(key="slow").status == "processing"
-    waited = httpx.post(url, content=b"{}", headers={**headers, "Prefer": "wait=10"}, timeout=30)
-    worker.join()
-    assert first["r"].status_code == 201
+    test_urls.hooks.clear()
+    duplicate = send("waited", Prefer="wait=10")
+    # Inside its claim: waiting for the first attempt (on SQLite, queued behind its write lock).
+    until(lambda: _inside_claims("slow") == 1, "the duplicate waits for the first attempt")
+    finish.set()
+    first.join(30)
+    duplicate.join(30)
+    first, waited = answers["first"], answers["waited"]
+    assert first.status_code == 201
     assert waited.status_code == 201
     assert waited.headers["Idempotent-Replayed"] == "true"
     assert waited.headers["Preference-Applied"] == "wait=10"
-    assert waited.content == first["r"].content
+    assert waited.content == first.content
     assert rows("slow") == 1
 
 
 # --- real concurrency over HTTP ---------------------------------------------------------------
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
     callers = 20
+    # Each caller its own client, so its own connection; the live server serves each on its own
+    # thread and database connection. Made once for the ten keys (a client costs tens of ms).
+    clients = [httpx.Client(timeout=60) for _ in range(callers)]
     for n in range(10):
         key = f"race-{n}"
         barrier = threading.Barrier(callers)
         results: list[httpx.Response] = []
         lock = threading.Lock()
+        # The view that runs holds its claim until every other caller has met it: answered (a
+        # 409), or inside its claim (on SQLite, queued behind the view's write lock).
+        test_urls.hooks["hook"] = lambda: until(
+            lambda: len(results) + _inside_claims(key) == callers - 1, "every other caller meets the running view")
 
-        def call() -> None:
-            # Each thread its own connection; the live server serves each on its own thread
-            # and database connection.
-            with httpx.Client(timeout=60) as http:
-                barrier.wait()
-                reply = http.post(
-                    live_server.url + "/capture?sleep=0.05",
-                    content=b'{"amount": 5}',
-                    headers={"Idempotency-Key": key, "Content-Type": "application/json"},
-                )
+        def call(http: httpx.Client) -> None:
+            barrier.wait()
+            reply = http.post(
+                live_server.url + "/capture",
+                content=b'{"amount": 5}',
+                headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+            )
             with lock:
                 results.append(reply)
 
-        threads = [threading.Thread(target=call) for _ in range(callers)]
+        threads = [threading.Thread(target=call, args=(http,)) for http in clients]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -710,7 +727,15 @@ def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
         replayed = [r for r in results if r.headers.get("Idempotent-Replayed") == "true"]
         assert all(r.content == ran[0].content for r in replayed)
         assert len(ran) + len(replayed) + statuses.count(409) == callers
+    for http in clients:
+        http.close()
     assert Receipt.objects.filter(status="completed").count() == 10
+
+
+def _inside_claims(key: str) -> int:
+    """How many claims of this process are looking at the key now (each is subscribed to its
+    wake-ups from its first look to its answer: receipts/waiting.py)."""
+    return len(waiting._waiters.get(waiting.topic("anonymous", key), ()))
 
 
 def test_a_malformed_operation_is_refused_when_the_view_is_decorated():

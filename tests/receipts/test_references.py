@@ -22,12 +22,13 @@ from django.utils import timezone
 import receipts
 from idemdash.core.leases import StaleToken
 from idemdash_client.references import InvalidReference
-from receipts import retention, store
+from receipts import retention, store, waiting
 from receipts.models import Receipt, ReceiptReference
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxMessage
 from receipts.references import cause_of, caused_by, objects_referring, referring
 from tests.concurrently import killed_once_it_reaches
+from tests.waits import until
 
 URL = "http://127.0.0.1:9/hook"
 
@@ -124,16 +125,17 @@ def test_an_attempt_killed_mid_step_leaves_no_references_and_the_next_attempt_st
     assert stored() == [("stripe.charge", "ch_rerun"), ("order", "1042")]
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_of_threads_racing_on_one_key_only_the_one_that_ran_leaves_references():
+def test_of_threads_racing_on_one_key_only_the_one_that_ran_leaves_references(settings):
     threads, ran, errors = 6, [], []
     barrier = threading.Barrier(threads)
+    settings.RECEIPTS_MAX_WAITERS = threads  # every duplicate may wait for the one that runs
 
     def caller(n: int) -> None:
         def step() -> str:
             ran.append(n)
-            time.sleep(0.2)  # the others arrive while it runs
+            # The others arrive while it runs: each waits for its result.
+            until(lambda: waiting.waiting_now() == threads - 1, "the other callers wait for the one that runs")
             receipts.current().refer("stripe.charge", f"ch_{n}")
             return f"ch_{n}"
 

@@ -34,6 +34,7 @@ from receipts.decorators import idempotent
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.concurrently import assert_each_key_ran_once, same_keys_at_once
 from tests.gunicorn import Gunicorn
+from tests.waits import until
 
 MYSQL = connection.vendor == "mysql"
 not_on_mysql = pytest.mark.skipif(MYSQL, reason="refused on MySQL/MariaDB (receipts.E016)")
@@ -457,17 +458,13 @@ def test_concurrent_callers_in_several_processes_get_one_effect_per_key(gunicorn
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_a_worker_killed_mid_view_leaves_nothing_and_the_retry_runs_once(gunicorn, tmp_path):
     for round_no in range(3):
         key = f"killed-{round_no}"
         pid_file = tmp_path / f"pid-{round_no}"
         first = threading.Thread(target=lambda: _quietly(gunicorn.url + f"/single?pid_file={pid_file}", key))
         first.start()
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        pid = int(pid_file.read_text())
+        pid = int(until(lambda: pid_file.exists() and pid_file.read_text(), "the view writes its pid", log=gunicorn.log_path))
         # Its effect is written and its claim made, neither committed: SIGKILL it now.
         os.kill(pid, signal.SIGKILL)
         first.join(60)

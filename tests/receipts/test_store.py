@@ -302,7 +302,6 @@ def test_a_settlement_sent_again_after_it_landed_is_done_and_logged_once(settle)
     assert (again.response_body, again.error, again.completed_at) == (settled.response_body, settled.error, settled.completed_at)
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_once():
     """The retry's UPDATE waits on the row its first try holds, and finds it settled when that
@@ -505,7 +504,7 @@ def test_every_claim_outcome_logs_how_long_it_took_and_no_settle_does():
         if outcome == "completed":
             assert ms is None
         else:
-            assert 0 < ms < 5000, (outcome, ms)
+            assert ms > 0, (outcome, ms)
 
 
 @pytest.mark.slow
@@ -543,15 +542,16 @@ def test_a_claims_duration_counts_its_wait_on_a_lock():
     assert Attempt.objects.get(key="locked").claim_ms >= 300
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wait():
+def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wait(monkeypatch):
     """`waited_ms` is the first attempt's time; `claim_ms` is the claim's own work."""
     import threading
-    import time
 
     from django.db import connection, connections
 
+    from tests.clock import HeldWaiterTimer
+
+    timer = HeldWaiterTimer(monkeypatch, reach=1.0)  # a second of waiting, on the store's held clock
     first = store.claim(SCOPE, "awaited", "email.send", {"n": 1})
     answers: list[store.ClaimResult] = []
 
@@ -564,9 +564,9 @@ def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wa
 
     waiter = threading.Thread(target=duplicate)
     waiter.start()
-    time.sleep(1.0)
+    assert timer.reached.wait(30), "the duplicate never waited a second"
     store.complete(SCOPE, "awaited", first.token, body="{}")
     waiter.join(30)
-    assert answers[0].outcome == "replayed" and answers[0].waited_ms >= 900
+    assert answers[0].outcome == "replayed" and answers[0].waited_ms >= 1000
     line = Attempt.objects.get(key="awaited", outcome="waited")
-    assert line.waited_ms >= 900 and line.claim_ms < line.waited_ms / 2
+    assert line.waited_ms >= 1000 and line.claim_ms < line.waited_ms / 2

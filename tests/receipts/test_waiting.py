@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 from django.db import connection, connections
@@ -13,32 +13,45 @@ from django.test.utils import CaptureQueriesContext
 
 from receipts import store, waiting
 from receipts.models import Attempt
+from tests.clock import HeldWaiterTimer
+from tests.concurrently import uncommitted, until_transactions_wait_on_locks
+from tests.waits import until
 
 SCOPE = "client:wait"
 
 
-def _complete_later(key: str, token: int, delay: float) -> None:
-    time.sleep(delay)
-    try:
-        store.complete(SCOPE, key, token, body="done")
-    finally:
-        connections.close_all()
+def _complete_when(ready: Callable[[], bool], key: str, token: int) -> threading.Thread:
+    """A thread, on its own connection, that completes the key once `ready()` holds."""
+
+    def complete() -> None:
+        try:
+            until(ready, f"the moment to complete {key}")
+            store.complete(SCOPE, key, token, body="done")
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=complete)
+    thread.start()
+    return thread
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_waiter_gets_the_replay_and_reads_the_database_only_a_few_times():
+def test_a_waiter_gets_the_replay_and_reads_the_database_only_a_few_times(monkeypatch):
+    # 1.5 s of waiting on the store's held clock: the waiter's timer runs out at once each time.
+    timer = HeldWaiterTimer(monkeypatch, reach=1.5)
     first = store.claim(SCOPE, "w1", "email.send", {}, lease_seconds=60)
-    worker = threading.Thread(target=_complete_later, args=("w1", first.token, 1.5))
-    worker.start()
+    worker = _complete_when(timer.reached.is_set, "w1", first.token)
     with CaptureQueriesContext(connection) as queries:
         result = store.claim(SCOPE, "w1", "email.send", {}, wait_seconds=20)
-    worker.join()
+    worker.join(30)
     assert result.outcome == "replayed"
     assert result.receipt.response_body == "done"
+    assert result.waited_ms >= 1500  # the held clock's
     # Every look at the key reads it: a SELECT, or on PostgreSQL the claim-or-replay statement.
     receipt_reads = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("SELECT", "WITH"))]
-    # A tight loop would read hundreds of times in 1.5 s; the growing timer reads a handful.
+    # A tight loop would read hundreds of times in 1.5 s; the growing timer reads a handful:
+    # once after each interval it waited out (50 ms doubling), once more when woken.
+    assert timer.intervals == [0.05, 0.1, 0.2, 0.4]
     assert len(receipt_reads) <= 10, len(receipt_reads)
 
 
@@ -54,14 +67,13 @@ def test_a_waiter_gives_up_with_in_progress_after_its_wait_and_the_log_keeps_its
     assert (logged.outcome, logged.waited_ms) == ("in_progress", result.waited_ms)
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_waiter_answered_with_the_result_is_logged_as_waited_not_replayed():
     first = store.claim(SCOPE, "w5", "email.send", {}, lease_seconds=60)
-    worker = threading.Thread(target=_complete_later, args=("w5", first.token, 0.5))
-    worker.start()
+    # Completed once the waiter holds its waiting slot: it has met the running first attempt.
+    worker = _complete_when(lambda: waiting.waiting_now() == 1, "w5", first.token)
     result = store.claim(SCOPE, "w5", "email.send", {}, wait_seconds=20)
-    worker.join()
+    worker.join(30)
     assert result.outcome == "replayed" and result.waited_ms > 0
     logged = Attempt.objects.filter(key="w5", outcome__in=["waited", "replayed"]).get()
     assert (logged.outcome, logged.waited_ms) == ("waited", result.waited_ms)
@@ -86,33 +98,52 @@ def no_fallback_timer(monkeypatch):
 
 
 def _complete_in_child(key: str, token: int) -> None:
-    time.sleep(1.0)
+    # Once the waiter has asked for a NOTIFY (receipts/pg.py:announce_waiter): it waits.
+    until(lambda: store.Receipt.objects.get(scope=SCOPE, key=key).waiters, "the waiter asks for a NOTIFY")
     store.complete(SCOPE, key, token, body="from another process")
     connections.close_all()
+
+
+@pytest.fixture
+def wakeups(monkeypatch) -> list[bool]:
+    """What each of this process's waits ended by: True a wake-up, False its timer."""
+    ended: list[bool] = []
+    wait = waiting.Wakeup.wait
+
+    def recorded(wakeup: waiting.Wakeup, timeout: float) -> bool:
+        woke = wait(wakeup, timeout)
+        ended.append(woke)
+        return woke
+
+    monkeypatch.setattr(waiting.Wakeup, "wait", recorded)
+    return ended
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(no_fallback_timer):
+def test_on_postgresql_a_completion_in_another_process_wakes_the_waiter(no_fallback_timer, wakeups):
     # With the fallback timer pushed past the wait, only NOTIFY can wake the waiter early.
     first = store.claim(SCOPE, "w3", "email.send", {}, lease_seconds=60)
     waiting._ensure_listener()
-    time.sleep(0.5)  # let the listener connect before the notification is sent
+    until(_listen_backends, "the listener connects before the notification is sent")
     connections.close_all()
     child = multiprocessing.get_context("fork").Process(target=_complete_in_child, args=("w3", first.token))
     child.start()
-    started = time.monotonic()
     result = store.claim(SCOPE, "w3", "email.send", {}, wait_seconds=25)
-    waited = time.monotonic() - started
     child.join(10)
     assert result.outcome == "replayed"
     assert result.receipt.response_body == "from another process"
-    assert waited < 15, f"woken by the timer after {waited:.1f}s, not by NOTIFY"
+    assert wakeups == [True], "woken by the timer, not by NOTIFY"
 
 
-def _notifications_during(action, seconds: float = 0.5) -> list[str]:
-    """The NOTIFY payloads on the receipts channel while `action` runs (and briefly after)."""
+END = "end of the test's notifications"
+
+
+def _notifications_during(action) -> list[str]:
+    """The NOTIFY payloads on the receipts channel while `action` runs. A notification of the
+    test's own, sent after `action` has committed, ends the list: PostgreSQL delivers
+    notifications in the order their transactions committed, so none of `action`'s comes later."""
     import psycopg
 
     params = connection.get_connection_params()
@@ -120,7 +151,14 @@ def _notifications_during(action, seconds: float = 0.5) -> list[str]:
     with psycopg.connect(autocommit=True, **conninfo) as listener:
         listener.execute(f"LISTEN {waiting.CHANNEL}")
         action()
-        return [note.payload for note in listener.notifies(timeout=seconds)]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [waiting.CHANNEL, END])
+        payloads = []
+        for note in listener.notifies(timeout=30):
+            if note.payload == END:
+                return payloads
+            payloads.append(note.payload)
+    raise AssertionError("the test's own notification never came")
 
 
 @pytest.mark.postgres
@@ -131,7 +169,6 @@ def test_on_postgresql_settling_a_receipt_nobody_waits_for_sends_no_notify():
     assert _notifications_during(lambda: store.complete(SCOPE, "quiet", first.token, body="done")) == []
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_waiter_asks_for_the_notify_that_wakes_it():
@@ -139,48 +176,32 @@ def test_on_postgresql_a_waiter_asks_for_the_notify_that_wakes_it():
     waiter = threading.Thread(target=lambda: (store.claim(SCOPE, "heard", "email.send", {}, wait_seconds=5),
                                              connections.close_all()))
     waiter.start()
-    deadline = time.monotonic() + 5
-    while not store.Receipt.objects.get(key="heard").waiters and time.monotonic() < deadline:
-        time.sleep(0.02)
+    until(lambda: store.Receipt.objects.get(key="heard").waiters, "the waiter asks for a NOTIFY")
     payloads = _notifications_during(lambda: store.complete(SCOPE, "heard", first.token, body="done"))
     waiter.join(10)
     assert payloads == [waiting.topic(SCOPE, "heard")]
 
 
-def _settle_and_hold(key: str, token: int, settled, release) -> None:
-    """In another process (no in-process wake-up): complete inside a transaction that
-    stays open until `release`, so the row stays locked meanwhile."""
-    from django.db import transaction
-
-    try:
-        with transaction.atomic():
-            store.complete(SCOPE, key, token, body="held")
-            settled.set()
-            release.wait(10)
-    finally:
-        connections.close_all()
-
-
-@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(no_fallback_timer):
+def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_without_a_notify(
+    no_fallback_timer, wakeups
+):
     # The settle has updated the row (no waiters yet, so no NOTIFY) but not committed. The
     # waiter's request for a NOTIFY waits on the row lock, then finds the row settled and
-    # looks again at once: with the timer pushed past the wait, nothing else could wake it.
+    # looks again at once: it never waits for a wake-up at all (a wait would be its timer's,
+    # pushed past the claim's wait, or this process's wake-up at the settle's commit).
     first = store.claim(SCOPE, "race", "email.send", {}, lease_seconds=60)
-    fork = multiprocessing.get_context("fork")
-    settled, release = fork.Event(), fork.Event()
-    connections.close_all()
-    holder = fork.Process(target=_settle_and_hold, args=("race", first.token, settled, release))
-    holder.start()
-    assert settled.wait(10)
-    threading.Timer(0.5, release.set).start()
-    started = time.monotonic()
-    result = store.claim(SCOPE, "race", "email.send", {}, wait_seconds=20)
-    holder.join(10)
+    with uncommitted(lambda: store.complete(SCOPE, "race", first.token, body="held")):
+        answers: list[store.ClaimResult] = []
+        waiter = threading.Thread(target=lambda: (answers.append(store.claim(SCOPE, "race", "email.send", {}, wait_seconds=20)),
+                                                  connections.close_all()))
+        waiter.start()
+        until_transactions_wait_on_locks(1, "the waiter's request for a NOTIFY waits on the settle's row")
+    waiter.join(30)
+    (result,) = answers
     assert result.outcome == "replayed" and result.receipt.response_body == "held"
-    assert time.monotonic() - started < 5
+    assert wakeups == []
 
 
 def _listen_backends() -> list[int]:
@@ -192,24 +213,15 @@ def _listen_backends() -> list[int]:
         return [pid for (pid,) in cursor.fetchall()]
 
 
-def _until(predicate, seconds: float = 10):
-    deadline = time.monotonic() + seconds
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return found
-
-
-@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_on_postgresql_a_lost_listen_connection_is_one_warning_line_and_comes_back(caplog):
     waiting._ensure_listener()
-    (backend,) = _until(_listen_backends)
+    (backend,) = until(_listen_backends, "the listener connects")
     caplog.set_level("WARNING", logger="receipts.waiting")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
-    (again,) = _until(lambda: [pid for pid in _listen_backends() if pid != backend])
+    (again,) = until(lambda: [pid for pid in _listen_backends() if pid != backend], "the listener connects again")
     assert again != backend
     (record,) = [r for r in caplog.records if r.name == "receipts.waiting"]
     assert record.levelname == "WARNING" and record.exc_info is None
@@ -232,17 +244,17 @@ def _wait_in_thread(key: str, results: list) -> threading.Thread:
     return thread
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(settings):
     settings.RECEIPTS_MAX_WAITERS = 1
     first = store.claim(SCOPE, "cap", "email.send", {}, lease_seconds=60)
     results: list[str] = []
     waiter = _wait_in_thread("cap", results)
-    _until(lambda: waiting.waiting_now() == 1)
-    started = time.monotonic()
+    until(lambda: waiting.waiting_now() == 1, "the first duplicate waits")
     refused = store.claim(SCOPE, "cap", "email.send", {}, wait_seconds=20)
-    assert refused.outcome == "in_progress" and time.monotonic() - started < 1.0
+    # At once: refused a waiting slot, it did not wait at all, and its log line says so.
+    assert refused.outcome == "in_progress" and refused.wait_refused and refused.waited_ms is None
+    assert Attempt.objects.get(key="cap", outcome="in_progress").waited_ms is None
     assert waiting.waiting_now() == 1  # the refused caller took no slot
     store.complete(SCOPE, "cap", first.token, body="done")
     waiter.join(10)
@@ -251,7 +263,7 @@ def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(set
     # A slot given back is there for the next waiter of any key.
     second = store.claim(SCOPE, "cap-2", "email.send", {}, lease_seconds=60)
     waiter = _wait_in_thread("cap-2", results)
-    _until(lambda: waiting.waiting_now() == 1)
+    until(lambda: waiting.waiting_now() == 1, "a waiter of another key takes the slot")
     store.complete(SCOPE, "cap-2", second.token, body="done")
     waiter.join(10)
     assert results == ["replayed", "replayed"]
@@ -266,9 +278,9 @@ def test_a_waiter_that_gives_up_gives_its_slot_back(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_with_no_slots_nobody_waits(settings):
+def test_with_no_slots_nobody_waits(settings, wakeups):
     settings.RECEIPTS_MAX_WAITERS = 0
     store.claim(SCOPE, "cap-4", "email.send", {}, lease_seconds=60)
-    started = time.monotonic()
-    assert store.claim(SCOPE, "cap-4", "email.send", {}, wait_seconds=20).outcome == "in_progress"
-    assert time.monotonic() - started < 1.0
+    refused = store.claim(SCOPE, "cap-4", "email.send", {}, wait_seconds=20)
+    assert refused.outcome == "in_progress" and refused.wait_refused and refused.waited_ms is None
+    assert wakeups == []  # not one wait
