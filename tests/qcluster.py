@@ -17,6 +17,7 @@ from urllib.parse import quote
 from django.db import connection
 
 from idemdash.devtools.bench.servers import process_table
+from tests.waits import until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,12 +115,13 @@ def signal_stop(worker: subprocess.Popen, *, group: bool, within: float) -> floa
         signal_group(worker, signal.SIGTERM)
     else:
         worker.send_signal(signal.SIGTERM)
-    while time.monotonic() - started < within:
-        if worker.poll() is not None and not group_alive(worker):
-            return time.monotonic() - started
-        time.sleep(0.1)
-    kill_process(worker)
-    return None
+    try:
+        until(lambda: worker.poll() is not None and not group_alive(worker), "the cluster to stop", within=within,
+              every=0.1)
+    except AssertionError:
+        kill_process(worker)
+        return None
+    return time.monotonic() - started
 
 
 def group_alive(worker: subprocess.Popen) -> bool:

@@ -15,7 +15,6 @@ import pytest
 from django.db import connection, connections
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
-from django_q.tasks import async_task
 from opentelemetry import trace
 from opentelemetry.trace import format_span_id, format_trace_id
 
@@ -246,45 +245,6 @@ def test_a_real_qcluster_exports_its_task_span_in_the_deliverys_trace(client, sp
     assert process.parent_span_id.hex() == format_span_id(receive.context.span_id)
     outcome = {a.key: a.value.string_value for a in process.attributes}["idemdash.webhook.outcome"]
     assert outcome in ("completed", "ignored")
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_real_qclusters_drain_and_sweep_continue_the_traces_kept_on_the_rows(client, spans, tmp_path):
-    """Their tasks lost, a message and an event are picked up by a real `manage.py qcluster`'s
-    scheduled drain and sweep, which have no trace context of their own: the send and the
-    processing reach the collector in the request's trace, from the context kept on the rows."""
-    secret = "whsec_tracing_0000000000000"
-    make_endpoint("stripe", "stripe", secret)
-    with running_receiver() as receiver, otlp_collector(COLLECTOR_PORT) as received:
-        with trace.get_tracer("test").start_as_current_span("incoming request") as request_span:
-            outbox_store.enqueue("http.post", {"url": receiver.url, "json": {"n": 1}}, KEY)
-            deliver_stripe(client, "stripe", stripe_event({"id": "pi_q2", "object": "payment_intent"},
-                                                          "payment_intent.succeeded"), secret=secret)
-        OrmQ.objects.all().delete()  # both tasks lost with a cluster that died
-        WebhookEvent.objects.update(enqueued_at=None)
-        worker = traced_qcluster(tmp_path, OUTBOX_HTTP_ALLOWED_HOSTS="127.0.0.1",
-                                 OUTBOX_DRAIN_SECONDS="1")  # then the sweep's turn on the one worker
-        try:
-            async_task("receipts.outbox.tasks.drain")
-            async_task("webhooks.tasks.sweep")
-            until_exported(worker, received, {"idemdash.outbox.send", "idemdash.webhook.process"})
-        finally:
-            stop_process(worker)
-            connection.close()
-    request = request_span.get_span_context()
-    (receive,) = named(spans, "idemdash.webhook.receive")
-    log = (tmp_path / "qcluster.log").read_text()[-3000:]
-    (send,) = [span for _, span in received if span.name == "idemdash.outbox.send"] or [None]
-    assert send is not None, log
-    assert send.trace_id.hex() == format_trace_id(request.trace_id)
-    assert send.parent_span_id.hex() == format_span_id(request.span_id)
-    (process,) = [span for _, span in received if span.name == "idemdash.webhook.process"] or [None]
-    assert process is not None, log
-    assert process.trace_id.hex() == format_trace_id(request.trace_id)
-    assert process.parent_span_id.hex() == format_span_id(receive.context.span_id)
-    assert len(receiver.headers) == 1
 
 
 @pytest.mark.django_db(transaction=True)

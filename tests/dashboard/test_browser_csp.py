@@ -15,6 +15,7 @@ from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
     SHOTS, act_in_place, browser, charts_drawn, flow, operator, read_in_place, receipts,
 )
 from receipts.models import Receipt
+from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -116,7 +117,9 @@ def test_the_policy_refuses_what_it_should(watched, live_server):
       const f = document.createElement("script"); f.src = "https://cdn.example.invalid/x.js"; document.body.append(f);
       document.body.setAttribute("style", "color: red");
     }""")
-    page.wait_for_timeout(300)
+    # The reports come as Playwright's events, delivered while it is called: each look lets the
+    # page run for 20 ms, until the three have come.
+    until(lambda: page.wait_for_timeout(20) or len(page.violations) >= 3, "the three violations reported")
     assert page.evaluate("window.__ran === undefined")
     directives = sorted(v.split()[0] for v in page.violations)
     assert directives == ["script-src-elem", "script-src-elem", "style-src-attr"], page.violations

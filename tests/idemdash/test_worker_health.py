@@ -69,7 +69,8 @@ def test_a_cluster_whose_workers_stop_taking_work_fails_the_health_check_and_sho
         for pid in workers:
             os.kill(pid, signal.SIGSTOP)  # alive, and taking nothing
         # WORKER_STALE_SECONDS after the last work taken, the check fails ...
-        code, said = until(lambda: (found := health())[0] == 1 and found, "the health check to fail", log=log)
+        code, said = until(lambda: (found := health())[0] == 1 and found, "the health check to fail", every=0.25,
+                           log=log)
         assert cluster.poll() is None  # ... while the cluster runs and its scheduler fires, as it takes no work
         assert "not taking work" in said and "no worker cluster took work in the last 4 s" in said
         page = viewer_client.get("/").content.decode()
