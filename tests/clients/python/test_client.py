@@ -177,12 +177,25 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
             idem.run_once("k", "email.send", lambda: "never")
 
 
-@pytest.mark.slow
-def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem, settings):
-    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # short leases, so the test need not wait 15 s
+def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothing(idem, settings, monkeypatch):
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # a beat every third of a second, so the first comes soon
+    refused = threading.Event()
+    beat = IdempotencyClient.heartbeat
+
+    def heartbeat(self, key, token, *, lease_seconds=None, timeout=None):
+        # Each beat is answered however loaded the machine (a beat's own timeout, a third of
+        # the lease, is test_run_once_renews_its_lease_...'s); the step waits for the refusal.
+        try:
+            return beat(self, key, token, lease_seconds=lease_seconds, timeout=30)
+        except LeaseLost:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(IdempotencyClient, "heartbeat", heartbeat)
+
     def step() -> str:
         store.release(Receipt.objects.get(), actor="otto", reason="looked stuck")  # an operator, mid-step
-        time.sleep(1.5)  # heartbeats every third of the 1 s lease: refused
+        assert refused.wait(30), "no heartbeat was refused"
         return "late"
 
     with pytest.raises(LeaseLost):
