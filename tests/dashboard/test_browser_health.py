@@ -8,13 +8,13 @@ Screenshots go to var/screenshots/health-*.png."""
 from __future__ import annotations
 
 import threading
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.db import connections
 
 from idemdash.core import rollup
+from idemdash.core.clients import create_token
+from idemdash.devtools import simulator
 from idemdash.dashboard import health
 from receipts.outbox import drain, store as outbox_store
 from receipts.outbox.models import OutboxMessage
@@ -37,12 +37,14 @@ def forbidden(key: str, nth: int, body: object) -> tuple[int, dict[str, str], fl
 
 
 @pytest.fixture
-def healthy_demo_traffic(live_server, settings, tmp_path, outbox_may_post_locally):
-    """`manage.py simulate --healthy` against the live server while a drain sends the
-    outbox as the worker does: agents (runs, replays, 409s, 422s, crashes taken over,
-    failures retried) and outbox posts to the simulator's flaky receiver."""
+def healthy_demo_traffic(live_server, settings, outbox_may_post_locally):
+    """`manage.py simulate --healthy`'s traffic against the live server while a drain sends
+    the outbox as the worker does: agents (runs, replays, 409s, 422s, crashes taken over,
+    failures retried) and outbox posts to the simulator's flaky receiver. Its leases and retries
+    are a second or less (the command's are 15 and 20 s), so the run takes seconds, not a minute."""
     settings.STRIPE_WEBHOOK_SECRET = settings.SHOPIFY_WEBHOOK_SECRET = ""
     settings.OUTBOX_BACKOFF_BASE_SECONDS = 1
+    settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # the crashed agents' 1 s leases
     stop = threading.Event()
 
     def worker() -> None:
@@ -55,15 +57,18 @@ def healthy_demo_traffic(live_server, settings, tmp_path, outbox_may_post_locall
 
     thread = threading.Thread(target=worker)
     thread.start()
-    out = StringIO()
+    lines: list[str] = []
+    config = simulator.Config(
+        base_url=live_server.url, token=create_token("simulator")[1], rate=30, actions=90, seed=22,
+        receiver_port=0, receiver_failures=0.3, receiver_slow=0, staged_faults=False,
+        crash_lease_seconds=1, failure_retry_seconds=0.5, wait_for_server=10,
+    )
     try:
-        call_command("simulate", "--healthy", "--base-url", live_server.url, "--actions", "90", "--rate", "30",
-                     "--crash-lease", "15", "--receiver-port", "0", "--receiver-failures", "0.3",
-                     "--receiver-slow", "0", "--seed", "22", "--token-file", str(tmp_path / "token"), stdout=out)
+        simulator.Simulator(config, write=lines.append).run()
     finally:
         stop.set()
         thread.join(30)
-    return out.getvalue()
+    return "\n".join(lines)
 
 
 def test_healthy_traffic_shows_all_clear_and_a_fault_turns_the_first_line_red_with_a_link(
