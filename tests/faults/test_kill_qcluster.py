@@ -38,8 +38,8 @@ from tests.waits import until
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from webhooks.models import WebhookEvent
 
-# `alone`: RECOVERY_BOUND is a documented promise, a time measured under the test's own load only
-# (.ci/run runs these by themselves).
+# `alone`: RECOVERY_BOUND is a documented promise, a time measured beside the other recovery bounds only
+# (.ci/run runs them side by side, each mostly waiting out a lease, after the other tiers).
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone, pytest.mark.django_db(transaction=True),
               pytest.mark.timeout(150)]
 

@@ -31,8 +31,8 @@ from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event
 from tests.waits import until
 from webhooks.models import WebhookEvent
 
-# `alone`: the bounds are documented promises, times measured under the test's own load only
-# (.ci/run runs these by themselves).
+# `alone`: the bounds are documented promises, times measured beside the other recovery bounds only
+# (.ci/run runs them side by side, each mostly waiting out a lease, after the other tiers).
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone, pytest.mark.django_db(transaction=True),
               pytest.mark.timeout(150)]
 
