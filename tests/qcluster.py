@@ -68,6 +68,16 @@ def start_qcluster(log_path: Path, **env_overrides: str) -> subprocess.Popen:
     return start_process([sys.executable, "manage.py", "qcluster"], log_path, env)
 
 
+TICK = "idemdash.worker.liveness.tick"
+
+
+def processed(log_path: Path, func: str) -> int:
+    """How many tasks running `func` (a dotted path) the cluster logging to `log_path` has
+    finished, as its monitor logs each. With one worker (start_qcluster's default) they ran in
+    the order logged: a tick logged after a task ran after it."""
+    return log_path.read_text(errors="replace").count(f"Processed '{func}'")
+
+
 def start_process(argv: list[str], log_path: Path, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen:
     """Start `argv` in its own session (process group), so that stop/kill reach its
     children (a server's workers) too; its output is appended to `log_path`."""

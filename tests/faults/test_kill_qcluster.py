@@ -49,11 +49,6 @@ SECRET = "whsec_fault_kill_qcluster_0000"
 RECOVERY_BOUND = 30
 
 
-def wait_for(condition, seconds: float, what: str, log: Path | None = None):
-    """tests/waits.py:until, in the argument order of the modules that still import it from here."""
-    return until(condition, what, within=seconds, log=log)
-
-
 def record_recovery(what: str, seconds: float) -> None:
     """Say how long a recovery took (pytest -s) and keep it in var/recovery-times.txt."""
     line = f"{what}: {seconds:.1f} s"

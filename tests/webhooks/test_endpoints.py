@@ -128,13 +128,11 @@ def test_a_running_worker_runs_nothing_of_a_paused_endpoint_and_everything_once_
     # stored before the pause, its task already queued; five arrive while paused, each
     # answered 200. None runs until the resume; then each runs once (no handler for the
     # type: ignored, with one attempt).
-    import time
-
     from django.db import connection
     from django_q.models import OrmQ
 
-    from tests.faults.test_kill_qcluster import wait_for
-    from tests.qcluster import kill_process, signal_stop, start_qcluster
+    from tests.qcluster import TICK, kill_process, processed, signal_stop, start_qcluster
+    from tests.waits import until
 
     endpoint = make_endpoint("shop", "stripe", STRIPE_SECRET)
     assert deliver_stripe(client, "shop", stripe_event({"n": 0}, "a.b")).status_code == 200
@@ -146,12 +144,14 @@ def test_a_running_worker_runs_nothing_of_a_paused_endpoint_and_everything_once_
     qlog = tmp_path / "qcluster.log"
     cluster = start_qcluster(qlog)
     try:
-        wait_for(lambda: not OrmQ.objects.exists(), 20, "the queued task taken", qlog)
-        time.sleep(6)  # a tick or two: sweeps
+        until(lambda: not OrmQ.objects.exists(), "the queued task taken", log=qlog)
+        until(lambda: processed(qlog, "webhooks.tasks.process_event_by_key") == 1, "the queued task run", log=qlog)
+        ticks = processed(qlog, TICK)
+        until(lambda: processed(qlog, TICK) > ticks, "a tick (its sweep) after it", log=qlog)
         assert set(WebhookEvent.objects.values_list("status", "attempts")) == {("held", 0)}
         assert endpoints.resume(endpoint, actor="ops") == 6
-        wait_for(lambda: set(WebhookEvent.objects.values_list("status", flat=True)) == {"ignored"}, 30,
-                 "the held events run", qlog)
+        until(lambda: set(WebhookEvent.objects.values_list("status", flat=True)) == {"ignored"},
+              "the held events run", log=qlog)
         assert signal_stop(cluster, group=True, within=15) is not None
     finally:
         kill_process(cluster)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 
 import pytest
 from django.db import connection, connections, transaction
@@ -18,8 +17,8 @@ from receipts.outbox import pauses, store
 from receipts.outbox.drain import drain
 from receipts.outbox.models import OutboxMessage, OutboxPause
 
-from tests.faults.test_kill_qcluster import wait_for
-from tests.qcluster import kill_process, signal_stop, start_qcluster
+from tests.qcluster import TICK, kill_process, processed, signal_stop, start_qcluster
+from tests.waits import until
 
 from .receiver import running_receiver
 
@@ -212,13 +211,14 @@ def test_a_running_worker_sends_nothing_of_a_paused_host_and_drains_it_after_res
         try:
             with transaction.atomic():
                 keys = posts(receiver.url, "held", 10)
-            # The send tasks ran (the queue is empty) and a tick or two passed: nothing sent.
-            wait_for(lambda: not OrmQ.objects.exists(), 20, "the send tasks taken", qlog)
-            time.sleep(6)
+            # The send tasks ran, then a tick (its drain): nothing sent.
+            until(lambda: processed(qlog, "receipts.outbox.tasks.send") == 10, "the send tasks run", log=qlog)
+            ticks = processed(qlog, TICK)
+            until(lambda: processed(qlog, TICK) > ticks, "a tick after the send tasks", log=qlog)
             assert receiver.requests == {} and statuses("held") == {"pending"}
 
             pauses.resume("host", "127.0.0.1", actor="ops")
-            wait_for(lambda: statuses("held") == {"sent"}, 30, "the backlog sent", qlog)
+            until(lambda: statuses("held") == {"sent"}, "the backlog sent", log=qlog)
             assert signal_stop(cluster, group=True, within=15) is not None
         finally:
             kill_process(cluster)
