@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -25,6 +25,8 @@ from receipts import pg, store
 from receipts.conf import policy_for
 from receipts.models import Attempt, Receipt
 from receipts.store import _Intent, _new_receipt
+from tests.clock import held_clock
+from tests.concurrently import until_transactions_wait_on_locks
 
 pytestmark = pytest.mark.postgres
 
@@ -105,11 +107,10 @@ def test_a_burned_failure_replays_on_the_fast_path_and_a_mismatch_does_not():
     assert Attempt.objects.get(scope=SCOPE, key="k2", outcome="mismatch").request == {"n": 2}
 
 
-@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_stale_token_settles_nothing_and_is_logged():
     first = store.claim(SCOPE, "k3", "email.send", {}, lease_seconds=1)
-    time.sleep(1.1)
+    Receipt.objects.filter(scope=SCOPE, key="k3").update(lease_expires_at=timezone.now() - timedelta(seconds=1))  # it lapsed
     takeover = store.claim(SCOPE, "k3", "email.send", {})
     assert takeover.outcome == "lease_takeover"
     with pytest.raises(store.StaleToken):
@@ -151,11 +152,10 @@ def _hold_uncommitted_insert(dsn: dict, key: str, fingerprint: str, status: str,
         conn.commit()
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("status,expected,logged", [("completed", "replayed", "waited"),
                                                      ("processing", "in_progress", "in_progress")])
-def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look(status, expected, logged):
+def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look(status, expected, logged, monkeypatch):
     """Our INSERT waits on the other transaction's uncommitted row, then does nothing; our
     SELECT's snapshot predates that row's commit, so the statement finds nothing at all.
     The claim must look again rather than report a claim or lose the key; a replay it then
@@ -176,10 +176,12 @@ def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look
         finally:
             connections.close_all()
 
+    clock = held_clock(monkeypatch, store)
     claimer = threading.Thread(target=claim)
     claimer.start()
-    time.sleep(0.3)  # the claim is now blocked on the uncommitted row
+    until_transactions_wait_on_locks(1, "the claim blocked on the uncommitted row")
     assert not results
+    clock.advance(600)  # ten minutes blocked, by the store's clock
     release.set()
     other.join(10)
     claimer.join(10)
@@ -187,9 +189,9 @@ def test_a_concurrent_insert_the_statement_cannot_see_falls_back_to_a_fresh_look
     assert Receipt.objects.filter(scope=SCOPE, key=key).count() == 1
     assert [row[2] for row in _log(key)] == [logged]
     if logged == "waited":
-        # The 0.3 s and more it was blocked count as its wait, not also as the claim's time.
+        # The ten minutes it was blocked count as its wait, not also as the claim's time.
         (waited_ms, claim_ms), = Attempt.objects.filter(scope=SCOPE, key=key).values_list("waited_ms", "claim_ms")
-        assert waited_ms >= 300 and claim_ms < waited_ms - 250, (waited_ms, claim_ms)
+        assert waited_ms >= 600_000 and claim_ms < 300_000, (waited_ms, claim_ms)
 
 
 
