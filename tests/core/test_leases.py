@@ -3,7 +3,7 @@ functions work on any kind of unit."""
 
 from __future__ import annotations
 
-import time
+import threading
 from datetime import timedelta
 
 import pytest
@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from idemdash.core import leases
 from receipts.models import Receipt
+from tests.waits import until
 
 pytestmark = pytest.mark.django_db
 
@@ -64,17 +65,23 @@ def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     assert not leases.is_stuck(Receipt.objects.get(key="failed"), "processing", now)
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_renewing_keeps_the_lease_alive_while_the_block_runs_and_stops_once_the_unit_is_settled():
     # The renewal's thread has its own connection: the unit must be committed for it to see it.
     r = a_receipt(lease_minutes=0.01)  # a 0.6 s lease
     rows = Receipt.objects.filter(pk=r.pk)
+    seen = [rows.get().lease_expires_at]
+
+    def pushed_on() -> bool:
+        if (expires := rows.get().lease_expires_at) > seen[-1]:
+            seen.append(expires)
+        return len(seen) > 3
+
+    before = set(threading.enumerate())
     with leases.renewing(rows, "fencing_token", 1, "processing", lease_seconds=0.6):
-        time.sleep(1.5)  # more than twice the lease: only renewals keep it alive
-        assert rows.get().lease_expires_at > timezone.now()
+        (keeper,) = [t for t in set(threading.enumerate()) - before if t.name == "lease-renewal"]
+        until(pushed_on, "the lease pushed on three times")  # past its 0.6 s, only renewals keep it
         rows.update(status="completed")
-        time.sleep(0.4)
+        until(lambda: not keeper.is_alive(), "the renewal to stop at the settled unit, inside the block")
         settled = rows.get().lease_expires_at
-        time.sleep(0.4)
     assert rows.get().lease_expires_at == settled  # no renewal of a settled unit

@@ -360,7 +360,6 @@ def test_the_migration_moves_409_rules_and_their_alerts_to_concurrent_duplicates
     assert AlertRule.objects.get(pk=old.pk).metric == "in_progress_conflicts"
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_concurrent_duplicates_rule_fires_for_callers_that_waited_for_the_first_attempt():
     from tests.dashboard.build import waited_for

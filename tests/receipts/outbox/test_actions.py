@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta, timezone as dt_timezone
 from email.utils import format_datetime
 
@@ -76,11 +77,18 @@ def test_retry_after_may_be_an_http_date():
     assert actions.parse_retry_after("garbage", now) is None
 
 
-@pytest.mark.slow
 def test_http_post_retries_a_timeout():
     ctx = ActionContext(key="slow", scope="", attempt=1, timeout=0.2)
-    with running_receiver(respond(200, hold=1.0)) as receiver, pytest.raises(RetryableError, match="Timeout"):
-        actions.http_post({"url": receiver.url}, ctx)
+    gave_up = threading.Event()
+
+    def unanswered(key: str, nth: int, body: object) -> tuple[int, dict[str, str], float]:
+        gave_up.wait(30)  # no answer until the post has timed out
+        return 200, {}, 0.0
+
+    with running_receiver(unanswered) as receiver:
+        with pytest.raises(RetryableError, match="Timeout"):
+            actions.http_post({"url": receiver.url}, ctx)
+        gave_up.set()
 
 
 def test_http_post_retries_a_refused_connection():
