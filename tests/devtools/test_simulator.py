@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -14,6 +13,8 @@ from idemdash.core.clients import create_token
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
 from webhooks.models import RejectedDelivery, WebhookEvent
+from tests.clock import held_clock
+from tests.waits import until
 
 STRIPE_SECRET = "whsec_simulator_test_0123456789"
 SHOPIFY_SECRET = "shpss_simulator_test_0123456789"
@@ -83,19 +84,16 @@ def test_the_receiver_accepts_the_rest_and_counts_a_key_accepted_twice():
     assert receiver.counts == {"posts": 3, "accepted": 3, "repeats": 1}
 
 
-@pytest.mark.slow
-def test_the_receiver_refuses_the_invoices_path_permanently_for_a_while_then_accepts_it():
-    # A window of seconds, not half of one: CI's loaded machine once took over 0.5 s from the
-    # receiver's start to the first post, which then came after the outage.
+def test_the_receiver_refuses_the_invoices_path_permanently_for_a_while_then_accepts_it(monkeypatch):
+    clock = held_clock(monkeypatch, simulator)  # the outage's 4 s pass when the test says so
     receiver = Receiver(0, failures=0.0, slow=0.0, refuse_seconds=4)
-    started = time.monotonic()
     receiver.start()
     try:
         def post(path: str) -> httpx.Response:
             return httpx.post(receiver.url + path, json={}, headers={"Idempotency-Key": path}, timeout=10)
 
         refused, other = post("/partner/invoices"), post("/partner/orders")
-        time.sleep(max(0.0, 4.2 - (time.monotonic() - started)))
+        clock.advance(4.2)
         later = post("/partner/invoices")
     finally:
         receiver.stop()
@@ -176,7 +174,6 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
     assert any("crashed mid-operation" in line for line in lines)
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_hung_agent_waits_for_an_operators_release_then_runs_its_key(live_server, settings):
     settings.RECEIPTS_MIN_LEASE_SECONDS = 1  # the hung agent's 1 s lease
@@ -188,14 +185,16 @@ def test_a_hung_agent_waits_for_an_operators_release_then_runs_its_key(live_serv
         write=lines.append,
     )
     sim.kinds = ["agent_stall"]
+    looks: list[str] = []  # the hung agent's looks at its key (Simulator._come_back)
+    look = sim.idem.get
+    sim.idem.get = lambda key: looks.append(key) or look(key)
     runner = threading.Thread(target=sim.run)
     runner.start()
     try:
-        deadline = time.monotonic() + 20
-        while not (stuck := list(Receipt.objects.filter(status="processing", lease_expires_at__lt=_now()))):
-            assert time.monotonic() < deadline, "\n".join(lines)
-            time.sleep(0.1)
-        time.sleep(1.0)  # several looks by the agent: it leaves a held key alone
+        stuck = until(lambda: list(Receipt.objects.filter(status="processing", lease_expires_at__lt=_now())),
+                      "the hung agent's key past its lease")
+        seen = len(looks)
+        until(lambda: len(looks) >= seen + 3, "three more looks by the agent")  # it leaves a held key alone
         receipt = Receipt.objects.get(pk=stuck[0].pk)
         assert (receipt.status, receipt.attempts) == ("processing", 1)
 
