@@ -240,14 +240,14 @@ async def arespond(
     writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
     store work runs on the event loop: a `Prefer: wait` waits in that thread."""
     steps = _contract(request, args, kwargs, operation, required, scope, single_transaction)
-    running, answer = await _astep(steps.send, None)
+    running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
         return answer
     try:
         response = await view(request, *args, **kwargs)
     except BaseException as exc:  # CancelledError too: a client gone mid-view rolls back
-        return (await _astep(steps.throw, exc))[1]
-    return (await _astep(steps.send, response))[1]
+        return (await _astep_whole(steps, steps.throw, exc))[1]
+    return (await _astep_whole(steps, steps.send, response))[1]
 
 
 def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
@@ -263,6 +263,32 @@ def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBas
 # Thread-sensitive: every step of one request runs on the same thread, so the transaction a
 # step opens is the one the view's ORM calls and the last step find on that connection.
 _astep = sync_to_async(_step, thread_sensitive=True)
+
+
+_UNSET = object()
+
+
+async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
+    """_astep, awaited to its end when the request is cancelled meanwhile (a client gone): its
+    thread goes on regardless. If the step left the contract waiting for the view (the key
+    claimed, the view's transaction open), the cancellation is thrown in there, so the
+    transaction rolls back and the key is given back, before it is raised here."""
+    # Its own task, so that it can be shielded; in a context copied back afterwards, so that
+    # what the step sets (receipts.current()) is the view's, as with a plain await.
+    stepped = contextvars.copy_context()
+    pending = asyncio.get_running_loop().create_task(_astep(step, value), context=stepped)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError as cancelled:
+        running, _ = await pending
+        if running:
+            with contextlib.suppress(asyncio.CancelledError):
+                await _astep(steps.throw, cancelled)
+        raise
+    finally:
+        for var, set_to in stepped.items():
+            if var.get(_UNSET) is not set_to:
+                var.set(set_to)
 
 
 def _contract(

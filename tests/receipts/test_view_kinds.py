@@ -345,3 +345,48 @@ def test_the_system_check_names_an_apiview_whose_dispatch_is_decorated():
 def test_the_system_check_passes_views_placed_as_the_docs_say():
     assert idempotent_on_drf_dispatch() == []
     assert idempotent_on_async_dispatch() == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("cancelled", ["while its key is claimed", "while the view runs"])
+def test_an_async_view_whose_client_goes_away_gives_its_key_back_and_keeps_nothing(monkeypatch, cancelled):
+    """A client gone mid-request cancels the async view's task (Django's ASGI handler does on
+    http.disconnect). The step in its thread runs to its end either way; cancelled while the
+    claim's step ran, the key must still be given back, not held until its lease runs out."""
+    import asyncio
+    import threading
+
+    from receipts import store
+
+    at_claim, view_started, go = threading.Event(), threading.Event(), threading.Event()
+    claim = store.claim
+
+    def claim_then_hold(*args, **kwargs):
+        result = claim(*args, **kwargs)
+        if cancelled == "while its key is claimed":
+            at_claim.set()  # committed; its step has not returned to the view yet
+            go.wait(30)
+        return result
+
+    monkeypatch.setattr(store, "claim", claim_then_hold)
+    monkeypatch.setattr("tests.receipts.view_kinds_urls.hooks", {"hook": lambda: (view_started.set(), go.wait(30))})
+
+    async def main() -> None:
+        request = asyncio.ensure_future(
+            AsyncClient().post("/async-function", {"amount": 5}, content_type="application/json",
+                               headers={"Idempotency-Key": "gone"}))
+        reached = at_claim if cancelled == "while its key is claimed" else view_started
+        assert await asyncio.to_thread(reached.wait, 30)
+        request.cancel()
+        go.set()
+        try:
+            await request
+        except asyncio.CancelledError:
+            pass
+
+    async_to_sync(main)()
+    receipt = Receipt.objects.get(key="gone")
+    assert receipt.status == "failed" and receipt.released_at is not None, (receipt.status, receipt.released_at)
+    assert "CancelledError" in receipt.release_reason
+    if cancelled == "while the view runs":
+        assert rows("gone") == 0  # its write rolled back with it
