@@ -400,6 +400,9 @@ def is_client_error(exc: BaseException) -> bool:
     )
 
 
+_OWS = " \t"  # HTTP's optional whitespace around a header's value
+
+
 def parse_key(raw: str) -> str | None:
     """The key of an Idempotency-Key header, or None when it is malformed.
 
@@ -409,8 +412,12 @@ def parse_key(raw: str) -> str | None:
     structured-field string (RFC 8941 3.3.3), `"a,b"`, where the comma is inside the quotes
     and `\\"` and `\\\\` are escapes; anything after its closing quote (`"a", "b"`) is refused.
     So is a bare key that begins or ends with `"`: such a key is sent as a structured-field string.
+    Around the value only HTTP's optional whitespace (space, tab: RFC 9110 5.6.3) is dropped:
+    str.strip() would also drop NEL and other Unicode spaces, which a WSGI server hands over
+    as text and an ASGI one as other text (its bytes as latin-1), so the same header would
+    be a valid key to one kind of view and not to another.
     """
-    value = raw.strip()
+    value = raw.strip(_OWS)
     if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
         value = _sf_string(value)
     elif "," in value or value.startswith('"') or value.endswith('"'):
@@ -428,7 +435,7 @@ def format_key(key: str) -> str:
     key downstream (the outbox's http.post): the key itself, or a structured-field string
     when it holds a comma, begins or ends with `"`, or begins or ends with a space (a
     server strips those from a bare value)."""
-    if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip():
+    if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip(_OWS):
         return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return key
 

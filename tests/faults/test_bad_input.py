@@ -554,3 +554,11 @@ def test_a_bare_key_with_a_quote_at_either_end_is_refused():
     # Found by the test above: `"` sent twice arrives as `","`, which reads as the key `,`.
     assert [parse_key(v) for v in ('"', '"a', 'a"', '","')] == [None, None, None, ","]
     assert parse_key('a"b') == 'a"b'
+
+
+def test_only_spaces_and_tabs_around_a_key_are_dropped():
+    # Found by test_arbitrary_json.py: `0` and NEL (U+0085, a space to str.strip()) was the key
+    # `0` to a sync view and refused by an async one, which reads the same header's bytes as
+    # other text. Only HTTP's optional whitespace is dropped; anything else is the key's own.
+    assert parse_key(" \tk-1\t ") == "k-1"
+    assert [parse_key(v) for v in ("0\x85", "\u20000", "0\u3000", "\x0bk", "k\x0c")] == [None] * 5
