@@ -22,28 +22,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _flush_by_delete_on_postgresql() -> None:
-    """A transactional test ends with `flush`: on PostgreSQL one TRUNCATE of every table,
-    which gives each table and index a new file (about 0.3 s a test, most of what such a test
-    costs there). A test leaves a few rows, so DELETE empties the tables at a fraction of
-    that; Django's foreign keys on PostgreSQL are checked at commit (DEFERRABLE INITIALLY
-    DEFERRED), so the order of the tables does not matter. A flush that resets sequences
-    (reset_sequences=True) still truncates."""
-    from django.db.backends.postgresql.operations import DatabaseOperations
-
-    sql_flush = DatabaseOperations.sql_flush
-
-    def flush_by_delete(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-        if reset_sequences or not tables:
-            return sql_flush(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
-        return [f"DELETE FROM {self.quote_name(table)}" for table in tables]
-
-    DatabaseOperations.sql_flush = flush_by_delete
-
-
-_flush_by_delete_on_postgresql()
-
-
 # pytest-django's fixtures that give a test the database (every test sets the test database
 # up: receipts/pytest_plugin.py closes the LISTEN connection before it is dropped).
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server"}
