@@ -246,8 +246,8 @@ async def arespond(
     try:
         response = await view(request, *args, **kwargs)
     except BaseException as exc:  # CancelledError too: a client gone mid-view rolls back
-        return (await _astep_whole(steps, steps.throw, exc))[1]
-    return (await _astep_whole(steps, steps.send, response))[1]
+        return (await _astep(steps.throw, exc))[1]
+    return (await _astep(steps.send, response))[1]
 
 
 def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
@@ -269,10 +269,11 @@ _UNSET = object()
 
 
 async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
-    """_astep, awaited to its end when the request is cancelled meanwhile (a client gone): its
-    thread goes on regardless. If the step left the contract waiting for the view (the key
-    claimed, the view's transaction open), the cancellation is thrown in there, so the
-    transaction rolls back and the key is given back, before it is raised here."""
+    """_astep for the first step, awaited to its end when the request is cancelled meanwhile
+    (a client gone): its thread goes on regardless. If the step left the contract waiting for
+    the view (the key claimed, the view's transaction open), the cancellation is thrown in
+    there, so the transaction rolls back and the key is given back, before it is raised here.
+    The later steps end the contract whatever becomes of their await: a plain _astep."""
     # Its own task, so that it can be shielded; in a context copied back afterwards, so that
     # what the step sets (receipts.current()) is the view's, as with a plain await.
     stepped = contextvars.copy_context()
