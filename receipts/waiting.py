@@ -159,27 +159,21 @@ def _ensure_listener() -> None:
     with _lock:
         if _listener is not None and _listener.is_alive():
             return
-        params = dict(connection.settings_dict)
+        # The parameters Django itself connects with, OPTIONS included (sslmode, a service,
+        # certificates), so the listener reaches the server the way the app's connection does.
+        params = connection.get_connection_params()
+        params.setdefault("connect_timeout", 5)
         _stop.clear()
         _listener = threading.Thread(target=_listen, args=(params,), name="receipts-listen", daemon=True)
         _listener.start()
 
 
-def _listen(settings_dict: dict) -> None:
+def _listen(params: dict) -> None:
     import psycopg
 
-    conninfo = {
-        "dbname": settings_dict["NAME"],
-        "user": settings_dict.get("USER") or None,
-        "password": settings_dict.get("PASSWORD") or None,
-        "host": settings_dict.get("HOST") or None,
-        "port": settings_dict.get("PORT") or None,
-        "connect_timeout": 5,
-    }
-    conninfo = {k: v for k, v in conninfo.items() if v is not None}
     while not _stop.is_set():
         try:
-            with psycopg.connect(autocommit=True, **conninfo) as conn:
+            with psycopg.connect(**params, autocommit=True) as conn:
                 conn.execute(f"LISTEN {CHANNEL}")
                 while not _stop.is_set():
                     for note in conn.notifies(timeout=0.5):

@@ -230,6 +230,23 @@ def test_on_postgresql_a_lost_listen_connection_is_one_warning_line_and_comes_ba
     assert "server closed the connection" in message or "terminating connection" in message  # psycopg's reason
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_the_listener_connects_with_the_databases_options(monkeypatch):
+    # OPTIONS is where sslmode, a service or certificates live: a listener built from NAME,
+    # USER, HOST and PORT alone would connect where the app's connection could not.
+    waiting.stop_listener()
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "application_name", "idemdash-listen-test")
+    try:
+        waiting._ensure_listener()
+        (backend,) = until(_listen_backends, "the listener connects")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT application_name FROM pg_stat_activity WHERE pid = %s", [backend])
+            assert cursor.fetchone() == ("idemdash-listen-test",)
+    finally:
+        waiting.stop_listener()
+
+
 # --- the cap on waiters per process (RECEIPTS_MAX_WAITERS) ------------------------------------
 
 def _wait_in_thread(key: str, results: list) -> threading.Thread:
