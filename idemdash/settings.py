@@ -20,6 +20,11 @@ import dj_email_url
 import django
 from django.core.exceptions import ImproperlyConfigured
 
+from idemdash.worker import conf as worker_conf
+from receipts import conf as receipts_conf
+from receipts.outbox import conf as outbox_conf
+from webhooks import conf as webhooks_conf
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IDEMDASH_VAR_DIR", BASE_DIR / "var"))
 
@@ -385,74 +390,61 @@ STANDARD_WEBHOOK_SECRET = os.environ.get("STANDARD_WEBHOOK_SECRET", "").strip()
 
 # --- The apps' integer settings -------------------------------------------------------------
 # Each app reads flat settings with its own defaults (receipts/conf.py, receipts/outbox/conf.py,
-# webhooks/conf.py; the roll-ups' retention: idemdash/core/rollup.py:RETENTION_DAYS); this
-# project sets them from environment variables of the same name (ENVIRONMENT_NAMES: the few
-# named otherwise), refusing a value below the least one given here. The defaults restate
-# the apps' (tests/idemdash/test_settings.py holds them equal), except where this project
-# chooses its own and says why. RECEIPTS_OPERATIONS and RECEIPTS_FINANCIAL_OPERATIONS keep
-# the app's defaults (docs/receipt-store.md, "Operation policies").
-#
-# setting: (default, least value the environment may give)
-APP_INTEGERS: dict[str, tuple[int, int]] = {
-    "RECEIPTS_DEFAULT_TTL_SECONDS": (24 * 3600, 1),
-    "RECEIPTS_FINANCIAL_TTL_SECONDS": (7 * 24 * 3600, 1),
-    "RECEIPTS_LEASE_SECONDS": (30, 1),
-    "RECEIPTS_MAX_WAIT_SECONDS": (30, 0),
-    # Waiting callers per process: below the Procfile's 8 threads, so completions find one.
-    "RECEIPTS_MAX_WAITERS": (4, 0),
-    "RECEIPTS_MIN_LEASE_SECONDS": (15, 1),
-    "RECEIPTS_ATTEMPT_RETENTION_DAYS": (35, 1),
-    # The hourly roll-up of the attempt log (receipts.rollup); at least the 30-day chart window.
-    "RECEIPTS_ROLLUP_RETENTION_DAYS": (90, 31),
-    # The audit log of operator actions; at least the 30-day window the dashboard charts it over.
-    "RECEIPTS_AUDIT_RETENTION_DAYS": (365, 31),
-    # Finished and cancelled bulk runs and their items; each item's change is in the audit log.
-    "RECEIPTS_BULK_RUN_RETENTION_DAYS": (90, 1),
-    # Rows per purge transaction. On PostgreSQL a batch locks only its own expired rows (SKIP
-    # LOCKED), so larger batches cost requests little and purge faster (5,000: about 1.3-1.5x
-    # the rate of 1,000); on SQLite a batch holds the one write lock (0.2 s for 1,000 rows,
-    # 0.5 s for 5,000 here), which every claim queues behind: there, the app's default.
-    "RECEIPTS_RETENTION_BATCH_SIZE": (5000 if _db["ENGINE"] == "django.db.backends.postgresql" else 1000, 1),
-    "OUTBOX_MAX_ATTEMPTS": (10, 1),
-    "OUTBOX_BACKOFF_BASE_SECONDS": (2, 1),
-    "OUTBOX_BACKOFF_CAP_SECONDS": (3600, 1),
-    # The lease must outlast one action: an action's timeout is kept below it. Short, so that
-    # a message whose drainer died is sent again within seconds (docs/architecture.md, section 2).
-    "OUTBOX_LEASE_SECONDS": (20, 2),
-    "OUTBOX_BATCH_SIZE": (20, 1),
-    "OUTBOX_HTTP_TIMEOUT_SECONDS": (10, 1),
-    # How long one scheduled drain task keeps draining; below Q_CLUSTER's 60 s task timeout.
-    "OUTBOX_DRAIN_SECONDS": (45, 1),
-    "OUTBOX_SENT_RETENTION_DAYS": (7, 1),
-    "OUTBOX_DEAD_RETENTION_DAYS": (30, 1),
-    # Attempt logs feed the dashboard's charts: keep them longer than the widest (30-day) window.
-    "OUTBOX_ATTEMPT_RETENTION_DAYS": (35, 1),
-    # The hourly roll-ups of the outbox (receipts.outbox.rollup), kept past the messages (sent
-    # ones purged after 7 days) and attempts they count: at least the 30-day chart window.
-    "OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS": (90, 31),
-    "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS": (90, 31),
-    "WEBHOOKS_MAX_BODY_BYTES": (1024 * 1024, 1),
-    "WEBHOOKS_STRIPE_TOLERANCE": (300, 1),
-    "WEBHOOKS_MAX_ATTEMPTS": (8, 1),
-    "WEBHOOKS_BACKOFF_BASE": (30, 1),  # seconds, doubled per attempt
-    "WEBHOOKS_BACKOFF_CAP": (6 * 3600, 1),
-    # Renewed every quarter of it while the handler runs (webhooks/processing.py:_process), so
-    # short: an event whose worker died is taken over within seconds.
-    "WEBHOOKS_LEASE_SECONDS": (20, 1),
-    # A due event not picked up this long after it was enqueued is enqueued again by the sweeper.
-    "WEBHOOKS_REQUEUE_AFTER_SECONDS": (120, 1),
-    # ... or this long, when no task waits in the broker (its task was lost with a dead cluster).
-    "WEBHOOKS_REQUEUE_IDLE_SECONDS": (15, 1),
-    "WEBHOOKS_EVENT_RETENTION_DAYS": (30, 1),
-    "WEBHOOKS_REJECTED_RETENTION_DAYS": (7, 1),
-    # The hourly roll-up of webhook deliveries (webhooks.rollup), kept past the events it counts
-    # (purged after 30 days with their deliveries): at least the 30-day chart window.
-    "WEBHOOKS_ROLLUP_RETENTION_DAYS": (90, 31),
-    "WEBHOOKS_REJECTED_MAX_ROWS": (10_000, 1),
-    # The worker (idemdash/worker/conf.py): its tick (0: none), and when a cluster is called stale.
-    "WORKER_TICK_SECONDS": (5, 0),
-    "WORKER_STALE_SECONDS": (90, 5),
+# webhooks/conf.py, idemdash/worker/conf.py); this project sets them from environment variables
+# of the same name (ENVIRONMENT_NAMES: the few named otherwise), defaulting to the app's own,
+# and refuses a value below the least one given here. RECEIPTS_OPERATIONS and
+# RECEIPTS_FINANCIAL_OPERATIONS keep the app's defaults (docs/receipt-store.md, "Operation policies").
+_APP_DEFAULTS = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS}
+# setting: least value the environment may give
+_APP_MINIMUMS = {
+    "RECEIPTS_DEFAULT_TTL_SECONDS": 1,
+    "RECEIPTS_FINANCIAL_TTL_SECONDS": 1,
+    "RECEIPTS_LEASE_SECONDS": 1,
+    "RECEIPTS_MAX_WAIT_SECONDS": 0,
+    "RECEIPTS_MAX_WAITERS": 0,
+    "RECEIPTS_MIN_LEASE_SECONDS": 1,
+    "RECEIPTS_ATTEMPT_RETENTION_DAYS": 1,
+    # The roll-ups and the audit log are charted over 30 days: they keep at least that.
+    "RECEIPTS_ROLLUP_RETENTION_DAYS": 31,
+    "RECEIPTS_AUDIT_RETENTION_DAYS": 31,
+    "RECEIPTS_BULK_RUN_RETENTION_DAYS": 1,
+    "RECEIPTS_RETENTION_BATCH_SIZE": 1,
+    "OUTBOX_MAX_ATTEMPTS": 1,
+    "OUTBOX_BACKOFF_BASE_SECONDS": 1,
+    "OUTBOX_BACKOFF_CAP_SECONDS": 1,
+    # The lease must outlast one action, whose timeout is kept below it.
+    "OUTBOX_LEASE_SECONDS": 2,
+    "OUTBOX_BATCH_SIZE": 1,
+    "OUTBOX_HTTP_TIMEOUT_SECONDS": 1,
+    "OUTBOX_DRAIN_SECONDS": 1,
+    "OUTBOX_SENT_RETENTION_DAYS": 1,
+    "OUTBOX_DEAD_RETENTION_DAYS": 1,
+    "OUTBOX_ATTEMPT_RETENTION_DAYS": 1,
+    "OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS": 31,
+    "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS": 31,
+    "WEBHOOKS_MAX_BODY_BYTES": 1,
+    "WEBHOOKS_STRIPE_TOLERANCE": 1,
+    "WEBHOOKS_MAX_ATTEMPTS": 1,
+    "WEBHOOKS_BACKOFF_BASE": 1,
+    "WEBHOOKS_BACKOFF_CAP": 1,
+    "WEBHOOKS_LEASE_SECONDS": 1,
+    "WEBHOOKS_REQUEUE_AFTER_SECONDS": 1,
+    "WEBHOOKS_REQUEUE_IDLE_SECONDS": 1,
+    "WEBHOOKS_EVENT_RETENTION_DAYS": 1,
+    "WEBHOOKS_REJECTED_RETENTION_DAYS": 1,
+    "WEBHOOKS_ROLLUP_RETENTION_DAYS": 31,
+    "WEBHOOKS_REJECTED_MAX_ROWS": 1,
+    "WORKER_TICK_SECONDS": 0,  # 0: no tick
+    "WORKER_STALE_SECONDS": 5,
 }
+# setting: (default, least value the environment may give)
+APP_INTEGERS: dict[str, tuple[int, int]] = {name: (_APP_DEFAULTS[name], least) for name, least in _APP_MINIMUMS.items()}
+# The one default this project chooses itself: rows per purge transaction. On PostgreSQL a
+# batch locks only its own expired rows (SKIP LOCKED), so larger batches cost requests little
+# and purge faster (5,000: about 1.3-1.5x the rate of 1,000); on SQLite a batch holds the one
+# write lock, which every claim queues behind: there, the app's default.
+if _db["ENGINE"] == "django.db.backends.postgresql":
+    APP_INTEGERS["RECEIPTS_RETENTION_BATCH_SIZE"] = (5000, 1)
 # The environment variables not named as their setting: the names these had before the
 # settings were the apps' own, kept so that no deployment has to change.
 ENVIRONMENT_NAMES = {
