@@ -217,24 +217,3 @@ def compaction_windows(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="receipts.E017",
             ))
     return errors
-
-
-@register()
-def single_transaction_operations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Operations configured `single_transaction` where it cannot hold
-    (receipts/decorators.py:single_transaction_problem). A decorator's own
-    `single_transaction=True` is refused when it decorates."""
-    from receipts.decorators import single_transaction_problem
-
-    operations = setting("RECEIPTS_OPERATIONS")
-    if not isinstance(operations, dict):
-        return []  # receipts.E006
-    names = [name for name, rule in operations.items() if isinstance(rule, dict) and rule.get("single_transaction")]
-    problem = single_transaction_problem() if names else None
-    if problem is None:
-        return []
-    return [Error(
-        f"RECEIPTS_OPERATIONS {', '.join(map(repr, names))} ask for single_transaction, but {problem}",
-        hint="Leave these operations in the default two-commit mode, or fix the databases as said.",
-        id="receipts.E016",
-    )]

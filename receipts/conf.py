@@ -43,10 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
     # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
     # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
-    # "reconcile": "dotted.path.to.function", "single_transaction": bool,
-    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py)}; an exact name wins
-    # over patterns, then the
-    # first matching pattern wins. "ttl_seconds": None makes the operation's receipts
+    # "reconcile": "dotted.path.to.function",
+    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py)}; an exact name
+    # wins over patterns, then the first matching pattern wins. "ttl_seconds": None makes the operation's receipts
     # permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
@@ -82,10 +81,6 @@ class Policy:
     # `reconcile` function (a dotted path, or None) or an operator resolves it.
     after_crash: str = "rerun"
     reconcile: str | None = None
-    # A decorated view's claim, the view and its completion commit as one transaction
-    # (docs/http-contract.md: One transaction per request): for views whose effects all live in
-    # the receipts' database. A duplicate waits on the uncommitted row instead of a 409.
-    single_transaction: bool = False
     # Which configured names decided it: the RECEIPTS_OPERATIONS key and the
     # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
     rule: str | None = None
@@ -117,7 +112,6 @@ class Policy:
             "financial": self.financial,
             "on_failure": self.on_failure,
             "after_crash": self.after_crash,
-            "single_transaction": self.single_transaction,
             "compact_after_seconds": None if self.compact_after is None else int(self.compact_after.total_seconds()),
             "matched": {
                 "RECEIPTS_OPERATIONS": self.rule,
@@ -145,6 +139,11 @@ def _positive_seconds(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+RULE_KEYS = frozenset(
+    {"financial", "ttl_seconds", "lease_seconds", "on_failure", "after_crash", "reconcile", "compact_after_seconds"}
+)
+
+
 def rule_problems(name: str, rule: Any) -> list[str]:
     """What is wrong with one RECEIPTS_OPERATIONS entry, in words (none: it is fine). Said by
     `manage.py check` (receipts/checks.py) and, should a request still meet it, by policy_for."""
@@ -167,8 +166,9 @@ def rule_problems(name: str, rule: Any) -> list[str]:
     reconcile = rule.get("reconcile")
     if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
         problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
-    if not isinstance(rule.get("single_transaction", False), bool):
-        problems.append(f"{where}['single_transaction'] must be True or False, got {rule['single_transaction']!r}")
+    unknown = sorted(map(repr, set(rule) - RULE_KEYS))
+    if unknown:  # a misspelt rule would otherwise leave its operation on the defaults unnoticed
+        problems.append(f"{where} has no setting {', '.join(unknown)}: it takes {', '.join(sorted(RULE_KEYS))}")
     return problems
 
 
@@ -216,7 +216,6 @@ def policy_for(operation: str) -> Policy:
         burn_on_failure=on_failure == "burn",
         after_crash=after_crash,
         reconcile=reconcile,
-        single_transaction=rule.get("single_transaction", False),
         compact_after=None if compact_after is None else timedelta(seconds=compact_after),
         rule=rule_name,
         financial_pattern=financial_pattern,

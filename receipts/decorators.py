@@ -92,22 +92,17 @@ def idempotent(
     required: bool = True,
     *,
     scope: Callable[[HttpRequest], str] | None = None,
-    single_transaction: bool | None = None,
 ) -> Callable[[View], View]:
     """Run the view at most once per (scope, Idempotency-Key) and replay its response.
 
     `required=False` runs the view normally when the header is absent. `scope` maps a
     request to the principal whose keys are separate from everyone else's; the default is
-    `default_scope`. `single_transaction` overrides the operation's policy of that name
-    (claim, view and completion in one transaction: docs/http-contract.md, One transaction
-    per request).
+    `default_scope`.
     """
     store.validate_operation(operation)
 
     def decorator(view: View) -> View:
         _refuse_ninja(view, operation, "receipts.decorators.idempotent")
-        if single_transaction or (single_transaction is None and policy_for(operation).single_transaction):
-            refuse_single_transaction(view, operation)
         if hasattr(view, "cls") and hasattr(view, "initkwargs"):
             # DRF's as_view() (and @api_view) mark their result with `cls`. Outside it, DRF
             # has not authenticated the caller (every token user would share one scope) nor
@@ -131,9 +126,7 @@ def idempotent(
             # the method it wraps when the method is async): the wrapper must be one too.
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-                return await arespond(
-                    request, view, args, kwargs, operation, required, scope, single_transaction=single_transaction
-                )
+                return await arespond(request, view, args, kwargs, operation, required, scope)
 
             return _marked(async_wrapper, operation)
 
@@ -141,9 +134,7 @@ def idempotent(
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             _refuse_drf_dispatch(view, request, operation)
             _refuse_async_dispatch(view, operation)
-            return respond(
-                request, view, args, kwargs, operation, required, scope, single_transaction=single_transaction
-            )
+            return respond(request, view, args, kwargs, operation, required, scope)
 
         return _marked(wrapper, operation)
 
@@ -201,12 +192,10 @@ def respond(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
-    *,
-    single_transaction: bool | None = None,
 ) -> HttpResponseBase:
     """The contract for one request to a protected sync view: checked once per decoration by
     `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
-    steps = _contract(request, args, kwargs, operation, required, scope, single_transaction)
+    steps = _contract(request, args, kwargs, operation, required, scope)
     running, answer = _step(steps.send, None)
     if not running:
         return answer
@@ -228,8 +217,6 @@ async def arespond(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
-    *,
-    single_transaction: bool | None = None,
 ) -> HttpResponseBase:
     """`respond` for an async view: the same contract, its steps before and after the view
     run by sync_to_async on the request's one sync thread, the view awaited between them.
@@ -239,7 +226,7 @@ async def arespond(
     `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
     writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
     store work runs on the event loop: a `Prefer: wait` waits in that thread."""
-    steps = _contract(request, args, kwargs, operation, required, scope, single_transaction)
+    steps = _contract(request, args, kwargs, operation, required, scope)
     running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
         return answer
@@ -299,7 +286,6 @@ def _contract(
     operation: str,
     required: bool,
     scope: Callable[[HttpRequest], str] | None,
-    single_transaction: bool | None = None,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     """The one copy of the contract, sync or async: yields where the view runs, is sent its
     response (or thrown its exception), and returns the response to send."""
@@ -324,9 +310,7 @@ def _contract(
             "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
             'quoted structured-field string ("...").',
         )
-    if single_transaction is None:
-        single_transaction = policy_for(operation).single_transaction
-    return (yield from _handle(request, args, kwargs, operation, key, scope, single_transaction=single_transaction))
+    return (yield from _handle(request, args, kwargs, operation, key, scope))
 
 
 def _mismatch(view: Callable[..., Any], operation: str) -> str:
@@ -579,8 +563,6 @@ def _handle(
     operation: str,
     key: str,
     scope: Callable[[HttpRequest], str] | None,
-    *,
-    single_transaction: bool = False,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     content_type = request.META.get("CONTENT_TYPE", "")
     try:
@@ -599,25 +581,16 @@ def _handle(
     wait = parse_prefer_wait(request.headers.get("Prefer", ""))
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
-    def claim(**options: Any) -> store.ClaimResult:
-        # What a new receipt keeps of the request and its caller, built when a claim is made:
-        # a single-transaction view's replay (store.replay) needs none of it.
-        return store.claim(
-            principal,
-            key,
-            operation,
-            _stored_request(request, body, content_type, parsed),
-            fingerprint=fingerprint,
-            user_id=str(user.pk) if user is not None and user.is_authenticated else "",
-            session_id=session_reference(session.session_key) if session is not None else "",
-            **options,
-        )
-    if single_transaction:
-        return (yield from _in_one_transaction(
-            request, args, kwargs, operation, principal, key, fingerprint, claim,
-            applied_wait or int(setting("RECEIPTS_MAX_WAIT_SECONDS")),
-        ))
-    result = claim(wait_seconds=applied_wait)
+    result = store.claim(
+        principal,
+        key,
+        operation,
+        _stored_request(request, body, content_type, parsed),
+        fingerprint=fingerprint,
+        user_id=str(user.pk) if user is not None and user.is_authenticated else "",
+        session_id=session_reference(session.session_key) if session is not None else "",
+        wait_seconds=applied_wait,
+    )
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
         claimed = running_claim(result.receipt, result.token)
@@ -627,195 +600,6 @@ def _handle(
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
     return response
-
-
-def _in_one_transaction(
-    request: HttpRequest,
-    args: tuple,
-    kwargs: dict,
-    operation: str,
-    scope: str,
-    key: str,
-    fingerprint: str,
-    claim: Callable[..., store.ClaimResult],
-    wait_seconds: int,
-) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """A single-transaction view: the claim, the view and the completion commit together,
-    or roll back together.
-
-    A completed key is replayed first, outside any transaction (store.replay: on PostgreSQL
-    one statement that commits by itself), so a replay costs what it costs in the two-commit
-    mode rather than a BEGIN and a durable COMMIT. Then the claim, in the transaction: a
-    duplicate waits on the first attempt's uncommitted row there, not in store.claim, whose
-    wait would hold this transaction (on SQLite, the one write lock) open while the first
-    attempt needs it.
-
-    The view runs without a savepoint of its own (SAVEPOINT and RELEASE were two of the
-    request's seven round trips): a failure rolls the whole transaction back, claim included,
-    and a returned 5xx is stored after it (_fail_afresh). Only under `"on_failure": "burn"`
-    does the view get its savepoint, so that the burned failure commits with the claim and a
-    duplicate waiting on the row replays it rather than running."""
-    replayed = store.replay(scope, key, operation, fingerprint=fingerprint)
-    if replayed is not None:
-        return _refusal(replayed)
-    policy = policy_for(operation)
-    references = None
-    try:
-        with transaction.atomic():
-            result = _claim_waiting_on_the_row(claim, wait_seconds)
-            if not result.owned:
-                return _refusal(result)
-            claimed = running_claim(result.receipt, result.token)
-            references = claimed.references
-            with _single_transaction_view(operation):
-                return (yield from _run(
-                    request, args, kwargs, scope, key, result.token, policy.lease.total_seconds(), claimed,
-                    own_block=policy.burn_on_failure,
-                ))
-    except _WaitedTooLong:
-        return _waited_too_long()
-    except _RolledBack as rolled_back:
-        if rolled_back.failed:
-            _fail_afresh(claim, scope, key, rolled_back.response, references)
-        return rolled_back.response
-
-
-class _RolledBack(Exception):
-    """Leaves a single-transaction view's transaction, rolling back the claim with the view's
-    writes, carrying the response out; `failed`: a 5xx to store as the failure after."""
-
-    def __init__(self, response: HttpResponseBase, *, failed: bool = False) -> None:
-        self.response = response
-        self.failed = failed
-
-
-def _fail_afresh(
-    claim: Callable[..., store.ClaimResult], scope: str, key: str, response: HttpResponseBase,
-    references: References | None,
-) -> None:
-    """Store a single-transaction view's 5xx after its transaction rolled back with the claim:
-    claimed again and failed in one transaction of their own. A duplicate that waited on the
-    rolled-back row may hold the key by now: it runs as the next attempt would after this
-    failure (retryable: the only kind stored here), and this failure is not stored. Then the
-    claim's transaction is rolled back too, with the line the claim logged (a replay, a
-    refusal) that no client received: asking first whether the key was held left a moment in
-    which a duplicate could complete between the question and the claim."""
-    try:
-        with transaction.atomic():
-            result = _claim_waiting_on_the_row(claim, 0)
-            if result.owned:
-                _fail(scope, key, result.token, f"HTTP {response.status_code}", response, references or References())
-                return
-            transaction.set_rollback(True)
-    except _WaitedTooLong:
-        pass
-    log.info("receipt %s/%s was claimed by a duplicate before its failure could be stored", scope, key)
-
-
-class _WaitedTooLong(Exception):
-    """A single-transaction claim's wait on the first attempt's row ran past its bound: the
-    request's transaction is aborted and leaves with this, to be answered 409."""
-
-
-def _claim_waiting_on_the_row(claim: Callable[..., store.ClaimResult], seconds: int) -> store.ClaimResult:
-    """The claim of a single-transaction view, inside the request's transaction. On
-    PostgreSQL its insert waits on a concurrent first attempt's uncommitted row for at most
-    `seconds` (lock_timeout); then, as under ATOMIC_REQUESTS, it finds the committed receipt and
-    replays it, or, when the first attempt rolled back, claims the key itself. On SQLite the
-    wait happened already, at the transaction's BEGIN IMMEDIATE (bounded by the busy timeout):
-    the first attempt's transaction held the one write lock until it ended."""
-    if transaction.get_connection().vendor != "postgresql":
-        return claim()
-    from receipts import pg
-
-    try:
-        return claim(lock_wait_ms=seconds * 1000)
-    except OperationalError as exc:
-        if pg.is_lock_timeout(exc):
-            raise _WaitedTooLong from exc
-        raise
-
-
-def _waited_too_long() -> HttpResponseBase:
-    response = problem(
-        409,
-        "request-in-progress",
-        REFUSAL_WORDS.in_progress_title,
-        "The first attempt with this Idempotency-Key was still running when this request's wait "
-        "for it ended; retry to get its result.",
-    )
-    response["Retry-After"] = "1"
-    return response
-
-
-# The operation of the single-transaction view running in this context, if any: the in-process
-# API refuses to run under one (running_single_transaction).
-_single_transaction: contextvars.ContextVar[str | None] = contextvars.ContextVar("single_transaction", default=None)
-
-
-@contextlib.contextmanager
-def _single_transaction_view(operation: str) -> Generator[None, None, None]:
-    # Put back by value, as receipts/context.py:running does: an async view's steps each run
-    # in their own copy of the request's context, where a reset token would be refused.
-    before = _single_transaction.set(operation).old_value
-    try:
-        yield
-    finally:
-        _single_transaction.set(None if before is contextvars.Token.MISSING else before)
-
-
-def running_single_transaction() -> str | None:
-    return _single_transaction.get()
-
-
-SINGLE_TRANSACTION_REFUSED_CALLS = frozenset({"run_once", "arun_once"})
-
-
-def refuse_single_transaction(view: Callable, operation: str) -> None:
-    """Refuse, at import, single-transaction mode where it would not hold: a view calling the
-    in-process run_once (its effect lives outside the database, and its receipt would roll
-    back with the view's transaction), and an outbox on another database than the receipts
-    (an enqueued message would commit apart from the view). The in-process API also refuses
-    to run under such a view (receipts/inprocess.py), for calls this look cannot see."""
-    names = set(getattr(getattr(view, "__code__", None), "co_names", ()))
-    called = sorted(names & SINGLE_TRANSACTION_REFUSED_CALLS)
-    if called:
-        raise ImproperlyConfigured(
-            f"@idempotent({operation!r}, single_transaction) decorates {view.__qualname__}, which calls "
-            f"{', '.join(called)}: an effect outside the database cannot be in the view's transaction. "
-            "Leave the operation in the default two-commit mode (docs/http-contract.md: One transaction per request)."
-        )
-    problem_text = single_transaction_problem()
-    if problem_text:
-        raise ImproperlyConfigured(f"@idempotent({operation!r}, single_transaction): {problem_text}")
-
-
-def single_transaction_problem() -> str | None:
-    """Why single-transaction views cannot be used with this project's databases, or None: on
-    MySQL/MariaDB, InnoDB deadlocks concurrent claims of one key inside a transaction (as under
-    ATOMIC_REQUESTS, receipts.E004); an outbox on another database than the receipts would
-    commit a message the view enqueues apart from it."""
-    from django.apps import apps
-    from django.db import connections, router
-
-    if not apps.ready:
-        return None  # said by `manage.py check` (receipts.E016) once the apps are loaded
-    receipts_db = router.db_for_write(Receipt)
-    if connections[receipts_db].vendor == "mysql":
-        return (
-            f"the receipts' database {receipts_db!r} is MySQL/MariaDB, where InnoDB deadlocks concurrent "
-            "claims of one key inside a transaction (docs/http-contract.md: One transaction per request)."
-        )
-    if not apps.is_installed("receipts.outbox"):
-        return None
-    # By label: the receipts app does not import the outbox, which builds on it.
-    outbox_db = router.db_for_write(apps.get_model("outbox", "OutboxMessage"))
-    if receipts_db == outbox_db:
-        return None
-    return (
-        f"the outbox is routed to the database {outbox_db!r} and receipts to {receipts_db!r}: a message "
-        "the view enqueues would not commit with it (docs/http-contract.md: One transaction per request)."
-    )
 
 
 # How the decorator words a claim it does not run (receipts/responses.py:refusal).
@@ -855,21 +639,17 @@ def _run(
     token: int,
     lease: float,
     claimed: context.RunningClaim,
-    *,
-    own_block: bool = True,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """The view and its settle. `own_block`: they run in an atomic block of their own (the
-    view's transaction, or a savepoint inside the request's), so a failure rolls back the
-    view's writes alone and is stored beside the claim. Without it (a single-transaction
-    view, _in_one_transaction) a failure leaves with _RolledBack, which rolls the request's
-    whole transaction back, and nothing is written here that would roll back with it."""
+    """The view and its settle, in an atomic block of their own (the view's transaction, or a
+    savepoint inside the request's), so a failure rolls back the view's writes alone and is
+    stored beside the claim."""
     # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
     # can take it over (each waits on its row), and a renewal from another connection would
     # find no row or wait on it until this request commits, while this thread waited for the
     # renewal to finish: so it is not kept.
     claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
-        with transaction.atomic() if own_block else contextlib.nullcontext():
+        with transaction.atomic():
             # A view longer than a third of its lease has it renewed until it returns.
             # The view runs where the generator yields; receipts.current() gives it the claim
             # (for an async view, asgiref carries the step's context over to the view).
@@ -904,35 +684,27 @@ def _run(
             "The request took longer than its lease and another attempt took over; "
             "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
         )
-        if not own_block:
-            raise _RolledBack(lost) from None
         # Our lease was taken over while the view ran: its writes were rolled back above,
         # and with them the store's own record of the refusal, so log it again here.
         _record_lease_lost(scope, key, token)
         return lost
     except _RollBack as rollback:
         response = rollback.response
-        if not own_block:
-            raise _RolledBack(response, failed=True) from None
         _fail(scope, key, token, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
         # Not the operation's failure: a misplaced decorator, or an async view cancelled
         # because its client went away. Its writes rolled back; the key is given back.
-        if own_block:
-            _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
         # A lost connection is not the operation's failure: the view's writes are gone and
         # the client is told 503, "nothing stored, retry". Failing the receipt would store a
         # 500 (and burn the key of an operation that burns on failure), so the key is given
         # back; if the database still does not answer, the lease runs out instead.
-        if own_block:
-            _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
+        _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
-        if not own_block:
-            raise  # the request's transaction rolls back whole, the claim with it: the next attempt runs
         if is_client_error(exc):
             _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
             raise

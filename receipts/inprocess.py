@@ -36,7 +36,6 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
 from idemdash.core.canonical import fingerprint_json
@@ -53,7 +52,7 @@ from idemdash_client.errors import (
     PreviousFailure,
     ReceiptCompacted,
 )
-from receipts import api, decorators, renewal, responses, store
+from receipts import api, renewal, responses, store
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 
@@ -215,14 +214,6 @@ def once(
 
 def _check(key: Any, operation: Any, scope: Any, request: Any, encoder: Any) -> str:
     """Refuse bad input before anything is claimed; return the request's fingerprint."""
-    view = decorators.running_single_transaction()
-    if view is not None:
-        # Its receipt would commit (or roll back) with the view's one transaction, apart from
-        # the effect: refused loudly, as @idempotent refuses such a view when it can see the call.
-        raise ImproperlyConfigured(
-            f"run_once under the single-transaction view of {view!r}: an effect outside the database "
-            "cannot be in the view's transaction (docs/http-contract.md: One transaction per request)."
-        )
     store.validate_key(key)
     store.validate_operation(operation)
     _check_scope(scope)

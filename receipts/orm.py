@@ -18,14 +18,10 @@ from django.utils import timezone
 
 from receipts import rules, waiting
 from receipts.models import Attempt, Receipt
-from receipts.pg import bound_lock_waits
 
 
-def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float, lock_wait_ms: int | None = None) -> None:
-    """Nothing in one statement: the store inserts or decides about the existing receipt.
-    `lock_wait_ms` (PostgreSQL through psycopg2) bounds the transaction's lock waits first."""
-    if lock_wait_ms is not None:
-        bound_lock_waits(lock_wait_ms)
+def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> None:
+    """Nothing in one statement: the store inserts or decides about the existing receipt."""
     return None
 
 

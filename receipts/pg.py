@@ -82,16 +82,11 @@ def _literal(value: Any) -> str:
 
 
 @functools.cache
-def _claim_sql(asynchronous: bool, bounded: bool = False) -> str:
+def _claim_sql(asynchronous: bool) -> str:
     receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
     returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
     commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
     expressions = {name: _literal(value) for name, value in rules.NEW.items()}
-    # bound_lock_waits in the same statement, saving it a round trip: the scope's value sets
-    # lock_timeout as the row is built, which is before the insert looks for a conflicting
-    # row, and so before it can wait on one (its second parameter follows the scope's).
-    if bounded:
-        expressions["scope"] = "(SELECT %s WHERE set_config('lock_timeout', %s, true) IS NOT NULL)"
     # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
     # at most one of the two has a row. Both empty means a concurrent insert committed
     # after our snapshot was taken; the caller then looks again. A row it inserted comes
@@ -112,32 +107,6 @@ def _claim_sql(asynchronous: bool, bounded: bool = False) -> str:
         )
         SELECT (SELECT id FROM ins) AS inserted, cur.*, (SELECT outcome FROM log) AS logged{commit}
         FROM (SELECT 1) AS one LEFT JOIN cur ON true
-    """
-
-
-# What a replay's answer reads of the receipt (decorators._refusal, responses.refusal): the
-# rest of the row stays in the database (the stored request is JSON to decode, for nothing).
-_REPLAY_ATTNAMES = ("id", "key", "status", "response_status", "response_content_type", "response_body", "error",
-                    "compacted_at")
-
-
-@functools.cache
-def _replay_sql(asynchronous: bool) -> str:
-    receipt, attempt = _q(Receipt._meta.db_table), _q(Attempt._meta.db_table)
-    returned = ", ".join(_q(Receipt._meta.get_field(name).column) for name in _REPLAY_ATTNAMES)
-    # Only when it replays: the commit then holds nothing but the log line (see the module's
-    # "Durability of a claim"); a row that does not replay wrote nothing.
-    commit = (", CASE WHEN rep.id IS NOT NULL THEN set_config('synchronous_commit', 'off', true) END"
-              if asynchronous else "")
-    return f"""
-        WITH rep AS (
-            SELECT scope, operation, {returned} FROM {receipt}
-            WHERE scope = %s AND key = %s AND {rules.REPLAY.sql}
-        ), log AS (
-            INSERT INTO {attempt} ({_LOG_COLUMNS}, claim_ms)
-            SELECT id, scope, key, operation, 'replayed', NULL, %s, NULL::jsonb, '', '', %s, {_CLAIM_MS} FROM rep
-        )
-        SELECT {returned}{commit} FROM rep
     """
 
 
@@ -174,55 +143,23 @@ def _prepared(values: dict[str, Any], names: tuple[str, ...] | None = None) -> l
 
 
 @functools.cache
-def _scope_index() -> int:
-    return [f.name for f in _CLAIM_PARAMETER_FIELDS].index("scope")
-
-
-@functools.cache
 def _converters(attnames: tuple[str, ...]) -> list[list]:
     fields = {f.attname: f for f in Receipt._meta.concrete_fields}
     return [fields[name].get_db_converters(connection) for name in attnames]
 
 
-def bound_lock_waits(milliseconds: int) -> None:
-    """Make the rest of the caller's transaction wait at most `milliseconds` for any lock
-    (lock_timeout, SET LOCAL: it ends with the transaction). A single-transaction view's claim
-    (receipts/decorators.py) waits on a concurrent first attempt's uncommitted row; past the
-    bound, LockNotAvailable (55P03) aborts the transaction. Not put back after the claim: that
-    would cost every request a round trip, and a view that waits as long for a lock of its own
-    is better told 503 than left holding its connection. On this path the claim statement
-    sets it itself (claim_or_replay's `lock_wait_ms`); the ORM path's twin calls this."""
-    with connection.cursor() as c:  # Django's own: psycopg2 hosts (the ORM path) get it too
-        c.execute("SELECT set_config('lock_timeout', %s, true)", [_lock_timeout(milliseconds)])
-
-
-def _lock_timeout(milliseconds: int) -> str:
-    return f"{max(1, milliseconds)}ms"
-
-
-def is_lock_timeout(exc: BaseException) -> bool:
-    cause = exc.__cause__
-    return "55P03" in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None))  # psycopg 3, psycopg2
-
-
-def claim_or_replay(
-    values: dict[str, Any], now: datetime, spent_ms: float, lock_wait_ms: int | None = None
-) -> tuple[str | None, Receipt] | None:
+def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> tuple[str | None, Receipt] | None:
     """Insert the receipt described by `values` (every Receipt field but id), or read the
     existing one; `spent_ms` is what the claim spent before this statement (claim_ms). Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
     existing receipt that replays, logged), or None (an existing receipt the caller must
     decide about; nothing was written). Returns None when the key exists but this
-    statement's snapshot cannot see it yet. `lock_wait_ms`: bound_lock_waits, set by this
-    statement before its insert can wait.
+    statement's snapshot cannot see it yet.
     """
     params = _prepared(values)
-    bounded = lock_wait_ms is not None
-    if bounded:
-        params.insert(_scope_index() + 1, _lock_timeout(lock_wait_ms))
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, spent_ms, fp, now, spent_ms]
     with cursor() as c:
-        c.execute(_claim_sql(not connection.in_atomic_block, bounded), params)
+        c.execute(_claim_sql(not connection.in_atomic_block), params)
         inserted, *current = c.fetchone()
     logged = current[len(_RECEIPT_COLUMNS)]
     if inserted is not None:
@@ -233,20 +170,6 @@ def claim_or_replay(
     if current[0] is None:
         return None
     return logged, _built(current, _RECEIPT_COLUMNS)
-
-
-def replay_only(scope: str, key: str, fingerprint: str, now: datetime, spent_ms: float) -> Receipt | None:
-    """The receipt of (scope, key) when it replays (rules.REPLAY), its "replayed" line logged:
-    a claim's replay without its insert, for a caller that must not write a new receipt
-    outside its own transaction (store.replay). None, and nothing written, when there is no
-    receipt or it does not replay. Outside a transaction it commits by itself, as a replay by
-    claim_or_replay does. The receipt holds only what the replay's answer reads
-    (_REPLAY_ATTNAMES); another field would be fetched when read."""
-    params = [scope, key, *rules.REPLAY.arguments(fingerprint=fingerprint, now=now), fingerprint, now, spent_ms]
-    with cursor() as c:
-        c.execute(_replay_sql(not connection.in_atomic_block), params)
-        row = c.fetchone()
-    return None if row is None else _built(row, _REPLAY_ATTNAMES)
 
 
 def _built(row: tuple, attnames: tuple[str, ...]) -> Receipt:

@@ -157,7 +157,7 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
     in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
     (woken by its completion, not by polling in a tight loop) and its result replayed.
     The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
-    user_id, session_id, lock_wait_ms.
+    user_id, session_id.
     """
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
@@ -192,28 +192,10 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
                 steps.close()
 
 
-def replay(scope: str, key: str, operation: str, *, fingerprint: str) -> ClaimResult | None:
-    """The stored result of (scope, key) when it replays, its line logged; else None and
-    nothing written, and the caller claims. For a caller that must claim inside its own
-    transaction (a single-transaction view, receipts/decorators.py) but need not open one
-    to replay: on PostgreSQL the look and its log line are one statement that commits by
-    itself, as a two-commit replay does, where a claim inside the transaction would cost a
-    BEGIN and a durable COMMIT for a log line. Elsewhere it returns None, and the claim inside
-    the transaction replays. The key and operation were checked already (the decorator's
-    parse_key, and idempotent() when it decorated)."""
-    if path() is not pg:
-        return None  # nothing to look up ahead of the claim: no span for it either
-    with tracing.span(LOOKUP_SPAN) as span:
-        started = time.monotonic()
-        receipt = pg.replay_only(scope, key, fingerprint, timezone.now(), _spent_ms(started))
-        return None if receipt is None else _traced(span, scope, key, operation, ClaimResult(Outcome.REPLAYED, receipt))
-
 CLAIM_SPAN = "idemdash.receipt.claim"
 # A claim answered with the stored result: the same span, renamed, so that a trace shows a
 # replay as one at a glance.
 REPLAY_SPAN = "idemdash.receipt.replay"
-# store.replay's look, renamed REPLAY_SPAN when it replays.
-LOOKUP_SPAN = "idemdash.receipt.lookup"
 
 
 def _traced(span: Any, scope: str, key: str, operation: str, result: ClaimResult) -> ClaimResult:
@@ -263,15 +245,12 @@ def _claiming(
     wait_seconds: float = 0,
     user_id: str = "",
     session_id: str = "",
-    lock_wait_ms: int | None = None,
 ) -> Generator[_Wait, None, ClaimResult]:
     """The one copy of a claim, sync or async: yields where it waits for the running first
     attempt (claim and aclaim do the waiting), and returns the ClaimResult. `fingerprint`
     is the request's when the caller has it already; `lease_seconds` overrides the
     operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
-    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt;
-    `lock_wait_ms` bounds the lock waits of the rest of the caller's transaction, from before
-    the claim's insert (PostgreSQL's lock_timeout: receipts/pg.py:bound_lock_waits)."""
+    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
     # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
     # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
     started = time.monotonic()
@@ -297,7 +276,7 @@ def _claiming(
                 # and any other case comes back as the existing row; the ORM path decides
                 # every case below.
                 began = time.monotonic()
-                found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000, lock_wait_ms)
+                found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
                 if found is None and path() is pg:
                     # The key was inserted by an attempt that committed while the statement
                     # ran: under ATOMIC_REQUESTS its insert waited on that attempt's

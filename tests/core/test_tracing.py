@@ -98,26 +98,6 @@ def test_an_idempotent_view_is_traced_as_a_claim_a_settle_and_then_a_replay(clie
         "idemdash.receipt.claim", "idemdash.receipt.settle", "idemdash.receipt.replay"]
 
 
-@pytest.mark.skipif(connection.vendor == "mysql", reason="single-transaction views are refused on MySQL/MariaDB")
-@pytest.mark.urls("tests.receipts.single_transaction_urls")
-@pytest.mark.django_db(transaction=True)
-def test_a_single_transaction_views_replay_is_its_look_ahead_of_the_transaction_named_as_a_replay(client, spans):
-    def sent(key: str):
-        return client.post("/single", data={"n": 1}, content_type="application/json", headers={"Idempotency-Key": key})
-
-    assert sent("one-commit").status_code == 201
-    first = [s.name for s in spans.get_finished_spans()]
-    spans.clear()
-    assert sent("one-commit")["Idempotent-Replayed"] == "true"
-    again = [s.name for s in spans.get_finished_spans()]
-    if connection.vendor == "postgresql":  # the look (receipts/pg.py:replay_only), then the claim
-        assert first == ["idemdash.receipt.lookup", "idemdash.receipt.claim", "idemdash.receipt.settle"]
-        assert again == ["idemdash.receipt.replay"]
-    else:  # no look ahead on the ORM path: the claim inside the transaction replays
-        assert first == ["idemdash.receipt.claim", "idemdash.receipt.settle"]
-        assert again == ["idemdash.receipt.replay"]
-
-
 def _tasks() -> list[dict]:
     return [SignedPackage.loads(row.payload) for row in OrmQ.objects.order_by("id")]
 

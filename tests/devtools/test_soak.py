@@ -13,7 +13,7 @@ from idemdash.devtools.soak import run
 
 def _tally() -> run.Tally:
     tally = run.Tally()
-    tally.answered = {"k1": "/soak/two-commits/", "k2": "/soak/one-commit/?outbox=1"}
+    tally.answered = {"k1": "/soak/effect/", "k2": "/soak/effect/?outbox=1"}
     tally.delivered = {"evt_1", "evt_2"}
     return tally
 

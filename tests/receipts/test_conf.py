@@ -46,7 +46,6 @@ def test_an_exact_name_wins_over_an_earlier_pattern(settings):
     assert policy.rule == "report.build"
     assert policy.as_dict() == {
         "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn", "after_crash": "rerun",
-        "single_transaction": False,
         "compact_after_seconds": None,
         "matched": {"RECEIPTS_OPERATIONS": "report.build", "RECEIPTS_FINANCIAL_OPERATIONS": None},
     }
@@ -110,4 +109,11 @@ def test_after_crash_defaults_to_rerun_and_may_hold(settings):
 def test_a_bad_after_crash_policy_names_the_setting(settings, rule):
     settings.RECEIPTS_OPERATIONS = {"x.*": rule}
     with pytest.raises(ImproperlyConfigured, match=r"RECEIPTS_OPERATIONS\['x\.\*'\]"):
+        policy_for("x.y")
+
+
+@pytest.mark.parametrize("misspelt", ["on_falure", "single_transaction"])
+def test_a_rule_with_a_setting_it_does_not_have_is_refused_with_the_ones_it_has(settings, misspelt):
+    settings.RECEIPTS_OPERATIONS = {"x.*": {misspelt: "burn"}}
+    with pytest.raises(ImproperlyConfigured, match=rf"RECEIPTS_OPERATIONS\['x\.\*'\] has no setting '{misspelt}': it takes after_crash, "):
         policy_for("x.y")

@@ -8,7 +8,6 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 - `bare`: the bench's unprotected insert (`/bench/insert/bare/`), the yardstick;
 - `claim`: the same insert under `@idempotent` with a fresh key;
 - `replay`: the same keys again, answered from their receipts;
-- `single`, `single_replay`: the same two in single-transaction mode (`/bench/insert/single/`);
 - `floor`: the insert with only what any protection claiming before it and completing after it
   adds, a transaction and two trivial statements (`/bench/insert/floor/`);
 - `replay_ceiling`: one trivial statement and the insert's answer without the insert, the least
@@ -19,8 +18,8 @@ resolver, middleware, view, database; no gunicorn, no worker, no network):
 And then the in-process API (idemdash/devtools/bench/cputime.py:measure_run_once).
 
 `--breakdown` measures instead where the CPU of a protected request with a fresh key goes
-in this process, in either mode (`claim`, `single`) beside the bare insert: the view's own
-insert, the replay look-ahead, the claim, the completion and the COMMIT (each function
+in this process beside the bare insert: the view's own
+insert, the claim, the completion and the COMMIT (each function
 wrapped, at the module attribute it is called through, by a process-time counter), and
 the rest (Django's request handling and the decorator's own logic).
 
@@ -51,12 +50,12 @@ from typing import Any
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
-PATHS = ("bare", "claim", "replay", "single", "single_replay", "floor", "replay_ceiling", "delivery", "duplicate")
+PATHS = ("bare", "claim", "replay", "floor", "replay_ceiling", "delivery", "duplicate")
 
 
 def _inserter(client: Any) -> Callable[..., None]:
     """POSTs the bench's insert through the test Client to `view` (a path under /bench/:
-    insert/bare, insert/protected, insert/single, insert/floor, replay/ceiling; protected when a
+    insert/bare, insert/protected, insert/floor, replay/ceiling; protected when a
     key is given, else bare); refuses a request that did not do what its path is named for."""
 
     def insert(n: int, key: str | None, replayed: bool = False, view: str | None = None) -> None:
@@ -105,14 +104,11 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
     def one_round(tag: str) -> dict[str, dict[str, float]]:
         keys = [f"inprocess-{run}-{tag}-{n}" for n in range(requests)]
-        single = [f"inprocess-{run}-{tag}-single-{n}" for n in range(requests)]
         new, dup = deliveries(f"inprocess{run}new{tag}"), deliveries(f"inprocess{run}dup", max(1, requests // 2))
         return {
             "bare": both([lambda n=n: insert(n, None) for n in range(requests)]),
             "claim": both([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
             "replay": both([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
-            "single": both([lambda n=n: insert(n, single[n], view="insert/single") for n in range(requests)]),
-            "single_replay": both([lambda n=n: insert(n, single[n], True, "insert/single") for n in range(requests)]),
             "floor": both([lambda n=n: insert(n, None, view="insert/floor") for n in range(requests)]),
             "replay_ceiling": both([lambda n=n: insert(n, keys[n], True, "replay/ceiling") for n in range(requests)]),
             "delivery": both([lambda d=d: deliver(d) for d in new]),
@@ -129,13 +125,12 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 # wrapped where it is looked up when called, so every call is counted.
 PARTS = (
     ("view's insert", "idemdash.devtools.bench.views", "_insert"),
-    ("replay look-ahead", "receipts.store", "replay"),
     ("claim", "receipts.store", "claim"),
     ("completion", "receipts.store", "complete"),
     ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
 )
 # Each path --breakdown measures, and the bench view it posts to (bare without a key).
-BREAKDOWN_PATHS = {"bare": "insert/bare", "claim": "insert/protected", "single": "insert/single"}
+BREAKDOWN_PATHS = {"bare": "insert/bare", "claim": "insert/protected"}
 
 
 def _counted(original: Callable, name: str, spent: dict[str, float]) -> Callable:

@@ -7,7 +7,6 @@ from idemdash.devtools.bench import views
 urlpatterns = [
     path("bench/insert/bare/", views.insert_bare, name="bench-insert-bare"),
     path("bench/insert/protected/", views.insert_protected, name="bench-insert-protected"),
-    path("bench/insert/single/", views.insert_protected_single, name="bench-insert-single"),
     path("bench/insert/floor/", views.insert_floor, name="bench-insert-floor"),
     path("bench/replay/ceiling/", views.replay_ceiling, name="bench-replay-ceiling"),
 ]

@@ -1,7 +1,6 @@
-"""The views that scenarios 1, 2 and 12 compare: the same insert, bare, protected, and protected
-in single-transaction mode (claim, insert and completion committed together); and scenario
-12's bounds: the floor, the same insert with only what any such protection must add around
-it, and the replay ceiling, the least any replay from a database can do.
+"""The views that scenarios 1, 2 and 12 compare: the same insert, bare and protected; and
+scenario 12's bounds: the floor, the same insert with only what any protection must add
+around it, and the replay ceiling, the least any replay from a database can do.
 
 Both are csrf-exempt JSON endpoints, as an API view would be; neither authenticates, so
 that the only difference between them is `@idempotent`.
@@ -35,13 +34,6 @@ def insert_bare(request: HttpRequest) -> HttpResponse:
 @require_POST
 @idempotent("bench.insert", scope=lambda request: SCOPE)  # one scope: the bench deletes it between runs
 def insert_protected(request: HttpRequest) -> HttpResponse:
-    return _insert(request)
-
-
-@csrf_exempt
-@require_POST
-@idempotent("bench.insert.single", scope=lambda request: SCOPE, single_transaction=True)
-def insert_protected_single(request: HttpRequest) -> HttpResponse:
     return _insert(request)
 
 

@@ -5,8 +5,7 @@ the soak's protected views (idemdash/devtools/soak/views.py) on PostgreSQL. Clie
 drive, for the whole run:
 
 - claims of fresh keys, each retried by its client until it gets its answer, as a real caller
-  retries after a reset connection or a 5xx; half of them in single-transaction mode, half
-  enqueueing an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key);
+  retries after a reset connection or a 5xx; half of them enqueueing an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key);
 - replays of keys already answered (which must never run the view again);
 - Stripe-signed webhook deliveries, new events and redeliveries, retried until a 2xx.
 
@@ -110,9 +109,8 @@ class Driver:
     def claim(self) -> None:
         self.n += 1
         key = f"{self.run_id}-{threading.get_ident() % 10000}-{self.n}"
-        path = self.rng.choice(["/soak/two-commits/", "/soak/one-commit/"])
         outbox = self.rng.random() < 0.5
-        url = path + ("?outbox=1" if outbox else "")
+        url = "/soak/effect/" + ("?outbox=1" if outbox else "")
         response = self._retrying("claim", lambda base: httpx.post(
             base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
         ), lambda r: r.status_code == 201)

@@ -1,6 +1,6 @@
-"""The protected views `make soak` drives: each writes its effect (a bench row labelled with
-its key) in the request's transaction and, when asked, enqueues an outbox message posting to
-the soak's receiver. One view in the default two-commit mode, one in single-transaction mode."""
+"""The protected view `make soak` drives: it writes its effect (a bench row labelled with its
+key) in the request's transaction and, when asked, enqueues an outbox message posting to the
+soak's receiver."""
 
 from __future__ import annotations
 
@@ -46,12 +46,5 @@ def _effect(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @require_POST
 @idempotent(OPERATION, scope=lambda request: SCOPE)
-def two_commits(request: HttpRequest) -> HttpResponse:
-    return _effect(request)
-
-
-@csrf_exempt
-@require_POST
-@idempotent(OPERATION, scope=lambda request: SCOPE, single_transaction=True)
-def one_commit(request: HttpRequest) -> HttpResponse:
+def effect(request: HttpRequest) -> HttpResponse:
     return _effect(request)

@@ -71,7 +71,6 @@ def test_the_breakdown_parts_each_protected_requests_cpu_and_leaves_the_bare_ins
     # where the decorator and the view look them up.
     assert set(parts["bare"]) == {"total", "view's insert", "rest"}
     assert set(parts["claim"]) == {"total", "view's insert", "claim", "completion", "COMMIT", "rest"}
-    assert set(parts["single"]) == set(parts["claim"]) | {"replay look-ahead"}
     # No part runs inside another (which would count its CPU twice and leave the rest below zero).
     for figures in parts.values():
         assert figures["total"] > 0 and all(us >= 0 for us in figures.values())
