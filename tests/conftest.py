@@ -113,18 +113,6 @@ def _no_dropped_connection() -> None:
 
 
 @pytest.fixture
-def back_to_the_latest_migrations():
-    """For a test that migrates its database back: every app migrated to its latest again
-    afterwards, since the transactional tests run after it share that database (one left the
-    outbox at 0006, and the next ones found no pause table)."""
-    yield
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-
-@pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 

@@ -113,11 +113,8 @@ class WebhookEvent(LeasedWork, Scheduled):
     )
     status = models.CharField(max_length=16, choices=Status.choices)
     attempts = models.PositiveIntegerField(default=0)
-    # A fresh UUID per claim, cleared when nobody owns the event. Named claim_token before
-    # the vocabulary was one; the column keeps that name (no data migration).
-    fencing_token = models.UUIDField(
-        null=True, blank=True, db_column="claim_token", help_text="Fences the worker holding the lease."
-    )
+    # A fresh UUID per claim, cleared when nobody owns the event.
+    fencing_token = models.UUIDField(null=True, blank=True, help_text="Fences the worker holding the lease.")
     enqueued_at = models.DateTimeField(null=True, blank=True)
     stuck_recoveries = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)

@@ -164,8 +164,7 @@ def _claim_sql(match: tuple[str, ...]) -> str:
     columns = ", ".join(q(f.column) for f in WebhookEvent._meta.concrete_fields)
     return (
         f"UPDATE {table} "
-        # claim_token is fencing_token's column (its name from before the vocabulary was one).
-        "SET status = %s, attempts = attempts + 1, lease_expires_at = %s, claim_token = %s "
+        "SET status = %s, attempts = attempts + 1, lease_expires_at = %s, fencing_token = %s "
         f"WHERE {where} AND status IN (%s, %s) AND next_attempt_at <= %s "
         # One primary-key probe: an event of a paused endpoint stays where it is. A delivery
         # stored just as its endpoint was paused (it read the endpoint before the pause) is

@@ -113,18 +113,3 @@ def insert_unless_exists(
         f"INSERT INTO {q(model._meta.db_table)} ({columns}) VALUES ({placeholders}) "
         f"ON CONFLICT ({conflict}) DO NOTHING RETURNING {returned}"
     )
-
-
-def build_index_concurrently(schema_editor: Any, name: str, create_sql: str) -> None:
-    """In a non-atomic migration on PostgreSQL: run `create_sql` (a `CREATE INDEX ...` of the
-    index `name`) as `CREATE INDEX CONCURRENTLY IF NOT EXISTS`, so a host upgrading with
-    millions of rows keeps writing to the table while it builds (a plain build blocks every
-    write for its whole length). A concurrent build that failed half-way leaves an INVALID
-    index, which IF NOT EXISTS would keep for ever: it is dropped and built again."""
-    with schema_editor.connection.cursor() as c:
-        c.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
-        invalid = c.fetchone()
-    if invalid and invalid[0]:
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(name)}")
-    assert create_sql.startswith("CREATE INDEX "), create_sql
-    schema_editor.execute(create_sql.replace("CREATE INDEX ", "CREATE INDEX CONCURRENTLY IF NOT EXISTS ", 1))

@@ -16,7 +16,7 @@ digits, one of its integers (Shopify's order ids are numbers). Substrings of val
 matched: an operator searches for an id, not for text.
 
 On PostgreSQL each table has a GIN index over exactly those terms (the migration
-idemdash/dashboard/migrations/0008_search_search_indexes.py: `idemdash_search_terms`), so a
+idemdash/dashboard/migrations/0001_initial.py: `idemdash_search_terms`), so a
 search reads a few index pages at any size; every query runs under a time budget, past which
 the page says so instead of scanning on. SQLite reads each row's JSON with json_tree, and
 MySQL/MariaDB with JSON_SEARCH (string values; MariaDB's also integers, MySQL's not): correct,

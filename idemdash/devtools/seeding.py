@@ -348,8 +348,8 @@ class _Writer:
             objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
             return [obj.pk for obj in objs] if ids else []
         table = model._meta.db_table
-        # Rows are keyed by attribute name (as bulk_create wants); COPY names columns, and a
-        # field may have a column of another name (WebhookEvent.fencing_token's is claim_token).
+        # Rows are keyed by attribute name (as bulk_create wants); COPY names columns (a
+        # foreign key's attribute is `<name>_id`, its column may be named otherwise).
         columns = [model._meta.get_field(name).column for name in rows[0]]
         reserved: list[int] = []
         with connection.cursor() as cursor:

@@ -51,9 +51,8 @@ class OutboxMessage(LeasedWork, Scheduled):
     attempts = models.PositiveIntegerField(default=0, help_text="Claims so far, including one in flight.")
     # Fencing: every claim bumps the token, and a drainer may settle a message only with the
     # token it claimed it with, so a drainer whose lease ran out cannot overwrite the result
-    # of the drainer that took the message over. Named claim_token before the vocabulary
-    # was one; the column keeps that name (no data migration).
-    fencing_token = models.PositiveBigIntegerField(default=0, db_column="claim_token")
+    # of the drainer that took the message over.
+    fencing_token = models.PositiveBigIntegerField(default=0)
     claimed_by = models.CharField(max_length=255, blank=True)
     last_error = models.TextField(blank=True)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -179,7 +178,7 @@ class OutboxAttempt(AttemptLog):
     scope = models.CharField(max_length=255, blank=True)
     action = models.CharField(max_length=100)
     number = models.PositiveIntegerField(help_text="Which attempt of the message this was.")
-    fencing_token = models.PositiveBigIntegerField(db_column="claim_token")
+    fencing_token = models.PositiveBigIntegerField()
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)

@@ -29,19 +29,3 @@ def test_a_viewer_may_see_but_not_operate(viewer, operator, django_user_model):
     assert operator.has_perm("idemdash.operate")
     admin = django_user_model.objects.create_superuser("root", "r@x", "pw")
     assert admin.has_perm("idemdash.operate")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_migrating_renames_the_stored_operate_permission_to_its_verbs_and_back(back_to_the_latest_migrations):
-    from django.contrib.auth.models import Permission
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    old = "Can retry, release and bulk-retry from the dashboard"
-    new = "Can release, reprocess, send now and send again, one by one or in bulk, from the dashboard"
-    MigrationExecutor(connection).migrate([("idemdash", "0004_demo_switch")])
-    operate = Permission.objects.get(content_type__app_label="idemdash", codename="operate")
-    assert operate.name == old  # as a database from before the rename stores it
-    MigrationExecutor(connection).migrate([("idemdash", "0005_operate_permission_named_by_its_verbs")])
-    operate.refresh_from_db()
-    assert operate.name == new

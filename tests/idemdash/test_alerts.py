@@ -329,37 +329,6 @@ def test_the_email_carries_the_link_to_the_cause(settings):
     assert "See what caused it: https://ops.example.com/stuck/" in body
 
 
-@pytest.mark.django_db
-def test_the_migration_turns_fraction_thresholds_into_percent():
-    from importlib import import_module
-
-    from django.apps import apps
-
-    migration = import_module("idemdash.dashboard.migrations.0003_alert_thresholds_in_percent")
-    rate, count = rule(Metric.DUPLICATE_RATE, 0.2), rule(Metric.STUCK_ROWS, 3)
-    migration.fractions_to_percent(apps, None)
-    rate.refresh_from_db(), count.refresh_from_db()
-    assert (rate.threshold, count.threshold) == (20, 3)
-    migration.percent_to_fractions(apps, None)
-    rate.refresh_from_db()
-    assert rate.threshold == 0.2
-
-
-@pytest.mark.django_db
-def test_the_migration_moves_409_rules_and_their_alerts_to_concurrent_duplicates():
-    from importlib import import_module
-
-    from django.apps import apps
-
-    migration = import_module("idemdash.dashboard.migrations.0007_concurrent_duplicates_metric")
-    old, other = rule(Metric.CONCURRENT_DUPLICATES, 5), rule(Metric.STUCK_ROWS, 3)
-    AlertRule.objects.filter(pk=old.pk).update(metric="in_progress_conflicts")
-    migration.to_concurrent_duplicates(apps, None)
-    assert dict(AlertRule.objects.values_list("pk", "metric")) == {old.pk: "concurrent_duplicates", other.pk: "stuck_rows"}
-    migration.to_in_progress_conflicts(apps, None)
-    assert AlertRule.objects.get(pk=old.pk).metric == "in_progress_conflicts"
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_concurrent_duplicates_rule_fires_for_callers_that_waited_for_the_first_attempt():
     from tests.dashboard.build import waited_for

@@ -140,30 +140,6 @@ def test_a_bad_reminder_setting_fails_loudly_naming_it(settings, name, value):
         read()
 
 
-@pytest.mark.django_db
-def test_the_migration_gives_every_earlier_alert_its_incident_and_history():
-    from importlib import import_module
-
-    from django.apps import apps
-
-    migration = import_module("idemdash.dashboard.migrations.0010_incidents_incidents")
-    rule()
-    receipt = stuck("r1")
-    alerts.evaluate()
-    store.release(receipt, actor="otto")
-    alerts.evaluate()
-    stuck("r2")
-    alerts.evaluate()
-    IncidentEvent.objects.all().delete()
-    Incident.objects.all().delete()
-    migration.incidents_for_existing_alerts(apps, None)
-    states = sorted(Incident.objects.values_list("state", flat=True))
-    assert states == ["firing", "resolved"]
-    resolved = Incident.objects.get(state="resolved")
-    assert kinds(resolved) == ["fired", "resolved"]
-    assert resolved.history.get(kind="resolved").notification_key.endswith(":resolved")
-
-
 # --- races: evaluators and operators at once, each with its own connection -----------------------
 
 PROCESSES, THREADS = 3, 4
