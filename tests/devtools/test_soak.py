@@ -1,6 +1,6 @@
 """The soak's own arithmetic (idemdash/devtools/soak/run.py): a double or a loss of each kind is
-found and named, and a clean run finds none. The soak itself runs in .ci/run (`make soak`, two
-minutes of faults on PostgreSQL) and fails there on any finding."""
+found and named, and a clean run finds none. The soak itself runs in .ci/run (`make soak`, one
+minute of faults on PostgreSQL) and fails there on any finding."""
 
 from __future__ import annotations
 
