@@ -15,8 +15,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
-from email.utils import parseaddr, parsedate_to_datetime
+from email.utils import parseaddr
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +28,7 @@ from django.core.validators import validate_email
 from idemdash.core import tracing
 from idemdash.core.attempts import RETRYABLE_4XX
 from idemdash.core.masking import mask_text
+from idemdash_client.retry_after import parse_retry_after
 from receipts.decorators import format_key
 from receipts.outbox import fence
 
@@ -169,22 +169,6 @@ def _validate_http_post(payload: Any) -> None:
         # The HTTP client sends header values as ASCII: anything else would fail every attempt.
         if not isinstance(value, str) or not value.isascii() or CONTROL.search(value.replace("\t", " ")):
             raise InvalidPayload("A header value is a string of printable ASCII, without CR, LF or NUL.", field)
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt_timezone.utc)
-    return max(0.0, (when - (now or datetime.now(dt_timezone.utc))).total_seconds())
 
 
 def _http_post_host(payload: dict) -> str:

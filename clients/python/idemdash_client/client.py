@@ -26,6 +26,7 @@ import httpx
 from idemdash_client.context import RunningClaim, running
 from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost, PreviousFailure, problem_error
 from idemdash_client.references import validate_all
+from idemdash_client.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +216,9 @@ class Requests:
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """The wait before retry `attempt + 1` of a 503 or a failed connection: Retry-After
-        when given, else 0.5 s doubling, at most max_backoff."""
-        try:
-            wait = float(retry_after) if retry_after is not None else 0.5 * 2**attempt
-        except ValueError:  # an HTTP date: not worth a parser here
-            wait = 0.5 * 2**attempt
+        when given (seconds or an HTTP date), else 0.5 s doubling, at most max_backoff."""
+        asked = parse_retry_after(retry_after)
+        wait = asked if asked is not None else 0.5 * 2**attempt
         return max(0.0, min(wait, self.max_backoff))
 
     @staticmethod
@@ -233,7 +232,7 @@ class Requests:
             problem = None
         if not isinstance(problem, dict):
             problem = {"title": reply.reason_phrase, "detail": reply.text[:500]}
-        raise problem_error(reply.status_code, problem, _seconds(reply.headers.get("Retry-After")))
+        raise problem_error(reply.status_code, problem, parse_retry_after(reply.headers.get("Retry-After")))
 
 
 @dataclass(frozen=True)
@@ -241,14 +240,6 @@ class Replayed:
     """run_once's claim was a replay: `response` is the stored result."""
 
     response: Any
-
-
-def _seconds(retry_after: str | None) -> float | None:
-    """Retry-After in seconds, when it is a number (idemdash sends whole seconds)."""
-    try:
-        return float(retry_after) if retry_after is not None else None
-    except ValueError:
-        return None  # an HTTP date: not worth a parser here
 
 
 class IdempotencyClient(Requests):

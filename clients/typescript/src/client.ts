@@ -72,6 +72,17 @@ const KIND = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
 // zero-width), surrogate, private-use and unassigned characters, and every separator but the space.
 const UNPRINTABLE = /[\p{C}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
 
+/** Seconds from a Retry-After header (RFC 9110 10.2.3): delta-seconds, or an HTTP date (the
+ * seconds from `now`, never below 0); null when absent or neither. The Python client's
+ * idemdash_client/retry_after.py reads it the same way. */
+export function parseRetryAfter(value: string | null, now: number = Date.now()): number | null {
+  const text = value?.trim() ?? "";
+  if (text === "") return null;
+  if (/^\d+$/.test(text)) return Number(text);
+  const when = /^[A-Za-z]{3}, /.test(text) ? Date.parse(text) : NaN; // an IMF-fixdate, not any text Date.parse takes
+  return Number.isFinite(when) ? Math.max(0, (when - now) / 1000) : null;
+}
+
 /** The reference, checked by the server's rules: a TypeError names the rule it breaks, in
  * the step that refers, rather than a 400 when its result is stored. */
 export function reference(kind: string, value: string | number): Reference {
@@ -367,8 +378,7 @@ export class IdempotencyClient {
   }
 
   #backoff(attempt: number, retryAfter: string | null): number {
-    const given = retryAfter === null ? NaN : Number(retryAfter); // an HTTP date: not worth a parser
-    const wait = Number.isFinite(given) ? given : 0.5 * 2 ** attempt;
+    const wait = parseRetryAfter(retryAfter) ?? 0.5 * 2 ** attempt;
     return Math.max(0, Math.min(wait, this.maxBackoffSeconds));
   }
 
@@ -382,9 +392,7 @@ export class IdempotencyClient {
     } catch {
       problem = { title: reply.statusText, detail: text.slice(0, 500) };
     }
-    const header = reply.headers.get("Retry-After");
-    const retryAfter = header !== null && Number.isFinite(Number(header)) ? Number(header) : null;
-    throw problemError(reply.status, problem, retryAfter);
+    throw problemError(reply.status, problem, parseRetryAfter(reply.headers.get("Retry-After")));
   }
 }
 

@@ -20,8 +20,18 @@ import {
   ReceiptNotFound,
   Unauthorized,
   makeKey,
+  parseRetryAfter,
   toolCallKey,
 } from "../dist/index.js";
+
+test("Retry-After is read as seconds or as an HTTP date, as the Python client reads it", () => {
+  const now = Date.UTC(2026, 0, 1, 12, 0, 0);
+  assert.equal(parseRetryAfter("17", now), 17);
+  assert.equal(parseRetryAfter(" 3 ", now), 3);
+  assert.equal(parseRetryAfter("Thu, 01 Jan 2026 12:01:30 GMT", now), 90);
+  assert.equal(parseRetryAfter("Thu, 01 Jan 2026 11:58:30 GMT", now), 0); // gone by: now
+  for (const other of [null, "", "soon", "-5", "1.5", "2026-01-01"]) assert.equal(parseRetryAfter(other, now), null);
+});
 
 const URL_ = process.env.IDEMDASH_URL;
 const TOKEN = process.env.IDEMDASH_TOKEN;
