@@ -16,13 +16,14 @@ gunicorn's own handling, unchanged.
 
 from __future__ import annotations
 
-import json
-
 from gunicorn import util
 from gunicorn.http import errors
 from gunicorn.workers.base import Worker
 from gunicorn.workers.gthread import ThreadWorker
 from gunicorn.workers.sync import SyncWorker
+
+from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
+from idemdash.core.problems import problem_body
 
 # (exception, status, reason, problem slug), the first match wins; the statuses are gunicorn's.
 REFUSALS: tuple[tuple[type[Exception], int, str, str], ...] = (
@@ -47,13 +48,8 @@ def refusal(exc: BaseException) -> tuple[int, str, bytes] | None:
         if isinstance(exc, kind):
             status, reason, slug = kind_status, kind_reason, kind_slug
             break
-    body = {
-        "type": f"urn:idemdash:problem:{slug}",
-        "title": reason,
-        "status": status,
-        "detail": f"The server could not read the request ({type(exc).__name__}: {str(exc)[:DETAIL_LIMIT]}).",
-    }
-    return status, reason, json.dumps(body).encode()
+    detail = f"The server could not read the request ({type(exc).__name__}: {str(exc)[:DETAIL_LIMIT]})."
+    return status, reason, problem_body(status, slug, reason, detail).encode()
 
 
 class ProblemErrors(Worker):
@@ -64,7 +60,7 @@ class ProblemErrors(Worker):
         status, reason, body = answer
         self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
         head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
-                f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n")
+                f"Content-Type: {PROBLEM_CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n")
         try:
             util.write_nonblock(client, head.encode("latin-1") + body)
         except Exception:  # noqa: BLE001 - the client may be gone; gunicorn does the same

@@ -52,7 +52,7 @@ from django.utils.crypto import salted_hmac
 from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
-from idemdash.core.problems import problem
+from idemdash.core.problems import problem, problem_body
 from idemdash_client import context
 from idemdash_client.references import References
 from receipts import renewal, responses, store
@@ -708,13 +708,8 @@ def _run(
         if is_client_error(exc):
             _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
             raise
-        body = json.dumps(
-            {
-                "type": "urn:idemdash:problem:internal-error",
-                "title": "Internal server error",
-                "status": 500,
-                "detail": "The first attempt with this Idempotency-Key raised an error.",
-            }
+        body = problem_body(
+            500, "internal-error", "Internal server error", "The first attempt with this Idempotency-Key raised an error."
         )
         error = f"{type(exc).__name__}: {exc}"
         _fail(scope, key, token, error, None, claimed.references, body=body)

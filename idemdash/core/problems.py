@@ -13,6 +13,12 @@ CONTENT_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:idemdash:problem:"
 
 
+def problem_body(status: int, slug: str, title: str, detail: str = "", **extra: Any) -> str:
+    """The JSON of a problem: for a response built here (`problem`), and for one stored or
+    written where no HttpResponse is (a view's failure, idemdash/serving.py)."""
+    return json.dumps({"type": TYPE_PREFIX + slug, "title": title, "status": status, "detail": detail, **extra})
+
+
 def problem(
     status: int,
     slug: str,
@@ -22,8 +28,7 @@ def problem(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> HttpResponse:
-    body = {"type": TYPE_PREFIX + slug, "title": title, "status": status, "detail": detail, **extra}
-    response = HttpResponse(json.dumps(body), status=status, content_type=CONTENT_TYPE)
+    response = HttpResponse(problem_body(status, slug, title, detail, **extra), status=status, content_type=CONTENT_TYPE)
     for name, value in (headers or {}).items():
         response[name] = value
     return response
