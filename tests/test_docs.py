@@ -1,7 +1,8 @@
 """README.md and the pages under docs/: the README stays a front door, every relative link and
 anchor between the pages resolves, each page opens with its summary and a way back, the
 examples are valid Python that imports what exists, every environment variable the settings
-read is documented, and every code reference (`path:function`) names what exists. Anchors are
+read is documented, and every code reference (`path:function`), in the pages and in the code's
+comments and docstrings, names what exists. Anchors are
 GitHub's: the heading in lower case, punctuation dropped, spaces as hyphens, and -1, -2 ...
 for a repeated heading."""
 
@@ -13,6 +14,7 @@ import importlib
 import os
 import re
 import textwrap
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -210,8 +212,46 @@ def test_every_code_reference_names_what_exists(path):
     assert missing == []
 
 
+# A pointer in a comment or docstring: a path to a Python file, maybe with `:name`, not part of
+# a longer path or URL.
+COMMENT_REF = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+[\w-]+\.py)(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?))?")
+
+
+def comments_and_docstrings(source: str) -> Iterator[str]:
+    for token in tokenize.generate_tokens(iter(source.splitlines(keepends=True)).__next__):
+        if token.type == tokenize.COMMENT:
+            yield token.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield ast.get_docstring(node, clean=False) or ""
+
+
+def test_every_code_reference_in_a_comment_or_docstring_names_what_exists():
+    # The same promise for the code's own pointers ("see receipts/store.py:claim"): a rename or
+    # a move that leaves one pointing nowhere fails here.
+    tracked = repository_files()
+    missing = []
+    for name in tracked:
+        if not name.endswith(".py") or name.startswith("tests/packaging/drf_host/"):
+            continue
+        path = ROOT / name
+        for text in comments_and_docstrings(path.read_text()):
+            for reference, member in COMMENT_REF.findall(text):
+                found = resolve(reference, path, tracked)
+                if found is None:
+                    missing.append(f"{name}: {reference}")
+                elif member:
+                    head, _, attribute = member.partition(".")
+                    names = top_level_names(found.read_text())
+                    if head not in names or (attribute and attribute not in names[head]):
+                        missing.append(f"{name}: {reference}:{member}")
+    assert missing == []
+
+
 def test_a_stale_code_reference_is_caught():
     names = top_level_names((ROOT / "receipts" / "store.py").read_text())
     assert "claim" in names and "no_such_function" not in names
     assert "DoesNotExist" not in names["ClaimResult"] and "receipt" in names["ClaimResult"]
     assert resolve("no/such/module.py", README, []) is None
+    pointers = COMMENT_REF.findall("# see receipts/store.py:claim and https://x.org/a/b.py, and docs/a.md")
+    assert pointers == [("receipts/store.py", "claim")]

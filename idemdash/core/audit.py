@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-# The bulk run (idemdash/core/bulk.py:BulkRun) whose items are being acted on: every entry
+# The bulk run (idemdash/core/bulk_runs.py:BulkRun) whose items are being acted on: every entry
 # recorded meanwhile, by whichever domain function, belongs to it. A context variable rather
 # than a parameter of every domain function, which would each have to pass it on.
 _current_run: ContextVar[Any] = ContextVar("audit_current_run", default=None)

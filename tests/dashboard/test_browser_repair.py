@@ -239,7 +239,7 @@ def test_a_bulk_release_previews_its_rows_and_summarises_with_its_audit_entries(
     assert "STATUS\nFAILED" in preview.upper() and "since" not in preview
     _confirm(page, "repair-bulk-preview.png", "input[name=reason]", "issuer outage over",
              "button:has-text(\"Release 1 failed receipt\")", lambda: page.wait_for_url("**/bulk/*/**"), "#bulk-run")
-    # The worker's part (idemdash/core/bulk.py:advance, the task's body), done here while the
+    # The worker's part (idemdash/core/bulk_runs.py:advance, the task's body), done here while the
     # run's page polls; tests/dashboard/test_browser_bulk.py runs it in a real qcluster.
     run_id = int(page.url.split("/bulk/")[1].split("/")[0])
     _in_a_thread(lambda: bulk_runs.advance(run_id))

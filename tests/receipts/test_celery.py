@@ -214,7 +214,7 @@ def test_a_pool_process_killed_after_the_effect_has_its_task_requeued_and_the_pr
     assert answer == {"sent": 5, "downstream_key": first_key}
     receipt = Receipt.objects.get()
     assert (receipt.status, receipt.attempts) == ("completed", 2)
-    # Celery requeues the message (worker/request.py:on_failure) before it logs the lost pool
+    # Celery requeues the message (celery.worker.request.Request.on_failure) before it logs the lost pool
     # process, so the retry's answer can come first: read until the line is there.
     _wait_for(lambda: "WorkerLostError" in celery_run.log("lives").read_text(), 30, celery_run.tail)
 

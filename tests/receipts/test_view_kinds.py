@@ -1,5 +1,5 @@
 """Each kind of Django and DRF view behind the Idempotency-Key contract ("Each kind of view" in
-docs/http-contract.md), in-process against the test database; tests/receipts/test_drf_live.py
+docs/http-contract.md), in-process against the test database; tests/receipts/test_drf_host_project.py
 serves a host DRF project with gunicorn."""
 
 from __future__ import annotations

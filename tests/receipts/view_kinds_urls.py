@@ -76,7 +76,7 @@ class OnPost(View):
 # One view of each kind answers the same query: ?status= (default 201), ?sleep= seconds after
 # its write, ?raise=error|not-found after it (the async ones also ?hold=<name>: until an
 # AuditEntry "test.go" <name> is committed); tests.receipts.urls.hooks["hook"] runs after the
-# write, inside the view's transaction. tests/receipts/test_async_views.py runs every case
+# write, inside the view's transaction. tests/receipts/test_view_contract.py runs every case
 # against each path of CONTRACT_VIEWS.
 
 VIEW_RAISES = {"error": lambda: RuntimeError("ledger unreachable"), "not-found": lambda: Http404("no such order")}

@@ -4,7 +4,7 @@ under the list whose filter picks its rows (BULK).
 
 GET previews what the action would touch (how many rows, the first of them by key, the
 filter in the words of the list's form); POST (operators) starts a bulk run in the worker
-(idemdash/core/bulk.py:start: one compare-and-set and one audit entry per row, grouped under
+(idemdash/core/bulk_runs.py:start: one compare-and-set and one audit entry per row, grouped under
 the run's own entry) and sends the operator to the run's page, whose summary follows it
 live (requeued, then each row's outcome) until every row has settled, and can cancel it.
 """
