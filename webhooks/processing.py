@@ -34,7 +34,8 @@ from django.utils import timezone
 
 from idemdash.core import audit, bulk, tracing
 from idemdash_client import references
-from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck, renewing, stuck
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, renewing, stuck
+from idemdash_client.retries import backoff
 from webhooks.conf import setting
 from webhooks.handlers import handler_for, registered
 from webhooks.models import EventReference, WebhookAttempt, WebhookEndpoint, WebhookEvent

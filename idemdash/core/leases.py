@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -100,28 +99,6 @@ def renewing(queryset: QuerySet, token_field: str, token: Any, status: str, leas
     finally:
         stop.set()
         thread.join(1)
-
-
-def backoff(
-    attempt: int,
-    base: float,
-    cap: float,
-    retry_after: float | None = None,
-    retry_after_max: float | None = None,
-) -> float:
-    """Seconds to wait after failed attempt number `attempt` (1 = the first): exponential
-    from `base`, capped at `cap`, at a random point in the upper half of the step ("equal
-    jitter"), so that units that failed together (a dependency was down) do not come back
-    together while the delay still grows with each attempt. Never shorter than what the
-    other side asked for (`retry_after`), itself capped at `retry_after_max`."""
-    step = min(cap, base * 2 ** max(0, attempt - 1))
-    delay = random.uniform(step / 2, step)
-    if retry_after is not None:
-        asked = float(retry_after)
-        if retry_after_max is not None:
-            asked = min(asked, retry_after_max)
-        delay = max(delay, asked)
-    return delay
 
 
 def stuck(model: type[models.Model], owned_status: str, now: datetime) -> QuerySet:

@@ -28,7 +28,7 @@ from django.core.validators import validate_email
 from idemdash.core import tracing
 from idemdash.core.attempts import RETRYABLE_4XX
 from idemdash.core.masking import mask_text
-from idemdash_client.retry_after import parse_retry_after
+from idemdash_client.retries import parse_retry_after
 from receipts.decorators import format_key
 from receipts.outbox import fence
 

@@ -28,8 +28,9 @@ from django.utils import timezone
 from idemdash.core import audit, bulk, tracing
 from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
-from idemdash.core.leases import NotApplicable, StaleToken, backoff, compare_and_set, is_stuck
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck
 from idemdash_client.references import cause, validate_all
+from idemdash_client.retries import backoff
 from receipts.outbox import pauses
 from receipts.outbox.actions import ACTION_RE, get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting

@@ -40,20 +40,6 @@ def test_compare_and_set_changes_nothing_for_a_stale_token_or_status(token, stat
     assert Receipt.objects.get(pk=r.pk).status == "processing"
 
 
-def test_backoff_grows_from_base_with_jitter_in_the_upper_half_and_stops_at_the_cap():
-    for attempt, step in [(1, 2), (2, 4), (3, 8), (10, 60)]:
-        delays = [leases.backoff(attempt, 2, 60) for _ in range(50)]
-        assert all(step / 2 <= d <= step for d in delays)
-        assert len(set(delays)) > 1
-
-
-def test_backoff_is_never_shorter_than_retry_after_capped_at_its_maximum():
-    assert leases.backoff(1, 2, 60, retry_after=30) == 30
-    assert leases.backoff(1, 2, 60, retry_after="30") == 30
-    assert leases.backoff(1, 2, 60, retry_after=10_000, retry_after_max=120) == 120
-    assert 1 <= leases.backoff(1, 2, 60, retry_after=0.5) <= 2
-
-
 def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     later = a_receipt("later", lease_minutes=-1)
     first = a_receipt("first", lease_minutes=-5)

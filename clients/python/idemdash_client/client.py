@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,7 +25,7 @@ import httpx
 from idemdash_client.context import RunningClaim, running
 from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost, PreviousFailure, problem_error
 from idemdash_client.references import validate_all
-from idemdash_client.retry_after import parse_retry_after
+from idemdash_client.retries import backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +63,10 @@ def _with_references(body: dict[str, Any], references: Iterable[object]) -> dict
 
 def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
     """How long a caller refused with InProgress waits before its claim number `attempt + 1`
-    (the HTTP client's and the in-process API's): Retry-After, or longer as the retries go
-    on (1 s doubling, at most max_backoff), and up to a quarter more, so that a crowd of
-    duplicates refused together neither comes back in the same instant nor keeps a busy
-    server busier with refusals."""
-    return max(retry_after, min(2.0**attempt, max_backoff)) * random.uniform(1.0, 1.25)
+    (the HTTP client's and the in-process API's): the backoff from 1 s, at most
+    max_backoff, never shorter than Retry-After (retries.backoff's jitter keeps a crowd of
+    duplicates refused together from coming back in the same instant)."""
+    return backoff(attempt + 1, 1.0, max_backoff, retry_after)
 
 
 def failure(exc: BaseException) -> str:
@@ -215,11 +213,10 @@ class Requests:
         raise NotImplementedError
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        """The wait before retry `attempt + 1` of a 503 or a failed connection: Retry-After
-        when given (seconds or an HTTP date), else 0.5 s doubling, at most max_backoff."""
-        asked = parse_retry_after(retry_after)
-        wait = asked if asked is not None else 0.5 * 2**attempt
-        return max(0.0, min(wait, self.max_backoff))
+        """The wait before retry `attempt + 1` of a 503 or a failed connection: the backoff
+        from 0.5 s, at most max_backoff, never shorter than Retry-After (seconds or an HTTP
+        date) up to max_backoff."""
+        return backoff(attempt + 1, 0.5, self.max_backoff, parse_retry_after(retry_after), self.max_backoff)
 
     @staticmethod
     def _json(reply: httpx.Response) -> dict[str, Any]:

@@ -74,13 +74,27 @@ const UNPRINTABLE = /[\p{C}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
 
 /** Seconds from a Retry-After header (RFC 9110 10.2.3): delta-seconds, or an HTTP date (the
  * seconds from `now`, never below 0); null when absent or neither. The Python client's
- * idemdash_client/retry_after.py reads it the same way. */
+ * idemdash_client/retries.py reads it the same way. */
 export function parseRetryAfter(value: string | null, now: number = Date.now()): number | null {
   const text = value?.trim() ?? "";
   if (text === "") return null;
   if (/^\d+$/.test(text)) return Number(text);
   const when = /^[A-Za-z]{3}, /.test(text) ? Date.parse(text) : NaN; // an IMF-fixdate, not any text Date.parse takes
   return Number.isFinite(when) ? Math.max(0, (when - now) / 1000) : null;
+}
+
+/** Seconds to wait after failed try number `attempt` (1 = the first): `base` doubling, at
+ * most `cap`, at a random point in the upper half of the step; never shorter than
+ * `retryAfter` (capped at `retryAfterMax`), and up to a quarter longer at random. The Python
+ * client's idemdash_client/retries.py:backoff, which the server uses too. */
+export function backoff(attempt: number, base: number, cap: number, retryAfter?: number, retryAfterMax?: number): number {
+  const step = Math.min(cap, base * 2 ** Math.max(0, attempt - 1));
+  let delay = step / 2 + (Math.random() * step) / 2;
+  if (retryAfter !== undefined) {
+    const asked = retryAfterMax === undefined ? retryAfter : Math.min(retryAfter, retryAfterMax);
+    delay = Math.max(delay, asked * (1 + Math.random() / 4));
+  }
+  return delay;
 }
 
 /** The reference, checked by the server's rules: a TypeError names the rule it breaks, in
@@ -332,11 +346,9 @@ export class IdempotencyClient {
         return { claim: await this.claim(key, operation, options.request ?? null, options), sentAt };
       } catch (error) {
         if (!(error instanceof InProgress) || attempt >= retries) throw error;
-        // Retry-After, or longer as the retries go on (1 s doubling, at most the cap), and up
-        // to a quarter more: a crowd of duplicates refused together neither comes back in the
-        // same instant nor keeps a busy server busier with refusals.
-        const wait = Math.max(error.retryAfter ?? 1, Math.min(2 ** attempt, this.maxBackoffSeconds));
-        await sleep(wait * (1 + Math.random() / 4));
+        // The backoff from 1 s, never shorter than Retry-After (its jitter keeps a crowd of
+        // duplicates refused together from coming back in the same instant).
+        await sleep(backoff(attempt + 1, 1, this.maxBackoffSeconds, error.retryAfter ?? 1));
       }
     }
   }
@@ -378,8 +390,8 @@ export class IdempotencyClient {
   }
 
   #backoff(attempt: number, retryAfter: string | null): number {
-    const wait = parseRetryAfter(retryAfter) ?? 0.5 * 2 ** attempt;
-    return Math.max(0, Math.min(wait, this.maxBackoffSeconds));
+    const asked = parseRetryAfter(retryAfter);
+    return backoff(attempt + 1, 0.5, this.maxBackoffSeconds, asked ?? undefined, this.maxBackoffSeconds);
   }
 
   async #json(reply: Response): Promise<Record<string, unknown>> {

@@ -1,4 +1,4 @@
-export { IdempotencyClient, MAX_REFERENCES, parseRetryAfter, reference } from "./client.js";
+export { IdempotencyClient, MAX_REFERENCES, backoff, parseRetryAfter, reference } from "./client.js";
 export type { Claim, ClaimOptions, ClaimOutcome, ClientOptions, OutboxMessage, Receipt, Reference, RunContext, RunOnceOptions } from "./client.js";
 export { canonicalJson } from "./canonical.js";
 export type { JsonValue } from "./canonical.js";

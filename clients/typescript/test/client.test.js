@@ -19,6 +19,7 @@ import {
   PreviousFailure,
   ReceiptNotFound,
   Unauthorized,
+  backoff,
   makeKey,
   parseRetryAfter,
   toolCallKey,
@@ -31,6 +32,18 @@ test("Retry-After is read as seconds or as an HTTP date, as the Python client re
   assert.equal(parseRetryAfter("Thu, 01 Jan 2026 12:01:30 GMT", now), 90);
   assert.equal(parseRetryAfter("Thu, 01 Jan 2026 11:58:30 GMT", now), 0); // gone by: now
   for (const other of [null, "", "soon", "-5", "1.5", "2026-01-01"]) assert.equal(parseRetryAfter(other, now), null);
+});
+
+test("the backoff doubles in the upper half of its step, is never shorter than Retry-After, and spreads a crowd", () => {
+  for (const [attempt, step] of [[1, 2], [2, 4], [3, 8], [10, 60]]) {
+    const delays = Array.from({ length: 50 }, () => backoff(attempt, 2, 60));
+    assert.ok(delays.every((d) => step / 2 <= d && d <= step));
+    assert.ok(new Set(delays).size > 1);
+  }
+  const asked = Array.from({ length: 50 }, () => backoff(1, 2, 60, 30));
+  assert.ok(asked.every((d) => 30 <= d && d <= 37.5) && new Set(asked).size > 1);
+  const capped = backoff(1, 2, 60, 10000, 120);
+  assert.ok(120 <= capped && capped <= 150);
 });
 
 const URL_ = process.env.IDEMDASH_URL;
