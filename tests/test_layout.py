@@ -10,7 +10,7 @@ import under `if TYPE_CHECKING:` is left out, since it never runs). From them:
   nothing imports upwards;
 - no runtime module reads from `tests/`.
 
-The KNOWN_* lists hold what is still true today, each entry with the step of section 13
+The KNOWN_* lists hold what is still true today, each entry with the step
 that removes it. They can only shrink: an entry that no longer happens fails the test too,
 so it is deleted and the violation cannot come back unnoticed.
 """
