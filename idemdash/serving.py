@@ -1,18 +1,12 @@
 """gunicorn worker classes whose own refusals are application/problem+json.
 
-gunicorn refuses some requests before Django sees them: a request line or header it cannot
-parse (an invalid header name, a bare LF, obsolete line folding, a bad HTTP version),
-over-long request lines (414) and headers (431), a transfer coding it does not support
-(501), broken chunked framing met while it drains a body. Its own answer is a small HTML
-page, where docs/http-contract.md promises problem+json to every client. These workers
-answer the same statuses as problem+json, `urn:idemdash:problem:malformed-request`
-(`uri-too-long`, `header-fields-too-large`, `not-implemented` for those three), with
-`Connection: close`, and log one warning line as gunicorn does. Every other error is
-gunicorn's own handling, unchanged.
-
-`--worker-class idemdash.serving.ProblemThreadWorker` (gthread, the Procfile's) or
-`idemdash.serving.ProblemSyncWorker`. Only gunicorn imports this module.
-"""
+gunicorn refuses some requests before Django sees them (a request line or header it cannot
+parse, over-long request lines and headers, a transfer coding it does not support, broken
+chunked framing), with a small HTML page, where docs/http-contract.md promises problem+json
+to every client. These workers answer the same statuses as problem+json (`REFUSALS`), with
+`Connection: close`, and log one warning line as gunicorn does; every other error is
+gunicorn's own. `--worker-class idemdash.serving.ProblemThreadWorker` (gthread, the
+Procfile's) or `idemdash.serving.ProblemSyncWorker`. Only gunicorn imports this module."""
 
 from __future__ import annotations
 

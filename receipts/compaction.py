@@ -7,16 +7,7 @@ held for the full TTL so that a late retry still does not run the operation twic
 A replay of a compacted receipt answers 410 `receipt-compacted` (receipts/responses.py:refusal),
 carrying the original status: the operation ran and will not run again, but its answer is gone.
 Failed receipts are never compacted: their error is what an operator diagnoses, and a
-retryable one runs again anyway.
-
-Each batch is one short transaction, as the purge's are (idemdash/core/retention.py): up to
-`batch_size` ids of due receipts, taken FOR UPDATE SKIP LOCKED where the database can (so a
-batch never waits on, or blocks, a row a claim is using), then one UPDATE that repeats the due
-condition, so a receipt that stopped being due meanwhile (its key expired and was claimed
-again: processing, and compacted_at cleared) is left alone. A claim that reads the row before
-the UPDATE commits replays the whole body; one after it answers receipt-compacted: the row is
-never seen half compacted.
-"""
+retryable one runs again anyway."""
 
 from __future__ import annotations
 
@@ -71,7 +62,14 @@ def due(operation: str, now: datetime, window: timedelta) -> QuerySet:
 
 
 def compact_batch(operation: str, now: datetime, window: timedelta, batch_size: int) -> tuple[int, int]:
-    """One batch, in its own transaction: (taken, compacted)."""
+    """One batch, in its own transaction: (taken, compacted).
+
+    Short, as the purge's are (idemdash/core/retention.py): up to `batch_size` ids of due
+    receipts, taken FOR UPDATE SKIP LOCKED where the database can (so a batch never waits on,
+    or blocks, a row a claim is using), then one UPDATE that repeats the due condition, so a
+    receipt that stopped being due meanwhile (its key expired and was claimed again) is left
+    alone. A claim that reads the row before the UPDATE commits replays the whole body; one
+    after it answers receipt-compacted: the row is never seen half compacted."""
     with transaction.atomic():
         candidates = due(operation, now, window).order_by("created_at")
         if connection.features.has_select_for_update_skip_locked:

@@ -3,23 +3,11 @@
 Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
 and problem types are tabled in docs/http-contract.md.
 
-The view and the receipt's completion commit in ONE transaction. While the view runs, its
-lease is renewed every third of it (receipts/renewal.py), so a slow view keeps its key; if
-the lease was lost anyway (an operator released it, or a renewal could not get through),
-completing raises StaleToken and the view's own writes roll back, so a slow first attempt
-and the attempt that took over never both commit a side effect in this database. The claim
-commits before the view runs, so a duplicate sees it and is told 409 (or waits, with
-Prefer: wait). Under ATOMIC_REQUESTS the claim commits with the view instead: a duplicate's
-insert waits on the uncommitted row, then replays the result, and nothing is renewed
-(docs/http-contract.md: Under ATOMIC_REQUESTS; tests/receipts/test_atomic_requests.py).
-
-An `async def` view keeps every one of these guarantees through the same code: `_contract`
-is the contract as a generator that yields where the view runs. `respond` drives it around a
-sync view; `arespond` runs its steps on the request's one thread-sensitive sync thread, where
-Django also runs an async view's ORM queries, so the transaction the first step opens holds
-the view's writes until the last step commits or rolls them back, and the event loop never
-waits on the store.
-"""
+The claim commits before the view runs, so a duplicate sees it and is told 409 (or waits,
+with Prefer: wait); the view and the receipt's completion then commit in ONE transaction
+(`_run`). An `async def` view keeps every guarantee through the same code: `_contract` is
+the contract as a generator that yields where the view runs, which `respond` drives around
+a sync view and `arespond` around an async one."""
 
 from __future__ import annotations
 
@@ -642,7 +630,16 @@ def _run(
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     """The view and its settle, in an atomic block of their own (the view's transaction, or a
     savepoint inside the request's), so a failure rolls back the view's writes alone and is
-    stored beside the claim."""
+    stored beside the claim.
+
+    While the view runs, its lease is renewed every third of it (receipts/renewal.py), so a
+    slow view keeps its key; if the lease was lost anyway (an operator released it, or a
+    renewal could not get through), completing raises StaleToken and the view's own writes
+    roll back, so a slow first attempt and the attempt that took over never both commit a
+    side effect in this database. Under ATOMIC_REQUESTS the claim commits with the view
+    instead: a duplicate's insert waits on the uncommitted row, then replays the result, and
+    nothing is renewed (docs/http-contract.md, "Under ATOMIC_REQUESTS";
+    tests/receipts/test_atomic_requests.py)."""
     # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
     # can take it over (each waits on its row), and a renewal from another connection would
     # find no row or wait on it until this request commits, while this thread waited for the

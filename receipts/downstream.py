@@ -5,12 +5,7 @@ Derived from the receipt's scope, key and created_at, so it is the same for ever
 one claim: a retry after a failure, or the attempt that takes over a lapsed lease after a
 crash, sends the key the crashed attempt sent, and the provider answers it with the effect
 it already made instead of making a second. A receipt that expired and is claimed anew starts
-a new life with a new created_at, and so a new downstream key: it is a new intent.
-
-Hashed so that nothing of the caller's scope (a user id, an API client's name) reaches the
-provider, and short (41 characters) so that every provider takes it: Stripe allows 255,
-Square 45.
-"""
+a new life with a new created_at, and so a new downstream key: it is a new intent."""
 
 from __future__ import annotations
 
@@ -28,6 +23,9 @@ PREFIX = "idemdash-"
 
 
 def downstream_key(scope: str, key: str, created_at: datetime) -> str:
+    """Hashed so that nothing of the caller's scope (a user id, an API client's name) reaches
+    the provider, and short (41 characters) so that every provider takes it: Stripe allows
+    255, Square 45."""
     # Microseconds always written, in UTC: every database hands created_at back as the same
     # instant, with or without a fraction of a second, and the text must not vary with it.
     moment = created_at.astimezone(UTC).isoformat(timespec="microseconds")

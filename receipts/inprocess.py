@@ -1,27 +1,11 @@
 """The in-process API: run a step once per key from code inside the Django project (a task,
 a management command, an agent's tool), on the store directly, with the HTTP client's
-semantics and names (the client distribution, idemdash_client/client.py:
-IdempotencyClient.run_once), and its errors.
-
-    import receipts
+semantics, names and errors (idemdash_client/client.py:IdempotencyClient.run_once).
 
     result = receipts.run_once(f"welcome:{user.pk}", "email.send", send_welcome, user.pk)
 
-    @receipts.once("email.send", key=lambda user_id, **_: f"welcome:{user_id}")
-    def send_welcome(user_id): ...
-
-`run_once` claims (scope, key), runs fn, stores its JSON result and returns it; a repeat
-returns the stored result without running fn. If fn raises, the receipt fails as the
-operation's policy says (RECEIPTS_OPERATIONS `on_failure`: retried by the next call, or
-burned: PreviousFailure) and the error is raised again. While another caller runs the key
-it waits for its result, then raises InProgress. A repeat after the operation's compaction
-window (`compact_after_seconds`, receipts/compaction.py) raises ReceiptCompacted: fn ran, its
-stored result was dropped, and fn is not run again. While fn runs, its lease is renewed
-(receipts/renewal.py) and receipts.current() gives the claim and its downstream key.
-
 Keys and operations are checked by the store's own validate_key and validate_operation, the
-ones the JSON API and the view decorator use, so each takes exactly what the other does.
-"""
+ones the JSON API and the view decorator use, so each takes exactly what the other does."""
 
 from __future__ import annotations
 
@@ -89,7 +73,15 @@ def run_once(
     the stored result. `request` is what the key stands for (fingerprinted: reusing the key
     for another request raises KeyMismatch). fn's result must be JSON, or what `encoder`
     makes JSON; a replay returns the JSON as stored (a DjangoJSONEncoder's Decimal comes
-    back as its string)."""
+    back as its string).
+
+    If fn raises, the receipt fails as the operation's policy says (RECEIPTS_OPERATIONS
+    `on_failure`: retried by the next call, or burned: PreviousFailure) and the error is
+    raised again. While another caller runs the key this waits for its result, then raises
+    InProgress. A repeat after the operation's compaction window (`compact_after_seconds`,
+    receipts/compaction.py) raises ReceiptCompacted: fn ran, its stored result was dropped,
+    and fn is not run again. While fn runs, its lease is renewed (receipts/renewal.py) and
+    receipts.current() gives the claim and its downstream key."""
     fingerprint = _check(key, operation, scope, request, encoder)
     if iscoroutinefunction(fn):
         raise TypeError(f"{fn!r} is async: await receipts.arun_once(...) instead.")

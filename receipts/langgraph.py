@@ -1,26 +1,13 @@
 """What LangGraph's RetryPolicy should retry in a node whose effect runs under a claim:
 
-    from langgraph.types import RetryPolicy
-
-    import receipts.langgraph
-
     builder.add_node("send_email", send_email, retry_policy=RetryPolicy(retry_on=receipts.langgraph.retry_on))
 
 A node that makes its effect with receipts.run_once (or the HTTP client's run_once) can be
-re-run safely: the repeat replays the stored result, or, when the first attempt made its
-effect and then failed (the provider's answer timed out), runs the step again under the same
+re-run safely: the repeat replays the stored result, or runs the step again under the same
 downstream key, which the provider absorbs. So a timeout is worth retrying there, though
 LangGraph's default refuses every OSError, TimeoutError included.
 
-What no retry can fix is refused: the key was used for another request (KeyMismatch: a bug
-in how keys are made), the key's first attempt failed and its operation burns keys
-(PreviousFailure), and an attempt whose outcome is unknown (OutcomeUnknown: after_crash
-"hold") waits for a reconcile or an operator. A key another attempt is still running
-(InProgress) and a lease lost to another attempt (LeaseLost) are retried: the next attempt
-waits for, or replays, that attempt's result. Everything else is LangGraph's default.
-
-Imports neither LangGraph nor Django: LangGraph's default is looked up when it is needed.
-"""
+Imports neither LangGraph nor Django: LangGraph's default is looked up when it is needed."""
 
 from __future__ import annotations
 
@@ -30,7 +17,15 @@ NEVER_RETRIED = (errors.KeyMismatch, errors.PreviousFailure, errors.OutcomeUnkno
 
 
 def retry_on(exc: BaseException) -> bool:
-    """True when LangGraph should run the node again after `exc`."""
+    """True when LangGraph should run the node again after `exc`.
+
+    What no retry can fix is refused (NEVER_RETRIED): the key was used for another request
+    (KeyMismatch: a bug in how keys are made), the key's first attempt failed and its
+    operation burns keys (PreviousFailure), and an attempt whose outcome is unknown
+    (OutcomeUnknown: after_crash "hold") waits for a reconcile or an operator. A key another
+    attempt is still running (InProgress) and a lease lost to another attempt (LeaseLost) are
+    retried: the next attempt waits for, or replays, that attempt's result. Everything else
+    is LangGraph's default."""
     if isinstance(exc, NEVER_RETRIED):
         return False
     if isinstance(exc, (errors.InProgress, errors.LeaseLost, TimeoutError)):

@@ -1,39 +1,11 @@
 """Request middleware of the receipts app: what every request a receipt protects (the JSON
-API, @idempotent views) and the webhook receiver need from the request cycle. Each serves a
-sync (WSGI) or an async (ASGI) stack alike (`_RequestCheck`).
+API, @idempotent views) and the webhook receiver need from the request cycle.
 
-ChunkedBodyMiddleware: request bodies sent with `Transfer-Encoding: chunked`, read like
-any other. Django's WSGIRequest reads CONTENT_LENGTH bytes of the body, and a chunked
-request has no Content-Length, so its body reads as empty: a decorated view would run (and
-fingerprint) an empty body, no size limit would apply, and a valid webhook would fail its
-signature. A WSGI server that has taken the chunking off says so with
-`wsgi.input_terminated` (gunicorn always; mod_wsgi and Werkzeug for chunked requests): its
-input then ends where the body ends. This reads it, at most one byte past the largest body
-any view here takes, and hands Django the body with its length, so every reader and size
-limit (the 413s) works on it as on a body sent with Content-Length. A server that leaves the
-chunked framing on the socket (Django's runserver, wsgiref) gives no way to find the body's
-end: the request is answered 411 Length Required, never run on an empty body. Under ASGI
-the server has taken the chunking off and Django has read the whole body before any
-middleware; this only gives it its length, so that the size limits apply to it too. Broken
-framing (a chunk size that is not hex, a chunk without its CRLF, a client that stops
-mid-body) surfaces as the server's own exception while the body is read: it is the client's
-malformed request, answered 400 `malformed-body`, logged as a warning, not a 500. Goes near
-the top of MIDDLEWARE, before anything that reads the body (CsrfViewMiddleware reads POST
-forms). Requests with a Content-Length pay one dictionary lookup.
+- ChunkedBodyMiddleware: a chunked request body read like one sent with Content-Length;
+- MalformedRequestMiddleware: a NUL character in the path or query string refused with 400;
+- DatabaseUnavailableMiddleware: 503 with Retry-After, not 500, when the database goes away.
 
-MalformedRequestMiddleware: a NUL character in the query string or the path is refused with
-400 before any view runs. PostgreSQL cannot hold NUL in text, so any parameter that reached
-a query (an admin changelist filter or search, a dashboard filter) raised a 500; no
-parameter here has a use for it. Answered as problem+json, or Django's 400 page to a browser.
-
-DatabaseUnavailableMiddleware: answer 503, not 500, when the database goes away under a
-request. A lost connection (server restart, failover, `pg_terminate_backend`) is transient:
-the client should retry, and because every write path here is transactional, nothing was
-half written. Django closes the broken connection at the end of the request, so the next
-request reconnects. Machines get `application/problem+json` (the JSON API, the webhook
-receiver, a protected view called by a client that does not ask for HTML); a browser gets
-the project's `503.html` (`RECEIPTS_UNAVAILABLE_TEMPLATE`) if it has one, else a line of text. Either way with Retry-After.
-"""
+Each serves a sync (WSGI) or an async (ASGI) stack alike (`_RequestCheck`)."""
 
 from __future__ import annotations
 
@@ -119,6 +91,16 @@ class _RequestCheck:
 
 
 class DatabaseUnavailableMiddleware(_RequestCheck):
+    """Answer 503, not 500, when the database goes away under a request.
+
+    A lost connection (server restart, failover, `pg_terminate_backend`) is transient: the
+    client should retry, and because every write path here is transactional, nothing was
+    half written. Django closes the broken connection at the end of the request, so the next
+    request reconnects. Machines get `application/problem+json` (the JSON API, the webhook
+    receiver, a protected view called by a client that does not ask for HTML); a browser gets
+    the project's `503.html` (`RECEIPTS_UNAVAILABLE_TEMPLATE`) if it has one, else a line of
+    text. Either way with Retry-After."""
+
     # Only process_exception: Django calls it in either mode (through a thread in async mode).
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
@@ -137,6 +119,26 @@ class DatabaseUnavailableMiddleware(_RequestCheck):
 
 
 class ChunkedBodyMiddleware(_RequestCheck):
+    """Request bodies sent with `Transfer-Encoding: chunked`, read like any other.
+
+    Django's WSGIRequest reads CONTENT_LENGTH bytes of the body, and a chunked request has
+    none, so its body reads as empty: a decorated view would run (and fingerprint) an empty
+    body, no size limit would apply, and a valid webhook would fail its signature. A WSGI
+    server that has taken the chunking off says so with `wsgi.input_terminated` (gunicorn
+    always; mod_wsgi and Werkzeug for chunked requests): its input then ends where the body
+    ends. This reads it, at most one byte past the largest body any view here takes, and
+    hands Django the body with its length, so every reader and size limit (the 413s) works
+    on it. A server that leaves the chunked framing on the socket (runserver, wsgiref) gives
+    no way to find the body's end: the request is answered 411, never run on an empty body.
+    Under ASGI this only gives the body its length (`_measure_body`).
+
+    Broken framing (a chunk size that is not hex, a chunk without its CRLF, a client that
+    stops mid-body) surfaces as the server's own exception while the body is read: the
+    client's malformed request, answered 400 `malformed-body` and logged as a warning, not a
+    500. Goes near the top of MIDDLEWARE, before anything that reads the body
+    (CsrfViewMiddleware reads POST forms). Requests with a Content-Length pay one dictionary
+    lookup."""
+
     def refused(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
         if isinstance(request, ASGIRequest):
@@ -170,6 +172,11 @@ NUL = "\x00"
 
 
 class MalformedRequestMiddleware(_RequestCheck):
+    """A NUL character in the query string or the path, refused with 400 before any view
+    runs. PostgreSQL cannot hold NUL in text, so any parameter that reached a query (an admin
+    changelist filter or search, a dashboard filter) would raise a 500; no parameter here has
+    a use for it. Answered as problem+json, or Django's 400 page to a browser."""
+
     def refused(self, request: HttpRequest) -> HttpResponse | None:
         query = request.META.get("QUERY_STRING", "")
         if NUL in request.path or "%00" in query or NUL in query:

@@ -1,38 +1,13 @@
-"""The receipts' PostgreSQL statements: the two transitions on every protected request, and
-a batch of the purge, each in one statement.
+"""The receipts' PostgreSQL statements: the two transitions on every protected request, each
+in one statement of data-modifying CTEs, and a batch of the purge.
 
-Through the ORM, claiming a new key takes six round trips (BEGIN, SAVEPOINT, INSERT,
-RELEASE, INSERT of the log line, COMMIT), replaying a completed key eight (the failed
-insert in its savepoint, a SELECT, the log line) and completing one seven. Each is here
-a single statement built from data-modifying CTEs, so the decision, the receipt's row and
-its line in the attempt log still change together, atomically, and the rules are the same
-as the ORM path's (receipts/rules.py):
-
-- `claim_or_replay` inserts the receipt (ON CONFLICT DO NOTHING) and logs "claimed"; or,
-  when the key exists, returns its row and, if it replays (rules.REPLAY), logs "replayed".
-  Every other decision (mismatch, in progress, retry after failure, lease takeover,
-  expiry) stays in store.py, which is given the row this statement read.
-- `settle` is the fenced UPDATE (rules.SETTLE) with its log line, and a NOTIFY when a
-  caller waits for the receipt (`waiters`, set by `announce_waiter` before it sleeps); it
-  changes nothing when the token no longer owns the receipt.
-- `purge_expired_receipts` deletes a batch and archives its financial receipts in one
-  statement.
-
-receipts/orm.py has the same functions through the ORM, for SQLite, MySQL/MariaDB and
-PostgreSQL through psycopg2 (idemdash/core/pg.py:usable); store.path() chooses once per database,
-and both paths run the same tests.
-
-Durability of a claim: outside a caller's transaction, the claim statement commits with
-`synchronous_commit = off` for itself alone (set_config(..., is_local => true)), so it
-does not wait for its WAL flush. That is safe here because nothing a claim enables is
-durable before a later synchronous commit, which flushes all earlier WAL with it: the
-decorator completes in the view's own (synchronous) transaction, and an API caller's
-completion is synchronous. A server crash can lose only a claim whose completion never
-committed, and then the next attempt runs, as it would after the lease of a crashed
-worker ran out. A replay's log line is a statistic; losing one in a crash loses no
-result. Inside a caller's own transaction the setting would apply to the caller's
-commit too, so there the statement leaves the commit synchronous.
-"""
+Through the ORM a claim takes six round trips, a replay eight and a completion seven; here
+each is one, and the decision, the receipt's row and its line in the attempt log still
+change together. The rules are the ORM path's (receipts/rules.py). receipts/orm.py has the
+same functions for SQLite, MySQL/MariaDB and psycopg2 (idemdash/core/pg.py:usable);
+store.path() chooses once per database, and both paths run the same tests. Outside a
+caller's transaction a claim commits with `synchronous_commit` off: docs/receipt-store.md
+("Durability") says why that is safe."""
 
 from __future__ import annotations
 
@@ -154,6 +129,10 @@ def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> t
     existing receipt that replays, logged), or None (an existing receipt the caller must
     decide about; nothing was written). Returns None when the key exists but this
     statement's snapshot cannot see it yet.
+
+    Only the replay (rules.REPLAY) is decided here. Every other decision (mismatch, in
+    progress, retry after failure, lease takeover, expiry) stays in store.py, which is given
+    the row this statement read.
     """
     params = _prepared(values)
     fp = values["fingerprint"]
@@ -201,8 +180,10 @@ def _settle_sql(changed: tuple[str, ...]) -> str:
 
 
 def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime, changes: dict[str, Any]) -> bool:
-    """The fenced settle with its log line and NOTIFY, waking this process's waiters at
-    commit. False (nothing written) when `token` no longer owns a processing receipt."""
+    """The fenced settle (rules.SETTLE) with its log line and NOTIFY, waking this process's
+    waiters at commit. The NOTIFY goes only to a receipt with waiters (`waiters`, set by
+    `announce_waiter` before a caller sleeps). False (nothing written) when `token` no longer
+    owns a processing receipt."""
     changed = tuple(sorted(changes))
     params: list[Any] = [now]
     params += _prepared(changes, changed)

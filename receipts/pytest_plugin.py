@@ -1,16 +1,9 @@
 """The pytest plugin idemdash registers (pyproject.toml, entry point `pytest11`): fixtures
 over receipts/testing.py for a project's own tests, beside pytest-django's.
 
-- `isolated_receipts`: the test's database (pytest-django's `db`, so a
-  `django_db(transaction=True)` mark is honoured) with no receipts in it when the test
-  starts, whatever earlier tests' threads and processes committed.
-- `idempotency`: isolated receipts, a `Provider` of the test's own, and the helpers of
-  receipts.testing, counting the provider's effects unless told otherwise.
-
 Loaded into every pytest run of an environment idemdash is installed in, so importing it
 imports neither Django nor the models: a project whose pytest has no Django configured is
-not touched until a test asks for a fixture.
-"""
+not touched until a test asks for a fixture."""
 
 from __future__ import annotations
 
@@ -33,6 +26,9 @@ def _receipts_listener_closed(django_db_setup: None) -> Iterator[None]:
 
 @pytest.fixture
 def isolated_receipts(db: None, _receipts_listener_closed: None) -> None:
+    """The test's database (pytest-django's `db`, so a `django_db(transaction=True)` mark is
+    honoured) with no receipts in it when the test starts, whatever earlier tests' threads
+    and processes committed."""
     # `db` named here, not fetched with getfixturevalue: pytest-django sets up only the test
     # databases that the collected tests' fixtures name.
     from receipts.testing import clear_receipts
@@ -82,6 +78,8 @@ class Idempotency:
 
 @pytest.fixture
 def idempotency(isolated_receipts: None, tmp_path: Path) -> Idempotency:
+    """Isolated receipts, a `Provider` of the test's own, and the helpers of
+    receipts.testing, counting the provider's effects unless told otherwise."""
     from receipts.testing import Provider
 
     return Idempotency(Provider(tmp_path / "receipts-provider.jsonl"))

@@ -2,25 +2,12 @@
 (receipts/inprocess.py), that run long, so that a slow step is not taken over while it
 still runs.
 
-A view registers its claim when it starts and unregisters when it returns (`kept`): a
-dict entry under a lock, no thread and no query per request. One daemon thread per process
-renews, through `store.renew`, each claim that has run for a third of its lease, then every
-third of it. The thread starts with the first view and opens its own database connection
-only when it first renews (and closes it when no view is left), so a process whose views
-are all quick never renews anything. It is not a request: waiters cannot hold it up.
-
-- A view that has run longer than RECEIPTS_MAX_LEASE_SECONDS is presumed hung and is no
-  longer renewed: its lease lapses and the next attempt takes over, as it would have.
-- A renewal refused for a stale token (an operator released the key) stops the renewals;
-  the view's completion is then refused too and its writes roll back (409 `lease-lost`).
-- Unregistering waits for a renewal of that claim in flight, so no renewal races the
-  view's completion.
-- On SQLite the view's transaction takes the database's one write lock when it begins
-  ("transaction_mode": "IMMEDIATE"), so no other claim can take the key over while the
-  view runs, and a renewal would only queue for that lock: nothing is registered there.
-  A step of the in-process API runs outside any transaction, so on SQLite too its claim is
-  renewed like any other.
-"""
+A view registers its claim when it starts and unregisters when it returns (`kept`): a dict
+entry under a lock, no thread and no query per request. One daemon thread per process renews,
+through `store.renew`, each claim that has run for a third of its lease, then every third of
+it. The thread opens its own database connection only when it first renews, so a process
+whose views are all quick never renews anything; it is not a request, so waiters cannot
+hold it up."""
 
 from __future__ import annotations
 
@@ -63,7 +50,13 @@ class _Claim:
 
 @contextlib.contextmanager
 def kept(scope: str, key: str, token: int, lease_seconds: float) -> Iterator[None]:
-    """Renew the claim (scope, key, token) every third of `lease_seconds` while the block runs."""
+    """Renew the claim (scope, key, token) every third of `lease_seconds` while the block runs.
+    Leaving the block waits for a renewal of that claim in flight, so no renewal races the
+    view's completion."""
+    # On SQLite the view's transaction took the database's one write lock when it began
+    # ("transaction_mode": "IMMEDIATE"), so no other claim can take the key over while the view
+    # runs, and a renewal would only queue for that lock. A step of the in-process API runs
+    # outside any transaction, so on SQLite too its claim is renewed like any other.
     if connection.vendor == "sqlite" and connection.in_atomic_block:
         yield
         return
@@ -114,6 +107,10 @@ def _renew_forever() -> None:
 
 
 def _renew(claim: _Claim, now: float) -> None:
+    """Renew one due claim. A view that has run longer than RECEIPTS_MAX_LEASE_SECONDS is
+    presumed hung and no longer renewed: its lease lapses and the next attempt takes over. A
+    renewal refused for a stale token (an operator released the key) stops the renewals; the
+    view's completion is then refused too and its writes roll back (409 `lease-lost`)."""
     with claim.busy:
         if claim.done:
             return

@@ -1,23 +1,13 @@
 """How an HTTP response is kept in a receipt and rebuilt for a replay.
 
 A receipt keeps a status, a content type and a body as text. Most bodies are UTF-8 text
-and are stored as they are, readable in the admin and the dashboard. Two cases need more:
-a body that is not UTF-8 text (or holds NUL, which PostgreSQL text refuses), and a
-response with headers of its own (a redirect's Location, an ETag, a DRF view's Allow).
-Those are stored as an envelope: ENVELOPE followed by JSON with the body (base64 when
-binary) and the kept headers, in the view's order. A text body that happens to start with
-ENVELOPE is wrapped too, so reading back is never ambiguous.
-
-The kept headers are all the view set (`kept_headers`), but for those that belong to one
-connection or one moment, not to the result (NOT_REPLAYED, and RECEIPTS_REPLAY_EXCLUDED_HEADERS):
-a replay carries the rest, as drf-idempotency does (docs/http-contract.md: Replays). A receipt
-stored when only Location, Content-Location and Content-Disposition were kept replays what
-it holds.
+and are stored as they are, readable in the admin and the dashboard; the rest, and any
+response with headers of its own, are stored as an envelope (`encode`). A replay carries
+the headers the view set but those that belong to one connection or one moment
+(`kept_headers`), as drf-idempotency does (docs/http-contract.md: Replays).
 
 Also the answers to a claim that does not run because another caller holds the key or the
-key was used for another request (`refusal`): the same for every front door but for their
-words.
-"""
+key was used for another request (`refusal`): the same for every front door but for their words."""
 
 from __future__ import annotations
 
@@ -49,7 +39,12 @@ NOT_REPLAYED = frozenset({
 
 
 def encode(content: bytes, headers: dict[str, str] | None = None) -> str:
-    """The text a receipt keeps for a body and its `kept_headers`."""
+    """The text a receipt keeps for a body and its `kept_headers`. A body that is not UTF-8
+    text (or holds NUL, which PostgreSQL text refuses), or one with kept headers (a
+    redirect's Location, an ETag, a DRF view's Allow), is stored as an envelope: ENVELOPE
+    followed by JSON with the body (base64 when binary) and the headers, in the view's order.
+    A text body that happens to start with ENVELOPE is wrapped too, so reading back is never
+    ambiguous."""
     kept = headers or {}
     try:
         text = content.decode("utf-8")

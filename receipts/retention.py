@@ -7,8 +7,7 @@ purged receipt (a plain column, no constraint); an outbox attempt's link to its 
 set to NULL. They are kept 35 days, longer than the widest (30-day) chart window, so purging
 receipts never changes a chart. The hourly roll-up of the attempt log (`receipts.rollup`)
 has its own retention (RECEIPTS_ROLLUP_RETENTION_DAYS, 90 days; the project's settings take
-no fewer than 31 from the environment, but a host's own setting is used as it is).
-"""
+no fewer than 31 from the environment, but a host's own setting is used as it is)."""
 
 from __future__ import annotations
 

@@ -6,27 +6,7 @@ the store judges a row it has already read with it in Python (store._claim_once)
 three times by hand they could drift apart, and the two paths would then answer the same
 request differently. So each rule is one small tree of conditions on the receipt's fields,
 and the three forms are generated from it. tests/receipts/test_rules.py runs both paths
-over every combination of the fields the rules read and checks that they agree.
-
-- LIVE / EXPIRED: a receipt holds its key until it expires; a permanent one (expires_at
-  NULL: an operation with `ttl_seconds: None`) never does. EXPIRED is LIVE's negation,
-  written as the one comparison an index on expires_at serves, for the purge and the claim
-  that starts a new life on an expired key.
-- REPLAY: the stored result answers the request. Same fingerprint, live, and
-  completed, or failed and not retryable (the key was burned). A released receipt (failed,
-  with the release marker) is never replayed: its caller's next attempt runs, and the claim
-  that takes it clears the marker.
-- SETTLE: a worker may complete or fail the receipt. Its fencing token, and still
-  processing.
-- NEW: the fields every freshly claimed receipt starts with, whatever the request (the rest
-  are the caller's and the time's): the store's insert on either path, and PostgreSQL's claim
-  statement, which writes them as literals.
-- LAPSED: a processing receipt whose lease ran out before its attempt settled. The next
-  claim takes it over, or, under an operation's `after_crash: "hold"`, answers
-  outcome-unknown: the attempt may have had its effect (store._claim_once; the operator's
-  repairs in store.py). PostgreSQL's one-statement claim never takes a receipt over; it
-  hands every receipt that does not replay to the store, so both paths decide it here.
-"""
+over every combination of the fields the rules read and checks that they agree."""
 
 from __future__ import annotations
 
@@ -198,6 +178,9 @@ class Rule:
         return self.condition.holds(row, params)
 
 
+# A receipt holds its key until it expires; a permanent one (expires_at NULL: an operation with
+# `ttl_seconds: None`) never does. EXPIRED is LIVE's negation, written as the one comparison an
+# index on expires_at serves, for the purge and the claim that starts a new life on an expired key.
 LIVE = Rule(Either((Equals("expires_at", None), Later("expires_at", than=Param("now")))))
 
 EXPIRED = Rule(NotLater("expires_at", than=Param("now")))
@@ -208,10 +191,17 @@ _FINAL = Either((
     All((Equals("status", Status.FAILED), Equals("retryable", False), Equals("released_at", None))),
 ))
 
+# The stored result answers the request: same fingerprint, live, and completed, or failed and
+# not retryable (the key was burned). A released receipt (failed, with the release marker) is
+# never replayed: its caller's next attempt runs, and the claim that takes it clears the marker.
 REPLAY = Rule(All((Equals("fingerprint", Param("fingerprint")), LIVE.condition, _FINAL)))
 
+# A worker may complete or fail the receipt: its fencing token, and still processing.
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
 
+# The fields every freshly claimed receipt starts with, whatever the request (the rest are the
+# caller's and the time's): the store's insert on either path, and PostgreSQL's claim
+# statement, which writes them as literals.
 NEW: dict[str, Any] = {
     "status": Status.PROCESSING.value,
     "retryable": True,
@@ -229,6 +219,11 @@ NEW: dict[str, Any] = {
     "compacted_at": None,
 }
 
+# A processing receipt whose lease ran out before its attempt settled. The next claim takes it
+# over, or, under an operation's `after_crash: "hold"`, answers outcome-unknown: the attempt may
+# have had its effect (store._claim_once; the operator's repairs in store.py). PostgreSQL's
+# one-statement claim never takes a receipt over; it hands every receipt that does not replay
+# to the store, so both paths decide it here.
 LAPSED = Rule(
     All((
         Equals("status", Status.PROCESSING),

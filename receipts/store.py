@@ -7,8 +7,7 @@ check. Two callers that race on one receipt both issue the UPDATE; exactly one m
 This holds on PostgreSQL (row locks, READ COMMITTED re-check) and on SQLite (one writer).
 
 Each successful ownership change bumps the fencing token, so a worker whose lease was
-taken over holds a stale token and can no longer complete or fail the receipt.
-"""
+taken over holds a stale token and can no longer complete or fail the receipt."""
 
 from __future__ import annotations
 

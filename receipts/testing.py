@@ -1,25 +1,13 @@
-"""Helpers for a project's own tests: run the step twice, assert it happened once.
+"""Helpers for a project's own tests: run the step twice, assert it happened once
+(docs/testing.md, "The helpers").
 
-    from receipts.testing import Provider, assert_runs_once
-
-    def test_the_welcome_email_is_sent_once(isolated_receipts):
-        assert_runs_once(lambda: send_welcome(7), times=2, effects=lambda: len(mail.outbox))
+    assert_runs_once(lambda: send_welcome(7), times=2, effects=lambda: len(mail.outbox))
 
 Each helper calls the step as production would (in a row, from threads and forked processes
 at the same moment, or with its first attempt killed right after its effect) and raises
 AssertionError when the effect happened more than once, or the callers did not all get the
-one result. They need no pytest: the pytest plugin (receipts/pytest_plugin.py) only wraps
-them in fixtures.
-
-`effects` is a function the test gives that counts the effects made so far: a table's rows,
-`len(mail.outbox)`, the calls a fake provider recorded. In other processes it must count
-something they all write to (a table, a file: `Provider`), not a list in this process.
-
-The helpers that run callers on other connections (threads, processes, the killed first
-attempt) need the data committed: a pytest-django test marked
-`@pytest.mark.django_db(transaction=True)`, and on SQLite a test database in a file
-(DATABASES["default"]["TEST"]["NAME"]), as an in-memory database is not shared.
-"""
+one result. `effects` counts the effects made so far; in other processes it must count
+something they all write to (a table, a file: `Provider`), not a list in this process."""
 
 from __future__ import annotations
 
@@ -422,7 +410,10 @@ def _need_times(times: int, least: int) -> None:
 def _need_committed_data(helper: str) -> None:
     """Other connections see only committed data: refuse a test that runs in a transaction
     (their receipts would also be committed and outlive its rollback), and an in-memory
-    SQLite database, which other processes cannot open."""
+    SQLite database, which other processes cannot open. The helpers that run callers on
+    other connections (threads, processes, the killed first attempt) need a pytest-django
+    test marked `@pytest.mark.django_db(transaction=True)`, and on SQLite a test database in
+    a file."""
     if connection.in_atomic_block:
         raise RuntimeError(
             f"{helper} runs callers on other database connections, which cannot see this test's "

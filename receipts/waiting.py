@@ -1,26 +1,12 @@
 """Wake callers that wait (`Prefer: wait=N`, `wait_seconds`) for an in-flight first attempt.
 
-A waiter subscribes to its key and sleeps on a threading.Event, or, an async caller
-(store.aclaim), awaits a future of its event loop, which a wake-up resolves from whatever
-thread it comes from (call_soon_threadsafe), so the loop is never blocked. Settling a receipt wakes
-the waiters of its key:
-- in this process, through `transaction.on_commit`, so nobody wakes before the result is
-  visible;
-- in other processes on PostgreSQL (through psycopg 3), through NOTIFY, which the server
-  delivers at commit (receipts/pg.py sends it; receipts/orm.py wakes this process only).
-  One daemon thread per process LISTENs on one connection and sets the local events.
-Nothing depends on a notification arriving: a waiter also wakes on a slow, growing timer
-and looks again, so a lost notification (or SQLite, which has none across processes)
-costs latency, never correctness. That timer starts at 50 ms and doubles to 1 s, so a
-waiter reads the database a handful of times, not in a tight loop.
-
-A waiter holds a server thread while it sleeps, and the completion it waits for needs a
-thread too: if waiters took every thread of a process, completions (and lease renewals)
-would queue behind them until the leases lapsed and other callers ran the step again. So
-a process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`Wakeup.take_slot`);
-any other duplicate is answered at once with the 409 and its Retry-After, as without
-waiting, and the threads beyond the cap stay free for everything else.
-"""
+A waiter subscribes to its key (`subscription`) and sleeps on its `Wakeup`. Settling a
+receipt wakes the waiters of its key: in this process through `transaction.on_commit`, so
+nobody wakes before the result is visible; in other processes on PostgreSQL (psycopg 3)
+through NOTIFY, delivered at commit (receipts/pg.py sends it) to one LISTEN thread per
+process. Nothing depends on a notification arriving: a waiter also wakes on a slow, growing
+timer and looks again, so a lost notification (or SQLite) costs latency, never correctness.
+A process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`Wakeup.take_slot`)."""
 
 from __future__ import annotations
 
@@ -46,7 +32,8 @@ _listener: threading.Thread | None = None
 _stop = threading.Event()
 _waiting = 0  # callers of this process holding a waiting slot now (under _lock)
 
-# The fallback timer: first look again after FIRST_INTERVAL, doubling up to MAX_INTERVAL.
+# The fallback timer: first look again after FIRST_INTERVAL, doubling up to MAX_INTERVAL, so
+# a waiter reads the database a handful of times, not in a tight loop.
 FIRST_INTERVAL = 0.05
 MAX_INTERVAL = 1.0
 
@@ -57,6 +44,10 @@ def topic(scope: str, key: str) -> str:
 
 
 class Wakeup:
+    """One waiter of one key: a threading.Event a sync caller sleeps on, or, for an async
+    caller (store.aclaim), a future of its event loop, which a wake-up resolves from whatever
+    thread it comes from (call_soon_threadsafe), so the loop is never blocked."""
+
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.event = threading.Event()
@@ -76,7 +67,13 @@ class Wakeup:
 
     def take_slot(self) -> bool:
         """May this caller wait? True if it holds one of the process's RECEIPTS_MAX_WAITERS
-        slots (taken once, given back when the subscription ends); False when all are taken."""
+        slots (taken once, given back when the subscription ends); False when all are taken.
+
+        A waiter holds a server thread while it sleeps, and the completion it waits for needs
+        a thread too: if waiters took every thread of a process, completions (and lease
+        renewals) would queue behind them until the leases lapsed and other callers ran the
+        step again. A duplicate refused a slot is answered at once with the 409 and its
+        Retry-After, as without waiting, and the threads beyond the cap stay free."""
         global _waiting
         if not self.holds_slot:
             with _lock:

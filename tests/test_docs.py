@@ -248,6 +248,23 @@ def test_every_code_reference_in_a_comment_or_docstring_names_what_exists():
     assert missing == []
 
 
+def test_every_module_docstring_is_at_most_ten_lines():
+    # A module docstring says what the module is for and the one or two things a reader must
+    # know first: what explains one function belongs in that function's docstring, and an
+    # essay in docs/.
+    too_long = []
+    for name in repository_files():
+        if not name.endswith(".py") or not name.startswith(("receipts/", "webhooks/", "idemdash/", "clients/python/")):
+            continue
+        if "/migrations/" in name:
+            continue
+        docstring = ast.get_docstring(ast.parse((ROOT / name).read_text()), clean=False) or ""
+        lines = docstring.count("\n") + 1
+        if docstring and lines > 10:
+            too_long.append(f"{name}: {lines} lines")
+    assert too_long == []
+
+
 def test_a_stale_code_reference_is_caught():
     names = top_level_names((ROOT / "receipts" / "store.py").read_text())
     assert "claim" in names and "no_such_function" not in names

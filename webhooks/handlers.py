@@ -1,15 +1,12 @@
 """The handler registry: one function per (provider, event type).
 
-    from webhooks.handlers import webhook_handler
-
     @webhook_handler("stripe", "checkout.session.completed")
     def fulfil(event: WebhookEvent) -> None: ...
 
 A handler runs inside the transaction that marks its event completed, so its database
 writes commit only if the worker still holds the event's lease. It must still be idempotent
 on the provider's object id: an operator may reprocess an event, and two events may announce
-one payment. Modules named `webhook_handlers` in installed apps are imported at start-up.
-"""
+one payment. Modules named `webhook_handlers` in installed apps are imported at start-up."""
 
 from __future__ import annotations
 

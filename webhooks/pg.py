@@ -1,28 +1,10 @@
 """PostgreSQL: a delivery stored in one statement, with its event's task.
 
-Through the ORM a new delivery takes six round trips (BEGIN, SAVEPOINT, the event's INSERT,
-RELEASE, the delivery's INSERT, COMMIT) and a duplicate nine (the failed INSERT in its
-savepoint, the counting UPDATE, a SELECT, the delivery's INSERT). Here both are one
-statement of data-modifying CTEs, so the event, its counters and the delivery row still
-change together:
-
-- `ins` inserts the event unless (endpoint, dedupe_key) exists (ON CONFLICT DO NOTHING);
-- `upd` counts one more delivery on an existing event, flagging a payload that differs;
-  it reads with the statement's snapshot, so it never sees the row `ins` inserted;
-- `dlv` records the delivery against whichever of the two has a row;
-- `task`, with django-q2's ORM broker, writes the event's processing task when `ins`
-  inserted it (processing.delivery_task): a row of django-q2's queue table (OrmQ: key,
-  payload, lock), written as the ORM broker's own enqueue writes it.
-
-It runs on its own, outside any transaction: one statement is atomic, so the event, its
-delivery and its task commit together, with one round trip instead of four (BEGIN, the
-store, the task's INSERT, COMMIT), and the view answers only after it returns.
-
-Neither has a row when a concurrent delivery of the same event committed after this
-statement's snapshot was taken (our INSERT waited for it, then did nothing, and the UPDATE
-could not see it); the caller then runs the statement again, with a new snapshot.
-webhooks/orm.py is the twin for SQLite, MySQL/MariaDB and psycopg2 (receive.path() chooses).
-"""
+Through the ORM a new delivery takes six round trips and a duplicate nine; here both are one
+statement of data-modifying CTEs, so the event, its counters, the delivery row and the
+event's task (a row of django-q2's ORM broker) commit together, and the view answers only
+after it returns. webhooks/orm.py is the twin for SQLite, MySQL/MariaDB and psycopg2
+(receive.path() chooses)."""
 
 from __future__ import annotations
 
@@ -52,6 +34,12 @@ def _store_sql(with_task: bool) -> str:
         else ""
     )
     returned = "id, status, delivery_count, payload_sha256"
+    # `ins` inserts the event unless (endpoint, dedupe_key) exists (ON CONFLICT DO NOTHING);
+    # `upd` counts one more delivery on an existing event, flagging a payload that differs; it
+    # reads with the statement's snapshot, so it never sees the row `ins` inserted; `dlv`
+    # records the delivery against whichever of the two has a row; `task`, with django-q2's
+    # ORM broker, writes the new event's processing task (processing.delivery_task) as the
+    # broker's own enqueue writes it (OrmQ: key, payload, lock).
     return f"""
         WITH ins AS (
             {insert_unless_exists(WebhookEvent, _EVENT_FIELDS, "endpoint_id, dedupe_key", returned)}
@@ -77,7 +65,9 @@ def _store_sql(with_task: bool) -> str:
 def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Stored | None:
     """Store one delivery of the event described by `values` (every WebhookEvent field but
     id), with the event's task if the event is new and not held. None when the event exists
-    but this statement cannot see it yet."""
+    but this statement cannot see it yet: a concurrent delivery of the same event committed
+    after this statement's snapshot was taken (our INSERT waited for it, then did nothing, and
+    the UPDATE could not see it); the caller then runs the statement again, with a new snapshot."""
     received = values["status"] == WebhookEvent.Status.RECEIVED
     # The task is written by the statement with the ORM broker; with another broker (or
     # django-q2's sync mode) it is None, and the event is enqueued after the commit.
@@ -102,7 +92,8 @@ def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Store
 
 def _atomic() -> Any:
     """The statement is atomic on its own and holds its task (or the task is told after the
-    commit), so it runs without a transaction of ours. Inside a caller's transaction it still
+    commit), so it runs without a transaction of ours: one round trip instead of four (BEGIN,
+    the store, the task's INSERT, COMMIT). Inside a caller's transaction it still
     gets a savepoint, so that a payload the database refuses leaves that transaction usable."""
     if not transaction.get_connection().in_atomic_block:
         return nullcontext()

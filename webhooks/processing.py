@@ -6,15 +6,7 @@ An event moves only through conditional UPDATEs with a rowcount check:
 A claim writes a fresh fencing token and a lease. Completing or failing requires that token
 and status `processing`, so a worker whose lease expired and was recovered by the sweeper
 (or whose event was claimed again) cannot mark the event done: its handler's writes roll
-back with the refused completion.
-
-Enqueueing is best-effort by design: a lost enqueue, a lost broker message or a dead worker
-is repaired by `sweep`, which every worker cluster runs every few seconds (its tick,
-idemdash/worker/liveness.py) besides the every-minute schedule, and which enqueues every due
-event that nobody has picked up. A duplicate enqueue is harmless because the claim admits
-one worker. The lease is short and renewed while the handler runs (`_process`), so the
-event of a dead worker is taken over within seconds.
-"""
+back with the refused completion. Enqueueing is best-effort by design: `sweep` repairs it."""
 
 from __future__ import annotations
 
@@ -398,7 +390,14 @@ def _recovery(now: datetime, *, out_of_attempts: bool, error: str = LEASE_LOST) 
 
 
 def sweep(now: datetime | None = None, *, batch: int = 500) -> SweepResult:
-    """Repair what a lost worker or a lost message left behind. Safe to run concurrently."""
+    """Repair what a lost worker or a lost message left behind. Safe to run concurrently.
+
+    A lost enqueue, a lost broker message or a dead worker is repaired here: every worker
+    cluster runs this every few seconds (its tick, idemdash/worker/liveness.py) besides the
+    every-minute schedule, and it enqueues every due event that nobody has picked up. A
+    duplicate enqueue is harmless because the claim admits one worker. The lease is short and
+    renewed while the handler runs (`_process`), so the event of a dead worker is taken over
+    within seconds."""
     now = now or timezone.now()
     result = SweepResult()
     stuck_events = stuck(WebhookEvent, Status.PROCESSING, now)

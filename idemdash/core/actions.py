@@ -5,11 +5,8 @@ A kind (a receipt, a webhook event, an outbox message) is declared by its own ap
 finds the declarations by module name (idemdash/core/discovery.py), so it imports no app.
 The dashboard's one action view and its bulk view, and the apps' admin actions, read the
 same specs: the verb, the statuses an action applies to, the domain function and what that
-function raises when it refuses.
-
-The domain function does the work: its own compare-and-set and its own audit entry
-(idemdash/core/audit.py:record). Nothing here writes to the database.
-"""
+function raises when it refuses. The domain function does the work, with its own
+compare-and-set and audit entry (idemdash/core/audit.py:record); nothing here writes."""
 
 from __future__ import annotations
 

@@ -5,11 +5,8 @@ run to the worker (django-q2), whose task `advance`s it a chunk at a time. Each 
 (a conditional UPDATE from pending) and acted on in one transaction, so a worker killed
 mid-run leaves every item either done with its effect or pending without it:
 `resume_stalled` (every minute) hands a run whose worker went quiet to another, and no item
-is done twice or lost. `cancel` is a conditional UPDATE of the run; an item already taken
-finishes. `progress` is read from the items and from the current status of the rows they
-acted on, never from counters that could drift. Apart from idemdash/core/bulk.py, which the
-operator-action registry (idemdash/core/actions.py) uses and this module uses it.
-"""
+is done twice or lost. `progress` is read from the items and the rows they acted on, never
+from counters that could drift. The action's synchronous bulk form is idemdash/core/bulk.py."""
 
 from __future__ import annotations
 

@@ -1,34 +1,13 @@
-"""Text that cannot deceive: what callers and operators typed, as people are shown it.
+"""Text that cannot deceive: what callers and operators typed, as people are shown it
+(docs/operations.md, "Text that cannot deceive").
 
-A key, an error text sent through the API, a rule's name or an acknowledgement's note may
-carry characters that change how the text *around* them reads without being seen
-themselves: bidirectional controls (a RIGHT-TO-LEFT OVERRIDE, U+202E, reverses everything
-after it up to the end of the paragraph, so one in a rule name reversed the whole alert
-banner) and invisible characters (zero-width spaces and joiners, which make two different
-keys look alike; soft hyphens; tag characters). Here, in one place:
-
-- `reveal(text)`: each such character replaced by a visible `[U+202E]`. ASCII, so that it is
-  inert in every context it can land in (HTML text and attributes, JSON, CSV, an email); a
-  `\\u202E` form would be read back as the character itself by a JSON parser.
-- `isolated_plain(text)`: `reveal`, then, when the text holds right-to-left letters (Hebrew,
-  Arabic: legitimate, and kept), wrapped in FIRST STRONG ISOLATE ... POP DIRECTIONAL ISOLATE
-  so it cannot reorder the words or figures beside it. For plain-text outputs: notifications.
-- `isolated_html(text)`: escaped, with each mark in a `<span class="hidden-char">` naming the
-  character, and in a `<bdi>` (HTML's isolate) when it holds right-to-left letters or had
-  hidden characters. The template filter `|untrusted` (idemdash_tags) for caller text that
-  sits inline among our own words. Text of left-to-right letters and neutrals alone cannot
-  reorder anything beside it on a left-to-right page, so it is left unwrapped: the common
-  case renders exactly as it did.
-- `RevealHiddenTextMiddleware`: `reveal` applied to every HTML response, so every page,
-  fragment and admin page is covered even where a template does not say `|untrusted` (the
-  admin's change lists and read-only fields, breadcrumbs, titles). Our own templates hold
-  none of these characters, so whatever it finds came from data.
-
-Why not the autoescape hook (a `str` subclass with `__html__` on the model's values): any
-string operation (slicing, `truncatechars`, concatenation, the admin's `str()`) turns the
-value back into a plain `str` and silently drops the protection; the filter and the
-middleware work on what is actually output.
-"""
+Bidirectional controls (a RIGHT-TO-LEFT OVERRIDE, U+202E, reverses everything after it up to
+the end of the paragraph) and invisible characters (zero-width spaces and joiners, soft
+hyphens, tag characters) change how the text around them reads without being seen. Here, in
+one place, each is shown as a visible mark (`reveal`), and right-to-left text is isolated
+from the words beside it: `isolated_plain` for notifications, `isolated_html` (the
+`|untrusted` filter) for pages, and `RevealHiddenTextMiddleware` for whatever HTML a template
+did not filter."""
 
 from __future__ import annotations
 
@@ -63,6 +42,9 @@ FSI, PDI = "\u2068", "\u2069"
 
 
 def mark(char: str) -> str:
+    """`[U+202E]`: ASCII, so that it is inert in every context it can land in (HTML text and
+    attributes, JSON, CSV, an email); a `\\u202E` form would be read back as the character
+    itself by a JSON parser."""
     return f"[U+{ord(char):04X}]"
 
 
@@ -79,7 +61,9 @@ def has_rtl(text: str) -> bool:
 
 
 def isolated_plain(text: str) -> str:
-    """`reveal(text)`, isolated in FSI...PDI when it holds right-to-left letters."""
+    """`reveal(text)`, isolated in FSI...PDI when it holds right-to-left letters (Hebrew,
+    Arabic: legitimate, and kept), so it cannot reorder the words or figures beside it. For
+    plain-text outputs: notifications."""
     text = reveal(text)
     return f"{FSI}{text}{PDI}" if has_rtl(text) else text
 
@@ -95,8 +79,16 @@ def _isolated(html: str, text: str) -> SafeString:
 
 
 def isolated_html(value: object) -> SafeString:
-    """Caller text as HTML: escaped, hidden characters shown as marks, in a `<bdi>` when it
-    holds right-to-left letters or hid something."""
+    """Caller text as HTML: escaped, hidden characters shown as marks (a
+    `<span class="hidden-char">` naming the character), in a `<bdi>` when it holds
+    right-to-left letters or hid something. The template filter `|untrusted` (idemdash_tags),
+    for caller text inline among our own words. Text of left-to-right letters and neutrals
+    alone cannot reorder anything beside it on a left-to-right page, so it is left unwrapped.
+
+    Not the autoescape hook (a `str` subclass with `__html__` on the model's values): any
+    string operation (slicing, `truncatechars`, concatenation, the admin's `str()`) turns the
+    value back into a plain `str` and silently drops the protection. The filter and the
+    middleware work on what is actually output."""
     if value is None:
         value = ""
     if isinstance(value, SafeData):  # already HTML: its markup is ASCII, so reveal is safe on it
@@ -115,7 +107,10 @@ def isolated_html(value: object) -> SafeString:
 
 
 class RevealHiddenTextMiddleware:
-    """`reveal` on every HTML response's body (pages, htmx fragments, the admin)."""
+    """`reveal` on every HTML response's body (pages, htmx fragments, the admin), so that
+    what a template shows without `|untrusted` (the admin's change lists and read-only
+    fields, breadcrumbs, titles) is covered too. Our own templates hold none of these
+    characters, so whatever it finds came from data."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

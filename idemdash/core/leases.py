@@ -7,8 +7,7 @@ on the status and the token its writer last saw, so a writer that lost the unit 
 lease was taken over, or an operator acted) changes nothing. Each kind keeps its own
 states and transitions in its own app and calls this module for the shared pieces.
 
-This module imports no app of ours.
-"""
+This module imports no app of ours."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Secrets masked by kind, in one place, for everything people read: pages, the admin and
 log lines.
 
-Two kinds of secret hide in values we show:
-- the userinfo of a URL (`https://user:password@host/`), wherever a URL appears in text: a
-  payload, an error message, the HTTP client's own log line (httpx logs every request's URL
-  at INFO); it becomes `https://••••@host/`;
-- the value of a header whose name says it is a credential (`Authorization`, `X-Api-Key`,
-  ...): a name holding any of `RECEIPTS_MASKED_HEADERS` (case-insensitive), whose default is
-  `DEFAULT_MASKED_HEADERS`.
-
-`masked(value)` is a JSON value as people may see it; `mask_text(text)` a string;
-`MaskingFilter` is a logging filter doing `mask_text` to each record's message (the
-project's LOGGING puts it on its handler; the outbox app puts it on the `httpx` logger, so a
-host project's logs are masked too).
-"""
+Two kinds of secret hide in values we show: the userinfo of a URL
+(`https://user:password@host/` becomes `https://••••@host/`), wherever a URL appears in text
+(a payload, an error message, httpx's own log line of every request's URL); and the value of
+a header whose name says it is a credential (`is_secret_header`: a name holding any of
+`RECEIPTS_MASKED_HEADERS`, case-insensitive, whose default is `DEFAULT_MASKED_HEADERS`)."""
 
 from __future__ import annotations
 
@@ -77,7 +69,9 @@ def masked(value: Any, *, _words: tuple[str, ...] | None = None) -> Any:
 
 
 class MaskingFilter(logging.Filter):
-    """Masks URL userinfo in a record's message (its arguments merged in first)."""
+    """Masks URL userinfo in a record's message (its arguments merged in first). The
+    project's LOGGING puts it on its handler; the outbox app puts it on the `httpx` logger
+    (`mask_logger`), so a host project's logs are masked too."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

@@ -1,20 +1,12 @@
-"""MySQL and MariaDB: text compared byte for byte, as PostgreSQL and SQLite compare it.
+"""MySQL and MariaDB: text compared byte for byte, as PostgreSQL and SQLite compare it, and
+deadlocks retried.
 
-Their default collations (utf8mb4_general_ci, utf8mb4_0900_ai_ci...) compare text without
-case, and the PAD SPACE ones ignore trailing spaces: `order-1`, `ORDER-1` and `order-1 `
-would be one idempotency key (the second caller replayed the first one's response), one
-outbox message, one webhook event. Each app's migration `exact_text` turns its tables to a
-binary, no-pad collation on MySQL and MariaDB, and does nothing on any other database.
-
-And deadlocks retried (`retry_deadlocks`): InnoDB picks its index by estimates, and given a
-receipt's id, fencing token and status it may still read through the status index, locking
-other rows' entries on the way; two settles then deadlock (ER_LOCK_DEADLOCK). And callers
-inserting one key that a purge has just deleted all wait on the deleted entry, and when the
-purge commits MySQL 8 may roll all but one back (MariaDB 10.11 lets them wait on the first
-insert and answers a duplicate key instead: tests/receipts/test_store.py races the two). InnoDB rolls the victim's whole transaction back,
-so a unit of work that owns its transaction may simply run again, as MySQL's manual advises
-("How to Minimize and Handle Deadlocks").
-"""
+Their default collations compare text without case, and the PAD SPACE ones ignore trailing
+spaces: `order-1`, `ORDER-1` and `order-1 ` would be one idempotency key (the second caller
+replayed the first one's response), one outbox message, one webhook event. Each app's
+migration `exact_text` turns its tables to a binary, no-pad collation on MySQL and MariaDB,
+and does nothing on any other database. `retry_deadlocks` runs a unit of work that InnoDB
+chose as a deadlock's victim again."""
 
 from __future__ import annotations
 
@@ -70,7 +62,16 @@ def retry_deadlocks(func: F) -> F:
     MySQL/MariaDB chose it as a deadlock's victim. Only when `func` owns its transaction:
     inside a caller's atomic block InnoDB rolled back the caller's work too, which only the
     caller can redo, so the error goes up. Elsewhere, and on any other database, `func` runs
-    once, as written."""
+    once, as written.
+
+    InnoDB picks its index by estimates, and given a receipt's id, fencing token and status it
+    may still read through the status index, locking other rows' entries on the way; two
+    settles then deadlock (ER_LOCK_DEADLOCK). And callers inserting one key that a purge has
+    just deleted all wait on the deleted entry, and when the purge commits MySQL 8 may roll
+    all but one back (MariaDB 10.11 lets them wait on the first insert and answers a
+    duplicate key instead: tests/receipts/test_store.py races the two). InnoDB rolls the
+    victim's whole transaction back, so a unit of work that owns its transaction may simply
+    run again, as MySQL's manual advises ("How to Minimize and Handle Deadlocks")."""
 
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -1,19 +1,11 @@
 """Retention: delete what has outlived its use, in bounded batches.
 
-Each batch is one short transaction: select up to `batch_size` ids of due rows, run the
-purger's archive step on exactly those rows, delete them (`delete_rows`: a few set-based
-statements however many rows point at the batch, not Django's collector, which loads
-them). No statement ever touches the whole table, so request traffic keeps flowing while a
-purge runs. On PostgreSQL the ids are taken with FOR UPDATE SKIP LOCKED, so a purge never
-waits on (or blocks) a row that a request is using; on SQLite the IMMEDIATE transaction
-serialises it with other writers. The delete repeats the "due" condition, so a row that
-stopped being due between the SELECT and the DELETE (an expired receipt claimed again,
-say) is kept.
+Each batch is one short transaction over at most `batch_size` due rows (`purge_batches`): no
+statement ever touches the whole table, so request traffic keeps flowing while a purge runs.
 
 Every installed app may have a `retention` module with a `PURGERS` list (a name and a
 function `due(now)` returning the queryset of rows to delete); `installed_purgers()`
-collects them, so the core never imports the apps it purges for.
-"""
+collects them, so the core never imports the apps it purges for."""
 
 from __future__ import annotations
 
@@ -124,7 +116,15 @@ def purge_batches(
     on_batch: Callable[[int], None] | None = None,
     max_batches: int | None = None,
 ) -> PurgeResult:
-    """Delete the purger's due rows, one bounded transaction per batch."""
+    """Delete the purger's due rows, one bounded transaction per batch.
+
+    A batch selects up to `batch_size` ids of due rows, runs the purger's archive step on
+    exactly those rows, and deletes them (`delete_rows`: a few set-based statements however
+    many rows point at the batch, not Django's collector, which loads them). On PostgreSQL
+    the ids are taken with FOR UPDATE SKIP LOCKED, so a purge never waits on (or blocks) a row
+    that a request is using; on SQLite the IMMEDIATE transaction serialises it with other
+    writers. The delete repeats the "due" condition, so a row that stopped being due between
+    the SELECT and the DELETE (an expired receipt claimed again, say) is kept."""
     result = PurgeResult(purger.name)
     own = purger.batch
     if own is not None and not _deletes_alone(purger.due(now).model, purger.follows):

@@ -1,46 +1,12 @@
-"""Logs rolled up by hour: what the dashboard's windows count.
+"""Logs rolled up by hour: what the dashboard's windows count (docs/dashboard.md, "How the
+receipt, delivery and outbox figures are computed: hourly roll-ups").
 
-A `HourlyRollup` counts the rows of a log (the attempt log in `receipts.rollup`, webhook
-deliveries in `webhooks.rollup`, outbox messages and attempts in `receipts.outbox.rollup`)
-by UTC hour of a time field and a few group fields into a table of (hour, groups...,
-count), a `HourlyCount`, with its watermark row in `Rollup` under its name. Each app lists
-its roll-ups in `<app>/rollup.py` as `ROLLUPS`; `installed_rollups()` collects them, so the
-schedule, `manage.py rollup` and `rewind()` serve every roll-up without the core importing
-the apps it rolls up for.
-
-**Write side.** `roll_up()` (the `receipts.rollup` schedule, every minute, for every
-roll-up) recomputes, from the log, the absolute count of every (UTC hour, group) for the
-hours from a little before the watermark up to the settled instant (SETTLE ago, to the
-minute), writes them with one upsert, and moves the watermark (`Rollup.rolled_until`: every
-row before it is rolled up) there. The hour the watermark falls in is rolled up as far as
-the watermark, and counted again, further, by the next run, so the log is read for minutes,
-not for the hour so far: at a few hundred rows a second, the hour so far is a million rows.
-Absolute counts, not increments: running it twice changes nothing, and a row that committed
-after its hour was rolled up is counted by the next run.
-
-- A row's time is taken before its transaction commits, so a row is rolled up only once it
-  is SETTLE old; the hours just before the watermark are recomputed on every run (REPAIR)
-  in case a transaction took even longer.
-- The first run (empty roll-up) starts at the oldest row; each run covers at most
-  MAX_HOURS_PER_RUN hours in one short transaction, so a full 35-day log is caught up in a
-  few runs without ever holding a long transaction. `manage.py rollup` runs them all now.
-- The watermark row is locked for the run (`select_for_update`; on SQLite the IMMEDIATE
-  transaction does the same), so two runs take turns and the later one counts last.
-- Nothing on the request path writes here: traffic pays nothing for the roll-up.
-- Only the REPAIR span is ever recomputed, so rows that the log's own retention deletes
-  later (purged attempts, the deliveries of purged events) stay counted in their hours.
-  Roll-up rows have a retention of their own (`expired`).
-
-**Read side.** `counts(start, end)` counts rows in (start, end]: the hours from the first
-hour boundary after `start` up to the watermark come from the roll-up (the watermark's own
-hour as far as the watermark), the partial first hour and everything from the watermark on
-from the log. So a figure is exact whether the roll-up is empty, behind, or caught up; a
-24-hour window reads about 24 roll-up rows per group, the first partial hour and the last
-few minutes of the log instead of every row of the day.
-
-Rows are written with their time = now, so only `rewind()` (a bulk load of past rows,
-`seed`) ever needs to send a roll-up back over old hours.
-"""
+A `HourlyRollup` counts a log's rows by UTC hour and a few group fields into a
+`HourlyCount` table, with its watermark in `Rollup`. Each app lists its roll-ups in
+`<app>/rollup.py` as `ROLLUPS` (`installed_rollups()`), so the core imports no app it rolls
+up for. The write side (`HourlyRollup.roll_up`) writes absolute counts, so a run repeated
+changes nothing; the read side (`HourlyRollup.counts`) adds the log past the watermark, so
+a figure is exact however far behind the roll-up is. Nothing on the request path writes here."""
 
 from __future__ import annotations
 
@@ -58,8 +24,13 @@ from django.utils import timezone
 from idemdash.core.discovery import declared_by_apps
 
 HOUR = timedelta(hours=1)
+# A row's time is taken before its transaction commits, so a row is rolled up only once it
+# is SETTLE old, and the REPAIR hours before the watermark are recomputed on every run in
+# case a transaction took even longer.
 SETTLE = timedelta(minutes=5)
 REPAIR = timedelta(hours=3)
+# One run's span, in one short transaction: a first run (empty roll-up) starts at the
+# oldest row and catches a 35-day log up in a few runs, never holding a long transaction.
 MAX_HOURS_PER_RUN = 48
 # The scheduled task's runs per call: 24 x 45 new hours covers the 35-day log on a first
 # run, each run its own short transaction, well within the task timeout.
@@ -158,7 +129,18 @@ class HourlyRollup:
         return Rollup.objects.get_or_create(name=self.name)[0]
 
     def roll_up(self, now: datetime | None = None, *, max_hours: int = MAX_HOURS_PER_RUN) -> RollupResult:
-        """One run: recompute a bounded span of hours and advance the watermark."""
+        """One run: recompute a bounded span of hours and advance the watermark.
+
+        The absolute count of every (UTC hour, group) from a little before the watermark up
+        to the settled instant (SETTLE ago, to the minute), written with one upsert; then the
+        watermark moves there. The watermark's own hour is counted as far as the watermark,
+        and further by the next run, so the log is read for minutes, not for the hour so far
+        (at a few hundred rows a second, that is a million rows). Absolute counts, not
+        increments: running it twice changes nothing, and a row that committed after its
+        hour was rolled up is counted by the next run. Only the REPAIR span is recomputed,
+        so rows that the log's own retention deletes later stay counted in their hours.
+        The watermark row is locked for the run (`select_for_update`; on SQLite the
+        IMMEDIATE transaction does the same), so two runs take turns and the later counts last."""
         now = now or timezone.now()
         settled = floor_minute(now - SETTLE)
         self._state()
@@ -227,8 +209,9 @@ class HourlyRollup:
     def rewind(self, to: datetime | None = None) -> None:
         """Hand hours back to the log: from `to`'s hour on, or, with None, every hour (the
         roll-up is emptied and rebuilt from the oldest row, so hours whose rows the log no
-        longer has lose them). For bulk loads of past rows; figures stay exact meanwhile,
-        they just read more of the log until runs catch up."""
+        longer has lose them). Logs are written with their time = now, so only a bulk load
+        of past rows (`seed`) needs this; figures stay exact meanwhile, they just read more
+        of the log until runs catch up."""
         self._state()
         with transaction.atomic():
             state = Rollup.objects.select_for_update().get(name=self.name)
@@ -298,7 +281,13 @@ class HourlyRollup:
         """(hour, *groups, count) of the rows logged in (start, end], filtered by `where`
         (lookups on the group fields only: they apply to the log and the roll-up alike);
         the hour is the UTC hour with `by_hour`, else None (rows per group, possibly
-        several for one group: add them up)."""
+        several for one group: add them up).
+
+        The hours from the first hour boundary after `start` up to the watermark come from the
+        roll-up (the watermark's own hour as far as the watermark); the partial first hour and
+        everything from the watermark on come from the log. So a figure is exact whether the
+        roll-up is empty, behind or caught up, and a 24-hour window reads about 24 roll-up
+        rows per group and a few minutes of the log instead of every row of the day."""
         trunc = TruncHour if by_hour else None
         # The first whole hour is the one after start's: the hour start falls in is partial
         # (a window is open at its start), so it is read from the log.

@@ -5,21 +5,8 @@ Each installed app may declare its periodic work in `<app>/schedules.py`:
     SCHEDULES = [{"name": "<app label>.<what>", "func": "dotted.path", "schedule_type": "I", "minutes": 1}]
 
 using django-q2 Schedule field names. Every `migrate` runs `install_schedules()` (a
-post_migrate handler in receipts/apps.py), as does `manage.py install_schedules`. It
-creates or updates each one by name, and deletes schedules that an app no longer declares. An app owns the names that
-start with its label and a dot, and only those are ever deleted, so schedules that an
-operator adds in the admin under other names are left alone. Running it twice changes
-nothing the second time.
-
-A schedule is identified by its name and its cluster: each is installed for the cluster of
-the process that installs it, and an install creates, updates and removes only that cluster's.
-django-q2 runs a schedule that names no `cluster` in every cluster whose `cluster_name` is its
-`name` (the usual case, where schedules name none). A cluster that must not run another's on a
-shared database (idemdash's server beside a host project's own django-q2 worker:
-idemdash/settings.py gives it a `cluster_name` of its own) has schedules naming it, so each
-cluster runs its own copy of what its apps declare (both drain their own outbox, say) and never
-the other's (the host's nightly job, or idemdash's alerts in a host that lacks the dashboard).
-"""
+post_migrate handler in receipts/apps.py), as does `manage.py install_schedules`. Running it
+twice changes nothing the second time."""
 
 from __future__ import annotations
 
@@ -52,7 +39,15 @@ class InstallResult:
 
 def this_cluster() -> str | None:
     """The `cluster` this process's schedules name: none when its cluster runs the schedules
-    that name none (its cluster_name is its name), else its cluster_name."""
+    that name none (its cluster_name is its name), else its cluster_name.
+
+    django-q2 runs a schedule that names no `cluster` in every cluster whose `cluster_name`
+    is its `name` (the usual case). A cluster that must not run another's on a shared
+    database (idemdash's server beside a host project's own django-q2 worker:
+    idemdash/settings.py gives it a `cluster_name` of its own) has schedules naming it, so
+    each cluster runs its own copy of what its apps declare (both drain their own outbox,
+    say) and never the other's (the host's nightly job, or idemdash's alerts in a host that
+    lacks the dashboard)."""
     return None if Conf.CLUSTER_NAME == Conf.PREFIX else Conf.CLUSTER_NAME
 
 
@@ -84,6 +79,11 @@ def declared_schedules() -> Declared:
 
 
 def install_schedules(declared: Declared | None = None) -> InstallResult:
+    """Create or update each declared schedule by name, and delete those an app no longer
+    declares. A schedule is identified by its name and its cluster (`this_cluster`): an
+    install creates, updates and removes only this process's cluster's. An app owns the
+    names that start with its label and a dot, and only those are ever deleted, so schedules
+    that an operator adds in the admin under other names are left alone."""
     declared = declared_schedules() if declared is None else declared
     result = InstallResult()
     cluster = this_cluster()

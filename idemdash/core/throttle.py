@@ -2,17 +2,10 @@
 (`idemdash/core/clients.py:refused`); the login form's lockout is django-axes', which asks
 `client_ip` for the address too, so both agree on who the client is.
 
-A `Throttle` counts failures per address in fixed windows, in a Django cache that every web
-worker shares (the project's: the database, or Redis when `REDIS_URL` is set; a host's: the
-cache its `API_TOKEN_THROTTLE_CACHE` names). Only failures are counted, and only failures
-are refused: a request that succeeds never reads or writes the cache. When the cache is
-unreachable the throttle lets the failure through (it is answered as a failure all the
-same), logged: a broken cache must not become a refusal of good requests.
-
-Settings (all optional): `TRUSTED_PROXY_COUNT`, `API_TOKEN_FAILURE_LIMIT`,
-`API_TOKEN_FAILURE_WINDOW_SECONDS`, `API_TOKEN_THROTTLE_CACHE` (docs/operations.md,
-"Security").
-"""
+Only failures are counted, and only failures are refused: a request that succeeds never
+reads or writes the cache. Settings (all optional): `TRUSTED_PROXY_COUNT`,
+`API_TOKEN_FAILURE_LIMIT`, `API_TOKEN_FAILURE_WINDOW_SECONDS`, `API_TOKEN_THROTTLE_CACHE`
+(docs/operations.md, "Security")."""
 
 from __future__ import annotations
 
@@ -83,7 +76,13 @@ def _address_key(address: str) -> str:
 @dataclass(frozen=True)
 class Throttle:
     """At most `limit` failures per address in each window of `window` seconds; past that,
-    `fail` says how long to wait, until the window ends."""
+    `fail` says how long to wait, until the window ends.
+
+    Counted in fixed windows, in a Django cache that every web worker shares (the project's:
+    the database, or Redis when `REDIS_URL` is set; a host's: the cache its
+    `API_TOKEN_THROTTLE_CACHE` names). When the cache is unreachable the throttle lets the
+    failure through (it is answered as a failure all the same), logged: a broken cache must
+    not become a refusal of good requests."""
 
     name: str
     limit_setting: str

@@ -7,8 +7,7 @@ unchanged. The SDK and the OTLP exporters (the `otel` extra) are set up by `conf
 which the dashboard app calls at start-up when IDEMDASH_OTEL is on, or by the host itself.
 
 Attributes are named `idemdash.*` (docs/operations.md, "OpenTelemetry"); a key is never an
-attribute, only its digest, and no body, header or secret is.
-"""
+attribute, only its digest, and no body, header or secret is."""
 
 from __future__ import annotations
 

@@ -1,28 +1,12 @@
 """Alerts: rules on the dashboard's figures, evaluated on a schedule, notified through the outbox.
 
-`evaluate()` measures every enabled rule's figure and moves its alert between two states:
-
-- **fire**: a unique insert of a firing Alert. A partial unique index allows one firing
-  alert per rule, so when two evaluators see the same breach at once, one insert wins and
-  the other gets an IntegrityError and does nothing.
-- **resolve**: a conditional UPDATE firing → resolved with a rowcount check, so only one
-  evaluator resolves a given alert.
-
-Each transition enqueues its notification (`email.send` or `http.post`) in the same
-transaction, under a key made of the alert's id and the transition. The transition
-happens once, so the message is enqueued once; the outbox then delivers it (at least once,
-with that key as the Idempotency-Key / Message-ID so that a receiver can drop a repeat).
-A rule that fires again after resolving opens a new Alert, hence a new key and a new
-notification.
-
-An alert that fires opens its incident (idemdash.dashboard.incidents) in the same
-transaction; while it stays firing, each evaluation counts, and the reminders that count
-makes due ("still failing", then "exhausted") are notified the same way, each once.
-
-Caller and operator text in a notification (the rule's name) goes through
-idemdash.core.caller_text: bidi controls and invisible characters shown as marks, and
-right-to-left names isolated, so a name cannot reverse the message around it.
-"""
+`evaluate()` measures every enabled rule's figure and moves its alert between two states,
+each settled by the database: **fire** is a unique insert (one firing alert per rule), and
+**resolve** a conditional UPDATE firing → resolved. Each transition, and each reminder its
+incident makes due (idemdash.dashboard.incidents), enqueues its notification in the same
+transaction under a key of its own (`notification_key`), so it is enqueued once, and the
+outbox delivers it at least once with that key. Caller text in a notification (the rule's
+name) goes through idemdash.core.caller_text, so it cannot reverse the message around it."""
 
 from __future__ import annotations
 
@@ -221,7 +205,9 @@ def cause_url(metric: str, window_minutes: int | None = None) -> str:
 
 
 def notification_key(alert: Alert, transition: str) -> str:
-    """One key per (alert, transition): a repeated evaluation cannot add a second message."""
+    """One key per (alert, transition): a repeated evaluation cannot add a second message.
+    The outbox sends it as the Idempotency-Key / Message-ID, so a receiver can drop a repeat;
+    a rule that fires again after resolving opens a new Alert, hence a new key."""
     return f"idemdash:alert:{alert.pk}:{transition}"
 
 
@@ -305,7 +291,9 @@ def _notify(alert: Alert, rule: AlertRule, transition: str, value: float | None 
 
 def fire(rule: AlertRule, value: float, now: datetime) -> Alert | None:
     """Open a firing alert for `rule` and enqueue its notification; None when the rule
-    already has a firing alert (another evaluator got there first)."""
+    already has a firing alert (another evaluator got there first): a partial unique index
+    allows one firing alert per rule, so of two evaluators that see the same breach at once,
+    one insert wins and the other gets an IntegrityError and does nothing."""
     with transaction.atomic():
         try:
             with transaction.atomic():

@@ -1,20 +1,12 @@
 """One pure function per chart: bucket rows in, a Plotly figure (plain JSON dict) out.
 
 The rows are `queries.receipt_series` / `flow_series` buckets: each has its `start`, `end`
-and whether it is `partial` (the current bucket, still filling). What every chart shows
-the same way:
-
-- counts are bars, one per bucket, and the bucket width is in the title and the y axis
-  ("requests per 5 min"); a line between two buckets would draw counts that never happened;
-- rates are lines in percent;
-- the current bucket is hatched and lighter, and its hover says "in progress"; rates leave
-  it out of the line (a few seconds of traffic make a rate that swings);
-- so is the first bucket when the window starts inside it (`cut`): it counts only from
-  the window's start, and its hover says from when;
-- hovering anywhere over a bucket shows its time range and every series' value
-  (hovermode "x unified"; the range is the first line, from an invisible trace);
-- a chart with nothing to show says why, on the chart.
-"""
+and whether it is `partial` (the current bucket, still filling). Every chart reads the same
+way (docs/dashboard.md, "How the charts read"): counts are bars, one per bucket, since a line
+between two buckets would draw counts that never happened; rates are lines in percent, which
+leave the current bucket out (a few seconds of traffic make a rate that swings); the current
+bucket, and a first bucket the window starts inside (`cut`), are hatched and lighter; a
+hover shows every series of a bucket; a chart with nothing to show says why, on the chart."""
 
 from __future__ import annotations
 

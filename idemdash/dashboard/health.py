@@ -1,27 +1,13 @@
 """Health at a glance: the overview's problem tiles coloured by a threshold on a rate or an
-age, each saying since when it has been in its state, and the first line that sums them up.
+age, each saying since when it has been in its state, and the first line that sums them up
+(docs/dashboard.md, "Health at a glance").
 
-A count says little on its own: 12 conflicts are nothing in 10,000 requests and a lot in 20,
-and one stuck row that the sweeper takes back in a minute is not an outage. So each check
-measures a **rate** (a share of the traffic in the last `IDEMDASH_HEALTH_WINDOW_MINUTES`)
-or an **age** (how long the oldest row has waited, right now) and compares it with two
-thresholds, warn and bad (`DEFAULT_THRESHOLDS`, overridable by
-`IDEMDASH_HEALTH_THRESHOLDS`, validated by `manage.py check`). A rate over fewer than
-`IDEMDASH_HEALTH_MIN_SAMPLE` rows is divided by that many instead: 1 failure in 2 requests
-does not read as 50%, while 5 dead messages of 5 still read as 25% (bad).
-
-The figures come from the same blocks as the tiles and the alert rules
-(`alerts.Measurements`, over the health window), so a check means what the tile shows.
-
-**Since when.** `observe()` measures every check and records a transition in `HealthState`
-when a check's state differs from the stored one: a conditional UPDATE (state differs, and
-the stored moment is older), or the first row's unique insert, so two observers write one
-change between them. The minute's alert schedule observes (`tasks.evaluate_alerts`), and so
-does every overview load, which measures the checks anyway; a page therefore reads "since"
-from one small table instead of scanning history, and an unchanged state writes nothing.
-"Since" is when the dashboard first saw the state, at most a minute after it began while
-the schedule runs.
-"""
+A count says little on its own: 12 conflicts are nothing in 10,000 requests and a lot in 20.
+So each check measures a **rate** (a share of the traffic in the last
+`IDEMDASH_HEALTH_WINDOW_MINUTES`) or an **age** (how long the oldest row has waited) and
+compares it with two thresholds, warn and bad (`DEFAULT_THRESHOLDS`). The figures come from
+the same blocks as the tiles and the alert rules (`alerts.Measurements`), so a check means
+what the tile shows."""
 
 from __future__ import annotations
 
@@ -49,7 +35,8 @@ DEFAULT_WINDOW_MINUTES = 15
 DEFAULT_MIN_SAMPLE = 20
 
 # check -> (warn, bad): percent for rates, seconds for ages; a value at or above a
-# threshold is in that state. docs/dashboard.md ("Health") explains each choice.
+# threshold is in that state. IDEMDASH_HEALTH_THRESHOLDS overrides them (validated by
+# `manage.py check`). docs/dashboard.md ("Health at a glance") explains each choice.
 DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
     "receipts.concurrent_duplicates": (25, 50),
     "receipts.mismatch_conflicts": (10, 25),
@@ -243,7 +230,8 @@ class Reading:
 
 
 def rate(part: int, sample: int) -> float:
-    """The share judged: over at least IDEMDASH_HEALTH_MIN_SAMPLE rows (see above)."""
+    """The share judged: over at least IDEMDASH_HEALTH_MIN_SAMPLE rows, so 1 failure in 2
+    requests does not read as 50%, while 5 dead messages of 5 still read as 25% (bad)."""
     return part / max(sample, min_sample()) if part else 0.0
 
 
@@ -298,6 +286,11 @@ def record(readings: list[Reading], now: datetime) -> None:
 
 
 def observe(now: datetime | None = None) -> list[Reading]:
+    """Measure every check and record its transitions (`record`). The minute's alert schedule
+    observes (`tasks.evaluate_alerts`), and so does every overview load, which measures the
+    checks anyway; a page therefore reads "since" from one small table instead of scanning
+    history. "Since" is when the dashboard first saw the state, at most a minute after it
+    began while the schedule runs."""
     now = now or timezone.now()
     readings = measure(now)
     record(readings, now)

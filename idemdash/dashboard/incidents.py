@@ -1,28 +1,11 @@
-"""Incidents: what operators do about an alert, and when they are told about it.
+"""Incidents: what operators do about an alert, and when they are told about it
+(docs/dashboard.md, "Incidents").
 
-An alert that fires opens its incident (firing). An operator may acknowledge it with a note
-(acknowledged): it is theirs now. It resolves with its alert (resolved). Notifications go out
-on transitions only, never on every evaluation (idemdash.dashboard.alerts enqueues them in the
-same transaction as the move, through the outbox):
-
-- **fired**: the alert fired and the incident opened;
-- **still failing**: an incident nobody has acknowledged has been found firing by
-  `IDEMDASH_INCIDENT_REMIND_EVERY` evaluations (default 30: half an hour at the one-minute
-  schedule), and again after as many more, up to `IDEMDASH_INCIDENT_REMINDERS` reminders
-  (default 2);
-- **exhausted**: after the last reminder, once more evaluations find it firing: no further
-  reminders will be sent until it recovers;
-- **recovered** (the alert's "resolved"): the condition cleared, acknowledged or not.
-
-Acknowledging stops the reminders, and is not itself notified: the operator who acknowledges
-is the one who would be told.
-
-Each move is a conditional UPDATE from the state it leaves, with a rowcount check: two
-evaluators that both count an evaluation may both add to `evaluations` (each evaluation
-counts), but only one of them moves `reminders_sent` from k-1 to k or sets `exhausted_at`,
-so each reminder is claimed, recorded and enqueued once; two operators acknowledging at once
-acknowledge once, and are audited once.
-"""
+An alert that fires opens its incident (firing); an operator may acknowledge it with a note
+(acknowledged); it resolves with its alert (resolved). Notifications go out on transitions
+only (fired, still failing, exhausted, recovered), never on every evaluation:
+idemdash.dashboard.alerts enqueues them through the outbox in the same transaction as the
+move. Each move is a conditional UPDATE from the state it leaves, with a rowcount check."""
 
 from __future__ import annotations
 
@@ -76,7 +59,14 @@ def open_for(alert: Alert, now: datetime) -> Incident:
 
 def count_evaluation(alert: Alert, now: datetime) -> str | None:
     """One more evaluation found `alert` firing. Returns the notification this made due and
-    claimed for the caller to send ("still_failing:<n>" or "exhausted"), or None."""
+    claimed for the caller to send ("still_failing:<n>" or "exhausted"), or None.
+
+    A reminder is due every `IDEMDASH_INCIDENT_REMIND_EVERY` evaluations (30: half an hour at
+    the one-minute schedule) of an incident nobody has acknowledged, up to
+    `IDEMDASH_INCIDENT_REMINDERS` (2); once more after the last, it is exhausted: no further
+    reminders until it recovers. Two evaluators may both add to `evaluations` (each evaluation
+    counts), but only one moves `reminders_sent` from n-1 to n or sets `exhausted_at`, so each
+    reminder is claimed, recorded and enqueued once."""
     every, most = remind_every(), reminders()
     Incident.objects.filter(pk=alert.pk, state__in=OPEN).update(evaluations=F("evaluations") + 1)
     row = Incident.objects.filter(pk=alert.pk, state=State.FIRING).values("reminders_sent").first()
@@ -108,7 +98,8 @@ ACKNOWLEDGED, ALREADY_ACKNOWLEDGED, ALREADY_RESOLVED = "acknowledged", "already 
 def acknowledge(incident: Incident, *, actor: str, note: str = "", user: Any = None) -> str:
     """firing → acknowledged, with the operator's note, audited; once however often it is
     asked for. Returns ACKNOWLEDGED, or why nothing changed (the incident is refreshed then,
-    so the caller can say by whom or when)."""
+    so the caller can say by whom or when). It stops the reminders and is not itself
+    notified: the operator who acknowledges is the one who would be told."""
     now = timezone.now()
     with transaction.atomic():
         moved = Incident.objects.filter(pk=incident.pk, state=State.FIRING).update(

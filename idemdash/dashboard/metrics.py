@@ -3,21 +3,10 @@
 A custom collector on a registry of its own (not the process-wide default one: a scrape
 reports the database's figures, which every web process serves alike, never this process's
 internals). It reads what the dashboard reads, never a scan of the logs at scrape time:
-
-- counters (`_total`): every claim, delivery, message and send attempt ever counted, from the
-  hourly roll-ups, the few minutes of log past their watermark, and what retention carried
-  away from them (`idemdash.core.rollup.HourlyRollup.totals`), so they only go up;
-- histograms (`_seconds`): how long claims, webhook handler runs and outbox sends took, from
-  the hourly duration roll-ups (`idemdash.core.attempts.DurationRollup.histogram`: buckets and
-  sum carried past retention as the counters are), so no bucket, sum or count goes down;
-- gauges: the state right now (stuck rows, the outbox's backlog and its age, failed receipts
-  and dead events and messages), each an indexed count.
-
-Names and units follow Prometheus' conventions: the `idemdash_` prefix, `_total` for counters,
-`_seconds` for durations and ages, labels only for small closed sets (outcome, kind, a
-rejection's cause): never a key, a scope, a user or a caller's text. docs/dashboard.md
-("Prometheus: GET /metrics") lists them.
-"""
+counters and histograms from the hourly roll-ups, carried past retention so they never go
+down, and gauges of the state right now, each an indexed count. Names and units follow
+Prometheus' conventions, with labels only for small closed sets: never a key, a scope, a
+user or a caller's text. docs/dashboard.md ("Prometheus: GET /metrics") lists them."""
 
 from __future__ import annotations
 
@@ -80,7 +69,9 @@ HISTOGRAMS: dict[str, DurationRollup] = {
 def histogram(name: str, rolled: DurationRollup, now: datetime) -> HistogramMetricFamily:
     """A duration roll-up as a Prometheus histogram in seconds: the roll-up's buckets made
     cumulative (a roll-up bucket holds durations below its bound: `le` is that bound), +Inf
-    the count, and the sum."""
+    the count, and the sum. From the hourly duration roll-ups
+    (`idemdash.core.attempts.DurationRollup.histogram`: buckets and sum carried past retention
+    as the counters are), so no bucket, sum or count goes down."""
     counts, total_ms = rolled.histogram(now)
     buckets, running = [], 0
     for i, bound in enumerate(rolled.bounds):
@@ -108,7 +99,13 @@ LABELS: dict[str, tuple[str, ...]] = {
 def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every counter's and gauge's samples now, (labels, value) by name: what a Prometheus
     scrape and an OpenTelemetry collection (idemdash/dashboard/otel_metrics.py) both report.
-    The histograms (HISTOGRAMS) are read apart, by `histogram`."""
+    The histograms (HISTOGRAMS) are read apart, by `histogram`.
+
+    Counters (`_total`) count every claim, delivery, message and send attempt ever: the
+    hourly roll-ups, the few minutes of log past their watermark, and what retention carried
+    away from them (`idemdash.core.rollup.HourlyRollup.totals`), so they only go up. Gauges
+    are the state right now (stuck rows, the outbox's backlog and its age, failed receipts and
+    dead events and messages), each an indexed count."""
     found: dict[str, list[tuple[dict[str, str], float]]] = {name: [] for name in HELP if name not in HISTOGRAMS}
     for (outcome,), n in sorted(receipt_rollups.ATTEMPTS.totals(now).items()):
         name = "idemdash_receipt_claims_total" if outcome in CLAIM_OUTCOMES else "idemdash_receipt_settles_total"

@@ -3,14 +3,8 @@ collector that takes OTLP instead of scraping Prometheus' text.
 
 The same figures (`idemdash/dashboard/metrics.py:figures`), as observable instruments on the
 `idemdash` meter: a counter for each `_total` and a gauge for the rest, named as Prometheus
-names them with dots (`idemdash_receipt_claims_total` is `idemdash.receipt.claims`). A
-collection reads the database once for all of them: the first callback of a collection
-reads, the others take that reading while it is fresh (SNAPSHOT_SECONDS).
-
-Registered at start-up when IDEMDASH_OTEL_METRICS is on (idemdash/dashboard/apps.py), on
-whatever meter provider the process has (`idemdash.core.tracing.configure`'s, or the
-host's); a provider set after registration still gets them (the API's proxy meter).
-"""
+names them with dots (`idemdash_receipt_claims_total` is `idemdash.receipt.claims`).
+Registered at start-up when IDEMDASH_OTEL_METRICS is on (idemdash/dashboard/apps.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +17,8 @@ from django.utils import timezone
 
 from idemdash.dashboard import metrics
 
+# A collection reads the database once for all the instruments: the first callback of a
+# collection reads, the others take that reading while it is this fresh.
 SNAPSHOT_SECONDS = 1.0
 
 _lock = threading.Lock()
@@ -53,7 +49,9 @@ def _callback(name: str) -> Callable[[Any], Iterable[Any]]:
 
 def register(meter: Any = None) -> list[Any]:
     """Create the instruments on `meter` (default: the global provider's `idemdash` meter);
-    once per process for the default meter."""
+    once per process for the default meter. On whatever meter provider the process has
+    (`idemdash.core.tracing.configure`'s, or the host's); a provider set after registration
+    still gets them (the API's proxy meter)."""
     from opentelemetry import metrics as otel_metrics
 
     default = meter is None

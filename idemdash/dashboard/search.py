@@ -1,32 +1,12 @@
 """Search and trace by business id: everything the log holds about one order, payment intent,
-charge or event id, whichever key it came under.
+charge or event id, whichever key it came under (docs/dashboard.md, "Pages").
 
-What an id matches (the same on every database):
-
-- a receipt by its key, or a value in its stored request or response;
-- a webhook event by its provider event id or dedupe key, or a value in its payload;
-- an outbox message by its key, or a value in its payload;
-- any of them by a reference it was given (idemdash/core/reference_rows.py: a value a handler
-  passed to `event.refer`, or a receipt's or message's `references`), exactly, whatever its kind.
-
-A key matches when the id is the whole key or one of its parts between separators
-(`KEY_SEPARATORS`: `shop:order-1234` is found by `shop:order-1234`, `order` and `1234`); a
-JSON document when the id is one of its string values, whole, at any depth, or, for an id of
-digits, one of its integers (Shopify's order ids are numbers). Substrings of values are not
-matched: an operator searches for an id, not for text.
-
-On PostgreSQL each table has a GIN index over exactly those terms (the migration
-idemdash/dashboard/migrations/0001_initial.py: `idemdash_search_terms`), so a
-search reads a few index pages at any size; every query runs under a time budget, past which
-the page says so instead of scanning on. SQLite reads each row's JSON with json_tree, and
-MySQL/MariaDB with JSON_SEARCH (string values; MariaDB's also integers, MySQL's not): correct,
-and slower with the size of the log.
-
-Each kind is found by one function of SOURCES, which returns Hits; `search` merges them by
-kind. References are one more function there (`_by_reference`): each kind's reference
-table, looked up on its value index on every database; the page and the trace show what it
-finds with the rest, "found in reference stripe.charge".
-"""
+An id matches a key when it is the whole key or one of its parts between separators
+(`KEY_SEPARATORS`), a JSON document (a stored request, response or payload) when it is one of
+its string values, whole, at any depth (or, for an id of digits, one of its integers), and
+any unit that was given it as a reference (`_by_reference`). Substrings are not matched: an
+operator searches for an id, not for text. Each kind is found by one function of SOURCES;
+`search` merges their Hits by kind."""
 
 from __future__ import annotations
 
@@ -219,7 +199,12 @@ def _mysql_clauses(table: str, spec: Searched, term: Term, params: list[Any]) ->
 
 
 def matching(kind: str, term: Term) -> QuerySet:
-    """The units of `kind` the term matches (unordered: the caller limits and orders)."""
+    """The units of `kind` the term matches (unordered: the caller limits and orders), the
+    same on every database. On PostgreSQL each table has a GIN index over exactly those terms
+    (the migration idemdash/dashboard/migrations/0001_initial.py: `idemdash_search_terms`), so
+    a search reads a few index pages at any size, under a time budget (BUDGET_MS). SQLite reads
+    each row's JSON with json_tree, and MySQL/MariaDB with JSON_SEARCH (string values;
+    MariaDB's also integers, MySQL's not): correct, and slower with the size of the log."""
     spec, model = SEARCHED[kind], KINDS[kind].model
     table = model._meta.db_table
     params: list[Any] = []

@@ -1,18 +1,13 @@
-"""`make demo`'s staged outages and its alert rule, so that a first run has something to repair.
+"""`make demo`'s staged outages and its alert rule, so that a first run has something to repair
+(docs/demo.md).
 
 - The Shopify `refunds/create` handler (idemdash.devtools.webhook_handlers) fails while the
-  `refunds` switch is on: its events retry, then go dead. An operator fixes the "bug" by
-  turning the switch off (admin: Demo switches, action "Fix"), then reprocesses the dead
-  events, which complete.
-- The alert rule `DEMO_RULE` fires on those dead events and resolves once they are
-  reprocessed.
-- A refund handled before the bug (`stage_sent_refund`): its event completed and its
-  confirmation email went out, so the confirmation of a reprocess (or a send again) lists
-  that email as already sent: the case where the preflight matters (docs/demo.md).
-
-The simulator stages the other two (a partner that refuses one path for a while, agents
-that crash holding long leases); they need nothing in the database.
-"""
+  `refunds` switch is on: its events retry, then go dead, until an operator turns the switch
+  off ("Fix") and reprocesses them. The alert rule `DEMO_RULE` fires on those dead events.
+- A refund handled before the bug (`stage_sent_refund`): its confirmation email went out, so
+  a reprocess's preflight lists that email as already sent.
+The simulator stages the other two outages (a partner that refuses one path for a while,
+agents that crash holding long leases); they need nothing in the database."""
 
 from __future__ import annotations
 

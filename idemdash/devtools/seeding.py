@@ -1,24 +1,12 @@
-"""Bulk loader: realistic receipts, attempts, webhook events and outbox messages at scale.
+"""Bulk loader: realistic receipts, attempts, webhook events and outbox messages at scale
+(docs/benchmarks.md, "The bulk loader").
 
 Used by `manage.py seed` (demo data, capacity tests) and by `make bench` (the dashboard at a
-million receipts, the purge of a million expired ones).
-
-Every seeded row is recognisable and nothing else is ever touched: keys start with
-`seed_`, scopes name `seed_` principals, webhook events belong to the `seed-*` endpoints.
-`delete_seeded()` removes exactly those rows.
-
+million receipts, the purge of a million expired ones). Every seeded row is recognisable and
+nothing else is ever touched: keys start with `seed_`, scopes name `seed_` principals,
+webhook events belong to the `seed-*` endpoints; `delete_seeded()` removes exactly those.
 Rows are generated in Python by one set of functions (one source of truth for the
-distributions) and written in batches: with PostgreSQL's COPY (ids reserved from the
-table's sequence up front, so child rows can point at their parents without a round trip
-per row), or with `bulk_create` on SQLite.
-
-The distributions, per receipt: timestamps spread over 30 days; 92% completed (a few
-with a stored 4xx), 5% failed (most retryable, some retried), 3% processing, of which most
-are stuck (lease long expired) and the rest live; ~10% already expired (as if the
-operations kept receipts for up to five weeks, so that a month is still in the log);
-attempts: the claim, the settle, replays for ~30% of keys (a few each), 409s for ~3%, 422
-mismatches (with the rejected request) for ~1%, lease takeovers for some stuck ones.
-"""
+distributions) and written in batches (`_Writer`)."""
 
 from __future__ import annotations
 
@@ -137,6 +125,12 @@ def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
 
 def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime,
                  *, total: int, expired_only: bool = False) -> _Rows:
+    """Receipt rows and their Attempt rows. Timestamps spread over 30 days; 92% completed (a
+    few with a stored 4xx), 5% failed (most retryable, some retried), 3% processing, of which
+    most are stuck (lease long expired) and the rest live; ~10% already expired (as if the
+    operations kept receipts for up to five weeks, so that a month is still in the log).
+    Attempts: the claim, the settle, replays for ~30% of keys (a few each), 409s for ~3%, 422
+    mismatches (with the rejected request) for ~1%, lease takeovers for some stuck ones."""
     rows = _Rows()
     for i in range(start, start + count):
         key = f"{PREFIX}{tag}_{i}"
@@ -336,7 +330,9 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
 
 
 class _Writer:
-    """Inserts dict rows of one model; returns their ids in order."""
+    """Inserts dict rows of one model; returns their ids in order. On PostgreSQL with COPY
+    (ids reserved from the table's sequence up front, so child rows can point at their
+    parents without a round trip per row), on SQLite with `bulk_create`."""
 
     def __init__(self) -> None:
         self.postgres = connection.vendor == "postgresql"

@@ -1,26 +1,12 @@
 """The traffic simulator behind `manage.py simulate`: a living demo of every retry path.
 
 It drives the real HTTP endpoints of a running idemdash, never the models, so what the
-dashboard and the admin show is what real callers would cause:
-
-- agents claiming keys through the JSON API (`idemdash_client.IdempotencyClient`): normal
-  runs and their repeats (replayed), retries after a client-side timeout while the first
-  attempt still runs (409), crashes mid-operation that leave a lease to lapse and be taken
-  over, a key reused with a changed request (422), failures retried (some twice);
-- agents that hang holding a long lease and wait for an operator: their receipts fill the
-  Stuck board, and the agent comes back for the key once it is released (or, bounded,
-  takes it over after `stall_give_up_seconds`);
-- Stripe and Shopify deliveries signed with the configured secrets, with retry storms (one
-  event delivered many times at once) and out-of-order redeliveries, and Shopify refunds,
-  whose demo handler fails while its demo switch is on (idemdash.devtools.demo);
-- outbox messages (`POST /api/v1/outbox`): `http.post` to a receiver this module runs on
-  127.0.0.1, which answers a share of posts 503 or slowly, and refuses one path (invoices)
-  with a permanent 403 for the first `receiver_refuse_seconds`, so those messages go dead
-  until an operator sends them again; and a few `email.send`.
-
-Only the credentials come from the database (`simulator_token`). Every request goes
-through `LocalOnlyTransport`, which refuses any host but this machine's loopback.
-"""
+dashboard and the admin show is what real callers would cause: agents on the JSON API
+(repeats, timeouts, crashes, reused keys, failures, hung agents), signed Stripe and Shopify
+deliveries with retry storms, and outbox messages to a `Receiver` it runs on 127.0.0.1
+(docs/demo.md, "The traffic simulator", lists each). Only the credentials come from the
+database (`simulator_token`). Every request goes through `LocalOnlyTransport`, which
+refuses any host but this machine's loopback."""
 
 from __future__ import annotations
 

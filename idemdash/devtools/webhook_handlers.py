@@ -2,15 +2,10 @@
 webhooks app's discovery of `webhook_handlers` modules): a host that registers its own
 handler for any of these event types starts cleanly, and writes no demo rows.
 
-- A Stripe payment is fulfilled once, a Shopify order recorded once. Each is idempotent on
-  the provider's object id by a unique insert, not by the event: Stripe announces one
-  payment with both checkout.session.completed and payment_intent.succeeded, and an
-  operator may reprocess an event.
-- The staged bug: Shopify refunds/create fails while the `refunds` demo switch is on
-  (idemdash.devtools.demo). With the switch off, or never set up, it succeeds, and enqueues
-  the refund's confirmation email in the outbox under a key of its own (one per refund),
-  so reprocessing a refund's event adds no second email; sending the message again does.
-"""
+A Stripe payment is fulfilled once, a Shopify order recorded once. Each is idempotent on
+the provider's object id by a unique insert (`_insert_once`), not by the event: Stripe
+announces one payment with both checkout.session.completed and payment_intent.succeeded,
+and an operator may reprocess an event."""
 
 from __future__ import annotations
 
@@ -82,6 +77,10 @@ def record_order(event: WebhookEvent) -> None:
 
 @webhook_handler("shopify", "refunds/create")
 def acknowledge_refund(event: WebhookEvent) -> None:
+    """The staged bug: fails while the `refunds` demo switch is on (idemdash.devtools.demo).
+    With the switch off, or never set up, it enqueues the refund's confirmation email under a
+    key of its own (one per refund), so reprocessing a refund's event adds no second email;
+    sending the message again does."""
     # The demo keeps no refund ledger: the customer's confirmation is the side effect.
     refund = event.payload
     event.refer("shopify.order", str(refund["order_id"]))  # kept even when the handler fails

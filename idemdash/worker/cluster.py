@@ -1,50 +1,13 @@
 """A django-q2 cluster that stops cleanly on SIGTERM, and that a process killed at any
-point cannot wedge.
+point cannot wedge (docs/operations.md, "Liveness").
 
-**Stopping.** A SIGTERM may reach only the main process (systemd's KillMode=mixed,
-`kill PID`) or every process of the cluster at once (KillMode=control-group,
-`kill -- -PGID`, most process supervisors). django-q2 alone hangs on the second: its
-sentinel process resets SIGTERM to the default action, and the worker, pusher and monitor
-processes that it forks inherit that. A SIGTERM to the whole group kills all of them on the
-spot, the task in flight included, while the main process, in its own handler, sets the
-stop event that the dead sentinel was waiting on. A multiprocessing Event.set waits for each
-waiter to acknowledge the wake-up, and a dead waiter never does: the main process waits
-forever. Here only the main process acts on SIGTERM, and the others ignore it. The main
-process sets the stop event, and the sentinel stops the cluster as django-q2 does on Ctrl-C
-(the pusher first, then a STOP queued behind the tasks already handed over, then the
-monitor, which acknowledges what the workers finished). It also raises a flag in memory
-shared with every process of the cluster, read without a lock, by which a long task (the
-outbox drain) ends at its next unit of work rather than running out its time. One exception
-keeps django-q2's timeout working: its guard sends SIGTERM to a worker whose task overran
-the timeout (the worker's timer reads 0), and that worker still dies.
-
-**A process killed.** The cluster's processes share two multiprocessing queues (tasks from
-the pusher to the workers, results from the workers to the monitor) and a lock per worker
-(its timer). A process killed while it holds one of their locks (an idle worker waits for
-its next task inside the task queue's get(), holding the queue's read lock) or while it
-writes a message into one of their pipes leaves that lock held for good, or the pipe
-half-written, and django-q2's answer, a new process in its place on the same queues, waits
-forever: nothing is processed again, SIGTERM never finishes, and the scheduler, which runs
-in the sentinel, keeps firing, so the cluster looks alive. So a process of the cluster that
-dies unasked (a worker, the monitor or the pusher, by a signal or a non-zero exit) is not
-replaced alone: the sentinel kills every process it started and exits with
-`LOST_A_PROCESS`, and the main process starts a new sentinel, with new queues and new
-processes, within a second or two (`Cluster.run`). A dead sentinel is handled the same way;
-its processes die with it (`_die_with_parent`). Work the killed processes held is taken
-over by its lease (docs/architecture.md, section 2); tasks they held but had not started
-are taken again by the ORM broker after its `retry`, and swept (events) or drained
-(messages) before that. What django-q2 replaces on purpose is still replaced in place: a
-worker that exited by itself after its recycle count or a timeout, and one its guard ended
-after a timeout. A cluster that loses its sentinel `RESTART_LIMIT` times within
-`RESTART_WINDOW` seconds (its database gone, say) exits non-zero, for its supervisor.
-
-**Liveness.** The sentinel also hands its workers a tick task every few seconds and the
-workers record when they take work (idemdash/worker/liveness.py).
+Only the main process acts on SIGTERM (`_on_sigterm`, `Cluster.stop`). A process of the
+cluster that dies unasked ends the sentinel and all its processes, and the main process
+starts them afresh on new queues (`Sentinel._lost`, `Cluster.run`).
 
 This relies on django-q2 internals (Sentinel's `start` argument, its `guard` loop, the
-`timer` on each worker process, Cluster's events and its start()); tests/idemdash/
-test_worker_cluster.py checks them and names the django-q2 version when they change.
-"""
+`timer` on each worker process, Cluster's events and its start()):
+tests/idemdash/test_worker_cluster.py checks them and names the django-q2 version when they change."""
 
 from __future__ import annotations
 
@@ -79,6 +42,15 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM outside the main process: ignored, but by a worker whose task overran
+    django-q2's timeout (its timer reads 0), which still dies, so the timeout keeps working.
+
+    django-q2's sentinel resets SIGTERM to the default action, and the worker, pusher and
+    monitor it forks inherit that. A SIGTERM to the whole group (KillMode=control-group,
+    `kill -- -PGID`) then kills them all on the spot, the task in flight included, while the
+    main process sets the stop event that the dead sentinel was waiting on. A multiprocessing
+    Event.set waits for each waiter to acknowledge the wake-up, and a dead waiter never does:
+    django-q2's main process waits forever."""
     # In the sentinel and in every process it forks. No logging and no locks: the signal
     # may land while this process holds the lock that they would take.
     timer = getattr(current_process(), "timer", None)  # django-q2 sets it on workers only
@@ -123,7 +95,9 @@ class Sentinel(django_q_cluster.Sentinel):
     def guard(self) -> None:
         """django-q2's guard loop, except that a process that died unasked ends the sentinel
         (`_lost`), that a worker's timer lock is never waited on for longer than a cycle
-        (a worker killed inside it would hold it for good), and the tick."""
+        (a worker killed inside it would hold it for good), and the tick. What django-q2
+        replaces on purpose is still replaced in place: a worker that exited by itself after
+        its recycle count or a timeout, and one the guard ended after a timeout."""
         name = humanize(self.cluster_id.hex) + f" [{self.queue_name()}]"
         logger.info("%s guarding cluster %s", current_process().name, name)
         self.start_event.set()
@@ -175,6 +149,19 @@ class Sentinel(django_q_cluster.Sentinel):
         self.task_queue.put(liveness.tick_package(humanize(self.cluster_id.hex)))
 
     def _lost(self, process: Any) -> None:
+        """End every process this sentinel started and exit with `LOST_A_PROCESS`, so that
+        the main process starts a new sentinel with new queues (`Cluster.run`).
+
+        The processes share two queues (tasks from the pusher to the workers, results from
+        the workers to the monitor) and a lock per worker (its timer). A process killed while
+        it holds one of their locks (an idle worker waits inside the task queue's get(),
+        holding its read lock), or while it writes into one of their pipes, leaves the lock
+        held or the pipe half-written for good. django-q2's answer, a new process on the same
+        queues, then waits forever: nothing is processed, SIGTERM never finishes, and the
+        scheduler, which runs in the sentinel, keeps firing, so the cluster looks alive.
+        Tasks the killed processes held but had not started are taken again by the ORM
+        broker after its `retry`, and swept (events) or drained (messages) before that; work
+        they had started is taken over by its lease (docs/architecture.md, section 2)."""
         logger.critical(
             "Q Cluster %s: its %s %s died (exit code %s) and may have left the queues it shares locked; "
             "starting all of its processes afresh",
@@ -249,6 +236,11 @@ class Cluster(django_q_cluster.Cluster):
         return 0
 
     def stop(self) -> bool:
+        # The main process, on SIGTERM. The sentinel then stops the cluster as django-q2 does
+        # on Ctrl-C (the pusher first, then a STOP queued behind the tasks already handed
+        # over, then the monitor, which acknowledges what the workers finished). The flag
+        # makes a long task (the outbox drain) end at its next unit of work rather than run
+        # out its time.
         self.stopping.value = True
         return super().stop()
 

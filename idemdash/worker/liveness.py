@@ -1,19 +1,10 @@
 """Whether a cluster takes work: its heartbeat row, the tick that keeps it fresh when no
 other task comes, and the verdict that `manage.py worker_health` and the dashboard give.
 
-- The sentinel writes the row when it starts its processes (`started`) and when the cluster
-  stops (`stopped`).
-- Each worker writes `took_work_at` when it starts a task (`_took_work`, on django-q2's
-  `pre_execute` signal), at most once a second per worker. The scheduler, which runs in the
-  sentinel, writes nothing here: a cluster whose workers are wedged keeps scheduling.
-- Every `WORKER_TICK_SECONDS` (5) the sentinel hands its own workers the tick task (`tick`),
-  straight into the cluster's task queue, not through the broker, so an idle cluster still
-  takes work and the apps' `TICKS` (the webhook sweep, a short outbox drain) run every few
-  seconds, finer than django-q2's schedules (a minute at best) and with the broker down.
-
-A cluster has stopped taking work when its `took_work_at` is older than
-`WORKER_STALE_SECONDS` (idemdash/worker/models.py:ClusterHeartbeat.state).
-"""
+Each worker writes `took_work_at` when it starts a task (`_took_work`). The scheduler, which
+runs in the sentinel, writes nothing here: a cluster whose workers are wedged keeps
+scheduling. A cluster has stopped taking work when its `took_work_at` is older than
+`WORKER_STALE_SECONDS` (idemdash/worker/models.py:ClusterHeartbeat.state)."""
 
 from __future__ import annotations
 
@@ -55,6 +46,7 @@ def started(cluster_id: uuid.UUID, name: str, pid: int, queue: str) -> None:
 
 
 def stopped(cluster_id: uuid.UUID) -> None:
+    """The sentinel has stopped the cluster."""
     try:
         ClusterHeartbeat.objects.filter(pk=cluster_id).update(stopped_at=timezone.now())
     except DatabaseError as exc:
@@ -62,8 +54,8 @@ def stopped(cluster_id: uuid.UUID) -> None:
 
 
 def _took_work(sender: Any = None, **kwargs: Any) -> None:
-    """django-q2's pre_execute, in a worker, before each task. Never raises: a failure here
-    would kill the worker."""
+    """django-q2's pre_execute, in a worker, before each task: `took_work_at`, at most once a
+    second per worker. Never raises: a failure here would kill the worker."""
     global _last_write
     if CLUSTER_ID is None or time.monotonic() - _last_write < 1:
         return
@@ -76,7 +68,10 @@ def _took_work(sender: Any = None, **kwargs: Any) -> None:
 
 def tick() -> dict[str, str]:
     """The task the sentinel hands its workers every WORKER_TICK_SECONDS: runs every app's
-    `schedules.TICKS` (dotted paths), each on its own, one line logged for a failure."""
+    `schedules.TICKS` (dotted paths), each on its own, one line logged for a failure. Put
+    straight into the cluster's task queue, not through the broker, so an idle cluster still
+    takes work and the TICKS (the webhook sweep, a short outbox drain) run every few seconds,
+    finer than django-q2's schedules (a minute at best) and with the broker down."""
     done = {}
     for path in declared_by_apps("schedules", "TICKS"):
         try:

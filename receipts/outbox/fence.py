@@ -1,28 +1,12 @@
-"""The fence around http.post: which addresses the workers may connect to.
+"""The fence around http.post: which addresses the workers may connect to (docs/outbox.md,
+"Where it may post").
 
 An API client chooses http.post's URL. Unfenced, any token holder could make the workers
-post to the machine itself, to the private network or to a cloud metadata service, and
-read the recorded error to tell an open port from a closed one. So:
-
-- With OUTBOX_HTTP_ALLOWED_HOSTS empty, any host may be the target, but only at public
-  addresses: loopback, private, link-local, shared (CGNAT), multicast, reserved,
-  documentation and unspecified addresses are refused, IPv4 and IPv6 alike, and an IPv6
-  address that carries an IPv4 one (IPv4-mapped, 6to4, NAT64) is judged by that IPv4.
-- With a list, only the hosts listed may be the target (http.post's validator), at any
-  address: an operator who lists `127.0.0.1` or an internal name means it.
-- Cloud metadata addresses are refused even for a listed host: nothing posts JSON there,
-  and a listed name whose DNS is subverted must not reach the instance's credentials.
-
-The check is on the address the socket connects to. The host is resolved once, every
-address it resolves to is checked (one refused address refuses the host), and the
-connection goes to a checked address, never to a second resolution's: a name that
-resolves to a public address for a check and to a private one for the connection (DNS
-rebinding) gets nowhere. The URL is unchanged, so the Host header, TLS SNI and certificate
-verification all still use the URL's host name; only the socket's address is pinned.
-
-A refusal raises Blocked before any connection is attempted, with a message that names
-the policy and nothing about the address or port.
-"""
+post to the machine itself, to the private network or to a cloud metadata service, and read
+the recorded error to tell an open port from a closed one. So an unlisted host may be reached
+only at public addresses, a host in OUTBOX_HTTP_ALLOWED_HOSTS at any but a metadata address
+(`check`), and the check is on the address the socket connects to (`FencedBackend`). A
+refusal raises Blocked before any connection, naming the policy and nothing about the address."""
 
 from __future__ import annotations
 
@@ -111,7 +95,15 @@ def allowed_hosts() -> frozenset[str]:
 
 
 def check(host: str, addresses: Iterable[IPAddress]) -> None:
-    """Raise Blocked unless `host` may be reached at every one of `addresses`."""
+    """Raise Blocked unless `host` may be reached at every one of `addresses`: one refused
+    address refuses the host.
+
+    With OUTBOX_HTTP_ALLOWED_HOSTS empty, any host, at public addresses only (`is_public`:
+    an IPv6 address that carries an IPv4 one is judged by that IPv4). With a list, only the
+    hosts listed (http.post's validator), at any address: an operator who lists `127.0.0.1`
+    or an internal name means it. Cloud metadata addresses are refused even for a listed
+    host: nothing posts JSON there, and a listed name whose DNS is subverted must not reach
+    the instance's credentials."""
     listed = host.lower() in allowed_hosts()
     for address in addresses:
         if is_metadata(address) or not (listed or is_public(address)):
@@ -126,7 +118,10 @@ def resolve(host: str, port: int) -> list[IPAddress]:
 
 class FencedBackend(httpcore.NetworkBackend):
     """httpcore's network backend with the fence in connect_tcp: resolve, check, connect to
-    a checked address."""
+    a checked address, never to a second resolution's, so a name that resolves to a public
+    address for the check and to a private one for the connection (DNS rebinding) gets
+    nowhere. The URL is unchanged, so the Host header, TLS SNI and certificate verification
+    still use its host name; only the socket's address is pinned."""
 
     def __init__(self) -> None:
         self._sockets = httpcore.SyncBackend()

@@ -3,16 +3,8 @@
 A pause is a row (models.OutboxPause). While it exists the drain claims none of the messages
 it covers: the claim itself leaves them out in SQL (`claimable`), on every database, so no
 drainer in any process sends them, whatever its batch or its task. New messages are still
-enqueued and wait (the backlog, `backlog`). Resuming deletes the row and asks the worker to
-drain the backlog at once rather than at the next scheduled drain.
-
-A message already claimed when the pause lands finishes its attempt: the pause stops claims,
-it does not cut a send in flight.
-
-Pausing what is paused, and resuming what is not, change nothing and write no audit entry:
-the unique (kind, target) insert and the conditional DELETE settle it, so two operators (or a
-double click) pausing at once write one row and one entry.
-"""
+enqueued and wait. A message already claimed when the pause lands finishes its attempt: the
+pause stops claims, it does not cut a send in flight."""
 
 from __future__ import annotations
 
@@ -77,7 +69,9 @@ def covered(pause: OutboxPause) -> QuerySet:
 
 
 def pause(kind: str, target: str, *, actor: str, user: Any = None, note: str = "") -> bool:
-    """Pause sending; False (and no audit entry) when it was paused already."""
+    """Pause sending; False (and no audit entry) when it was paused already. The unique
+    (kind, target) insert settles it, so two operators (or a double click) pausing at once
+    write one row and one entry."""
     kind, target = normalise(kind, target)
     note = (note or "").strip()[:500]
     try:
@@ -93,8 +87,9 @@ def pause(kind: str, target: str, *, actor: str, user: Any = None, note: str = "
 
 
 def resume(kind: str, target: str, *, actor: str, user: Any = None, note: str = "") -> bool:
-    """Resume sending and ask the worker to drain the backlog; False (and no audit entry)
-    when it was not paused."""
+    """Resume sending and ask the worker to drain the backlog at once rather than at the next
+    scheduled drain; False (and no audit entry) when it was not paused, settled by the
+    conditional DELETE."""
     kind, target = normalise(kind, target)
     with transaction.atomic():
         row = OutboxPause.objects.filter(kind=kind, target=target).first()

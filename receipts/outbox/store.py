@@ -4,13 +4,7 @@ hand-back, and the operator actions (send now, send again, release).
 Like receipts/store.py, every transition is a conditional UPDATE with a rowcount check.
 A claim bumps the message's fencing token; settling requires the token the drainer claimed
 with, so a drainer whose lease ran out (and whose message another drainer re-claimed)
-cannot write its result over the newer one.
-
-Claiming takes a batch in one short transaction. On PostgreSQL the candidate rows are
-locked with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent drainers take disjoint
-batches without waiting for each other; on SQLite the IMMEDIATE transaction holds the one
-write lock, so drainers claim one after another. Actions run outside any transaction.
-"""
+cannot write its result over the newer one. Actions run outside any transaction."""
 
 from __future__ import annotations
 
@@ -157,7 +151,12 @@ def claim_batch(
     idemdash's own, or old code beside new during a deployment), and each leaves the others'
     messages alone rather than failing them as unknown. Nor are messages whose action or
     destination host an operator paused (receipts/outbox/pauses.py): left out by the
-    statement that locks the candidates, and again by the UPDATE that claims them."""
+    statement that locks the candidates, and again by the UPDATE that claims them.
+
+    One short transaction. On PostgreSQL the candidate rows are locked with SELECT ... FOR
+    UPDATE SKIP LOCKED (`_lock_ids`), so concurrent drainers take disjoint batches without
+    waiting for each other; on SQLite the IMMEDIATE transaction holds the one write lock, so
+    drainers claim one after another."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     max_attempts = setting("OUTBOX_MAX_ATTEMPTS")

@@ -1,21 +1,13 @@
 """What runs under a claim now: `receipts.current()` (and `idemdash_client.current()`).
 
-Every front door that runs code under a claim sets it for as long as that code runs: the
-in-process API and its decorator (receipts/inprocess.py), both HTTP clients' run_once
-(idemdash_client/client.py, idemdash_client/aio.py) and the @idempotent view decorator
-(receipts/decorators.py). Code deep inside the step (a provider's SDK call three functions
-down) reads it without being handed anything, above all the `downstream_key` to send as the
-provider's Idempotency-Key.
-
-A ContextVar, so it holds in asyncio tasks the step starts and in threads started with a
-copy of its context (`contextvars.copy_context().run`, asyncio.to_thread, asgiref's
-sync_to_async), and never leaks into a neighbouring request, task or thread.
+Every front door that runs code under a claim sets it for as long as that code runs (the
+in-process API, both HTTP clients' run_once, the @idempotent view decorator), so code deep
+inside the step (a provider's SDK call three functions down) reads it without being handed
+anything, above all the `downstream_key` to send as the provider's Idempotency-Key.
 
 Here, in the client's distribution, and not in the receipts app: a worker without Django
 reads it under the client's run_once, and the receipts app sets and reads this same
-variable, so `receipts.current()` sees the client's claims and the client's `current()`
-sees the in-process API's.
-"""
+variable, so each side sees the other's claims."""
 
 from __future__ import annotations
 
@@ -54,6 +46,9 @@ class RunningClaim:
         self.references.refer(kind, value)
 
 
+# A ContextVar, so it holds in asyncio tasks the step starts and in threads started with a
+# copy of its context (`contextvars.copy_context().run`, asyncio.to_thread, asgiref's
+# sync_to_async), and never leaks into a neighbouring request, task or thread.
 _current: ContextVar[RunningClaim | None] = ContextVar("receipts_running_claim", default=None)
 
 

@@ -5,14 +5,8 @@ cause an outbox message records when it is enqueued while a unit runs.
     event.refer("stripe.charge", charge.id)                  # in a webhook handler
 
 A reference is (kind, value): `kind` a short token naming what the value is, `value` the id
-as the other system prints it. What runs now is the innermost `Cause` (a receipt's attempt, a
-webhook event's processing): `causing` makes one current for a block. References are kept in
-memory on it and written by whoever settles the unit, in the settle's own transaction
-(receipts/store.py, webhooks/processing.py), so they commit exactly when the outcome they
-describe does; an attempt that crashes, or loses its lease, leaves none.
-
-Imports no Django: `receipts.context` (which the HTTP client shares) builds on it.
-"""
+as the other system prints it. Imports no Django: `receipts.context` (which the HTTP client
+shares) builds on it."""
 
 from __future__ import annotations
 
@@ -88,7 +82,10 @@ def validate_all(references: Iterable[object]) -> list[tuple[str, str]]:
 
 @dataclass
 class References:
-    """The references one unit of work gathered while it ran, in order, without repeats."""
+    """The references one unit of work gathered while it ran, in order, without repeats. Kept
+    in memory and written by whoever settles the unit, in the settle's own transaction
+    (receipts/store.py, webhooks/processing.py), so they commit exactly when the outcome they
+    describe does; an attempt that crashes, or loses its lease, leaves none."""
 
     items: list[tuple[str, str]] = field(default_factory=list)
 
@@ -110,7 +107,8 @@ class References:
 @dataclass
 class Cause:
     """A unit of work running now: what an outbox message enqueued meanwhile records as its
-    cause, and where `refer` puts references."""
+    cause, and where `refer` puts references. What runs now is the innermost one (a
+    receipt's attempt, a webhook event's processing): `causing` makes one current for a block."""
 
     kind: str  # RECEIPT or WEBHOOK_EVENT
     id: int

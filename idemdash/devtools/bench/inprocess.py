@@ -1,35 +1,13 @@
 """`python -m idemdash.devtools.bench.inprocess`: the CPU each hot path costs in-process.
 
-`make bench` measures through gunicorn with a load generator, and scenario 4 also runs the
-worker on the same cores, so on a shared two-core machine its ratios move with whatever else
-runs. This measures the hot paths alone, in one process, through Django's test Client (URL
-resolver, middleware, view, database; no gunicorn, no worker, no network):
-
-- `bare`: the bench's unprotected insert (`/bench/insert/bare/`), the yardstick;
-- `claim`: the same insert under `@idempotent` with a fresh key;
-- `replay`: the same keys again, answered from their receipts;
-- `floor`: the insert with only what any protection claiming before it and completing after it
-  adds, a transaction and two trivial statements (`/bench/insert/floor/`);
-- `replay_ceiling`: one trivial statement and the insert's answer without the insert, the least
-  any replay from the database can cost (`/bench/replay/ceiling/`);
-- `delivery`: a signed Stripe delivery of a new event (verified, stored with its task);
-- `duplicate`: a delivery of an event already stored.
-
-And then the in-process API (idemdash/devtools/bench/cputime.py:measure_run_once).
-
-`--breakdown` measures instead where the CPU of a protected request with a fresh key goes
-in this process beside the bare insert: the view's own
-insert, the claim, the completion and the COMMIT (each function
-wrapped, at the module attribute it is called through, by a process-time counter), and
-the rest (Django's request handling and the decorator's own logic).
-
-The figure is the median, over rounds, of `time.process_time()` per request, and each path's
-ratio to `bare` measured in the same run; then the same for the database server's process
-that serves this connection (its CPU from /proc, in nanoseconds from its schedstat, else in
-clock ticks from its stat, when it runs on this machine), and for the
-two together, which is what a request costs a machine running both. To compare two checkouts, run each alternately
-against its own database (docs/benchmarks/2026-11-24-issue-13-before-after.md).
-"""
+Each path (bare, claim, replay, floor, replay_ceiling, delivery, duplicate: see PATHS) runs
+through Django's test Client in one process, with no gunicorn, worker or network, so its
+ratios move less than `make bench`'s on a shared machine. Printed: the median over rounds of
+the CPU per request and its ratio to `bare`, for this process, for the database server's
+process serving it (when on this machine), and for the two together; then the in-process API
+(idemdash/devtools/bench/cputime.py:measure_run_once). `--breakdown` shows instead where a
+protected request's CPU goes. To compare two checkouts, run each alternately against its own
+database (docs/benchmarks/2026-11-24-issue-13-before-after.md)."""
 
 from __future__ import annotations
 
@@ -50,6 +28,14 @@ from typing import Any
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
+# bare: the bench's unprotected insert (/bench/insert/bare/), the yardstick; claim: the same
+# insert under @idempotent with a fresh key; replay: the same keys again, answered from their
+# receipts; floor: the insert with only what any protection claiming before it and completing
+# after it adds, a transaction and two trivial statements (/bench/insert/floor/);
+# replay_ceiling: one trivial statement and the insert's answer without the insert, the least
+# any replay from the database can cost (/bench/replay/ceiling/); delivery: a signed Stripe
+# delivery of a new event (verified, stored with its task); duplicate: a delivery of an event
+# already stored.
 PATHS = ("bare", "claim", "replay", "floor", "replay_ceiling", "delivery", "duplicate")
 
 
@@ -72,7 +58,7 @@ def _inserter(client: Any) -> Callable[..., None]:
 def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     """Median CPU µs per request of each path in PATHS: of this process ("web"), of the
     database server's process serving its connection ("db", absent when that is not on this
-    machine), and of both ("both")."""
+    machine), and of both ("both"). This process's CPU is `time.process_time()`."""
     from django.test import Client
 
     from idemdash.devtools.bench.runner import BENCH_ENDPOINT, bench_webhook_endpoint, stripe_delivery
@@ -168,7 +154,10 @@ def _counting(spent: dict[str, float]) -> Iterator[None]:
 
 def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     """Median CPU µs per request, in this process, of each path in BREAKDOWN_PATHS with fresh
-    keys: "total", each of PARTS that it called, and "rest" (what is left of the total)."""
+    keys: "total", each of PARTS that it called, and "rest" (what is left of the total: Django's
+    request handling and the decorator's own logic). Each part (the view's insert, the claim,
+    the completion, the COMMIT) is a function wrapped, at the module attribute it is called
+    through, by a process-time counter."""
     from django.test import Client
 
     insert = _inserter(Client())
@@ -194,7 +183,8 @@ def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
 def database_process_cpu() -> Callable[[], float] | None:
     """A reader of the CPU seconds spent so far by the PostgreSQL process serving this
-    connection, or None when that process is not on this machine (or not readable)."""
+    connection, or None when that process is not on this machine (or not readable): from
+    /proc, in nanoseconds from its schedstat, else in clock ticks from its stat."""
     from django.db import connection
 
     with connection.cursor() as c:

@@ -1,23 +1,12 @@
 """Scenario 13's prototype: receipts past one table (docs/architecture.md, "Past one table").
 
 A unique index on a time-partitioned PostgreSQL table must include the partition key, so
-partitioning the receipts by day could not keep one receipt per (scope, key). The design
-splits the receipt in three, in a schema of its own (SCHEMA), with raw SQL:
-
-- `claims`: hash-partitioned by (scope, key), PRIMARY KEY (scope, key). The partition key
-  is the primary key, so uniqueness holds across partitions. It holds the claim state only
-  (status, fencing token, fingerprint, lease, expiry, and the day of the attempt's rows);
-- `attempts` and `bodies`: range-partitioned by day (created_at), no unique index across
-  days, found from a claim by (scope, key, day); retention drops a day's partition whole.
-
-A claim is one statement (one transaction): INSERT ... ON CONFLICT DO NOTHING RETURNING into
-`claims`, and, only for the row it inserted, the attempt and body rows into today's
-partitions. `claims_single`, `attempts_single` and `bodies_single` are the same tables
-unpartitioned, so that the scenario can tell what partitioning itself costs.
-
-The load runs in OS processes (`Racers`), each with its own connection, started at the same
-instant; the product's own claim (receipts.store.claim) runs in the same processes.
-"""
+the design splits the receipt in three, in a schema of its own (SCHEMA), with raw SQL
+(`create`): `claims`, hash-partitioned by its primary key (scope, key), so uniqueness holds
+across partitions; `attempts` and `bodies`, range-partitioned by day, so retention drops a
+day's partition whole. `claims_single`, `attempts_single` and `bodies_single` are the same
+tables unpartitioned, so that the scenario can tell what partitioning itself costs. The load
+runs in OS processes (`Racers`), beside the product's own claim (receipts.store.claim)."""
 
 from __future__ import annotations
 
@@ -44,7 +33,10 @@ def days_back(today: date, n: int = DAYS) -> list[date]:
 
 def create(conn: psycopg.Connection, today: date, schema: str = SCHEMA) -> None:
     """(Re)create the schema: the partitioned tables with a partition per day of
-    `days_back(today)` and their unpartitioned twins."""
+    `days_back(today)` and their unpartitioned twins. `claims` holds the claim state only
+    (status, fencing token, fingerprint, lease, expiry, and the day of the attempt's rows);
+    `attempts` and `bodies` have no unique index across days and are found from a claim by
+    (scope, key, day)."""
     s = sql.Identifier(schema)
     with conn.transaction():
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
@@ -127,8 +119,8 @@ def claim_sql(suffix: str = "", schema: str = SCHEMA) -> sql.Composed:
     rows (today's partitions, routed by created_at). Parameters: scope, key, fingerprint,
     lease seconds, expiry seconds, request (JSON text), now. Returns the fencing token, or no
     row when the key was already claimed. Commits without waiting for its WAL flush, as the
-    product's claim does outside a caller's transaction (receipts/pg.py explains why that is
-    safe), so both are measured alike."""
+    product's claim does outside a caller's transaction (docs/receipt-store.md explains why
+    that is safe), so both are measured alike."""
     t = {name: sql.Identifier(schema, f"{name}{suffix}") for name in ("claims", "attempts", "bodies")}
     return sql.SQL("""
         WITH arg AS (

@@ -6,9 +6,6 @@ that finished replay their stored results; only the unfinished step runs.
 
     IDEMDASH_URL=http://127.0.0.1:8000 IDEMDASH_TOKEN=idem_... \\
         python -m idemdash.devtools.examples.agent_workflow spring-launch "rust consultancies in Lyon"
-
-The three side effects are stand-ins (a real agent would call a search API, an enrichment
-API and an email provider); the receipts around them are the real thing.
 """
 
 from __future__ import annotations
@@ -22,7 +19,9 @@ from idemdash_client import IdempotencyClient, make_key
 
 
 class Steps:
-    """The side effects. Subclass to plug in real services (the tests count calls here)."""
+    """The side effects: stand-ins (a real agent would call a search API, an enrichment API
+    and an email provider); the receipts around them are the real thing. Subclass to plug in
+    real services (the tests count calls here)."""
 
     def source_lead(self, query: str) -> dict[str, Any]:
         lead_id = hashlib.sha256(query.encode()).hexdigest()[:12]

@@ -1,26 +1,11 @@
 """`make soak`: exactly once under faults, for as long as you let it run (bounded, loopback only).
 
-Two web instances (gunicorn, 2 sync workers each) and two workers (django-q2 clusters) serve
-the soak's protected views (idemdash/devtools/soak/views.py) on PostgreSQL. Client threads
-drive, for the whole run:
-
-- claims of fresh keys, each retried by its client until it gets its answer, as a real caller
-  retries after a reset connection or a 5xx; half of them enqueueing an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key);
-- replays of keys already answered (which must never run the view again);
-- Stripe-signed webhook deliveries, new events and redeliveries, retried until a 2xx.
-
-Meanwhile a fault thread, on a schedule, SIGKILLs a random web worker (mid-request under this
-load: mid-claim, mid-view or mid-commit), SIGKILLs a random process of a worker cluster
-(mid-task), and terminates a random database backend of the soak's database
-(pg_terminate_backend). When the time is up, faults and load stop, and the soak waits for
-everything to settle (leases lapse, the sweeps requeue, the outbox drains).
-
-Then it counts, from the database and the receiver: per key, the view's effect rows; per
-event, the handler's; per outbox message, the receiver's accepted posts. A double is a key or
-event with more than one effect; a loss is an answered key, an accepted delivery or a committed
-message with none. It writes the raw per-key counts (effects.csv) and a summary (summary.json,
-summary.md) under var/soak/<timestamp>/, and exits 1 if it found a double or a loss.
-"""
+Two web instances and two worker clusters serve the soak's protected views
+(idemdash/devtools/soak/views.py) on PostgreSQL, while client threads (`Driver`) claim,
+replay and deliver webhooks, each retried until answered, and a fault thread (`faults`)
+SIGKILLs web workers and cluster processes and terminates database backends. Then it waits
+for everything to settle and counts the effects per key, event and outbox message
+(`findings`): it exits 1 on a double or a loss (docs/benchmarks.md, "The soak")."""
 
 from __future__ import annotations
 
@@ -84,6 +69,12 @@ def stripe_delivery(secret: str, event_id: str) -> tuple[bytes, dict[str, str]]:
 
 
 class Driver:
+    """The clients' traffic: claims of fresh keys, each retried by its client until it gets its
+    answer, as a real caller retries after a reset connection or a 5xx, half of them enqueueing
+    an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key); replays
+    of keys already answered (which must never run the view again); Stripe-signed webhook
+    deliveries, new events and redeliveries, retried until a 2xx."""
+
     def __init__(self, bases: list[str], secret: str, run_id: str, deadline: float, tally: Tally, seed: int) -> None:
         self.bases, self.secret, self.run_id, self.deadline, self.tally = bases, secret, run_id, deadline, tally
         self.rng = random.Random(seed)
@@ -243,6 +234,8 @@ def _settled(run_id: str) -> bool:
 
 
 def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: float | None, out: Path) -> dict:
+    """Count the run's effects from the database and the receiver, and write the raw per-key
+    counts (effects.csv) and a summary (summary.json, summary.md) into `out`."""
     from receipts.outbox.models import OutboxMessage
 
     from idemdash.devtools.soak.views import outbox_key
@@ -293,7 +286,9 @@ def findings(
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """The doubles and the losses, by kind, from the effects counted per key (views: key ->
     the view's rows; events: event id -> the handler's rows; accepted: outbox key -> the
-    receiver's accepted posts) against what the clients were answered."""
+    receiver's accepted posts) against what the clients were answered. A double is a key or
+    event with more than one effect; a loss is an answered key, an accepted delivery or a
+    committed message with none."""
     doubles = {
         "view effects": sorted(k for k, n in views.items() if n > 1),
         "handler effects": sorted(k for k, n in events.items() if n > 1),
