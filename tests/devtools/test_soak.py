@@ -56,3 +56,22 @@ def test_the_soak_refuses_a_database_it_cannot_fault(monkeypatch):
 def test_the_soak_is_bounded(monkeypatch):
     with pytest.raises(SystemExit):
         run.main(["--seconds", "100000"])
+
+
+def test_a_clean_run_has_no_failures():
+    tally = _tally()
+    tally.requests.update({"claim: 201": 2, "claim: 503": 1, "claim: connection error": 3, "delivery: 200": 2})
+    assert run.failures(tally) == []
+
+
+def test_a_500_fails_the_run_and_so_does_a_run_that_answered_nothing():
+    tally = _tally()
+    tally.requests.update({"claim: 201": 2, "delivery: 500": 4})
+    assert run.failures(tally) == ["delivery: 4 answered 500"]
+    # What a soak against a database migrated by another chain saw: only 500s, so nothing
+    # answered, no double and no loss among the answered keys, and yet a broken service.
+    broken = run.Tally()
+    broken.requests.update({"claim: 500": 240, "delivery: 500": 126})
+    assert run.failures(broken) == [
+        "claim: 240 answered 500", "delivery: 126 answered 500", "no claim was answered", "no delivery was accepted",
+    ]

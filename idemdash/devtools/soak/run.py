@@ -262,6 +262,7 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
         writer.writeheader()
         writer.writerows(rows)
     doubles, lost = findings(tally, views, events, messages, accepted)
+    broken = failures(tally)
     effects_per_key = Counter(views[k] for k in tally.answered)
     summary = {
         "run_id": run_id, "seconds": round(seconds, 1), "requests": dict(sorted(tally.requests.items())),
@@ -273,7 +274,7 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
                      "repeated_keys_absorbed": receiver.counts["repeats"]},
         "effects_per_answered_key": {str(k): v for k, v in sorted(effects_per_key.items())},
         "doubles": {k: len(v) for k, v in doubles.items()}, "lost": {k: len(v) for k, v in lost.items()},
-        "double_keys": doubles, "lost_keys": lost,
+        "double_keys": doubles, "lost_keys": lost, "failures": broken,
         "seconds_to_recover": None if recovered is None else round(recovered, 1),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -302,6 +303,19 @@ def findings(
     return doubles, lost
 
 
+def failures(tally: Tally) -> list[str]:
+    """What makes a run fail besides a double or a loss: a 500 (a fault gives a connection
+    error or a 503, never a 500: the contract), and a run in which no key or no event got its
+    answer, which proves nothing (a soak against a broken schema answered only 500s)."""
+    found = [f"{what.removesuffix(': 500')}: {n} answered 500" for what, n in sorted(tally.requests.items())
+             if what.endswith(": 500")]
+    if not tally.answered:
+        found.append("no claim was answered")
+    if not tally.delivered:
+        found.append("no delivery was accepted")
+    return found
+
+
 def markdown(s: dict) -> str:
     lines = [
         f"# Soak {s['run_id']}: {s['seconds']:.0f} s", "",
@@ -311,7 +325,7 @@ def markdown(s: dict) -> str:
         f"{s['effects_per_answered_key']}",
         f"- events delivered {s['events_delivered']}, not delivered {s['events_not_delivered']}",
         f"- outbox messages {s['outbox_messages']}; receiver {s['receiver']}",
-        f"- doubles: {s['doubles']}", f"- lost: {s['lost']}",
+        f"- doubles: {s['doubles']}", f"- lost: {s['lost']}", f"- failures: {s['failures'] or 'none'}",
         f"- seconds to recover after the last fault: {s['seconds_to_recover']}",
     ]
     return "\n".join(lines) + "\n"
@@ -403,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             process.stop()
         receiver.stop()
     print((out / "summary.md").read_text(), flush=True)
-    failed = sum(summary["doubles"].values()) + sum(summary["lost"].values()) + (recovered is None)
+    failed = (sum(summary["doubles"].values()) + sum(summary["lost"].values()) + len(summary["failures"])
+              + (recovered is None))
     return 1 if failed else 0
 
 
