@@ -157,6 +157,40 @@ def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]
     ]
 
 
+# Our apps, by label: their migrations are one `0001_initial` each since the chains were
+# squashed (nothing had been released).
+OUR_APPS = ("receipts", "outbox", "webhooks", "idemdash", "idemdash_worker", "devtools", "bench")
+
+
+@register(Tags.database)
+def migrations_that_no_longer_exist(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
+    """A database that recorded migrations of our apps which are not on disk was migrated by the
+    chains squashed before the first release: `migrate` would take its old tables for the new
+    ones and every request would fail on a column. Said once, here, instead."""
+    from django.db import DatabaseError, connections
+    from django.db.migrations.loader import MigrationLoader
+
+    ours = {config.label for config in apps.get_app_configs()} & set(OUR_APPS)
+    errors = []
+    for alias in databases or []:
+        try:
+            loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+        except DatabaseError:
+            continue  # a database that does not answer is said elsewhere, and by migrate itself
+        gone = sorted(f"{app}.{name}" for app, name in loader.applied_migrations or {}
+                      if app in ours and (app, name) not in loader.disk_migrations)
+        if gone:
+            errors.append(Error(
+                f"The database {alias!r} was migrated by migrations that no longer exist "
+                f"({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): its tables are of an "
+                "earlier schema.",
+                hint="idemdash's migrations were squashed before its first release; drop and recreate this "
+                "database (for the embedded default, delete var/idemdash.sqlite3), then migrate.",
+                id="receipts.E018",
+            ))
+    return errors
+
+
 @register()
 def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Each RECEIPTS_OPERATIONS entry: a TTL of 0, a negative one or a string would make every

@@ -24,6 +24,7 @@ from receipts.checks import (
     compaction_windows,
     idempotent_on_async_dispatch,
     idempotent_on_drf_dispatch,
+    migrations_that_no_longer_exist,
     mysql_atomic_requests,
     mysql_read_committed,
     operation_policies,
@@ -275,3 +276,18 @@ def test_manage_py_check_refuses_a_compaction_window_as_long_as_the_ttl(settings
     with pytest.raises(SystemCheckError, match=r"receipts\.E017") as caught:
         call_command("check")
     assert "compact_after_seconds" in str(caught.value) and "receipts.E006" not in str(caught.value)
+
+
+@pytest.mark.django_db
+def test_a_database_migrated_by_a_chain_that_no_longer_exists_fails_the_check_once():
+    from django.db.migrations.recorder import MigrationRecorder
+
+    assert migrations_that_no_longer_exist(databases=["default"]) == []
+    # What a database migrated before the squash holds: 0001_initial, which exists again, and
+    # the rest of the old chain, which does not.
+    MigrationRecorder(connection).record_applied("receipts", "0019_archived_compacted_at")
+    MigrationRecorder(connection).record_applied("django_q", "0099_not_ours")  # another app's: not our business
+    (error,) = migrations_that_no_longer_exist(databases=["default"])
+    assert error.id == "receipts.E018" and "receipts.0019_archived_compacted_at" in error.msg
+    assert "django_q" not in error.msg and "drop and recreate" in error.hint
+

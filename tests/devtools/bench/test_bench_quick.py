@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
@@ -58,13 +57,9 @@ FIGURES = {
 # Every scenario at quick sizes on a two-core machine shared with the rest of the suite: about
 # four minutes; bounded well above it.
 @pytest.mark.timeout(600)
-def test_the_quick_bench_measures_every_figure(tmp_path: Path):
+def test_the_quick_bench_measures_every_figure(tmp_path: Path, database_of_its_own):
     db = settings.DATABASES["default"]
-    suffix = settings.TEST_DB_SUFFIX
-    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
-        path=f"/idemdash_bench_test{'_' + suffix if suffix else ''}"
-    ))
-    env = {**os.environ, "DATABASE_URL": url}
+    env = {**os.environ, "DATABASE_URL": database_of_its_own("idemdash_bench_test")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     assert db["ENGINE"].endswith("postgresql")
     done = subprocess.run(

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
@@ -20,12 +19,8 @@ from idemdash.devtools.bench.inprocess import BREAKDOWN_PATHS, PATHS
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
-def _inprocess(*options: str) -> list[str]:
-    """The tool's output lines, run on a database of its own beside the suite's."""
-    suffix = settings.TEST_DB_SUFFIX
-    url = urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(
-        path=f"/idemdash_inprocess_test{'_' + suffix if suffix else ''}"
-    ))
+def _inprocess(url: str, *options: str) -> list[str]:
+    """The tool's output lines, run on the database at `url`, beside the suite's."""
     env = {**os.environ, "DATABASE_URL": url}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(
@@ -37,8 +32,8 @@ def _inprocess(*options: str) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
-def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
-    line, db, both, run_once = _inprocess()[-4:]
+def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert(database_of_its_own):
+    line, db, both, run_once = _inprocess(database_of_its_own("idemdash_inprocess_test"))[-4:]
     assert line.startswith("t CPU per request, median of 2 rounds: ")
     figures = dict(re.findall(r"(\w+) (\d+) µs", line))
     assert set(figures) == set(PATHS) and all(int(us) > 0 for us in figures.values())
@@ -60,8 +55,8 @@ def test_every_hot_path_gets_its_cpu_and_its_ratio_to_the_bare_insert():
     assert len(re.findall(r"\(\d+\.\d\dx insert\)", run_once)) == len(RUN_ONCE_PATHS) - 1
 
 
-def test_the_breakdown_parts_each_protected_requests_cpu_and_leaves_the_bare_insert_its_own():
-    lines = _inprocess("--breakdown")[-len(BREAKDOWN_PATHS):]
+def test_the_breakdown_parts_each_protected_requests_cpu_and_leaves_the_bare_insert_its_own(database_of_its_own):
+    lines = _inprocess(database_of_its_own("idemdash_inprocess_test"), "--breakdown")[-len(BREAKDOWN_PATHS):]
     parts = {}
     for path, line in zip(BREAKDOWN_PATHS, lines, strict=True):
         assert line.startswith(f"t {path}, CPU per request in this process, median of 2 rounds: ")
