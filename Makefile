@@ -39,8 +39,10 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	|| $(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# The Python client's distribution (clients/python), which idemdash depends on, in the
-	@# same command: pip takes it from the folder instead of looking for it on an index.
-	$(BIN)/python -m pip install --quiet -e clients/python -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
+	@# same command: pip takes it from the folder instead of looking for it on an index. Not
+	@# compiled to bytecode here (a third of the install's time): a module is compiled when
+	@# first imported, and most of the dependencies' modules never are.
+	$(BIN)/python -m pip install --quiet --no-compile -e clients/python -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
