@@ -3,7 +3,7 @@
 The in-process API is exported here: `receipts.run_once`, `receipts.arun_once`,
 `receipts.once` (receipts/inprocess.py), `receipts.current()` and the errors they share with
 the HTTP clients. current() and the errors are the client distribution's own objects
-(idemdash_client.context, idemdash_client.errors): one `except KeyMismatch` serves a step
+(idemdash_client.context, idemdash_client.errors): one `except IdempotencyKeyReused` serves a step
 over HTTP and in process, and current() sees a claim whichever front door made it. The ones
 that need the models are imported on first use (PEP 562), not with the package: Django
 imports this package while it loads the apps, before any model can be.
@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 from idemdash_client.context import RunningClaim, current
-from idemdash_client.errors import InProgress, KeyMismatch, LeaseLost, OutcomeUnknown, PreviousFailure, ReceiptCompacted
+from idemdash_client.errors import IdempotencyKeyReused, OutcomeUnknown, PreviousFailure, ReceiptCompacted, RequestInProgress, StaleToken
 
 _LAZY = {
     "run_once": "receipts.inprocess",
@@ -27,9 +27,9 @@ _LAZY = {
 __all__ = [
     "RunningClaim",
     "current",
-    "InProgress",
-    "KeyMismatch",
-    "LeaseLost",
+    "RequestInProgress",
+    "IdempotencyKeyReused",
+    "StaleToken",
     "OutcomeUnknown",
     "PreviousFailure",
     "ReceiptCompacted",

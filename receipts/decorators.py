@@ -43,7 +43,7 @@ from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem, problem_body
 from idemdash_client import context
 from idemdash_client.references import References
-from receipts import renewal, responses, store
+from receipts import responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
@@ -632,7 +632,7 @@ def _run(
     savepoint inside the request's), so a failure rolls back the view's writes alone and is
     stored beside the claim.
 
-    While the view runs, its lease is renewed every third of it (receipts/renewal.py), so a
+    While the view runs, its lease is renewed every third of it (receipts/store.py:kept), so a
     slow view keeps its key; if the lease was lost anyway (an operator released it, or a
     renewal could not get through), completing raises StaleToken and the view's own writes
     roll back, so a slow first attempt and the attempt that took over never both commit a
@@ -651,7 +651,7 @@ def _run(
             # The view runs where the generator yields; receipts.current() gives it the claim
             # (for an async view, asgiref carries the step's context over to the view).
             with (
-                contextlib.nullcontext() if claim_uncommitted else renewal.kept(scope, key, token, lease),
+                contextlib.nullcontext() if claim_uncommitted else store.kept(scope, key, token, lease),
                 context.running(claimed),
             ):
                 response = _rendered(request, (yield), args, kwargs)  # the view runs here

@@ -29,14 +29,14 @@ from idemdash_client.client import patience
 from idemdash_client.references import References
 from idemdash_client.errors import (
     IdempotencyError,
-    InProgress,
-    KeyMismatch,
-    LeaseLost,
+    RequestInProgress,
+    IdempotencyKeyReused,
+    StaleToken,
     OutcomeUnknown,
     PreviousFailure,
     ReceiptCompacted,
 )
-from receipts import api, renewal, responses, store
+from receipts import api, responses, store
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 
@@ -71,16 +71,16 @@ def run_once(
 ) -> Any:
     """Run fn(*args, **kwargs) once for (scope, key) and return its result; a repeat returns
     the stored result. `request` is what the key stands for (fingerprinted: reusing the key
-    for another request raises KeyMismatch). fn's result must be JSON, or what `encoder`
+    for another request raises IdempotencyKeyReused). fn's result must be JSON, or what `encoder`
     makes JSON; a replay returns the JSON as stored (a DjangoJSONEncoder's Decimal comes
     back as its string).
 
     If fn raises, the receipt fails as the operation's policy says (RECEIPTS_OPERATIONS
     `on_failure`: retried by the next call, or burned: PreviousFailure) and the error is
     raised again. While another caller runs the key this waits for its result, then raises
-    InProgress. A repeat after the operation's compaction window (`compact_after_seconds`,
+    RequestInProgress. A repeat after the operation's compaction window (`compact_after_seconds`,
     receipts/compaction.py) raises ReceiptCompacted: fn ran, its stored result was dropped,
-    and fn is not run again. While fn runs, its lease is renewed (receipts/renewal.py) and
+    and fn is not run again. While fn runs, its lease is renewed (receipts/store.py:kept) and
     receipts.current() gives the claim and its downstream key."""
     fingerprint = _check(key, operation, scope, request, encoder)
     if iscoroutinefunction(fn):
@@ -94,7 +94,7 @@ def run_once(
     # from another connection would wait on its row (as the view decorator's under
     # ATOMIC_REQUESTS), so it is not kept.
     uncommitted = transaction.get_connection().in_atomic_block
-    keep = contextlib.nullcontext() if uncommitted else renewal.kept(scope, key, token, _lease(result))
+    keep = contextlib.nullcontext() if uncommitted else store.kept(scope, key, token, _lease(result))
     claimed = running_claim(result.receipt, token)
     try:
         with keep, context.running(claimed):
@@ -140,7 +140,7 @@ async def arun_once(
     assert token is not None
     claimed = running_claim(result.receipt, token)
     try:
-        with renewal.kept(scope, key, token, _lease(result)), context.running(claimed):
+        with store.kept(scope, key, token, _lease(result)), context.running(claimed):
             if iscoroutinefunction(fn):
                 value = await fn(*args, **kwargs)
             else:
@@ -257,17 +257,17 @@ def _not_run(result: store.ClaimResult) -> Any:
     if refused is not None:
         problem = json.loads(refused.content)
         if result.outcome == Attempt.Outcome.IN_PROGRESS:
-            raise InProgress(refused.status_code, problem, result.retry_after)
+            raise RequestInProgress(refused.status_code, problem, result.retry_after)
         if result.outcome == Attempt.Outcome.OUTCOME_UNKNOWN:
             raise OutcomeUnknown(refused.status_code, problem)
         if result.outcome == Attempt.Outcome.REPLAYED:  # compacted: the operation ran, its result is gone
             raise ReceiptCompacted(refused.status_code, problem)
-        raise KeyMismatch(refused.status_code, problem)
+        raise IdempotencyKeyReused(refused.status_code, problem)
     if result.outcome != Attempt.Outcome.REPLAYED:
         # An outcome this function does not know yet must not pass for a replay of nothing.
         raise IdempotencyError(f"the claim of {receipt.key!r} was answered {result.outcome!r}")
     if receipt.status == Receipt.Status.FAILED:
-        raise PreviousFailure(receipt.key, receipt.error, api.stored_response(receipt))
+        raise PreviousFailure.failed(receipt.key, receipt.error, api.stored_response(receipt))
     return api.stored_response(receipt)
 
 
@@ -287,7 +287,7 @@ def _complete(scope: str, key: str, token: int, body: str, references: Reference
         store.complete(scope, key, token, content_type="application/json", body=body, references=references)
     except store.StaleToken:
         problem = json.loads(api.stale_token(key).content)
-        raise LeaseLost(409, problem) from None
+        raise StaleToken(409, problem) from None
 
 
 def _settle_failed(scope: str, key: str, token: int, exc: BaseException, references: References) -> None:

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 from idemdash_client import errors
 
-NEVER_RETRIED = (errors.KeyMismatch, errors.PreviousFailure, errors.OutcomeUnknown)
+NEVER_RETRIED = (errors.IdempotencyKeyReused, errors.PreviousFailure, errors.OutcomeUnknown)
 
 
 def retry_on(exc: BaseException) -> bool:
     """True when LangGraph should run the node again after `exc`.
 
     What no retry can fix is refused (NEVER_RETRIED): the key was used for another request
-    (KeyMismatch: a bug in how keys are made), the key's first attempt failed and its
+    (IdempotencyKeyReused: a bug in how keys are made), the key's first attempt failed and its
     operation burns keys (PreviousFailure), and an attempt whose outcome is unknown
     (OutcomeUnknown: after_crash "hold") waits for a reconcile or an operator. A key another
-    attempt is still running (InProgress) and a lease lost to another attempt (LeaseLost) are
+    attempt is still running (RequestInProgress) and a lease lost to another attempt (StaleToken) are
     retried: the next attempt waits for, or replays, that attempt's result. Everything else
     is LangGraph's default."""
     if isinstance(exc, NEVER_RETRIED):
         return False
-    if isinstance(exc, (errors.InProgress, errors.LeaseLost, TimeoutError)):
+    if isinstance(exc, (errors.RequestInProgress, errors.StaleToken, TimeoutError)):
         return True
     if isinstance(exc, errors.ApiError):
         # Any other problem the JSON API answered: the server's trouble is worth another

@@ -34,6 +34,7 @@ from idemdash.core import pg as core_pg
 from idemdash.core import tracing
 from idemdash.core.attempts import lasting_status, lasting_status_q
 from idemdash.core.canonical import fingerprint_json
+from idemdash.core import leases
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from idemdash.core.mysql import retry_deadlocks
 from receipts import orm, pg, responses, rules, waiting
@@ -709,6 +710,15 @@ def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None)
             raise StaleToken(f"token {token} settled {key!r} already")
     log_settle(scope, key, token, Outcome.STALE_TOKEN, "heartbeat refused: the lease was lost", now)
     raise StaleToken(f"token {token} no longer owns {key!r}")
+
+
+def kept(scope: str, key: str, token: int, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
+    """The claim's lease kept (`renew`, every third of it) while its view or step runs, by
+    the one lease keeper (idemdash/core/leases.py:kept); a view still running after
+    RECEIPTS_MAX_LEASE_SECONDS is presumed hung and its lease left to lapse."""
+    def renewal() -> None:
+        renew(scope, key, token, lease_seconds=max(1, round(lease_seconds)))
+    return leases.kept(renewal, lease_seconds, f"receipt {scope}/{key}", longest=setting("RECEIPTS_MAX_LEASE_SECONDS"))
 
 
 def release(

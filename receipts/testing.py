@@ -27,7 +27,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from idemdash_client.context import current
-from idemdash_client.errors import InProgress, OutcomeUnknown
+from idemdash_client.errors import OutcomeUnknown, RequestInProgress
 from receipts.decorators import REPLAYED_HEADER
 
 # A key that no caller of the store would send by accident.
@@ -161,7 +161,7 @@ class Concurrently:
     # The one result every caller that was not refused got: a response as (status, body).
     result: Any
     callers: int
-    refused: int  # told the key was in progress (409 request-in-progress, or InProgress)
+    refused: int  # told the key was in progress (409 request-in-progress, or RequestInProgress)
 
 
 def assert_runs_once_concurrently(
@@ -170,7 +170,7 @@ def assert_runs_once_concurrently(
     """Call `call()` from `threads` threads at once, each on its own database connection, or,
     with `processes`, from that many forked processes each running `threads` threads: one
     effect, and every caller gets the one result or is told the key is in progress (a view's
-    409 request-in-progress once RECEIPTS_MAX_WAITERS callers wait; InProgress from run_once
+    409 request-in-progress once RECEIPTS_MAX_WAITERS callers wait; RequestInProgress from run_once
     after its retries). Any other error fails the assertion.
 
     For a view, make a new test Client in `call` (a Client is not shared between threads):
@@ -204,7 +204,7 @@ def assert_runs_once_concurrently(
 def _call_outcome(call: Callable[[], Any]) -> tuple:
     try:
         return _outcome(call())
-    except InProgress:
+    except RequestInProgress:
         return ("in-progress",)
     except Exception as exc:  # reported to the test's process, which fails the assertion
         return ("error", f"{type(exc).__name__}: {exc}")

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from idemdash.core import audit, bulk, tracing
 from idemdash_client import references
-from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, renewing, stuck
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, kept, stuck
 from idemdash_client.retries import backoff
 from webhooks.conf import setting
 from webhooks.handlers import handler_for, registered
@@ -352,12 +352,18 @@ def _retry_after_lost_connection(event: WebhookEvent, error: str) -> str:
 
 
 def _renewing(event: WebhookEvent) -> Any:
-    """The lease kept alive while the handler runs, where it can be: not on SQLite, and not
-    when the claim has not committed (called inside a transaction, as some tests do)."""
+    """The lease kept while the handler runs (idemdash/core/leases.py:kept), where it can be:
+    not on SQLite (the handler's transaction holds the one write lock, so nothing can take the
+    event over), and not when the claim has not committed (called inside a transaction, as
+    some tests do)."""
     if connection.vendor == "sqlite" or connection.in_atomic_block:
         return contextlib.nullcontext()
-    return renewing(WebhookEvent.objects.filter(pk=event.pk), "fencing_token", event.fencing_token,
-                    Status.PROCESSING, lease_seconds())
+    rows = WebhookEvent.objects.filter(pk=event.pk, fencing_token=event.fencing_token, status=Status.PROCESSING)
+
+    def renewal() -> None:
+        if not rows.update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds())):
+            raise StaleToken(f"webhook event {event.pk} was settled or taken over")
+    return kept(renewal, lease_seconds(), f"webhook event {event.pk}")
 
 
 @dataclass

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
-from collections.abc import Iterator
-from datetime import datetime, timedelta
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connections, models, transaction
+from django.db import DatabaseError, connection, connections, models, transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -64,40 +66,105 @@ def _compare_and_set_locked(queryset: QuerySet, matching: QuerySet, changes: dic
         return len(won) == 1 and model._base_manager.using(queryset.db).filter(pk=won[0]).update(**changes) == 1
 
 
+@dataclass(eq=False)
+class _Kept:
+    renew: Callable[[], object]
+    what: str
+    lease: float
+    started: float
+    due: float
+    longest: float
+    # Held while this unit is renewed; leaving `kept` takes it, so no renewal is in flight after.
+    busy: threading.Lock = field(default_factory=threading.Lock)
+    done: bool = False
+
+
+_lock = threading.Lock()
+_kept: dict[int, _Kept] = {}
+_changed = threading.Event()
+_keeper: threading.Thread | None = None
+_next_look = 0.0  # when the keeper looks next (time.monotonic()), under _lock
+IDLE = 5.0  # how long the keeper sleeps when nothing is due (it is woken when a unit comes)
+
+
 @contextlib.contextmanager
-def renewing(queryset: QuerySet, token_field: str, token: Any, status: str, lease_seconds: float) -> Iterator[None]:
-    """Keep the lease of the unit in `queryset` alive while the block runs: a thread of its
-    own, with its own connection, pushes `lease_expires_at` to `lease_seconds` from now every
-    quarter of that, as long as the unit still has `status` and `token`. So the lease can be
-    short (a dead owner's unit is taken over soon) and the work as long as it needs.
-
-    Only for a unit whose claim has committed (the thread's connection must see it), and not
-    on SQLite, where the block's write transaction would shut the thread out (callers keep a
-    long lease there). A failed renewal is logged and tried again at the next beat; the
-    block never waits on the thread for more than a second."""
-    stop = threading.Event()
-    renewals = queryset.filter(**{token_field: token, "status": status})
-
-    def beat() -> None:
-        try:
-            while not stop.wait(lease_seconds / 4):
-                try:
-                    if not renewals.update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds)):
-                        return  # settled, or taken over: nothing left to keep
-                except DatabaseError as exc:
-                    log.warning("could not renew the lease of %s %s: %s", queryset.model._meta.label, token,
-                                " ".join(str(exc).split())[:200])
-                    connections.close_all()  # a lost connection: the next beat opens another
-        finally:
-            connections.close_all()  # this thread's own
-
-    thread = threading.Thread(target=beat, name="lease-renewal", daemon=True)
-    thread.start()
+def kept(renew: Callable[[], object], lease_seconds: float, what: str, *, longest: float = math.inf) -> Iterator[None]:
+    """The one lease keeper (views, in-process steps, webhook handlers, outbox sends): while
+    the block runs, `renew()` is called every third of `lease_seconds`, by one daemon thread
+    per process on its own connection (opened at its first renewal, so quick blocks cost a
+    dict entry and no query). `renew` raises StaleToken once the unit is lost, which stops
+    its renewals; another error is logged and retried a sixth of the lease later. After
+    `longest` seconds the unit is presumed hung and left to lapse. Leaving the block waits
+    for a renewal of it in flight, so none races the unit's settle. The claim must have
+    committed; on SQLite inside a transaction (which holds the one write lock, so nothing can
+    take the unit over) nothing is renewed."""
+    if connection.vendor == "sqlite" and connection.in_atomic_block:
+        yield
+        return
+    now = time.monotonic()
+    unit = _Kept(renew, what, lease_seconds, now, now + lease_seconds / 3, longest)
+    with _lock:
+        _kept[id(unit)] = unit
+        _start_keeper()
+        sooner = unit.due < _next_look
+    if sooner:  # the keeper sleeps until the earliest due unit, or IDLE
+        _changed.set()
     try:
         yield
     finally:
-        stop.set()
-        thread.join(1)
+        with unit.busy:
+            unit.done = True
+        with _lock:
+            _kept.pop(id(unit), None)
+
+
+def keeping() -> int:
+    """How many units of this process have their leases kept now."""
+    return len(_kept)
+
+
+def _start_keeper() -> None:
+    global _keeper
+    if _keeper is None or not _keeper.is_alive():
+        _keeper = threading.Thread(target=_keep_forever, name="lease-keeper", daemon=True)
+        _keeper.start()
+
+
+def _keep_forever() -> None:
+    global _next_look
+    while True:
+        with _lock:
+            units = list(_kept.values())
+        now = time.monotonic()
+        for unit in units:
+            if unit.due <= now:
+                _renew(unit, now)
+        with _lock:
+            if not _kept:
+                connections.close_all()  # nothing to keep: no connection held for it
+            _next_look = min([unit.due for unit in _kept.values()] + [now + IDLE])
+        _changed.wait(max(0.05, _next_look - time.monotonic()))  # or until a unit is due sooner
+        _changed.clear()
+
+
+def _renew(unit: _Kept, now: float) -> None:
+    with unit.busy:
+        if unit.done:
+            return
+        if now - unit.started > unit.longest:
+            log.warning("%s still runs after its longest lease; it is no longer renewed", unit.what)
+            unit.due = math.inf
+            return
+        try:
+            unit.renew()
+            unit.due = now + unit.lease / 3
+        except StaleToken:
+            log.warning("the lease of %s was lost while it ran", unit.what)
+            unit.due = math.inf
+        except DatabaseError as exc:  # tried again soon; the lease still has two thirds to run
+            log.warning("renewing the lease of %s failed: %s", unit.what, " ".join(str(exc).split())[:200])
+            connections.close_all()  # a lost connection: the next renewal opens another
+            unit.due = now + unit.lease / 6
 
 
 def stuck(model: type[models.Model], owned_status: str, now: datetime) -> QuerySet:

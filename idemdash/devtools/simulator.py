@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 import stripe
 
-from idemdash_client import IdempotencyClient, InProgress, KeyMismatch
+from idemdash_client import IdempotencyClient, IdempotencyKeyReused, RequestInProgress
 from webhooks.verify import shopify_signature
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -586,7 +586,7 @@ class Simulator:
         try:
             self.idem.claim(key, operation, request)  # the caller gave up waiting and retries
             self.count("claimed")
-        except InProgress as busy:
+        except RequestInProgress as busy:
             self.count("409")
             retry_after = busy.retry_after
         else:
@@ -615,7 +615,7 @@ class Simulator:
     def _take_over(self, key: str, operation: str, request: dict[str, Any], agent: str, tries: int = 0) -> None:
         try:
             claim = self.idem.claim(key, operation, request, lease_seconds=15)
-        except InProgress:
+        except RequestInProgress:
             self.count("409")
             if tries < 5:  # the lease has not quite lapsed by the server's clock
                 self.later(1.0, f"takeover of {key}", lambda: self._take_over(key, operation, request, agent, tries + 1))
@@ -639,7 +639,7 @@ class Simulator:
             self.idem.claim(key, operation, changed)
             self.count("claimed")
             outcome = "accepted?!"
-        except KeyMismatch:
+        except IdempotencyKeyReused:
             self.count("422")
             outcome = "422 key reused"
         self.say("agent_reuse", f"{agent}: reused {key} with a changed amount ({request['amount']} -> {changed['amount']}) -> {outcome}")

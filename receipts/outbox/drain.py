@@ -1,9 +1,9 @@
 """The drain: claim a batch, perform each message outside any transaction, record the result.
 
 Run it from as many processes as you like. Claims are disjoint (see store.claim_batch),
-and a drainer renews a message's lease just before performing it, so the lease covers
-the action itself; the action's timeout is kept below the lease so that a send cannot
-outlive its claim. A drainer that dies loses nothing: its messages become claimable again
+and a drainer renews a message's lease just before performing it and keeps it while the
+action runs (store.sending); the action's timeout is kept below the lease so that even a
+send whose renewals fail cannot outlive its claim. A drainer that dies loses nothing: its messages become claimable again
 when their leases run out.
 """
 
@@ -115,7 +115,8 @@ def perform(message: OutboxMessage, drainer: str, report: DrainReport) -> None:
     stored = {"traceparent": message.traceparent} if message.traceparent and not tracing.current().is_recording() else None
     with tracing.span(SEND_SPAN, kind=tracing.PRODUCER, parent=stored) as span:
         try:
-            status_code = get_action(message.action).perform(message.payload, ctx)
+            with store.sending(message, lease):
+                status_code = get_action(message.action).perform(message.payload, ctx)
         except Exception as exc:  # every failure is recorded on the message, never raised
             error = exc
         if span.is_recording():

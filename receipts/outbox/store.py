@@ -8,6 +8,7 @@ cannot write its result over the newer one. Actions run outside any transaction.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from django.utils import timezone
 from idemdash.core import audit, bulk, tracing
 from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
-from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck
+from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, kept
 from idemdash_client.references import cause, validate_all
 from idemdash_client.retries import backoff
 from receipts.outbox import pauses
@@ -220,7 +221,8 @@ def _lock_ids(queryset: QuerySet, limit: int) -> list[int]:
 
 
 def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -> bool:
-    """Extend the lease just before performing the message; False if it was lost."""
+    """Extend the lease (just before performing the message, the fence of its send, and then
+    by `sending`); False if it was lost."""
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     now = timezone.now()
     won = compare_and_set(
@@ -231,6 +233,15 @@ def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -
         message.lease_expires_at = now + lease
     return won
 
+
+
+def sending(message: OutboxMessage, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
+    """The message's lease kept while its action performs it, by the one lease keeper
+    (idemdash/core/leases.py:kept)."""
+    def renewal() -> None:
+        if not renew_lease(message, lease_seconds=lease_seconds):
+            raise StaleClaim(f"outbox message {message.key} was re-claimed")
+    return kept(renewal, lease_seconds, f"outbox message {message.key}")
 
 def _backoff(attempts: int, retry_after: float | None = None) -> float:
     """The core's backoff with this app's settings, never shorter than what the server

@@ -76,14 +76,14 @@ def test_the_build_produces_what_package_json_exports(built):
 
 
 CONSUMER_TS = """\
-import { IdempotencyClient, KeyMismatch, makeKey, toolCallKey, type Claim } from "@idemdash/client";
+import { IdempotencyClient, IdempotencyKeyReused, makeKey, toolCallKey, type Claim } from "@idemdash/client";
 
 const idem = new IdempotencyClient("http://127.0.0.1:9", "idem_x", { waitSeconds: 0 });
 const result: Promise<number> = idem.runOnce(makeKey("invoice", 42), "email.send", async ({ signal }) => (signal.aborted ? 0 : 1));
 const claim: Promise<Claim> = idem.claim(toolCallKey("run-1", "search", { q: 1 }), "tool.search");
 // @ts-expect-error: Python writes a boolean otherwise, so a key part is never one
 makeKey(true);
-export { result, claim, KeyMismatch };
+export { result, claim, IdempotencyKeyReused };
 """
 
 
@@ -147,7 +147,7 @@ BROWSER_CHECK = """async () => {
     const idem = new client.IdempotencyClient("http://127.0.0.1:9", "idem_x");
     const error = client.problemError(409, { type: "urn:idemdash:problem:stale-token" });
     return { ...mismatches(client, vectors), waits: idem.waitSeconds, error: error.name,
-             typed: error instanceof client.LeaseLost && error instanceof client.ApiError };
+             typed: error instanceof client.StaleToken && error instanceof client.ApiError };
 }"""
 
 
@@ -170,7 +170,7 @@ def test_the_built_package_runs_in_a_browser_with_the_same_keys(built, browser):
         server.server_close()
     assert result["wrong"] == []
     assert result["checked"] > 700
-    assert (result["waits"], result["error"], result["typed"]) == (5, "LeaseLost", True)
+    assert (result["waits"], result["error"], result["typed"]) == (5, "StaleToken", True)
 
 
 class QuietFiles(SimpleHTTPRequestHandler):

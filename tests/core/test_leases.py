@@ -12,10 +12,6 @@ from django.utils import timezone
 
 from idemdash.core import leases
 from receipts.models import Receipt
-from tests.waits import until
-
-pytestmark = pytest.mark.django_db
-
 
 def a_receipt(key: str = "k1", *, status: str = "processing", lease_minutes: float = 1) -> Receipt:
     now = timezone.now()
@@ -25,6 +21,7 @@ def a_receipt(key: str = "k1", *, status: str = "processing", lease_minutes: flo
     )
 
 
+@pytest.mark.django_db
 def test_compare_and_set_changes_the_unit_when_status_and_token_still_match():
     r = a_receipt()
     rows = Receipt.objects.filter(pk=r.pk)
@@ -33,6 +30,7 @@ def test_compare_and_set_changes_the_unit_when_status_and_token_still_match():
     assert (r.status, r.fencing_token) == ("failed", 2)
 
 
+@pytest.mark.django_db
 @pytest.mark.parametrize("token, status", [(2, "processing"), (1, "completed")])
 def test_compare_and_set_changes_nothing_for_a_stale_token_or_status(token, status):
     r = a_receipt()
@@ -40,6 +38,7 @@ def test_compare_and_set_changes_nothing_for_a_stale_token_or_status(token, stat
     assert Receipt.objects.get(pk=r.pk).status == "processing"
 
 
+@pytest.mark.django_db
 def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     later = a_receipt("later", lease_minutes=-1)
     first = a_receipt("first", lease_minutes=-5)
@@ -51,23 +50,62 @@ def test_stuck_is_the_owned_units_past_their_lease_oldest_lease_first():
     assert not leases.is_stuck(Receipt.objects.get(key="failed"), "processing", now)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_renewing_keeps_the_lease_alive_while_the_block_runs_and_stops_once_the_unit_is_settled():
-    # The renewal's thread has its own connection: the unit must be committed for it to see it.
-    r = a_receipt(lease_minutes=0.01)  # a 0.6 s lease
-    rows = Receipt.objects.filter(pk=r.pk)
-    seen = [rows.get().lease_expires_at]
+class Renewals:
+    """A unit's `renew` for the keeper: counts its calls, raises what it is told to."""
 
-    def pushed_on() -> bool:
-        if (expires := rows.get().lease_expires_at) > seen[-1]:
-            seen.append(expires)
-        return len(seen) > 3
+    def __init__(self, *, lost_after: int | None = None) -> None:
+        self.calls = 0
+        self.lost_after = lost_after
+        self.enough = threading.Event()
+        self.block = threading.Event()  # set: the next renewal waits until released
+        self.in_flight = threading.Event()
+        self.release = threading.Event()
 
-    before = set(threading.enumerate())
-    with leases.renewing(rows, "fencing_token", 1, "processing", lease_seconds=0.6):
-        (keeper,) = [t for t in set(threading.enumerate()) - before if t.name == "lease-renewal"]
-        until(pushed_on, "the lease pushed on three times")  # past its 0.6 s, only renewals keep it
-        rows.update(status="completed")
-        until(lambda: not keeper.is_alive(), "the renewal to stop at the settled unit, inside the block")
-        settled = rows.get().lease_expires_at
-    assert rows.get().lease_expires_at == settled  # no renewal of a settled unit
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.block.is_set():
+            self.in_flight.set()
+            self.release.wait(10)
+        if self.calls >= 3:
+            self.enough.set()
+        if self.lost_after is not None and self.calls >= self.lost_after:
+            raise leases.StaleToken("taken over")
+
+
+def test_kept_renews_every_third_of_the_lease_while_the_block_runs_and_not_after():
+    renewals = Renewals()
+    with leases.kept(renewals, 0.3, "unit 1"):
+        assert leases.keeping() == 1
+        assert renewals.enough.wait(10), "three renewals of a 0.3 s lease"
+    calls = renewals.calls
+    assert leases.keeping() == 0
+    later = Renewals()
+    with leases.kept(later, 0.3, "unit 2"):  # the keeper has looked again since
+        assert later.enough.wait(10)
+    assert renewals.calls == calls
+
+
+def test_a_lost_unit_is_no_longer_renewed_and_a_hung_one_is_left_to_lapse():
+    lost, hung, other = Renewals(lost_after=1), Renewals(), Renewals()
+    with leases.kept(lost, 0.3, "lost"), leases.kept(hung, 0.3, "hung", longest=0), leases.kept(other, 0.3, "other"):
+        assert other.enough.wait(10)
+    assert (lost.calls, hung.calls) == (1, 0)
+
+
+def test_leaving_the_block_waits_for_its_renewal_in_flight():
+    renewals = Renewals()
+    renewals.block.set()
+    left = threading.Event()
+
+    def run() -> None:
+        with leases.kept(renewals, 0.3, "unit"):
+            assert renewals.in_flight.wait(10)
+        left.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert renewals.in_flight.wait(10)
+    assert not left.wait(0.2)  # still inside the renewal, so not out of the block
+    renewals.release.set()
+    thread.join(10)
+    assert left.is_set() and renewals.calls == 1

@@ -36,7 +36,7 @@ from tests.qcluster import ROOT, database_url, free_port, start_process, stop_pr
 # `alone`: the short storm's heartbeats must land within a third of a 15 s lease while 600
 # callers hammer two servers on two cores. Beside the other test files' servers, browsers and
 # pip installs (CI's load average reached 14), they did not always, and leases lapsed: taken
-# over and fenced as they should be (each extra run matched a LeaseLost), but not what this test
+# over and fenced as they should be (each extra run matched a StaleToken), but not what this test
 # measures.
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.alone, pytest.mark.timeout(240)]
 

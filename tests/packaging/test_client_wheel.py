@@ -22,7 +22,7 @@ WORKER = '''\
 import asyncio, importlib.util, json, sys
 
 import idemdash_client
-from idemdash_client import AsyncIdempotencyClient, IdempotencyClient, KeyMismatch, current, make_key
+from idemdash_client import AsyncIdempotencyClient, IdempotencyClient, IdempotencyKeyReused, current, make_key
 
 url, token = sys.argv[1:3]
 effects = []
@@ -44,7 +44,7 @@ with IdempotencyClient(url, token) as idem:
     try:
         idem.claim(make_key("welcome", "lead-1"), "email.send", {"another": "request"})
         mismatch = None
-    except KeyMismatch as error:
+    except IdempotencyKeyReused as error:
         mismatch = error.type
 
 

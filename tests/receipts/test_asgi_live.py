@@ -5,7 +5,7 @@ counted in the database; a lease taken over while the view runs rolls the view's
 
 PostgreSQL: three processes writing at once is what the claim's atomicity is about, and a lease
 is only ever taken over there (on SQLite a view's transaction holds the one write lock while it
-runs, so nothing can take its key over: receipts/renewal.py)."""
+runs, so nothing can take its key over: receipts/store.py:kept)."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def test_an_operation_that_burns_keys_raises_previous_failure_and_never_runs_aga
 @pytest.mark.django_db
 def test_a_key_reused_for_another_request_raises_key_mismatch_with_the_apis_problem():
     receipts.run_once("lead:1", "email.send", lambda: "ok", request={"lead": 1})
-    with pytest.raises(receipts.KeyMismatch) as mismatch:
+    with pytest.raises(receipts.IdempotencyKeyReused) as mismatch:
         receipts.run_once("lead:1", "email.send", lambda: "ok", request={"lead": 2})
     assert mismatch.value.status == 422
     assert mismatch.value.type == "urn:idemdash:problem:idempotency-key-reused"
@@ -136,7 +136,7 @@ def test_a_key_held_by_a_running_attempt_raises_in_progress_after_the_retries(mo
     monkeypatch.setattr(inprocess, "IN_PROGRESS_RETRIES", 0)
     store.claim("inprocess", "busy", "email.send", None)
     runs = []
-    with pytest.raises(receipts.InProgress) as busy:
+    with pytest.raises(receipts.RequestInProgress) as busy:
         receipts.run_once("busy", "email.send", runs.append, 1)
     assert runs == [] and busy.value.status == 409 and busy.value.retry_after >= 1
     assert busy.value.type == "urn:idemdash:problem:request-in-progress"
@@ -193,7 +193,7 @@ def test_an_async_step_given_to_run_once_is_refused_before_it_is_claimed():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_step_longer_than_its_lease_keeps_it_while_it_runs(settings):
-    """The lease is renewed by receipts/renewal.py (SQLite too: the step holds no transaction),
+    """The lease is renewed by idemdash/core/leases.py:kept (SQLite too: the step holds no transaction),
     so a duplicate that arrives after the first lease would have run out is refused, not let in."""
     seen = []
     receipt = Receipt.objects.filter(scope="inprocess", key="slow")
@@ -229,7 +229,7 @@ def test_a_step_whose_key_was_released_meanwhile_raises_lease_lost_and_stores_no
         store.release(receipt, actor="op", reason="stuck")  # an operator, while the step runs
         return "too late"
 
-    with pytest.raises(receipts.LeaseLost) as lost:
+    with pytest.raises(receipts.StaleToken) as lost:
         receipts.run_once("r", "email.send", step)
     assert lost.value.type == "urn:idemdash:problem:stale-token"
     receipt = Receipt.objects.get()

@@ -4,7 +4,7 @@ whose send node makes its effect with receipts.run_once and hands the claim's do
 to the email provider. LangGraph's RetryPolicy re-runs the node after a timeout that comes
 after the send, and a kill -9 right after the send is followed by a restart from the
 SqliteSaver checkpoint: the provider gets one distinct key each time, so one email. And the
-retry_on predicate (receipts/langgraph.py) retries what is worth it and not a KeyMismatch,
+retry_on predicate (receipts/langgraph.py) retries what is worth it and not a IdempotencyKeyReused,
 a PreviousFailure or an OutcomeUnknown."""
 
 from __future__ import annotations
@@ -98,10 +98,10 @@ def problem(kind: str) -> dict:
 @pytest.mark.parametrize(
     ("error", "retried"),
     [
-        (errors.KeyMismatch(422, problem("idempotency-key-reused")), False),
-        (errors.PreviousFailure("charge:1", "RuntimeError: declined", None), False),
-        (errors.InProgress(409, problem("request-in-progress"), 1), True),
-        (errors.LeaseLost(409, problem("stale-token")), True),
+        (errors.IdempotencyKeyReused(422, problem("idempotency-key-reused")), False),
+        (errors.PreviousFailure.failed("charge:1", "RuntimeError: declined", None), False),
+        (errors.RequestInProgress(409, problem("request-in-progress"), 1), True),
+        (errors.StaleToken(409, problem("stale-token")), True),
         (errors.ApiError(500, problem("server-error")), True),
         (errors.ApiError(400, problem("invalid-key")), False),
         (TimeoutError("read timed out"), True),
@@ -116,7 +116,7 @@ def test_retry_on_retries_what_a_claim_makes_safe_and_not_what_no_retry_can_fix(
 
 def test_retry_on_differs_from_langgraphs_default_where_a_claim_changes_the_answer():
     default = RetryPolicy().retry_on
-    mismatch = errors.KeyMismatch(422, problem("idempotency-key-reused"))
+    mismatch = errors.IdempotencyKeyReused(422, problem("idempotency-key-reused"))
     assert (default(mismatch), receipts.langgraph.retry_on(mismatch)) == (True, False)
     assert (default(TimeoutError()), receipts.langgraph.retry_on(TimeoutError())) == (False, True)
 
@@ -127,7 +127,7 @@ def test_retry_on_imports_neither_langgraph_nor_django_until_it_asks_langgraphs_
         "import sys\n"
         "sys.modules['django'] = sys.modules['langgraph'] = None  # importing them now raises ImportError\n"
         "from idemdash_client import errors\nfrom receipts import langgraph\n"
-        "assert langgraph.retry_on(errors.KeyMismatch(422, {})) is False\n"
+        "assert langgraph.retry_on(errors.IdempotencyKeyReused(422, {})) is False\n"
         "assert langgraph.retry_on(TimeoutError()) is True\n"
         "print('ok')\n"
     )
@@ -171,7 +171,7 @@ def test_a_key_mismatch_in_the_send_node_is_not_retried_by_langgraph(tmp_path):
     receipts.run_once("follow-up:campaign-1:lead-7", "email.send", lambda: "msg-0", request={"to": "someone@else"})
     graph = follow_up_graph(InMemorySaver(), crm, provider)
 
-    with pytest.raises(receipts.KeyMismatch):
+    with pytest.raises(receipts.IdempotencyKeyReused):
         graph.invoke({"lead_id": "lead-7"}, {"configurable": {"thread_id": "campaign-1"}})
 
     assert Attempt.objects.filter(outcome="mismatch").count() == 1  # the node ran once: no retry

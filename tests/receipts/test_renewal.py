@@ -1,5 +1,5 @@
 """`@idempotent` renews the lease of a view that runs longer than a third of it
-(receipts/renewal.py), on PostgreSQL, where another request could otherwise take the key
+(receipts/store.py:kept), on PostgreSQL, where another request could otherwise take the key
 over while the view still runs. (On SQLite the view's transaction holds the write lock, so
 no claim can take over meanwhile, and nothing is renewed.)"""
 
@@ -13,7 +13,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 from django.test import AsyncClient, Client
 
-from receipts import renewal
+from idemdash.core import leases
 from receipts.models import Attempt, AuditEntry, Receipt
 from tests.receipts import urls as test_urls
 from tests.receipts.view_kinds_urls import ASYNC_VIEWS, CONTRACT_VIEWS
@@ -70,7 +70,7 @@ def test_a_view_longer_than_its_lease_keeps_its_key_until_it_returns(settings, _
     assert len(_counted_runs) == 1
     assert not Attempt.objects.filter(outcome__in=["lease_takeover", "stale_token"]).exists()
     assert Receipt.objects.get(key="slow").status == "completed"
-    assert renewal.running() == 0
+    assert leases.keeping() == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -100,7 +100,7 @@ def test_under_atomic_requests_a_view_is_not_renewed(settings, monkeypatch):
     # One settings dict serves every thread's connection, the test client's included.
     monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
     kept_while_running: list[int] = []
-    test_urls.hooks["hook"] = lambda: kept_while_running.append(renewal.running())
+    test_urls.hooks["hook"] = lambda: kept_while_running.append(leases.keeping())
     assert _post(sleep=1) == 201
     assert kept_while_running == [0]
     assert Receipt.objects.get(key="slow").status == "completed"

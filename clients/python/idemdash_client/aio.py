@@ -23,7 +23,7 @@ import httpx
 
 from idemdash_client.client import Claim, Replayed, Requests, beat_interval, failure, patience
 from idemdash_client.context import running
-from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost
+from idemdash_client.errors import IdempotencyError, RequestInProgress, StaleToken
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +113,9 @@ class AsyncIdempotencyClient(Requests):
         this task, so receipts.current() gives the claim inside it and in the tasks it
         starts) or a plain function (called in this task: a slow one blocks the loop, as it
         would anywhere). While fn runs, a task renews the lease every third of its length;
-        a refused renewal makes run_once raise LeaseLost when fn returns, storing nothing.
+        a refused renewal makes run_once raise StaleToken when fn returns, storing nothing.
         While another caller holds the key, waits (asyncio.sleep, not blocking the loop)
-        as the sync client does, then raises InProgress."""
+        as the sync client does, then raises RequestInProgress."""
         claim, sent_at = await self._claim_patiently(key, operation, request, lease_seconds)
         claimed = self._owned(claim, key, operation)
         if isinstance(claimed, Replayed):
@@ -149,7 +149,7 @@ class AsyncIdempotencyClient(Requests):
             sent_at = time.monotonic()
             try:
                 return await self.claim(key, operation, request, lease_seconds=lease_seconds), sent_at
-            except InProgress as busy:
+            except RequestInProgress as busy:
                 if attempt == self.max_in_progress_retries:
                     raise
                 await asyncio.sleep(patience(attempt, busy.retry_after, self.max_backoff))
@@ -179,12 +179,12 @@ class AsyncIdempotencyClient(Requests):
 class _AsyncHeartbeat:
     """client._Heartbeat as an asyncio task: renews the lease every third of it, counted
     from when the claim was sent, until the `async with` block ends; the task is awaited
-    there, so no renewal lands after a settle. `lost` is the LeaseLost of a refused renewal."""
+    there, so no renewal lands after a settle. `lost` is the StaleToken of a refused renewal."""
 
     def __init__(
         self, client: AsyncIdempotencyClient, key: str, token: int, lease_seconds: int | None, sent_at: float
     ) -> None:
-        self.lost: LeaseLost | None = None
+        self.lost: StaleToken | None = None
         self._args = (client, key, token, lease_seconds, sent_at)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -216,7 +216,7 @@ class _AsyncHeartbeat:
             due = time.monotonic() + interval
             try:
                 await client.heartbeat(key, token, lease_seconds=lease_seconds, timeout=interval)
-            except LeaseLost as lost:
+            except StaleToken as lost:
                 log.warning("the lease on %r was lost while its step ran; its result will not be stored", key)
                 self.lost = lost
                 return

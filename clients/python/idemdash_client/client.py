@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from idemdash_client.context import RunningClaim, running
-from idemdash_client.errors import IdempotencyError, InProgress, LeaseLost, PreviousFailure, problem_error
+from idemdash_client.errors import IdempotencyError, PreviousFailure, RequestInProgress, StaleToken, problem_error
 from idemdash_client.references import validate_all
 from idemdash_client.retries import backoff, parse_retry_after
 
@@ -62,7 +62,7 @@ def _with_references(body: dict[str, Any], references: Iterable[object]) -> dict
 
 
 def patience(attempt: int, retry_after: float, max_backoff: float) -> float:
-    """How long a caller refused with InProgress waits before its claim number `attempt + 1`
+    """How long a caller refused with RequestInProgress waits before its claim number `attempt + 1`
     (the HTTP client's and the in-process API's): the backoff from 1 s, at most
     max_backoff, never shorter than Retry-After (retries.backoff's jitter keeps a crowd of
     duplicates refused together from coming back in the same instant)."""
@@ -164,7 +164,7 @@ class Requests:
         `Replayed`), PreviousFailure for a burned key, else the RunningClaim fn runs under."""
         if claim.replayed:
             if claim.status == "failed":
-                raise PreviousFailure(key, claim.error or "", claim.response)
+                raise PreviousFailure.failed(key, claim.error or "", claim.response)
             return Replayed(claim.response)
         assert claim.token is not None
         return RunningClaim(
@@ -292,7 +292,7 @@ class IdempotencyClient(Requests):
         self, key: str, token: int, *, lease_seconds: int | None = None, timeout: float | None = None
     ) -> dict[str, Any]:
         """Renew the lease of the attempt holding `token` for `lease_seconds` from now (the
-        operation's lease when None). LeaseLost: the token no longer owns the receipt. With
+        operation's lease when None). StaleToken: the token no longer owns the receipt. With
         `timeout`, sent once and given up after that many seconds, as run_once sends each
         beat (the next beat is its retry); else with the client's timeout and retries."""
         body = self._heartbeat_body(key, token, lease_seconds)
@@ -322,18 +322,18 @@ class IdempotencyClient(Requests):
         """Run fn(*args, **kwargs) once for `key`: a repeat returns the stored result.
 
         `request` is what the key stands for (fingerprinted: reusing the key for another
-        request raises KeyMismatch). fn's result must be JSON-serialisable; it is stored and
+        request raises IdempotencyKeyReused). fn's result must be JSON-serialisable; it is stored and
         returned to every later call. If fn raises, the receipt is marked failed (so the
         next call runs fn again, unless the operation burns keys) and the error re-raised.
         While another worker holds the key, waits up to `max_in_progress_retries` times,
-        honouring Retry-After, then raises InProgress.
+        honouring Retry-After, then raises RequestInProgress.
 
         While fn runs, a background thread renews the lease every third of its length (a
         heartbeat), so a step slower than its lease, or a server slow to take the
         completion, is not taken over. If a heartbeat is refused (the lease was lost anyway:
         an operator released the key, or the process stalled past the lease and another
         worker took over), fn cannot be stopped; when it returns its result is not stored
-        and LeaseLost is raised, as it is when completing is refused.
+        and StaleToken is raised, as it is when completing is refused.
 
         While fn runs, receipts.current() gives the claim, with the `downstream_key` the
         server handed out: the same for every attempt of this claim, for fn to send to a
@@ -370,7 +370,7 @@ class IdempotencyClient(Requests):
             sent_at = time.monotonic()
             try:
                 return self.claim(key, operation, request, lease_seconds=lease_seconds), sent_at
-            except InProgress as busy:
+            except RequestInProgress as busy:
                 if attempt == self.max_in_progress_retries:
                     raise
                 time.sleep(patience(attempt, busy.retry_after, self.max_backoff))
@@ -406,7 +406,7 @@ class IdempotencyClient(Requests):
 class _Heartbeat:
     """Renews a running attempt's lease every third of it from a daemon thread, until the
     `with` block ends (the thread is joined, so no renewal lands after a settle). `lost` is
-    the LeaseLost of a refused renewal; a renewal that fails otherwise (the server down, or
+    the StaleToken of a refused renewal; a renewal that fails otherwise (the server down, or
     no answer within a beat) is tried again at the next beat, while the lease still has a
     third to run.
 
@@ -417,7 +417,7 @@ class _Heartbeat:
     def __init__(
         self, client: IdempotencyClient, key: str, token: int, lease_seconds: int | None, sent_at: float
     ) -> None:
-        self.lost: LeaseLost | None = None
+        self.lost: StaleToken | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, args=(client, key, token, lease_seconds, sent_at), name="idempotency-heartbeat",
@@ -443,7 +443,7 @@ class _Heartbeat:
                 # Given up after a beat: the client's timeout and retries would hold the beats
                 # back past the lease's end while the server does not answer.
                 client.heartbeat(key, token, lease_seconds=lease_seconds, timeout=interval)
-            except LeaseLost as lost:
+            except StaleToken as lost:
                 log.warning("the lease on %r was lost while its step ran; its result will not be stored", key)
                 self.lost = lost
                 return

@@ -1,5 +1,5 @@
 """Typed errors: every problem type idemdash answers with (docs/http-contract.md, "Problem
-types") has its class, so a caller writes `except KeyMismatch:` instead of comparing URNs.
+types") has its class, so a caller writes `except IdempotencyKeyReused:` instead of comparing URNs.
 All are ApiErrors carrying the status, the parsed problem and the Retry-After seconds. The
 class names are the TypeScript client's (clients/typescript/src/errors.ts), slug for slug.
 
@@ -95,7 +95,7 @@ class MethodNotAllowed(ApiError):
     """See the Allow header."""
 
 
-class InProgress(ApiError):
+class RequestInProgress(ApiError):
     """Another worker holds the lease on this key; `retry_after` says when to ask again."""
 
     def __init__(self, status: int, problem: dict[str, Any], retry_after: float | None = None) -> None:
@@ -118,12 +118,12 @@ class ReceiptCompacted(ApiError):
         return self.problem.get("original_status")
 
 
-class ViewLeaseLost(ApiError):
+class LeaseLost(ApiError):
     """A decorated view outlived its lease and another attempt took over; its writes were
     rolled back."""
 
 
-class LeaseLost(ApiError):
+class StaleToken(ApiError):
     """Our token no longer owns the receipt (the lease expired and was taken over, an
     operator released it, or it was settled): the result is not stored."""
 
@@ -144,7 +144,7 @@ class TooManyBadTokens(ApiError):
     """This address sent too many bad bearer tokens; see `retry_after`."""
 
 
-class KeyMismatch(ApiError):
+class IdempotencyKeyReused(ApiError):
     """The key was used before with a different request (or, in the outbox, another
     message): a bug in how keys are made."""
 
@@ -170,8 +170,21 @@ class InternalError(ApiError):
     """Stored for a view that raised; replayed when its operation burns keys."""
 
 
-class ReplayedFailure(ApiError):
-    """The replay of a burned failure that stored no response."""
+class PreviousFailure(ApiError):
+    """The key's first attempt failed and its operation burns keys on failure: it is not run
+    again. Over HTTP the replay of such a failure that stored no response; from run_once, with
+    the key, its stored error and its stored response (`failed`)."""
+
+    key: str | None = None
+    error: str = ""
+    response: Any = None
+
+    @classmethod
+    def failed(cls, key: str, error: str, response: Any) -> PreviousFailure:
+        detail = f"{key!r} failed before and is not retried: {error}"
+        failure = cls(500, {"type": PROBLEM_PREFIX + "previous-failure", "title": "Previous failure", "detail": detail})
+        failure.key, failure.error, failure.response = key, error, response
+        return failure
 
 
 class DatabaseUnavailable(ApiError):
@@ -197,22 +210,22 @@ PROBLEM_ERRORS: dict[str, type[ApiError]] = {
     "receipt-not-found": ReceiptNotFound,
     "not-found": NotFound,
     "method-not-allowed": MethodNotAllowed,
-    "request-in-progress": InProgress,
+    "request-in-progress": RequestInProgress,
     "outcome-unknown": OutcomeUnknown,
     "receipt-compacted": ReceiptCompacted,
-    "lease-lost": ViewLeaseLost,
-    "stale-token": LeaseLost,
+    "lease-lost": LeaseLost,
+    "stale-token": StaleToken,
     "length-required": LengthRequired,
     "payload-too-large": PayloadTooLarge,
     "unsupported-media-type": UnsupportedMediaType,
     "too-many-bad-tokens": TooManyBadTokens,
-    "idempotency-key-reused": KeyMismatch,
+    "idempotency-key-reused": IdempotencyKeyReused,
     "invalid-message": InvalidMessage,
     "uri-too-long": UriTooLong,
     "header-fields-too-large": HeaderFieldsTooLarge,
     "not-implemented": NotImplementedByServer,
     "internal-error": InternalError,
-    "previous-failure": ReplayedFailure,
+    "previous-failure": PreviousFailure,
     "database-unavailable": DatabaseUnavailable,
 }
 
@@ -224,13 +237,3 @@ def problem_error(status: int, problem: dict[str, Any], retry_after: float | Non
     error_class = PROBLEM_ERRORS.get(kind.removeprefix(PROBLEM_PREFIX), ApiError) if kind.startswith(PROBLEM_PREFIX) else ApiError
     return error_class(status, problem, retry_after)
 
-
-class PreviousFailure(IdempotencyError):
-    """The key's first attempt failed and its operation burns keys on failure: run_once does
-    not run it again."""
-
-    def __init__(self, key: str, error: str, response: Any) -> None:
-        self.key = key
-        self.error = error
-        self.response = response
-        super().__init__(f"{key!r} failed before and is not retried: {error}")

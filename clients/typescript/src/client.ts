@@ -5,7 +5,7 @@
  * key, renews its lease while it runs, and returns the stored result to every later call.
  */
 
-import { IdempotencyError, InProgress, LeaseLost, PreviousFailure, ReceiptNotFound, problemError } from "./errors.js";
+import { IdempotencyError, RequestInProgress, StaleToken, PreviousFailure, ReceiptNotFound, problemError } from "./errors.js";
 import type { Problem } from "./errors.js";
 
 export interface ClientOptions {
@@ -13,7 +13,7 @@ export interface ClientOptions {
   timeoutSeconds?: number;
   /** How long a claim may wait on the server for a running first attempt (default 5; 0: not at all). */
   waitSeconds?: number;
-  /** 409s retried by runOnce before InProgress is thrown (default 5). */
+  /** 409s retried by runOnce before RequestInProgress is thrown (default 5). */
   maxInProgressRetries?: number;
   /** 503s and failed connections retried by every call (default 3). */
   maxUnavailableRetries?: number;
@@ -29,7 +29,7 @@ export interface ClaimOptions {
 }
 
 export interface RunOnceOptions extends ClaimOptions {
-  /** What the key stands for: fingerprinted, so reusing the key for another request throws KeyMismatch. */
+  /** What the key stands for: fingerprinted, so reusing the key for another request throws IdempotencyKeyReused. */
   request?: unknown;
   maxInProgressRetries?: number;
 }
@@ -189,7 +189,7 @@ export class IdempotencyClient {
   // --- the endpoints -----------------------------------------------------------------
 
   /** Claim `key`: ownership (a token), or the stored result of a finished attempt. Throws
-   * InProgress while another attempt holds it (after waiting up to `waitSeconds` on the server). */
+   * RequestInProgress while another attempt holds it (after waiting up to `waitSeconds` on the server). */
   async claim(key: string, operation: string, request: unknown = null, options: ClaimOptions = {}): Promise<Claim> {
     const body: Body = { key, operation, request };
     if (options.leaseSeconds !== undefined) body.lease_seconds = options.leaseSeconds;
@@ -214,7 +214,7 @@ export class IdempotencyClient {
   }
 
   /** Store the result of the attempt holding `token`, and its `references` with it.
-   * LeaseLost: it no longer owns the key. */
+   * StaleToken: it no longer owns the key. */
   complete(key: string, token: number, response: unknown, options: { references?: Reference[] } = {}): Promise<Receipt> {
     const body: Body = { key, token, response: response ?? null };
     if (options.references?.length) body.references = options.references;
@@ -280,12 +280,12 @@ export class IdempotencyClient {
    * `fn` throws, the receipt is failed (the next call runs `fn` again, unless the operation
    * burns keys: then PreviousFailure) and the error rethrown. While another attempt holds
    * the key, claims again up to `maxInProgressRetries` times, honouring Retry-After, then
-   * throws InProgress.
+   * throws RequestInProgress.
    *
    * While `fn` runs, the lease is renewed every third of its length. If a renewal is
    * refused (the lease was lost: an operator released the key, or no renewal got through
    * for two thirds of the lease and another caller took over), `context.signal` aborts;
-   * when `fn` settles its result is not stored and LeaseLost is thrown. Renewals are timers:
+   * when `fn` settles its result is not stored and StaleToken is thrown. Renewals are timers:
    * a function that blocks the event loop for longer than a third of its lease loses it.
    */
   async runOnce<T>(
@@ -296,7 +296,7 @@ export class IdempotencyClient {
   ): Promise<T> {
     const { claim, sentAt } = await this.#claimPatiently(key, operation, options);
     if (claim.replayed) {
-      if (claim.status === "failed") throw new PreviousFailure(key, claim.error ?? "", claim.response);
+      if (claim.status === "failed") throw PreviousFailure.failed(key, claim.error ?? "", claim.response);
       return claim.response as T;
     }
     const token = claim.token as number;
@@ -345,7 +345,7 @@ export class IdempotencyClient {
       try {
         return { claim: await this.claim(key, operation, options.request ?? null, options), sentAt };
       } catch (error) {
-        if (!(error instanceof InProgress) || attempt >= retries) throw error;
+        if (!(error instanceof RequestInProgress) || attempt >= retries) throw error;
         // The backoff from 1 s, never shorter than Retry-After (its jitter keeps a crowd of
         // duplicates refused together from coming back in the same instant).
         await sleep(backoff(attempt + 1, 1, this.maxBackoffSeconds, error.retryAfter ?? 1));
@@ -410,12 +410,12 @@ export class IdempotencyClient {
 
 /** Renews a running attempt's lease every third of it, until stopped; `stop` waits for a
  * renewal in flight, so none lands after the settlement. The beats count from when the claim
- * was sent: a slow answer has already used part of the lease. `lost` is the LeaseLost of a
+ * was sent: a slow answer has already used part of the lease. `lost` is the StaleToken of a
  * refused renewal (and `signal` aborts); a renewal that fails otherwise (the server down, or
  * no answer within a beat) is tried again at the next beat, while the lease still has a third
  * to run. */
 class Heartbeat {
-  lost: LeaseLost | null = null;
+  lost: StaleToken | null = null;
   readonly #abort = new AbortController();
   #timer: ReturnType<typeof setTimeout> | undefined;
   #inFlight: Promise<void> = Promise.resolve();
@@ -454,7 +454,7 @@ class Heartbeat {
     try {
       await this.client.heartbeat(this.key, this.token, { leaseSeconds: this.leaseSeconds, timeoutSeconds: this.#interval / 1000 });
     } catch (error) {
-      if (error instanceof LeaseLost) {
+      if (error instanceof StaleToken) {
         this.lost = error;
         this.#abort.abort(error);
         return;

@@ -1,6 +1,6 @@
 /**
  * Typed errors: every problem type idemdash answers with (docs/http-contract.md, "Problem
- * types") has its class, so a caller writes `catch (e) { if (e instanceof KeyMismatch) ... }`
+ * types") has its class, so a caller writes `catch (e) { if (e instanceof IdempotencyKeyReused) ... }`
  * instead of comparing URNs. All are ApiErrors carrying the status and the parsed problem.
  */
 
@@ -60,7 +60,7 @@ export class ReceiptNotFound extends ApiError { override name = "ReceiptNotFound
 export class NotFound extends ApiError { override name = "NotFound"; }
 export class MethodNotAllowed extends ApiError { override name = "MethodNotAllowed"; }
 /** Another attempt holds the lease on this key; `retryAfter` says when to ask again. */
-export class InProgress extends ApiError { override name = "InProgress"; }
+export class RequestInProgress extends ApiError { override name = "RequestInProgress"; }
 /** The key's last attempt stopped before it settled and may have had its effect; its
  * operation holds such keys (`after_crash: "hold"`) until the operation's reconcile function
  * or an operator resolves them. Retrying does not help until then: do not retry it blindly. */
@@ -70,17 +70,17 @@ export class OutcomeUnknown extends ApiError { override name = "OutcomeUnknown";
  * answered; look the result up where the operation keeps it. Do not retry it. */
 export class ReceiptCompacted extends ApiError { override name = "ReceiptCompacted"; }
 /** A decorated view outlived its lease and another attempt took over. */
-export class ViewLeaseLost extends ApiError { override name = "ViewLeaseLost"; }
+export class LeaseLost extends ApiError { override name = "LeaseLost"; }
 /** Our fencing token no longer owns the receipt (the lease was taken over, an operator
  * released it, or it was settled): the result is not stored. */
-export class LeaseLost extends ApiError { override name = "LeaseLost"; }
+export class StaleToken extends ApiError { override name = "StaleToken"; }
 export class LengthRequired extends ApiError { override name = "LengthRequired"; }
 export class PayloadTooLarge extends ApiError { override name = "PayloadTooLarge"; }
 export class UnsupportedMediaType extends ApiError { override name = "UnsupportedMediaType"; }
 export class TooManyBadTokens extends ApiError { override name = "TooManyBadTokens"; }
 /** The key was used before with a different request (or, in the outbox, another message):
  * a bug in how keys are made. */
-export class KeyMismatch extends ApiError { override name = "KeyMismatch"; }
+export class IdempotencyKeyReused extends ApiError { override name = "IdempotencyKeyReused"; }
 /** An outbox message with a bad key, an unknown action or a payload its action could never
  * send; `problem.field` names the part. */
 export class InvalidMessage extends ApiError { override name = "InvalidMessage"; }
@@ -88,7 +88,22 @@ export class UriTooLong extends ApiError { override name = "UriTooLong"; }
 export class HeaderFieldsTooLarge extends ApiError { override name = "HeaderFieldsTooLarge"; }
 export class NotImplemented extends ApiError { override name = "NotImplemented"; }
 export class InternalError extends ApiError { override name = "InternalError"; }
-export class ReplayedFailure extends ApiError { override name = "ReplayedFailure"; }
+/** The key's first attempt failed and its operation burns keys on failure: it is not run
+ * again. Over HTTP the replay of such a failure that stored no response; from `runOnce`
+ * (`PreviousFailure.failed`), with the key, its stored error and its stored response. */
+export class PreviousFailure extends ApiError {
+  override name = "PreviousFailure";
+  key: string | null = null;
+  error = "";
+  response: unknown = null;
+
+  static failed(key: string, error: string, response: unknown): PreviousFailure {
+    const detail = `${JSON.stringify(key)} failed before and is not retried: ${error}`;
+    const failure = new PreviousFailure(500, { type: PROBLEM_PREFIX + "previous-failure", title: "Previous failure", detail });
+    Object.assign(failure, { key, error, response });
+    return failure;
+  }
+}
 /** The server could not reach its database; nothing was stored. Retried by every call. */
 export class DatabaseUnavailable extends ApiError { override name = "DatabaseUnavailable"; }
 
@@ -111,22 +126,22 @@ export const PROBLEM_ERRORS: Readonly<Record<string, ApiErrorClass>> = Object.fr
   "receipt-not-found": ReceiptNotFound,
   "not-found": NotFound,
   "method-not-allowed": MethodNotAllowed,
-  "request-in-progress": InProgress,
+  "request-in-progress": RequestInProgress,
   "outcome-unknown": OutcomeUnknown,
   "receipt-compacted": ReceiptCompacted,
-  "lease-lost": ViewLeaseLost,
-  "stale-token": LeaseLost,
+  "lease-lost": LeaseLost,
+  "stale-token": StaleToken,
   "length-required": LengthRequired,
   "payload-too-large": PayloadTooLarge,
   "unsupported-media-type": UnsupportedMediaType,
   "too-many-bad-tokens": TooManyBadTokens,
-  "idempotency-key-reused": KeyMismatch,
+  "idempotency-key-reused": IdempotencyKeyReused,
   "invalid-message": InvalidMessage,
   "uri-too-long": UriTooLong,
   "header-fields-too-large": HeaderFieldsTooLarge,
   "not-implemented": NotImplemented,
   "internal-error": InternalError,
-  "previous-failure": ReplayedFailure,
+  "previous-failure": PreviousFailure,
   "database-unavailable": DatabaseUnavailable,
 });
 
@@ -137,20 +152,4 @@ export function problemError(status: number, problem: Problem, retryAfter: numbe
   const slug = type.startsWith(PROBLEM_PREFIX) ? type.slice(PROBLEM_PREFIX.length) : "";
   const ErrorClass = Object.hasOwn(PROBLEM_ERRORS, slug) ? PROBLEM_ERRORS[slug] : ApiError;
   return new ErrorClass(status, problem, retryAfter);
-}
-
-/** `runOnce` met the stored failure of a key whose operation burns keys on failure: it is
- * not run again. */
-export class PreviousFailure extends IdempotencyError {
-  override name = "PreviousFailure";
-  readonly key: string;
-  readonly error: string;
-  readonly response: unknown;
-
-  constructor(key: string, error: string, response: unknown) {
-    super(`${JSON.stringify(key)} failed before and is not retried: ${error}`);
-    this.key = key;
-    this.error = error;
-    this.response = response;
-  }
 }

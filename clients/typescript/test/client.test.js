@@ -9,11 +9,11 @@ import {
   ApiError,
   DatabaseUnavailable,
   IdempotencyClient,
-  InProgress,
+  RequestInProgress,
   InvalidField,
   InvalidMessage,
-  KeyMismatch,
-  LeaseLost,
+  IdempotencyKeyReused,
+  StaleToken,
   NotFound,
   OutcomeUnknown,
   PreviousFailure,
@@ -125,15 +125,15 @@ test("N concurrent runOnce calls on one key run fn once and all get its result",
   assert.equal((await idem.get(key)).attempts, 1);
 });
 
-test("a held key throws InProgress with Retry-After, and waitSeconds waits for the result", live, async () => {
+test("a held key throws RequestInProgress with Retry-After, and waitSeconds waits for the result", live, async () => {
   const idem = client();
   const key = fresh("held");
   const first = await idem.claim(key, "email.send");
   const busy = await idem.claim(key, "email.send").catch((e) => e);
-  assert.ok(busy instanceof InProgress, String(busy));
+  assert.ok(busy instanceof RequestInProgress, String(busy));
   assert.equal(busy.status, 409);
   assert.ok(busy.retryAfter >= 1 && busy.retryAfter <= 10, `retryAfter ${busy.retryAfter}`);
-  await assert.rejects(idem.runOnce(key, "email.send", () => "never", { maxInProgressRetries: 0 }), InProgress);
+  await assert.rejects(idem.runOnce(key, "email.send", () => "never", { maxInProgressRetries: 0 }), RequestInProgress);
 
   const finishing = sleep(300).then(() => idem.complete(key, first.token, "done"));
   const waited = await idem.runOnce(key, "email.send", () => "never", { waitSeconds: 5 });
@@ -165,22 +165,22 @@ test("under after_crash hold a lapsed attempt throws OutcomeUnknown and fn never
   assert.equal((await idem.get(key)).status, "processing");
 });
 
-test("another request under a key throws KeyMismatch (422)", live, async () => {
+test("another request under a key throws IdempotencyKeyReused (422)", live, async () => {
   const idem = client();
   const key = fresh("mismatch");
   await idem.runOnce(key, "email.send", () => 1, { request: { to: "a" } });
   const error = await idem.runOnce(key, "email.send", () => 2, { request: { to: "b" } }).catch((e) => e);
-  assert.ok(error instanceof KeyMismatch && error instanceof ApiError, String(error));
+  assert.ok(error instanceof IdempotencyKeyReused && error instanceof ApiError, String(error));
   assert.equal(error.status, 422);
   assert.equal(error.type, "urn:idemdash:problem:idempotency-key-reused");
 });
 
-test("a stale token throws LeaseLost, an unknown key ReceiptNotFound, a bad field InvalidField", live, async () => {
+test("a stale token throws StaleToken, an unknown key ReceiptNotFound, a bad field InvalidField", live, async () => {
   const idem = client();
   const key = fresh("stale");
   const claim = await idem.claim(key, "email.send");
   await idem.complete(key, claim.token, 1);
-  await assert.rejects(idem.complete(key, claim.token, 2), LeaseLost);
+  await assert.rejects(idem.complete(key, claim.token, 2), StaleToken);
   await assert.rejects(idem.complete(fresh("nowhere"), 1, 2), ReceiptNotFound);
   const invalid = await idem.claim(fresh("lease"), "email.send", null, { leaseSeconds: 0 }).catch((e) => e);
   assert.ok(invalid instanceof InvalidField, String(invalid));
@@ -252,7 +252,7 @@ test("heartbeats keep the lease of a step four times longer than it", live, asyn
     return "built";
   };
   assert.equal(await idem.runOnce(key, "report.build", build, { leaseSeconds: 1 }), "built");
-  assert.deepEqual(seen, Array(8).fill("InProgress"));
+  assert.deepEqual(seen, Array(8).fill("RequestInProgress"));
   const receipt = await idem.get(key);
   assert.deepEqual([receipt.status, receipt.attempts, receipt.response], ["completed", 1, "built"]);
 });
@@ -280,13 +280,13 @@ test("a heartbeat left unanswered is given up after a beat, and the next keeps t
     return "built";
   };
   assert.equal(await idem.runOnce(key, "report.build", build, { leaseSeconds: 3 }), "built");
-  assert.deepEqual(seen, Array(9).fill("InProgress"));
+  assert.deepEqual(seen, Array(9).fill("RequestInProgress"));
   assert.ok(heartbeats >= 3, `${heartbeats} heartbeats`);
   const receipt = await idem.get(key);
   assert.deepEqual([receipt.status, receipt.attempts], ["completed", 1]);
 });
 
-test("a lost lease aborts fn's signal, stores nothing and throws LeaseLost", live, async () => {
+test("a lost lease aborts fn's signal, stores nothing and throws StaleToken", live, async () => {
   const key = fresh("lost");
   let started = 0;
   // Heartbeats do not get through for 1.6 s: the 1 s lease lapses and another worker takes over.
@@ -304,8 +304,8 @@ test("a lost lease aborts fn's signal, stores nothing and throws LeaseLost", liv
     });
     return "late";
   };
-  await assert.rejects(idem.runOnce(key, "report.build", step, { leaseSeconds: 1 }), LeaseLost);
-  assert.ok(aborted instanceof LeaseLost, `the signal's reason: ${aborted}`);
+  await assert.rejects(idem.runOnce(key, "report.build", step, { leaseSeconds: 1 }), StaleToken);
+  assert.ok(aborted instanceof StaleToken, `the signal's reason: ${aborted}`);
   assert.ok(!sent.some((path) => path.endsWith("/complete")), "no completion was tried");
   const receipt = await other.get(key);
   assert.deepEqual([receipt.status, receipt.attempts], ["processing", 2]);
@@ -368,7 +368,7 @@ test("the outbox's enqueue: created once, the same message again adds nothing, t
   assert.deepEqual([first.created, first.status, first.key, first.action], [true, "pending", key, "http.post"]);
   const again = await idem.enqueue("http.post", payload, key);
   assert.deepEqual([again.created, again.id], [false, first.id]);
-  await assert.rejects(idem.enqueue("http.post", { ...payload, json: { order: 43 } }, key), KeyMismatch);
+  await assert.rejects(idem.enqueue("http.post", { ...payload, json: { order: 43 } }, key), IdempotencyKeyReused);
   const refused = await idem.enqueue("http.post", { url: "ftp://example.com" }, fresh("ftp")).catch((e) => e);
   assert.ok(refused instanceof InvalidMessage, String(refused));
   assert.equal(refused.problem.field, "payload.url");

@@ -17,9 +17,9 @@ from idemdash.core.clients import create_token
 from idemdash_client import (
     ApiError,
     AsyncIdempotencyClient,
-    InProgress,
-    KeyMismatch,
-    LeaseLost,
+    RequestInProgress,
+    IdempotencyKeyReused,
+    StaleToken,
     OutcomeUnknown,
     PreviousFailure,
     Unauthorized,
@@ -64,7 +64,7 @@ def test_a_held_key_raises_in_progress_with_retry_after(live_server, token):
         await idem.claim("k", "email.send")
         await idem.claim("k", "email.send")
 
-    with pytest.raises(InProgress) as caught:
+    with pytest.raises(RequestInProgress) as caught:
         run(live_server, token, work)
     assert caught.value.status == 409 and 1 <= caught.value.retry_after <= 10
 
@@ -74,7 +74,7 @@ def test_another_request_under_a_key_raises_key_mismatch(live_server, token):
         await idem.claim("k", "email.send", {"to": "a"})
         await idem.claim("k", "email.send", {"to": "b"})
 
-    with pytest.raises(KeyMismatch) as caught:
+    with pytest.raises(IdempotencyKeyReused) as caught:
         run(live_server, token, work)
     assert caught.value.status == 422
 
@@ -85,7 +85,7 @@ def test_a_stale_token_raises_lease_lost(live_server, token):
         await idem.complete("k", claim.token, 1)
         await idem.complete("k", claim.token, 2)
 
-    with pytest.raises(LeaseLost):
+    with pytest.raises(StaleToken):
         run(live_server, token, work)
 
 
@@ -204,7 +204,7 @@ def test_run_once_gives_up_after_its_retries(live_server, token):
         await idem.claim("k", "email.send")
         await idem.run_once("k", "email.send", asyncio.sleep, 0, "never")
 
-    with pytest.raises(InProgress):
+    with pytest.raises(RequestInProgress):
         run(live_server, token, work, max_in_progress_retries=0)
 
 
@@ -220,7 +220,7 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
     async def heartbeat(self, key, token, *, lease_seconds=None, timeout=None):
         try:
             return await beat(self, key, token, lease_seconds=lease_seconds, timeout=30)
-        except LeaseLost:
+        except StaleToken:
             refused.set()
             raise
 
@@ -234,7 +234,7 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
         await asyncio.wait_for(refused.wait(), 30)
         return "late"
 
-    with pytest.raises(LeaseLost):
+    with pytest.raises(StaleToken):
         run(live_server, token, lambda idem: idem.run_once("k", "report.build", step, lease_seconds=1))
     receipt = Receipt.objects.get()
     assert receipt.status == "failed" and receipt.released
@@ -279,7 +279,7 @@ def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(
                     await asyncio.sleep(0.5)
                     try:
                         seen.append((await other.claim("k", "report.build")).outcome)
-                    except InProgress:
+                    except RequestInProgress:
                         seen.append("in_progress")
                 return "built"
 

@@ -17,10 +17,10 @@ from idemdash.core.clients import create_token
 from idemdash_client import (
     ApiError,
     IdempotencyClient,
-    InProgress,
+    RequestInProgress,
     InvalidReference,
-    KeyMismatch,
-    LeaseLost,
+    IdempotencyKeyReused,
+    StaleToken,
     OutcomeUnknown,
     PreviousFailure,
     current,
@@ -72,14 +72,14 @@ def test_claim_complete_and_replay(idem):
 
 def test_a_held_key_raises_in_progress_with_retry_after(idem):
     idem.claim("k", "email.send")
-    with pytest.raises(InProgress) as caught:
+    with pytest.raises(RequestInProgress) as caught:
         idem.claim("k", "email.send")
     assert caught.value.status == 409 and 1 <= caught.value.retry_after <= 10
 
 
 def test_another_request_under_a_key_raises_key_mismatch(idem):
     idem.claim("k", "email.send", {"to": "a"})
-    with pytest.raises(KeyMismatch) as caught:
+    with pytest.raises(IdempotencyKeyReused) as caught:
         idem.claim("k", "email.send", {"to": "b"})
     assert caught.value.status == 422
 
@@ -101,7 +101,7 @@ def test_run_once_makes_the_claim_current_with_the_downstream_key_the_server_han
 def test_a_stale_token_raises_lease_lost(idem):
     claim = idem.claim("k", "email.send")
     idem.complete("k", claim.token, 1)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(StaleToken):
         idem.complete("k", claim.token, 2)
 
 
@@ -173,7 +173,7 @@ def test_run_once_gives_up_after_its_retries(live_server, transactional_db):
     _, token = create_token("impatient")
     with IdempotencyClient(live_server.url, token, wait_seconds=0, max_in_progress_retries=0) as idem:
         idem.claim("k", "email.send")
-        with pytest.raises(InProgress):
+        with pytest.raises(RequestInProgress):
             idem.run_once("k", "email.send", lambda: "never")
 
 
@@ -187,7 +187,7 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
         # the lease, is test_run_once_renews_its_lease_...'s); the step waits for the refusal.
         try:
             return beat(self, key, token, lease_seconds=lease_seconds, timeout=30)
-        except LeaseLost:
+        except StaleToken:
             refused.set()
             raise
 
@@ -198,7 +198,7 @@ def test_run_once_raises_lease_lost_when_a_heartbeat_is_refused_and_stores_nothi
         assert refused.wait(30), "no heartbeat was refused"
         return "late"
 
-    with pytest.raises(LeaseLost):
+    with pytest.raises(StaleToken):
         idem.run_once("k", "report.build", step, lease_seconds=1)
     receipt = Receipt.objects.get()
     assert receipt.status == "failed" and receipt.released
@@ -246,7 +246,7 @@ def test_run_once_renews_its_lease_while_a_step_longer_than_the_lease_runs(
                 time.sleep(0.5)
                 try:
                     seen.append(other.claim("k", "report.build").outcome)
-                except InProgress:
+                except RequestInProgress:
                     seen.append("in_progress")
             return "built"
 

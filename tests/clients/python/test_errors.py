@@ -43,7 +43,8 @@ def described_slugs() -> set[str]:
 
 def typescript_classes() -> dict[str, str]:
     source = (ROOT / "clients" / "typescript" / "src" / "errors.ts").read_text()
-    table = source[source.index("PROBLEM_ERRORS"):source.index("});")]
+    start = source.index("export const PROBLEM_ERRORS")
+    table = source[start:source.index("});", start)]
     return dict(re.findall(r'^\s*"?([a-z-]+)"?: (\w+),$', table, re.M))
 
 
@@ -64,6 +65,12 @@ def test_the_classes_are_the_typescript_clients_by_name():
     # One difference: Python's NotImplemented is a builtin constant, which no class shadows.
     python = {slug: error.__name__ for slug, error in PROBLEM_ERRORS.items()}
     assert python == typescript_classes() | {"not-implemented": "NotImplementedByServer"}
+
+
+def test_each_class_is_named_after_its_problem_type():
+    python = {slug: error.__name__ for slug, error in PROBLEM_ERRORS.items()}
+    camel = {slug: "".join(word.capitalize() for word in slug.split("-")) for slug in PROBLEM_ERRORS}
+    assert python == camel | {"not-implemented": "NotImplementedByServer"}
 
 
 def test_each_class_belongs_to_one_problem_type():
@@ -91,7 +98,7 @@ def test_in_progress_without_retry_after_waits_a_second():
 
 
 def test_the_in_process_api_exports_the_clients_classes_themselves():
-    for name in ("InProgress", "KeyMismatch", "LeaseLost", "OutcomeUnknown", "PreviousFailure"):
+    for name in ("RequestInProgress", "IdempotencyKeyReused", "StaleToken", "OutcomeUnknown", "PreviousFailure"):
         assert getattr(receipts, name) is getattr(idemdash_client, name)
     assert receipts.current is idemdash_client.current
 
