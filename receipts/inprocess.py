@@ -29,12 +29,12 @@ from idemdash_client.client import patience
 from idemdash_client.references import References
 from idemdash_client.errors import (
     IdempotencyError,
-    RequestInProgress,
     IdempotencyKeyReused,
-    StaleToken,
     OutcomeUnknown,
     PreviousFailure,
     ReceiptCompacted,
+    RequestInProgress,
+    StaleToken,
 )
 from receipts import api, responses, store
 from receipts.downstream import running_claim

@@ -30,11 +30,11 @@ from django.utils import timezone
 
 from idemdash.core import audit as audit_log
 from idemdash.core import bulk
+from idemdash.core import leases
 from idemdash.core import pg as core_pg
 from idemdash.core import tracing
 from idemdash.core.attempts import lasting_status, lasting_status_q
 from idemdash.core.canonical import fingerprint_json
-from idemdash.core import leases
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from idemdash.core.mysql import retry_deadlocks
 from receipts import orm, pg, responses, rules, waiting

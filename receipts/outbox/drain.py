@@ -3,8 +3,8 @@
 Run it from as many processes as you like. Claims are disjoint (see store.claim_batch),
 and a drainer renews a message's lease just before performing it and keeps it while the
 action runs (store.sending); the action's timeout is kept below the lease so that even a
-send whose renewals fail cannot outlive its claim. A drainer that dies loses nothing: its messages become claimable again
-when their leases run out.
+send whose renewals fail cannot outlive its claim. A drainer that dies loses nothing: its
+messages become claimable again when their leases run out.
 """
 
 from __future__ import annotations

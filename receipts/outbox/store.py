@@ -234,7 +234,6 @@ def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -
     return won
 
 
-
 def sending(message: OutboxMessage, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
     """The message's lease kept while its action performs it, by the one lease keeper
     (idemdash/core/leases.py:kept)."""
@@ -242,6 +241,7 @@ def sending(message: OutboxMessage, lease_seconds: float) -> contextlib.Abstract
         if not renew_lease(message, lease_seconds=lease_seconds):
             raise StaleClaim(f"outbox message {message.key} was re-claimed")
     return kept(renewal, lease_seconds, f"outbox message {message.key}")
+
 
 def _backoff(attempts: int, retry_after: float | None = None) -> float:
     """The core's backoff with this app's settings, never shorter than what the server
