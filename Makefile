@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	@# (clients/python), which idemdash depends on, in the same command: taken from the folder
 	@# instead of an index. The bytecode is compiled on every core: left to the first run, each
 	@# test worker compiled what it imported, about 40 s more for `make test` on two cores.
-	$(BIN)/python -m pip install --quiet 'uv>=0.9'
+	$(BIN)/python -m pip install --quiet 'uv>=0.13'
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e clients/python -e '.[$(EXTRAS)]' --config-settings editable_mode=compat $(if $(CONSTRAINTS),--constraint $(CONSTRAINTS))
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
