@@ -142,10 +142,11 @@ INSTALLED_APPS = [
     "axes",  # the login lockout (Security, below)
     "idemdash.worker",  # before django_q: its `qcluster` stops cleanly on SIGTERM
     "django_q",
+    "idemdash.core",  # the models every app shares: audit log, API clients, bulk runs, roll-ups
     "receipts",
     "receipts.outbox",
     "webhooks",
-    "idemdash.dashboard",  # label "idemdash"
+    "idemdash.dashboard",
     # After the dashboard, whose templates/admin/base_site.html gives the admin the favicon
     # of every other page.
     "django.contrib.admin",

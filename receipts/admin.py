@@ -1,4 +1,4 @@
-"""Admin for receipts. Receipts, attempts and audit entries are read-only here: a receipt
+"""Admin for receipts. Receipts and attempts are read-only here: a receipt
 changes state only through receipts.store (guarded, logged), which the admin actions call
 through the operator actions the dashboard serves (receipts/operator_actions.py): release,
 and the two repairs of an outcome-unknown receipt, mark completed (with a result, on a form
@@ -19,11 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from idemdash.core import audit
 from idemdash.core.actions import act_on_each
-from idemdash.core.audit import AuditEntry
-from idemdash.core.clients import ApiClient, create_token
-from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReadOnlyAdmin, ReferenceInline, SearchesReferences, clipped, to_the_second
 from idemdash.core.columns import pre as _pre
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts import responses, store
@@ -184,17 +181,6 @@ class ResultForm(forms.Form):
                              help_text="Goes to the audit log.")
 
 
-class ReadOnlyAdmin(FilterSafe, admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
     list_display = (to_the_second("created_at", "at"), clipped("key"), clipped("scope", width=20), "operation", "outcome",
@@ -235,62 +221,3 @@ class ArchivedReceiptAdmin(StoredResultDisplay, ReadOnlyAdmin):
         "user_id", "session_id", "created_at", "completed_at", "expires_at", "compacted_at", "archived_at",
     )
     readonly_fields = fields
-
-
-@admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = (to_the_second("created_at", "at"), "actor", "action", "object_type", clipped("object_name", "object"),
-                    clipped("object_id", "object id"), "status_before", "status_after", "run_id")
-    list_filter = ("action", "object_type")
-    search_fields = ("actor", "object_name", "object_id", "detail")
-    date_hierarchy = "created_at"
-
-
-@admin.register(ApiClient)
-class ApiClientAdmin(admin.ModelAdmin):
-    """Adding a client creates its token and shows it once; the hash is never a form field."""
-
-    list_display = ("name", "token_prefix", to_the_second("created_at", "created"), to_the_second("last_used_at", "last used"),
-                    to_the_second("revoked_at", "revoked"))
-    search_fields = ("name", "token_prefix")
-    actions = ["revoke_selected"]
-
-    def get_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple[str, ...]:
-        if obj is None:
-            return ("name",)
-        return ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple[str, ...]:
-        if obj is None:
-            return ()
-        # The name is the receipts' scope: renaming would orphan them.
-        return ("name", "token_prefix", "created_at", "last_used_at", "revoked_at")
-
-    def save_model(self, request: HttpRequest, obj: ApiClient, form: Any, change: bool) -> None:
-        if change:
-            return
-        client, token = create_token(obj.name)
-        obj.pk = client.pk
-        obj.token_prefix = client.token_prefix
-        obj.token_hash = client.token_hash
-        obj.created_at = client.created_at
-        obj._state.adding = False
-        obj._new_token = token  # type: ignore[attr-defined]  # shown by response_add, never stored
-        audit.record(request.user.username, "apiclient.create", client, user=request.user)
-
-    def response_add(self, request: HttpRequest, obj: ApiClient, post_url_continue: str | None = None) -> HttpResponse:
-        # Rendered directly, not put in a message: messages may travel in a cookie.
-        return TemplateResponse(
-            request,
-            "admin/receipts/apiclient/token_created.html",
-            {**self.admin_site.each_context(request), "client": obj, "token": obj._new_token},  # type: ignore[attr-defined]
-        )
-
-    @admin.action(description="Revoke selected API clients", permissions=["change"])
-    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiClient]) -> None:
-        revoked = 0
-        for client in queryset.filter(revoked_at=None):
-            if ApiClient.objects.filter(pk=client.pk, revoked_at=None).update(revoked_at=timezone.now()) == 1:
-                audit.record(request.user.username, "apiclient.revoke", client, "active", "revoked", user=request.user)
-                revoked += 1
-        self.message_user(request, f"Revoked {revoked} API client(s).", messages.SUCCESS)

@@ -159,7 +159,7 @@ def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]
 
 # Our apps, by label: their migrations are one `0001_initial` each since the chains were
 # squashed (nothing had been released).
-OUR_APPS = ("receipts", "outbox", "webhooks", "idemdash", "idemdash_worker", "devtools", "bench")
+OUR_APPS = ("idemdash_core", "receipts", "outbox", "webhooks", "idemdash_dashboard", "idemdash_worker", "devtools", "bench")
 
 
 @register(Tags.database)

@@ -37,13 +37,10 @@ class AuditEntry(models.Model):
     )
     # The bulk run this entry is an item of; the run's own entry has none (it names the run).
     run = models.ForeignKey(
-        "receipts.BulkRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+        "idemdash_core.BulkRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
     )
 
     class Meta:
-        # Shared by every app; its table, permissions and migration stay the receipts
-        # app's (receipts_auditentry), the app every other one requires.
-        app_label = "receipts"
         verbose_name_plural = "audit entries"
         indexes = [
             models.Index(fields=["object_type", "object_id"], name="audit_object"),

@@ -63,7 +63,6 @@ class BulkRun(models.Model):
     cancelled_by = models.CharField(max_length=255, blank=True)
 
     class Meta:
-        app_label = "receipts"  # beside the audit log it is recorded in
         indexes = [models.Index(fields=["status", "updated_at"], name="bulk_run_active")]
 
     def __str__(self) -> str:
@@ -90,7 +89,6 @@ class BulkItem(models.Model):
     acted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        app_label = "receipts"
         constraints = [models.UniqueConstraint(fields=["run", "object_id"], name="bulk_item_once")]
         indexes = [models.Index(fields=["run", "status"], name="bulk_item_status")]
 

@@ -29,11 +29,6 @@ class ApiClient(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        # Shared by the receipts and outbox APIs; its table, permissions and migration stay
-        # the receipts app's (receipts_apiclient), the app every other one requires.
-        app_label = "receipts"
-
     def __str__(self) -> str:
         return self.name
 

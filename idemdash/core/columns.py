@@ -82,6 +82,19 @@ class FilterSafe:
         return _FilterSafeChangeList
 
 
+class ReadOnlyAdmin(FilterSafe, admin.ModelAdmin):
+    """A log's admin: rows are read, never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class ReferenceInline(admin.TabularInline):
     """An object's references on its admin page, read-only like the object (each app's admin
     sets `model`)."""

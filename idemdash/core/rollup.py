@@ -78,11 +78,6 @@ class Rollup(models.Model):
     # never goes down when an old hour is purged (a Prometheus counter must not).
     carried = models.JSONField(default=dict, blank=True)
 
-    class Meta:
-        # Shared by every app's roll-ups; its table, permissions and migration stay the
-        # receipts app's (receipts_rollup), the app every other one requires.
-        app_label = "receipts"
-
     def __str__(self) -> str:
         return f"{self.name} until {self.rolled_until}"
 

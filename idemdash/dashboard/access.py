@@ -20,8 +20,8 @@ from django_htmx.http import HttpResponseClientRedirect
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 
-VIEW = "idemdash.view_dashboard"
-OPERATE = "idemdash.operate"
+VIEW = "idemdash_dashboard.view_dashboard"
+OPERATE = "idemdash_dashboard.operate"
 
 GROUPS = {
     "viewers": ["view_dashboard"],

@@ -38,10 +38,9 @@ def _start_opentelemetry() -> None:
 
 class IdemdashConfig(BigIntegerIds, AppConfig):
     name = "idemdash.dashboard"
-    # The label the app had when it was the `idemdash` package itself: its tables
-    # (idemdash_*), its rows in django_migrations and its permissions
-    # (idemdash.view_dashboard, idemdash.operate) are all keyed by it.
-    label = "idemdash"
+    # The package's path, as the core's and the worker's labels are: a host's own
+    # `dashboard` app cannot clash with it.
+    label = "idemdash_dashboard"
     verbose_name = "idemdash"
 
     def ready(self) -> None:

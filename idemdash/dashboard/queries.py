@@ -581,7 +581,7 @@ def _incident_subject(i: Any) -> Subject:
 # object_type -> (noun, rows by id, their display), for the objects that have a page. The
 # others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
-    "receipts.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
+    "idemdash_core.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
     "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
     "webhooks.webhookevent": (
         "webhook event",
@@ -589,7 +589,7 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
         _event_subject,
     ),
     "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
-    "idemdash.incident": ("incident", lambda: apps.get_model("idemdash", "Incident").objects.select_related("alert"),
+    "idemdash_dashboard.incident": ("incident", lambda: apps.get_model("idemdash_dashboard", "Incident").objects.select_related("alert"),
                           _incident_subject),
 }
 
@@ -598,9 +598,9 @@ AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
 AUDIT_NOUNS: dict[str, str] = {
     **{object_type: noun for object_type, (noun, _, _) in AUDIT_SUBJECTS.items()},
     "webhooks.webhookendpoint": "webhook endpoint",
-    "idemdash.alertrule": "alert rule",
+    "idemdash_dashboard.alertrule": "alert rule",
     "devtools.demoswitch": "demo switch",
-    "receipts.apiclient": "API client",
+    "idemdash_core.apiclient": "API client",
 }
 
 
@@ -646,7 +646,7 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
             found[object_type, str(obj.pk)] = display(obj)
     items = dict(
         AuditEntry.objects.filter(run_id__in=[int(e.object_id) for e in entries
-                                              if e.object_type == "receipts.bulkrun" and e.object_id.isdigit()])
+                                              if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit()])
         .values_list("run_id").annotate(n=Count("*")).order_by()
     )
     for e in entries:
@@ -654,7 +654,7 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         e.subject = found.get((e.object_type, e.object_id))
         e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
         # A run's own entry: how many entries its items wrote (grouped under it).
-        e.items = items.get(int(e.object_id), 0) if e.object_type == "receipts.bulkrun" and e.object_id.isdigit() else 0
+        e.items = items.get(int(e.object_id), 0) if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit() else 0
 
 
 @dataclass(frozen=True)

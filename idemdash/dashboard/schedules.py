@@ -1,5 +1,5 @@
 """django-q2 schedules of this app, installed by `migrate` (and `manage.py install_schedules`)."""
 
 SCHEDULES = [
-    {"name": "idemdash.alerts", "func": "idemdash.dashboard.tasks.evaluate_alerts", "schedule_type": "I", "minutes": 1},
+    {"name": "idemdash_dashboard.alerts", "func": "idemdash.dashboard.tasks.evaluate_alerts", "schedule_type": "I", "minutes": 1},
 ]

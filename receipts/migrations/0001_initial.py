@@ -4,7 +4,6 @@
 # other database.
 
 import django.db.models.deletion
-from django.conf import settings
 from django.db import migrations, models
 
 from idemdash.core.mysql import exact_text
@@ -15,30 +14,9 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
-        migrations.CreateModel(
-            name='ApiClient',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('token_prefix', models.CharField(help_text='First characters, to recognise a token.', max_length=16)),
-                ('token_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-            ],
-        ),
-        migrations.CreateModel(
-            name='Rollup',
-            fields=[
-                ('name', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('rolled_until', models.DateTimeField(blank=True, null=True)),
-                ('carried', models.JSONField(blank=True, default=dict)),
-            ],
-        ),
         migrations.CreateModel(
             name='ArchivedReceipt',
             fields=[
@@ -80,56 +58,6 @@ class Migration(migrations.Migration):
                 'verbose_name': 'attempts per hour',
                 'verbose_name_plural': 'attempts per hour',
                 'constraints': [models.UniqueConstraint(fields=('hour', 'outcome'), name='attempt_hourly_uniq')],
-            },
-        ),
-        migrations.CreateModel(
-            name='BulkRun',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True)),
-                ('updated_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('finished', 'Finished'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('kind', models.CharField(max_length=32)),
-                ('title', models.CharField(max_length=255)),
-                ('filters', models.TextField(blank=True)),
-                ('actor', models.CharField(max_length=255)),
-                ('reason', models.CharField(blank=True, max_length=500)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('cancelled_by', models.CharField(blank=True, max_length=255)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-            ],
-        ),
-        migrations.CreateModel(
-            name='BulkItem',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('object_id', models.BigIntegerField()),
-                ('name', models.CharField(max_length=255)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('done', 'Done'), ('refused', 'Refused')], default='pending', max_length=16)),
-                ('detail', models.CharField(blank=True, max_length=500)),
-                ('acted_at', models.DateTimeField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='receipts.bulkrun')),
-            ],
-        ),
-        migrations.CreateModel(
-            name='AuditEntry',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True)),
-                ('actor', models.CharField(max_length=255)),
-                ('action', models.CharField(max_length=64)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(max_length=255)),
-                ('object_name', models.CharField(blank=True, max_length=255)),
-                ('status_before', models.CharField(blank=True, max_length=32)),
-                ('status_after', models.CharField(blank=True, max_length=32)),
-                ('detail', models.TextField(blank=True)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_entries', to='receipts.bulkrun')),
-            ],
-            options={
-                'verbose_name_plural': 'audit entries',
             },
         ),
         migrations.CreateModel(
@@ -210,26 +138,6 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField()),
                 ('receipt', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='references', to='receipts.receipt')),
             ],
-        ),
-        migrations.AddIndex(
-            model_name='bulkrun',
-            index=models.Index(fields=['status', 'updated_at'], name='bulk_run_active'),
-        ),
-        migrations.AddIndex(
-            model_name='bulkitem',
-            index=models.Index(fields=['run', 'status'], name='bulk_item_status'),
-        ),
-        migrations.AddConstraint(
-            model_name='bulkitem',
-            constraint=models.UniqueConstraint(fields=('run', 'object_id'), name='bulk_item_once'),
-        ),
-        migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['object_type', 'object_id'], name='audit_object'),
-        ),
-        migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['object_name'], name='audit_object_name'),
         ),
         migrations.AddIndex(
             model_name='attempt',

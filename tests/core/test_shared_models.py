@@ -1,32 +1,19 @@
-"""The models the core declares for every app stay the receipts app's: the same tables,
-content types and permissions, and no migration to write for the move."""
+"""The models the core declares for every app are the `idemdash.core` app's, and the
+migrations build exactly what the models say."""
 
 from __future__ import annotations
 
 import pytest
 from django.apps import apps
-from django.contrib.auth.models import Permission
 from django.core.management import call_command
 
-from idemdash.core.audit import AuditEntry
-from idemdash.core.clients import ApiClient
-from idemdash.core.rollup import Rollup
-
-SHARED = [(AuditEntry, "receipts_auditentry"), (ApiClient, "receipts_apiclient"), (Rollup, "receipts_rollup")]
+from idemdash.core.models import ApiClient, AuditEntry, BulkItem, BulkRun, Rollup
 
 
-@pytest.mark.parametrize(("model", "table"), SHARED)
-def test_a_shared_model_is_the_receipts_apps(model, table):
-    assert model._meta.label == f"receipts.{model.__name__}"
-    assert model._meta.db_table == table
-    assert apps.get_model("receipts", model.__name__) is model
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(("model", "table"), SHARED)
-def test_its_permissions_are_the_receipts_apps(model, table):
-    codename = f"view_{model._meta.model_name}"
-    assert Permission.objects.filter(content_type__app_label="receipts", codename=codename).exists()
+@pytest.mark.parametrize("model", [ApiClient, AuditEntry, BulkItem, BulkRun, Rollup])
+def test_a_shared_model_is_the_core_apps(model):
+    assert apps.get_model("idemdash_core", model.__name__) is model
+    assert model._meta.db_table == f"idemdash_core_{model._meta.model_name}"
 
 
 @pytest.mark.django_db

@@ -39,7 +39,7 @@ def test_an_operator_creates_a_rule_and_it_is_audited(operator_client, operator)
     assert (rule.metric, rule.window_minutes, rule.created_by, rule.enabled) == ("stuck_rows", 15, operator, True)
     entry = AuditEntry.objects.get()
     assert (entry.action, entry.actor, entry.object_type, entry.object_id, entry.user) == (
-        "alert_rule.create", "otto", "idemdash.alertrule", str(rule.pk), operator)
+        "alert_rule.create", "otto", "idemdash_dashboard.alertrule", str(rule.pk), operator)
     assert "ops@example.com" in entry.detail
     assert "created" in operator_client.get("/alerts/rules/").content.decode()
 

@@ -150,7 +150,7 @@ def test_a_deleted_alert_rule_is_named_by_its_name(viewer_client, operator):
                                     target="ops@example.com")
     audit.record("otto", "alert_rule.delete", rule, status_after="deleted")
     rule.delete()
-    html = viewer_client.get("/audit/?kind=idemdash.alertrule").content.decode()
+    html = viewer_client.get("/audit/?kind=idemdash_dashboard.alertrule").content.decode()
     assert '<span class="muted small">alert rule</span> <span class="key">Payments failing</span>' in html
 
 

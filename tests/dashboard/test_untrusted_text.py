@@ -125,9 +125,9 @@ def test_a_callers_error_text_on_a_receipt_is_shown_marked_not_reversed(operator
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("path", ["/admin/idemdash/alert/", "/admin/idemdash/alert/{pk}/change/",
-                                  "/admin/idemdash/alertrule/", "/admin/idemdash/incident/",
-                                  "/admin/idemdash/incident/{pk}/change/", "/admin/receipts/receipt/{receipt}/change/"])
+@pytest.mark.parametrize("path", ["/admin/idemdash_dashboard/alert/", "/admin/idemdash_dashboard/alert/{pk}/change/",
+                                  "/admin/idemdash_dashboard/alertrule/", "/admin/idemdash_dashboard/incident/",
+                                  "/admin/idemdash_dashboard/incident/{pk}/change/", "/admin/receipts/receipt/{receipt}/change/"])
 def test_no_admin_page_carries_a_bidi_control_from_data(admin_client, path):
     incident = evil_rule_firing()
     page = admin_client.get(path.format(pk=incident.pk, receipt=receipt_pk()))

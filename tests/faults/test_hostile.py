@@ -340,7 +340,7 @@ ADMIN_CASES = [
     pytest.param(f"/admin/{model._meta.app_label}/{model._meta.model_name}/", param,
                  id=f"admin {model._meta.label_lower} {param}")
     for model, model_admin in sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label_lower)
-    if model._meta.app_label in ("receipts", "outbox", "webhooks", "idemdash", "auth")
+    if model._meta.app_label in ("idemdash_core", "receipts", "outbox", "webhooks", "idemdash_dashboard", "auth")
     for param in admin_params(model_admin)
 ]
 ADMIN_INPUTS = sum(len(admin_values(case.values[1])) for case in ADMIN_CASES)

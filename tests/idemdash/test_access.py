@@ -25,7 +25,7 @@ def test_ensuring_the_groups_twice_is_harmless():
 
 
 def test_a_viewer_may_see_but_not_operate(viewer, operator, django_user_model):
-    assert viewer.has_perm("idemdash.view_dashboard") and not viewer.has_perm("idemdash.operate")
-    assert operator.has_perm("idemdash.operate")
+    assert viewer.has_perm("idemdash_dashboard.view_dashboard") and not viewer.has_perm("idemdash_dashboard.operate")
+    assert operator.has_perm("idemdash_dashboard.operate")
     admin = django_user_model.objects.create_superuser("root", "r@x", "pw")
-    assert admin.has_perm("idemdash.operate")
+    assert admin.has_perm("idemdash_dashboard.operate")

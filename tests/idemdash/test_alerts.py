@@ -508,7 +508,7 @@ def test_saving_and_deleting_a_rule_is_audited_and_deleting_resolves_its_alert(d
 
 
 def test_the_alerts_schedule_is_declared_every_minute():
-    (entry,) = [e for e in declared_schedules().schedules if e["name"] == "idemdash.alerts"]
+    (entry,) = [e for e in declared_schedules().schedules if e["name"] == "idemdash_dashboard.alerts"]
     assert (entry["func"], entry["schedule_type"], entry["minutes"]) == ("idemdash.dashboard.tasks.evaluate_alerts", "I", 1)
 
 

@@ -113,7 +113,7 @@ def test_acknowledging_twice_acknowledges_once_keeps_the_first_note_and_audits_o
     assert (incident.state, incident.acknowledged_by, incident.note) == ("acknowledged", "otto", "on it")
     entry = AuditEntry.objects.get(action="incident.acknowledge")
     assert (entry.actor, entry.object_type, entry.object_id, entry.detail, entry.user) == (
-        "otto", "idemdash.incident", str(incident.pk), "on it", user)
+        "otto", "idemdash_dashboard.incident", str(incident.pk), "on it", user)
     assert incident.history.filter(kind="acknowledged").count() == 1
 
 

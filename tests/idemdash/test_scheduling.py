@@ -33,9 +33,9 @@ def test_migrate_installs_every_declared_schedule_with_no_other_step():
 
 
 def test_migrate_points_a_schedule_whose_task_path_changed_at_the_declared_one():
-    Schedule.objects.filter(name="idemdash.alerts").update(func="idemdash.tasks.evaluate_alerts")
+    Schedule.objects.filter(name="idemdash_dashboard.alerts").update(func="idemdash.tasks.evaluate_alerts")
     call_command("migrate", verbosity=0)
-    assert Schedule.objects.get(name="idemdash.alerts").func == "idemdash.dashboard.tasks.evaluate_alerts"
+    assert Schedule.objects.get(name="idemdash_dashboard.alerts").func == "idemdash.dashboard.tasks.evaluate_alerts"
 
 
 def test_installing_twice_leaves_one_of_each_and_changes_nothing_the_second_time():

@@ -293,7 +293,7 @@ def test_the_dashboard_as_a_separate_service_on_a_drf_hosts_database(shop_venv, 
     assert language == "sh" and command.strip() == "python manage.py migrate"
     service(env, "migrate", "--noinput")
     service(env, "collectstatic", "--noinput")  # as every deployment of it (docs/operations.md, Production)
-    assert {"idemdash_alertrule", "django_q_schedule", "outbox_outboxmessage"} <= database.tables()
+    assert {"idemdash_dashboard_alertrule", "django_q_schedule", "outbox_outboxmessage"} <= database.tables()
     assert "auth_user" not in database.tables()
     # The operators group exists now, in the shop's database: the docs' access block, in the shop.
     shop.block("dashboard_access")
@@ -335,4 +335,4 @@ def test_the_dashboard_as_a_separate_service_on_a_drf_hosts_database(shop_venv, 
     by_service = json.loads(service(env, "shell", "--no-imports", "-c", picked).stdout.strip().splitlines()[-1])
     shared = ["outbox.drain", "receipts.compact", "receipts.purge", "receipts.resume_bulk_runs", "receipts.rollup"]
     assert by_shop == sorted([f"{name}@None" for name in shared] + ["shop.nightly@None"])
-    assert by_service == sorted(f"{name}@idemdash-service" for name in [*shared, "idemdash.alerts", "webhooks.sweep"])
+    assert by_service == sorted(f"{name}@idemdash-service" for name in [*shared, "idemdash_dashboard.alerts", "webhooks.sweep"])

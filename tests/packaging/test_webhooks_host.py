@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django_q",
+    "idemdash.core",
     "receipts",
     "webhooks",
     "shop",

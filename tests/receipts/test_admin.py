@@ -140,15 +140,15 @@ def test_archived_financial_receipts_are_listed_searchable_and_read_only(admin_c
 
 def test_audit_entries_are_read_only(admin_client, admin_user):
     entry = audit.record("ada", "receipt.release", a_receipt(), user=admin_user)
-    assert admin_client.get("/admin/receipts/auditentry/").status_code == 200
-    assert admin_client.get("/admin/receipts/auditentry/add/").status_code == 403
-    assert 'name="_save"' not in admin_client.get(f"/admin/receipts/auditentry/{entry.pk}/change/").content.decode()
+    assert admin_client.get("/admin/idemdash_core/auditentry/").status_code == 200
+    assert admin_client.get("/admin/idemdash_core/auditentry/add/").status_code == 403
+    assert 'name="_save"' not in admin_client.get(f"/admin/idemdash_core/auditentry/{entry.pk}/change/").content.decode()
 
 
 def test_adding_an_api_client_shows_its_token_once_and_stores_only_the_hash(admin_client, admin_user):
-    form = admin_client.get("/admin/receipts/apiclient/add/").content.decode()
+    form = admin_client.get("/admin/idemdash_core/apiclient/add/").content.decode()
     assert 'name="name"' in form and "token_hash" not in form
-    page = admin_client.post("/admin/receipts/apiclient/add/", {"name": "billing"})
+    page = admin_client.post("/admin/idemdash_core/apiclient/add/", {"name": "billing"})
     assert page.status_code == 200
     token = re.search(r'<code id="api-token"[^>]*>([^<]+)</code>', page.content.decode()).group(1)
     client = ApiClient.objects.get(name="billing")
@@ -156,21 +156,21 @@ def test_adding_an_api_client_shows_its_token_once_and_stores_only_the_hash(admi
     request = RequestFactory().get("/", headers={"Authorization": f"Bearer {token}"})
     assert client_for_request(request) == client
     assert AuditEntry.objects.get(action="apiclient.create").actor == admin_user.username
-    assert token not in admin_client.get(f"/admin/receipts/apiclient/{client.pk}/change/").content.decode()
+    assert token not in admin_client.get(f"/admin/idemdash_core/apiclient/{client.pk}/change/").content.decode()
 
 
 def test_an_api_clients_hash_and_name_are_never_editable(admin_client):
     client, _ = create_token("billing")
-    page = admin_client.get(f"/admin/receipts/apiclient/{client.pk}/change/").content.decode()
+    page = admin_client.get(f"/admin/idemdash_core/apiclient/{client.pk}/change/").content.decode()
     assert "token_hash" not in page and 'name="name"' not in page
-    admin_client.post(f"/admin/receipts/apiclient/{client.pk}/change/", {"name": "x", "token_hash": "0" * 64})
+    admin_client.post(f"/admin/idemdash_core/apiclient/{client.pk}/change/", {"name": "x", "token_hash": "0" * 64})
     client.refresh_from_db()
     assert client.name == "billing" and client.token_hash != "0" * 64
 
 
 def test_revoking_api_clients_is_audited_and_stops_their_tokens(admin_client):
     client, token = create_token("billing")
-    admin_client.post("/admin/receipts/apiclient/", {"action": "revoke_selected", "_selected_action": [client.pk]})
+    admin_client.post("/admin/idemdash_core/apiclient/", {"action": "revoke_selected", "_selected_action": [client.pk]})
     client.refresh_from_db()
     assert client.revoked_at is not None
     assert AuditEntry.objects.get(action="apiclient.revoke").object_id == str(client.pk)

@@ -51,7 +51,7 @@ def make_host(root: Path, *, extra_settings: str = "", outbox_actions: bool = Fa
         DEBUG = False
         USE_TZ = True
         ROOT_URLCONF = "host.urls"
-        INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "receipts", "shop"]
+        INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "idemdash.core", "receipts", "shop"]
         DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{root / 'host.sqlite3'}"}}}}
         EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
         EMAIL_FILE_PATH = "{root / 'mail'}"

@@ -129,7 +129,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Incident',
             fields=[
-                ('alert', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='incident', serialize=False, to='idemdash.alert')),
+                ('alert', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='incident', serialize=False, to='idemdash_dashboard.alert')),
                 ('state', models.CharField(choices=[('firing', 'Firing'), ('acknowledged', 'Acknowledged'), ('resolved', 'Resolved')], default='firing', max_length=16)),
                 ('opened_at', models.DateTimeField()),
                 ('evaluations', models.PositiveIntegerField(default=1, help_text='Evaluations that found the condition holding, the one that opened it included.')),
@@ -164,7 +164,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='alert',
             name='rule',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='alerts', to='idemdash.alertrule'),
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='alerts', to='idemdash_dashboard.alertrule'),
         ),
         migrations.CreateModel(
             name='IncidentEvent',
@@ -175,7 +175,7 @@ class Migration(migrations.Migration):
                 ('actor', models.CharField(blank=True, help_text='The operator; blank for the evaluator.', max_length=255)),
                 ('detail', models.TextField(blank=True)),
                 ('notification_key', models.CharField(blank=True, max_length=255)),
-                ('incident', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='history', to='idemdash.incident')),
+                ('incident', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='history', to='idemdash_dashboard.incident')),
             ],
             options={
                 'ordering': ['id'],

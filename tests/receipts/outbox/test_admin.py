@@ -74,7 +74,7 @@ def test_no_admin_page_shows_a_payload_credential_and_the_message_page_masks_the
         reverse("admin:outbox_outboxmessage_change", args=[m.pk]),
         reverse("admin:outbox_outboxattempt_changelist"),
         reverse("admin:outbox_outboxattempt_change", args=[attempt.pk]),
-        reverse("admin:receipts_auditentry_changelist"),
+        reverse("admin:idemdash_core_auditentry_changelist"),
     ]
     for page in pages:
         response = admin_client.get(page)

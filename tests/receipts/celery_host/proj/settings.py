@@ -9,6 +9,7 @@ ALLOWED_HOSTS: list[str] = []
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
+    "idemdash.core",
     "receipts",
     "shop",
 ]
