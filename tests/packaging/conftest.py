@@ -20,12 +20,6 @@ from tests.qcluster import database_url
 
 DRF_HOST = Path(__file__).parent / "drf_host"
 
-# The venvs' pip installs (the docs' blocks as written, and the tests' own) compile nothing:
-# pip compiled every file it installed, about 10 s of a core per venv in a stage that keeps
-# both cores busy, most of it modules no host imports. The hosts' processes write the bytecode
-# of what they import, once per venv.
-os.environ["PIP_NO_COMPILE"] = "1"
-
 
 def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
     """The folder `name`, made by make(folder) once in a test run: by whichever pytest-xdist

@@ -191,6 +191,7 @@ def host_env(tmp_path: Path) -> dict[str, str]:
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
         "HOST_EXECUTIONS": str(tmp_path / "executions.log"),
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
 
 

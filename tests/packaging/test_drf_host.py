@@ -83,6 +83,7 @@ class Shop:
         self.env = {
             "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
             "HOME": str(root),
+            "PYTHONDONTWRITEBYTECODE": "1",
             "SHOP_SECRET_KEY": secrets.token_urlsafe(50),
             "SHOP_DATABASE": json.dumps(database.django),
             "SHOP_SHIPMENTS": str(self.shipments),
@@ -221,6 +222,7 @@ def service_env(shop: Shop, database: Database, tmp_path: Path, **extra: str) ->
     return {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
+        "PYTHONDONTWRITEBYTECODE": "1",
         "SECRET_KEY": secrets.token_urlsafe(50),
         "IDEMDASH_VAR_DIR": str(tmp_path / "service-var"),
         **exported,

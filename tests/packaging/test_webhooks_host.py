@@ -128,7 +128,7 @@ def host(venv, tmp_path) -> Iterator[tuple[Path, dict[str, str]]]:
         'from django.urls import include, path\n\nurlpatterns = [path("webhooks/", include("webhooks.urls"))]\n'
     )
     (project / "shop" / "webhook_handlers.py").write_text(HANDLERS)
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1",
            "HOST_HANDLED": str(tmp_path / "handled.log")}
     yield project, env
 
