@@ -22,7 +22,7 @@ from idemdash.core.jsonapi import Invalid, json_api, storable_text
 from idemdash.core.problems import problem
 from idemdash.core.reference_rows import listed
 from idemdash_client.references import InvalidReference, validate_all
-from receipts import responses, store
+from receipts import keys, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import downstream_key
 from receipts.models import Receipt
@@ -44,8 +44,8 @@ def _fields(body: dict, allowed: set[str], required: set[str]) -> None:
 
 def _key(body: dict) -> str:
     try:
-        return store.validate_key(body["key"])
-    except store.InvalidKey as exc:
+        return keys.validate_key(body["key"])
+    except keys.InvalidKey as exc:
         raise Invalid("key", str(exc)) from None
 
 
@@ -179,8 +179,8 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     _fields(body, CLAIM_FIELDS, {"key", "operation"})
     key = _key(body)
     try:
-        operation = store.validate_operation(body["operation"])
-    except store.InvalidOperation as exc:
+        operation = keys.validate_operation(body["operation"])
+    except keys.InvalidOperation as exc:
         raise Invalid("operation", str(exc)) from None
     lease_seconds = _lease_seconds(body)
     wait_seconds = _number(body, "wait_seconds", 0, setting("RECEIPTS_MAX_WAIT_SECONDS")) if "wait_seconds" in body else 0
@@ -290,8 +290,8 @@ def receipt_detail(request: HttpRequest, client: ApiClient) -> HttpResponse:
     if "key" not in request.GET:
         return problem(400, "invalid-field", "Invalid field: key", "Pass ?key=<idempotency key>.", field="key")
     try:
-        key = store.validate_key(request.GET["key"])
-    except store.InvalidKey as exc:
+        key = keys.validate_key(request.GET["key"])
+    except keys.InvalidKey as exc:
         return problem(400, "invalid-field", "Invalid field: key", str(exc), field="key")
     receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
     if receipt is None:

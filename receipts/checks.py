@@ -6,7 +6,7 @@ that would otherwise fail only when a request of that operation comes."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from django.apps import apps
@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import module_has_submodule
 
+from receipts import placement
 from receipts.conf import policy_for, reconciler, rule_problems, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
@@ -30,17 +31,17 @@ def _callbacks(patterns: list[Any]) -> Iterator[Any]:
             yield pattern.callback
 
 
-def _decorated_dispatches(attribute: str, is_kind: Callable[[type], bool]) -> Iterator[tuple[type, str]]:
-    """(view class, operation) for each routed class view of a kind whose `dispatch` carries
-    the @idempotent marker (method_decorator copies it there). `attribute` is where the view
-    function names its class: DRF's `cls`, Django's `view_class`. A project without a
+def _decorated_dispatches() -> Iterator[tuple[type, str]]:
+    """(view class, operation) for each routed class view whose `dispatch` carries the
+    @idempotent marker (method_decorator copies it there): the class that the view function
+    names (DRF's `cls`, Django's `view_class`). A project without a
     URLconf (a worker's settings, such as a Celery worker's) routes no view: none."""
     if not getattr(settings, "ROOT_URLCONF", None):
         return
     seen = set()
     for callback in _callbacks(get_resolver().url_patterns):
-        view_class = getattr(callback, attribute, None)
-        if view_class is None or view_class in seen or not is_kind(view_class):
+        view_class = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+        if view_class is None or view_class in seen:
             continue
         seen.add(view_class)
         operation = getattr(view_class.dispatch, "idempotent_operation", None)
@@ -49,38 +50,14 @@ def _decorated_dispatches(attribute: str, is_kind: Callable[[type], bool]) -> It
 
 
 @register(Tags.urls)
-def idempotent_on_drf_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView: it runs before
-    DRF authenticates the caller."""
-    return [
-        Error(
-            f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, which runs "
-            "before DRF authenticates the caller.",
-            hint="Decorate the handler method (post, create, ...) with receipts.drf.idempotent "
-            "(docs/http-contract.md: Each kind of view).",
-            obj=view_class,
-            id="receipts.E001",
-        )
-        for view_class, operation in _decorated_dispatches("cls", lambda cls: hasattr(cls, "initialize_request"))
+def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """`method_decorator(idempotent(...), name="dispatch")` where it cannot work: a DRF
+    APIView's (E001) or an async View's (E005); the decorator refuses it at the first request."""
+    refusals = [
+        (placement.dispatch_refusal(view_class, operation), view_class)
+        for view_class, operation in _decorated_dispatches()
     ]
-
-
-@register(Tags.urls)
-def idempotent_on_async_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` on a Django View whose handlers are
-    `async def`: View.dispatch is sync and returns the handler's coroutine (the decorator
-    refuses it at the first request; this says so at start-up)."""
-    return [
-        Error(
-            f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch, whose "
-            "handlers are async def: dispatch is sync and returns their coroutine.",
-            hint="Decorate the async handler instead: @method_decorator(idempotent(...)) on "
-            "async def post (docs/http-contract.md: Each kind of view).",
-            obj=view_class,
-            id="receipts.E005",
-        )
-        for view_class, operation in _decorated_dispatches("view_class", lambda cls: getattr(cls, "view_is_async", False))
-    ]
+    return [Error(r.message, hint=r.hint, obj=view_class, id=r.id) for r, view_class in refusals if r is not None]
 
 
 def _outbox_in_use() -> list[str]:

@@ -15,16 +15,13 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import hashlib
 import inspect
-import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.conf import settings
 from django.core.exceptions import (
     BadRequest,
     ImproperlyConfigured,
@@ -35,15 +32,13 @@ from django.core.exceptions import (
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
-from django.utils.crypto import salted_hmac
 
 from idemdash_client.canonical import UnstorableJSON
-from idemdash.core.clients import client_for_request
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
 from idemdash.core.problems import problem, problem_body
 from idemdash_client import context
 from idemdash_client.references import References
-from receipts import responses, store
+from receipts import keys, placement, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
@@ -52,7 +47,6 @@ from receipts.models import Attempt, Receipt
 log = logging.getLogger(__name__)
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 # Responses that depend on who asks or when, not on the request: the next attempt must run.
@@ -87,27 +81,11 @@ def idempotent(
     request to the principal whose keys are separate from everyone else's; the default is
     `default_scope`.
     """
-    store.validate_operation(operation)
+    keys.validate_operation(operation)
 
     def decorator(view: View) -> View:
-        _refuse_ninja(view, operation, "receipts.decorators.idempotent")
-        if hasattr(view, "cls") and hasattr(view, "initkwargs"):
-            # DRF's as_view() (and @api_view) mark their result with `cls`. Outside it, DRF
-            # has not authenticated the caller (every token user would share one scope) nor
-            # rendered the Response: refuse at import rather than answer wrongly per request.
-            raise ImproperlyConfigured(
-                f"@idempotent({operation!r}) wraps {view.cls.__name__}.as_view(), where DRF has not "
-                "authenticated the caller yet. Put @idempotent below @api_view, or decorate the "
-                "APIView/ViewSet method with receipts.drf.idempotent "
-                "(docs/http-contract.md: Each kind of view)."
-            )
-        if _first_parameter(view) == "self":
-            raise ImproperlyConfigured(
-                f"@idempotent({operation!r}) decorates the method {view.__qualname__}, but takes the "
-                "request as its first argument. Use method_decorator(idempotent(...)) on a Django "
-                "class-based view, or receipts.drf.idempotent on a DRF one "
-                "(docs/http-contract.md: Each kind of view)."
-            )
+        placement.refuse_ninja(view, operation, "receipts.decorators.idempotent")
+        placement.refuse_view(view, operation)
 
         if iscoroutinefunction(view):
             # Django runs a coroutine function as an async view (and method_decorator marks
@@ -120,8 +98,7 @@ def idempotent(
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            _refuse_drf_dispatch(view, request, operation)
-            _refuse_async_dispatch(view, operation)
+            placement.refuse_dispatch(view, request, operation)
             return respond(request, view, args, kwargs, operation, required, scope)
 
         return _marked(wrapper, operation)
@@ -131,45 +108,8 @@ def idempotent(
 
 def _marked(wrapper: View, operation: str) -> View:
     wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
-    # Below @api.post, Ninja would hand this wrapper the operation's result (a dict, a
-    # schema, a Status) and render it only after we stored it: Ninja calls this hook
-    # (ninja.utils.contribute_operation_callback) while building the operation, at import.
-    wrapper._ninja_contribute_to_operation = [_refuse_ninja_operation(operation)]  # type: ignore[attr-defined]
+    wrapper._ninja_contribute_to_operation = [placement.ninja_operation_hook(operation)]  # type: ignore[attr-defined]
     return wrapper
-
-
-NINJA_PLACEMENT = (
-    "Put `from receipts.ninja import idempotent` directly below @api.post(...) (or the router's "
-    "operation decorator), above the function (docs/http-contract.md: Each kind of view)."
-)
-
-
-def _refuse_ninja(view: Callable, operation: str, name: str) -> None:
-    """Refuse, at import, a decorator placed above a Ninja operation decorator (Ninja has
-    registered the function already, so the wrapper would never run) or given Ninja's own
-    `Operation.run` by ninja.decorate_view (it runs before Ninja authenticates the caller)."""
-    ninja = sys.modules.get("ninja.operation")
-    if hasattr(view, "_ninja_operation"):
-        raise ImproperlyConfigured(
-            f"{name}({operation!r}) is above the Ninja operation decorator of {view.__qualname__}, "
-            f"which has registered the function already: the decorator would never run. {NINJA_PLACEMENT}"
-        )
-    if ninja is not None and isinstance(getattr(view, "__self__", None), ninja.Operation):
-        raise ImproperlyConfigured(
-            f"{name}({operation!r}) wraps a Ninja operation's run (decorate_view), which runs before "
-            f"Ninja authenticates the caller. {NINJA_PLACEMENT}"
-        )
-
-
-def _refuse_ninja_operation(operation: str) -> Callable[[Any], None]:
-    def refuse(ninja_operation: Any) -> None:
-        raise ImproperlyConfigured(
-            f"receipts.decorators.idempotent({operation!r}) is on the Ninja operation "
-            f"{ninja_operation.view_func.__qualname__}: it would store the result before Ninja renders it, "
-            f"under a scope Ninja's authentication (request.auth) does not reach. {NINJA_PLACEMENT}"
-        )
-
-    return refuse
 
 
 def respond(
@@ -191,7 +131,7 @@ def respond(
         response = view(request, *args, **kwargs)
         if inspect.isawaitable(response):
             _close(response)
-            raise ImproperlyConfigured(_mismatch(view, operation))
+            raise placement.not_async(view, operation)
     except BaseException as exc:  # the contract rolls back, settles, and raises it again
         return _step(steps.throw, exc)[1]
     return _step(steps.send, response)[1]
@@ -279,7 +219,7 @@ def _contract(
     response (or thrown its exception), and returns the response to send."""
     if request.method not in UNSAFE_METHODS:
         return (yield)
-    raw = request.headers.get(HEADER)
+    raw = request.headers.get(keys.HEADER)
     if raw is None:
         if required:
             return problem(
@@ -289,7 +229,7 @@ def _contract(
                 f"{request.method} {request.path} needs an Idempotency-Key header.",
             )
         return (yield)
-    key = parse_key(raw)
+    key = keys.parse_key(raw)
     if key is None:
         return problem(
             400,
@@ -301,60 +241,10 @@ def _contract(
     return (yield from _handle(request, args, kwargs, operation, key, scope))
 
 
-def _mismatch(view: Callable[..., Any], operation: str) -> str:
-    name = getattr(view, "__qualname__", repr(view))
-    return (
-        f"@idempotent({operation!r}) decorates {name}, which is not a coroutine function but "
-        "returned an awaitable: a decorator between them hides that the view is async. Mark the "
-        "outer function with asgiref.sync.markcoroutinefunction, or put @idempotent directly on "
-        "the async def (docs/http-contract.md: Each kind of view)."
-    )
-
-
 def _close(awaitable: Any) -> None:
     close = getattr(awaitable, "close", None)  # a coroutine never awaited warns unless closed
     if close is not None:
         close()
-
-
-def _first_parameter(view: View) -> str | None:
-    try:
-        return next(iter(inspect.signature(view, follow_wrapped=False).parameters), None)
-    except (TypeError, ValueError):  # a callable without a signature: nothing to check
-        return None
-
-
-def _refuse_drf_dispatch(view: View, request: HttpRequest, operation: str) -> None:
-    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView runs before DRF
-    authenticates: refuse before any receipt is claimed. method_decorator binds the method
-    only per request, so this is the first moment it can be seen."""
-    owner = getattr(getattr(view, "func", None), "__self__", None)
-    if hasattr(owner, "initialize_request") and not _is_drf_request(request):
-        raise ImproperlyConfigured(
-            f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, which runs before "
-            "DRF authenticates the caller. Decorate the handler method (post, create, ...) with "
-            "receipts.drf.idempotent instead (docs/http-contract.md: Each kind of view)."
-        )
-
-
-def _refuse_async_dispatch(view: View, operation: str) -> None:
-    """`method_decorator(idempotent(...), name="dispatch")` on a View whose handlers are
-    `async def`: dispatch itself is sync and returns the handler's coroutine, which the
-    contract can neither store nor run inside the view's transaction."""
-    owner = getattr(getattr(view, "func", None), "__self__", None)
-    if getattr(type(owner), "view_is_async", False):
-        raise ImproperlyConfigured(
-            f"@idempotent({operation!r}) decorates {type(owner).__name__}.dispatch, whose handlers "
-            "are async def: dispatch is sync and returns their coroutine. Decorate the handler "
-            "method instead: @method_decorator(idempotent(...)) on async def post "
-            "(docs/http-contract.md: Each kind of view)."
-        )
-
-
-def _is_drf_request(request: object) -> bool:
-    # DRF is optional: if it was never imported, no request can be one of its own.
-    drf = sys.modules.get("rest_framework.request")
-    return drf is not None and isinstance(request, drf.Request)
 
 
 def is_client_error(exc: BaseException) -> bool:
@@ -371,149 +261,6 @@ def is_client_error(exc: BaseException) -> bool:
     return ninja is not None and (
         isinstance(exc, ninja.ValidationError) or isinstance(exc, ninja.HttpError) and 400 <= exc.status_code < 500
     )
-
-
-_OWS = " \t"  # HTTP's optional whitespace around a header's value
-
-
-def parse_key(raw: str) -> str | None:
-    """The key of an Idempotency-Key header, or None when it is malformed.
-
-    A server joins a header sent twice into one value with "," (RFC 9110 5.3), so a bare key
-    holding a comma is refused rather than read as one key: `a, b` may be two keys, and
-    taking either would settle the other's request. A key that needs a comma is sent as a
-    structured-field string (RFC 8941 3.3.3), `"a,b"`, where the comma is inside the quotes
-    and `\\"` and `\\\\` are escapes; anything after its closing quote (`"a", "b"`) is refused.
-    So is a bare key that begins or ends with `"`: such a key is sent as a structured-field string.
-    Around the value only HTTP's optional whitespace (space, tab: RFC 9110 5.6.3) is dropped:
-    str.strip() would also drop NEL and other Unicode spaces, which a WSGI server hands over
-    as text and an ASGI one as other text (its bytes as latin-1), so the same header would
-    be a valid key to one kind of view and not to another.
-    """
-    value = raw.strip(_OWS)
-    if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
-        value = _sf_string(value)
-    elif "," in value or value.startswith('"') or value.endswith('"'):
-        # A bare `"` at either end is half a quoted string: two such headers joined (`"` and
-        # `"` give `","`) would read as the quoted key `,`.
-        return None
-    try:
-        return store.validate_key(value)
-    except store.InvalidKey:
-        return None
-
-
-def format_key(key: str) -> str:
-    """The Idempotency-Key header value that `parse_key` reads back as `key`, for sending a
-    key downstream (the outbox's http.post): the key itself, or a structured-field string
-    when it holds a comma, begins or ends with `"`, or begins or ends with a space (a
-    server strips those from a bare value)."""
-    if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip(_OWS):
-        return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return key
-
-
-def _sf_string(quoted: str) -> str | None:
-    chars = []
-    escaped = False
-    for index, char in enumerate(quoted[1:], start=1):
-        if escaped:
-            if char not in '"\\':
-                return None
-            chars.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            return "".join(chars) if index == len(quoted) - 1 else None
-        else:
-            chars.append(char)
-    return None
-
-
-def parse_prefer_wait(header: str) -> int | None:
-    """The `wait` preference of a Prefer header (RFC 7240), or None. Unparsable is ignored,
-    as RFC 7240 asks of preferences a server does not understand."""
-    for preference in header.split(","):
-        token, _, value = preference.split(";")[0].strip().partition("=")
-        if token.strip().lower() == "wait":
-            try:
-                seconds = int(value.strip().strip('"'))
-            except ValueError:
-                return None
-            return seconds if seconds >= 0 else None
-    return None
-
-
-def default_scope(request: HttpRequest) -> str:
-    """`user:<pk>` for the logged-in user, else `client:<name>` for an idemdash bearer
-    token, else the subject of verified JWT claims an auth framework left in `request.auth`
-    without a user (DRF's), else the scope of the request's credentials, else `anonymous`."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        return f"user:{user.pk}"
-    client = client_for_request(request)
-    if client is not None:
-        return client.scope
-    return subject_scope(getattr(request, "auth", None)) or credential_scope(request) or "anonymous"
-
-
-def subject_scope(auth: Any) -> str | None:
-    """`subject:<sub>`, or `subject:<iss> <sub>` with an issuer, for the claims of a JWT that an
-    auth class verified and decoded (a mapping with a `sub`); None for anything else. The
-    subject, not the token: a caller whose access token was refreshed between two tries of one
-    key is the same caller, and gets its replay (hashing the token made it another, and ran the
-    effect again)."""
-    if not isinstance(auth, Mapping):
-        return None
-    subject, issuer = _claim(auth.get("sub")), _claim(auth.get("iss"))
-    if not subject:
-        return None
-    scope = f"subject:{issuer} {subject}" if issuer else f"subject:{subject}"
-    # Receipt.scope holds 255 characters: a longer issuer and subject are told apart by their hash.
-    return scope if len(scope) <= 255 else "subject:sha256:" + hashlib.sha256(scope.encode()).hexdigest()
-
-
-def _claim(value: Any) -> str:
-    """A JWT claim as text: a string or an integer (some issuers number their subjects)."""
-    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
-
-
-def credential_scope(request: HttpRequest, *credentials: str) -> str | None:
-    """`credential:<hmac>` of the request's Authorization header, its session cookie and
-    any further `credentials`, or None when it carries none of them.
-
-    For a caller the decorator cannot name: an auth framework that authenticates inside the
-    view leaves no user, yet two callers with different credentials must never share keys.
-    All of them are hashed together, so that a header every user sends alike (a proxy's
-    Basic auth) does not join the sessions behind it. Keyed by SECRET_KEY (salted_hmac), so
-    that a database reader cannot brute-force a short token from the stored scope; rotating
-    SECRET_KEY therefore starts these callers' keys anew.
-    """
-    material = [
-        request.headers.get("Authorization", ""),
-        request.COOKIES.get(settings.SESSION_COOKIE_NAME, ""),
-        *credentials,
-    ]
-    if not any(material):
-        return None
-    digest = salted_hmac(CREDENTIAL_SALT, json.dumps(material), algorithm="sha256").hexdigest()
-    return f"credential:{digest}"
-
-
-CREDENTIAL_SALT = "receipts.decorators.credential_scope"
-
-
-def session_reference(session_key: str | None) -> str:
-    """What a receipt records of the caller's session: `session:<hmac>`, which tells two
-    sessions apart on the receipt page and in the admin. Never the session key itself: whoever
-    reads that can act as the session. Keyed by SECRET_KEY as credential_scope is."""
-    if not session_key:
-        return ""
-    return "session:" + salted_hmac(SESSION_SALT, session_key, algorithm="sha256").hexdigest()[:32]
-
-
-SESSION_SALT = "receipts.decorators.session_reference"
 
 
 def payload_too_large() -> HttpResponseBase:
@@ -562,11 +309,11 @@ def _handle(
     except UnstorableJSON as exc:
         # The view would parse it as JSON and could not store it: refused before anything runs.
         return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))
-    principal = scope(request) if scope else default_scope(request)
+    principal = scope(request) if scope else keys.default_scope(request)
     user = getattr(request, "user", None)
     session = getattr(request, "session", None)
 
-    wait = parse_prefer_wait(request.headers.get("Prefer", ""))
+    wait = keys.parse_prefer_wait(request.headers.get("Prefer", ""))
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
     result = store.claim(
@@ -576,7 +323,7 @@ def _handle(
         _stored_request(request, body, content_type, parsed),
         fingerprint=fingerprint,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
-        session_id=session_reference(session.session_key) if session is not None else "",
+        session_id=keys.session_reference(session.session_key) if session is not None else "",
         wait_seconds=applied_wait,
     )
     if result.owned:

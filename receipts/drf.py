@@ -12,11 +12,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 from rest_framework.request import Request
 
-from receipts import decorators
+from receipts import decorators, placement
 
 Handler = Callable[..., HttpResponseBase]
 
@@ -45,10 +44,7 @@ def idempotent(
             if len(args) >= 2 and isinstance(args[1], Request):  # a method: (self, request, ...)
                 bound = functools.partial(handler, args[0])
                 return decorators.respond(args[1], bound, args[2:], kwargs, operation, required, scope)
-            raise ImproperlyConfigured(
-                f"receipts.drf.idempotent({operation!r}) on {handler.__qualname__} was called without "
-                "a DRF Request: it goes on an APIView/ViewSet handler method or below @api_view."
-            )
+            raise placement.drf_without_request(operation, handler)
 
         wrapper.idempotent_operation = operation  # type: ignore[attr-defined]
         return wrapper

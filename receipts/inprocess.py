@@ -4,8 +4,8 @@ semantics, names and errors (idemdash_client/client.py:IdempotencyClient.run_onc
 
     result = receipts.run_once(f"welcome:{user.pk}", "email.send", send_welcome, user.pk)
 
-Keys and operations are checked by the store's own validate_key and validate_operation, the
-ones the JSON API and the view decorator use, so each takes exactly what the other does."""
+Keys and operations are checked here, at its front door, by receipts/keys.py, as the JSON API
+and the view decorator check theirs, so each takes exactly what the other does."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from idemdash_client.errors import (
     RequestInProgress,
     StaleToken,
 )
-from receipts import api, responses, store
+from receipts import api, keys, responses, store
 from receipts.downstream import running_claim
 from receipts.models import Attempt, Receipt
 
@@ -171,7 +171,7 @@ def once(
         def send_welcome(user_id): ...
 
     The operation, scope and encoder are checked here, once, when the module is imported."""
-    store.validate_operation(operation)
+    keys.validate_operation(operation)
     _check_scope(scope)
     _check_encoder(encoder)
 
@@ -206,8 +206,8 @@ def once(
 
 def _check(key: Any, operation: Any, scope: Any, request: Any, encoder: Any) -> str:
     """Refuse bad input before anything is claimed; return the request's fingerprint."""
-    store.validate_key(key)
-    store.validate_operation(operation)
+    keys.validate_key(key)
+    keys.validate_operation(operation)
     _check_scope(scope)
     _check_encoder(encoder)
     try:

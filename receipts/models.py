@@ -6,16 +6,10 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-# The models every app shares, declared in the core under this app's label (their tables,
-# permissions and migrations stay this app's): importing them here registers them with it,
-# and keeps them importable from here.
 from idemdash.core.attempts import AttemptLog, DurationHourly
-from idemdash.core.audit import AuditEntry  # noqa: F401
-from idemdash.core.bulk_runs import BulkItem, BulkRun  # noqa: F401
-from idemdash.core.clients import ApiClient  # noqa: F401
 from idemdash.core.leases import LeasedWork, is_stuck
 from idemdash.core.reference_rows import Reference, meta_options
-from idemdash.core.rollup import HourlyCount, Rollup  # noqa: F401
+from idemdash.core.rollup import HourlyCount
 from receipts.conf import policy_for
 
 

@@ -25,7 +25,7 @@ from ninja.operation import Operation
 from ninja.security import APIKeyCookie, APIKeyHeader, APIKeyQuery
 
 from idemdash.core.clients import ApiClient
-from receipts import decorators, store
+from receipts import decorators, keys, placement
 
 Function = Callable[..., Any]
 
@@ -44,10 +44,10 @@ def idempotent(
     The default scope is `auth_scope`: the caller Ninja authenticated. `scope` maps a
     request to another principal.
     """
-    store.validate_operation(operation)
+    keys.validate_operation(operation)
 
     def decorator(view: Function) -> Function:
-        decorators._refuse_ninja(view, operation, "receipts.ninja.idempotent")
+        placement.refuse_ninja(view, operation, "receipts.ninja.idempotent")
         principal = scope or auth_scope
 
         if iscoroutinefunction(view):
@@ -102,21 +102,21 @@ def auth_scope(request: HttpRequest) -> str:
     `request.auth`:
 
     - an object with an `idempotency_scope` attribute (the hook for a custom auth object): that;
-    - a Django user: `user:<pk>`, as receipts.decorators.default_scope names it;
+    - a Django user: `user:<pk>`, as receipts.keys.default_scope names it;
     - an idemdash ApiClient: `client:<name>`;
     - any other model instance (an API key row): `<app_label>.<model>:<pk>`;
     - a mapping with a `sub` (the claims of a JWT the auth class verified and decoded):
-      receipts.decorators.subject_scope, so that a caller whose access token was refreshed
+      receipts.keys.subject_scope, so that a caller whose access token was refreshed
       between two tries of one key still gets its replay;
     - anything else (a token string): the credentials the request carries, hashed
-      (receipts.decorators.credential_scope), the operation's APIKeyHeader, APIKeyCookie and
+      (receipts.keys.credential_scope), the operation's APIKeyHeader, APIKeyCookie and
       APIKeyQuery values included. A refreshed token is then another caller.
 
-    An operation without auth leaves `request.auth` unset: receipts.decorators.default_scope.
+    An operation without auth leaves `request.auth` unset: receipts.keys.default_scope.
     """
     auth = getattr(request, "auth", None)
     if auth is None:
-        return decorators.default_scope(request)
+        return keys.default_scope(request)
     named = getattr(auth, "idempotency_scope", None)
     if isinstance(named, str) and named:
         return named
@@ -126,13 +126,13 @@ def auth_scope(request: HttpRequest) -> str:
         return f"user:{auth.pk}"
     if isinstance(auth, models.Model) and auth.pk is not None:
         return f"{auth._meta.label_lower}:{auth.pk}"
-    subject = decorators.subject_scope(auth)
+    subject = keys.subject_scope(auth)
     if subject is not None:
         return subject
     ninja_operation = getattr(request, _OPERATION, None)
-    keys = _api_keys(ninja_operation, request) if ninja_operation is not None else []
+    api_keys = _api_keys(ninja_operation, request) if ninja_operation is not None else []
     # A string is what many auth callbacks return: the token or the caller's name.
-    scope = decorators.credential_scope(request, *keys, auth if isinstance(auth, str) else "")
+    scope = keys.credential_scope(request, *api_keys, auth if isinstance(auth, str) else "")
     if scope is None:
         # Fail closed: an auth object this cannot tell apart, and no credentials to hash.
         raise ImproperlyConfigured(
@@ -160,10 +160,7 @@ def _remember_operation(run: Callable[..., Any]) -> Callable[..., Any]:
     body parameters (which would answer Django's 400)."""
     ninja_operation = getattr(run, "__self__", None)
     if not isinstance(ninja_operation, Operation):
-        raise ImproperlyConfigured(
-            "receipts.ninja.idempotent must be the decorator closest to the Ninja operation decorator's "
-            f"hooks; another one wrapped Operation.run first. {decorators.NINJA_PLACEMENT}"
-        )
+        raise placement.ninja_not_closest()
 
     def too_large(request: HttpRequest) -> HttpResponseBase | None:
         setattr(request, _OPERATION, ninja_operation)
@@ -192,10 +189,7 @@ def _remember_operation(run: Callable[..., Any]) -> Callable[..., Any]:
 def _operation_of(request: HttpRequest, operation: str, view: Function) -> Operation:
     ninja_operation = getattr(request, _OPERATION, None)
     if ninja_operation is None:
-        raise ImproperlyConfigured(
-            f"receipts.ninja.idempotent({operation!r}) on {view.__qualname__} was called outside a Ninja "
-            f"operation. {decorators.NINJA_PLACEMENT}"
-        )
+        raise placement.ninja_outside(operation, view)
     return ninja_operation
 
 

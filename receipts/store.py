@@ -1,13 +1,13 @@
-"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat).
+"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). Keys
+and operations arrive checked by the caller's front door (receipts/keys.py).
 
 Every transition is settled by the database, never by a read followed by a blind write:
 a new key is a unique insert, and every change of an existing receipt is a conditional
 UPDATE guarded by the fencing token (and status) the caller last saw, with a rowcount
 check. Two callers that race on one receipt both issue the UPDATE; exactly one matches.
 This holds on PostgreSQL (row locks, READ COMMITTED re-check) and on SQLite (one writer).
-
-Each successful ownership change bumps the fencing token, so a worker whose lease was
-taken over holds a stale token and can no longer complete or fail the receipt."""
+Each ownership change bumps the fencing token: a worker whose lease was taken over holds a
+stale token and can no longer complete or fail the receipt."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -48,19 +47,8 @@ log = logging.getLogger(__name__)
 Outcome = Attempt.Outcome
 Status = Receipt.Status
 
-KEY_RE = re.compile(r"^[\x20-\x7e]{1,255}$")
-OPERATION_RE = re.compile(r"^[A-Za-z0-9_.:\-/]{1,100}$")
-
 # Outcomes after which the caller owns the receipt and must complete, fail or release it.
 OWNING_OUTCOMES = frozenset({Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER})
-
-
-class InvalidKey(ValueError):
-    pass
-
-
-class InvalidOperation(ValueError):
-    pass
 
 
 class NotReleasable(NotApplicable):
@@ -133,20 +121,6 @@ class ClaimResult:
             return 1
         left = (lease - timezone.now()).total_seconds()
         return int(max(1, min(10, left + 0.999)))
-
-
-def validate_key(key: Any) -> str:
-    if not isinstance(key, str) or not KEY_RE.fullmatch(key):
-        raise InvalidKey("An idempotency key is 1 to 255 printable ASCII characters.")
-    return key
-
-
-def validate_operation(operation: Any) -> str:
-    if not isinstance(operation, str) or not OPERATION_RE.fullmatch(operation):
-        raise InvalidOperation(
-            "An operation is 1 to 100 characters of letters, digits and . _ : - /"
-        )
-    return operation
 
 
 def claim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
@@ -254,8 +228,6 @@ def _claiming(
     # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
     # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
     started = time.monotonic()
-    validate_key(key)
-    validate_operation(operation)
     policy = policy_for(operation)
     lease = _lease_length(policy, lease_seconds)
     fp = fingerprint or fingerprint_json(request)

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connection, connections, transaction
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.waits import until
 
 

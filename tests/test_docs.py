@@ -76,6 +76,10 @@ def test_the_readme_is_a_front_door_of_at_most_300_lines():
     assert len(README.read_text().splitlines()) <= 300
 
 
+def test_the_architecture_page_is_a_map_of_at_most_400_lines():
+    assert len((ROOT / "docs" / "architecture.md").read_text().splitlines()) <= 400
+
+
 def test_every_page_can_be_reached_from_the_readme():
     reached, todo = {README}, [README]
     while todo:

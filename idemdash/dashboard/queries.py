@@ -27,7 +27,8 @@ from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from idemdash.core.attempts import NO_DURATION, percentile
 from receipts import references, rollup
-from receipts.models import Attempt, AuditEntry, BulkRun, Receipt
+from idemdash.core.models import AuditEntry, BulkRun
+from receipts.models import Attempt, Receipt
 from receipts.outbox import pauses
 from receipts.outbox import rollup as outbox_rollup
 from receipts.outbox.models import BacklogAgeHourly, OutboxAttempt, OutboxMessage

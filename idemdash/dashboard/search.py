@@ -25,7 +25,8 @@ from django.urls import reverse
 
 from idemdash.core.reference_rows import referring
 from idemdash.dashboard.queries import statement_budget
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEvent
 

@@ -116,7 +116,7 @@ def simulator_token(token_file: Path) -> str:
     """A bearer token for the simulator's own API client, kept in `token_file` so that runs
     share one client (tokens are stored hashed: a lost file means a new client)."""
     from idemdash.core.clients import create_token, hash_token
-    from receipts.models import ApiClient
+    from idemdash.core.models import ApiClient
 
     if token_file.exists():
         token = token_file.read_text().strip()

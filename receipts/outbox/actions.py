@@ -29,7 +29,7 @@ from idemdash.core import tracing
 from idemdash.core.attempts import RETRYABLE_4XX
 from idemdash.core.masking import mask_text
 from idemdash_client.retries import parse_retry_after
-from receipts.decorators import format_key
+from receipts.keys import format_key
 from receipts.outbox import fence
 
 Perform = Callable[[Any, "ActionContext"], "int | None"]
@@ -179,7 +179,7 @@ def _http_post_host(payload: dict) -> str:
 def http_post(payload: dict, ctx: ActionContext) -> int:
     """POST `payload["json"]` to `payload["url"]` with the message key as Idempotency-Key
     (bare, or as a structured-field string when it would not read back bare: see
-    `receipts.decorators.format_key`).
+    `receipts.keys.format_key`).
 
     2xx is sent; 408, 409, 425, 429, 5xx, timeouts and connection errors are retried; any
     other status (other 4xx, and redirects, which are not followed) is permanent. So is a

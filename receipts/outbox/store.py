@@ -30,7 +30,7 @@ from receipts.outbox import pauses
 from receipts.outbox.actions import ACTION_RE, get_action, registered
 from receipts.outbox.conf import RETRY_AFTER_MAX_SECONDS, setting
 from receipts.outbox.models import MessageReference, OutboxAttempt, OutboxMessage
-from receipts.store import validate_key
+from receipts.keys import validate_key
 
 log = logging.getLogger(__name__)
 

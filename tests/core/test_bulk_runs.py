@@ -27,7 +27,7 @@ from datetime import timedelta  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 from idemdash.core.bulk_runs import BulkItem, BulkRun  # noqa: E402
-from receipts.models import AuditEntry  # noqa: E402
+from idemdash.core.models import AuditEntry  # noqa: E402
 from receipts.outbox import drain  # noqa: E402
 from receipts.outbox import store as outbox_store  # noqa: E402
 from receipts.outbox.models import OutboxMessage  # noqa: E402

@@ -160,7 +160,7 @@ def test_the_connection_says_whether_it_is_inside_a_transaction():
 def _audit_entries(n: int) -> None:
     from django.utils import timezone
 
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     now = timezone.now()
     AuditEntry.objects.bulk_create(
@@ -170,7 +170,7 @@ def _audit_entries(n: int) -> None:
 
 @pytest.mark.django_db
 def test_raw_delete_deletes_in_one_statement_without_the_collector():
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     _audit_entries(3)
     with pinned("Django", "QuerySet._raw_delete", "idemdash/core/retention.py:delete_rows"):
@@ -210,7 +210,7 @@ def test_the_deletes_that_need_the_collector_can_still_be_told_apart():
     from django.contrib.contenttypes.fields import GenericRelation
     from django.db.models import signals
 
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     with pinned(
         "Django",
@@ -232,7 +232,7 @@ def test_the_deletes_that_need_the_collector_can_still_be_told_apart():
 
 @pytest.mark.django_db
 def test_the_compiled_select_of_a_queryset_runs_inside_our_own_statement():
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     _audit_entries(2)
     with pinned("Django", "SQLCompiler.as_sql (query.get_compiler)", "receipts/archive.py:archive_financial_receipts"):
@@ -246,7 +246,7 @@ def test_the_compiled_select_of_a_queryset_runs_inside_our_own_statement():
 
 @pytest.mark.django_db
 def test_a_querysets_sql_with_params_runs_as_is():
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     _audit_entries(2)
     with pinned("Django", "Query.sql_with_params", "idemdash/dashboard/queries.py:_planner_rows"):
@@ -386,7 +386,7 @@ def test_method_decorator_passes_a_partial_over_the_bound_method():
             return None
 
     instance = Spied()
-    with pinned("Django", "method_decorator's bound method", "receipts/decorators.py:_refuse_drf_dispatch"):
+    with pinned("Django", "method_decorator's bound method", "receipts/placement.py:refuse_dispatch"):
         Spied.dispatch(instance, _get_request())
         # (The first call was Django's, at class creation, to copy attributes from a dummy.)
         assert isinstance(seen[-1], functools.partial) and seen[-1].func.__self__ is instance
@@ -402,7 +402,7 @@ def test_drf_marks_its_views_with_their_class():
     from rest_framework.decorators import api_view
     from rest_framework.views import APIView
 
-    with pinned("djangorestframework", "APIView.as_view's view.cls and view.initkwargs", "receipts/decorators.py:idempotent"):
+    with pinned("djangorestframework", "APIView.as_view's view.cls and view.initkwargs", "receipts/placement.py:refuse_view"):
         view = APIView.as_view()
         assert view.cls is APIView and view.initkwargs == {}
         function_view = api_view(["POST"])(lambda request: None)
@@ -457,7 +457,7 @@ def test_ninja_calls_a_functions_hooks_with_its_operation_and_marks_the_function
     with pinned(
         "django-ninja",
         "the _ninja_contribute_to_operation hooks, decorate_view on Operation.run or _ninja_operation",
-        "receipts/ninja.py:idempotent and receipts/decorators.py:_refuse_ninja",
+        "receipts/ninja.py:idempotent and receipts/placement.py:refuse_ninja",
     ):
         api.post("/x")(view)
         operation = view._ninja_operation

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 
 
 def post_action(client: Client, detail_url: str, action: str, reason: str):

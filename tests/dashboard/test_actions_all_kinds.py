@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+
+from receipts.models import Receipt
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import failed, outbox_message, webhook_event

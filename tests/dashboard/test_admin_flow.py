@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.build import outbox_message, webhook_event
 from webhooks.models import WebhookEvent

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from idemdash.dashboard.models import Alert, AlertRule
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.build import stuck
 

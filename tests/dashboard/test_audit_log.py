@@ -4,7 +4,8 @@ import pytest
 
 from idemdash.core import audit
 from receipts import store
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Receipt
 from tests.dashboard.build import failed
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from idemdash.core import bulk_runs
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import SEND_TASK
 from tests.dashboard.build import outbox_message

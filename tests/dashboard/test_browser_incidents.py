@@ -10,7 +10,7 @@ import pytest
 
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import AlertRule, Incident
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.dashboard.build import stuck
 from tests.dashboard.test_browser import SHOTS, browser, next_poll, operator, operator_page, read_in_place  # noqa: F401
 

@@ -19,9 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(trans
 LONG_KEY = "checkout-2026-11-24-7f3c9a1e-5b2d-4c8e-9f60-1a2b3c4d5e6f-retry-window"
 
 CHANGELISTS = [
-    "receipts/receipt", "receipts/attempt", "receipts/auditentry", "receipts/archivedreceipt",
+    "receipts/receipt", "receipts/attempt", "idemdash_core/auditentry", "receipts/archivedreceipt",
     "outbox/outboxmessage", "outbox/outboxattempt", "webhooks/webhookevent", "webhooks/webhookdelivery",
-    "webhooks/rejecteddelivery", "idemdash/alert", "idemdash/alertrule",
+    "webhooks/rejecteddelivery", "idemdash_dashboard/alert", "idemdash_dashboard/alertrule",
 ]
 
 
@@ -117,7 +117,9 @@ def test_an_admin_marks_a_held_receipt_completed_with_a_result_from_the_changeli
 
     from django.utils import timezone
 
-    from receipts.models import AuditEntry, Receipt
+    from idemdash.core.models import AuditEntry
+
+    from receipts.models import Receipt
 
     settings.RECEIPTS_OPERATIONS = {"payment.capture": {"after_crash": "hold"}}
     store.claim("client:shop", "capture-held", "payment.capture", {"amount": 100})

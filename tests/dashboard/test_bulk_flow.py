@@ -7,7 +7,7 @@ import re
 import pytest
 from django.test import Client
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from tests.dashboard.build import confirm_bulk, outbox_message, webhook_event
 from webhooks.models import WebhookEvent

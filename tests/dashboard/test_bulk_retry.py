@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 
 from receipts import store
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Receipt
 from tests.dashboard.build import completed, confirm_bulk, failed
 
 pytestmark = pytest.mark.django_db

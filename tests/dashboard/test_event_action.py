@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.dashboard.build import webhook_event
 from webhooks.models import WebhookEvent
 

@@ -10,7 +10,8 @@ from django.test import Client
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import AlertRule, Incident
 from receipts import store
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Receipt
 from tests.dashboard.build import stuck
 
 pytestmark = pytest.mark.django_db

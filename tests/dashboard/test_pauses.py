@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import pauses
 from receipts.outbox.models import OutboxPause
 from tests.dashboard.build import outbox_message, webhook_event

@@ -4,7 +4,8 @@ import pytest
 
 from idemdash.dashboard import queries
 from receipts import store
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 from tests.dashboard.acting import assert_audited, post_action
 from tests.dashboard.build import SCOPE, completed, failed, stuck
 

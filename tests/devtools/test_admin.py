@@ -6,7 +6,7 @@ import pytest
 
 from idemdash.devtools.models import DemoSwitch
 from idemdash.devtools import demo
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from django.test import override_settings
 from idemdash.dashboard.models import AlertRule
 from idemdash.devtools.models import DemoSwitch
 from idemdash.devtools import demo
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.webhooks.conftest import SHOPIFY_SECRET, deliver, make_endpoint, shopify_headers
 from webhooks import processing
 from webhooks.models import WebhookEvent

@@ -6,7 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from idemdash.core.clients import hash_token
-from receipts.models import ApiClient, Attempt
+from idemdash.core.models import ApiClient
+from receipts.models import Attempt
 
 
 @pytest.mark.parametrize("url", ["http://example.com", "https://10.1.2.3:8000", "http://idemdash.internal"])

@@ -21,7 +21,9 @@ from hypothesis import HealthCheck, event, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+
+from receipts.models import Receipt
 from receipts.outbox.models import OutboxMessage
 from tests.faults.test_bad_input import World, api, claim, shopify, snapshot, standard, stripe, view, world  # noqa: F401
 from tests.faults.urls import VIEW_KINDS, VIEW_ROW_ACTION

@@ -26,8 +26,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from idemdash.core.clients import create_token
-from receipts.decorators import format_key, parse_key
-from receipts.models import ApiClient, Attempt, AuditEntry, Receipt
+from receipts.keys import format_key, parse_key
+from idemdash.core.models import ApiClient, AuditEntry
+from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.webhooks.conftest import (
     SHOPIFY_SECRET,

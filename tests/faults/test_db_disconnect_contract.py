@@ -20,7 +20,8 @@ import pytest
 from django.db import connection
 
 from idemdash.core.clients import create_token
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 from tests.faults.urls import VIEW_ROW_ACTION
 
 pytestmark = [pytest.mark.postgres, pytest.mark.urls("tests.faults.urls"), pytest.mark.django_db(transaction=True)]

@@ -32,7 +32,8 @@ from django.utils import timezone
 from receipts import store
 from receipts.decorators import idempotent
 from receipts.downstream import downstream_key
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ import pytest
 from django.db import connection
 from django_q.tasks import async_task
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from receipts.outbox.store import enqueue
 from tests.qcluster import ROOT, free_port, kill_process, start_qcluster

@@ -24,7 +24,7 @@ import pytest
 import stripe
 from django.db import connection
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.faults.test_kill_qcluster import RECOVERY_BOUND, record_recovery, run_counts
 from tests.qcluster import CHILD_APPLICATION_NAME, free_port, kill_process, signal_group, start_process, start_qcluster, stop_process, subprocess_env, database_url, ROOT
 from tests.webhooks.conftest import deliver_stripe, make_endpoint, stripe_event

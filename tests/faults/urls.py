@@ -19,7 +19,7 @@ from rest_framework.response import Response
 
 from receipts import ninja
 from receipts.decorators import idempotent
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 
 VIEW_ROW_ACTION = "faults.view_row"
 

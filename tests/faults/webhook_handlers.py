@@ -14,7 +14,7 @@ import time
 
 from django.utils import timezone
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from webhooks.handlers import webhook_handler
 from webhooks.models import WebhookEvent
 

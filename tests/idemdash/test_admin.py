@@ -6,7 +6,7 @@ import pytest
 
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import Alert, AlertRule
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.dashboard.build import stuck
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from idemdash.dashboard.models import Alert, AlertRule
 from idemdash.core.schedules import declared_schedules
 from idemdash.dashboard.tasks import evaluate_alerts
 from receipts import store
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import store as outbox
 from receipts.outbox.drain import drain
 from receipts.outbox.models import OutboxMessage

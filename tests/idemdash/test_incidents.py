@@ -13,7 +13,7 @@ from django.db import connections
 from idemdash.dashboard import alerts, incidents
 from idemdash.dashboard.models import Alert, AlertRule, Incident, IncidentEvent
 from receipts import store
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox.models import OutboxMessage
 from tests.concurrently import in_forked_processes
 from tests.dashboard.build import stuck

@@ -12,7 +12,8 @@ from idemdash.core import audit
 from idemdash.core.clients import client_for_request, create_token
 from receipts import retention, store
 from receipts.downstream import downstream_key
-from receipts.models import ApiClient, ArchivedReceipt, Attempt, AuditEntry, Receipt
+from idemdash.core.models import ApiClient, AuditEntry
+from receipts.models import ArchivedReceipt, Attempt, Receipt
 
 pytestmark = pytest.mark.django_db
 

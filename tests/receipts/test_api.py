@@ -12,7 +12,8 @@ from django.test import Client
 from django.utils import timezone
 
 from idemdash.core.clients import create_token
-from receipts.models import ApiClient, Attempt, Receipt, ReceiptReference
+from idemdash.core.models import ApiClient
+from receipts.models import Attempt, Receipt, ReceiptReference
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,9 @@ import httpx
 import pytest
 from django.db import connection
 
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+
+from receipts.models import Attempt, Receipt
 from tests.concurrently import assert_each_key_ran_once, same_keys_at_once, uncommitted, until_transactions_wait_on_locks
 from tests.gunicorn import Gunicorn
 

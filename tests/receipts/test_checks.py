@@ -22,8 +22,7 @@ from django.db import connection
 
 from receipts.checks import (
     compaction_windows,
-    idempotent_on_async_dispatch,
-    idempotent_on_drf_dispatch,
+    idempotent_on_dispatch,
     migrations_that_no_longer_exist,
     mysql_atomic_requests,
     mysql_read_committed,
@@ -197,7 +196,7 @@ def test_settings_without_a_urlconf_route_no_view_and_check_clean(settings):
     """A worker's settings (tests/receipts/celery_host: a Celery worker checks them at start-up)
     may have no ROOT_URLCONF at all."""
     del settings.ROOT_URLCONF
-    assert idempotent_on_drf_dispatch() == [] and idempotent_on_async_dispatch() == []
+    assert idempotent_on_dispatch() == []
 
 
 # --- receipts.E004: ATOMIC_REQUESTS on MySQL/MariaDB ----------------------------------------

@@ -122,7 +122,7 @@ def test_a_decorated_view_repeated_after_compaction_answers_410_and_does_not_run
     compaction.compact(now=timezone.now() + timedelta(hours=2))
     again = client.post("/capture", body, content_type="application/json", headers={"Idempotency-Key": "cap-1"})
     assert_compacted_problem(again, 201)
-    from receipts.models import AuditEntry
+    from idemdash.core.models import AuditEntry
 
     assert AuditEntry.objects.filter(action="test.side_effect").count() == 1  # the view ran once
     other = client.post("/capture", json.dumps({"amount": 5}), content_type="application/json",

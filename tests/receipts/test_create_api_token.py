@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
 from idemdash.core.clients import client_for_request, hash_token
-from receipts.models import ApiClient
+from idemdash.core.models import ApiClient
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,12 @@ from django.test import Client
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from receipts import decorators, store, waiting
+from receipts import keys, store, waiting
 from idemdash.core.clients import create_token
-from receipts.decorators import idempotent, session_reference
-from receipts.models import Attempt, AuditEntry, Receipt
+from receipts.decorators import idempotent
+from receipts.keys import session_reference
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 from tests.receipts import urls as test_urls
 from tests.waits import until
 
@@ -577,15 +579,15 @@ def test_a_credential_scope_holds_no_credential_in_clear_and_is_keyed_by_the_sec
     ({"sub": "u-1", "iss": "i" * 300}, "subject:sha256:"),
 ])
 def test_the_claims_of_a_jwt_are_scoped_by_subject_and_issuer_within_the_columns_length(claims, scope):
-    assert decorators.subject_scope(claims).startswith(scope) and len(decorators.subject_scope(claims)) <= 255
+    assert keys.subject_scope(claims).startswith(scope) and len(keys.subject_scope(claims)) <= 255
 
 
 @pytest.mark.parametrize("claims", [{}, {"sub": ""}, {"sub": None}, {"sub": True}, {"sub": ["u-1"]}])
 def test_claims_without_a_usable_subject_fall_back_to_the_hashed_credentials(rf, claims):
-    assert decorators.subject_scope(claims) is None
+    assert keys.subject_scope(claims) is None
     request = rf.post("/", HTTP_AUTHORIZATION="Bearer opaque")
     request.auth = claims
-    assert decorators.default_scope(request).startswith("credential:")
+    assert keys.default_scope(request).startswith("credential:")
 
 
 def test_claims_an_auth_framework_left_without_a_user_are_scoped_by_their_subject(rf):
@@ -594,7 +596,7 @@ def test_claims_an_auth_framework_left_without_a_user_are_scoped_by_their_subjec
 
     request = rf.post("/", HTTP_AUTHORIZATION="Bearer first-token")
     request.user, request.auth = AnonymousUser(), {"sub": "agent-7", "iss": "https://idp.example"}
-    assert decorators.default_scope(request) == "subject:https://idp.example agent-7"
+    assert keys.default_scope(request) == "subject:https://idp.example agent-7"
 
 
 @pytest.mark.django_db
@@ -739,5 +741,5 @@ def _inside_claims(key: str) -> int:
 
 
 def test_a_malformed_operation_is_refused_when_the_view_is_decorated():
-    with pytest.raises(store.InvalidOperation):
+    with pytest.raises(keys.InvalidOperation):
         idempotent("has spaces")

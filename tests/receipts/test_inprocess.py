@@ -24,7 +24,7 @@ from django.utils import timezone
 
 import receipts
 from idemdash.core.clients import create_token
-from receipts import inprocess, store, waiting
+from receipts import inprocess, keys, store, waiting
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
 from tests.concurrently import in_threads_of_forked_processes, killed_once_it_reaches
@@ -265,7 +265,7 @@ def test_keys_and_operations_are_taken_or_refused_alike_in_process_and_over_the_
         content_type="application/json",
         headers={"Authorization": f"Bearer {token}"},
     )
-    errors = {"key": store.InvalidKey, "operation": store.InvalidOperation}
+    errors = {"key": keys.InvalidKey, "operation": keys.InvalidOperation}
     if refused is None:
         assert answer.status_code == 201
         assert receipts.run_once(key, operation, lambda: "ran") == "ran"
@@ -293,7 +293,7 @@ def test_the_decorator_derives_the_key_from_the_tasks_arguments():
 
 
 def test_the_decorator_refuses_a_bad_operation_or_scope_when_the_module_is_imported():
-    with pytest.raises(store.InvalidOperation):
+    with pytest.raises(keys.InvalidOperation):
         receipts.once("email send", key=str)
     with pytest.raises(ValueError):
         receipts.once("email.send", key=str, scope="")

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from idemdash.core.clients import create_token
-from receipts.models import AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Receipt
 from tests.gunicorn import Gunicorn
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, stripe_event, stripe_headers
 from webhooks.models import RejectedDelivery, WebhookEvent

@@ -14,7 +14,8 @@ from django.db import connections
 from django.test import AsyncClient, Client
 
 from idemdash.core import leases
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 from tests.receipts import urls as test_urls
 from tests.receipts.view_kinds_urls import ASYNC_VIEWS
 

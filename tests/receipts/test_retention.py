@@ -14,7 +14,8 @@ from idemdash.core import audit
 from idemdash.core import retention as core_retention
 from idemdash.core import rollup
 from receipts import retention, store
-from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, AuditEntry, Receipt, ReceiptReference
+from idemdash.core.models import AuditEntry
+from receipts.models import ArchivedReceipt, Attempt, AttemptHourly, Receipt, ReceiptReference
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from tests.concurrently import in_a_thread

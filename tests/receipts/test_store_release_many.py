@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 
 from receipts import store
-from receipts.models import Attempt, AuditEntry, Receipt
+from idemdash.core.models import AuditEntry
+from receipts.models import Attempt, Receipt
 
 pytestmark = pytest.mark.django_db
 

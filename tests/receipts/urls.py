@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from receipts.decorators import idempotent
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 
 # Set by a test to run code inside the view, after its write and before completion.
 hooks: dict[str, Callable[[], None]] = {}

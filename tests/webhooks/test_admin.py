@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.webhooks.conftest import STRIPE_SECRET, deliver_stripe, make_endpoint, stripe_event
 from webhooks.admin import SecretForm
 from webhooks.models import WebhookEvent, WebhookSecret, mask_secret

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.webhooks.conftest import STRIPE_SECRET, deliver_stripe, make_endpoint, queued_event_ids, stripe_event
 from webhooks import endpoints, processing
 from webhooks.models import WebhookEndpoint, WebhookEvent, WebhookSecret

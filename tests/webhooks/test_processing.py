@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxMessage
 from receipts.references import cause_of, caused_by, objects_referring

@@ -9,7 +9,7 @@ import time_machine
 from django.utils import timezone
 
 from idemdash.core import leases
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.concurrently import assert_one_of_eight_operators_acts
 from webhooks import processing
 from webhooks.models import WebhookEndpoint, WebhookEvent

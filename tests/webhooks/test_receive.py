@@ -13,7 +13,7 @@ from django.db import ProgrammingError, connection, connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from tests.webhooks.conftest import STRIPE_SECRET, make_endpoint, queued_event_ids, stripe_event, stripe_headers
 from webhooks import processing
 from webhooks.models import RejectedDelivery, RejectionCount, WebhookDelivery, WebhookEvent

@@ -951,7 +951,7 @@ def reset_bench_rows() -> None:
     """Start each run from the same bench tables: the rows earlier runs' requests made."""
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
-    from receipts.models import ApiClient
+    from idemdash.core.models import ApiClient
 
     for scope in (Q(scope="bench"), Q(scope="bench-drf"), Q(scope__startswith="client:bench-")):
         earliest = Attempt.objects.filter(scope).aggregate(t=Min("created_at"))["t"]

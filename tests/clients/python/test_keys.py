@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from idemdash_client import make_key, tool_call_key
-from receipts import store
+from receipts import keys
 
 
 def test_make_key_joins_its_parts():
@@ -16,7 +16,7 @@ def test_make_key_joins_its_parts():
 @pytest.mark.parametrize("parts", [("x" * 300,), ("lead", "Zoë Société"), ("tab\there",)])
 def test_make_key_hashes_what_is_too_long_or_not_printable_ascii(parts):
     key = make_key(*parts)
-    assert store.validate_key(key) == key
+    assert keys.validate_key(key) == key
     assert len(key) <= 255
     assert key == make_key(*parts)
     assert key != make_key(*parts, "other")
@@ -37,7 +37,7 @@ def test_tool_call_key_ignores_argument_order_but_not_values():
     assert a == tool_call_key("conv-1", "search", {"limit": 5, "q": "lyon"})
     assert a != tool_call_key("conv-1", "search", {"q": "lyon", "limit": 6})
     assert a != tool_call_key("conv-1", "fetch", {"q": "lyon", "limit": 5})
-    assert a.startswith("conv-1:search:") and store.validate_key(a)
+    assert a.startswith("conv-1:search:") and keys.validate_key(a)
 
 
 def test_tool_call_key_is_scoped_to_its_run():

@@ -7,7 +7,7 @@ from email.utils import format_datetime
 import pytest
 from django.core import mail
 
-from receipts.decorators import parse_key
+from receipts.keys import parse_key
 from receipts.outbox import actions
 from receipts.outbox.actions import ActionContext, PermanentError, RetryableError
 

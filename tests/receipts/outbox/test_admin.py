@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from idemdash.core.masking import MASK, masked
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
 

@@ -7,7 +7,7 @@ import time_machine
 from django.db import transaction
 from django.utils import timezone
 
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.actions import UnknownAction
 from receipts.outbox.models import OutboxAttempt, OutboxMessage

@@ -10,7 +10,7 @@ import time_machine
 from django.utils import timezone
 
 from idemdash.core import leases
-from receipts.models import AuditEntry
+from idemdash.core.models import AuditEntry
 from receipts.outbox import store
 from receipts.outbox.models import OutboxMessage
 from tests.concurrently import assert_one_of_eight_operators_acts
