@@ -175,7 +175,7 @@ def _settle_sql(changed: tuple[str, ...]) -> str:
             INSERT INTO {attempt} ({_LOG_COLUMNS})
             SELECT id, %s, %s, operation, %s, %s, '', NULL::jsonb, %s, '', %s FROM u
         )
-        SELECT id, CASE WHEN waiters THEN pg_notify(%s, %s) END FROM u
+        SELECT waiters, CASE WHEN waiters THEN pg_notify(%s, %s) END FROM u
     """
 
 
@@ -191,10 +191,12 @@ def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: dat
     params += [scope, key, outcome, token, detail, now, waiting.CHANNEL, waiting.topic(scope, key)]
     with cursor() as c:
         c.execute(_settle_sql(changed), params)
-        updated = c.fetchone() is not None
-    if updated:
-        waiting.wake_on_commit(scope, key)  # the statement sent the NOTIFY for other processes
-    return updated
+        row = c.fetchone()
+    if row is not None and row[0]:
+        # Every waiter, in this process too, announced itself before it slept: a receipt
+        # without waiters has nobody to wake (the statement sent other processes the NOTIFY).
+        waiting.wake_on_commit(scope, key)
+    return row is not None
 
 
 def announce_waiter(receipt: Receipt) -> bool:

@@ -233,12 +233,13 @@ def _claiming(
     fp = fingerprint or fingerprint_json(request)
     wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("RECEIPTS_MAX_WAIT_SECONDS"))))
     deadline = time.monotonic() + wait_seconds
-    # Subscribed before the first look, so a completion between a look and the wait that
-    # follows it still wakes us.
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
     waited_since: float | None = None  # when this caller began to wait for the running first attempt
-    with waiting.subscription(scope, key) as wakeup:
+    # Subscribed before the first look, so a completion between a look and the wait that
+    # follows it still wakes us; a claim that will not wait has no wake-up to miss (`_decide`
+    # asks for one only while time is left).
+    with waiting.subscription(scope, key) if wait_seconds else contextlib.nullcontext() as wakeup:
         while True:
             existing = None
             raced: tuple[float, float] | None = None  # (start, end) of a statement that waited
@@ -290,7 +291,7 @@ def _claiming(
 
 @retry_deadlocks
 def _decide(
-    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup, deadline: float,
+    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup | None, deadline: float,
     waited_since: float | None, raced: tuple[float, float] | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
     """One look of a claim: the decision and its line in the attempt log, committed together

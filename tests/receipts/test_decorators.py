@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import threading
@@ -689,8 +690,29 @@ def test_prefer_wait_waits_for_the_first_attempt_and_replays_it(live_server):
 
 # --- real concurrency over HTTP ---------------------------------------------------------------
 
+@pytest.fixture
+def claims_in_flight(monkeypatch):
+    """Per key, how many claims of this process have begun and not yet answered (on SQLite a
+    claim queued behind the running view's write lock is one)."""
+    inside: collections.Counter = collections.Counter()
+    lock = threading.Lock()
+    claim = store.claim
+
+    def counted(scope, key, *args, **kwargs):
+        with lock:
+            inside[key] += 1
+        try:
+            return claim(scope, key, *args, **kwargs)
+        finally:
+            with lock:
+                inside[key] -= 1
+
+    monkeypatch.setattr(store, "claim", counted)
+    return inside
+
+
 @pytest.mark.django_db(transaction=True)
-def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
+def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server, claims_in_flight):
     callers = 20
     # Each caller its own client, so its own connection; the live server serves each on its own
     # thread and database connection. Made once for the ten keys (a client costs tens of ms).
@@ -703,7 +725,7 @@ def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
         # The view that runs holds its claim until every other caller has met it: answered (a
         # 409), or inside its claim (on SQLite, queued behind the view's write lock).
         test_urls.hooks["hook"] = lambda: until(
-            lambda: len(results) + _inside_claims(key) == callers - 1, "every other caller meets the running view")
+            lambda: len(results) + claims_in_flight[key] == callers - 1, "every other caller meets the running view")
 
         def call(http: httpx.Client) -> None:
             barrier.wait()
@@ -735,8 +757,8 @@ def test_twenty_simultaneous_callers_per_key_run_the_view_once(live_server):
 
 
 def _inside_claims(key: str) -> int:
-    """How many claims of this process are looking at the key now (each is subscribed to its
-    wake-ups from its first look to its answer: receipts/waiting.py)."""
+    """How many claims of this process that may wait are looking at the key now (each is
+    subscribed to its wake-ups from its first look to its answer: receipts/waiting.py)."""
     return len(waiting._waiters.get(waiting.topic("anonymous", key), ()))
 
 
