@@ -53,11 +53,12 @@ def _decorated_dispatches() -> Iterator[tuple[type, str]]:
 def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """`method_decorator(idempotent(...), name="dispatch")` where it cannot work: a DRF
     APIView's (E001) or an async View's (E005); the decorator refuses it at the first request."""
-    refusals = [
-        (placement.dispatch_refusal(view_class, operation), view_class)
-        for view_class, operation in _decorated_dispatches()
-    ]
-    return [Error(r.message, hint=r.hint, obj=view_class, id=r.id) for r, view_class in refusals if r is not None]
+    errors = []
+    for view_class, operation in _decorated_dispatches():
+        refusal = placement.dispatch_refusal(view_class, operation)
+        if refusal is not None:
+            errors.append(Error(refusal.message, hint=refusal.hint, obj=view_class, id=refusal.id))
+    return errors
 
 
 def _outbox_in_use() -> list[str]:

@@ -1,5 +1,6 @@
-"""List columns and value displays shared by every app's admin (receipts, webhooks, the
-outbox, the dashboard): one look for times, long keys and JSON across the admin."""
+"""List columns, value displays and the read-only log admin shared by every app's admin (the
+core, receipts, webhooks, the outbox, the dashboard): one look for times, long keys and JSON
+across the admin."""
 
 from __future__ import annotations
 
