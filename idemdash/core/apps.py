@@ -8,4 +8,4 @@ class CoreConfig(BigIntegerIds, AppConfig):
     # worker's and the dashboard's are, so that a host's own `core` app cannot clash with it.
     name = "idemdash.core"
     label = "idemdash_core"
-    verbose_name = "idemdash"
+    verbose_name = "Audit log and API clients"

@@ -41,7 +41,7 @@ class IdemdashConfig(BigIntegerIds, AppConfig):
     # The package's path, as the core's and the worker's labels are: a host's own
     # `dashboard` app cannot clash with it.
     label = "idemdash_dashboard"
-    verbose_name = "idemdash"
+    verbose_name = "Alerts and incidents"
 
     def ready(self) -> None:
         # After migrate and after a test flush, so the groups always exist.
