@@ -245,7 +245,7 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
     return _settle(client, key, lambda: store.complete(
-        client.scope, key, token, content_type="application/json", body=stored, references=references,
+        store.Held(client.scope, key, token), content_type="application/json", body=stored, references=references,
     ))
 
 
@@ -263,7 +263,7 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     references = references_field(body)
     return _settle(client, key, lambda: store.fail(
-        client.scope, key, token, error=error, retryable=retryable, references=references,
+        store.Held(client.scope, key, token), error=error, retryable=retryable, references=references,
     ))
 
 
@@ -279,7 +279,7 @@ def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespon
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
     try:
-        expires = store.renew(client.scope, key, token, lease_seconds=lease_seconds)
+        expires = store.renew(store.Held(client.scope, key, token), lease_seconds=lease_seconds)
     except store.StaleToken:
         return stale_token(key)
     return _json_response({"key": key, "lease_expires_at": _iso(expires)})

@@ -42,7 +42,7 @@ from receipts import keys, placement, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
-from receipts.models import Attempt, Receipt
+from receipts.models import Receipt
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def _handle(
     if result.owned:
         lease = policy_for(operation).lease.total_seconds()
         claimed = running_claim(result.receipt, result.token)
-        response = yield from _run(request, args, kwargs, principal, key, result.token, lease, claimed)
+        response = yield from _run(request, args, kwargs, result.held, lease, claimed)
     else:
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
@@ -369,9 +369,7 @@ def _run(
     request: HttpRequest,
     args: tuple,
     kwargs: dict,
-    scope: str,
-    key: str,
-    token: int,
+    held: store.Held,
     lease: float,
     claimed: context.RunningClaim,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
@@ -398,22 +396,19 @@ def _run(
             # The view runs where the generator yields; receipts.current() gives it the claim
             # (for an async view, asgiref carries the step's context over to the view).
             with (
-                contextlib.nullcontext() if claim_uncommitted else store.kept(scope, key, token, lease),
+                contextlib.nullcontext() if claim_uncommitted else store.kept(held, lease),
                 context.running(claimed),
             ):
                 response = _rendered(request, (yield), args, kwargs)  # the view runs here
             if response.streaming or response.status_code in NOT_STORED_STATUSES:
                 # Streaming bodies are produced after we return, so they cannot be stored.
                 reason = "streaming response" if response.streaming else f"HTTP {response.status_code}: not stored"
-                receipt = Receipt.objects.get(scope=scope, key=key)
-                store.release(receipt, token=token, reason=reason)
+                store.give_back(held, reason)
                 return response
             if response.status_code >= 500:
                 raise _RollBack(response)
             store.complete(
-                scope,
-                key,
-                token,
+                held,
                 response_status=response.status_code,
                 content_type=response.get("Content-Type", ""),
                 body=responses.encode(response.content, responses.kept_headers(response)),
@@ -430,33 +425,33 @@ def _run(
         )
         # Our lease was taken over while the view ran: its writes were rolled back above,
         # and with them the store's own record of the refusal, so log it again here.
-        _record_lease_lost(scope, key, token)
+        store.lease_lost(held, "lease lost while the view ran; its writes were rolled back")
         return lost
     except _RollBack as rollback:
         response = rollback.response
-        _fail(scope, key, token, f"HTTP {response.status_code}", response, claimed.references)
+        _fail(held, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
         # Not the operation's failure: a misplaced decorator, or an async view cancelled
         # because its client went away. Its writes rolled back; the key is given back.
-        _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+        _release_quietly(held, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
         # A lost connection is not the operation's failure: the view's writes are gone and
         # the client is told 503, "nothing stored, retry". Failing the receipt would store a
         # 500 (and burn the key of an operation that burns on failure), so the key is given
         # back; if the database still does not answer, the lease runs out instead.
-        _release_quietly(scope, key, token, f"{type(exc).__name__}: database unavailable")
+        _release_quietly(held, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
         if is_client_error(exc):
-            _release_quietly(scope, key, token, f"{type(exc).__name__}: not stored")
+            _release_quietly(held, f"{type(exc).__name__}: not stored")
             raise
         body = problem_body(
             500, "internal-error", "Internal server error", "The first attempt with this Idempotency-Key raised an error."
         )
         error = f"{type(exc).__name__}: {exc}"
-        _fail(scope, key, token, error, None, claimed.references, body=body)
+        _fail(held, error, None, claimed.references, body=body)
         raise
 
 
@@ -474,49 +469,23 @@ def _rendered(request: HttpRequest, response: HttpResponseBase, args: tuple, kwa
 
 
 def _fail(
-    scope: str,
-    key: str,
-    token: int,
-    error: str,
-    response: HttpResponseBase | None,
-    references: References,
-    *,
-    body: str = "",
+    held: store.Held, error: str, response: HttpResponseBase | None, references: References, *, body: str = ""
 ) -> None:
+    if response is not None:
+        stored = {"response_status": response.status_code, "content_type": response.get("Content-Type", ""),
+                  "body": responses.encode(response.content, responses.kept_headers(response))}
+    else:
+        stored = {"response_status": 500, "content_type": PROBLEM_CONTENT_TYPE, "body": body}
     try:
-        if response is not None:
-            store.fail(
-                scope,
-                key,
-                token,
-                error=error,
-                response_status=response.status_code,
-                content_type=response.get("Content-Type", ""),
-                body=responses.encode(response.content, responses.kept_headers(response)),
-                references=references,
-            )
-        else:
-            store.fail(
-                scope, key, token, error=error, response_status=500, content_type=PROBLEM_CONTENT_TYPE, body=body,
-                references=references,
-            )
+        store.fail(held, error=error, references=references, **stored)
     except store.StaleToken:
-        log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)
+        log.info("receipt %s/%s was taken over before its failure could be recorded", held.scope, held.key)
 
 
-def _record_lease_lost(scope: str, key: str, token: int) -> None:
-    store.log_settle(
-        scope, key, token, Attempt.Outcome.STALE_TOKEN, "lease lost while the view ran; its writes were rolled back"
-    )
-
-
-def _release_quietly(scope: str, key: str, token: int, reason: str) -> None:
+def _release_quietly(held: store.Held, reason: str) -> None:
     try:
-        receipt = Receipt.objects.filter(scope=scope, key=key).first()
-        if receipt is None:
-            return
-        store.release(receipt, token=token, reason=reason)
+        store.give_back(held, reason)
     except store.StaleToken:
-        log.info("receipt %s/%s was taken over before it could be released", scope, key)
+        log.info("receipt %s/%s was taken over before it could be released", held.scope, held.key)
     except DATABASE_UNAVAILABLE:
-        log.warning("receipt %s/%s not released: database unavailable; its lease will run out", scope, key)
+        log.warning("receipt %s/%s not released: database unavailable; its lease will run out", held.scope, held.key)

@@ -88,22 +88,21 @@ def run_once(
     result = _claim_patiently(scope, key, operation, request, fingerprint, lease_seconds)
     if not result.owned:
         return _not_run(result)
-    token = result.token
-    assert token is not None
+    held = result.held
     # Inside the caller's transaction the claim is not committed while fn runs: a renewal
     # from another connection would wait on its row (as the view decorator's under
     # ATOMIC_REQUESTS), so it is not kept.
     uncommitted = transaction.get_connection().in_atomic_block
-    keep = contextlib.nullcontext() if uncommitted else store.kept(scope, key, token, _lease(result))
-    claimed = running_claim(result.receipt, token)
+    keep = contextlib.nullcontext() if uncommitted else store.kept(held, _lease(result))
+    claimed = running_claim(result.receipt, held.token)
     try:
         with keep, context.running(claimed):
             value = fn(*args, **kwargs)
         body = _stored(value, encoder, operation)
     except BaseException as exc:
-        _settle_failed(scope, key, token, exc, claimed.references)
+        _settle_failed(held, exc, claimed.references)
         raise
-    _complete(scope, key, token, body, claimed.references)
+    _complete(held, body, claimed.references)
     return value
 
 
@@ -136,11 +135,10 @@ async def arun_once(
     assert result is not None
     if not result.owned:
         return _not_run(result)
-    token = result.token
-    assert token is not None
-    claimed = running_claim(result.receipt, token)
+    held = result.held
+    claimed = running_claim(result.receipt, held.token)
     try:
-        with store.kept(scope, key, token, _lease(result)), context.running(claimed):
+        with store.kept(held, _lease(result)), context.running(claimed):
             if iscoroutinefunction(fn):
                 value = await fn(*args, **kwargs)
             else:
@@ -149,9 +147,9 @@ async def arun_once(
                     value = await value
         body = _stored(value, encoder, operation)
     except BaseException as exc:
-        await sync_to_async(_settle_failed)(scope, key, token, exc, claimed.references)
+        await sync_to_async(_settle_failed)(held, exc, claimed.references)
         raise
-    await sync_to_async(_complete)(scope, key, token, body, claimed.references)
+    await sync_to_async(_complete)(held, body, claimed.references)
     return value
 
 
@@ -282,25 +280,25 @@ def _stored(value: Any, encoder: type[json.JSONEncoder] | None, operation: str) 
     return body
 
 
-def _complete(scope: str, key: str, token: int, body: str, references: References) -> None:
+def _complete(held: store.Held, body: str, references: References) -> None:
     try:
-        store.complete(scope, key, token, content_type="application/json", body=body, references=references)
+        store.complete(held, content_type="application/json", body=body, references=references)
     except store.StaleToken:
-        problem = json.loads(api.stale_token(key).content)
+        problem = json.loads(api.stale_token(held.key).content)
         raise StaleToken(409, problem) from None
 
 
-def _settle_failed(scope: str, key: str, token: int, exc: BaseException, references: References) -> None:
+def _settle_failed(held: store.Held, exc: BaseException, references: References) -> None:
     """fn raised (or its result could not be stored): fail the receipt as the operation's
     policy says. Cancelled or interrupted (CancelledError, KeyboardInterrupt, SystemExit) is
     not the operation's failure: the key is given back, as the view decorator does."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     try:
         if isinstance(exc, Exception):
-            store.fail(scope, key, token, error=error, references=references)
+            store.fail(held, error=error, references=references)
         else:
-            store.release(Receipt.objects.get(scope=scope, key=key), token=token, reason=f"{error}: not stored")
-    except (store.StaleToken, Receipt.DoesNotExist):
-        log.info("receipt %s/%s was taken over before its failure could be recorded", scope, key)
+            store.give_back(held, f"{error}: not stored")
+    except store.StaleToken:
+        log.info("receipt %s/%s was taken over before its failure could be recorded", held.scope, held.key)
     except DatabaseError as db_error:  # the original error matters more; the lease will lapse
-        log.warning("receipt %s/%s not settled (%s); its lease will run out", scope, key, db_error)
+        log.warning("receipt %s/%s not settled (%s); its lease will run out", held.scope, held.key, db_error)

@@ -1,13 +1,12 @@
 """The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). Keys
-and operations arrive checked by the caller's front door (receipts/keys.py).
+and operations arrive checked by the caller's front door (receipts/keys.py); a claim the
+caller owns comes back as a `Held`, which is what settles it.
 
-Every transition is settled by the database, never by a read followed by a blind write:
-a new key is a unique insert, and every change of an existing receipt is a conditional
-UPDATE guarded by the fencing token (and status) the caller last saw, with a rowcount
-check. Two callers that race on one receipt both issue the UPDATE; exactly one matches.
-This holds on PostgreSQL (row locks, READ COMMITTED re-check) and on SQLite (one writer).
-Each ownership change bumps the fencing token: a worker whose lease was taken over holds a
-stale token and can no longer complete or fail the receipt."""
+Every transition is settled by the database: a new key is a unique insert, every later change
+a conditional UPDATE guarded by the fencing token (and status) the caller last saw, with a
+rowcount check, so of two racing callers exactly one matches (row locks on PostgreSQL, one
+writer on SQLite). Each ownership change bumps the token: a worker whose lease was taken over
+can no longer complete or fail the receipt."""
 
 from __future__ import annotations
 
@@ -99,6 +98,17 @@ path = core_pg.choose(pg, orm)
 RELEASED = "released"
 
 
+@dataclass(frozen=True)
+class Held:
+    """An attempt's hold on its receipt: the key and the fencing token it owns it by. `claim`
+    gives it to the caller that owns the receipt (ClaimResult.held), and complete, fail,
+    renew, kept and give_back take it, so the key goes into the store once."""
+
+    scope: str
+    key: str
+    token: int
+
+
 @dataclass
 class ClaimResult:
     outcome: str
@@ -112,6 +122,12 @@ class ClaimResult:
     @property
     def owned(self) -> bool:
         return self.outcome in OWNING_OUTCOMES
+
+    @property
+    def held(self) -> Held:
+        """What settles an owned claim."""
+        assert self.token is not None and self.owned, self.outcome
+        return Held(self.receipt.scope, self.receipt.key, self.token)
 
     @property
     def retry_after(self) -> int:
@@ -141,7 +157,7 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
                 wait.wakeup.wait(wait.timeout)
                 wait = steps.send(None)
         except StopIteration as done:
-            return _traced(span, scope, key, operation, done.value)
+            return _traced(span, operation, done.value)
         finally:
             steps.close()
 
@@ -158,7 +174,7 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
             while not done:
                 await step.wakeup.async_wait(step.timeout)
                 done, step = await _astep(steps, None)
-            return _traced(span, scope, key, operation, step)
+            return _traced(span, operation, step)
         finally:
             # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
             # while its step still runs on the thread is closed when it is collected.
@@ -172,14 +188,14 @@ CLAIM_SPAN = "idemdash.receipt.claim"
 REPLAY_SPAN = "idemdash.receipt.replay"
 
 
-def _traced(span: Any, scope: str, key: str, operation: str, result: ClaimResult) -> ClaimResult:
+def _traced(span: Any, operation: str, result: ClaimResult) -> ClaimResult:
     """The claim's span told what it decided (only when recorded: the key's digest costs a hash)."""
     if span.is_recording():
         if result.outcome == Outcome.REPLAYED:
             span.update_name(REPLAY_SPAN)
         span.set_attributes({
             "idemdash.operation": operation,
-            "idemdash.key.digest": waiting.topic(scope, key),
+            "idemdash.key.digest": waiting.topic(result.receipt.scope, result.receipt.key),
             "idemdash.claim.outcome": str(result.outcome),
             "idemdash.receipt.id": result.receipt.pk,
             **({"idemdash.fencing_token": result.token} if result.token is not None else {}),
@@ -539,19 +555,14 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float)
 
 @retry_deadlocks
 def _settle(
-    scope: str,
-    key: str,
-    token: int,
-    outcome: str,
-    detail: str = "",
-    references: Iterable[tuple[str, str]] = (),
-    **changes: Any,
+    held: Held, outcome: str, detail: str = "", references: Iterable[tuple[str, str]] = (), **changes: Any
 ) -> None:
     now = timezone.now()
+    scope, key, token = held.scope, held.key, held.token
     # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
     with tracing.span(SETTLE_SPAN) as span, transaction.atomic(savepoint=False):
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
-        stale = not updated and not _landed(scope, key, token, changes)
+        stale = not updated and not _landed(held, changes)
         if span.is_recording():
             span.set_attributes({
                 "idemdash.key.digest": waiting.topic(scope, key), "idemdash.settle.outcome": str(outcome),
@@ -569,7 +580,7 @@ def _settle(
         raise StaleToken(f"token {token} no longer owns {key!r}")
 
 
-def _landed(scope: str, key: str, token: int, changes: dict[str, Any]) -> bool:
+def _landed(held: Held, changes: dict[str, Any]) -> bool:
     """Whether this very settlement landed already: a caller that lost the answer to its
     completion (a dropped connection, a timeout while it committed) sends it again. A settle
     keeps the fencing token (only a claim or a release moves it on), so the same token with
@@ -578,17 +589,16 @@ def _landed(scope: str, key: str, token: int, changes: dict[str, Any]) -> bool:
     collations cannot call two bodies equal; read with a lock, so that under REPEATABLE READ
     it sees the settle that our UPDATE waited for."""
     compared = [name for name in changes if name != "completed_at"]  # the clock, not the result
-    row = Receipt.objects.select_for_update().filter(scope=scope, key=key).values("fencing_token", *compared).first()
-    return row is not None and row.pop("fencing_token") == token and row == {name: changes[name] for name in compared}
+    row = (Receipt.objects.select_for_update().filter(scope=held.scope, key=held.key)
+           .values("fencing_token", *compared).first())
+    return row is not None and row.pop("fencing_token") == held.token and row == {name: changes[name] for name in compared}
 
 
 SETTLE_SPAN = "idemdash.receipt.settle"
 
 
 def complete(
-    scope: str,
-    key: str,
-    token: int,
+    held: Held,
     *,
     response_status: int | None = None,
     content_type: str = "",
@@ -596,12 +606,10 @@ def complete(
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Store the result, and the attempt's `references` with it. Refused (StaleToken) unless
-    `token` still owns a processing receipt, or this very completion landed already (sent
+    `held` still owns a processing receipt, or this very completion landed already (sent
     again after its answer was lost: done, and logged once)."""
     _settle(
-        scope,
-        key,
-        token,
+        held,
         Outcome.COMPLETED,
         references=references,
         status=Status.COMPLETED,
@@ -613,9 +621,7 @@ def complete(
 
 
 def fail(
-    scope: str,
-    key: str,
-    token: int,
+    held: Held,
     *,
     error: str,
     retryable: bool | None = None,
@@ -627,13 +633,11 @@ def fail(
     """Mark the attempt failed, with its `references` (what it worked on before it failed:
     a charge made before the step raised is what an operator looks for). Retryable by
     default; an operation may burn the key instead."""
-    receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     if retryable is None:
+        receipt = Receipt.objects.filter(scope=held.scope, key=held.key).only("operation").first()
         retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
     _settle(
-        scope,
-        key,
-        token,
+        held,
         Outcome.FAILED,
         detail=error[:2000],
         references=references,
@@ -644,6 +648,12 @@ def fail(
         response_content_type=content_type,
         response_body=body,
     )
+
+
+def lease_lost(held: Held, detail: str) -> None:
+    """The attempt's lost lease in the attempt log, when the transaction that had it logged
+    rolled back (the decorator's, with the view's writes)."""
+    log_settle(held.scope, held.key, held.token, Outcome.STALE_TOKEN, detail)
 
 
 def lasting_failure(receipt: Receipt) -> str:
@@ -661,17 +671,18 @@ def lasting_failures() -> Q:
 
 
 @retry_deadlocks
-def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None) -> datetime:
-    """A heartbeat: the attempt holding `token` keeps its claim for `lease_seconds` more (the
-    operation's lease when None), from now. Returns the new end of the lease.
+def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
+    """A heartbeat: the attempt keeps its claim for `lease_seconds` more (the operation's
+    lease when None), from now. Returns the new end of the lease.
 
     Fenced like a settle (receipts/rules.py:SETTLE): refused with StaleToken, and logged as
-    `stale_token`, unless `token` still owns a processing receipt; so a worker whose lease
+    `stale_token`, unless `held` still owns a processing receipt; so a worker whose lease
     was taken over learns it here, while its step runs, not only when it completes. A
     renewal is not logged: a running step renews every third of its lease. Nor is one that
     comes after its own attempt settled the receipt (a heartbeat that waited in a queue
     behind the completion): refused, so the sender stops, but no lease was lost, and the
     dashboard counts stale_token lines as lost leases."""
+    scope, key, token = held.scope, held.key, held.token
     receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     now = timezone.now()
     if receipt is not None:
@@ -685,13 +696,23 @@ def renew(scope: str, key: str, token: int, *, lease_seconds: int | None = None)
     raise StaleToken(f"token {token} no longer owns {key!r}")
 
 
-def kept(scope: str, key: str, token: int, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
+def kept(held: Held, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
     """The claim's lease kept (`renew`, every third of it) while its view or step runs, by
     the one lease keeper (idemdash/core/leases.py:kept); a view still running after
     RECEIPTS_MAX_LEASE_SECONDS is presumed hung and its lease left to lapse."""
     def renewal() -> None:
-        renew(scope, key, token, lease_seconds=max(1, round(lease_seconds)))
-    return leases.kept(renewal, lease_seconds, f"receipt {scope}/{key}", longest=setting("RECEIPTS_MAX_LEASE_SECONDS"))
+        renew(held, lease_seconds=max(1, round(lease_seconds)))
+    return leases.kept(renewal, lease_seconds, f"receipt {held.scope}/{held.key}",
+                       longest=setting("RECEIPTS_MAX_LEASE_SECONDS"))
+
+
+def give_back(held: Held, reason: str) -> None:
+    """The attempt gives its key back, storing nothing (`release` with its token): a
+    response that must not be stored, or an error that is not the operation's. StaleToken
+    when it was taken over; nothing when the receipt is gone (purged)."""
+    receipt = Receipt.objects.filter(scope=held.scope, key=held.key).first()
+    if receipt is not None:
+        release(receipt, token=held.token, reason=reason)
 
 
 def release(

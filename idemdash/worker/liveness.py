@@ -20,7 +20,6 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from idemdash.core.discovery import declared_by_apps
-from idemdash.worker.conf import setting
 from idemdash.worker.models import ClusterHeartbeat
 
 log = logging.getLogger(__name__)

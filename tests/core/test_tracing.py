@@ -51,7 +51,7 @@ def spans():
 @pytest.mark.django_db
 def test_a_claim_and_its_settle_are_spans_that_name_the_key_by_its_digest(spans):
     result = store.claim("tenant-1", KEY, "payment.capture", {"amount": 5})
-    store.complete("tenant-1", KEY, result.token, body="{}")
+    store.complete(store.Held("tenant-1", KEY, result.token), body="{}")
     (claim,) = named(spans, "idemdash.receipt.claim")
     assert dict(claim.attributes) == {
         "idemdash.operation": "payment.capture",
@@ -71,7 +71,7 @@ def test_a_claim_and_its_settle_are_spans_that_name_the_key_by_its_digest(spans)
 @pytest.mark.django_db
 def test_a_replay_is_the_claim_span_named_as_a_replay(spans):
     result = store.claim("", KEY, "payment.capture")
-    store.complete("", KEY, result.token, body="{}")
+    store.complete(store.Held("", KEY, result.token), body="{}")
     store.claim("", KEY, "payment.capture")
     (replay,) = named(spans, "idemdash.receipt.replay")
     assert replay.attributes["idemdash.claim.outcome"] == "replayed"
@@ -85,7 +85,7 @@ def test_the_in_process_api_and_a_stale_settle_are_traced_too(spans):
     claim = store.claim("", "other", "email.send")
     store.release(claim.receipt, actor="test")
     with pytest.raises(store.StaleToken):
-        store.complete("", "other", claim.token, body="{}")
+        store.complete(store.Held("", "other", claim.token), body="{}")
     assert named(spans, "idemdash.receipt.settle")[-1].attributes["idemdash.settle.stale"] is True
 
 

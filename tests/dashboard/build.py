@@ -19,14 +19,14 @@ SCOPE = "client:shop"
 
 def completed(key: str, operation: str = "payment.create", request: Any = None, **kw: Any) -> Receipt:
     claim = store.claim(kw.get("scope", SCOPE), key, operation, request if request is not None else {"key": key})
-    store.complete(claim.receipt.scope, key, claim.token, response_status=201,
+    store.complete(store.Held(claim.receipt.scope, key, claim.token), response_status=201,
                    content_type="application/json", body='{"id": "ch_1"}')
     return Receipt.objects.get(scope=claim.receipt.scope, key=key)
 
 
 def failed(key: str, operation: str = "payment.create", *, retryable: bool = True, scope: str = SCOPE) -> Receipt:
     claim = store.claim(scope, key, operation, {"key": key})
-    store.fail(scope, key, claim.token, error="card_declined", retryable=retryable)
+    store.fail(store.Held(scope, key, claim.token), error="card_declined", retryable=retryable)
     return Receipt.objects.get(scope=scope, key=key)
 
 
@@ -39,7 +39,7 @@ def stuck(key: str, operation: str = "payment.create", minutes_ago: int = 10) ->
 
 def mismatched(key: str, stored: Any, rejected: Any) -> Receipt:
     claim = store.claim(SCOPE, key, "payment.create", stored)
-    store.complete(SCOPE, key, claim.token, response_status=201, body="{}")
+    store.complete(store.Held(SCOPE, key, claim.token), response_status=201, body="{}")
     store.claim(SCOPE, key, "payment.create", rejected)
     return Receipt.objects.get(scope=SCOPE, key=key)
 
@@ -60,7 +60,7 @@ def waited_for(key: str, waiters: int, operation: str = "email.send") -> Receipt
     for t in threads:
         t.start()
     until(lambda: waiting.waiting_now() >= waiters, "the callers wait", every=0.01)
-    store.complete(SCOPE, key, first.token, response_status=201, content_type="application/json", body='{"id": "em_1"}')
+    store.complete(store.Held(SCOPE, key, first.token), response_status=201, content_type="application/json", body='{"id": "em_1"}')
     for t in threads:
         t.join(30)
     return Receipt.objects.get(scope=SCOPE, key=key)

@@ -28,11 +28,11 @@ def order(operator):  # noqa: F811
     now = timezone.now()
     with time_machine.travel(now - timedelta(minutes=40), tick=False):
         claim = store.claim(SCOPE, f"checkout:{ORDER}", "payment.create", {"order": ORDER, "amount": 4200})
-        store.complete(SCOPE, f"checkout:{ORDER}", claim.token, response_status=201, content_type="application/json",
+        store.complete(store.Held(SCOPE, f"checkout:{ORDER}", claim.token), response_status=201, content_type="application/json",
                        body='{"payment_intent": "pi_3Q1184", "charge": "ch_3Q1184"}')
     with time_machine.travel(now - timedelta(minutes=39), tick=False):
         other = store.claim(SCOPE, "checkout:ord_2026_1185", "payment.create", {"order": "ord_2026_1185"})
-        store.complete(SCOPE, "checkout:ord_2026_1185", other.token, response_status=201, body="{}")
+        store.complete(store.Held(SCOPE, "checkout:ord_2026_1185", other.token), response_status=201, body="{}")
     stripe = webhook_event("evt_3Q1184", "completed", minutes_ago=35, event_type="payment_intent.succeeded", payload={
         "id": "evt_3Q1184", "type": "payment_intent.succeeded",
         "data": {"object": {"id": "pi_3Q1184", "latest_charge": "ch_3Q1184", "metadata": {"order_id": ORDER}}}})

@@ -65,7 +65,7 @@ def test_reprocessing_an_event_that_has_a_handler_is_not_warned_about(operator_c
 
 def test_releasing_a_receipt_that_failed_with_a_403_is_warned_about(operator_client):
     claim = receipt_store.claim("s", "k403", "payment.create", {"a": 1})
-    receipt_store.fail("s", "k403", claim.receipt.fencing_token, error="forbidden", response_status=403)
+    receipt_store.fail(receipt_store.Held("s", "k403", claim.receipt.fencing_token), error="forbidden", response_status=403)
     receipt = Receipt.objects.get(key="k403")
     html = operator_client.get(f"/receipts/{receipt.pk}/release/").content.decode()
     assert "It failed with HTTP 403" in html
@@ -99,7 +99,7 @@ def test_each_kinds_sql_form_picks_exactly_the_units_its_python_form_warns_about
     webhook_handler("shopify", "*")(lambda e: None)
     for n, code in enumerate((403, 503, None)):
         claim = receipt_store.claim("s", f"r{n}", "payment.create", {"n": n})
-        receipt_store.fail("s", f"r{n}", claim.receipt.fencing_token, error="x", response_status=code)
+        receipt_store.fail(receipt_store.Held("s", f"r{n}", claim.receipt.fencing_token), error="x", response_status=code)
     try:
         warned = {unit.pk for unit in model.objects.all() if kind_module.lasting_failure(unit)}
         picked = set(model.objects.filter(kind_module.lasting_failures()).values_list("pk", flat=True))

@@ -57,7 +57,7 @@ def _scrape(client, **headers) -> str:
 
 def _claim_and_complete(key: str) -> None:
     result = store.claim("client:metrics", key, "email.send", {"k": key})
-    store.complete("client:metrics", key, result.token, body="{}")
+    store.complete(store.Held("client:metrics", key, result.token), body="{}")
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ def scraped(client) -> dict[str, dict[tuple, float]]:
 def test_every_figure_of_a_scrape_is_an_instrument_with_the_same_values(reader, client):
     for key in ("a", "b"):
         result = store.claim("client:m", key, "email.send", {"k": key})
-        store.complete("client:m", key, result.token, body="{}")
+        store.complete(store.Held("client:m", key, result.token), body="{}")
     store.claim("client:m", "a", "email.send", {"k": "a"})  # a replay
     got = collected(reader)
     assert got["idemdash.receipt.claims"][(("outcome", "claimed"),)] == 2

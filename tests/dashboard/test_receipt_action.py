@@ -53,7 +53,7 @@ def test_the_callers_next_attempt_clears_the_marker_and_appears_in_the_timeline(
     store.release(r, actor="otto")
     result = store.claim(SCOPE, "k1", "payment.create", {"key": "k1"})
     assert result.outcome == "retried_after_failure"
-    store.complete(SCOPE, "k1", result.token, response_status=201, body="{}")
+    store.complete(store.Held(SCOPE, "k1", result.token), response_status=201, body="{}")
     r.refresh_from_db()
     assert (r.status, r.released_at, r.released_by, r.release_reason) == ("completed", None, "", "")
     html = operator_client.get(f"/receipts/{r.pk}/").content.decode()

@@ -115,7 +115,7 @@ def test_it_filters_keys_that_had_concurrent_duplicates_or_422s(viewer_client):
     mismatched("got-422", {"a": 1}, {"a": 2})
     busy = store.claim("client:shop", "got-409", "email.send", {})
     store.claim("client:shop", "got-409", "email.send", {})
-    store.complete("client:shop", "got-409", busy.token)
+    store.complete(store.Held("client:shop", "got-409", busy.token))
     completed("calm")
     assert keys(viewer_client.get("/receipts/?conflict=422")) == ["got-422"]
     assert keys(viewer_client.get("/receipts/?conflict=concurrent")) == ["got-409"]

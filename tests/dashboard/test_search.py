@@ -28,7 +28,7 @@ ORDER = "ord_7f3a"
 def receipt(key: str, request=None, body: str = '{"id": "ch_1"}', at=None) -> Receipt:
     with time_machine.travel(at or timezone.now(), tick=False):
         claim = store.claim(SCOPE, key, "payment.create", request if request is not None else {"key": key})
-        store.complete(SCOPE, key, claim.token, response_status=201, content_type="application/json", body=body)
+        store.complete(store.Held(SCOPE, key, claim.token), response_status=201, content_type="application/json", body=body)
     return Receipt.objects.get(scope=SCOPE, key=key)
 
 

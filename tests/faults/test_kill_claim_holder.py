@@ -44,7 +44,7 @@ def _worker(seed: int, holding) -> None:
                     cursor.execute("INSERT INTO fault_effects (k, pid) VALUES (%s, %s)", [key, os.getpid()])
                 holding.set()  # the parent may kill us now: mid-operation, claim held
                 time.sleep(rng.uniform(0.06, 0.12))
-                store.complete(SCOPE, key, result.token, body=f"captured {key}")
+                store.complete(store.Held(SCOPE, key, result.token), body=f"captured {key}")
     connections.close_all()
 
 

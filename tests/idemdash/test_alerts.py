@@ -94,7 +94,7 @@ def test_failing_keys_counts_keys_that_failed_at_least_twice_in_the_window():
     assert measure(Metric.FAILING_KEYS, 10080, now) == 1
     for _ in range(3):  # failing and retried three times: one key, not three
         claim = store.claim("client:shop", "f1", "email.send", {"k": "f1"})
-        store.fail("client:shop", "f1", claim.token, error="smtp down")
+        store.fail(store.Held("client:shop", "f1", claim.token), error="smtp down")
     assert measure(Metric.FAILING_KEYS, 60, timezone.now()) == 1
 
 

@@ -40,7 +40,7 @@ def test_an_empty_log_has_zero_figures_and_no_division_by_zero():
 def test_settle_and_release_attempts_are_not_claim_requests():
     with time_machine.travel(NOW - timedelta(minutes=1), tick=False):
         c = store.claim("s", "k", "email.send", {})
-        store.fail("s", "k", c.token, error="x")
+        store.fail(store.Held("s", "k", c.token), error="x")
         store.release(store.Receipt.objects.get(key="k"), actor="ops")
     assert Attempt.objects.count() == 3
     assert queries.receipt_stats(queries.WINDOWS["1h"], NOW)["requests"] == 1

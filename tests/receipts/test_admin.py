@@ -28,7 +28,7 @@ def _fast_passwords(settings):
 def a_receipt(key: str = "k1", complete: bool = False) -> Receipt:
     result = store.claim(SCOPE, key, "payment.capture", {"amount": 100, "currency": "eur"})
     if complete:
-        store.complete(SCOPE, key, result.token, response_status=201, content_type="application/json", body='{"id":7,"ok":true}')
+        store.complete(store.Held(SCOPE, key, result.token), response_status=201, content_type="application/json", body='{"id":7,"ok":true}')
     return Receipt.objects.get(key=key)
 
 

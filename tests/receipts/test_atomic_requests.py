@@ -90,7 +90,7 @@ def test_a_duplicate_whose_claim_waited_on_the_uncommitted_first_attempt_is_logg
 
     def first_attempt() -> None:
         claim = store.claim("user:1", "atomic-wait", "email.send", {"to": "a"})
-        store.complete("user:1", "atomic-wait", claim.token, response_status=201, body="{}")
+        store.complete(store.Held("user:1", "atomic-wait", claim.token), response_status=201, body="{}")
 
     def duplicate() -> None:
         try:

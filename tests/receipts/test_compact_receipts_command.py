@@ -21,7 +21,7 @@ def test_it_compacts_what_is_due_and_says_how_much(settings):
     with time_machine.travel(timezone.now() - timedelta(hours=1), tick=False):
         for n in range(3):
             claim = store.claim("client:t", f"k{n}", "export.run", {"n": n})
-            store.complete("client:t", f"k{n}", claim.token, body='{"ok": true}')
+            store.complete(store.Held("client:t", f"k{n}", claim.token), body='{"ok": true}')
     out = StringIO()
     call_command("compact_receipts", "--batch-size", "2", stdout=out)
     assert out.getvalue() == "export.run: 3 compacted in 2 batch(es)\n"

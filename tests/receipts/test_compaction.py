@@ -46,8 +46,7 @@ def policies(settings):
 def completed(key: str, operation: str = "export.run", *, age: timedelta = timedelta(hours=2), status: int = 201) -> Receipt:
     with time_machine.travel(timezone.now() - age, tick=False):
         claim = store.claim(SCOPE, key, operation, {"order": key, "lines": [1, 2, 3]})
-        store.complete(
-            SCOPE, key, claim.token, response_status=status, content_type="application/json",
+        store.complete(store.Held(SCOPE, key, claim.token), response_status=status, content_type="application/json",
             body=json.dumps({"export": key}), references=[("order", key)],
         )
     return Receipt.objects.get(scope=SCOPE, key=key)
@@ -80,7 +79,7 @@ def test_receipts_inside_their_window_failed_ones_and_operations_without_a_windo
     other = completed("other", "report.build")  # no compact_after_seconds
     with time_machine.travel(timezone.now() - timedelta(hours=2), tick=False):
         claim = store.claim(SCOPE, "broken", "export.run", {"order": "broken"})
-        store.fail(SCOPE, "broken", claim.token, error="boom", retryable=False)
+        store.fail(store.Held(SCOPE, "broken", claim.token), error="boom", retryable=False)
     assert [r.compacted for r in compaction.compact()] == [0]  # export.run looked at; nothing due
     for kept in (young, other, Receipt.objects.get(key="broken")):
         fresh = Receipt.objects.get(pk=kept.pk)
@@ -173,7 +172,7 @@ def test_an_expired_compacted_key_starts_a_whole_new_life(settings):
     assert Receipt.objects.get(pk=old.pk).compacted_at is not None
     claim = store.claim(SCOPE, "exp-1", "export.run", {"order": "new"})
     assert claim.outcome == "claimed"
-    store.complete(SCOPE, "exp-1", claim.token, body='{"new": true}')
+    store.complete(store.Held(SCOPE, "exp-1", claim.token), body='{"new": true}')
     renewed = Receipt.objects.get(pk=old.pk)
     assert renewed.compacted_at is None and renewed.request == {"order": "new"} and renewed.response_body == '{"new": true}'
     assert store.claim(SCOPE, "exp-1", "export.run", {"order": "new"}).outcome == "replayed"
@@ -278,7 +277,7 @@ def _claiming_new_lives(process: int, thread: int, start: threading.Barrier, out
             try:
                 result = store.claim(SCOPE, key, "export.run", {"order": key, "life": 2})
                 if result.owned:
-                    store.complete(SCOPE, key, result.token, body=json.dumps({"life": 2}))
+                    store.complete(store.Held(SCOPE, key, result.token), body=json.dumps({"life": 2}))
                 out.append((key, result.outcome))
             except Exception as exc:  # reported, not lost with the thread
                 out.append((key, repr(exc)))

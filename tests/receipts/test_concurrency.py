@@ -57,7 +57,7 @@ def _caller(
                     hold(key)
                 else:
                     time.sleep(rng.uniform(0.005, 0.03))
-                store.complete(scope, key, result.token, body=f"sent {key}")
+                store.complete(store.Held(scope, key, result.token), body=f"sent {key}")
             out.append((key, result.outcome))
     finally:
         connections.close_all()
@@ -165,7 +165,7 @@ def test_simultaneous_callers_that_wait_are_counted_as_concurrent_duplicates_wit
     for _ in procs:
         ready.get(timeout=60)
     until(lambda: waiting.waiting_now() == LOCAL_WAITERS, "this process's callers wait", within=60, every=0.01)
-    store.complete(scope, "simultaneous", first.token, body="sent once")
+    store.complete(store.Held(scope, "simultaneous", first.token), body="sent once")
     for t in threads:
         t.join(120)
     outcomes = out + [o for _ in procs for o in results.get(timeout=120)]

@@ -347,7 +347,7 @@ def test_a_takeover_on_another_connection_wins_and_the_slow_views_writes_roll_ba
                     result["claim"] = store.claim(
                         "anonymous", "k-1", "payment.capture", fingerprint=receipt.fingerprint
                     )
-                    store.complete("anonymous", "k-1", result["claim"].token, response_status=200, body="other")
+                    store.complete(store.Held("anonymous", "k-1", result["claim"].token), response_status=200, body="other")
                 finally:
                     connections.close_all()
 

@@ -62,7 +62,7 @@ def test_claim_complete_and_replay_are_one_statement_each_with_their_log_lines()
     assert Receipt.objects.get(pk=receipt.pk).lease_expires_at == receipt.lease_expires_at
 
     with CaptureQueriesContext(connection) as settle_q:
-        store.complete(SCOPE, "k1", first.token, response_status=201, content_type="text/plain", body="sent")
+        store.complete(store.Held(SCOPE, "k1", first.token), response_status=201, content_type="text/plain", body="sent")
     assert len([s for s in _statements(settle_q) if "receipts_" in s]) == 1
 
     with CaptureQueriesContext(connection) as replay_q:
@@ -97,7 +97,7 @@ def test_the_claim_statement_logs_the_time_spent_before_it_plus_its_own_up_to_th
 @pytest.mark.django_db
 def test_a_burned_failure_replays_on_the_fast_path_and_a_mismatch_does_not():
     first = store.claim(SCOPE, "k2", "email.send", {"n": 1})
-    store.fail(SCOPE, "k2", first.token, error="boom", retryable=False)
+    store.fail(store.Held(SCOPE, "k2", first.token), error="boom", retryable=False)
     assert store.claim(SCOPE, "k2", "email.send", {"n": 1}).outcome == "replayed"
     mismatch = store.claim(SCOPE, "k2", "email.send", {"n": 2})
     assert mismatch.outcome == "mismatch"
@@ -114,7 +114,7 @@ def test_a_stale_token_settles_nothing_and_is_logged():
     takeover = store.claim(SCOPE, "k3", "email.send", {})
     assert takeover.outcome == "lease_takeover"
     with pytest.raises(store.StaleToken):
-        store.complete(SCOPE, "k3", first.token, body="late")
+        store.complete(store.Held(SCOPE, "k3", first.token), body="late")
     receipt = Receipt.objects.get(scope=SCOPE, key="k3")
     assert receipt.status == "processing" and receipt.response_body == ""
     assert [row[2:4] for row in _log("k3")][-1] == ("stale_token", first.token)
@@ -212,7 +212,7 @@ def persistent_connection(monkeypatch):
 def test_on_a_persistent_connection_claim_and_settle_are_prepared_and_still_logged(persistent_connection):
     with CaptureQueriesContext(connection) as queries:
         first = store.claim(SCOPE, "p1", "email.send", {"n": 1})
-        store.complete(SCOPE, "p1", first.token, response_status=201, body="ok")
+        store.complete(store.Held(SCOPE, "p1", first.token), response_status=201, body="ok")
         again = store.claim(SCOPE, "p1", "email.send", {"n": 1})
     assert again.outcome == "replayed" and again.receipt.response_body == "ok"
     assert len([s for s in _statements(queries) if "receipts_receipt" in s]) == 3  # Django still logs them

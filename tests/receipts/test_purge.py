@@ -18,7 +18,7 @@ def old_receipts(count: int, operation: str) -> None:
     with time_machine.travel(timezone.now() - timedelta(days=8), tick=False):
         for n in range(count):
             result = store.claim("client:test", f"{operation}-{n}", operation, {})
-            store.complete("client:test", f"{operation}-{n}", result.token)
+            store.complete(store.Held("client:test", f"{operation}-{n}", result.token))
 
 
 def run(*args: str) -> tuple[str, str]:

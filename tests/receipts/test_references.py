@@ -76,9 +76,9 @@ def test_a_settle_refused_for_a_stale_token_stores_none_of_its_references():
     with time_machine.travel(timezone.now() + timedelta(seconds=5)):
         second = store.claim("test", "pay:3", "payments.charge")
         assert second.outcome == "lease_takeover"
-        store.complete("test", "pay:3", second.token, body="{}", references=[("stripe.charge", "ch_second")])
+        store.complete(store.Held("test", "pay:3", second.token), body="{}", references=[("stripe.charge", "ch_second")])
         with pytest.raises(StaleToken):
-            store.complete("test", "pay:3", first.token, body="{}", references=[("stripe.charge", "ch_first")])
+            store.complete(store.Held("test", "pay:3", first.token), body="{}", references=[("stripe.charge", "ch_first")])
     assert stored() == [("stripe.charge", "ch_second")]
 
 

@@ -26,7 +26,7 @@ SCOPE = "client:test"
 def completed_receipt(key: str, operation: str = "email.send", *, age: timedelta) -> Receipt:
     with time_machine.travel(timezone.now() - age, tick=False):
         result = store.claim(SCOPE, key, operation, {"key": key})
-        store.complete(SCOPE, key, result.token, response_status=201, body=f'{{"id": "{key}"}}')
+        store.complete(store.Held(SCOPE, key, result.token), response_status=201, body=f'{{"id": "{key}"}}')
     return Receipt.objects.get(key=key)
 
 

@@ -23,7 +23,7 @@ def claim_at(moment: datetime, key: str, request: object = None) -> None:
     with time_machine.travel(moment, tick=False):
         result = store.claim("client:t", key, "email.send", request if request is not None else {"k": key})
         if result.outcome == Attempt.Outcome.CLAIMED:
-            store.complete("client:t", key, result.token, response_status=201, body="{}")
+            store.complete(store.Held("client:t", key, result.token), response_status=201, body="{}")
 
 
 def rolled() -> Counter:

@@ -126,7 +126,7 @@ def test_both_paths_claim_and_settle_alike(monkeypatch, status, retryable, marke
         key = f"settle-{path.__name__}"
         make(key, *shape)
         try:
-            store.complete(SCOPE, key, caller_token, response_status=200, body="done")
+            store.complete(store.Held(SCOPE, key, caller_token), response_status=200, body="done")
             refused = False
         except store.StaleToken:
             refused = True

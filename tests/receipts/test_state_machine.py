@@ -98,7 +98,7 @@ class ReceiptMachine(RuleBasedStateMachine):
         before = Receipt.objects.filter(scope=SCOPE, key=holder.key).values().first()
         with self._at_now():
             try:
-                fn(SCOPE, holder.key, holder.token, **kwargs)
+                fn(store.Held(SCOPE, holder.key, holder.token), **kwargs)
                 accepted = True
             except store.StaleToken:
                 accepted = False

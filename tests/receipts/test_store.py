@@ -32,7 +32,7 @@ def test_a_new_key_is_claimed_with_a_lease_and_a_fencing_token():
 
 def test_a_completed_key_replays_its_stored_result():
     first = store.claim(SCOPE, "k2", "email.send", {"a": 1, "b": 2})
-    store.complete(SCOPE, "k2", first.token, response_status=201, content_type="application/json", body='{"id":7}')
+    store.complete(store.Held(SCOPE, "k2", first.token), response_status=201, content_type="application/json", body='{"id":7}')
     again = store.claim(SCOPE, "k2", "email.send", {"b": 2, "a": 1})  # same JSON, other key order
     assert again.outcome == "replayed" and not again.owned
     assert again.receipt.response_status == 201
@@ -57,7 +57,7 @@ def test_reusing_a_key_with_a_different_request_is_a_mismatch_and_keeps_the_reje
 
 def test_a_failed_key_is_retried_by_the_next_claim_with_a_new_token():
     first = store.claim(SCOPE, "k5", "email.send", {})
-    store.fail(SCOPE, "k5", first.token, error="smtp down")
+    store.fail(store.Held(SCOPE, "k5", first.token), error="smtp down")
     second = store.claim(SCOPE, "k5", "email.send", {})
     assert second.outcome == "retried_after_failure"
     assert second.token == first.token + 1
@@ -67,7 +67,7 @@ def test_a_failed_key_is_retried_by_the_next_claim_with_a_new_token():
 def test_a_burning_operation_replays_its_failure(settings):
     settings.RECEIPTS_OPERATIONS = {"ledger.*": {"on_failure": "burn"}}
     first = store.claim(SCOPE, "k6", "ledger.post", {})
-    store.fail(SCOPE, "k6", first.token, error="rejected by ledger")
+    store.fail(store.Held(SCOPE, "k6", first.token), error="rejected by ledger")
     second = store.claim(SCOPE, "k6", "ledger.post", {})
     assert second.outcome == "replayed"
     assert second.receipt.status == "failed" and second.receipt.error == "rejected by ledger"
@@ -85,11 +85,11 @@ def test_an_expired_lease_is_taken_over_and_the_slow_worker_is_refused():
         fast = store.claim(SCOPE, "k8", "email.send", {})
         assert fast.outcome == "lease_takeover"
         assert fast.token == slow.token + 1
-        store.complete(SCOPE, "k8", fast.token, body="fast")
+        store.complete(store.Held(SCOPE, "k8", fast.token), body="fast")
         with pytest.raises(store.StaleToken):
-            store.complete(SCOPE, "k8", slow.token, body="slow")
+            store.complete(store.Held(SCOPE, "k8", slow.token), body="slow")
         with pytest.raises(store.StaleToken):
-            store.fail(SCOPE, "k8", slow.token, error="slow")
+            store.fail(store.Held(SCOPE, "k8", slow.token), error="slow")
     r = Receipt.objects.get(key="k8")
     assert (r.status, r.response_body) == ("completed", "fast")
     assert outcomes("k8") == ["claimed", "lease_takeover", "completed", "stale_token", "stale_token"]
@@ -98,7 +98,7 @@ def test_an_expired_lease_is_taken_over_and_the_slow_worker_is_refused():
 def test_an_expired_receipt_counts_as_absent():
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         first = store.claim(SCOPE, "k9", "email.send", {"v": 1})
-        store.complete(SCOPE, "k9", first.token, body="one")
+        store.complete(store.Held(SCOPE, "k9", first.token), body="one")
         traveller.shift(timedelta(hours=24, seconds=1))
         again = store.claim(SCOPE, "k9", "email.send", {"v": 2})  # even a new request
         assert again.outcome == "claimed"
@@ -111,7 +111,7 @@ def test_a_permanent_operations_receipt_never_expires_and_its_key_is_never_claim
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         first = store.claim(SCOPE, "welcome:42", "email.welcome", {"user": 42})
         assert first.receipt.expires_at is None and first.receipt.permanent
-        store.complete(SCOPE, "welcome:42", first.token, body="sent")
+        store.complete(store.Held(SCOPE, "welcome:42", first.token), body="sent")
         traveller.shift(timedelta(days=3650))
         again = store.claim(SCOPE, "welcome:42", "email.welcome", {"user": 42})
         assert again.outcome == "replayed" and again.receipt.response_body == "sent"
@@ -122,7 +122,7 @@ def test_a_permanent_operations_receipt_never_expires_and_its_key_is_never_claim
 def test_a_permanent_receipt_that_failed_is_retried_and_stays_permanent(settings):
     settings.RECEIPTS_OPERATIONS = {"email.welcome": {"ttl_seconds": None}}
     first = store.claim(SCOPE, "welcome:7", "email.welcome", {"user": 7})
-    store.fail(SCOPE, "welcome:7", first.token, error="smtp down")
+    store.fail(store.Held(SCOPE, "welcome:7", first.token), error="smtp down")
     again = store.claim(SCOPE, "welcome:7", "email.welcome", {"user": 7})
     assert again.outcome == "retried_after_failure" and again.receipt.expires_at is None
 
@@ -131,7 +131,7 @@ def test_a_ttl_covering_a_window_keeps_a_windowed_key_for_its_window(settings):
     settings.RECEIPTS_OPERATIONS = {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         first = store.claim(SCOPE, "report:2026-W48", "report.weekly", {})
-        store.complete(SCOPE, "report:2026-W48", first.token, body="sent")
+        store.complete(store.Held(SCOPE, "report:2026-W48", first.token), body="sent")
         traveller.shift(timedelta(days=7, hours=23))
         assert store.claim(SCOPE, "report:2026-W48", "report.weekly", {}).outcome == "replayed"
 
@@ -147,24 +147,24 @@ def test_release_by_an_operator_makes_a_stuck_key_claimable_and_fences_the_worke
     again = store.claim(SCOPE, "k10", "email.send", {})
     assert again.outcome == "retried_after_failure"
     with pytest.raises(store.StaleToken):
-        store.complete(SCOPE, "k10", stuck.token, body="late")
+        store.complete(store.Held(SCOPE, "k10", stuck.token), body="late")
     assert outcomes("k10") == ["claimed", "released", "retried_after_failure", "stale_token"]
 
 
 def test_a_completed_receipt_cannot_be_released():
     r = store.claim(SCOPE, "k11", "email.send", {})
-    store.complete(SCOPE, "k11", r.token)
+    store.complete(store.Held(SCOPE, "k11", r.token))
     with pytest.raises(store.NotReleasable):
         store.release(Receipt.objects.get(key="k11"), actor="bob")
 
 
 def test_the_refusals_are_the_cores_under_their_old_names():
     r = store.claim(SCOPE, "k11b", "email.send", {})
-    store.complete(SCOPE, "k11b", r.token)
+    store.complete(store.Held(SCOPE, "k11b", r.token))
     with pytest.raises(leases.NotApplicable):
         store.release(Receipt.objects.get(key="k11b"), actor="bob")
     with pytest.raises(leases.StaleToken):
-        store.complete(SCOPE, "k11b", r.token, body="another result")
+        store.complete(store.Held(SCOPE, "k11b", r.token), body="another result")
     assert store.StaleToken is leases.StaleToken and issubclass(store.NotReleasable, leases.NotApplicable)
 
 
@@ -175,7 +175,7 @@ def test_a_plural_financial_noun_gets_the_financial_ttl():
 
 def test_an_operator_release_keeps_the_error_and_marks_the_key_until_the_next_attempt():
     first = store.claim(SCOPE, "k12", "email.send", {})
-    store.fail(SCOPE, "k12", first.token, error="smtp down")
+    store.fail(store.Held(SCOPE, "k12", first.token), error="smtp down")
     released = store.release(Receipt.objects.get(key="k12"), actor="bob", reason="provider back")
     assert (released.status, released.error, released.shown_status) == ("failed", "smtp down", "released")
     assert (released.released_by, released.release_reason) == ("bob", "provider back")
@@ -183,7 +183,7 @@ def test_an_operator_release_keeps_the_error_and_marks_the_key_until_the_next_at
         store.release(released, actor="bob")  # once is enough: the next attempt will run
     again = store.claim(SCOPE, "k12", "email.send", {})
     assert again.outcome == "retried_after_failure"
-    store.fail(SCOPE, "k12", again.token, error="smtp down again")
+    store.fail(store.Held(SCOPE, "k12", again.token), error="smtp down again")
     r = Receipt.objects.get(key="k12")
     assert (r.shown_status, r.released_at, r.released_by, r.error) == ("failed", None, "", "smtp down again")
 
@@ -210,11 +210,11 @@ def test_a_renewal_keeps_a_running_attempt_from_being_taken_over():
     with time_machine.travel(timezone.now(), tick=False) as traveller:
         first = store.claim(SCOPE, "r1", "email.send", {}, lease_seconds=30)
         traveller.shift(timedelta(seconds=20))
-        expires = store.renew(SCOPE, "r1", first.token, lease_seconds=30)
+        expires = store.renew(store.Held(SCOPE, "r1", first.token), lease_seconds=30)
         assert expires == timezone.now() + timedelta(seconds=30)
         traveller.shift(timedelta(seconds=20))  # 40 s after the claim, 20 s after the renewal
         assert store.claim(SCOPE, "r1", "email.send", {}).outcome == "in_progress"
-        store.complete(SCOPE, "r1", first.token, body="done")
+        store.complete(store.Held(SCOPE, "r1", first.token), body="done")
     assert Receipt.objects.get(key="r1").status == "completed"
     # A renewal writes no line in the attempt log.
     assert outcomes("r1") == ["claimed", "in_progress", "completed"]
@@ -224,7 +224,7 @@ def test_a_renewal_without_a_length_gives_the_operations_lease(settings):
     settings.RECEIPTS_OPERATIONS = {"report.build": {"lease_seconds": 300}}
     with time_machine.travel(timezone.now(), tick=False):
         first = store.claim(SCOPE, "r2", "report.build", {}, lease_seconds=5)
-        expires = store.renew(SCOPE, "r2", first.token)
+        expires = store.renew(store.Held(SCOPE, "r2", first.token))
         assert expires == timezone.now() + timedelta(seconds=300)
         assert Receipt.objects.get(key="r2").lease_expires_at == expires
 
@@ -241,10 +241,10 @@ def test_a_renewal_with_a_token_that_lost_the_receipt_is_refused_and_logged(lost
         else:
             traveller.shift(timedelta(seconds=2))
             second = store.claim(SCOPE, "r3", "email.send", {})
-            store.complete(SCOPE, "r3", second.token, body="done")
+            store.complete(store.Held(SCOPE, "r3", second.token), body="done")
         before = Receipt.objects.get(key="r3").lease_expires_at
         with pytest.raises(store.StaleToken):
-            store.renew(SCOPE, "r3", first.token, lease_seconds=60)
+            store.renew(store.Held(SCOPE, "r3", first.token), lease_seconds=60)
     assert Receipt.objects.get(key="r3").lease_expires_at == before
     last = Attempt.objects.filter(key="r3").order_by("id").last()
     assert (last.outcome, last.fencing_token) == ("stale_token", first.token)
@@ -258,15 +258,15 @@ def test_a_renewal_after_its_own_attempt_settled_is_refused_without_a_lost_lease
     dashboard counts as one."""
     first = store.claim(SCOPE, "r5", "email.send", {})
     if settle == "complete":
-        store.complete(SCOPE, "r5", first.token, body="done")
+        store.complete(store.Held(SCOPE, "r5", first.token), body="done")
     else:
-        store.fail(SCOPE, "r5", first.token, error="boom")
+        store.fail(store.Held(SCOPE, "r5", first.token), error="boom")
     with pytest.raises(store.StaleToken):
-        store.renew(SCOPE, "r5", first.token, lease_seconds=60)
+        store.renew(store.Held(SCOPE, "r5", first.token), lease_seconds=60)
     assert outcomes("r5") == ["claimed", "completed" if settle == "complete" else "failed"]
     # A token the receipt never had is still a stale one.
     with pytest.raises(store.StaleToken):
-        store.renew(SCOPE, "r5", first.token + 1, lease_seconds=60)
+        store.renew(store.Held(SCOPE, "r5", first.token + 1), lease_seconds=60)
     assert outcomes("r5")[-1] == "stale_token"
 
 
@@ -280,9 +280,9 @@ def test_a_settlement_sent_again_after_it_landed_is_done_and_logged_once(settle)
 
     def send(result: str) -> None:
         if settle == "complete":
-            store.complete(SCOPE, "s1", first.token, response_status=201, content_type="text/plain", body=result)
+            store.complete(store.Held(SCOPE, "s1", first.token), response_status=201, content_type="text/plain", body=result)
         else:
-            store.fail(SCOPE, "s1", first.token, error=result, response_status=503)
+            store.fail(store.Held(SCOPE, "s1", first.token), error=result, response_status=503)
 
     send("done")
     settled = Receipt.objects.get(key="s1")
@@ -311,7 +311,7 @@ def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_
 
     def retry() -> None:
         try:
-            store.complete(SCOPE, "s2", first.token, body="done")
+            store.complete(store.Held(SCOPE, "s2", first.token), body="done")
             answers.append("done")
         except Exception as exc:  # noqa: BLE001 - the test reads it
             answers.append(exc)
@@ -319,7 +319,7 @@ def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_
             connections.close_all()
 
     retrying = threading.Thread(target=retry)
-    with uncommitted(lambda: store.complete(SCOPE, "s2", first.token, body="done")):
+    with uncommitted(lambda: store.complete(store.Held(SCOPE, "s2", first.token), body="done")):
         retrying.start()
         until_transactions_wait_on_locks(1, "the retry's settle waits on its first try's row")
     retrying.join(30)
@@ -329,7 +329,7 @@ def test_a_settlement_sent_again_while_its_first_try_commits_is_done_and_logged_
 
 def test_a_renewal_of_an_unknown_key_is_refused():
     with pytest.raises(store.StaleToken):
-        store.renew(SCOPE, "nobody", 1)
+        store.renew(store.Held(SCOPE, "nobody", 1))
 
 
 # --- after_crash "hold": outcome unknown instead of a blind re-run ----------------------------
@@ -424,7 +424,7 @@ def test_the_lapsed_attempt_that_settles_late_resolves_it(settings):
     first = store.claim(SCOPE, "h6", "email.send", {})
     _lapse("h6")
     assert store.claim(SCOPE, "h6", "email.send", {}).outcome == "outcome_unknown"
-    store.complete(SCOPE, "h6", first.token, body="late but done")
+    store.complete(store.Held(SCOPE, "h6", first.token), body="late but done")
     assert store.claim(SCOPE, "h6", "email.send", {}).outcome == "replayed"
 
 
@@ -458,7 +458,7 @@ def test_claims_racing_a_purge_of_their_key_are_decided_right_on_mysql():
     if connection.vendor != "mysql":
         pytest.skip("needs MySQL/MariaDB: set DATABASE_URL=mysql://...")
     first = store.claim(SCOPE, "dl", "email.send", {"to": "a"})
-    store.complete(SCOPE, "dl", first.token, body="old")
+    store.complete(store.Held(SCOPE, "dl", first.token), body="old")
     Receipt.objects.filter(key="dl").update(expires_at=timezone.now() - timedelta(seconds=1))
     answers: list[object] = []
 
@@ -489,7 +489,7 @@ def test_every_claim_outcome_logs_how_long_it_took_and_no_settle_does():
     first = store.claim(SCOPE, "timed", "email.send", {"n": 1})
     assert store.claim(SCOPE, "timed", "email.send", {"n": 1}).outcome == "in_progress"
     assert store.claim(SCOPE, "timed", "email.send", {"n": 2}).outcome == "mismatch"
-    store.complete(SCOPE, "timed", first.token, body="{}")
+    store.complete(store.Held(SCOPE, "timed", first.token), body="{}")
     assert store.claim(SCOPE, "timed", "email.send", {"n": 1}).outcome == "replayed"
     logged = list(Attempt.objects.filter(key="timed").order_by("id").values_list("outcome", "claim_ms"))
     assert [outcome for outcome, _ in logged] == ["claimed", "in_progress", "mismatch", "completed", "replayed"]
@@ -558,7 +558,7 @@ def test_a_claim_that_waits_for_the_running_first_attempt_does_not_count_that_wa
     waiter = threading.Thread(target=duplicate)
     waiter.start()
     assert timer.reached.wait(30), "the duplicate never waited a second"
-    store.complete(SCOPE, "awaited", first.token, body="{}")
+    store.complete(store.Held(SCOPE, "awaited", first.token), body="{}")
     waiter.join(30)
     assert answers[0].outcome == "replayed" and answers[0].waited_ms >= 1000
     line = Attempt.objects.get(key="awaited", outcome="waited")

@@ -18,7 +18,7 @@ SCOPE = "client:bulk"
 
 def failed(key: str, *, retryable: bool = True) -> Receipt:
     claim = store.claim(SCOPE, key, "email.send", {"k": key})
-    store.fail(SCOPE, key, claim.token, error="smtp down", retryable=retryable)
+    store.fail(store.Held(SCOPE, key, claim.token), error="smtp down", retryable=retryable)
     return Receipt.objects.get(key=key)
 
 
@@ -36,7 +36,7 @@ def test_it_leaves_processing_and_completed_receipts_alone():
     failed("f")
     store.claim(SCOPE, "p", "email.send", {})
     done = store.claim(SCOPE, "d", "email.send", {})
-    store.complete(SCOPE, "d", done.token, response_status=200)
+    store.complete(store.Held(SCOPE, "d", done.token), response_status=200)
     result = store.release_many(Receipt.objects.all(), actor="ops")
     assert result.done == 1
     assert dict(Receipt.objects.values_list("key", "status")) == {

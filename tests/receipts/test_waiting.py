@@ -26,7 +26,7 @@ def _complete_when(ready: Callable[[], bool], key: str, token: int) -> threading
     def complete() -> None:
         try:
             until(ready, f"the moment to complete {key}")
-            store.complete(SCOPE, key, token, body="done")
+            store.complete(store.Held(SCOPE, key, token), body="done")
         finally:
             connections.close_all()
 
@@ -100,7 +100,7 @@ def no_fallback_timer(monkeypatch):
 def _complete_in_child(key: str, token: int) -> None:
     # Once the waiter has asked for a NOTIFY (receipts/pg.py:announce_waiter): it waits.
     until(lambda: store.Receipt.objects.get(scope=SCOPE, key=key).waiters, "the waiter asks for a NOTIFY")
-    store.complete(SCOPE, key, token, body="from another process")
+    store.complete(store.Held(SCOPE, key, token), body="from another process")
     connections.close_all()
 
 
@@ -166,7 +166,7 @@ def _notifications_during(action) -> list[str]:
 def test_on_postgresql_settling_a_receipt_nobody_waits_for_sends_no_notify():
     # A NOTIFY's commit takes a server-wide lock: the common case, nobody waiting, pays none.
     first = store.claim(SCOPE, "quiet", "email.send", {}, lease_seconds=60)
-    assert _notifications_during(lambda: store.complete(SCOPE, "quiet", first.token, body="done")) == []
+    assert _notifications_during(lambda: store.complete(store.Held(SCOPE, "quiet", first.token), body="done")) == []
 
 
 @pytest.mark.postgres
@@ -177,7 +177,7 @@ def test_on_postgresql_a_waiter_asks_for_the_notify_that_wakes_it():
                                              connections.close_all()))
     waiter.start()
     until(lambda: store.Receipt.objects.get(key="heard").waiters, "the waiter asks for a NOTIFY")
-    payloads = _notifications_during(lambda: store.complete(SCOPE, "heard", first.token, body="done"))
+    payloads = _notifications_during(lambda: store.complete(store.Held(SCOPE, "heard", first.token), body="done"))
     waiter.join(10)
     assert payloads == [waiting.topic(SCOPE, "heard")]
 
@@ -192,7 +192,7 @@ def test_on_postgresql_a_waiter_that_arrives_during_the_settle_gets_the_result_w
     # looks again at once: it never waits for a wake-up at all (a wait would be its timer's,
     # pushed past the claim's wait, or this process's wake-up at the settle's commit).
     first = store.claim(SCOPE, "race", "email.send", {}, lease_seconds=60)
-    with uncommitted(lambda: store.complete(SCOPE, "race", first.token, body="held")):
+    with uncommitted(lambda: store.complete(store.Held(SCOPE, "race", first.token), body="held")):
         answers: list[store.ClaimResult] = []
         waiter = threading.Thread(target=lambda: (answers.append(store.claim(SCOPE, "race", "email.send", {}, wait_seconds=20)),
                                                   connections.close_all()))
@@ -273,7 +273,7 @@ def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(set
     assert refused.outcome == "in_progress" and refused.wait_refused and refused.waited_ms is None
     assert Attempt.objects.get(key="cap", outcome="in_progress").waited_ms is None
     assert waiting.waiting_now() == 1  # the refused caller took no slot
-    store.complete(SCOPE, "cap", first.token, body="done")
+    store.complete(store.Held(SCOPE, "cap", first.token), body="done")
     waiter.join(10)
     assert results == ["replayed"]
     assert waiting.waiting_now() == 0
@@ -281,7 +281,7 @@ def test_past_the_cap_a_duplicate_is_refused_at_once_and_the_slot_comes_back(set
     second = store.claim(SCOPE, "cap-2", "email.send", {}, lease_seconds=60)
     waiter = _wait_in_thread("cap-2", results)
     until(lambda: waiting.waiting_now() == 1, "a waiter of another key takes the slot")
-    store.complete(SCOPE, "cap-2", second.token, body="done")
+    store.complete(store.Held(SCOPE, "cap-2", second.token), body="done")
     waiter.join(10)
     assert results == ["replayed", "replayed"]
 
