@@ -5,8 +5,8 @@ Only the main process acts on SIGTERM (`_on_sigterm`, `Cluster.stop`). A process
 cluster that dies unasked ends the sentinel and all its processes, and the main process
 starts them afresh on new queues (`Sentinel._lost`, `Cluster.run`).
 
-This relies on django-q2 internals (Sentinel's `start` argument, its `guard` loop, the
-`timer` on each worker process, Cluster's events and its start()):
+This relies on django-q2 internals (Sentinel's `start` argument, what its guard loop calls,
+the `timer` on each worker process, Cluster's start(), which names its Sentinel class):
 tests/idemdash/test_worker_cluster.py checks them and names the django-q2 version when they change."""
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from typing import Any
 from django_q import cluster as django_q_cluster
 from django_q.conf import Conf, logger, setproctitle
 from django_q.humanhash import humanize
-from django_q.scheduler import scheduler
-from django_q.status import Stat
 
 from idemdash.worker import liveness
 from idemdash.worker.conf import setting
@@ -77,11 +75,59 @@ def _role(sentinel: django_q_cluster.Sentinel, process: Any) -> str:
     return "worker"
 
 
+class _GuardedTimer:
+    """A worker's timer as the guard sees it (`Sentinel.spawn_process`): django-q2's guard
+    takes its lock with no timeout, and a worker killed inside it holds it for good. Taken
+    here a cycle at a time; a worker found dead meanwhile is lost (`Sentinel._lost`)."""
+
+    def __init__(self, timer: Any, process: Any, sentinel: Sentinel) -> None:
+        self.timer, self.process, self.sentinel = timer, process, sentinel
+
+    @property
+    def value(self) -> float:
+        return self.timer.value
+
+    @value.setter
+    def value(self, value: float) -> None:
+        self.timer.value = value
+
+    def get_lock(self) -> _GuardedTimer:
+        return self
+
+    def __enter__(self) -> None:
+        while not self.timer.get_lock().acquire(timeout=Conf.GUARD_CYCLE):
+            if not self.process.is_alive():
+                self.sentinel._lost(self.process)
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.get_lock().release()
+
+
+class _EachCycle:
+    """The stop event, which django-q2's guard waits on once a cycle: `each` (the tick) runs
+    before every wait."""
+
+    def __init__(self, event: Any, each: Any) -> None:
+        self.event, self.each = event, each
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.each()
+        return self.event.wait(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.event, name)
+
+
 class Sentinel(django_q_cluster.Sentinel):
+    """django-q2's sentinel and its guard loop, with four hooks: SIGTERM handled and every
+    process dying with its parent (`__init__`), a process that died unasked ending the
+    sentinel (`reincarnate`, `_lost`), a worker's timer lock never waited on for good
+    (`spawn_process`), and the liveness tick and records (`_EachCycle`, `spawn_cluster`, `stop`)."""
+
     def __init__(self, stop_event: Any, start_event: Any, cluster_id: uuid.UUID, broker: Any = None,
                  timeout: int | None = None, start: bool = True) -> None:
         _die_with_parent(os.getppid())
-        super().__init__(stop_event, start_event, cluster_id, broker, timeout, start=False)
+        super().__init__(_EachCycle(stop_event, self._tick), start_event, cluster_id, broker, timeout, start=False)
         # django-q2 has just set SIGTERM back to its default action; the processes forked
         # from here on inherit this handler instead.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -92,51 +138,26 @@ class Sentinel(django_q_cluster.Sentinel):
         if start:
             self.start()
 
-    def guard(self) -> None:
-        """django-q2's guard loop, except that a process that died unasked ends the sentinel
-        (`_lost`), that a worker's timer lock is never waited on for longer than a cycle
-        (a worker killed inside it would hold it for good), and the tick. What django-q2
-        replaces on purpose is still replaced in place: a worker that exited by itself after
-        its recycle count or a timeout, and one the guard ended after a timeout."""
-        name = humanize(self.cluster_id.hex) + f" [{self.queue_name()}]"
-        logger.info("%s guarding cluster %s", current_process().name, name)
-        self.start_event.set()
-        Stat(self).save()
+    def spawn_process(self, target: Any, *args: Any) -> Any:
+        process = super().spawn_process(target, *args)
+        if process in self.pool:  # a worker: started with the timer itself, guarded with this
+            process.timer = _GuardedTimer(process.timer, process, self)
+        return process
+
+    def spawn_cluster(self) -> None:
+        super().spawn_cluster()
         liveness.started(self.cluster_id, humanize(self.cluster_id.hex), self.parent_pid, self.queue_name())
-        logger.info("Q Cluster %s running.", name)
-        counter = 0
-        cycle = Conf.GUARD_CYCLE
-        while True:
-            for p in list(self.pool):
-                if not p.is_alive():
-                    if p.exitcode != 0:
-                        self._lost(p)
-                    self.reincarnate(p)  # recycled, or ended itself after a timeout
-                    continue
-                lock = p.timer.get_lock()
-                if not lock.acquire(timeout=cycle):
-                    continue  # held by a worker killed inside it: seen dead next cycle
-                try:
-                    if p.timer.value == 0:
-                        self.reincarnate(p)  # django-q2 ends a worker past its timeout
-                    elif p.timer.value > 0:
-                        p.timer.value -= cycle
-                finally:
-                    lock.release()
-            for p in (self.monitor, self.pusher):
-                if not p.is_alive():
-                    if p.exitcode != 0:
-                        self._lost(p)
-                    self.reincarnate(p)  # the pusher leaves by itself when the broker fails
-            self._tick()
-            counter += cycle
-            if counter >= 30 and Conf.SCHEDULER:
-                counter = 0
-                scheduler(broker=self.broker)
-            Stat(self).save()
-            if self.stop_event.wait(cycle):
-                break
-        self.stop()
+
+    def reincarnate(self, process: Any) -> None:
+        """What django-q2 replaces on purpose is still replaced in place (a worker that exited
+        by itself after its recycle count, one past its timeout, the pusher that left when
+        the broker failed); a process that died unasked ends the sentinel instead."""
+        if not process.is_alive() and process.exitcode != 0:
+            self._lost(process)
+        super().reincarnate(process)
+
+    def stop(self) -> None:
+        super().stop()
         liveness.stopped(self.cluster_id)
 
     def _tick(self) -> None:

@@ -5,7 +5,9 @@ processes in tests/faults/test_stop_qcluster.py."""
 from __future__ import annotations
 
 import inspect
+import multiprocessing
 import signal
+import threading
 from importlib.metadata import version
 
 import pytest
@@ -33,11 +35,16 @@ def source(obj) -> str:
         ("the SIGTERM to a timed-out worker", django_q_cluster.Sentinel.reincarnate, "if process.timer.value == 0:"),
         ("the sentinel's arguments", django_q_cluster.Cluster.start, "self.cluster_id,\n                self.broker,\n                self.timeout,"),
         ("Cluster.sig_handler stopping the cluster", django_q_cluster.Cluster.sig_handler, "self.stop()"),
-        # Sentinel.guard is re-implemented (cluster.py): what it repeats of django-q2's.
+        # What django-q2's guard loop calls, where cluster.py hooks in.
         ("Sentinel.start spawning, then guarding", django_q_cluster.Sentinel.start, "self.spawn_cluster()\n        self.guard()"),
         ("the guard's timer check under the timer's lock", django_q_cluster.Sentinel.guard, "with p.timer.get_lock():"),
-        ("the guard's scheduler call", django_q_cluster.Sentinel.guard, "if counter >= 30 and Conf.SCHEDULER:"),
-        ("the guard's wait for the stop event", django_q_cluster.Sentinel.guard, "if self.stop_event.wait(cycle):"),
+        ("the guard reincarnating a dead or timed-out worker", django_q_cluster.Sentinel.guard,
+         "if not p.is_alive() or p.timer.value == 0:\n                        self.reincarnate(p)"),
+        ("the guard reincarnating a dead monitor", django_q_cluster.Sentinel.guard, "if not self.monitor.is_alive():\n                self.reincarnate(self.monitor)"),
+        ("the guard reincarnating a dead pusher", django_q_cluster.Sentinel.guard, "if not self.pusher.is_alive():\n                self.reincarnate(self.pusher)"),
+        ("the guard's wait for the stop event, once a cycle", django_q_cluster.Sentinel.guard, "if self.stop_event.wait(cycle):"),
+        ("the guard stopping the sentinel", django_q_cluster.Sentinel.guard, "                break\n        self.stop()"),
+        ("a worker added to the pool before it starts", django_q_cluster.Sentinel.spawn_process, "self.pool.append(p)\n        p.start()"),
         # The tick: a task package put straight into the task queue (liveness.tick_package).
         ("the worker's pre_execute signal", django_q_worker.worker, "pre_execute.send(sender=\"django_q\", func=f, task=task)"),
         ("the worker's per-task timeout", django_q_worker.worker, 'timer_value = task.pop("timeout", timeout)'),
@@ -70,3 +77,58 @@ def test_sigterm_is_ignored_by_a_process_of_the_cluster_other_than_a_timed_out_w
     finally:
         signal.signal(signal.SIGTERM, previous)
 
+
+
+class _Lost(Exception):
+    pass
+
+
+class _Sentinel:
+    """What _GuardedTimer asks of its sentinel: `_lost`, which in the cluster ends the process."""
+
+    def __init__(self) -> None:
+        self.lost = []
+
+    def _lost(self, process) -> None:
+        self.lost.append(process)
+        raise _Lost
+
+
+class _DeadWorker:
+    """A worker process as the guard sees one killed inside its timer lock: not alive (the
+    lock it held is never given back; here this test holds it)."""
+
+    exitcode = -9
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_worker_killed_inside_its_timer_lock_is_lost_instead_of_wedging_the_guard():
+    lock = multiprocessing.get_context("fork").Lock()
+    timer = multiprocessing.get_context("fork").Value("f", -1, lock=lock)
+    lock.acquire()  # held by the dead worker, for good
+    sentinel, worker = _Sentinel(), _DeadWorker()
+    guarded = cluster._GuardedTimer(timer, worker, sentinel)
+    with pytest.raises(_Lost), guarded.get_lock():
+        pass  # django-q2's guard would wait here for good
+    assert sentinel.lost == [worker]
+
+
+def test_the_guard_reads_and_counts_down_a_live_workers_timer_through_its_guarded_lock():
+    timer = multiprocessing.get_context("fork").Value("f", 10)
+    guarded = cluster._GuardedTimer(timer, None, _Sentinel())
+    with guarded.get_lock():  # free: taken at once, whoever the worker is
+        guarded.value -= 0.5
+    assert timer.value == 9.5
+    assert timer.get_lock().acquire(block=False), "the lock was given back"
+    timer.get_lock().release()
+
+
+def test_the_tick_runs_before_each_wait_of_the_guard_on_the_stop_event():
+    event = threading.Event()
+    ticks = []
+    each = cluster._EachCycle(event, lambda: ticks.append(event.is_set()))
+    assert each.wait(0) is False and ticks == [False]
+    event.set()
+    assert each.is_set() and each.wait(0) is True and ticks == [False, True]
