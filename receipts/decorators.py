@@ -19,6 +19,7 @@ import inspect
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -62,6 +63,16 @@ DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 View = Callable[..., HttpResponseBase]
 
 
+@dataclass(frozen=True)
+class Protection:
+    """What a protected view asks for, fixed when it is decorated: its operation, whether a
+    request without a key is refused, and the scope function (None: `keys.default_scope`)."""
+
+    operation: str
+    required: bool = True
+    scope: Callable[[HttpRequest], str] | None = None
+
+
 class _RollBack(Exception):
     """Leaves the view's transaction without committing, carrying the response out."""
 
@@ -82,6 +93,7 @@ def idempotent(
     `default_scope`.
     """
     keys.validate_operation(operation)
+    protection = Protection(operation, required, scope)
 
     def decorator(view: View) -> View:
         placement.refuse_ninja(view, operation, "receipts.decorators.idempotent")
@@ -92,14 +104,14 @@ def idempotent(
             # the method it wraps when the method is async): the wrapper must be one too.
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-                return await arespond(request, view, args, kwargs, operation, required, scope)
+                return await arespond(request, view, args, kwargs, protection)
 
             return _marked(async_wrapper, operation)
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             placement.refuse_dispatch(view, request, operation)
-            return respond(request, view, args, kwargs, operation, required, scope)
+            return respond(request, view, args, kwargs, protection)
 
         return _marked(wrapper, operation)
 
@@ -112,18 +124,10 @@ def _marked(wrapper: View, operation: str) -> View:
     return wrapper
 
 
-def respond(
-    request: HttpRequest,
-    view: View,
-    args: tuple,
-    kwargs: dict,
-    operation: str,
-    required: bool,
-    scope: Callable[[HttpRequest], str] | None,
-) -> HttpResponseBase:
+def respond(request: HttpRequest, view: View, args: tuple, kwargs: dict, protection: Protection) -> HttpResponseBase:
     """The contract for one request to a protected sync view: checked once per decoration by
     `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
-    steps = _contract(request, args, kwargs, operation, required, scope)
+    steps = _contract(request, args, kwargs, protection)
     running, answer = _step(steps.send, None)
     if not running:
         return answer
@@ -131,20 +135,15 @@ def respond(
         response = view(request, *args, **kwargs)
         if inspect.isawaitable(response):
             _close(response)
-            raise placement.not_async(view, operation)
+            raise placement.not_async(view, protection.operation)
     except BaseException as exc:  # the contract rolls back, settles, and raises it again
         return _step(steps.throw, exc)[1]
     return _step(steps.send, response)[1]
 
 
 async def arespond(
-    request: HttpRequest,
-    view: Callable[..., Awaitable[HttpResponseBase]],
-    args: tuple,
-    kwargs: dict,
-    operation: str,
-    required: bool,
-    scope: Callable[[HttpRequest], str] | None,
+    request: HttpRequest, view: Callable[..., Awaitable[HttpResponseBase]], args: tuple, kwargs: dict,
+    protection: Protection,
 ) -> HttpResponseBase:
     """`respond` for an async view: the same contract, its steps before and after the view
     run by sync_to_async on the request's one sync thread, the view awaited between them.
@@ -154,7 +153,7 @@ async def arespond(
     `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
     writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
     store work runs on the event loop: a `Prefer: wait` waits in that thread."""
-    steps = _contract(request, args, kwargs, operation, required, scope)
+    steps = _contract(request, args, kwargs, protection)
     running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
         return answer
@@ -208,12 +207,7 @@ async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any)
 
 
 def _contract(
-    request: HttpRequest,
-    args: tuple,
-    kwargs: dict,
-    operation: str,
-    required: bool,
-    scope: Callable[[HttpRequest], str] | None,
+    request: HttpRequest, args: tuple, kwargs: dict, protection: Protection
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
     """The one copy of the contract, sync or async: yields where the view runs, is sent its
     response (or thrown its exception), and returns the response to send."""
@@ -221,7 +215,7 @@ def _contract(
         return (yield)
     raw = request.headers.get(keys.HEADER)
     if raw is None:
-        if required:
+        if protection.required:
             return problem(
                 400,
                 "idempotency-key-missing",
@@ -238,7 +232,7 @@ def _contract(
             "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
             'quoted structured-field string ("...").',
         )
-    return (yield from _handle(request, args, kwargs, operation, key, scope))
+    return (yield from _handle(request, args, kwargs, protection, key))
 
 
 def _close(awaitable: Any) -> None:
@@ -292,13 +286,9 @@ def _without_nul(value: Any) -> Any:
 
 
 def _handle(
-    request: HttpRequest,
-    args: tuple,
-    kwargs: dict,
-    operation: str,
-    key: str,
-    scope: Callable[[HttpRequest], str] | None,
+    request: HttpRequest, args: tuple, kwargs: dict, protection: Protection, key: str
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
+    operation = protection.operation
     content_type = request.META.get("CONTENT_TYPE", "")
     try:
         body = request.body
@@ -309,7 +299,7 @@ def _handle(
     except UnstorableJSON as exc:
         # The view would parse it as JSON and could not store it: refused before anything runs.
         return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))
-    principal = scope(request) if scope else keys.default_scope(request)
+    principal = protection.scope(request) if protection.scope else keys.default_scope(request)
     user = getattr(request, "user", None)
     session = getattr(request, "session", None)
 

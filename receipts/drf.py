@@ -30,6 +30,7 @@ def idempotent(
     below `@api_view`. The default scope is DRF's `request.user`, whatever the view's
     authentication_classes (token, session, JWT)."""
     protect = decorators.idempotent(operation, required, scope=scope)  # validates the operation
+    protection = decorators.Protection(operation, required, scope)
 
     def decorator(handler: Handler) -> Handler:
         if hasattr(handler, "cls"):
@@ -40,10 +41,10 @@ def idempotent(
         @functools.wraps(handler)
         def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
             if args and isinstance(args[0], Request):  # a function below @api_view
-                return decorators.respond(args[0], handler, args[1:], kwargs, operation, required, scope)
+                return decorators.respond(args[0], handler, args[1:], kwargs, protection)
             if len(args) >= 2 and isinstance(args[1], Request):  # a method: (self, request, ...)
                 bound = functools.partial(handler, args[0])
-                return decorators.respond(args[1], bound, args[2:], kwargs, operation, required, scope)
+                return decorators.respond(args[1], bound, args[2:], kwargs, protection)
             raise placement.drf_without_request(operation, handler)
 
         wrapper.idempotent_operation = operation  # type: ignore[attr-defined]

@@ -48,7 +48,7 @@ def idempotent(
 
     def decorator(view: Function) -> Function:
         placement.refuse_ninja(view, operation, "receipts.ninja.idempotent")
-        principal = scope or auth_scope
+        protection = decorators.Protection(operation, required, scope or auth_scope)
 
         if iscoroutinefunction(view):
             # An async def operation: Ninja sees a coroutine function and runs an
@@ -60,7 +60,7 @@ def idempotent(
                 async def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                     return _render(ninja_operation, request, await view(request, *args, **kwargs), kwargs)
 
-                return await decorators.arespond(request, rendered, args, kwargs, operation, required, principal)
+                return await decorators.arespond(request, rendered, args, kwargs, protection)
 
         else:
 
@@ -71,7 +71,7 @@ def idempotent(
                 def rendered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                     return _render(ninja_operation, request, view(request, *args, **kwargs), kwargs)
 
-                return decorators.respond(request, rendered, args, kwargs, operation, required, principal)
+                return decorators.respond(request, rendered, args, kwargs, protection)
 
         # Ninja reads the parameters from the signature, resolving string annotations (from
         # `from __future__ import annotations`) in the wrapper's module, not the function's.
