@@ -276,3 +276,25 @@ def test_a_stale_code_reference_is_caught():
     assert resolve("no/such/module.py", README, []) is None
     pointers = COMMENT_REF.findall("# see receipts/store.py:claim and https://x.org/a/b.py, and docs/a.md")
     assert pointers == [("receipts/store.py", "claim")]
+
+
+def _calls_passing(path: str, function: str, name: str) -> set[str]:
+    """The callees (as written) that `function` of `path` passes its `name` to, by value."""
+    tree = ast.parse((ROOT / path).read_text())
+    found = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    return {
+        ast.unparse(call.func)
+        for call in ast.walk(found)
+        if isinstance(call, ast.Call)
+        and any(isinstance(arg, ast.Name) and arg.id == name for arg in [*call.args, *(k.value for k in call.keywords)])
+    }
+
+
+def test_the_keys_route_is_the_one_the_architecture_page_walks():
+    # docs/architecture.md, 3.1 step 5: `_handle` -> `store.claim` -> `store._claiming` ->
+    # `waiting.subscription`; what an owner does next it does with the Held, not the key.
+    assert _calls_passing("receipts/decorators.py", "_handle", "key") == {"store.claim"}
+    assert _calls_passing("receipts/store.py", "claim", "key") == {"_claiming"}
+    assert _calls_passing("receipts/store.py", "_claiming", "key") == {"_Intent", "waiting.subscription", "Receipt.objects.filter"}
+    route = "`_handle` → `store.claim` → `store._claiming` → `receipts/waiting.py:subscription`"
+    assert route in (ROOT / "docs" / "architecture.md").read_text()
