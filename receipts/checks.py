@@ -13,22 +13,13 @@ from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.core.exceptions import ImproperlyConfigured
-from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import module_has_submodule
 
-from receipts import placement
+from receipts import coverage, placement
 from receipts.conf import policy_for, reconciler, rule_problems, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
 OUTBOX_APP = "receipts.outbox"
-
-
-def _callbacks(patterns: list[Any]) -> Iterator[Any]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            yield from _callbacks(pattern.url_patterns)
-        elif isinstance(pattern, URLPattern):
-            yield pattern.callback
 
 
 def _decorated_dispatches() -> Iterator[tuple[type, str]]:
@@ -39,7 +30,7 @@ def _decorated_dispatches() -> Iterator[tuple[type, str]]:
     if not getattr(settings, "ROOT_URLCONF", None):
         return
     seen = set()
-    for callback in _callbacks(get_resolver().url_patterns):
+    for callback in coverage.callbacks():
         view_class = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
         if view_class is None or view_class in seen:
             continue

@@ -8,7 +8,7 @@ An action on one unit is `views.actions.object_action` with the registry's kind 
 from django.urls import URLPattern, path
 
 from idemdash.dashboard.views import (
-    alerts, audit, bulk, events, incidents, machine, outbox, overview, pauses, receipts, search, stuck,
+    alerts, audit, bulk, coverage, events, incidents, machine, outbox, overview, pauses, receipts, search, stuck,
 )
 from idemdash.dashboard.views.actions import object_action
 
@@ -25,6 +25,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("stuck/", stuck.stuck, name="stuck"),
+    path("coverage/", coverage.coverage, name="coverage"),
     # Receipts
     path("receipts/", receipts.receipts, name="receipts"),
     _bulk("receipts/bulk-release/", "receipts", "receipts_bulk"),

@@ -146,6 +146,12 @@ def place_order(client: httpx.Client, auth: dict[str, str], key: str, sku: str) 
 def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_venv, tmp_path, database, browser):
     shop = Shop(shop_venv, tmp_path, database, dashboard=True)
     shop.manage("migrate", "--noinput")
+    # The installed wheel's coverage of the host's routes: the router's create is protected, the
+    # JWT views take writes without a key, Django's own auth views are not listed.
+    routes = {(r["method"], r["path"]): r for r in json.loads(shop.manage("idempotency_coverage", "--json"))["routes"]}
+    assert routes[("POST", "api/^orders/$")]["operation"] == "orders.create"
+    assert not routes[("POST", "api/token/")]["protected"] and not routes[("POST", "api/token/refresh/")]["protected"]
+    assert not any(path.startswith(("accounts/", "admin/")) for _, path in routes)
     shop.block("dashboard_static")
     shop.create_user("carol")
     shop.create_user("dave")

@@ -1,0 +1,22 @@
+"""The Coverage page: every write route of the project's URLconf, protected or not, with each
+operation's keys and duplicates in the last 24 hours (receipts/coverage.py)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from idemdash.dashboard.access import viewer_required
+from receipts import coverage as receipts_coverage
+
+
+@require_GET
+@viewer_required
+def coverage(request: HttpRequest) -> HttpResponse:
+    rows = receipts_coverage.table(receipts_coverage.routes())
+    # What nothing protects first: the routes to look at.
+    rows.sort(key=lambda row: row["protected"])
+    return render(request, "dashboard/coverage.html", {
+        "rows": rows, "protected": sum(row["protected"] for row in rows),
+    })

@@ -1,0 +1,43 @@
+"""The Coverage page (idemdash/dashboard/views/coverage.py): the host's write routes, what is
+unprotected first, each protected one with its operation's figures."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from receipts import store
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.dashboard.coverage_urls")]
+
+
+def _rows(html: str) -> list[tuple[str, str, str]]:
+    return [(m, p, state) for state, m, p in re.findall(
+        r'<tr data-protected="(yes|no)">\s*<td><code>([A-Z]+|any)</code></td>\s*<td class="key"><code>([^<]+)</code>', html)]
+
+
+def test_it_lists_the_unprotected_routes_first_and_counts_the_protected(viewer_client):
+    html = viewer_client.get("/coverage/").content.decode()
+    rows = _rows(html)
+    assert len(rows) == 19 and "9 of 19 protected" in html  # the receiver twice: with and without its slash
+    states = [state for _, _, state in rows]
+    assert states == sorted(states)  # every "no" before every "yes"
+    assert ("DELETE", "/shop/orders/&lt;int:pk&gt;/refund/", "no") in rows
+    assert ("POST", "/shop/orders/", "yes") in rows
+    assert "/alerts/" not in html.split("<tbody>")[1]  # the dashboard's own routes are not listed
+
+
+def test_a_protected_route_shows_its_operations_keys_and_duplicates(viewer_client):
+    claim = store.claim("client:a", "o-1", "order.create", {"n": 1})
+    store.complete(claim.held, body="{}")
+    store.claim("client:a", "o-1", "order.create", {"n": 1})
+    html = viewer_client.get("/coverage/").content.decode()
+    row = re.search(r'<code>/shop/orders/</code>.*?</tr>', html, re.S).group(0)
+    assert 'href="/receipts/?operation=order.create"' in row
+    assert re.findall(r'<td class="num">([^<]+)</td>', row) == ["1", "1"]
+
+
+def test_it_needs_a_login(client):
+    response = client.get("/coverage/")
+    assert response.status_code == 302 and "/login/" in response["Location"]
