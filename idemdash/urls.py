@@ -5,6 +5,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/openapi.json", include("receipts.openapi")),
+    path("api/v1/idempotency", include("receipts.advertise")),
     path("api/v1/receipts/", include("receipts.urls")),
     path("api/v1/outbox", include("receipts.outbox.urls")),
     path("webhooks/", include("webhooks.urls")),

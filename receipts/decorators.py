@@ -33,6 +33,7 @@ from django.core.exceptions import (
 from django.db import InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
+from django.utils.http import http_date
 
 from idemdash_client.canonical import UnstorableJSON
 from idemdash.core.problems import CONTENT_TYPE as PROBLEM_CONTENT_TYPE
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 REPLAYED_HEADER = "Idempotent-Replayed"
+# When the receipt of the request's key expires: until then a retry with the key is answered
+# from it (docs/http-contract.md, "The decorator").
+EXPIRES_HEADER = "Idempotency-Key-Expires"
 
 # Responses that depend on who asks or when, not on the request: the next attempt must run.
 NOT_STORED_STATUSES = frozenset({401, 403, 408, 429})
@@ -324,6 +328,8 @@ def _handle(
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
+    if result.receipt.expires_at is not None:  # a permanent receipt's key never expires: no header
+        response[EXPIRES_HEADER] = http_date(result.receipt.expires_at.timestamp())
     return response
 
 

@@ -17,7 +17,8 @@ from django.utils.crypto import salted_hmac
 from idemdash.core.clients import client_for_request
 
 HEADER = "Idempotency-Key"
-KEY_RE = re.compile(r"^[\x20-\x7e]{1,255}$")
+MAX_LENGTH = 255  # the receipt's key column
+KEY_RE = re.compile(rf"^[\x20-\x7e]{{1,{MAX_LENGTH}}}$")
 OPERATION_RE = re.compile(r"^[A-Za-z0-9_.:\-/]{1,100}$")
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.utils.http import http_date
 import time_machine
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -75,6 +76,22 @@ def test_a_repeat_replays_the_stored_response_without_running_the_view(client):
     assert again["Content-Type"] == "application/json"
     assert again.content == first.content
     assert rows("k-1") == 1
+
+
+@pytest.mark.django_db
+def test_every_answer_for_a_key_says_when_its_receipt_expires(client):
+    first = post(client, "/capture")
+    expires = http_date(Receipt.objects.get(key="k-1").expires_at.timestamp())
+    assert first["Idempotency-Key-Expires"] == expires
+    assert post(client, "/capture")["Idempotency-Key-Expires"] == expires  # the replay
+    assert post(client, "/capture", body={"amount": 5})["Idempotency-Key-Expires"] == expires  # the 422
+
+
+@pytest.mark.django_db
+def test_a_permanent_receipts_key_never_expires_and_no_answer_says_it_does(client, settings):
+    settings.RECEIPTS_OPERATIONS = {"payment.capture": {"ttl_seconds": None}}
+    assert "Idempotency-Key-Expires" not in post(client, "/capture")
+    assert "Idempotency-Key-Expires" not in post(client, "/capture")
 
 
 @pytest.mark.django_db
