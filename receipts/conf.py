@@ -48,6 +48,14 @@ DEFAULTS: dict[str, Any] = {
     # wins over patterns, then the first matching pattern wins. "ttl_seconds": None makes the operation's receipts
     # permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
+    # The observer of unprotected write routes (receipts/observe.py): how long after a request
+    # the same one again is a would-be duplicate; the largest body it fingerprints (a larger
+    # one is counted as skipped, never read for it); how often each process writes its notes
+    # (0: only when observe.flush() is called, as the tests do); and how long notes are kept.
+    "RECEIPTS_OBSERVE_WINDOW_SECONDS": 600,
+    "RECEIPTS_OBSERVE_MAX_BODY_BYTES": 1024 * 1024,
+    "RECEIPTS_OBSERVE_FLUSH_SECONDS": 2,
+    "RECEIPTS_OBSERVE_RETENTION_HOURS": 24,
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
     # Finished and cancelled bulk runs with their items (the audit log keeps what they did).

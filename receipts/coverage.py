@@ -16,12 +16,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import Lag
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from receipts.conf import policy_for
-from receipts.models import Attempt, Receipt
+from receipts.conf import policy_for, setting
+from receipts.models import Attempt, ObservedRequest, Receipt
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # A view that does not restrict its methods takes every write method: one row for all of them.
@@ -68,6 +69,18 @@ def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Rout
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def takes_unprotected(callback: Any, method: str) -> bool:
+    """Whether a `method` request routed to `callback` is a write nothing protects (the
+    observer's question, asked once per view and method)."""
+    if method not in WRITE_METHODS:
+        return False
+    for route in _routes_of("", "", callback):
+        if route.method in (method, ANY):
+            return not route.protected and not route.view.startswith(OWN_PACKAGES)
+    return False  # a method the view does not take: it answers 405 and writes nothing
+
+
 def unprotected(found: list[Route], patterns: list[str]) -> list[Route]:
     """The unprotected routes whose path (with a leading /) or URL name matches a shell-style
     pattern of `patterns`, as `--fail-unprotected` asks."""
@@ -91,16 +104,63 @@ def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
     return counted
 
 
+def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (method, route): the requests noted since `since` and, of them, the would-be
+    duplicates (the same fingerprint on the route within the window before) and the skipped."""
+    window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
+    now = now or timezone.now()
+    # The window's look-back reaches before `since`: a request just after it may repeat one before.
+    noted = _with_previous(ObservedRequest.objects.filter(at__gte=since - window, at__lte=now)).values(
+        "method", "route", "at", "previous", "fingerprint", "skipped").iterator()
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for row in noted:
+        if row["at"] < since:
+            continue
+        figures = found.setdefault((row["method"], row["route"]), {"requests": 0, "duplicates": 0, "skipped": 0})
+        figures["requests"] += 1
+        if row["skipped"]:
+            figures["skipped"] += 1
+        elif row["previous"] is not None and row["at"] - row["previous"] <= window:
+            figures["duplicates"] += 1
+    return found
+
+
+def recent_duplicates(limit: int = 20) -> list[dict[str, Any]]:
+    """The latest would-be duplicates, for the page: when, who, which route, and the request's
+    fingerprint (never its body)."""
+    window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
+    since = timezone.now() - timedelta(hours=setting("RECEIPTS_OBSERVE_RETENTION_HOURS"))
+    rows = _with_previous(ObservedRequest.objects.filter(~Q(fingerprint=""), at__gte=since)).values(
+        "method", "route", "caller", "fingerprint", "at", "previous")
+    duplicates = [{**row, "gap": round((row["at"] - row["previous"]).total_seconds(), 1)} for row in rows
+                  if row["previous"] is not None and row["at"] - row["previous"] <= window]
+    duplicates.sort(key=lambda row: row["at"], reverse=True)
+    return duplicates[:limit]
+
+
+def _with_previous(noted: Any) -> Any:
+    """Each note with `previous`: when the same fingerprint was noted on its route before."""
+    return noted.annotate(previous=Window(
+        Lag("at"), partition_by=[F("route"), F("fingerprint")], order_by=[F("at").asc(), F("id").asc()]))
+
+
 def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[dict[str, Any]]:
     """`found` with each operation's policy and figures, as the command's JSON and the page show them."""
-    counted = figures(found, timezone.now() - window)
+    since = timezone.now() - window
+    counted, observed = figures(found, since), unprotected_counts(since)
     rows = []
     for route in found:
         row: dict[str, Any] = {**asdict(route), "protected": route.protected, "policy": None, "keys": None,
-                               "duplicates": None}
+                               "duplicates": None, "requests": None}
         if route.operation:
             row["policy"] = policy_for(route.operation).as_dict()
             row.update(counted[route.operation])
+        elif not route.protected:
+            # What the observer noted (receipts/observe.py): requests, and the would-be duplicates.
+            noted = [figures for (method, path), figures in observed.items()
+                     if path == route.path and route.method in (method, ANY)]
+            row["requests"] = sum(n["requests"] for n in noted)
+            row["duplicates"] = sum(n["duplicates"] for n in noted)
         rows.append(row)
     return rows
 

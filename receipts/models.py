@@ -316,3 +316,24 @@ class ReceiptReference(Reference):
 
     class Meta:
         constraints, indexes = meta_options("receipt", "receipt_ref")
+
+
+class ObservedRequest(models.Model):
+    """A write request to a route no receipt protects, as the observer noted it
+    (receipts/observe.py): its caller, route and fingerprint, never its body. The same
+    fingerprint on the same route again within RECEIPTS_OBSERVE_WINDOW_SECONDS is a would-be
+    duplicate. `skipped` says why a request was not fingerprinted (its body too large, or
+    streamed): counted, never compared."""
+
+    method = models.CharField(max_length=8)
+    route = models.CharField(max_length=255)
+    caller = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    skipped = models.CharField(max_length=16, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["route", "fingerprint", "at"], name="observed_route_fp_at"),
+            models.Index(fields=["at"], name="observed_at"),
+        ]

@@ -16,12 +16,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def _receipts_listener_closed(django_db_setup: None) -> Iterator[None]:
-    # On PostgreSQL, waiting callers LISTEN on a connection of their own; it must be closed
-    # before pytest-django drops the test database (which this fixture's teardown precedes).
+    # On PostgreSQL, waiting callers LISTEN on a connection of their own, and the observer of
+    # unprotected routes writes from a thread of its own: both end before pytest-django drops
+    # the test database (which this fixture's teardown precedes).
     yield
-    from receipts import waiting
+    from receipts import observe, waiting
 
     waiting.stop_listener()
+    observe.stop_flusher()
 
 
 @pytest.fixture

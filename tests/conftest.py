@@ -159,6 +159,17 @@ def _no_dropped_connection() -> None:
         connection.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_observed_notes() -> Iterator[None]:
+    """What the observer of unprotected routes noted during a test (receipts/observe.py) is
+    that test's: a later one's flush must not write it."""
+    yield
+    from receipts import observe
+
+    with observe._lock:
+        observe._pending.clear()
+
+
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"

@@ -52,3 +52,8 @@ if find_spec("django_tasks_db") and (find_spec("django.tasks") or find_spec("dja
 # lockout and hostile-login tests), and PBKDF2 costs each login most of a second. Production
 # keeps Django's default; servers and workers a test starts on these settings check the same hashes.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The observer of unprotected routes (receipts/observe.py) writes its notes when a test calls
+# observe.flush(): its background thread would write them on a connection of its own, outside
+# each test's transaction.
+RECEIPTS_OBSERVE_FLUSH_SECONDS = 0

@@ -163,5 +163,20 @@ class Migration(migrations.Migration):
             model_name='receiptreference',
             constraint=models.UniqueConstraint(fields=('receipt', 'kind', 'value'), name='receipt_ref_uniq'),
         ),
+        migrations.CreateModel(
+            name='ObservedRequest',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('method', models.CharField(max_length=8)),
+                ('route', models.CharField(max_length=255)),
+                ('caller', models.CharField(max_length=255)),
+                ('fingerprint', models.CharField(blank=True, max_length=64)),
+                ('skipped', models.CharField(blank=True, max_length=16)),
+                ('at', models.DateTimeField()),
+            ],
+            options={
+                'indexes': [models.Index(fields=['route', 'fingerprint', 'at'], name='observed_route_fp_at'), models.Index(fields=['at'], name='observed_at')],
+            },
+        ),
         exact_text('receipts'),
     ]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from receipts import store
+from receipts import observe, store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.dashboard.coverage_urls")]
 
@@ -35,7 +35,18 @@ def test_a_protected_route_shows_its_operations_keys_and_duplicates(viewer_clien
     html = viewer_client.get("/coverage/").content.decode()
     row = re.search(r'<code>/shop/orders/</code>.*?</tr>', html, re.S).group(0)
     assert 'href="/receipts/?operation=order.create"' in row
-    assert re.findall(r'<td class="num">([^<]+)</td>', row) == ["1", "1"]
+    assert re.findall(r'<td class="num[^"]*">([^<]+)</td>', row) == ["1 key", "1"]
+
+
+def test_an_unprotected_route_shows_the_requests_and_would_be_duplicates_noted(viewer_client):
+    for _ in range(2):
+        viewer_client.post("/notes/", "{}", content_type="application/json")
+    observe.flush()
+    html = viewer_client.get("/coverage/").content.decode()
+    row = re.search(r'<code>/notes/</code>.*?</tr>', html, re.S).group(0)
+    assert re.findall(r'<td class="num[^"]*">([^<]+)</td>', row) == ["2 requests", "1"]
+    recent = html.split('id="coverage-recent"')[1]
+    assert "<code>/notes/</code>" in recent and "user:" in recent
 
 
 def test_it_needs_a_login(client):

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from receipts import coverage, store
+from receipts import coverage, observe, store
 from tests.receipts import coverage_urls
 
 URLCONF = "tests.receipts.coverage_urls"
@@ -113,4 +113,21 @@ def test_the_table_gives_a_protected_route_its_policy_and_figures_and_an_unprote
     assert rows[("POST", "shop/orders/")]["policy"]["on_failure"] == "retry"
     assert rows[("POST", "shop/orders/")]["keys"] == 0
     refund = rows[("POST", "shop/orders/<int:pk>/refund/")]
-    assert (refund["protected"], refund["policy"], refund["keys"], refund["duplicates"]) == (False, None, None, None)
+    assert (refund["protected"], refund["policy"], refund["keys"], refund["requests"], refund["duplicates"]) == (
+        False, None, None, 0, 0)
+
+
+@pytest.mark.django_db
+def test_an_unprotected_route_gets_the_requests_and_would_be_duplicates_the_observer_noted(client, settings):
+    settings.ROOT_URLCONF = URLCONF
+    for _ in range(2):
+        client.post("/shop/orders/3/refund/", "{}", content_type="application/json")
+    client.delete("/shop/orders/3/refund/")
+    client.post("/anything/", "{}", content_type="application/json")
+    observe.flush()
+    rows = {(r["method"], r["path"]): r for r in coverage.table(coverage.routes())}
+    assert (rows[("POST", "shop/orders/<int:pk>/refund/")]["requests"], rows[("POST", "shop/orders/<int:pk>/refund/")]["duplicates"]) == (2, 1)
+    assert rows[("DELETE", "shop/orders/<int:pk>/refund/")]["requests"] == 1
+    assert rows[("any", "anything/")]["requests"] == 1  # a view taking any method: every write counted
+    [recent] = coverage.recent_duplicates()
+    assert (recent["method"], recent["route"], recent["caller"]) == ("POST", "shop/orders/<int:pk>/refund/", "anonymous")

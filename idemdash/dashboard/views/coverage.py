@@ -9,14 +9,16 @@ from django.views.decorators.http import require_GET
 
 from idemdash.dashboard.access import viewer_required
 from receipts import coverage as receipts_coverage
+from receipts.conf import setting
 
 
 @require_GET
 @viewer_required
 def coverage(request: HttpRequest) -> HttpResponse:
     rows = receipts_coverage.table(receipts_coverage.routes())
-    # What nothing protects first: the routes to look at.
-    rows.sort(key=lambda row: row["protected"])
+    # What nothing protects first, the most duplicated first: the routes to look at.
+    rows.sort(key=lambda row: (row["protected"], -(row["duplicates"] or 0)))
     return render(request, "dashboard/coverage.html", {
         "rows": rows, "protected": sum(row["protected"] for row in rows),
+        "window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"), "recent": receipts_coverage.recent_duplicates(),
     })

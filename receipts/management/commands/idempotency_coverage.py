@@ -36,11 +36,12 @@ class Command(BaseCommand):
             raise CommandError(f"{len(failing)} route(s) matching --fail-unprotected take writes without a key: {named}")
 
     def _table(self, rows: list[dict]) -> None:
-        header = ("METHOD", "PATH", "VIEW", "KIND", "PROTECTION", "KEYS 24H", "DUPLICATES 24H")
+        header = ("METHOD", "PATH", "VIEW", "KIND", "PROTECTION", "TRAFFIC 24H", "DUPLICATES 24H")
         lines = [header] + [(
             r["method"], "/" + r["path"], r["view"], r["kind"],
             r["operation"] or r["protected_by"] or "unprotected",
-            "" if r["keys"] is None else str(r["keys"]), "" if r["duplicates"] is None else str(r["duplicates"]),
+            f"{r['keys']} keys" if r["keys"] is not None else f"{r['requests']} requests" if r["requests"] is not None else "",
+            "" if r["duplicates"] is None else str(r["duplicates"]),
         ) for r in rows]
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         for line in lines:
