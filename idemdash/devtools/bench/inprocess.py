@@ -1,6 +1,6 @@
 """`python -m idemdash.devtools.bench.inprocess`: the CPU each hot path costs in-process.
 
-Each path (bare, claim, replay, floor, replay_ceiling, delivery, duplicate: see PATHS) runs
+Each path (bare, observed, claim, replay, floor, replay_ceiling, delivery, duplicate: see PATHS) runs
 through Django's test Client in one process, with no gunicorn, worker or network, so its
 ratios move less than `make bench`'s on a shared machine. Printed: the median over rounds of
 the CPU per request and its ratio to `bare`, for this process, for the database server's
@@ -35,8 +35,9 @@ from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measur
 # replay_ceiling: one trivial statement and the insert's answer without the insert, the least
 # any replay from the database can cost (/bench/replay/ceiling/); delivery: a signed Stripe
 # delivery of a new event (verified, stored with its task); duplicate: a delivery of an event
-# already stored.
-PATHS = ("bare", "claim", "replay", "floor", "replay_ceiling", "delivery", "duplicate")
+# already stored; observed: the bare insert under the observer of unprotected routes
+# (receipts/observe.py), its notes written every 100 requests (a process's batch every 2 s).
+PATHS = ("bare", "observed", "claim", "replay", "floor", "replay_ceiling", "delivery", "duplicate")
 
 
 def _inserter(client: Any) -> Callable[..., None]:
@@ -55,6 +56,21 @@ def _inserter(client: Any) -> Callable[..., None]:
     return insert
 
 
+def _observing_client() -> Any:
+    """A test Client whose handler runs the observer, which the bench's settings leave out."""
+    from django.conf import settings
+    from django.test import Client, override_settings
+
+    from idemdash.devtools.bench.settings import OBSERVER
+
+    middleware = list(settings.MIDDLEWARE)
+    middleware.insert(middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1, OBSERVER)
+    client = Client()
+    with override_settings(MIDDLEWARE=middleware):
+        client.handler.load_middleware()
+    return client
+
+
 def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     """Median CPU µs per request of each path in PATHS: of this process ("web"), of the
     database server's process serving its connection ("db", absent when that is not on this
@@ -64,9 +80,16 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     from idemdash.devtools.bench.runner import BENCH_ENDPOINT, bench_webhook_endpoint, stripe_delivery
 
     secret = bench_webhook_endpoint()
+    from receipts import observe
+
     client = Client()
-    insert = _inserter(client)
+    insert, observed = _inserter(client), _inserter(_observing_client())
     run = uuid.uuid4().hex[:8]
+
+    def observed_insert(n: int) -> None:
+        observed(n, None)
+        if n % 100 == 99 or n == requests - 1:
+            observe.flush()
 
     def deliveries(prefix: str, keys: int | None = None) -> list[tuple[bytes, dict[str, str]]]:
         # Signed before the clock starts: signing is the provider's cost, not ours.
@@ -93,6 +116,7 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
         new, dup = deliveries(f"inprocess{run}new{tag}"), deliveries(f"inprocess{run}dup", max(1, requests // 2))
         return {
             "bare": both([lambda n=n: insert(n, None) for n in range(requests)]),
+            "observed": both([lambda n=n: observed_insert(n) for n in range(requests)]),
             "claim": both([lambda n=n: insert(n, keys[n]) for n in range(requests)]),
             "replay": both([lambda n=n: insert(n, keys[n], replayed=True) for n in range(requests)]),
             "floor": both([lambda n=n: insert(n, None, view="insert/floor") for n in range(requests)]),
