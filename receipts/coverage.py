@@ -1,7 +1,8 @@
 """Which write routes of the URLconf a receipt protects: every route that takes POST, PUT, PATCH
 or DELETE, found by introspection (function and class-based views, DRF views, viewsets and
-routers, Ninja operations, sync or async), with its operation or none, and each operation's
-keys and duplicates in a window. `manage.py idempotency_coverage` prints it, the dashboard's
+routers, Ninja operations, sync or async), with its operation or none; a protected route's
+keys and duplicates in a window, an unprotected one's requests and would-be duplicates as the
+observer noted them (receipts/observe.py). `manage.py idempotency_coverage` prints it, the
 Coverage page shows it (docs/coverage.md). A callable it does not recognise is "unknown"."""
 
 from __future__ import annotations
@@ -116,12 +117,12 @@ def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tup
     for row in noted:
         if row["at"] < since:
             continue
-        figures = found.setdefault((row["method"], row["route"]), {"requests": 0, "duplicates": 0, "skipped": 0})
-        figures["requests"] += 1
+        counted = found.setdefault((row["method"], row["route"]), {"requests": 0, "duplicates": 0, "skipped": 0})
+        counted["requests"] += 1
         if row["skipped"]:
-            figures["skipped"] += 1
+            counted["skipped"] += 1
         elif row["previous"] is not None and row["at"] - row["previous"] <= window:
-            figures["duplicates"] += 1
+            counted["duplicates"] += 1
     return found
 
 

@@ -76,6 +76,9 @@ def _observed(request: HttpRequest) -> ObservedRequest:
         observed.skipped = "" if request.META.get("HTTP_TRANSFER_ENCODING") is None else "streamed"
     elif int(length) > setting("RECEIPTS_OBSERVE_MAX_BODY_BYTES"):
         observed.skipped = "too large"
+    elif request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
+        # Reading an upload here would end the view's say over its upload handlers.
+        observed.skipped = "multipart"
     if observed.skipped:
         return observed
     body = request.body if length.isdigit() and int(length) else b""

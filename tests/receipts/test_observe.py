@@ -4,6 +4,7 @@ duplicate, exactly; a store that refuses the notes loses them, not the request."
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from datetime import timedelta
@@ -71,6 +72,12 @@ def test_a_body_over_the_limit_is_counted_as_skipped_and_never_read(client, sett
     _post(client, "/notes/", {"text": "more than ten bytes"})
     assert _counts()[("POST", "notes/")] == {"requests": 2, "duplicates": 0, "skipped": 2}
     assert read == []
+
+
+def test_an_upload_is_counted_as_skipped_and_left_to_the_views_upload_handlers(client):
+    for _ in range(2):
+        assert client.post("/notes/", {"file": io.BytesIO(b"x" * 100)}).status_code == 200  # multipart
+    assert _counts()[("POST", "notes/")] == {"requests": 2, "duplicates": 0, "skipped": 2}
 
 
 def test_nothing_of_the_body_is_kept(client):
