@@ -42,6 +42,7 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
     "receipts.mismatch_conflicts": (10, 25),
     "receipts.failed": (5, 20),
     "receipts.stuck": (60, 180),
+    "unprotected.duplicates": (1, 5),
     "webhooks.rejected": (1, 10),
     "webhooks.dead": (1, 5),
     "webhooks.stuck": (120, 300),
@@ -70,7 +71,8 @@ class Blocks:
         self._m = alerts.Measurements(now)
 
     def __getitem__(self, block: str) -> dict[str, Any]:
-        stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats}
+        stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats,
+                 "unprotected": queries.unprotected_stats}
         return self._m.block(stats[block], self.span)
 
     def stuck_age(self, stuck: Callable[[datetime], Any]) -> tuple[float, int]:
@@ -99,6 +101,10 @@ CHECKS: list[Check] = [
           lambda b: _share(b["receipts"]["failed"], b["receipts"]["claimed"])),
     Check("receipts.stuck", "Stuck receipts", AGE, "the oldest receipt past its lease",
           "dashboard:stuck", lambda b: b.stuck_age(queries.stuck_receipts)),
+    Check("unprotected.duplicates", "Duplicates on unprotected routes", RATE,
+          "of write requests to routes nothing protects repeated one within the observer's window",
+          "dashboard:coverage",
+          lambda b: _share(b["unprotected"]["duplicates"], b["unprotected"]["requests"])),
     Check("webhooks.rejected", "Rejected deliveries", RATE,
           "of deliveries failed verification",
           "dashboard:rejected",

@@ -26,7 +26,7 @@ from django.utils import timezone
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from idemdash.core.attempts import NO_DURATION, percentile
-from receipts import references, rollup
+from receipts import coverage, references, rollup
 from idemdash.core.models import AuditEntry, BulkRun
 from receipts.models import Attempt, Receipt
 from receipts.outbox import pauses
@@ -239,6 +239,14 @@ def outbox_backlog() -> dict[str, Any]:
     return OutboxMessage.objects.filter(status__in=[Status.PENDING, Status.RETRY]).aggregate(
         pending=Count("*"), oldest=Min("created_at")
     )
+
+
+def unprotected_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
+    """Write requests to routes nothing protects, as the observer noted them
+    (receipts/observe.py), and the would-be duplicates among them, over the window."""
+    now = now or timezone.now()
+    noted = coverage.unprotected_counts(window_start(window, now), now).values()
+    return {"requests": sum(n["requests"] for n in noted), "duplicates": sum(n["duplicates"] for n in noted)}
 
 
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from idemdash.dashboard import alerts, health
 from idemdash.dashboard.models import Alert, AlertRule, HealthState
+from receipts import observe
 from tests.dashboard.build import completed, mismatched, outbox_message, stuck
 
 pytestmark = pytest.mark.django_db
@@ -169,6 +170,20 @@ def test_a_fault_turns_the_first_line_red_with_a_link_and_the_tile_says_since_wh
     assert 'class="tile tile-bad" data-figure="outbox.dead"' in html
     assert "Bad since" in html
     assert "All clear" not in html
+
+
+@pytest.mark.urls("tests.dashboard.coverage_urls")
+def test_a_refund_retried_where_nothing_protects_it_turns_the_first_line_red_with_a_link_to_coverage(viewer_client):
+    for n in range(18):  # one refund each, then one of them sent again twice
+        viewer_client.post(f"/shop/orders/{n}/refund/", "{}", content_type="application/json")
+    for _ in range(2):
+        viewer_client.post("/shop/orders/0/refund/", "{}", content_type="application/json")
+    observe.flush()
+    r = reading(health.observe(), "unprotected.duplicates")
+    assert (r.state, r.part, r.sample) == (health.BAD, 2, 20)
+    html = viewer_client.get("/").content.decode()
+    assert ('<a href="/coverage/">Duplicates on unprotected routes: 10% (of write requests to routes nothing '
+            "protects repeated one within the observer&#x27;s window; bad ≥ 5%)</a>") in html
 
 
 def test_the_banner_links_each_firing_alert_to_its_cause(viewer_client):
