@@ -25,7 +25,6 @@ app_name = "dashboard"
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("stuck/", stuck.stuck, name="stuck"),
-    path("coverage/", coverage.coverage, name="coverage"),
     # Receipts
     path("receipts/", receipts.receipts, name="receipts"),
     _bulk("receipts/bulk-release/", "receipts", "receipts_bulk"),
@@ -55,6 +54,7 @@ urlpatterns = [
     path("paused/endpoints/<int:pk>/resume/", pauses.endpoint_resume, name="endpoint_resume"),
     # What every kind shares
     path("audit/", audit.audit_log, name="audit"),
+    path("coverage/", coverage.coverage, name="coverage"),
     path("search/", search.search, name="search"),
     path("trace/", search.trace, name="trace"),
     path("bulk/<int:pk>/", bulk.bulk_run, name="bulk_run"),

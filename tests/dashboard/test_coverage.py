@@ -20,7 +20,7 @@ def _rows(html: str) -> list[tuple[str, str, str]]:
 def test_it_lists_the_unprotected_routes_first_and_counts_the_protected(viewer_client):
     html = viewer_client.get("/coverage/").content.decode()
     rows = _rows(html)
-    assert len(rows) == 19 and "9 of 19 protected" in html  # the receiver twice: with and without its slash
+    assert len(rows) == 24 and "14 of 24 protected" in html  # the receiver twice, and the JSON API
     states = [state for _, _, state in rows]
     assert states == sorted(states)  # every "no" before every "yes"
     assert ("DELETE", "/shop/orders/&lt;int:pk&gt;/refund/", "no") in rows

@@ -63,6 +63,14 @@ def test_the_products_and_frameworks_own_routes_are_listed_only_when_asked():
     assert own == {"ninja.openapi.views.default_home", "ninja.openapi.views.openapi_json", "ninja.openapi.views.openapi_view"}
 
 
+def test_the_json_api_says_what_protects_its_writes(settings):
+    settings.ROOT_URLCONF = "idemdash.urls"
+    api = {r.path: r for r in coverage.routes() if r.path.startswith("api/v1/")}
+    assert sorted(api) == ["api/v1/outbox", "api/v1/receipts/claim", "api/v1/receipts/complete",
+                           "api/v1/receipts/fail", "api/v1/receipts/heartbeat"]
+    assert all(r.protected and "keyed or fenced" in r.protected_by for r in api.values())
+
+
 def test_a_route_it_cannot_read_is_listed_as_unknown_never_raised(monkeypatch):
     def raising(*args, **kwargs):
         raise RuntimeError("a callable built in a way nobody expected")
