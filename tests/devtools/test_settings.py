@@ -57,7 +57,8 @@ def test_the_devtools_settings_are_productions_plus_the_devtools_app_only():
 
 def test_the_bench_settings_are_the_devtools_settings_plus_the_bench_and_its_knobs():
     devtools, bench = load("idemdash.devtools.settings"), load("idemdash.devtools.bench.settings")
-    assert differences(devtools, bench) <= {"INSTALLED_APPS", "ROOT_URLCONF", "DATABASES", "STORAGES", "LOGGING"}
+    assert differences(devtools, bench) <= {"INSTALLED_APPS", "ROOT_URLCONF", "DATABASES", "STORAGES", "LOGGING",
+                                            "MIDDLEWARE", "OBSERVER"}
     added = bench["apps"][len(devtools["apps"]):]
     assert bench["apps"][: len(devtools["apps"])] == devtools["apps"]
     assert added[0] == "idemdash.devtools.bench" and set(added[1:]) <= {"rest_framework", "drf_idempotency"}
