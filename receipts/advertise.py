@@ -25,7 +25,7 @@ POLICY_FIELDS = ("ttl_seconds", "lease_seconds", "on_failure", "after_crash")
 def _protected_routes(urlconf: str) -> tuple[coverage.Route, ...]:
     # The URLconf does not change while the process runs (Django clears its own caches, and
     # this key, when a test changes ROOT_URLCONF): read once, not on every anonymous request.
-    return tuple(r for r in coverage.routes() if r.operation)
+    return tuple(r for r in coverage.routes(urlconf=urlconf) if r.operation)
 
 
 def document() -> dict:
