@@ -1,7 +1,7 @@
 """GET /api/v1/idempotency: what a client may rely on before it retries. The header and the
 form of a key, how long a caller may wait for a running first attempt, and each protected
 operation with its routes (receipts/coverage.py) and its policy: how long a key is kept, and
-what a failure or a crash does to it (docs/http-contract.md, "Asking what is protected")."""
+what a failure, a crash or a fresh key does to it (docs/http-contract.md, "Asking what is protected")."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from receipts.conf import policy_for, setting
 from receipts.decorators import EXPIRES_HEADER
 
 # What of an operation's policy a caller is told: not which settings pattern matched it.
-POLICY_FIELDS = ("ttl_seconds", "lease_seconds", "on_failure", "after_crash")
+POLICY_FIELDS = ("ttl_seconds", "lease_seconds", "on_failure", "after_crash", "fresh_key")
 
 
 @functools.cache
@@ -38,6 +38,7 @@ def document() -> dict:
                 "forms": ["bare", "structured-field string"]},
         "expires_header": EXPIRES_HEADER,
         "wait": {"header": "Prefer", "syntax": "wait=<seconds>", "max_seconds": int(setting("RECEIPTS_MAX_WAIT_SECONDS"))},
+        "fresh_key_window_seconds": int(setting("RECEIPTS_FRESH_KEY_WINDOW_SECONDS")),
         "operations": [
             {"operation": operation, "routes": routes,
              **{name: value for name, value in policy_for(operation).as_dict().items() if name in POLICY_FIELDS}}

@@ -44,7 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
     # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
     # "reconcile": "dotted.path.to.function",
-    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py)}; an exact name
+    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py),
+    # "fresh_key": "allow" | "refuse" (receipts/fresh_keys.py)}; an exact name
     # wins over patterns, then the first matching pattern wins. "ttl_seconds": None makes the operation's receipts
     # permanent (a once-ever step): never purged, never claimable again.
     "RECEIPTS_OPERATIONS": {},
@@ -56,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_OBSERVE_MAX_BODY_BYTES": 1024 * 1024,
     "RECEIPTS_OBSERVE_FLUSH_SECONDS": 2,
     "RECEIPTS_OBSERVE_RETENTION_HOURS": 24,
+    # A request repeated by the same caller under a new key within this many seconds is a
+    # fresh-key retry (receipts/fresh_keys.py): counted, or refused under "fresh_key": "refuse".
+    "RECEIPTS_FRESH_KEY_WINDOW_SECONDS": 600,
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
     # Finished and cancelled bulk runs with their items (the audit log keeps what they did).
@@ -96,6 +100,9 @@ class Policy:
     # How long after its claim a completed receipt keeps its stored request and response;
     # then receipts/compaction.py drops them and keeps the rest until it expires. None: kept whole.
     compact_after: timedelta | None = None
+    # The same request under a new key within the window: "allow" counts it, "refuse"
+    # answers 409 fresh-key-retry naming the key already used (receipts/fresh_keys.py).
+    fresh_key: str = "allow"
 
     @property
     def on_failure(self) -> str:
@@ -121,6 +128,7 @@ class Policy:
             "on_failure": self.on_failure,
             "after_crash": self.after_crash,
             "compact_after_seconds": None if self.compact_after is None else int(self.compact_after.total_seconds()),
+            "fresh_key": self.fresh_key,
             "matched": {
                 "RECEIPTS_OPERATIONS": self.rule,
                 "RECEIPTS_FINANCIAL_OPERATIONS": self.financial_pattern,
@@ -148,7 +156,8 @@ def _positive_seconds(value: Any) -> bool:
 
 
 RULE_KEYS = frozenset(
-    {"financial", "ttl_seconds", "lease_seconds", "on_failure", "after_crash", "reconcile", "compact_after_seconds"}
+    {"financial", "ttl_seconds", "lease_seconds", "on_failure", "after_crash", "reconcile", "compact_after_seconds",
+     "fresh_key"}
 )
 
 
@@ -171,6 +180,8 @@ def rule_problems(name: str, rule: Any) -> list[str]:
     after_crash = rule.get("after_crash", "rerun")
     if after_crash not in AFTER_CRASH:
         problems.append(f"{where}['after_crash'] must be 'rerun' or 'hold', got {after_crash!r}")
+    if rule.get("fresh_key", "allow") not in FRESH_KEY:
+        problems.append(f"{where}['fresh_key'] must be 'allow' or 'refuse', got {rule['fresh_key']!r}")
     reconcile = rule.get("reconcile")
     if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
         problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
@@ -225,12 +236,14 @@ def policy_for(operation: str) -> Policy:
         after_crash=after_crash,
         reconcile=reconcile,
         compact_after=None if compact_after is None else timedelta(seconds=compact_after),
+        fresh_key=rule.get("fresh_key", "allow"),
         rule=rule_name,
         financial_pattern=financial_pattern,
     )
 
 
 AFTER_CRASH = ("rerun", "hold")
+FRESH_KEY = ("allow", "refuse")
 
 
 def reconciler(policy: Policy) -> Any:

@@ -44,7 +44,7 @@ from receipts import keys, placement, responses, store
 from receipts.conf import policy_for, setting
 from receipts.downstream import running_claim
 from receipts.fingerprint import fingerprint_http, is_json, parse_json_body
-from receipts.models import Receipt
+from receipts.models import Attempt, Receipt
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,9 @@ def _handle(
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
-    if result.receipt.expires_at is not None:  # a permanent receipt's key never expires: no header
+    # A permanent receipt's key never expires: no header; nor for a fresh-key retry, whose
+    # receipt is the other key's.
+    if result.receipt.expires_at is not None and result.outcome != Attempt.Outcome.FRESH_KEY_RETRY:
         response[EXPIRES_HEADER] = http_date(result.receipt.expires_at.timestamp())
     return response
 

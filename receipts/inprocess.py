@@ -29,6 +29,7 @@ from idemdash_client.client import patience
 from idemdash_client.references import References
 from idemdash_client.errors import (
     IdempotencyError,
+    FreshKeyRetry,
     IdempotencyKeyReused,
     OutcomeUnknown,
     PreviousFailure,
@@ -258,6 +259,8 @@ def _not_run(result: store.ClaimResult) -> Any:
             raise RequestInProgress(refused.status_code, problem, result.retry_after)
         if result.outcome == Attempt.Outcome.OUTCOME_UNKNOWN:
             raise OutcomeUnknown(refused.status_code, problem)
+        if result.outcome == Attempt.Outcome.FRESH_KEY_RETRY:
+            raise FreshKeyRetry(refused.status_code, problem)
         if result.outcome == Attempt.Outcome.REPLAYED:  # compacted: the operation ran, its result is gone
             raise ReceiptCompacted(refused.status_code, problem)
         raise IdempotencyKeyReused(refused.status_code, problem)

@@ -155,6 +155,9 @@ class Attempt(AttemptLog):
         WAITED = "waited"
         # A claim refused because the attempt before it lapsed under after_crash "hold".
         OUTCOME_UNKNOWN = "outcome_unknown"
+        # The same request under a new key, refused under "fresh_key": "refuse": logged on
+        # the receipt of the key it was first made under (receipts/fresh_keys.py).
+        FRESH_KEY_RETRY = "fresh_key_retry"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
@@ -175,6 +178,7 @@ class Attempt(AttemptLog):
         Outcome.LEASE_TAKEOVER,
         Outcome.WAITED,
         Outcome.OUTCOME_UNKNOWN,
+        Outcome.FRESH_KEY_RETRY,
     )
 
     # Claim requests that arrived while the key's first attempt was still running: answered
@@ -337,3 +341,17 @@ class ObservedRequest(models.Model):
             models.Index(fields=["route", "fingerprint", "at"], name="observed_route_fp_at"),
             models.Index(fields=["at"], name="observed_at"),
         ]
+
+
+class FirstKey(models.Model):
+    """The key a request was first made under, for an operation that refuses fresh-key
+    retries (receipts/fresh_keys.py): one row per (scope, operation, fingerprint), named by
+    their digest, so that of two copies of a request under new keys exactly one inserts it."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    receipt_id = models.BigIntegerField()
+    key = models.CharField(max_length=255)
+    created_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.digest[:12]})"

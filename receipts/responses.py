@@ -109,9 +109,9 @@ class RefusalWords:
 
 def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
     """The answer to a claim whose key another caller holds (409, with Retry-After: what is
-    left of its lease), whose last attempt's outcome is unknown (409 outcome-unknown), that
-    replays a compacted receipt (410 receipt-compacted), or that reused its key with another
-    request (422); None otherwise."""
+    left of its lease), whose last attempt's outcome is unknown (409 outcome-unknown), whose
+    request another key made (409 fresh-key-retry), that replays a compacted receipt (410
+    receipt-compacted), or that reused its key with another request (422); None otherwise."""
     if result.outcome == Attempt.Outcome.IN_PROGRESS:
         retry_after = result.retry_after
         return problem(
@@ -126,6 +126,16 @@ def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
             409, "outcome-unknown", "The outcome of the last attempt with this key is unknown",
             "Its attempt stopped before it settled and may have had its effect; it is not run again "
             "until its outcome is resolved (by the operation's reconcile function or by an operator).",
+        )
+    if result.outcome == Attempt.Outcome.FRESH_KEY_RETRY:
+        # 409 as for a key in use: the request is sound, the key is the wrong one. No
+        # Retry-After: the same request under this key is refused until the window ends.
+        first = result.receipt
+        return problem(
+            409, "fresh-key-retry", "This request was already made under another key",
+            f"The same request was made under the key {first.key!r} at {first.created_at.isoformat()}; this "
+            "operation refuses it again under a new key. Send it with that key to get its result.",
+            first_key=first.key, first_seen_at=first.created_at.isoformat(),
         )
     if result.outcome == Attempt.Outcome.REPLAYED and result.receipt.compacted_at is not None:
         return compacted(result.receipt)

@@ -20,7 +20,7 @@ from idemdash.core import retention as core_retention
 from idemdash.core.audit import AuditEntry
 from idemdash.core.bulk_runs import BulkRun
 from idemdash.core.retention import Purger, PurgeResult
-from receipts import observe, rollup, rules, store
+from receipts import fresh_keys, observe, rollup, rules, store
 from receipts.archive import archive_financial_receipts
 from receipts.conf import setting
 from receipts.models import Attempt, Receipt, ReceiptReference
@@ -84,6 +84,7 @@ PURGERS: list[Purger] = [
     # The (status, updated_at) index `bulk_run_active` serves both the filter and the order.
     Purger("receipts.bulk_runs", due_bulk_runs, order_by="updated_at"),
     Purger("receipts.observed", observe.due_notes, order_by="at"),
+    Purger("receipts.first_keys", fresh_keys.due_first_keys, order_by="created_at"),
 ]
 
 

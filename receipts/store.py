@@ -35,7 +35,7 @@ from idemdash.core.attempts import lasting_status, lasting_status_q
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set
 from idemdash.core.mysql import retry_deadlocks
-from receipts import orm, pg, responses, rules, waiting
+from receipts import fresh_keys, orm, pg, responses, rules, waiting
 from receipts.conf import Policy, policy_for, reconciler, setting
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt, ReceiptReference
@@ -260,10 +260,10 @@ def _claiming(
             existing = None
             raced: tuple[float, float] | None = None  # (start, end) of a statement that waited
             now = timezone.now()
-            if waited_since is None:
+            if waited_since is None and intent.policy.fresh_key == "allow":
                 # On PostgreSQL a new key or a replay is one statement, log line included,
                 # and any other case comes back as the existing row; the ORM path decides
-                # every case below.
+                # every case below, and every claim that may refuse a fresh-key retry.
                 began = time.monotonic()
                 found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
                 if found is None and path() is pg:
@@ -278,7 +278,7 @@ def _claiming(
                         return ClaimResult(Outcome.CLAIMED, existing, token=1)
                     if logged == Outcome.REPLAYED:
                         return ClaimResult(Outcome.REPLAYED, existing)
-            else:
+            elif waited_since is not None:
                 # After a wait the statement's own "replayed" line would hide the wait: the
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
@@ -317,7 +317,8 @@ def _decide(
     deleting the expired row it re-claims, or inserting the key again meanwhile): InnoDB
     rolled the decision back whole, so nothing of it was written."""
     with transaction.atomic():
-        result = _claim_once(intent, existing=existing)
+        result = _refusing_fresh_keys(intent, existing) if intent.policy.fresh_key == "refuse" else \
+            _claim_once(intent, existing=existing)
         # A held receipt whose operation can ask the provider: asked outside this
         # transaction (a provider's answer must not hold SQLite's one writer).
         reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
@@ -334,8 +335,31 @@ def _decide(
             # in `waited_ms`, so not in the claim's own time (`claim_ms`) too.
             started += raced[1] - raced[0]
         if settled and not reconcile:
-            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started)
+            _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started,
+                    detail=f"the same request under the new key {intent.key!r}"
+                    if result.outcome == Outcome.FRESH_KEY_RETRY else "")
     return result, reconcile, settled, left
+
+
+class _FreshKeyRetry(Exception):
+    def __init__(self, earlier: Receipt) -> None:
+        self.earlier = earlier
+
+
+def _refusing_fresh_keys(intent: _Intent, existing: Receipt | None) -> ClaimResult:
+    """`_claim_once` for an operation that refuses fresh-key retries: a new life on the key
+    whose request another key of the window made is rolled back, and the answer is that key's
+    receipt (FRESH_KEY_RETRY). Reused keys decide as always."""
+    try:
+        with transaction.atomic():
+            result = _claim_once(intent, existing=existing)
+            if result.outcome == Outcome.CLAIMED:
+                earlier = fresh_keys.first_use(result.receipt, result.receipt.updated_at)
+                if earlier is not None:
+                    raise _FreshKeyRetry(earlier)
+            return result
+    except _FreshKeyRetry as refused:
+        return ClaimResult(Outcome.FRESH_KEY_RETRY, refused.earlier)
 
 
 @dataclass(frozen=True)
@@ -536,7 +560,7 @@ def _spent_ms(started: float) -> float:
     return (time.monotonic() - started) * 1000
 
 
-def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float) -> None:
+def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float, detail: str = "") -> None:
     r = result.receipt
     # A duplicate answered with the result it waited for is a concurrent duplicate, not a
     # plain replay; every other outcome keeps its name, and its wait in `waited_ms`.
@@ -548,6 +572,7 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float)
         fencing_token=result.token,
         fingerprint=fp,
         request=rejected_request,
+        detail=detail,
         created_at=timezone.now(),
         claim_ms=_spent_ms(started),
     )

@@ -47,6 +47,25 @@ def operators_at_once(n: int, row, act: Callable[..., Any], refused: type[Except
     return sorted(outcomes)
 
 
+def in_threads(n: int, fn: Callable[[int], None], join: float = 60) -> None:
+    """Call fn(i) for each i below n from n threads at the same moment (behind a barrier),
+    each on its own connections, and wait for them."""
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            fn(i)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join)
+
+
 def assert_one_of_eight_operators_acts(row, act: Callable[..., Any], refused: type[Exception], audit_action: str) -> None:
     """Eight operators acting on the same row at once: exactly one acts, and is audited once."""
     assert operators_at_once(8, row, act, refused) == ["done"] + ["refused"] * 7

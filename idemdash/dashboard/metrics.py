@@ -33,7 +33,7 @@ from webhooks.models import RejectedDelivery, RejectionCount, WebhookEvent
 # (tests/dashboard/test_metrics.py).
 HELP: dict[str, str] = {
     "idemdash_receipt_claims_total": "Claim requests (HTTP decorator, JSON API, in process) by outcome of the attempt log: "
-    "claimed, replayed, in_progress (409), waited, mismatch (422), retried_after_failure, lease_takeover, outcome_unknown.",
+    "claimed, replayed, in_progress (409), waited, mismatch (422), retried_after_failure, lease_takeover, outcome_unknown, fresh_key_retry (409).",
     "idemdash_receipt_settles_total": "Settled attempts by outcome of the attempt log: completed, failed, released, "
     "stale_token and the rest that are not claims.",
     "idemdash_webhook_deliveries_total": "Verified webhook deliveries stored, by kind: first (a new event) or "

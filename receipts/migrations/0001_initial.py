@@ -52,7 +52,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('hour', models.DateTimeField(help_text='Start of the hour (UTC).')),
                 ('count', models.PositiveIntegerField()),
-                ('outcome', models.CharField(choices=[('claimed', 'Claimed'), ('replayed', 'Replayed'), ('in_progress', 'In Progress'), ('mismatch', 'Mismatch'), ('retried_after_failure', 'Retried After Failure'), ('lease_takeover', 'Lease Takeover'), ('completed', 'Completed'), ('failed', 'Failed'), ('released', 'Released'), ('stale_token', 'Stale Token'), ('waited', 'Waited'), ('outcome_unknown', 'Outcome Unknown')], max_length=32)),
+                ('outcome', models.CharField(choices=[('claimed', 'Claimed'), ('replayed', 'Replayed'), ('in_progress', 'In Progress'), ('mismatch', 'Mismatch'), ('retried_after_failure', 'Retried After Failure'), ('lease_takeover', 'Lease Takeover'), ('completed', 'Completed'), ('failed', 'Failed'), ('released', 'Released'), ('stale_token', 'Stale Token'), ('waited', 'Waited'), ('outcome_unknown', 'Outcome Unknown'), ('fresh_key_retry', 'Fresh Key Retry')], max_length=32)),
             ],
             options={
                 'verbose_name': 'attempts per hour',
@@ -118,7 +118,7 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField()),
                 ('scope', models.CharField(max_length=255)),
                 ('operation', models.CharField(max_length=100)),
-                ('outcome', models.CharField(choices=[('claimed', 'Claimed'), ('replayed', 'Replayed'), ('in_progress', 'In Progress'), ('mismatch', 'Mismatch'), ('retried_after_failure', 'Retried After Failure'), ('lease_takeover', 'Lease Takeover'), ('completed', 'Completed'), ('failed', 'Failed'), ('released', 'Released'), ('stale_token', 'Stale Token'), ('waited', 'Waited'), ('outcome_unknown', 'Outcome Unknown')], max_length=32)),
+                ('outcome', models.CharField(choices=[('claimed', 'Claimed'), ('replayed', 'Replayed'), ('in_progress', 'In Progress'), ('mismatch', 'Mismatch'), ('retried_after_failure', 'Retried After Failure'), ('lease_takeover', 'Lease Takeover'), ('completed', 'Completed'), ('failed', 'Failed'), ('released', 'Released'), ('stale_token', 'Stale Token'), ('waited', 'Waited'), ('outcome_unknown', 'Outcome Unknown'), ('fresh_key_retry', 'Fresh Key Retry')], max_length=32)),
                 ('fencing_token', models.PositiveBigIntegerField(blank=True, null=True)),
                 ('fingerprint', models.CharField(blank=True, max_length=64)),
                 ('request', models.JSONField(blank=True, null=True)),
@@ -177,6 +177,16 @@ class Migration(migrations.Migration):
             options={
                 'indexes': [models.Index(fields=['route', 'fingerprint', 'at'], name='observed_route_fp_at'), models.Index(fields=['at'], name='observed_at')],
             },
+        ),
+        migrations.CreateModel(
+            name='FirstKey',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('digest', models.CharField(max_length=64, unique=True)),
+                ('receipt_id', models.BigIntegerField()),
+                ('key', models.CharField(max_length=255)),
+                ('created_at', models.DateTimeField(db_index=True)),
+            ],
         ),
         exact_text('receipts'),
     ]

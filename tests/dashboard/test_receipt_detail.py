@@ -178,3 +178,18 @@ def test_a_compacted_receipt_says_its_body_was_dropped_and_when(viewer_client, s
     assert "bodies compacted after" in html  # the policy says so
     # The rejected request is shown as sent, with no diff against a request that is gone.
     assert "The stored request was dropped by compaction" in html and "badge-muted\">changed" not in html
+
+
+def test_a_fresh_key_retry_is_marked_on_both_receipts_with_the_other_key(viewer_client):
+    from receipts import store
+
+    with time_machine.travel(timezone.now(), tick=False) as traveller:
+        first = store.claim("client:shop", "k1", "refund.create", {"order": 7}).receipt
+        traveller.shift(3.2)
+        again = store.claim("client:shop", "k2", "refund.create", {"order": 7}).receipt
+    store.claim("client:shop", "k3", "refund.create", {"order": 8})  # another request: not marked
+    first_page = viewer_client.get(f"/receipts/{first.pk}/").content.decode()
+    again_page = viewer_client.get(f"/receipts/{again.pk}/").content.decode()
+    assert f'the same request as <a href="/receipts/{again.pk}/">k2</a>, 3.2 s later' in first_page
+    assert f'the same request as <a href="/receipts/{first.pk}/">k1</a>, 3.2 s earlier' in again_page
+    assert "k3" not in first_page and "fresh key: <strong>allow</strong>" in first_page

@@ -29,7 +29,8 @@ def test_a_caller_without_a_token_learns_the_key_the_wait_and_each_protected_ope
     assert operations["order.create"]["routes"] == [{"method": "POST", "path": "/shop/orders/"}]
     assert (operations["invoice.create"]["ttl_seconds"], operations["invoice.create"]["on_failure"]) == (3600, "burn")
     assert set(operations["order.create"]) == {"operation", "routes", "ttl_seconds", "lease_seconds", "on_failure",
-                                               "after_crash"}  # not which settings pattern matched
+                                               "after_crash", "fresh_key"}  # not which settings pattern matched
+    assert body["fresh_key_window_seconds"] == setting("RECEIPTS_FRESH_KEY_WINDOW_SECONDS")
 
 
 def test_the_document_is_the_one_the_openapi_description_describes(client):

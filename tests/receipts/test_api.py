@@ -481,7 +481,7 @@ def test_a_receipt_is_looked_up_by_key(api, client, token):
         "compacted_at": None,
         "policy": {
             "ttl_seconds": 86400, "lease_seconds": 30, "financial": False, "on_failure": "retry", "after_crash": "rerun",
-            "compact_after_seconds": None,
+            "compact_after_seconds": None, "fresh_key": "allow",
             "matched": {"RECEIPTS_OPERATIONS": None, "RECEIPTS_FINANCIAL_OPERATIONS": None},
         },
         "references": [],
@@ -496,7 +496,7 @@ def test_a_claim_and_a_lookup_say_which_policy_the_receipt_got(api, client, toke
     assert receipt.expires_at - receipt.created_at == timedelta(days=7)
     expected = {
         "ttl_seconds": 7 * 86400, "lease_seconds": 30, "financial": True, "on_failure": "burn", "after_crash": "rerun",
-            "compact_after_seconds": None,
+            "compact_after_seconds": None, "fresh_key": "allow",
         "matched": {"RECEIPTS_OPERATIONS": "payments.*", "RECEIPTS_FINANCIAL_OPERATIONS": "payments.*"},
     }
     assert claimed["policy"] == expected

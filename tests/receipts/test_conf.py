@@ -46,7 +46,7 @@ def test_an_exact_name_wins_over_an_earlier_pattern(settings):
     assert policy.rule == "report.build"
     assert policy.as_dict() == {
         "ttl_seconds": 3600, "lease_seconds": 300, "financial": False, "on_failure": "burn", "after_crash": "rerun",
-        "compact_after_seconds": None,
+        "compact_after_seconds": None, "fresh_key": "allow",
         "matched": {"RECEIPTS_OPERATIONS": "report.build", "RECEIPTS_FINANCIAL_OPERATIONS": None},
     }
     assert policy_for("report.send").ttl == timedelta(seconds=60)

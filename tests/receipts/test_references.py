@@ -7,14 +7,13 @@ killed mid-step, and the purge."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import time_machine
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -27,7 +26,7 @@ from receipts.models import Receipt, ReceiptReference
 from receipts.outbox import store as outbox
 from receipts.outbox.models import OutboxMessage
 from receipts.references import cause_of, caused_by, objects_referring, referring
-from tests.concurrently import killed_once_it_reaches
+from tests.concurrently import in_threads, killed_once_it_reaches
 from tests.waits import until
 
 URL = "http://127.0.0.1:9/hook"
@@ -128,7 +127,6 @@ def test_an_attempt_killed_mid_step_leaves_no_references_and_the_next_attempt_st
 @pytest.mark.django_db(transaction=True)
 def test_of_threads_racing_on_one_key_only_the_one_that_ran_leaves_references(settings):
     threads, ran, errors = 6, [], []
-    barrier = threading.Barrier(threads)
     settings.RECEIPTS_MAX_WAITERS = threads  # every duplicate may wait for the one that runs
 
     def caller(n: int) -> None:
@@ -140,18 +138,11 @@ def test_of_threads_racing_on_one_key_only_the_one_that_ran_leaves_references(se
             return f"ch_{n}"
 
         try:
-            barrier.wait()
             receipts.run_once("pay:8", "payments.charge", step)
         except Exception as exc:  # noqa: BLE001 -- reported below
             errors.append(exc)
-        finally:
-            connections.close_all()
 
-    started = [threading.Thread(target=caller, args=(n,)) for n in range(threads)]
-    for t in started:
-        t.start()
-    for t in started:
-        t.join(60)
+    in_threads(threads, caller)
     assert errors == [] and len(ran) == 1
     assert stored() == [("stripe.charge", f"ch_{ran[0]}")]
 

@@ -109,6 +109,16 @@ class OutcomeUnknown(ApiError):
     operator resolves them. Retrying does not help until then."""
 
 
+class FreshKeyRetry(ApiError):
+    """This caller made the same request under another key within the window, and the
+    operation refuses it under a new one (`fresh_key: "refuse"`); nothing ran. `first_key`
+    is the key to send it with to get the first attempt's result."""
+
+    @property
+    def first_key(self) -> str | None:
+        return self.problem.get("first_key")
+
+
 class ReceiptCompacted(ApiError):
     """The key's operation ran, but compaction dropped its stored response (the operation's
     `compact_after_seconds`); it will not run again. `original_status` is the status it

@@ -65,6 +65,10 @@ export class RequestInProgress extends ApiError { override name = "RequestInProg
  * operation holds such keys (`after_crash: "hold"`) until the operation's reconcile function
  * or an operator resolves them. Retrying does not help until then: do not retry it blindly. */
 export class OutcomeUnknown extends ApiError { override name = "OutcomeUnknown"; }
+/** This caller made the same request under another key within the window, and the operation
+ * refuses it under a new one (`fresh_key: "refuse"`); nothing ran. `problem.first_key` is the
+ * key to send it with to get the first attempt's result. Do not retry it under a new key. */
+export class FreshKeyRetry extends ApiError { override name = "FreshKeyRetry"; }
 /** The key's operation ran, but compaction dropped its stored response (the operation's
  * `compact_after_seconds`); it will not run again. `problem.original_status` is the status it
  * answered; look the result up where the operation keeps it. Do not retry it. */
@@ -128,6 +132,7 @@ export const PROBLEM_ERRORS: Readonly<Record<string, ApiErrorClass>> = Object.fr
   "method-not-allowed": MethodNotAllowed,
   "request-in-progress": RequestInProgress,
   "outcome-unknown": OutcomeUnknown,
+  "fresh-key-retry": FreshKeyRetry,
   "receipt-compacted": ReceiptCompacted,
   "lease-lost": LeaseLost,
   "stale-token": StaleToken,

@@ -16,6 +16,7 @@ from idemdash.dashboard import conflicts, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import ReceiptFilter
 from idemdash.dashboard.views.pages import filtered_list, latest, with_operator_marks
+from receipts import fresh_keys
 from receipts.conf import policy_for
 from receipts.downstream import downstream_key
 from receipts.models import Attempt, Receipt
@@ -77,6 +78,8 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
         "mismatch_total": mismatch_total,
         "mismatches": mismatches,
         "downstream_key": downstream_key(receipt.scope, receipt.key, receipt.created_at),
+        # The caller's other keys that made the same request within the window.
+        "same_request": fresh_keys.same_request(receipt),
         "request_pretty": _pretty(receipt.request),
         "response_pretty": _pretty(receipt.response_body),
         "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),

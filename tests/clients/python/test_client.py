@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from idemdash.core.clients import create_token
 from idemdash_client import (
+    FreshKeyRetry,
     ApiError,
     IdempotencyClient,
     RequestInProgress,
@@ -376,6 +377,15 @@ def test_a_held_key_raises_outcome_unknown_and_runs_nothing(idem, settings):
         idem.run_once("held", "email.send", ran.append, 1, request={"to": "a"})
     assert caught.value.status == 409 and caught.value.type == "urn:idemdash:problem:outcome-unknown"
     assert ran == []
+
+
+def test_the_same_request_under_a_new_key_raises_fresh_key_retry_naming_the_first_key(idem, settings):
+    settings.RECEIPTS_OPERATIONS = {"refund.create": {"fresh_key": "refuse"}}
+    ran = []
+    idem.run_once("refund-1", "refund.create", ran.append, 1, request={"order": 7})
+    with pytest.raises(FreshKeyRetry) as caught:  # not retried: a new key would only be refused again
+        idem.run_once("refund-1-again", "refund.create", ran.append, 2, request={"order": 7})
+    assert caught.value.status == 409 and caught.value.first_key == "refund-1" and ran == [1]
 
 
 def test_the_agents_pages_http_recipe_runs_a_send_again_under_the_same_downstream_key_then_replays(idem):
