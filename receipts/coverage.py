@@ -22,6 +22,7 @@ from django.db.models.functions import Lag
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from receipts import rollup
 from receipts.conf import policy_for, setting
 from receipts.models import Attempt, ObservedRequest, Receipt
 
@@ -107,22 +108,14 @@ def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
 
 def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
     """Per (method, route): the requests noted since `since` and, of them, the would-be
-    duplicates (the same fingerprint on the route within the window before) and the skipped."""
-    window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
-    now = now or timezone.now()
-    # The window's look-back reaches before `since`: a request just after it may repeat one before.
-    noted = _with_previous(ObservedRequest.objects.filter(at__gte=since - window, at__lte=now)).values(
-        "method", "route", "at", "previous", "fingerprint", "skipped").iterator()
+    duplicates (the same fingerprint on the route within the window before) and the skipped,
+    from the hourly roll-up and the notes after it (receipts.rollup.OBSERVED)."""
     found: dict[tuple[str, str], dict[str, int]] = {}
-    for row in noted:
-        if row["at"] < since:
-            continue
-        counted = found.setdefault((row["method"], row["route"]), {"requests": 0, "duplicates": 0, "skipped": 0})
-        counted["requests"] += 1
-        if row["skipped"]:
-            counted["skipped"] += 1
-        elif row["previous"] is not None and row["at"] - row["previous"] <= window:
-            counted["duplicates"] += 1
+    for _, method, route, kind, count in rollup.OBSERVED.counts(since, now or timezone.now()):
+        counted = found.setdefault((method, route), {"requests": 0, "duplicates": 0, "skipped": 0})
+        counted["requests"] += count
+        if kind != "first":
+            counted[{"duplicate": "duplicates", "skipped": "skipped"}[kind]] += count
     return found
 
 

@@ -343,6 +343,23 @@ class ObservedRequest(models.Model):
         ]
 
 
+class ObservedHourly(HourlyCount):
+    """The observer's notes of one UTC hour, per route and `kind`: "first", "duplicate" (a
+    would-be duplicate) or "skipped" (receipts.rollup.OBSERVED), so that the coverage's
+    figures outlive the notes (RECEIPTS_OBSERVE_RETENTION_HOURS)."""
+
+    method = models.CharField(max_length=8)
+    route = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16)
+
+    class Meta:
+        verbose_name = "observed requests per hour"
+        verbose_name_plural = "observed requests per hour"
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "method", "route", "kind"], name="observed_hourly_uniq"),
+        ]
+
+
 class FirstKey(models.Model):
     """The key a request was first made under, for an operation that refuses fresh-key
     retries (receipts/fresh_keys.py): one row per (scope, operation, fingerprint), named by

@@ -84,6 +84,7 @@ PURGERS: list[Purger] = [
     # The (status, updated_at) index `bulk_run_active` serves both the filter and the order.
     Purger("receipts.bulk_runs", due_bulk_runs, order_by="updated_at"),
     Purger("receipts.observed", observe.due_notes, order_by="at"),
+    Purger("receipts.observed_rollups", rollup.OBSERVED.expired, archive=rollup.OBSERVED.carry, order_by="hour"),
     Purger("receipts.first_keys", fresh_keys.due_first_keys, order_by="created_at"),
 ]
 

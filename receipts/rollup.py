@@ -1,10 +1,17 @@
-"""The receipts' roll-ups: the attempt log counted by hour and outcome, and the claims'
-durations as an hourly histogram (the machinery is `idemdash.core.rollup`'s)."""
+"""The receipts' roll-ups: the attempt log counted by hour and outcome, the claims'
+durations as an hourly histogram, and the observer's notes by route and kind (the machinery
+is `idemdash.core.rollup`'s)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.db.models import Case, Exists, OuterRef, Q, Value, When
+
 from idemdash.core.attempts import CLAIM_BOUNDS_MS, rollup_by_duration, rollup_by_outcome
-from receipts.models import Attempt, AttemptHourly, ClaimDurationHourly
+from idemdash.core.rollup import HourlyRollup
+from receipts.conf import setting
+from receipts.models import Attempt, AttemptHourly, ClaimDurationHourly, ObservedHourly, ObservedRequest
 
 ATTEMPTS = rollup_by_outcome("receipts.attempts", Attempt, AttemptHourly, "RECEIPTS_ROLLUP_RETENTION_DAYS")
 
@@ -16,4 +23,26 @@ CLAIMS = rollup_by_duration(
     "RECEIPTS_ROLLUP_RETENTION_DAYS", bounds=CLAIM_BOUNDS_MS,
 )
 
-ROLLUPS = [ATTEMPTS, CLAIMS]
+
+
+def observed_kind() -> Case:
+    """A note's kind: "skipped" (not fingerprinted), "duplicate" (its route saw its fingerprint
+    within RECEIPTS_OBSERVE_WINDOW_SECONDS before it: an index probe of observed_route_fp_at),
+    or "first"."""
+    window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
+    earlier = ObservedRequest.objects.filter(
+        Q(at__lt=OuterRef("at")) | Q(at=OuterRef("at"), id__lt=OuterRef("id")),
+        route=OuterRef("route"), fingerprint=OuterRef("fingerprint"), at__gte=OuterRef("at") - window,
+    )
+    return Case(When(~Q(skipped=""), then=Value("skipped")), When(Exists(earlier), then=Value("duplicate")),
+                default=Value("first"))
+
+
+# The notes are kept a day (RECEIPTS_OBSERVE_RETENTION_HOURS); their counts, as long as the
+# other roll-ups.
+OBSERVED = HourlyRollup(
+    "receipts.observed", ObservedRequest, "at", ("method", "route", "kind"), ObservedHourly,
+    "RECEIPTS_ROLLUP_RETENTION_DAYS", computed=(("kind", observed_kind),),
+)
+
+ROLLUPS = [ATTEMPTS, CLAIMS, OBSERVED]

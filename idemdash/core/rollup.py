@@ -105,7 +105,8 @@ class HourlyRollup:
     table: type[models.Model]
     retention_setting: str  # days to keep the roll-up's rows (default RETENTION_DAYS)
     # Group fields the log computes rather than stores, (name, expression) pairs: a
-    # duration's histogram bucket (`idemdash.core.attempts.rollup_by_duration`).
+    # duration's histogram bucket (`idemdash.core.attempts.rollup_by_duration`). An
+    # expression may be a function returning one, built when read (from today's settings).
     computed: tuple[tuple[str, Any], ...] = ()
     # Fields of the log summed per (hour, groups) beside the count, (table column, log field)
     # pairs: a duration histogram's total time (`sum_ms`), which Prometheus' `_sum` reports.
@@ -116,7 +117,7 @@ class HourlyRollup:
         bounds = {f"{self.time_field}__{op}": moment for op, moment in span.items()}
         logged = self.log._default_manager.all()
         if self.computed:
-            logged = logged.annotate(**dict(self.computed))
+            logged = logged.annotate(**{name: made() if callable(made) else made for name, made in self.computed})
         return logged.filter(**where, **bounds)
 
     def _state(self) -> Rollup:

@@ -179,6 +179,22 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name='ObservedHourly',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('hour', models.DateTimeField(help_text='Start of the hour (UTC).')),
+                ('count', models.PositiveIntegerField()),
+                ('method', models.CharField(max_length=8)),
+                ('route', models.CharField(max_length=255)),
+                ('kind', models.CharField(max_length=16)),
+            ],
+            options={
+                'verbose_name': 'observed requests per hour',
+                'verbose_name_plural': 'observed requests per hour',
+                'constraints': [models.UniqueConstraint(fields=('hour', 'method', 'route', 'kind'), name='observed_hourly_uniq')],
+            },
+        ),
+        migrations.CreateModel(
             name='FirstKey',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),

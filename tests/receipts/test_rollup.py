@@ -237,3 +237,34 @@ def test_two_runs_at_once_take_turns_and_count_once():
     assert errors == []
     assert sum(rolled().values()) == Attempt.objects.count() == 40
     assert ATTEMPTS.rolled_until() == SETTLED
+
+
+def test_the_observers_notes_roll_up_by_route_and_kind_and_outlive_their_purge(settings):
+    from receipts import coverage, retention
+    from receipts.models import ObservedRequest
+    from receipts.rollup import OBSERVED
+
+    settings.RECEIPTS_OBSERVE_WINDOW_SECONDS = 600
+
+    def note(moment: datetime, route: str, fingerprint: str, skipped: str = "") -> None:
+        ObservedRequest.objects.create(method="POST", route=route, caller="anonymous", fingerprint=fingerprint,
+                                       skipped=skipped, at=moment)
+
+    tie = NOW - 3 * h
+    note(tie, "refund/", "f1")
+    note(tie, "refund/", "f1")                    # the same moment: the later id is the duplicate
+    note(tie + 9 * m, "refund/", "f1")            # within the window of the first two
+    note(tie + 30 * m, "refund/", "f1")           # 21 minutes after the last: a first again
+    note(tie + 31 * m, "refund/", "f2")
+    note(tie + 32 * m, "notes/", "f1")            # another route: a first
+    note(tie + 33 * m, "refund/", "", skipped="too large")
+    expected = {("POST", "refund/"): {"requests": 6, "duplicates": 2, "skipped": 1},
+                ("POST", "notes/"): {"requests": 1, "duplicates": 0, "skipped": 0}}
+    with time_machine.travel(NOW, tick=False):
+        assert coverage.unprotected_counts(NOW - 24 * h) == expected  # from the notes alone
+        OBSERVED.roll_up(NOW)
+        assert coverage.unprotected_counts(NOW - 24 * h) == expected  # from the roll-up
+    with time_machine.travel(NOW + 25 * h, tick=False):
+        retention.purge()
+        assert not ObservedRequest.objects.exists()
+        assert coverage.unprotected_counts(NOW - 24 * h) == expected  # the notes are gone, the counts stay
