@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,9 +38,7 @@ import httpx
 import pytest
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
-from tests.packaging.host import GUIDE, REPO, Database, free_port, marked_blocks, run, run_block
-from tests.qcluster import signal_group
-from tests.waits import until
+from tests.packaging.host import GUIDE, REPO, Database, free_port, marked_blocks, run, run_block, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(600)]
 
@@ -105,31 +102,10 @@ class Shop:
     def serve(self) -> Iterator[str]:
         """gunicorn with two workers on a free port; yields its base URL."""
         port = free_port()
-        log = self.root / "gunicorn.log"
-        with open(log, "wb") as out:
-            server = subprocess.Popen(
-                [str(self.venv / "bin" / "gunicorn"), "shop.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-                 "--threads", "4", "--timeout", "30", "--graceful-timeout", "2"],
-                cwd=self.project, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            def answers() -> bool:
-                assert server.poll() is None, log.read_text()
-                try:
-                    return httpx.get(base + "/accounts/login/", timeout=2).status_code > 0
-                except httpx.TransportError:
-                    return False
-
-            until(answers, "the shop's gunicorn to answer", within=60, every=0.2, log=log)
+        with serving([str(self.venv / "bin" / "gunicorn"), "shop.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
+                      "--threads", "4", "--timeout", "30", "--graceful-timeout", "2"],
+                     port, self.project, self.env, self.root / "gunicorn.log", "/accounts/login/") as base:
             yield base
-        finally:
-            signal_group(server, signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                signal_group(server, signal.SIGKILL)
-                server.wait()
 
 
 def jwt(client: httpx.Client, username: str) -> dict[str, str]:
