@@ -169,17 +169,24 @@ def callbacks() -> Iterator[Any]:
 
 def _patterns(patterns: list[Any], prefix: str, namespace: str) -> Iterator[tuple[str, str, Any]]:
     for pattern in patterns:
+        path = _joined(prefix, str(pattern.pattern))
         if isinstance(pattern, URLResolver):
             inner = f"{namespace}{pattern.namespace}:" if pattern.namespace else namespace
             try:
                 included = pattern.url_patterns
             except Exception:  # an include that cannot be resolved: said, not raised
-                yield prefix + str(pattern.pattern), "", None
+                yield path, "", None
                 continue
-            yield from _patterns(included, prefix + str(pattern.pattern), inner)
+            yield from _patterns(included, path, inner)
         elif isinstance(pattern, URLPattern) and "(?P<format>" not in str(pattern.pattern):
             # (DRF's format-suffix twin of a route is the same view: left out.)
-            yield prefix + str(pattern.pattern), f"{namespace}{pattern.name}" if pattern.name else "", pattern.callback
+            yield path, f"{namespace}{pattern.name}" if pattern.name else "", pattern.callback
+
+
+def _joined(prefix: str, route: str) -> str:
+    """The route as Django's resolver joins it (`URLResolver._join_route`): a nested regex's
+    leading ^ dropped, so that a path is the `request.resolver_match.route` the observer notes."""
+    return prefix + route.removeprefix("^") if prefix else route
 
 
 def _routes_of(path: str, name: str, callback: Any) -> list[Route]:

@@ -66,13 +66,15 @@ def client_wheel(checkout) -> Path:
 @pytest.fixture(scope="session")
 def dashboard_venv(checkout, tmp_path_factory) -> Path:
     """The wheel with its dashboard extra, installed by docs/install.md's block into a fresh
-    environment: what test_wheel.py's host and test_drf_host.py's shop both install. The shop's
-    own requirements (DRF, SimpleJWT, gunicorn, WhiteNoise; psycopg on PostgreSQL) are there
-    too: the host projects' packages, which test_wheel.py's plain host does not use."""
+    environment: what test_wheel.py's host, test_drf_host.py's shop and test_plain_host.py's
+    paydesk install. The shop's own requirements (DRF, SimpleJWT, gunicorn, WhiteNoise; psycopg
+    on PostgreSQL) and the wheel's `ninja` and `asgi` extras (the paydesk's Ninja router and
+    uvicorn) are there too: the host projects' packages, which test_wheel.py's host does not use."""
     def make(root: Path) -> None:
         venv = new_venv(root / "venv")
         run_block(INSTALL["wheel"], venv, checkout=checkout, cwd=root)
-        run(venv / "bin" / "pip", "install", "-r", DRF_HOST / "requirements.txt", timeout=300)
+        (built,) = (checkout / "dist").glob("idemdash-*.whl")
+        run(venv / "bin" / "pip", "install", f"{built}[ninja,asgi]", "-r", DRF_HOST / "requirements.txt", timeout=300)
         if database_url().startswith("postgres"):
             run(venv / "bin" / "pip", "install", "psycopg[binary]>=3.2,<4", timeout=300)
 

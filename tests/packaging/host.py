@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import sqlite3
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from tests.qcluster import signal_group
 from tests.waits import until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +188,34 @@ class Host:
                 stop(server, client)
             raise
         return server, client
+
+
+@contextmanager
+def serving(command: list[str], port: int, cwd: Path, env: dict[str, str], log: Path, probe: str) -> Iterator[str]:
+    """`command`, a server on 127.0.0.1:`port` in a process group of its own (its workers with
+    it) writing to `log`, once `probe` (a path) answers at all; yields its base URL, then stops
+    the group."""
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def answers() -> bool:
+            assert server.poll() is None, log.read_text()
+            try:
+                return httpx.get(base + probe, timeout=2).status_code > 0
+            except httpx.TransportError:
+                return False
+
+        until(answers, f"{Path(command[0]).name} to answer", within=60, every=0.2, log=log)
+        yield base
+    finally:
+        signal_group(server, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            signal_group(server, signal.SIGKILL)
+            server.wait()
 
 
 def host_env(tmp_path: Path) -> dict[str, str]:

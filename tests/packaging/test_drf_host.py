@@ -1,13 +1,15 @@
 """A host project written as DRF projects are (tests/packaging/drf_host/: a custom user model
 `accounts.User` from its first migration, JWT authentication with djangorestframework-simplejwt,
 an `orders` ViewSet protected by `receipts.drf.idempotent` that enqueues its shipping and its
-confirmation email in the outbox, its own `base.html` and login page, WhiteNoise), with
+confirmation email in the outbox, and its `reorder` action left without a key, its own
+`base.html` and login page, WhiteNoise), with
 idemdash installed from the built wheel and the blocks of docs/host-project.md added as
 written, served by gunicorn on 127.0.0.1.
 
 Both ways of running the dashboard beside it:
-- inside it, under `/ops/`: two users' JWT calls make receipts, and Chromium, logged in on the
-  host's own login page as a host operator, shows the dashboard styled and listing them;
+- inside it, under `/ops/`: two users' JWT calls make receipts, a retried reorder is counted as
+  the one would-be duplicate by the observer, and Chromium, logged in on the host's own login
+  page as a host operator, shows the dashboard styled and listing the receipts;
 - as a separate service: idemdash's own server from its checkout on the host's database,
   with the host's user model named by IDEMDASH_AUTH_USER_MODEL. `migrate` works (and without
   the setting stops before it writes anything), the host's users log in, and the service's
@@ -29,7 +31,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,8 +40,7 @@ import httpx
 import pytest
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
-from tests.packaging.host import GUIDE, REPO, Database, free_port, marked_blocks, run, run_block
-from tests.qcluster import signal_group
+from tests.packaging.host import GUIDE, REPO, Database, free_port, marked_blocks, run, run_block, serving
 from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(600)]
@@ -49,6 +49,7 @@ DRF_HOST = Path(__file__).parent / "drf_host"
 OUTBOX_GUIDE = marked_blocks("outbox.md", "guide")
 PASSWORD = "shop-password-for-tests"
 OPERATOR = "alice"  # the user docs/host-project.md's access block names
+REORDER = "api/orders/(?P<pk>[^/.]+)/reorder/$"  # the router's pattern of OrderViewSet.reorder
 
 
 @pytest.fixture
@@ -68,6 +69,7 @@ class Shop:
         # docs/host-project.md: the receipts app; the outbox (docs/outbox.md) or the whole dashboard.
         blocks = [("settings", GUIDE["settings"])]
         blocks += [("dashboard_settings", GUIDE["dashboard_settings"])] if dashboard else [("outbox", OUTBOX_GUIDE["outbox"])]
+        blocks += [("observe", GUIDE["observe"])]
         with open(self.project / "shop" / "settings.py", "a") as settings:
             for name, (language, code) in blocks:
                 assert language == "python", name
@@ -92,6 +94,10 @@ class Shop:
     def manage(self, *args: str) -> str:
         return run(self.venv / "bin" / "python", "manage.py", *args, cwd=self.project, env=self.env, timeout=300)
 
+    def coverage(self) -> dict[tuple[str, str], dict]:
+        """`idempotency_coverage --json`'s routes by (method, path)."""
+        return {(r["method"], r["path"]): r for r in json.loads(self.manage("idempotency_coverage", "--json"))["routes"]}
+
     def block(self, name: str) -> str:
         return run_block(GUIDE[name], self.venv, checkout=REPO, cwd=self.project, env=self.env)
 
@@ -105,31 +111,10 @@ class Shop:
     def serve(self) -> Iterator[str]:
         """gunicorn with two workers on a free port; yields its base URL."""
         port = free_port()
-        log = self.root / "gunicorn.log"
-        with open(log, "wb") as out:
-            server = subprocess.Popen(
-                [str(self.venv / "bin" / "gunicorn"), "shop.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-                 "--threads", "4", "--timeout", "30", "--graceful-timeout", "2"],
-                cwd=self.project, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            def answers() -> bool:
-                assert server.poll() is None, log.read_text()
-                try:
-                    return httpx.get(base + "/accounts/login/", timeout=2).status_code > 0
-                except httpx.TransportError:
-                    return False
-
-            until(answers, "the shop's gunicorn to answer", within=60, every=0.2, log=log)
+        with serving([str(self.venv / "bin" / "gunicorn"), "shop.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "2",
+                      "--threads", "4", "--timeout", "30", "--graceful-timeout", "2"],
+                     port, self.project, self.env, self.root / "gunicorn.log", "/accounts/login/") as base:
             yield base
-        finally:
-            signal_group(server, signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                signal_group(server, signal.SIGKILL)
-                server.wait()
 
 
 def jwt(client: httpx.Client, username: str) -> dict[str, str]:
@@ -148,9 +133,10 @@ def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_v
     shop.manage("migrate", "--noinput")
     # The installed wheel's coverage of the host's routes: the router's create is protected, the
     # JWT views take writes without a key, Django's own auth views are not listed.
-    routes = {(r["method"], r["path"]): r for r in json.loads(shop.manage("idempotency_coverage", "--json"))["routes"]}
-    assert routes[("POST", "api/^orders/$")]["operation"] == "orders.create"
+    routes = shop.coverage()
+    assert routes[("POST", "api/orders/$")]["operation"] == "orders.create"
     assert not routes[("POST", "api/token/")]["protected"] and not routes[("POST", "api/token/refresh/")]["protected"]
+    assert not routes[("POST", REORDER)]["protected"]  # the router's extra action, left without a key
     assert not any(path.startswith(("accounts/", "admin/")) for _, path in routes)
     shop.block("dashboard_static")
     shop.create_user("carol")
@@ -176,6 +162,29 @@ def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_v
                                headers={"Idempotency-Key": "anon-1"}).status_code == 401
             closed = client.get("/ops/")
             assert closed.status_code == 302 and closed.headers["location"] == "/accounts/login/?next=/ops/"
+
+            # Carol's reorder, her retry of it and another reorder: the unprotected action ran
+            # three times, and the observer counts the retry as the one would-be duplicate.
+            reorder = f"/api/orders/{first.json()['id']}/reorder/"
+            for quantity in (2, 2, 3):
+                assert client.post(reorder, json={"quantity": quantity}, headers=carol).status_code == 201
+
+        # The flushers write in gunicorn's workers, each every 2 s: wait for the reorders' three
+        # notes and the two logins'.
+        def noted() -> dict | None:
+            found = shop.coverage()
+            return found if (found[("POST", REORDER)]["requests"], found[("POST", "api/token/")]["requests"]) == (3, 2) \
+                else None
+
+        routes = until(noted, "the observer's notes of the reorders and logins", within=60, every=0.5)
+        assert routes[("POST", REORDER)]["duplicates"] == 1
+        # Carol's and Dave's logins are other bodies; the orders route, whose replay is the
+        # receipt's, is not noted at all.
+        assert routes[("POST", "api/token/")]["duplicates"] == 0
+        noted_routes = shop.manage("shell", "--no-imports", "-c", (
+            "import json; from receipts.models import ObservedRequest; "
+            "print(json.dumps(sorted(set(ObservedRequest.objects.values_list('route', flat=True)))))"))
+        assert json.loads(noted_routes.strip().splitlines()[-1]) == [REORDER, "api/token/"]
 
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         static: dict[str, int] = {}

@@ -1,5 +1,6 @@
 from django.db import transaction
 from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from orders.models import Order
@@ -25,3 +26,10 @@ class OrderViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             enqueue("email.send", {"to": [request.user.email], "subject": f"Order {order.pk}",
                                    "body": "Thank you for your order."}, f"order-{order.pk}-mail")
         return Response(serializer.data, status=201)
+
+    @action(detail=True, methods=["post"])
+    def reorder(self, request, pk=None):
+        # No key: a retried reorder places another order.
+        order = self.get_object()
+        again = Order.objects.create(owner=request.user, sku=order.sku, quantity=request.data.get("quantity", 1))
+        return Response(self.get_serializer(again).data, status=201)
