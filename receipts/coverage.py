@@ -105,24 +105,33 @@ def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
     return counted
 
 
-def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (method, route): the requests noted since `since` and, of them, the would-be
-    duplicates (the same fingerprint on the route within the window before) and the skipped."""
+def noted(since: datetime, now: datetime | None = None) -> Iterator[dict[str, Any]]:
+    """Each request noted in [since, now], oldest first: its `method`, `route` and `at`, whether
+    it was `skipped` (not fingerprinted), and whether it was a would-be `duplicate` (the same
+    fingerprint on the route within the window before). One query; every figure of the
+    unprotected routes is counted from it."""
     window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
     now = now or timezone.now()
     # The window's look-back reaches before `since`: a request just after it may repeat one before.
-    noted = _with_previous(ObservedRequest.objects.filter(at__gte=since - window, at__lte=now)).values(
-        "method", "route", "at", "previous", "fingerprint", "skipped").iterator()
-    found: dict[tuple[str, str], dict[str, int]] = {}
-    for row in noted:
+    rows = _with_previous(ObservedRequest.objects.filter(at__gte=since - window, at__lte=now)).values(
+        "method", "route", "at", "previous", "fingerprint", "skipped").order_by("at", "id").iterator()
+    for row in rows:
         if row["at"] < since:
             continue
+        duplicate = not row["skipped"] and row["previous"] is not None and row["at"] - row["previous"] <= window
+        yield {"method": row["method"], "route": row["route"], "at": row["at"], "skipped": bool(row["skipped"]),
+               "duplicate": duplicate}
+
+
+def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (method, route): the requests noted since `since` and, of them, the would-be
+    duplicates and the skipped (`noted`)."""
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for row in noted(since, now):
         counted = found.setdefault((row["method"], row["route"]), {"requests": 0, "duplicates": 0, "skipped": 0})
         counted["requests"] += 1
-        if row["skipped"]:
-            counted["skipped"] += 1
-        elif row["previous"] is not None and row["at"] - row["previous"] <= window:
-            counted["duplicates"] += 1
+        counted["skipped"] += row["skipped"]
+        counted["duplicates"] += row["duplicate"]
     return found
 
 

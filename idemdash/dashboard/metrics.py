@@ -54,6 +54,11 @@ HELP: dict[str, str] = {
     "idemdash_outbox_oldest_pending_age_seconds": "Age of the oldest waiting outbox message; 0 when nothing waits.",
     "idemdash_outbox_messages_stuck": "Outbox messages in flight past their lease right now.",
     "idemdash_outbox_messages_dead": "Outbox messages dead (permanent error or out of attempts) right now.",
+    "idemdash_unprotected_requests_last_hour": "Write requests to routes nothing protects that the observer noted "
+    "in the last hour (unprotected.requests of /api/v1/stats?window=1h).",
+    "idemdash_unprotected_duplicates_last_hour": "Would-be duplicates on routes nothing protects in the last hour: "
+    "requests that repeated one of their caller's within the observer's window and ran again "
+    "(unprotected.duplicates of /api/v1/stats?window=1h).",
 }
 
 CLAIM_OUTCOMES = frozenset(Attempt.CLAIM_OUTCOMES)
@@ -125,6 +130,9 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
 
     backlog = queries.outbox_backlog()
     oldest = backlog["oldest"]
+    # The observer keeps its notes a day (no roll-up outlives them), so no counter can be
+    # carried: the last hour's figures, as the stats document has them, are gauges.
+    unprotected = queries.unprotected_stats(queries.WINDOWS["1h"], now)
     gauges = {
         "idemdash_receipts_stuck": queries.stuck_receipts(now).count(),
         "idemdash_receipts_failed": queries.failed_receipts().count(),
@@ -134,6 +142,8 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
         "idemdash_outbox_oldest_pending_age_seconds": max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
         "idemdash_outbox_messages_stuck": queries.stuck_messages(now).count(),
         "idemdash_outbox_messages_dead": OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD).count(),
+        "idemdash_unprotected_requests_last_hour": unprotected["requests"],
+        "idemdash_unprotected_duplicates_last_hour": unprotected["duplicates"],
     }
     for name, value in gauges.items():
         found[name].append(({}, value))
