@@ -31,6 +31,8 @@ ANY = "any"
 # Views of these packages are the product's and Django's own (the dashboard, the admin, the
 # JSON API): listed with `everything=True` only.
 OWN_PACKAGES = ("django.", "idemdash.", "receipts.", "webhooks.", "rest_framework.", "ninja.")
+# The demo's and the bench's views (never in the wheel) stand for a host's: listed and observed.
+HOST_STAND_INS = "idemdash.devtools."
 DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attempt.CONCURRENT_OUTCOMES)
 
 
@@ -65,7 +67,7 @@ def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Rout
             if (route.method, route.path) in seen:
                 continue
             seen.add((route.method, route.path))
-            if everything or route.protected_by or not route.view.startswith(OWN_PACKAGES):
+            if everything or route.protected_by or not _own(route.view):
                 found.append(route)
     return found
 
@@ -78,8 +80,12 @@ def takes_unprotected(callback: Any, method: str) -> bool:
         return False
     for route in _routes_of("", "", callback):
         if route.method in (method, ANY):
-            return not route.protected and not route.view.startswith(OWN_PACKAGES)
+            return not route.protected and not _own(route.view)
     return False  # a method the view does not take: it answers 405 and writes nothing
+
+
+def _own(view: str) -> bool:
+    return view.startswith(OWN_PACKAGES) and not view.startswith(HOST_STAND_INS)
 
 
 def unprotected(found: list[Route], patterns: list[str]) -> list[Route]:
