@@ -25,6 +25,7 @@ class Metric(models.TextChoices):
     DEAD_OUTBOX_MESSAGES = "dead_outbox_messages", "Dead outbox messages"
     OUTBOX_BACKLOG_AGE = "outbox_backlog_age", "Outbox backlog age (seconds)"
     REJECTED_DELIVERIES = "rejected_deliveries", "Rejected webhook deliveries (signature and format)"
+    UNPROTECTED_DUPLICATES = "unprotected_duplicates", "Would-be duplicates on unprotected routes"
 
 
 class Channel(models.TextChoices):

@@ -60,6 +60,7 @@ CAUSE_PAGES: dict[str, str] = {
     Metric.DEAD_OUTBOX_MESSAGES: "dashboard:outbox?status=dead",
     Metric.OUTBOX_BACKLOG_AGE: "dashboard:outbox?status=waiting",
     Metric.REJECTED_DELIVERIES: "dashboard:rejected",
+    Metric.UNPROTECTED_DUPLICATES: "dashboard:coverage",
 }
 
 
@@ -69,7 +70,7 @@ CAUSE_PAGES: dict[str, str] = {
 class Measurements:
     """The figures of one evaluation, all at the same instant. Rules sharing a metric and
     a window share one measurement, and one block of the dashboard's figures for a window
-    (queries.receipt_stats, webhook_stats, outbox_stats) serves every metric taken from it,
+    (queries.receipt_stats, webhook_stats, outbox_stats, unprotected_stats) serves every metric taken from it,
     so an alert means exactly what the tile of the same name shows."""
 
     def __init__(self, now: datetime) -> None:
@@ -153,6 +154,12 @@ def rejected_deliveries(m: Measurements, span: timedelta) -> int:
     return m.block(queries.webhook_stats, span)["rejected"]
 
 
+def unprotected_duplicates(m: Measurements, span: timedelta) -> int:
+    """Requests to routes nothing protects that repeated one of their caller's within the
+    observer's window, and ran again; protecting the route (the Coverage page names it) clears it."""
+    return m.block(queries.unprotected_stats, span)["duplicates"]
+
+
 # Where each figure comes from: the dashboard's own blocks and stuck queries, except the
 # two it has no tile for (keys failing repeatedly, and the backlog age counting messages
 # in flight too).
@@ -166,6 +173,7 @@ METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
     Metric.DEAD_OUTBOX_MESSAGES: dead_outbox_messages,
     Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
     Metric.REJECTED_DELIVERIES: rejected_deliveries,
+    Metric.UNPROTECTED_DUPLICATES: unprotected_duplicates,
 }
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 

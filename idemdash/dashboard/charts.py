@@ -151,6 +151,17 @@ def traffic_chart(series: Rows, window: str) -> dict[str, Any]:
     ], f"No claim requests in the last {window}", notes=[f"{r['requests']} requests" for r in series])
 
 
+def unprotected_chart(series: Rows, window: str) -> dict[str, Any]:
+    """Write requests to routes nothing protects per bucket, stacked: those that repeated no
+    earlier one and the would-be duplicates, which ran their side effect again
+    (`queries.unprotected_series`). The stack's height is every noted request."""
+    return _bar_chart(series, "Unprotected write requests", "requests", [
+        ([r["requests"] - r["duplicates"] for r in series], "not a repeat", INK),
+        ([r["duplicates"] for r in series], "would-be duplicates (ran again)", RED),
+    ], f"No write requests to unprotected routes in the last {window}",
+        notes=[f"{r['requests']} requests" for r in series])
+
+
 def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
     """Share of claim requests that did not run (replay, 409 or waited, 422) per bucket, in percent.
     A bucket without requests has no rate (a gap). The bucket in progress is not on the

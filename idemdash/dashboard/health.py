@@ -142,6 +142,7 @@ TILE_CHECKS: dict[str, str] = {
     "outbox.oldest_pending_age_seconds": "outbox.backlog_age",
     "outbox.dead": "outbox.dead",
     "outbox.stuck": "outbox.stuck",
+    "unprotected.duplicates": "unprotected.duplicates",
 }
 
 

@@ -54,6 +54,9 @@ HELP: dict[str, str] = {
     "idemdash_outbox_oldest_pending_age_seconds": "Age of the oldest waiting outbox message; 0 when nothing waits.",
     "idemdash_outbox_messages_stuck": "Outbox messages in flight past their lease right now.",
     "idemdash_outbox_messages_dead": "Outbox messages dead (permanent error or out of attempts) right now.",
+    "idemdash_unprotected_requests_total": "Write requests to routes nothing protects, as the observer noted them, "
+    "by kind: first, duplicate (a would-be duplicate: the same caller's same request within the observer's "
+    "window, which ran again) or skipped (not fingerprinted).",
 }
 
 CLAIM_OUTCOMES = frozenset(Attempt.CLAIM_OUTCOMES)
@@ -93,6 +96,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "idemdash_webhook_deliveries_total": ("kind", "payload_matches"),
     "idemdash_webhook_deliveries_rejected_total": ("reason",),
     "idemdash_outbox_attempts_total": ("outcome",),
+    "idemdash_unprotected_requests_total": ("kind",),
 }
 
 
@@ -122,6 +126,11 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
     found["idemdash_outbox_messages_enqueued_total"].append(({}, sum(outbox_rollups.ENQUEUED.totals(now).values())))
     for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):
         found["idemdash_outbox_attempts_total"].append(({"outcome": outcome}, n))
+    kinds: dict[str, int] = dict.fromkeys(("first", "duplicate", "skipped"), 0)
+    for (_method, _route, kind), n in receipt_rollups.OBSERVED.totals(now).items():
+        kinds[kind] += n  # by kind alone: a route's label would grow with the host's URLconf
+    for kind, n in kinds.items():
+        found["idemdash_unprotected_requests_total"].append(({"kind": kind}, n))
 
     backlog = queries.outbox_backlog()
     oldest = backlog["oldest"]

@@ -132,11 +132,23 @@ OUTBOX_FIELDS: dict[str, str] = {
     "next drain claims them again.",
 }
 
+UNPROTECTED_FIELDS: dict[str, str] = {
+    "requests": "Write requests (POST, PUT, PATCH, DELETE) to routes nothing protects, as the observer "
+    "noted them in the window (receipts/observe.py; docs/coverage.md), from their hourly roll-up and "
+    "the notes after it.",
+    "duplicates": "Would-be duplicates: of those requests, the ones whose caller had sent the same request "
+    "(method, path, canonical body) to the same route within RECEIPTS_OBSERVE_WINDOW_SECONDS (600) before. "
+    "Each ran its side effect again, where a receipt would have replayed it.",
+    "duplicate_rate": "duplicates / requests; 0 when there were no requests. A fraction between 0 and 1, "
+    "rounded to 4 decimals.",
+}
+
 # block -> field -> definition, for every block of `overview_stats`.
 FIELD_DOCS: dict[str, dict[str, str]] = {
     "receipts": RECEIPT_FIELDS,
     "webhooks": WEBHOOK_FIELDS,
     "outbox": OUTBOX_FIELDS,
+    "unprotected": UNPROTECTED_FIELDS,
 }
 
 
@@ -246,7 +258,9 @@ def unprotected_stats(window: Window, now: datetime | None = None) -> dict[str, 
     (receipts/observe.py), and the would-be duplicates among them, over the window."""
     now = now or timezone.now()
     noted = coverage.unprotected_counts(window_start(window, now), now).values()
-    return {"requests": sum(n["requests"] for n in noted), "duplicates": sum(n["duplicates"] for n in noted)}
+    requests, duplicates = sum(n["requests"] for n in noted), sum(n["duplicates"] for n in noted)
+    return {"requests": requests, "duplicates": duplicates,
+            "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0}
 
 
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
@@ -288,6 +302,7 @@ def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any
         "receipts": receipt_stats(window, now),
         "webhooks": webhook_stats(window, now),
         "outbox": outbox_stats(window, now),
+        "unprotected": unprotected_stats(window, now),
     }
 
 
@@ -367,6 +382,21 @@ def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
         .annotate(n=Count("*"))  # not COUNT(id): the time indexes do not hold the id
         .order_by()
     )
+
+
+def unprotected_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Write requests to unprotected routes (`requests`) and the would-be duplicates among
+    them (`duplicates`) per bucket, every bucket present, oldest first: the observer's roll-up
+    (receipts.rollup.OBSERVED) folded into the window's buckets, so they add up to `unprotected_stats`."""
+    now = now or timezone.now()
+    buckets = _empty_buckets(window, now, ["requests", "duplicates"])
+    rows = _bucket_counts(rollup.OBSERVED, window, window_start(window, now), now)
+    for t, _method, _route, kind, n in rows:
+        bucket = buckets.get(_floor(t, window.bucket))
+        if bucket is not None:
+            bucket["requests"] += n
+            bucket["duplicates"] += n if kind == "duplicate" else 0
+    return list(buckets.values())
 
 
 # Operator releases of stuck webhook events and outbox messages, as the audit log names them.

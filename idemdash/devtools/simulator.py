@@ -57,12 +57,16 @@ DECK: dict[str, int] = {
     "outbox_post": 3,
     "outbox_invoice": 1,
     "outbox_email": 1,
+    "unprotected_refund": 1,
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
 # The kinds that stage a fault for an operator to repair (hung agents, refunds whose demo
-# handler fails while its switch is on): `Config.staged_faults=False` (`simulate --healthy`)
-# deals none of them, and the partner's 403 is off, so the overview shows all clear.
-STAGED_KINDS = frozenset({"agent_stall", "shopify_refund"})
+# handler fails while its switch is on, a refund retried where nothing protects it):
+# `Config.staged_faults=False` (`simulate --healthy`) deals none of them, and the partner's
+# 403 is off, so the overview shows all clear.
+STAGED_KINDS = frozenset({"agent_stall", "shopify_refund", "unprotected_refund"})
+# The demo shop's refund route, which nothing protects (idemdash/devtools/shop.py).
+REFUND_PATH = "/demo/shop/refunds/"
 
 
 def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None = None, **extra: Any) -> dict:
@@ -418,6 +422,8 @@ class Simulator:
             f"outbox: {t['outbox.enqueued']} enqueued ({t['outbox.again']} again by key); receiver: "
             f"{r['posts']} posts, {r['refused']} x 503, {r['forbidden']} x 403, {r['slow']} slow, {r['repeats']} repeats"
         )
+        if t["shop.refunds"]:
+            parts.append(f"shop: {t['shop.refunds']} refunds posted to {REFUND_PATH}, {t['shop.twice']} retried and refunded twice")
         if t["errors"] or t["busy"]:
             parts.append(f"{t['errors']} errors, {t['busy']} times all {self.config.max_in_flight} actions in flight (server busy)")
         return " | ".join(parts)
@@ -863,6 +869,28 @@ class Simulator:
         self._shopify_send(json.dumps(refund).encode(), headers)
         self.count("webhook.refunds")
         self.say("shopify_refund", f"shopify: refunds/create for order {order.get('name')} ({amount} EUR)")
+
+    # --- the demo shop: a write route nothing protects ---------------------------------------
+
+    def _refund(self, body: dict[str, Any]) -> str:
+        reply = self.http.post(REFUND_PATH, json=body, headers={"Authorization": f"Bearer {self.config.token}"})
+        reply.raise_for_status()
+        self.count("shop.refunds")
+        return reply.json()["refund"]
+
+    def _unprotected_refund(self, n: int, rng: random.Random) -> None:
+        """A refund whose client timed out and retried it: the route has no key, so the retry
+        refunds again, and the observer counts it as a would-be duplicate."""
+        body = {"order": n, "amount": rng.choice([500, 1200, 4200]), "currency": "eur"}
+        first = self._refund(body)
+
+        def retry() -> None:
+            again = self._refund(body)
+            self.count("shop.twice")
+            self.say("unprotected_refund", f"shop: refund of order {n} retried after a client timeout on {REFUND_PATH}, "
+                                           f"which nothing protects -> refunded twice ({first}, {again})")
+
+        self.later(rng.uniform(1, 5), f"refund retry {n}", retry)
 
     # --- outbox -----------------------------------------------------------------------------
 

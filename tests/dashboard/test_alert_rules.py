@@ -182,6 +182,15 @@ def test_a_duplicate_rate_rule_is_typed_and_shown_in_percent(operator_client):
     assert 'name="threshold" value="20.0"' in form or 'name="threshold" value="20"' in form
 
 
+def test_the_form_offers_unprotected_duplicates_and_a_rule_on_them_reads_as_a_count(operator_client):
+    form = operator_client.get("/alerts/rules/new/").content.decode()
+    assert '<option value="unprotected_duplicates">Would-be duplicates on unprotected routes</option>' in form
+    response = operator_client.post("/alerts/rules/new/", {**VALID, "metric": "unprotected_duplicates", "window": "24h"})
+    assert response.status_code == 302
+    html = operator_client.get("/alerts/rules/").content.decode()
+    assert "Would-be duplicates on unprotected routes &gt; 0 over 24h" in html
+
+
 # --- mail that is not delivered ---------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """The Coverage page in a real browser (Chromium through Playwright), beside a host's write
-routes: the unprotected first, a protected one with its operation's figures. The screenshot
-(var/screenshots/coverage.png) is for a human to look at."""
+routes: the overview's would-be duplicates tile leads to it, and it lists the unprotected first,
+a protected one with its operation's figures. The screenshots (var/screenshots/coverage.png,
+tile-unprotected.png) are for a human to look at."""
 
 from __future__ import annotations
 
@@ -21,8 +22,14 @@ def test_the_coverage_page_shows_what_nothing_protects_first(operator_page, live
         client.post("/shop/orders/7/refund/", '{"amount": 500}', content_type="application/json")
     observe.flush()
     page = operator_page
-    page.goto(live_server.url + "/")
-    page.get_by_role("link", name="Coverage").click()
+    page.goto(live_server.url + "/?window=1h")
+    tile = page.locator('[data-figure="unprotected.duplicates"]')
+    assert tile.locator(".tile-value").inner_text() == "1"
+    assert "50% of 2 write requests to routes nothing protects" in tile.locator(".tile-note").inner_text()
+    assert page.locator("#chart-unprotected .main-svg").count() >= 1  # Plotly drew the chart
+    tile.screenshot(path=SHOTS / "tile-unprotected.png")
+    page.screenshot(path=SHOTS / "overview-unprotected.png", full_page=True)
+    tile.click()
     page.wait_for_url("**/coverage/")
     rows = page.locator("tbody tr")
     assert rows.first.get_attribute("data-protected") == "no"

@@ -49,6 +49,20 @@ def test_an_unprotected_route_shows_the_requests_and_would_be_duplicates_noted(v
     assert "<code>/notes/</code>" in recent and "user:" in recent
 
 
+def test_the_unprotected_routes_come_most_duplicated_first(viewer_client):
+    # In URLconf order the refund comes before the notes; the notes are repeated more.
+    for _ in range(2):
+        viewer_client.post("/shop/orders/7/refund/", '{"amount": 500}', content_type="application/json")
+    for _ in range(3):
+        viewer_client.post("/notes/", "{}", content_type="application/json")
+    observe.flush()
+    html = viewer_client.get("/coverage/").content.decode()
+    unprotected = re.findall(r'<tr data-protected="no">.*?</tr>', html, re.S)
+    duplicates = [int(re.findall(r'<td class="num[^"]*">([^<]+)</td>', row)[1]) for row in unprotected]
+    assert duplicates == sorted(duplicates, reverse=True) and duplicates[:2] == [2, 1]
+    assert "<code>/notes/</code>" in unprotected[0] and "/refund/" in unprotected[1]
+
+
 def test_it_needs_a_login(client):
     response = client.get("/coverage/")
     assert response.status_code == 302 and "/login/" in response["Location"]

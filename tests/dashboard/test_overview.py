@@ -4,6 +4,11 @@ import re
 
 import pytest
 
+from datetime import timedelta
+
+from django.utils import timezone
+
+from receipts.models import ObservedRequest
 from tests.dashboard.build import completed
 
 pytestmark = pytest.mark.django_db
@@ -15,9 +20,25 @@ def test_the_overview_shows_tiles_charts_and_loads_plotly_once(viewer_client):
     html = response.content.decode()
     assert response.status_code == 200
     assert html.count("/static/vendor/plotly.min.js") == 1
-    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 8
+    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 9
     assert 'data-figure="receipts.requests"' in html
+    assert 'data-chart="chart-unprotected-data"' in html
     assert 'hx-trigger="every 15s' in html
+
+
+def test_the_would_be_duplicates_tile_counts_them_says_their_share_and_links_to_coverage(viewer_client, settings):
+    settings.RECEIPTS_OBSERVE_WINDOW_SECONDS = 600
+    now = timezone.now()
+    for minutes, fingerprint in ((30, "a"), (29, "a"), (20, "b"), (19, "c")):
+        ObservedRequest.objects.create(method="POST", route="notes/", caller="anonymous", fingerprint=fingerprint,
+                                       at=now - timedelta(minutes=minutes))
+    html = viewer_client.get("/?window=1h").content.decode()
+    tile = re.search(r'<a class="tile[^"]*" data-figure="unprotected.duplicates".*?</a>', html, re.S).group(0)
+    assert 'href="/coverage/"' in tile and 'class="tile-label">Would-be duplicates<' in tile
+    assert '<span class="tile-value">1</span>' in tile
+    assert ('25% of <span data-figure="unprotected.requests">4</span> write requests to routes nothing protects: '
+            "the same caller sent the same request within 10 min, and it ran again") in tile
+    assert 'data-health="' in tile  # coloured by the health check unprotected.duplicates
 
 
 @pytest.mark.parametrize("window", ["1h", "24h", "7d", "30d"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html as html_lib
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import time_machine
@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from idemdash.core import rollup
 from idemdash.core.clients import create_token
-from receipts.models import AttemptHourly
+from receipts.models import AttemptHourly, ObservedRequest
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver
@@ -29,12 +29,31 @@ NOW = datetime(2026, 3, 10, 12, 2, 30, tzinfo=timezone.utc)
 WINDOWS = ["1h", "24h", "7d", "30d"]
 
 
+# The observer's notes of write requests to unprotected routes (receipts/observe.py), by
+# minutes before NOW and fingerprint: a repeat within its 10-minute window is a would-be duplicate.
+NOTES = [(10, "r1"), (9, "r1"), (8, "r2"), (180, "r3"), (178, "r3"), (30 * 60, "r4")]
+EXPECTED_UNPROTECTED = {
+    "1h": {"requests": 3, "duplicates": 1, "duplicate_rate": 0.3333},
+    "24h": {"requests": 5, "duplicates": 2, "duplicate_rate": 0.4},
+    "7d": {"requests": 6, "duplicates": 2, "duplicate_rate": 0.3333},
+    "30d": {"requests": 6, "duplicates": 2, "duplicate_rate": 0.3333},
+}
+
+
+def noted_traffic(now: datetime) -> None:
+    ObservedRequest.objects.bulk_create(
+        ObservedRequest(method="POST", route="shop/refunds/", caller="anonymous", fingerprint=fp,
+                        at=now - timedelta(minutes=minutes))
+        for minutes, fp in NOTES)
+
+
 @pytest.fixture(params=["log only", "rolled up"])
 def traffic(request, settings, outbox_may_post_locally):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1  # a failing handler's event dies on its first attempt
     settings.OUTBOX_BACKOFF_BASE_SECONDS = settings.OUTBOX_BACKOFF_CAP_SECONDS = 10**7  # a retry waits for months
     settings.STRIPE_WEBHOOK_SECRET = ""
     known_traffic(NOW)
+    noted_traffic(NOW)
     try:
         with running_receiver(outbox_receiver_policy) as receiver:
             known_flow_traffic(NOW, receiver.url)
@@ -50,7 +69,8 @@ def traffic(request, settings, outbox_may_post_locally):
 
 
 def expected_document(window: str) -> dict:
-    return {"window": window, "receipts": EXPECTED_STATS[window], **EXPECTED_FLOW[window]}
+    return {"window": window, "receipts": EXPECTED_STATS[window], **EXPECTED_FLOW[window],
+            "unprotected": EXPECTED_UNPROTECTED[window]}
 
 
 # Each window is read from the same traffic in one test: building it is most of a test's time.
@@ -84,7 +104,7 @@ def assert_tiles_show_the_figures(viewer_client, window: str) -> None:
                       "failed", "stuck"}
     assert set(shown) == {f"receipts.{n}" for n in receipts_shown} | {
         f"{block}.{field}" for block in ("webhooks", "outbox") for field in document[block]
-    }
+    } | {"unprotected.duplicates", "unprotected.requests"}
     for name, value in shown.items():
         block, field = name.split(".")
         assert float(value) == document[block][field], (window, name)
@@ -92,6 +112,9 @@ def assert_tiles_show_the_figures(viewer_client, window: str) -> None:
     assert f"{expected['claimed']} ran · {expected['replayed']} replayed" in html
     pct = f"{expected['duplicate_rate'] * 100:.2f}".rstrip("0").rstrip(".") + "%"
     assert f">{pct}<" in html
+    unprotected = EXPECTED_UNPROTECTED[window]
+    share = f"{unprotected['duplicate_rate'] * 100:.2f}".rstrip("0").rstrip(".") + "%"
+    assert f'{share} of <span data-figure="unprotected.requests">{unprotected["requests"]}</span> write requests' in html
 
 
 def test_metrics_agree_with_the_figures_of_a_window_that_holds_all_the_traffic(traffic, viewer_client):
@@ -141,6 +164,9 @@ def test_metrics_agree_with_the_figures_of_a_window_that_holds_all_the_traffic(t
     assert total("idemdash_webhook_events_dead") == webhooks["dead"]
     assert total("idemdash_outbox_messages_dead") == outbox["dead"]
     assert total("idemdash_receipts_failed") == receipts["failed"] + 1
+    # The observer's notes, every one ever (all within 30 days), by kind.
+    assert total("idemdash_unprotected_requests_total") == EXPECTED_UNPROTECTED["30d"]["requests"]
+    assert total("idemdash_unprotected_requests_total", kind="duplicate") == EXPECTED_UNPROTECTED["30d"]["duplicates"]
 
 
 def test_an_api_token_may_read_the_json_and_the_metrics(traffic, client):

@@ -1,5 +1,5 @@
-"""The devtools settings are the production settings plus the devtools app, and the bench's
-are those plus the bench's own knobs: `make demo` and `make bench` run the production stack.
+"""The devtools settings are the production settings plus the devtools app and its URLconf,
+and the bench's are those plus the bench's own knobs: `make demo` and `make bench` run the production stack.
 Each settings module is loaded in a subprocess of its own, as loading one changes shared
 dictionaries of the other (the bench's LOGGING and DATABASES)."""
 
@@ -49,9 +49,9 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
     return {name for name in a["names"].keys() | b["names"].keys() if a["names"].get(name) != b["names"].get(name)}
 
 
-def test_the_devtools_settings_are_productions_plus_the_devtools_app_only():
+def test_the_devtools_settings_are_productions_plus_the_devtools_app_and_urls_only():
     production, devtools = load("idemdash.settings"), load("idemdash.devtools.settings")
-    assert differences(production, devtools) == {"INSTALLED_APPS"}
+    assert differences(production, devtools) == {"INSTALLED_APPS", "ROOT_URLCONF"}
     assert devtools["apps"] == [*production["apps"], "idemdash.devtools"]
 
 

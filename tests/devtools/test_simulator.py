@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from idemdash.devtools import simulator
 from idemdash.devtools.simulator import Config, LocalOnlyTransport, NotLocal, Receiver, Simulator
-from receipts import store
+from receipts import coverage, observe, store
 from idemdash.core.clients import create_token
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
@@ -165,6 +167,10 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
     assert WebhookEvent.objects.filter(provider="shopify", event_type="refunds/create").exists()
     # Hung agents, once nobody released their keys in time, took them over and completed.
     assert tally["hung"] >= 2 and tally["came_back"] == 0
+    # The refunds retried where nothing protects them, as the observer counted them.
+    observe.flush()
+    noted = coverage.unprotected_counts(timezone.now() - timedelta(hours=1))[("POST", "demo/shop/refunds/")]
+    assert noted["duplicates"] == tally["shop.twice"] == 2 and noted["requests"] == tally["shop.refunds"] == 4
     assert not Receipt.objects.filter(status="processing").exists()
 
     # Every request went to the live server; the receiver is called by the drain, not by the simulator.
@@ -265,5 +271,5 @@ def test_a_seed_deals_the_same_traffic_and_every_round_has_the_demos_breakages()
     first = _dealt(11, rounds)
     assert first == _dealt(11, rounds)
     assert first != _dealt(12, rounds)
-    for kind in ("agent_stall", "shopify_refund", "outbox_invoice"):
+    for kind in ("agent_stall", "shopify_refund", "outbox_invoice", "unprotected_refund"):
         assert first.count(kind) == 3 * simulator.DECK[kind], kind

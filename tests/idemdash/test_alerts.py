@@ -16,7 +16,7 @@ from idemdash.dashboard import alert_rules, alerts
 from idemdash.dashboard.models import Alert, AlertRule
 from idemdash.core.schedules import declared_schedules
 from idemdash.dashboard.tasks import evaluate_alerts
-from receipts import store
+from receipts import observe, store
 from idemdash.core.models import AuditEntry
 from receipts.outbox import store as outbox
 from receipts.outbox.drain import drain
@@ -176,6 +176,23 @@ def test_rejected_deliveries_counts_verification_failures_in_the_window():
     assert measure(Metric.REJECTED_DELIVERIES, 1440, now) == 2
 
 
+@pytest.mark.django_db
+@pytest.mark.urls("tests.dashboard.coverage_urls")
+def test_a_rule_on_unprotected_duplicates_fires_once_a_request_is_repeated_and_not_before(client):
+    r = rule(Metric.UNPROTECTED_DUPLICATES, 0)
+    client.post("/notes/", '{"text": "hi"}', content_type="application/json")
+    client.post("/notes/", '{"text": "other"}', content_type="application/json")  # another request: no repeat
+    observe.flush()
+    quiet = alerts.evaluate()
+    assert (quiet.fired, quiet.values) == ([], {r.name: 0.0})
+    client.post("/notes/", '{"text": "hi"}', content_type="application/json")  # the first, again: it ran again
+    observe.flush()
+    result = alerts.evaluate()
+    alert = Alert.objects.get()
+    assert result.fired == [alert.pk] and alert.value == 1.0
+    assert "Would-be duplicates on unprotected routes is 1 (> 0 over 1h)" in OutboxMessage.objects.get().payload["subject"]
+
+
 def test_every_metric_has_a_function():
     assert set(alerts.METRICS) == set(Metric.values)
 
@@ -312,7 +329,7 @@ def test_a_figure_is_formatted_as_its_tile_formats_it(metric, value, text):
 @pytest.mark.parametrize("metric, path", [
     (Metric.MISMATCH_CONFLICTS, "/receipts/?conflict=422"), (Metric.STUCK_ROWS, "/stuck/"),
     (Metric.DEAD_WEBHOOK_EVENTS, "/events/?status=dead"), (Metric.OUTBOX_BACKLOG_AGE, "/outbox/?status=waiting"),
-    (Metric.DUPLICATE_RATE, "/?window=24h"),
+    (Metric.DUPLICATE_RATE, "/?window=24h"), (Metric.UNPROTECTED_DUPLICATES, "/coverage/"),
 ])
 def test_a_notification_links_to_the_filtered_page_that_shows_the_cause(settings, metric, path):
     settings.IDEMDASH_BASE_URL = "https://ops.example.com"

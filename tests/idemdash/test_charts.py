@@ -26,10 +26,16 @@ def flow(i: int, partial: bool = False, **counts: int) -> dict:
     return {"start": start, "end": start + BUCKET, "partial": partial, **{n: counts.get(n, 0) for n in names}}
 
 
+def noted(i: int, partial: bool = False, requests: int = 0, duplicates: int = 0) -> dict:
+    start = T0 + i * BUCKET
+    return {"start": start, "end": start + BUCKET, "partial": partial, "requests": requests, "duplicates": duplicates}
+
+
 SERIES = [row(0, claimed=3, replayed=1), row(1), row(2, claimed=1, in_progress=2, mismatch=1, lease_takeover=1, released=2),
           row(3, partial=True, claimed=1, replayed=1)]
 FLOW = [flow(0, deliveries=3, events=2, enqueued=4, sent=3), flow(1), flow(2, died=1, stale=1, events_released=1),
         flow(3, partial=True, deliveries=1, events=1)]
+UNPROTECTED = [noted(0, requests=4, duplicates=1), noted(1), noted(2, requests=2, duplicates=2), noted(3, partial=True, requests=1)]
 
 
 def traces(fig: dict) -> dict[str, dict]:
@@ -38,7 +44,8 @@ def traces(fig: dict) -> dict[str, dict]:
 
 def test_counts_are_bars_with_the_bucket_width_in_the_title_and_the_axis():
     for fig in (charts.traffic_chart(SERIES, "1h"), charts.conflicts_chart(SERIES, "1h"),
-                charts.stuck_chart(SERIES, FLOW, "1h"), charts.webhook_chart(FLOW, "1h"), charts.outbox_chart(FLOW, "1h")):
+                charts.stuck_chart(SERIES, FLOW, "1h"), charts.webhook_chart(FLOW, "1h"), charts.outbox_chart(FLOW, "1h"),
+                charts.unprotected_chart(UNPROTECTED, "1h")):
         kinds = {t["type"] for t in fig["data"] if t["name"] != "bucket"}
         assert kinds == {"bar"}, fig["layout"]["title"]["text"]
         assert "per 5 min" in fig["layout"]["title"]["subtitle"]["text"]
@@ -67,6 +74,14 @@ def test_traffic_stacks_what_ran_on_the_duplicates_that_did_not():
 def test_webhooks_stack_new_events_on_redeliveries():
     fig = charts.webhook_chart(FLOW, "1h")
     assert traces(fig)["unique events"]["y"] == [2, 0, 0, 1] and traces(fig)["redeliveries"]["y"] == [1, 0, 0, 0]
+
+
+def test_unprotected_requests_stack_the_would_be_duplicates_on_those_that_repeated_none():
+    fig = charts.unprotected_chart(UNPROTECTED, "1h")
+    assert traces(fig)["not a repeat"]["y"] == [3, 0, 0, 1]
+    assert traces(fig)["would-be duplicates (ran again)"]["y"] == [1, 0, 2, 0]
+    assert fig["layout"]["barmode"] == "stack" and fig["layout"]["title"]["text"] == "Unprotected write requests"
+    assert traces(fig)["bucket"]["customdata"][0] == "09:00–09:05 UTC · 4 requests"
 
 
 def test_the_bucket_in_progress_is_hatched_and_lighter_and_says_so_on_hover():
@@ -120,6 +135,7 @@ def test_an_empty_chart_says_why_on_the_chart():
         "No stuck lease recovered in the last 24h": charts.stuck_chart(quiet, quiet_flow, "24h"),
         "No webhook deliveries in the last 24h": charts.webhook_chart(quiet_flow, "24h"),
         "No outbox messages enqueued or sent in the last 24h": charts.outbox_chart(quiet_flow, "24h"),
+        "No write requests to unprotected routes in the last 24h": charts.unprotected_chart([noted(0), noted(1, True)], "24h"),
     }
     for reason, fig in cases.items():
         assert fig["empty"] == reason.strip()

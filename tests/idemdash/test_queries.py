@@ -8,7 +8,7 @@ import time_machine
 from idemdash.dashboard import queries
 from idemdash.core import rollup as core_rollup
 from receipts import rollup, store
-from receipts.models import Attempt, AttemptHourly
+from receipts.models import Attempt, AttemptHourly, ObservedRequest
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 
 pytestmark = pytest.mark.django_db
@@ -25,10 +25,10 @@ def test_receipt_stats_match_known_traffic_in_every_window(name):
 def test_the_overview_document_has_the_window_and_every_block():
     known_traffic(NOW)
     doc = queries.overview_stats(queries.WINDOWS["24h"], NOW)
-    assert set(doc) == {"window", "receipts", "webhooks", "outbox"}
+    assert set(doc) == {"window", "receipts", "webhooks", "outbox", "unprotected"}
     assert (doc["window"], doc["receipts"]) == ("24h", EXPECTED_STATS["24h"])
-    # No webhook or outbox traffic: every figure is there, and zero.
-    for block in ("webhooks", "outbox"):
+    # No webhook, outbox or unprotected traffic: every figure is there, and zero.
+    for block in ("webhooks", "outbox", "unprotected"):
         assert doc[block] == {field: 0 for field in queries.FIELD_DOCS[block]}
 
 
@@ -48,6 +48,40 @@ def test_settle_and_release_attempts_are_not_claim_requests():
 
 def test_every_documented_field_is_in_the_block_and_back():
     assert set(queries.FIELD_DOCS["receipts"]) == set(queries.receipt_stats(queries.WINDOWS["1h"], NOW))
+
+
+def _noted(at: datetime, fingerprint: str, route: str = "notes/") -> None:
+    ObservedRequest.objects.create(method="POST", route=route, caller="anonymous", fingerprint=fingerprint, at=at)
+
+
+def test_unprotected_stats_count_the_noted_requests_and_the_would_be_duplicates_among_them():
+    _noted(NOW - timedelta(minutes=50), "a")
+    _noted(NOW - timedelta(minutes=45), "a")  # the same request 5 minutes later: a would-be duplicate
+    _noted(NOW - timedelta(minutes=44), "b")
+    _noted(NOW - timedelta(minutes=20), "b", route="refunds/")  # another route: not a repeat
+    assert queries.unprotected_stats(queries.WINDOWS["1h"], NOW) == {
+        "requests": 4, "duplicates": 1, "duplicate_rate": 0.25}
+
+
+def test_a_request_that_repeats_one_from_before_the_window_is_a_duplicate_in_it():
+    _noted(NOW - timedelta(minutes=62), "a")
+    _noted(NOW - timedelta(minutes=58), "a")
+    assert queries.unprotected_stats(queries.WINDOWS["1h"], NOW) == {
+        "requests": 1, "duplicates": 1, "duplicate_rate": 1.0}
+
+
+def test_the_unprotected_series_puts_each_note_in_its_bucket_and_adds_up_to_the_stats():
+    _noted(NOW - timedelta(minutes=50), "a")  # 11:12:30, the 11:10 bucket
+    _noted(NOW - timedelta(minutes=49), "a")
+    _noted(NOW - timedelta(minutes=1), "c")  # 12:01:30, the bucket in progress
+    window = queries.WINDOWS["1h"]
+    series = queries.unprotected_series(window, NOW)
+    assert len(series) == 13 and all(set(r) >= {"requests", "duplicates"} for r in series)
+    by_start = {(r["start"].hour, r["start"].minute): (r["requests"], r["duplicates"]) for r in series}
+    assert by_start[11, 10] == (2, 1) and by_start[12, 0] == (1, 0)
+    stats = queries.unprotected_stats(window, NOW)
+    assert (sum(r["requests"] for r in series), sum(r["duplicates"] for r in series)) == (
+        stats["requests"], stats["duplicates"])
 
 
 def test_parse_window_defaults_to_24h_and_refuses_anything_else():

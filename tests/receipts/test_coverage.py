@@ -64,6 +64,14 @@ def test_the_products_and_frameworks_own_routes_are_listed_only_when_asked():
     assert own == {"ninja.openapi.views.default_home", "ninja.openapi.views.openapi_json", "ninja.openapi.views.openapi_view"}
 
 
+def test_the_demos_views_stand_for_a_hosts_listed_and_observed():
+    from idemdash.devtools import shop
+
+    listed = {r.path: r for r in coverage.routes(urlconf="idemdash.devtools.urls")}
+    assert listed["demo/shop/refunds/"].view == "idemdash.devtools.shop.refund"
+    assert coverage.takes_unprotected(shop.refund, "POST")
+
+
 def test_the_json_api_says_what_protects_its_writes(settings):
     settings.ROOT_URLCONF = "idemdash.urls"
     api = {r.path: r for r in coverage.routes() if r.path.startswith("api/v1/")}

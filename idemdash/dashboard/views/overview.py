@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard import alerts, charts, health, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.views.pages import partial_or_page
+from receipts.conf import setting
 
 OVERVIEW_WINDOW_KEY = "overview_window"
 
@@ -21,6 +22,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
     series = queries.receipt_series(window, now)
     flow = queries.flow_series(window, now)
     history = queries.history_series(window, now)
+    unprotected = queries.unprotected_series(window, now)
     alert_panel = alerts.overview_alerts(window, now)
     return {
         "window": window,
@@ -32,6 +34,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-traffic", charts.traffic_chart(series, window.name)),
             ("chart-duplicates", charts.duplicate_rate_chart(series, window.name)),
             ("chart-conflicts", charts.conflicts_chart(series, window.name)),
+            ("chart-unprotected", charts.unprotected_chart(unprotected, window.name)),
             ("chart-stuck", charts.stuck_chart(series, flow, window.name)),
             ("chart-webhooks", charts.webhook_chart(flow, window.name)),
             ("chart-outbox", charts.outbox_chart(flow, window.name)),
@@ -43,6 +46,8 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         # Observed (and its transitions recorded) on every load: the figures are read anyway.
         "health": health.summary(health.observe(now), alert_panel["firing"]),
         "paused": queries.paused_work(),
+        # What the unprotected tile's note names: the observer's look-back.
+        "observer": {"window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS")},
     }
 
 
