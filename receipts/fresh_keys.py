@@ -71,20 +71,51 @@ def _with_previous(receipts: Any) -> Any:
         order_by=[F("created_at").asc(), F("id").asc()]))
 
 
-def counts(since: datetime, now: datetime | None = None) -> dict[str, dict[str, int]]:
-    """Per operation, the fresh-key retries since `since`: `allowed` (a receipt whose request
-    the same caller made under another key within the window before) and `refused`."""
+def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The fresh-key retries since `since`, oldest first: each `at`, `operation`, the caller's
+    `scope`, the `key` it came under and the `first_key` it repeated (with their receipts'
+    ids, where kept), the seconds between them (`gap`), and whether it was `refused`. Read
+    from the receipts still kept (their TTL) and from the refusals' lines in the attempt log."""
     now = now or timezone.now()
     span = window()
-    found: dict[str, dict[str, int]] = {}
-    rows = _with_previous(Receipt.objects.filter(created_at__gte=since - span, created_at__lte=now)).values(
-        "operation", "created_at", "previous").iterator()
-    for row in rows:
+    found = []
+    kept = _with_previous(Receipt.objects.filter(created_at__gte=since - span, created_at__lte=now)).annotate(
+        previous_key=Window(Lag("key"), partition_by=[F("scope"), F("operation"), F("fingerprint")],
+                            order_by=[F("created_at").asc(), F("id").asc()]),
+        previous_id=Window(Lag("id"), partition_by=[F("scope"), F("operation"), F("fingerprint")],
+                           order_by=[F("created_at").asc(), F("id").asc()]),
+    ).values("id", "scope", "key", "operation", "created_at", "previous", "previous_key", "previous_id")
+    for row in kept.iterator():
         if row["created_at"] >= since and row["previous"] is not None and row["created_at"] - row["previous"] <= span:
-            found.setdefault(row["operation"], {"allowed": 0, "refused": 0})["allowed"] += 1
-    refused = Attempt.objects.filter(outcome=Attempt.Outcome.FRESH_KEY_RETRY, created_at__gte=since, created_at__lte=now)
-    for operation in refused.values_list("operation", flat=True).iterator():
-        found.setdefault(operation, {"allowed": 0, "refused": 0})["refused"] += 1
+            found.append({"at": row["created_at"], "operation": row["operation"], "scope": row["scope"],
+                          "key": row["key"], "receipt_id": row["id"], "first_key": row["previous_key"],
+                          "first_receipt_id": row["previous_id"], "refused": False,
+                          "gap": (row["created_at"] - row["previous"]).total_seconds()})
+    refused = list(Attempt.objects.filter(outcome=Attempt.Outcome.FRESH_KEY_RETRY, created_at__gte=since,
+                                          created_at__lte=now).values("created_at", "operation", "scope", "key", "receipt_id"))
+    # The refusal's line names the key it came under, on the first key's receipt.
+    firsts = {pk: (key, at) for pk, key, at in Receipt.objects.filter(
+        pk__in={r["receipt_id"] for r in refused}).values_list("pk", "key", "created_at")}
+    for line in refused:
+        first_key, first_at = firsts.get(line["receipt_id"], ("", None))
+        found.append({"at": line["created_at"], "operation": line["operation"], "scope": line["scope"],
+                      "key": line["key"], "receipt_id": None, "first_key": first_key,
+                      "first_receipt_id": line["receipt_id"], "refused": True,
+                      "gap": None if first_at is None else (line["created_at"] - first_at).total_seconds()})
+    return sorted(found, key=lambda r: r["at"])
+
+
+def recent(limit: int = 20) -> list[dict[str, Any]]:
+    """The latest fresh-key retries of the last day, newest first, for the Coverage page."""
+    return retries(timezone.now() - timedelta(hours=24))[::-1][:limit]
+
+
+def counts(since: datetime, now: datetime | None = None) -> dict[str, dict[str, int]]:
+    """Per operation, the fresh-key retries since `since`: `allowed` (the request ran again)
+    and `refused`."""
+    found: dict[str, dict[str, int]] = {}
+    for retry in retries(since, now):
+        found.setdefault(retry["operation"], {"allowed": 0, "refused": 0})["refused" if retry["refused"] else "allowed"] += 1
     return found
 
 

@@ -155,17 +155,18 @@ class Attempt(AttemptLog):
         WAITED = "waited"
         # A claim refused because the attempt before it lapsed under after_crash "hold".
         OUTCOME_UNKNOWN = "outcome_unknown"
-        # The same request under a new key, refused under "fresh_key": "refuse": logged on
-        # the receipt of the key it was first made under (receipts/fresh_keys.py).
+        # The same request under a new key, refused under "fresh_key": "refuse": logged
+        # under that key, on the receipt of the key it was first made under (receipts/fresh_keys.py).
         FRESH_KEY_RETRY = "fresh_key_retry"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
     @classmethod
     def record(cls, receipt: Receipt, **fields: Any) -> Attempt:
-        """Write a row about `receipt`, copying its scope, key and operation (see above)."""
+        """Write a row about `receipt`, copying its scope, key and operation (see above); a
+        refused fresh-key retry's row names the key it came under instead."""
         return cls.objects.create(
-            receipt=receipt, scope=receipt.scope, key=receipt.key, operation=receipt.operation, **fields
+            **{"receipt": receipt, "scope": receipt.scope, "key": receipt.key, "operation": receipt.operation, **fields}
         )
 
     # Outcomes that are a caller's claim request (the denominator of the duplicate rate).

@@ -335,9 +335,10 @@ def _decide(
             # in `waited_ms`, so not in the claim's own time (`claim_ms`) too.
             started += raced[1] - raced[0]
         if settled and not reconcile:
+            refused = result.outcome == Outcome.FRESH_KEY_RETRY
             _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started,
-                    detail=f"the same request under the new key {intent.key!r}"
-                    if result.outcome == Outcome.FRESH_KEY_RETRY else "")
+                    **({"key": intent.key, "detail": f"the same request as the key {result.receipt.key!r}"}
+                       if refused else {}))
     return result, reconcile, settled, left
 
 
@@ -560,7 +561,7 @@ def _spent_ms(started: float) -> float:
     return (time.monotonic() - started) * 1000
 
 
-def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float, detail: str = "") -> None:
+def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float, **named: str) -> None:
     r = result.receipt
     # A duplicate answered with the result it waited for is a concurrent duplicate, not a
     # plain replay; every other outcome keeps its name, and its wait in `waited_ms`.
@@ -572,9 +573,9 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float,
         fencing_token=result.token,
         fingerprint=fp,
         request=rejected_request,
-        detail=detail,
         created_at=timezone.now(),
         claim_ms=_spent_ms(started),
+        **named,  # a refused fresh-key retry's key and detail
     )
 
 

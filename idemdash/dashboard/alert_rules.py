@@ -26,6 +26,7 @@ class Metric(models.TextChoices):
     OUTBOX_BACKLOG_AGE = "outbox_backlog_age", "Outbox backlog age (seconds)"
     REJECTED_DELIVERIES = "rejected_deliveries", "Rejected webhook deliveries (signature and format)"
     UNPROTECTED_DUPLICATES = "unprotected_duplicates", "Would-be duplicates on unprotected routes"
+    FRESH_KEY_RETRIES = "fresh_key_retries", "Fresh-key retries that ran again"
 
 
 class Channel(models.TextChoices):

@@ -61,6 +61,7 @@ CAUSE_PAGES: dict[str, str] = {
     Metric.OUTBOX_BACKLOG_AGE: "dashboard:outbox?status=waiting",
     Metric.REJECTED_DELIVERIES: "dashboard:rejected",
     Metric.UNPROTECTED_DUPLICATES: "dashboard:coverage",
+    Metric.FRESH_KEY_RETRIES: "dashboard:coverage",
 }
 
 
@@ -70,7 +71,7 @@ CAUSE_PAGES: dict[str, str] = {
 class Measurements:
     """The figures of one evaluation, all at the same instant. Rules sharing a metric and
     a window share one measurement, and one block of the dashboard's figures for a window
-    (queries.receipt_stats, webhook_stats, outbox_stats, unprotected_stats) serves every metric taken from it,
+    (queries.receipt_stats, webhook_stats, outbox_stats, unprotected_stats, fresh_key_stats) serves every metric taken from it,
     so an alert means exactly what the tile of the same name shows."""
 
     def __init__(self, now: datetime) -> None:
@@ -160,6 +161,12 @@ def unprotected_duplicates(m: Measurements, span: timedelta) -> int:
     return m.block(queries.unprotected_stats, span)["duplicates"]
 
 
+def fresh_key_retries(m: Measurements, span: timedelta) -> int:
+    """Protected requests sent again under a new key within the window, which ran again;
+    "fresh_key": "refuse" on their operation (or keys by intent in the caller) clears it."""
+    return m.block(queries.fresh_key_stats, span)["ran_again"]
+
+
 # Where each figure comes from: the dashboard's own blocks and stuck queries, except the
 # two it has no tile for (keys failing repeatedly, and the backlog age counting messages
 # in flight too).
@@ -174,6 +181,7 @@ METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
     Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
     Metric.REJECTED_DELIVERIES: rejected_deliveries,
     Metric.UNPROTECTED_DUPLICATES: unprotected_duplicates,
+    Metric.FRESH_KEY_RETRIES: fresh_key_retries,
 }
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 

@@ -162,6 +162,16 @@ def unprotected_chart(series: Rows, window: str) -> dict[str, Any]:
         notes=[f"{r['requests']} requests" for r in series])
 
 
+def fresh_key_chart(series: Rows, window: str) -> dict[str, Any]:
+    """The same requests under new keys per bucket, stacked: those that ran their side effect
+    again and those refused with 409 (`queries.fresh_key_series`)."""
+    return _bar_chart(series, "Fresh-key retries", "retries", [
+        ([r["ran_again"] for r in series], "ran again (new key)", RED),
+        ([r["refused"] for r in series], "refused (409 fresh-key-retry)", BLUE),
+    ], f"No request repeated under a new key in the last {window}",
+        notes=[f"{r['ran_again'] + r['refused']} retries" for r in series])
+
+
 def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
     """Share of claim requests that did not run (replay, 409 or waited, 422) per bucket, in percent.
     A bucket without requests has no rate (a gap). The bucket in progress is not on the

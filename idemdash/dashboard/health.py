@@ -43,6 +43,7 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
     "receipts.failed": (5, 20),
     "receipts.stuck": (60, 180),
     "unprotected.duplicates": (1, 5),
+    "fresh_keys.ran_again": (1, 5),
     "webhooks.rejected": (1, 10),
     "webhooks.dead": (1, 5),
     "webhooks.stuck": (120, 300),
@@ -72,7 +73,7 @@ class Blocks:
 
     def __getitem__(self, block: str) -> dict[str, Any]:
         stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats,
-                 "unprotected": queries.unprotected_stats}
+                 "unprotected": queries.unprotected_stats, "fresh_keys": queries.fresh_key_stats}
         return self._m.block(stats[block], self.span)
 
     def stuck_age(self, stuck: Callable[[datetime], Any]) -> tuple[float, int]:
@@ -105,6 +106,10 @@ CHECKS: list[Check] = [
           "of write requests to routes nothing protects repeated one within the observer's window",
           "dashboard:coverage",
           lambda b: _share(b["unprotected"]["duplicates"], b["unprotected"]["requests"])),
+    Check("fresh_keys.ran_again", "Retries under a fresh key", RATE,
+          "of claims that ran were a request another key had made within the window",
+          "dashboard:coverage",
+          lambda b: _share(b["fresh_keys"]["ran_again"], b["receipts"]["claimed"])),
     Check("webhooks.rejected", "Rejected deliveries", RATE,
           "of deliveries failed verification",
           "dashboard:rejected",
@@ -143,6 +148,7 @@ TILE_CHECKS: dict[str, str] = {
     "outbox.dead": "outbox.dead",
     "outbox.stuck": "outbox.stuck",
     "unprotected.duplicates": "unprotected.duplicates",
+    "fresh_keys.ran_again": "fresh_keys.ran_again",
 }
 
 

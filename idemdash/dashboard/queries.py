@@ -26,7 +26,7 @@ from django.utils import timezone
 from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from idemdash.core.attempts import NO_DURATION, percentile
-from receipts import coverage, references, rollup
+from receipts import coverage, fresh_keys, references, rollup
 from idemdash.core.models import AuditEntry, BulkRun
 from receipts.models import Attempt, Receipt
 from receipts.outbox import pauses
@@ -143,12 +143,22 @@ UNPROTECTED_FIELDS: dict[str, str] = {
     "rounded to 4 decimals.",
 }
 
+FRESH_KEY_FIELDS: dict[str, str] = {
+    "retries": "Fresh-key retries in the window: claims of the same request (caller, operation, method, "
+    "path, canonical body) that another key had made within RECEIPTS_FRESH_KEY_WINDOW_SECONDS (600) before "
+    "(receipts/fresh_keys.py; docs/http-contract.md): ran_again + refused.",
+    "ran_again": "Of those, the ones whose operation allows them (\"fresh_key\": \"allow\", the default): "
+    "each ran its side effect again under its new key. Read from the receipts still kept (their TTL).",
+    "refused": "Of those, the ones answered 409 fresh-key-retry (\"fresh_key\": \"refuse\"): nothing ran.",
+}
+
 # block -> field -> definition, for every block of `overview_stats`.
 FIELD_DOCS: dict[str, dict[str, str]] = {
     "receipts": RECEIPT_FIELDS,
     "webhooks": WEBHOOK_FIELDS,
     "outbox": OUTBOX_FIELDS,
     "unprotected": UNPROTECTED_FIELDS,
+    "fresh_keys": FRESH_KEY_FIELDS,
 }
 
 
@@ -263,6 +273,14 @@ def unprotected_stats(window: Window, now: datetime | None = None) -> dict[str, 
             "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0}
 
 
+def fresh_key_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
+    """The same requests under new keys in the window (receipts/fresh_keys.py): those that ran
+    again and those refused."""
+    found = fresh_keys.retries(window_start(window, now or timezone.now()), now)
+    refused = sum(r["refused"] for r in found)
+    return {"retries": len(found), "ran_again": len(found) - refused, "refused": refused}
+
+
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
@@ -303,6 +321,7 @@ def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any
         "webhooks": webhook_stats(window, now),
         "outbox": outbox_stats(window, now),
         "unprotected": unprotected_stats(window, now),
+        "fresh_keys": fresh_key_stats(window, now),
     }
 
 
@@ -720,3 +739,15 @@ def paused_work() -> PausedWork:
         endpoints=[endpoints.backlog(e) if e.paused else endpoints.Backlog(e, 0, None)
                    for e in WebhookEndpoint.objects.order_by("slug")],
     )
+
+
+def fresh_key_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Fresh-key retries per bucket, every bucket present, oldest first: those that ran again
+    (`ran_again`) and those refused (`refused`), adding up to `fresh_key_stats`."""
+    now = now or timezone.now()
+    buckets = _empty_buckets(window, now, ["ran_again", "refused"])
+    for retry in fresh_keys.retries(window_start(window, now), now):
+        bucket = buckets.get(_floor(retry["at"], window.bucket))
+        if bucket is not None:
+            bucket["refused" if retry["refused"] else "ran_again"] += 1
+    return list(buckets.values())

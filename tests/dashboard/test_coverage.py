@@ -66,3 +66,20 @@ def test_the_unprotected_routes_come_most_duplicated_first(viewer_client):
 def test_it_needs_a_login(client):
     response = client.get("/coverage/")
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_latest_fresh_key_retries_link_both_keys_and_say_which_ran_again(viewer_client, settings):
+    from receipts.models import Receipt
+
+    settings.RECEIPTS_OPERATIONS = {"refund.*": {"fresh_key": "refuse"}}
+    store.claim("client:app", "k1", "email.send", {"to": "a"})
+    store.claim("client:app", "k2", "email.send", {"to": "a"})
+    store.claim("client:app", "r1", "refund.create", {"order": 1})
+    store.claim("client:app", "r2", "refund.create", {"order": 1})
+    html = viewer_client.get("/coverage/").content.decode()
+    section = html[html.index('id="coverage-fresh-keys"'):]
+    rows = re.findall(r"<tr>.*?</tr>", section, re.S)
+    ids = dict(Receipt.objects.values_list("key", "pk"))
+    refused, ran = rows[1], rows[2]  # newest first, after the header
+    assert ">r2<" in refused and f'href="/receipts/{ids["r1"]}/">r1<' in refused and "refused (409)" in refused
+    assert f'href="/receipts/{ids["k2"]}/">k2<' in ran and f'href="/receipts/{ids["k1"]}/">k1<' in ran and "ran again" in ran

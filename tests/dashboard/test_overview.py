@@ -20,9 +20,9 @@ def test_the_overview_shows_tiles_charts_and_loads_plotly_once(viewer_client):
     html = response.content.decode()
     assert response.status_code == 200
     assert html.count("/static/vendor/plotly.min.js") == 1
-    assert len(re.findall(r'data-chart="chart-[a-z]+-data"', html)) == 9
+    assert len(re.findall(r'data-chart="chart-[a-z-]+-data"', html)) == 10
     assert 'data-figure="receipts.requests"' in html
-    assert 'data-chart="chart-unprotected-data"' in html
+    assert 'data-chart="chart-unprotected-data"' in html and 'data-chart="chart-fresh-keys-data"' in html
     assert 'hx-trigger="every 15s' in html
 
 
@@ -39,6 +39,22 @@ def test_the_would_be_duplicates_tile_counts_them_says_their_share_and_links_to_
     assert ('25% of <span data-figure="unprotected.requests">4</span> write requests to routes nothing protects: '
             "the same caller sent the same request within 10 min, and it ran again") in tile
     assert 'data-health="' in tile  # coloured by the health check unprotected.duplicates
+
+
+def test_the_fresh_key_tile_counts_the_retries_that_ran_again_and_those_refused(viewer_client, settings):
+    from receipts import store
+
+    settings.RECEIPTS_OPERATIONS = {"refund.*": {"fresh_key": "refuse"}}
+    store.claim("client:app", "k1", "email.send", {"to": "a"})
+    store.claim("client:app", "k2", "email.send", {"to": "a"})  # allowed: it ran again
+    store.claim("client:app", "k3", "refund.create", {"order": 1})
+    store.claim("client:app", "k4", "refund.create", {"order": 1})  # refused
+    html = viewer_client.get("/?window=1h").content.decode()
+    tile = re.search(r'<a class="tile[^"]*" data-figure="fresh_keys.ran_again".*?</a>', html, re.S).group(0)
+    assert 'href="/coverage/#coverage-fresh-keys"' in tile and '<span class="tile-value">1</span>' in tile
+    assert ("protected requests sent again under a new key within 10 min, which ran again · "
+            '<span data-figure="fresh_keys.refused">1</span> refused (409)') in tile
+    assert 'data-health="bad"' in tile  # one of the three claims that ran: over 5%
 
 
 @pytest.mark.parametrize("window", ["1h", "24h", "7d", "30d"])

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from idemdash.core import rollup
 from idemdash.core.clients import create_token
-from receipts.models import AttemptHourly, ObservedRequest
+from receipts.models import AttemptHourly, ObservedRequest, Receipt
 from tests.dashboard.build import EXPECTED_STATS, known_traffic
 from tests.dashboard.flow_traffic import EXPECTED_FLOW, FAILING_TYPE, known_flow_traffic, outbox_receiver_policy
 from tests.receipts.outbox.receiver import running_receiver
@@ -47,6 +47,26 @@ def noted_traffic(now: datetime) -> None:
         for minutes, fp in NOTES)
 
 
+# Completed receipts of one caller's one request under new keys (minutes before NOW): a second
+# key within the 10-minute window is a fresh-key retry that ran again. Receipts alone, with no
+# attempt lines, so the claim figures stay the known traffic's.
+FRESH_KEYS = [(10, "fk-1"), (9, "fk-2"), (180, "fk-3"), (178, "fk-4"), (40 * 60, "fk-5")]
+EXPECTED_FRESH_KEYS = {
+    "1h": {"retries": 1, "ran_again": 1, "refused": 0},
+    "24h": {"retries": 2, "ran_again": 2, "refused": 0},
+    "7d": {"retries": 2, "ran_again": 2, "refused": 0},
+    "30d": {"retries": 2, "ran_again": 2, "refused": 0},
+}
+
+
+def fresh_key_traffic(now: datetime) -> None:
+    Receipt.objects.bulk_create(
+        Receipt(scope="client:retrier", key=key, operation="refund.create", fingerprint="f" * 64, status="completed",
+                created_at=now - timedelta(minutes=minutes), updated_at=now - timedelta(minutes=minutes),
+                completed_at=now - timedelta(minutes=minutes), response_status=201)
+        for minutes, key in FRESH_KEYS)
+
+
 @pytest.fixture(params=["log only", "rolled up"])
 def traffic(request, settings, outbox_may_post_locally):
     settings.WEBHOOKS_MAX_ATTEMPTS = 1  # a failing handler's event dies on its first attempt
@@ -54,6 +74,7 @@ def traffic(request, settings, outbox_may_post_locally):
     settings.STRIPE_WEBHOOK_SECRET = ""
     known_traffic(NOW)
     noted_traffic(NOW)
+    fresh_key_traffic(NOW)
     try:
         with running_receiver(outbox_receiver_policy) as receiver:
             known_flow_traffic(NOW, receiver.url)
@@ -70,7 +91,7 @@ def traffic(request, settings, outbox_may_post_locally):
 
 def expected_document(window: str) -> dict:
     return {"window": window, "receipts": EXPECTED_STATS[window], **EXPECTED_FLOW[window],
-            "unprotected": EXPECTED_UNPROTECTED[window]}
+            "unprotected": EXPECTED_UNPROTECTED[window], "fresh_keys": EXPECTED_FRESH_KEYS[window]}
 
 
 # Each window is read from the same traffic in one test: building it is most of a test's time.
@@ -104,7 +125,7 @@ def assert_tiles_show_the_figures(viewer_client, window: str) -> None:
                       "failed", "stuck"}
     assert set(shown) == {f"receipts.{n}" for n in receipts_shown} | {
         f"{block}.{field}" for block in ("webhooks", "outbox") for field in document[block]
-    } | {"unprotected.duplicates", "unprotected.requests"}
+    } | {"unprotected.duplicates", "unprotected.requests", "fresh_keys.ran_again", "fresh_keys.refused"}
     for name, value in shown.items():
         block, field = name.split(".")
         assert float(value) == document[block][field], (window, name)

@@ -535,3 +535,19 @@ def test_the_scheduled_task_evaluates_and_reports():
     stuck("r1")
     report = evaluate_alerts()
     assert report["evaluated"] == 1 and len(report["fired"]) == 1
+
+
+@pytest.mark.django_db
+def test_a_rule_on_fresh_key_retries_fires_once_a_request_runs_again_under_a_new_key():
+    from receipts import store
+
+    r = rule(Metric.FRESH_KEY_RETRIES, 0)
+    store.claim("client:app", "k1", "email.send", {"to": "a"})
+    store.claim("client:app", "k2", "email.send", {"to": "b"})  # another request: no retry
+    quiet = alerts.evaluate()
+    assert (quiet.fired, quiet.values) == ([], {r.name: 0.0})
+    store.claim("client:app", "k3", "email.send", {"to": "a"})  # the first request under a new key: it ran again
+    result = alerts.evaluate()
+    alert = Alert.objects.get()
+    assert result.fired == [alert.pk] and alert.value == 1.0
+    assert "Fresh-key retries that ran again is 1 (> 0 over 1h)" in OutboxMessage.objects.get().payload["subject"]

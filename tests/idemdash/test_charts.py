@@ -84,6 +84,15 @@ def test_unprotected_requests_stack_the_would_be_duplicates_on_those_that_repeat
     assert traces(fig)["bucket"]["customdata"][0] == "09:00–09:05 UTC · 4 requests"
 
 
+def test_fresh_key_retries_stack_those_that_ran_again_and_those_refused():
+    series = [{**noted(0), "ran_again": 2, "refused": 1}, {**noted(1, partial=True), "ran_again": 0, "refused": 0}]
+    fig = charts.fresh_key_chart(series, "1h")
+    assert traces(fig)["ran again (new key)"]["y"] == [2, 0] and traces(fig)["refused (409 fresh-key-retry)"]["y"] == [1, 0]
+    assert fig["layout"]["barmode"] == "stack" and fig["layout"]["title"]["text"] == "Fresh-key retries"
+    quiet = charts.fresh_key_chart([{**noted(0), "ran_again": 0, "refused": 0}], "24h")
+    assert quiet["empty"] == "No request repeated under a new key in the last 24h"
+
+
 def test_the_bucket_in_progress_is_hatched_and_lighter_and_says_so_on_hover():
     fig = charts.traffic_chart(SERIES, "1h")
     marker = traces(fig)["ran"]["marker"]

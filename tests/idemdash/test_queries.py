@@ -25,10 +25,10 @@ def test_receipt_stats_match_known_traffic_in_every_window(name):
 def test_the_overview_document_has_the_window_and_every_block():
     known_traffic(NOW)
     doc = queries.overview_stats(queries.WINDOWS["24h"], NOW)
-    assert set(doc) == {"window", "receipts", "webhooks", "outbox", "unprotected"}
+    assert set(doc) == {"window", "receipts", "webhooks", "outbox", "unprotected", "fresh_keys"}
     assert (doc["window"], doc["receipts"]) == ("24h", EXPECTED_STATS["24h"])
-    # No webhook, outbox or unprotected traffic: every figure is there, and zero.
-    for block in ("webhooks", "outbox", "unprotected"):
+    # No webhook, outbox, unprotected or fresh-key traffic: every figure is there, and zero.
+    for block in ("webhooks", "outbox", "unprotected", "fresh_keys"):
         assert doc[block] == {field: 0 for field in queries.FIELD_DOCS[block]}
 
 
@@ -82,6 +82,21 @@ def test_the_unprotected_series_puts_each_note_in_its_bucket_and_adds_up_to_the_
     stats = queries.unprotected_stats(window, NOW)
     assert (sum(r["requests"] for r in series), sum(r["duplicates"] for r in series)) == (
         stats["requests"], stats["duplicates"])
+
+
+def test_the_fresh_key_series_puts_each_retry_in_its_bucket_and_adds_up_to_the_stats(settings):
+    settings.RECEIPTS_OPERATIONS = {"refund.*": {"fresh_key": "refuse"}}
+    for minutes, key, operation in ((50, "k1", "email.send"), (49, "k2", "email.send"),
+                                    (2, "k3", "refund.create"), (1, "k4", "refund.create")):
+        with time_machine.travel(NOW - timedelta(minutes=minutes), tick=False):
+            store.claim("client:app", key, operation, {"same": operation})
+    window = queries.WINDOWS["1h"]
+    series = queries.fresh_key_series(window, NOW)
+    by_start = {(r["start"].hour, r["start"].minute): (r["ran_again"], r["refused"]) for r in series}
+    assert by_start[11, 10] == (1, 0) and by_start[12, 0] == (0, 1)
+    assert queries.fresh_key_stats(window, NOW) == {"retries": 2, "ran_again": 1, "refused": 1} == {
+        "retries": sum(r["ran_again"] + r["refused"] for r in series),
+        "ran_again": sum(r["ran_again"] for r in series), "refused": sum(r["refused"] for r in series)}
 
 
 def test_parse_window_defaults_to_24h_and_refuses_anything_else():

@@ -39,6 +39,9 @@ def test_by_default_the_same_request_under_a_new_key_runs_and_is_counted_on_both
     second = store.claim("alice", "k2", "refund.create", REFUND)
     assert (first.outcome, second.outcome) == (Outcome.CLAIMED, Outcome.CLAIMED)
     assert fresh_keys.counts(since) == {"refund.create": {"allowed": 1, "refused": 0}}
+    [retry] = fresh_keys.retries(since)
+    assert (retry["key"], retry["receipt_id"], retry["first_key"], retry["first_receipt_id"], retry["refused"]) == (
+        "k2", second.receipt.pk, "k1", first.receipt.pk, False)
     [later] = fresh_keys.same_request(first.receipt)
     [earlier] = fresh_keys.same_request(second.receipt)
     assert (later["key"], earlier["key"]) == ("k2", "k1")
@@ -67,7 +70,10 @@ def test_under_refuse_the_new_key_is_answered_with_the_first_one_and_nothing_run
     assert again.receipt.pk == first.receipt.pk
     assert not Receipt.objects.filter(key="k2").exists()
     line = Attempt.objects.get(outcome=Outcome.FRESH_KEY_RETRY)
-    assert (line.receipt_id, line.key, line.detail) == (first.receipt.pk, "k1", "the same request under the new key 'k2'")
+    assert (line.receipt_id, line.key, line.detail) == (first.receipt.pk, "k2", "the same request as the key 'k1'")
+    [retry] = fresh_keys.retries(since)
+    assert (retry["key"], retry["first_key"], retry["first_receipt_id"], retry["refused"]) == (
+        "k2", "k1", first.receipt.pk, True)
     assert fresh_keys.counts(since) == {"refund.create": {"allowed": 0, "refused": 1}}
     # The first key itself decides as always: in progress, then its replay.
     assert store.claim("alice", "k1", "refund.create", REFUND).outcome == Outcome.IN_PROGRESS

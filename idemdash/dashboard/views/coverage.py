@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 
 from idemdash.dashboard.access import viewer_required
 from receipts import coverage as receipts_coverage
+from receipts import fresh_keys
 from receipts.conf import setting
 
 
@@ -21,4 +22,5 @@ def coverage(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/coverage.html", {
         "rows": rows, "protected": sum(row["protected"] for row in rows),
         "window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"), "recent": receipts_coverage.recent_duplicates(),
+        "fresh_key_window": setting("RECEIPTS_FRESH_KEY_WINDOW_SECONDS"), "fresh": fresh_keys.recent(),
     })

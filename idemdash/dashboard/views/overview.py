@@ -23,6 +23,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
     flow = queries.flow_series(window, now)
     history = queries.history_series(window, now)
     unprotected = queries.unprotected_series(window, now)
+    fresh = queries.fresh_key_series(window, now)
     alert_panel = alerts.overview_alerts(window, now)
     return {
         "window": window,
@@ -35,6 +36,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
             ("chart-duplicates", charts.duplicate_rate_chart(series, window.name)),
             ("chart-conflicts", charts.conflicts_chart(series, window.name)),
             ("chart-unprotected", charts.unprotected_chart(unprotected, window.name)),
+            ("chart-fresh-keys", charts.fresh_key_chart(fresh, window.name)),
             ("chart-stuck", charts.stuck_chart(series, flow, window.name)),
             ("chart-webhooks", charts.webhook_chart(flow, window.name)),
             ("chart-outbox", charts.outbox_chart(flow, window.name)),
@@ -46,8 +48,9 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         # Observed (and its transitions recorded) on every load: the figures are read anyway.
         "health": health.summary(health.observe(now), alert_panel["firing"]),
         "paused": queries.paused_work(),
-        # What the unprotected tile's note names: the observer's look-back.
-        "observer": {"window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS")},
+        # What the unprotected and fresh-key tiles' notes name: their look-backs.
+        "observer": {"window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"),
+                     "fresh_key_window": setting("RECEIPTS_FRESH_KEY_WINDOW_SECONDS")},
     }
 
 
