@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 import stripe
 
-from idemdash_client import IdempotencyClient, IdempotencyKeyReused, RequestInProgress
+from idemdash_client import FreshKeyRetry, IdempotencyClient, IdempotencyKeyReused, RequestInProgress
 from webhooks.verify import shopify_signature
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -48,6 +48,7 @@ DECK: dict[str, int] = {
     "agent_reuse": 1,
     "agent_failure": 1,
     "agent_stall": 1,
+    "agent_new_key": 1,
     "stripe_payment": 3,
     "stripe_storm": 1,
     "stripe_redelivery": 1,
@@ -61,10 +62,11 @@ DECK: dict[str, int] = {
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
 # The kinds that stage a fault for an operator to repair (hung agents, refunds whose demo
-# handler fails while its switch is on, a refund retried where nothing protects it):
+# handler fails while its switch is on, a refund retried where nothing protects it, an email
+# sent again under a new key):
 # `Config.staged_faults=False` (`simulate --healthy`) deals none of them, and the partner's
 # 403 is off, so the overview shows all clear.
-STAGED_KINDS = frozenset({"agent_stall", "shopify_refund", "unprotected_refund"})
+STAGED_KINDS = frozenset({"agent_stall", "shopify_refund", "unprotected_refund", "agent_new_key"})
 # The demo shop's refund route, which nothing protects (idemdash/devtools/shop.py).
 REFUND_PATH = "/demo/shop/refunds/"
 
@@ -649,6 +651,24 @@ class Simulator:
             self.count("422")
             outcome = "422 key reused"
         self.say("agent_reuse", f"{agent}: reused {key} with a changed amount ({request['amount']} -> {changed['amount']}) -> {outcome}")
+
+    def _agent_new_key(self, n: int, rng: random.Random) -> None:
+        """An agent whose tool call timed out retries it under a key it minted again: the key
+        cannot tell, the request can. Its operation allows such retries, so the email goes out
+        twice, and both receipts name each other (a fresh-key retry)."""
+        agent = self.agent(rng)
+        operation, request = "email.send", {"to": f"lead-{n}@example.com", "template": "welcome"}
+        first, again = self.key("welcome", n), self.key("welcome-retry", n)
+        self.idem.run_once(first, operation, self._work(rng), request=request)
+        self.count("claimed")
+        try:
+            self.idem.run_once(again, operation, self._work(rng), request=request)
+            self.count("fresh_key.ran_again")
+            outcome = "sent again"
+        except FreshKeyRetry as refused:  # under "fresh_key": "refuse"
+            self.count("fresh_key.refused")
+            outcome = f"409 fresh-key-retry, first key {refused.first_key}"
+        self.say("agent_new_key", f"{agent}: timed out sending {first}, retried under a new key {again} -> {outcome}")
 
     def _agent_failure(self, n: int, rng: random.Random) -> None:
         agent = self.agent(rng)

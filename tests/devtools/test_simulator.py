@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from idemdash.devtools import simulator
 from idemdash.devtools.simulator import Config, LocalOnlyTransport, NotLocal, Receiver, Simulator
-from receipts import coverage, observe, store
+from receipts import coverage, fresh_keys, observe, store
 from idemdash.core.clients import create_token
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxMessage
@@ -171,6 +171,9 @@ def test_a_bounded_run_drives_every_kind_of_traffic_through_the_real_endpoints(l
     observe.flush()
     noted = coverage.unprotected_counts(timezone.now() - timedelta(hours=1))[("POST", "demo/shop/refunds/")]
     assert noted["duplicates"] == tally["shop.twice"] == 2 and noted["requests"] == tally["shop.refunds"] == 4
+    # The emails sent again under a new key, as the receipts count them.
+    retried = fresh_keys.counts(timezone.now() - timedelta(hours=1))["email.send"]
+    assert retried == {"allowed": tally["fresh_key.ran_again"], "refused": 0} and tally["fresh_key.ran_again"] == 2
     assert not Receipt.objects.filter(status="processing").exists()
 
     # Every request went to the live server; the receiver is called by the drain, not by the simulator.
@@ -271,5 +274,5 @@ def test_a_seed_deals_the_same_traffic_and_every_round_has_the_demos_breakages()
     first = _dealt(11, rounds)
     assert first == _dealt(11, rounds)
     assert first != _dealt(12, rounds)
-    for kind in ("agent_stall", "shopify_refund", "outbox_invoice", "unprotected_refund"):
+    for kind in ("agent_stall", "shopify_refund", "outbox_invoice", "unprotected_refund", "agent_new_key"):
         assert first.count(kind) == 3 * simulator.DECK[kind], kind
