@@ -215,7 +215,7 @@ def test_the_scheduled_roll_up_and_rewind_serve_the_deliveries_too(endpoint):
     deliver(endpoint, "a", NOW - 20 * d)
     runs = tasks.roll_up()
     assert {r["name"] for r in runs} == {
-        "receipts.attempts", "receipts.claim_durations", "webhooks.deliveries", "webhooks.processing_durations",
+        "receipts.attempts", "receipts.claim_durations", "receipts.observed", "webhooks.deliveries", "webhooks.processing_durations",
         "outbox.messages", "outbox.attempts", "outbox.send_durations",
     }
     assert DeliveryHourly.objects.get().count == 1
