@@ -138,6 +138,15 @@ def make_host(root: Path, database: str, *, dashboard: bool = False) -> Path:
     return project
 
 
+def fresh_key_retry(answer: httpx.Response, first_key: str) -> dict:
+    """`answer`'s problem, asserted to be the 409 fresh-key-retry that names `first_key`."""
+    assert answer.status_code == 409, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert (problem["type"], problem["first_key"]) == ("urn:idemdash:problem:fresh-key-retry", first_key), problem
+    return problem
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

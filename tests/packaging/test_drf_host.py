@@ -8,7 +8,9 @@ written, served by gunicorn on 127.0.0.1.
 
 Both ways of running the dashboard beside it:
 - inside it, under `/ops/`: two users' JWT calls make receipts, a retried reorder is counted as
-  the one would-be duplicate by the observer, and Chromium, logged in on the host's own login
+  the one would-be duplicate by the observer, an order placed again under a new key is refused
+  with 409 naming the first key (whose replay it gets) while a note sent again so runs and is
+  counted as a fresh-key retry, and Chromium, logged in on the host's own login
   page as a host operator, shows the dashboard styled and listing the receipts;
 - as a separate service: idemdash's own server from its checkout on the host's database,
   with the host's user model named by IDEMDASH_AUTH_USER_MODEL. `migrate` works (and without
@@ -40,7 +42,9 @@ import httpx
 import pytest
 
 from tests.dashboard.test_browser import SHOTS, browser  # noqa: F401 (the fixture)
-from tests.packaging.host import GUIDE, REPO, Database, free_port, marked_blocks, run, run_block, serving
+from tests.packaging.host import (
+    GUIDE, REPO, Database, free_port, fresh_key_retry, marked_blocks, run, run_block, serving,
+)
 from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(600)]
@@ -169,6 +173,23 @@ def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_v
             for quantity in (2, 2, 3):
                 assert client.post(reorder, json={"quantity": quantity}, headers=carol).status_code == 201
 
+            # Carol's checkout timed out and her client placed the order again under a new key:
+            # refused (the shop's RECEIPTS_OPERATIONS), naming her first key, with which it
+            # replays her order. Another body under a new key is another order.
+            refused = fresh_key_retry(place_order(client, carol, "order-0002", "TEA-1"), "order-0001")
+            replay = place_order(client, carol, refused["first_key"], "TEA-1")
+            assert replay.status_code == 201 and replay.json() == first.json()
+            assert replay.headers.get("Idempotent-Replayed") == "true"
+            assert place_order(client, carol, "order-0003", "TEA-2").status_code == 201
+            # The first order once, the three reorders, the other body.
+            assert [[o["sku"], o["quantity"]] for o in client.get("/api/orders/", headers=carol).json()] == [
+                ["TEA-1", 1], ["TEA-1", 2], ["TEA-1", 2], ["TEA-1", 3], ["TEA-2", 1]]
+            # Her note on the order, sent again under a new key: the default policy runs it again.
+            notes = f"/api/orders/{first.json()['id']}/notes/"
+            for key in ("note-0001", "note-0002"):
+                note = client.post(notes, json={"text": "Leave it at the door"}, headers={**carol, "Idempotency-Key": key})
+                assert note.status_code == 201 and "Idempotent-Replayed" not in note.headers
+
         # The flushers write in gunicorn's workers, each every 2 s: wait for the reorders' three
         # notes and the two logins'.
         def noted() -> dict | None:
@@ -181,10 +202,17 @@ def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_v
         # Carol's and Dave's logins are other bodies; the orders route, whose replay is the
         # receipt's, is not noted at all.
         assert routes[("POST", "api/token/")]["duplicates"] == 0
-        noted_routes = shop.manage("shell", "--no-imports", "-c", (
-            "import json; from receipts.models import ObservedRequest; "
-            "print(json.dumps(sorted(set(ObservedRequest.objects.values_list('route', flat=True)))))"))
-        assert json.loads(noted_routes.strip().splitlines()[-1]) == [REORDER, "api/token/"]
+        seen = json.loads(shop.manage("shell", "--no-imports", "-c", (
+            "import json; from datetime import timedelta; from django.utils import timezone; "
+            "from orders.models import Note; from receipts import fresh_keys; from receipts.models import ObservedRequest; "
+            "print(json.dumps({'routes': sorted(set(ObservedRequest.objects.values_list('route', flat=True))), "
+            "'notes': list(Note.objects.values_list('text', flat=True)), "
+            "'fresh_keys': fresh_keys.counts(timezone.now() - timedelta(hours=1))}))")).strip().splitlines()[-1])
+        assert seen["routes"] == [REORDER, "api/token/"]
+        # The note ran twice and is the one fresh-key retry counted; the order's the one refused.
+        assert seen["notes"] == ["Leave it at the door"] * 2
+        assert seen["fresh_keys"] == {"orders.note": {"allowed": 1, "refused": 0},
+                                      "orders.create": {"allowed": 0, "refused": 1}}
 
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         static: dict[str, int] = {}
@@ -216,7 +244,10 @@ def test_the_dashboard_inside_a_drf_host_with_jwt_and_a_custom_user_model(shop_v
             "import json; from django.contrib.auth import get_user_model; "
             "print(json.dumps({u.username: u.pk for u in get_user_model().objects.all()}))"
         )))
-        assert listed == {("order-0001", f"user:{user_ids['carol']}"), ("order-0001", f"user:{user_ids['dave']}")}
+        carol_scope = f"user:{user_ids['carol']}"
+        # The refused order-0002 has no receipt.
+        assert listed == {("order-0001", f"user:{user_ids['dave']}"),
+                          *((key, carol_scope) for key in ("order-0001", "order-0003", "note-0001", "note-0002"))}
         assert page.eval_on_selector(".topbar", "e => getComputedStyle(e).position") == "sticky"
         page.screenshot(path=str(SHOTS / "drf-host-ops-receipts.png"), full_page=True)
 
@@ -292,7 +323,10 @@ def test_the_dashboard_as_a_separate_service_on_a_drf_hosts_database(shop_venv, 
     shop.create_user(OPERATOR, is_staff=True)
     for base in shop.serve():
         with httpx.Client(base_url=base, timeout=30) as client:
-            assert place_order(client, jwt(client, OPERATOR), "order-0001", "TEA-1").status_code == 201
+            operator = jwt(client, OPERATOR)
+            assert place_order(client, operator, "order-0001", "TEA-1").status_code == 201
+            # Placed again under a new key: refused, and so neither a receipt nor a message (below).
+            fresh_key_retry(place_order(client, operator, "order-0002", "TEA-1"), "order-0001")
     shop_tables = database.tables()
     assert "accounts_user" in shop_tables and "auth_user" not in shop_tables
 

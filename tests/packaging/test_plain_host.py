@@ -12,6 +12,11 @@ names every write route with the operation that protects it or none, and no read
 observer, writing from the server's processes, counts exactly one would-be duplicate for each
 unprotected route sent the same body twice by the same caller (sync, Ninja and async alike),
 neither another body nor another caller's, nor a protected route's replay.
+
+And of retries under a fresh key (docs/http-contract.md) with the paydesk's RECEIPTS_OPERATIONS:
+a payout sent again under a new key runs again and is counted as one fresh-key retry; a
+capture, a charge and a transfer (sync, async and Ninja) sent again so are answered 409 naming
+the first key, run once, and replay when sent with it; another amount is never refused.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.packaging.host import GUIDE, Database, free_port, serving
+from tests.packaging.host import GUIDE, Database, free_port, fresh_key_retry, serving
 from tests.waits import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(300)]
@@ -56,6 +61,12 @@ PROTECTED = {
     "/payments/payouts/": {"amount": 900},
     "/payments/charges/": {"amount": 300},
     "/api/payments/transfers": {"amount": 5, "to": "bob"},
+}
+# The protected routes whose operations refuse a fresh-key retry (the paydesk's RECEIPTS_OPERATIONS).
+REFUSED = {
+    "/payments/capture/": "payments.capture",
+    "/payments/charges/": "charges.create",
+    "/api/payments/transfers": "transfers.create",
 }
 
 
@@ -130,8 +141,11 @@ def test_the_coverage_of_a_plain_django_ninja_and_async_host_and_its_unprotected
             for user, sent in (("alice", body), ("alice", body), ("alice", {**body, "note": "another"}), ("bob", body)):
                 answer = post(base, user, url, sent)
                 assert answer.status_code == 200, answer.text
+        firsts = {}
         for url, body in PROTECTED.items():
-            assert post(base, "alice", url, body, key=f"alice{url}").status_code == 201
+            first = post(base, "alice", url, body, key=f"alice{url}")
+            assert first.status_code == 201, first.text
+            firsts[url] = first.json()
             replay = post(base, "alice", url, body, key=f"alice{url}")
             assert replay.status_code == 201 and replay.headers["Idempotent-Replayed"] == "true"
 
@@ -142,20 +156,57 @@ def test_the_coverage_of_a_plain_django_ninja_and_async_host_and_its_unprotected
 
         routes = until(noted, "the observer's notes of the twelve unprotected calls", within=60, every=0.5)
 
+        # Alice's client timed out and sent each request again under a new key. Her payout
+        # (the default policy) ran again; her capture, charge and transfer ("refuse") were
+        # answered with the key she first used, and sent with it they replay the first result.
+        again = post(base, "alice", "/payments/payouts/", PROTECTED["/payments/payouts/"], key="alice-payout-again")
+        assert again.status_code == 201 and "Idempotent-Replayed" not in again.headers
+        first_seen = {}
+        for url in REFUSED:
+            refused = fresh_key_retry(post(base, "alice", url, PROTECTED[url], key=f"alice{url}-again"), f"alice{url}")
+            first_seen[refused["first_key"]] = refused["first_seen_at"]
+            replay = post(base, "alice", url, PROTECTED[url], key=refused["first_key"])
+            assert replay.status_code == 201 and replay.headers["Idempotent-Replayed"] == "true"
+            assert replay.json() == firsts[url]
+            # Another amount is another request, under a key of its own.
+            other = post(base, "alice", url, {**PROTECTED[url], "amount": PROTECTED[url]["amount"] + 1},
+                         key=f"alice{url}-other")
+            assert other.status_code == 201 and "Idempotent-Replayed" not in other.headers
+
     assert {path: routes[("POST", path)]["duplicates"] for path in UNPROTECTED} == dict.fromkeys(UNPROTECTED, 1)
     # A protected route's figures are its receipts': one key, its replay the one duplicate.
     assert {(r["keys"], r["duplicates"], r["requests"]) for r in routes.values() if r["protected"]} == {(1, 1, None)}
     # The observer noted the unprotected calls only, each under its authenticated caller, and
     # the would-be duplicates are Alice's retries.
     seen = json.loads(paydesk.manage("shell", "--no-imports", "-c", (
-        "import json; from django.contrib.auth.models import User; from receipts import coverage; "
-        "from receipts.models import ObservedRequest; "
+        "import json; from datetime import timedelta; from django.contrib.auth.models import User; "
+        "from django.utils import timezone; from payments.models import Payment; "
+        "from receipts import coverage, fresh_keys; from receipts.models import Attempt, ObservedRequest, Receipt; "
         "print(json.dumps({'users': {u.username: u.pk for u in User.objects.all()}, "
         "'notes': sorted({(n.route, n.caller) for n in ObservedRequest.objects.all()}), "
         "'noted': ObservedRequest.objects.count(), "
-        "'duplicates': sorted((d['route'], d['caller']) for d in coverage.recent_duplicates())}))"
+        "'duplicates': sorted((d['route'], d['caller']) for d in coverage.recent_duplicates()), "
+        "'payments': sorted((p.kind, p.amount) for p in Payment.objects.all()), "
+        "'fresh_keys': fresh_keys.counts(timezone.now() - timedelta(hours=1)), "
+        "'refused_on': sorted(Attempt.objects.filter(outcome='fresh_key_retry').values_list('operation', 'key')), "
+        "'created': {r.key: r.created_at.isoformat() for r in Receipt.objects.all()}, "
+        "'payout_again': [o['key'] for o in fresh_keys.same_request(Receipt.objects.get(key='alice-payout-again'))]}))"
     )).stdout.strip().splitlines()[-1])
     alice, bob = f"user:{seen['users']['alice']}", f"user:{seen['users']['bob']}"
     assert seen["noted"] == 12
     assert seen["notes"] == sorted([path, caller] for path in UNPROTECTED for caller in (alice, bob))
     assert seen["duplicates"] == sorted([path, alice] for path in UNPROTECTED)
+
+    # The host's own payments: each refused request ran once, each other amount once, the
+    # payout sent again twice; the payout counted as the one fresh-key retry its operation
+    # allowed, named on its receipt, and each refusal logged on its first key's receipt.
+    assert [tuple(p) for p in seen["payments"]] == sorted([
+        ("capture", 500), ("capture", 501), ("payout", 900), ("payout", 900),
+        ("charge", 300), ("charge", 301), ("transfer", 5), ("transfer", 6)])
+    assert seen["payout_again"] == ["alice/payments/payouts/"]
+    assert seen["fresh_keys"] == {"payouts.create": {"allowed": 1, "refused": 0},
+                                  **{operation: {"allowed": 0, "refused": 1} for operation in REFUSED.values()}}
+    assert seen["refused_on"] == sorted([operation, f"alice{url}"] for url, operation in REFUSED.items())
+    assert {key: seen["created"][key] for key in first_seen} == first_seen
+    # The refused keys made no receipt.
+    assert not {f"alice{url}-again" for url in REFUSED} & set(seen["created"])

@@ -3,7 +3,7 @@ from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from orders.models import Order
+from orders.models import Note, Order
 from orders.serializers import OrderSerializer
 from receipts import drf
 from receipts.outbox.store import enqueue
@@ -33,3 +33,9 @@ class OrderViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         order = self.get_object()
         again = Order.objects.create(owner=request.user, sku=order.sku, quantity=request.data.get("quantity", 1))
         return Response(self.get_serializer(again).data, status=201)
+
+    @action(detail=True, methods=["post"])
+    @drf.idempotent("orders.note")
+    def notes(self, request, pk=None):
+        note = Note.objects.create(order=self.get_object(), text=request.data["text"])
+        return Response({"id": note.pk, "text": note.text}, status=201)

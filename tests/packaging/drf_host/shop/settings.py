@@ -78,3 +78,7 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
+
+# An order placed again under a new key within the window is a client's retry of its checkout,
+# never a second order: refused, naming the key of the first. A note said twice is let through.
+RECEIPTS_OPERATIONS = {"orders.create": {"fresh_key": "refuse"}}

@@ -32,3 +32,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
 TIME_ZONE = "UTC"
+
+# A capture, a charge or a transfer sent again under a new key is a client's retry, never a
+# second payment: refused, naming the key it was first sent under. The same payout twice may
+# be meant (the default: it runs, and the dashboard counts it).
+RECEIPTS_OPERATIONS = {
+    "payments.capture": {"fresh_key": "refuse"},
+    "charges.create": {"fresh_key": "refuse"},
+    "transfers.create": {"fresh_key": "refuse"},
+}

@@ -1,5 +1,6 @@
 from ninja import Router, Schema
 
+from payments.models import Payment
 from receipts.ninja import idempotent
 
 router = Router(tags=["payments"])
@@ -11,6 +12,7 @@ class TransferIn(Schema):
 
 
 class TransferOut(Schema):
+    payment: int
     amount: int
     to: str
 
@@ -23,7 +25,8 @@ def balance(request):
 @router.post("/transfers", response={201: TransferOut})
 @idempotent("transfers.create")
 def create_transfer(request, payload: TransferIn):
-    return 201, payload
+    payment = Payment.objects.create(kind="transfer", amount=payload.amount)
+    return 201, {"payment": payment.pk, "amount": payment.amount, "to": payload.to}
 
 
 @router.post("/transfers/{transfer_id}/reverse")

@@ -6,6 +6,7 @@ from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from payments.models import Payment
 from receipts.decorators import idempotent
 
 
@@ -18,8 +19,8 @@ def payment_list(request):
 @require_POST
 @idempotent("payments.capture")
 def capture(request):
-    payment = json.loads(request.body)
-    return JsonResponse({"captured": payment["amount"]}, status=201)
+    payment = Payment.objects.create(kind="capture", amount=json.loads(request.body)["amount"])
+    return JsonResponse({"payment": payment.pk, "captured": payment.amount}, status=201)
 
 
 @csrf_exempt
@@ -36,7 +37,8 @@ class PayoutView(View):
         return JsonResponse({"payouts": []})
 
     def post(self, request):
-        return JsonResponse({"paid_out": json.loads(request.body)["amount"]}, status=201)
+        payment = Payment.objects.create(kind="payout", amount=json.loads(request.body)["amount"])
+        return JsonResponse({"payment": payment.pk, "paid_out": payment.amount}, status=201)
 
 
 class StatusView(View):
@@ -48,7 +50,8 @@ class StatusView(View):
 @require_POST
 @idempotent("charges.create")
 async def create_charge(request):
-    return JsonResponse({"charged": json.loads(request.body)["amount"]}, status=201)
+    payment = await Payment.objects.acreate(kind="charge", amount=json.loads(request.body)["amount"])
+    return JsonResponse({"payment": payment.pk, "charged": payment.amount}, status=201)
 
 
 @csrf_exempt
