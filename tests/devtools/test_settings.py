@@ -64,6 +64,17 @@ def test_the_bench_settings_are_the_devtools_settings_plus_the_bench_and_its_kno
     assert added[0] == "idemdash.devtools.bench" and set(added[1:]) <= {"rest_framework", "drf_idempotency"}
 
 
+def test_the_observed_bench_settings_are_the_bench_settings_with_the_observer_kept():
+    # Scenario 14 compares the bench's server with one of these; what it measures is the observer.
+    bench, observed = load("idemdash.devtools.bench.settings"), load("idemdash.devtools.bench.observed_settings")
+    assert differences(bench, observed) == {"MIDDLEWARE"}
+    bare, kept = (json.loads(s["names"]["MIDDLEWARE"]) for s in (bench, observed))
+    observer = json.loads(bench["names"]["OBSERVER"])
+    assert observer not in bare
+    assert kept[kept.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1] == observer
+    assert [m for m in kept if m != observer] == bare
+
+
 def test_production_settings_never_name_the_devtools():
     assert not [app for app in load("idemdash.settings")["apps"] if app.startswith("idemdash.devtools")]
 

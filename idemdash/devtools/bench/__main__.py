@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("BENCH_PORT", 0)) or None,
                         help="gunicorn's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default var/bench/)")
-    parser.add_argument("--only", default="", help="comma-separated scenario numbers (1-6, 8-13), e.g. 1,2; "
+    parser.add_argument("--only", default="", help="comma-separated scenario numbers (1-6, 8-14), e.g. 1,2; "
                         "such a run leaves latest.* to the last complete run")
     parser.add_argument("--receipts", type=int, default=int(os.environ.get("BENCH_RECEIPTS", 0)) or None,
                         help="seed the log to this many receipts (three attempts each) by set-based SQL, e.g. "
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         only = {int(n) for n in args.only.split(",") if n.strip()} or None
     except ValueError:
         parser.error(f"--only takes scenario numbers, e.g. 1,2; got {args.only!r}")
-    if only and not only <= {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13}:
-        parser.error(f"--only: scenarios are numbered 1 to 6 and 8 to 13 (7, memory, ends every run); got {args.only!r}")
+    if only and not only <= {1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14}:
+        parser.error(f"--only: scenarios are numbered 1 to 6 and 8 to 14 (7, memory, ends every run); got {args.only!r}")
 
     url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
     ensure_database(url)

@@ -57,16 +57,14 @@ def _inserter(client: Any) -> Callable[..., None]:
 
 
 def _observing_client() -> Any:
-    """A test Client whose handler runs the observer, which the bench's settings leave out."""
-    from django.conf import settings
+    """A test Client whose handler runs the observer, which the bench's settings leave out,
+    in the middleware of scenario 14's observed server."""
     from django.test import Client, override_settings
 
-    from idemdash.devtools.bench.settings import OBSERVER
+    from idemdash.devtools.bench.observed_settings import MIDDLEWARE
 
-    middleware = list(settings.MIDDLEWARE)
-    middleware.insert(middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1, OBSERVER)
     client = Client()
-    with override_settings(MIDDLEWARE=middleware):
+    with override_settings(MIDDLEWARE=MIDDLEWARE):
         client.handler.load_middleware()
     return client
 

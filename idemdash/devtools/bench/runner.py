@@ -84,7 +84,7 @@ class Bench:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     details: dict[str, Any] = field(default_factory=dict)
     loads: list[tuple[int, float, str]] = field(default_factory=list)  # (rows, seconds, what) per bulk load
-    running: dict[str, servers.Process] = field(default_factory=dict)  # "web", "qcluster"
+    running: dict[str, servers.Process] = field(default_factory=dict)  # "web", "qcluster", "web observed"
 
     def cpu_probe(self) -> dict[str, dict[int, float]]:
         """CPU seconds used so far by each process of the web workers, the qcluster and
@@ -93,11 +93,12 @@ class Bench:
         parts["db"] = servers.cpu_by_pid(servers.database_pids())
         return parts
 
-    def load(self, name: str, request: loadgen.Request, **kw: Any) -> loadgen.LoadResult:
+    def load(self, name: str, request: loadgen.Request, *, base_url: str | None = None, **kw: Any) -> loadgen.LoadResult:
+        """One measured load against the bench's server, or the one at `base_url`."""
         kw.setdefault("max_requests", self.sizes.requests)
         kw.setdefault("time_limit", self.sizes.time_limit)
         kw.setdefault("cpu_probe", self.cpu_probe)
-        result = loadgen.run_load(name, self.base_url, request, clients=CLIENTS, **kw)
+        result = loadgen.run_load(name, base_url or self.base_url, request, clients=CLIENTS, **kw)
         if result.errors:
             print(f"  ! {name}: {result.errors} errors, first: {getattr(result, 'first_error', '?')}", flush=True)
         return result
@@ -130,8 +131,20 @@ class Bench:
 # --- Requests ----------------------------------------------------------------------------------
 
 
+# The bare insert's route as the observer notes it (request.resolver_match.route).
+BARE_ROUTE = "bench/insert/bare/"
+
+
 def bare_insert(client: httpx.Client, n: int) -> httpx.Response:
-    return client.post("/bench/insert/bare/", json={"n": n})
+    return client.post("/" + BARE_ROUTE, json={"n": n})
+
+
+def distinct_bare_insert(tag: str) -> loadgen.Request:
+    """The bare insert with a body no other request of the run sends: to the observer, never
+    a would-be duplicate (bare_insert's bodies repeat from one load to the next)."""
+    def request(client: httpx.Client, n: int) -> httpx.Response:
+        return client.post("/" + BARE_ROUTE, json={"n": n, "tag": tag})
+    return request
 
 
 def protected_insert(prefix: str, path: str = "/bench/insert/protected/") -> loadgen.Request:
@@ -153,10 +166,10 @@ def _replayed(response: httpx.Response) -> bool:
 
 # --- Scenarios ----------------------------------------------------------------------------------
 
-S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13 = (
+S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
     "6 purge", "7 memory", "8 DRF view", "9 outbox latency", "10 in-process run_once", "11 search at scale",
-    "12 floor and ceiling", "13 past one table",
+    "12 floor and ceiling", "13 past one table", "14 observer cost",
 )
 
 
@@ -358,6 +371,60 @@ def floor_and_ceiling(b: Bench) -> list[Figure]:
         *load_figures(S12, fresh, {bare: ("floor.bare_", "bare"), protected: ("floor.protected_", "protected"),
                                    floor: ("floor.floor_", "floor")}),
         *b.cpu_figures(S12, fresh, "floor"),
+    ]
+
+
+OBSERVED_SETTINGS = "idemdash.devtools.bench.observed_settings"
+
+
+def observer_cost(b: Bench) -> list[Figure]:
+    """The bare insert, a route nothing protects, on the bench's server (no observer) and on a
+    second gunicorn with the same options whose settings keep the observer of unprotected
+    routes (receipts/observe.py), in alternating rounds, every body distinct. Then the notes
+    the observed server wrote of them, read as the Coverage page reads them, so that the ratio
+    is not of an observer that noted nothing: one per request it answered, no would-be duplicate."""
+    from receipts import coverage
+    from receipts.conf import setting
+
+    port = servers.free_port()
+    observed_url = f"http://127.0.0.1:{port}"
+    web = b.running["web observed"] = servers.start_gunicorn(port, b.out_dir, name="gunicorn-observed",
+                                                             settings_module=OBSERVED_SETTINGS)
+    bare, observed = "bare insert", "bare insert, observed"
+    prefix = f"bench-{b.run_id}-observe"
+    try:
+        b.load("warm-up observed", distinct_bare_insert(f"{prefix}-warm"), base_url=observed_url, max_requests=100,
+               time_limit=30)
+        since = datetime.now(dt_timezone.utc)
+        comparison = loadgen.compare({
+            bare: lambda r: b.load(bare, distinct_bare_insert(f"{prefix}-bare-{r}")),
+            observed: lambda r: b.load(observed, distinct_bare_insert(f"{prefix}-{r}"), base_url=observed_url),
+        }, b.sizes.rounds)
+        answered = sum(sum(r[observed].statuses.values()) for r in comparison.rounds)
+        # Each worker's flusher writes its buffer every RECEIPTS_OBSERVE_FLUSH_SECONDS; a stopped
+        # worker's last buffer is lost, so the notes are counted before the server stops.
+        deadline = time.monotonic() + 3 * setting("RECEIPTS_OBSERVE_FLUSH_SECONDS") + 10
+        while True:
+            noted = coverage.unprotected_counts(since).get(("POST", BARE_ROUTE), {"requests": 0, "duplicates": 0})
+            if noted["requests"] >= answered or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        connection.close()
+    finally:
+        del b.running["web observed"]
+        web.stop()
+    b.record(S14, comparison)
+    b.details["observer"] = {"answered": answered, **noted}
+    return [
+        Figure("observe.ratio", S14, "observed / bare throughput, unprotected insert", comparison.ratio(observed, bare),
+               "x", ">=", 0.95, note=f"the observer's budget: at most 5% of a bare request's throughput (issue 32); "
+               f"median of {b.sizes.rounds} per-round ratios"),
+        Figure("observe.notes", S14, "notes the observed server wrote", noted["requests"], "notes", ">=", answered,
+               note=f"one per request it answered ({answered})"),
+        Figure("observe.duplicates", S14, "would-be duplicates among them (every body distinct)", noted["duplicates"],
+               "notes", "<=", 0),
+        *load_figures(S14, comparison, {bare: ("observe.bare_", "bare"), observed: ("observe.observed_", "observed")}),
+        *b.cpu_figures(S14, comparison, "observe"),
     ]
 
 
@@ -995,6 +1062,10 @@ def meta(quick: bool, started: datetime) -> dict[str, Any]:
     }
 
 
+# The scenarios that read no seeded row: 13 its own tables, 14 the bench row's.
+UNSEEDED = {13, 14}
+
+
 def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None = None,
         receipts: int | None = None) -> int:
     """Every scenario, or with `only` the numbered ones (for iterating on one figure; such a
@@ -1019,8 +1090,8 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     reset_bench_rows()
     port = port or servers.free_port()
     b = Bench(sizes, f"http://127.0.0.1:{port}", out_dir)
-    if only is not None and only <= {13}:
-        print("scenario 13 uses tables of its own: the log is not seeded", flush=True)
+    if only is not None and only <= UNSEEDED:
+        print("scenarios 13 and 14 do not read the log: it is not seeded", flush=True)
     else:
         print("seeding the log (reused from earlier runs when present)", flush=True)
         seed_to_size(b, always=quick)
@@ -1034,7 +1105,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
         warm_up(b)
         for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
                                        (10, S10, inprocess_run_once), (12, S12, floor_and_ceiling),
-                                       (13, S13, past_one_table)):
+                                       (13, S13, past_one_table), (14, S14, observer_cost)):
             if only is None or number in only:
                 figures += timed(name, scenario, b)
         cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)

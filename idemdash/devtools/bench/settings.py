@@ -18,8 +18,9 @@ INSTALLED_APPS = [*INSTALLED_APPS, "idemdash.devtools.bench"]
 INSTALLED_APPS += [app for app in ("rest_framework", "drf_idempotency") if importlib.util.find_spec(app)]
 ROOT_URLCONF = "idemdash.devtools.bench.urls"
 # The bare insert, the yardstick, is a route nothing protects: without the observer of such
-# routes (receipts/observe.py) it stays what every figure is compared with. Its cost is the
-# in-process bench's path `observed` (idemdash/devtools/bench/inprocess.py).
+# routes (receipts/observe.py) it stays what every figure is compared with. Its cost is
+# scenario 14, against a server with it kept (idemdash/devtools/bench/observed_settings.py),
+# and the in-process bench's path `observed` (idemdash/devtools/bench/inprocess.py).
 OBSERVER = "receipts.observe.ObserveMiddleware"
 MIDDLEWARE = [m for m in MIDDLEWARE if m != OBSERVER]  # noqa: F405
 DATABASES["default"]["CONN_MAX_AGE"] = envint("DB_CONN_MAX_AGE", 600)  # noqa: F405

@@ -44,6 +44,9 @@ FIGURES = {
     *(f"floor.{v}_{p}" for v in ("bare", "protected", "floor") for p in ("p50", "p99")),
     "floor.cpu0", "floor.cpu1", "floor.cpu2",
     *PARTITION_FIGURES,
+    # Scenario 14: the bare insert with and without the observer of unprotected routes.
+    "observe.ratio", "observe.notes", "observe.duplicates", "observe.bare_rps", "observe.observed_rps",
+    *(f"observe.{v}_{p}" for v in ("bare", "observed") for p in ("p50", "p99")), "observe.cpu0", "observe.cpu1",
     # CPU per request of each compared variant, with its breakdown by process in the note.
     "claim.cpu0", "claim.cpu1", "replay.cpu0", "replay.cpu1", "webhook.cpu0", "webhook.cpu1", "webhook.cpu2",
     # The same DRF view unprotected, under idemdash and, where the `bench` extra is installed
@@ -72,7 +75,10 @@ def test_the_quick_bench_measures_every_figure(tmp_path: Path, database_of_its_o
     figures = {f["id"]: f for f in report["figures"]}
     assert set(figures) == FIGURES
     for figure in figures.values():
-        assert figure["value"] is not None and figure["value"] > 0, figure
+        if figure["id"] != "observe.duplicates":  # every body distinct: none
+            assert figure["value"] is not None and figure["value"] > 0, figure
+    # The observer noted every request of scenario 14's observed rounds, and none was a would-be duplicate.
+    assert figures["observe.notes"]["met"] and figures["observe.duplicates"]["value"] == 0
     for fid in ("claim.cpu1", "webhook.cpu1"):
         parts = dict(part.split() for part in figures[fid]["note"].split(", "))
         assert {"client", "web", "db"} <= set(parts) and all(float(ms) >= 0 for ms in parts.values()), figures[fid]

@@ -16,7 +16,7 @@ from idemdash.devtools.bench.report import Figure
 # Each scenario's function in runner.run, by number, and the group of the figure its stand-in gives.
 SCENARIOS = {1: "claim_overhead", 2: "replay", 3: "claim_api", 4: "webhook_ingest", 5: "dashboard", 6: "purge",
              8: "drf_view", 9: "outbox_latency", 10: "inprocess_run_once", 11: "search_at_scale", 12: "floor_and_ceiling",
-             13: "past_one_table"}
+             13: "past_one_table", 14: "observer_cost"}
 
 
 @pytest.mark.parametrize("only", ["7", "x", "0,1"])
@@ -79,9 +79,10 @@ def test_only_runs_the_named_scenarios_and_leaves_the_latest_complete_run_alone(
 
 
 @pytest.mark.django_db
-def test_only_13_seeds_nothing(stand_ins, tmp_path: Path, capsys):
-    assert runner.run(quick=True, port=None, out_dir=tmp_path, only={13}) == 0
-    assert stand_ins["scenarios"] == [13] and stand_ins["seeded"] == []
+@pytest.mark.parametrize("only", [{13}, {14}, {13, 14}])
+def test_only_13_and_14_seed_nothing(only: set[int], stand_ins, tmp_path: Path, capsys):
+    assert runner.run(quick=True, port=None, out_dir=tmp_path, only=only) == 0
+    assert stand_ins["scenarios"] == sorted(only) and stand_ins["seeded"] == []
     assert "not seeded" in capsys.readouterr().out
 
 
