@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any
 
-from idemdash.core.canonical import json_depth_limit, nesting_depth
+from idemdash.core.canonical import MARIADB_JSON_DEPTH, json_depth_limit, nesting_depth
 from idemdash_client.canonical import canonical_json
 
 
@@ -48,7 +48,9 @@ def parse_json_body(body: bytes, content_type: str) -> Any:
         return _NOT_JSON
     # Python parses deeper JSON than it can walk or encode again (to canonicalise or store
     # it): such a body is treated as opaque bytes, for the fingerprint and the stored request alike.
-    return _NOT_JSON if nesting_depth(parsed) > json_depth_limit() else parsed
+    # The database's limit is looked up only for a body deep enough for it to matter.
+    depth = nesting_depth(parsed)
+    return _NOT_JSON if depth > MARIADB_JSON_DEPTH and depth > json_depth_limit() else parsed
 
 
 def is_json(value: Any) -> bool:

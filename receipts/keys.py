@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
+from django.utils.functional import LazyObject, empty
 
 from idemdash.core.clients import client_for_request
 
@@ -127,6 +128,18 @@ def default_scope(request: HttpRequest) -> str:
     if client is not None:
         return client.scope
     return subject_scope(getattr(request, "auth", None)) or credential_scope(request) or "anonymous"
+
+
+def known_caller(request: HttpRequest) -> str:
+    """The caller as far as the request already tells, at no query: `user:<pk>` when the user
+    was looked up (by the view or a middleware), else the scope of its credentials, else
+    `anonymous`. For the observer, which must not load a session or a user the view never
+    needed (default_scope may do both)."""
+    user = request.__dict__.get("user")
+    looked_up = user is not None and not (isinstance(user, LazyObject) and user._wrapped is empty)
+    if looked_up and user.is_authenticated:
+        return f"user:{user.pk}"
+    return credential_scope(request) or "anonymous"
 
 
 def subject_scope(auth: Any) -> str | None:

@@ -19,3 +19,20 @@ def test_malformed_keys_are_refused(key):
 @pytest.mark.parametrize("key", ["a", " spaced ", "x" * 255, "order-1:refund/2"])
 def test_printable_ascii_keys_up_to_255_characters_are_taken_as_they_are(key):
     assert keys.validate_key(key) == key
+
+
+@pytest.mark.django_db
+def test_the_known_caller_is_the_user_once_looked_up_else_the_credentials_and_never_a_query(
+        rf, django_user_model, django_assert_num_queries):
+    from django.contrib.auth.middleware import AuthenticationMiddleware
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    user = django_user_model.objects.create_user("ann")
+    request = rf.post("/notes/", HTTP_AUTHORIZATION="Bearer not-ours")
+    SessionMiddleware(lambda r: None).process_request(request)
+    AuthenticationMiddleware(lambda r: None).process_request(request)  # a lazy user, not looked up
+    with django_assert_num_queries(0):
+        assert keys.known_caller(request) == keys.credential_scope(request)
+    assert keys.known_caller(rf.post("/notes/")) == "anonymous"
+    request.user = user  # as a view's authentication leaves it
+    assert keys.known_caller(request) == f"user:{user.pk}"
