@@ -188,7 +188,7 @@ def test_the_coverage_of_a_plain_django_ninja_and_async_host_and_its_unprotected
         "'duplicates': sorted((d['route'], d['caller']) for d in coverage.recent_duplicates()), "
         "'payments': sorted((p.kind, p.amount) for p in Payment.objects.all()), "
         "'fresh_keys': fresh_keys.counts(timezone.now() - timedelta(hours=1)), "
-        "'refused_on': sorted(Attempt.objects.filter(outcome='fresh_key_retry').values_list('operation', 'key')), "
+        "'refused_on': sorted(Attempt.objects.filter(outcome='fresh_key_retry').values_list('operation', 'key', 'receipt__key')), "
         "'created': {r.key: r.created_at.isoformat() for r in Receipt.objects.all()}, "
         "'payout_again': [o['key'] for o in fresh_keys.same_request(Receipt.objects.get(key='alice-payout-again'))]}))"
     )).stdout.strip().splitlines()[-1])
@@ -206,7 +206,8 @@ def test_the_coverage_of_a_plain_django_ninja_and_async_host_and_its_unprotected
     assert seen["payout_again"] == ["alice/payments/payouts/"]
     assert seen["fresh_keys"] == {"payouts.create": {"allowed": 1, "refused": 0},
                                   **{operation: {"allowed": 0, "refused": 1} for operation in REFUSED.values()}}
-    assert seen["refused_on"] == sorted([operation, f"alice{url}"] for url, operation in REFUSED.items())
+    # Each refusal is logged under the key it came with, on its first key's receipt.
+    assert seen["refused_on"] == sorted([operation, f"alice{url}-again", f"alice{url}"] for url, operation in REFUSED.items())
     assert {key: seen["created"][key] for key in first_seen} == first_seen
     # The refused keys made no receipt.
     assert not {f"alice{url}-again" for url in REFUSED} & set(seen["created"])
