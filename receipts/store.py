@@ -248,7 +248,9 @@ def _claiming(
     lease = _lease_length(policy, lease_seconds)
     fp = fingerprint or fingerprint_json(request)
     wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("RECEIPTS_MAX_WAIT_SECONDS"))))
-    deadline = time.monotonic() + wait_seconds
+    # The wait is counted from the look that found the first attempt running (set by
+    # `_decide`), so a slow first look does not eat the time the caller asked to wait.
+    deadline: float | None = None
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
     waited_since: float | None = None  # when this caller began to wait for the running first attempt
@@ -282,8 +284,8 @@ def _claiming(
                 # After a wait the statement's own "replayed" line would hide the wait: the
                 # row is read here and the store decides and logs it (`waited`, `_record`).
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
-            result, reconcile, settled, left = _decide(
-                intent, existing, wakeup, deadline, waited_since, raced, started
+            result, reconcile, settled, deadline = _decide(
+                intent, existing, wakeup, deadline, wait_seconds, waited_since, raced, started
             )
             if reconcile:
                 answered = _reconciled(intent, result, started)
@@ -301,19 +303,19 @@ def _claiming(
             # Wake on completion, or when the lease runs out (we may then take over).
             lease_left = (result.receipt.lease_expires_at - timezone.now()).total_seconds()
             paused = time.monotonic()
-            yield _Wait(wakeup, max(0.01, min(left, lease_left + 0.01)))
+            yield _Wait(wakeup, max(0.01, min(deadline - paused, lease_left + 0.01)))
             started += time.monotonic() - paused
 
 
 @retry_deadlocks
 def _decide(
-    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup | None, deadline: float,
-    waited_since: float | None, raced: tuple[float, float] | None, started: float,
+    intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup | None, deadline: float | None,
+    wait_seconds: float, waited_since: float | None, raced: tuple[float, float] | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
     """One look of a claim: the decision and its line in the attempt log, committed together
     (never a claim without its log line). Returns the result, whether the operation's
-    reconcile must be asked, whether the claim is settled (else it waits), and the seconds
-    left to wait. Run again when MySQL/MariaDB picks it as a deadlock's victim (a purge
+    reconcile must be asked, whether the claim is settled (else it waits), and when its wait
+    ends (`deadline`, or `wait_seconds` from this look's decision when none is set yet). Run again when MySQL/MariaDB picks it as a deadlock's victim (a purge
     deleting the expired row it re-claims, or inserting the key again meanwhile): InnoDB
     rolled the decision back whole, so nothing of it was written."""
     with transaction.atomic():
@@ -322,6 +324,8 @@ def _decide(
         # A held receipt whose operation can ask the provider: asked outside this
         # transaction (a provider's answer must not hold SQLite's one writer).
         reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
+        if deadline is None:
+            deadline = time.monotonic() + wait_seconds
         left = deadline - time.monotonic()
         # Over the process's cap on waiters, a duplicate is refused at once rather
         # than hold a thread that a completion may need (receipts/waiting.py).
@@ -339,7 +343,7 @@ def _decide(
             _record(result, intent.request if result.outcome == Outcome.MISMATCH else None, intent.fp, started,
                     **({"key": intent.key, "detail": f"the same request as the key {result.receipt.key!r}"}
                        if refused else {}))
-    return result, reconcile, settled, left
+    return result, reconcile, settled, deadline
 
 
 class _FreshKeyRetry(Exception):
