@@ -552,3 +552,20 @@ def test_collectstatic_places_a_finders_files_under_its_storage_prefix(tmp_path,
             assert (tmp_path / "vendor" / "plotly.min.js").is_file()
     finally:
         finders.get_finder.cache_clear()
+
+
+@pytest.mark.django_db
+def test_the_authentication_middleware_keeps_the_user_it_looked_up_where_the_observer_reads_it(rf):
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth.middleware import AuthenticationMiddleware
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    with pinned("Django", "AuthenticationMiddleware's _cached_user and _acached_user", "receipts/keys.py:known_caller"):
+        request = rf.get("/")
+        SessionMiddleware(lambda r: None).process_request(request)
+        AuthenticationMiddleware(lambda r: None).process_request(request)
+        assert "_cached_user" not in request.__dict__ and "_acached_user" not in request.__dict__
+        looked_up = async_to_sync(request.auser)()
+        assert request.__dict__["_acached_user"] is looked_up
+        request.user.is_authenticated  # noqa: B018 -- the sync look
+        assert request.__dict__["_cached_user"] is request.user._wrapped

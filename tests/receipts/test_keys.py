@@ -34,5 +34,24 @@ def test_the_known_caller_is_the_user_once_looked_up_else_the_credentials_and_ne
     with django_assert_num_queries(0):
         assert keys.known_caller(request) == keys.credential_scope(request)
     assert keys.known_caller(rf.post("/notes/")) == "anonymous"
+    request.user  # noqa: B018 -- a view's look at its user
     request.user = user  # as a view's authentication leaves it
+    assert keys.known_caller(request) == f"user:{user.pk}"
+
+
+@pytest.mark.django_db
+def test_the_known_caller_is_the_user_an_async_middleware_looked_up(rf, django_user_model):
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth import login
+    from django.contrib.auth.middleware import AuthenticationMiddleware
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    user = django_user_model.objects.create_user("bo")
+    request = rf.post("/notes/")
+    SessionMiddleware(lambda r: None).process_request(request)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")  # a session naming bo
+    AuthenticationMiddleware(lambda r: None).process_request(request)
+    assert keys.known_caller(request) == "anonymous"  # nothing looked up yet, and no credential sent
+    # As Django's async RemoteUserMiddleware looks: `request.user` stays lazy.
+    assert async_to_sync(request.auser)().pk == user.pk
     assert keys.known_caller(request) == f"user:{user.pk}"
