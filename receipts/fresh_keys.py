@@ -64,11 +64,10 @@ def due_first_keys(now: datetime) -> Any:
     return FirstKey.objects.filter(created_at__lt=now - window())
 
 
-def _with_previous(receipts: Any) -> Any:
-    """Each receipt with `previous`: when the same caller last made its request to its operation."""
-    return receipts.annotate(previous=Window(
-        Lag("created_at"), partition_by=[F("scope"), F("operation"), F("fingerprint")],
-        order_by=[F("created_at").asc(), F("id").asc()]))
+def _previous(field: str) -> Window:
+    """The `field` of the receipt before, among the same caller's receipts of the same request."""
+    return Window(Lag(field), partition_by=[F("scope"), F("operation"), F("fingerprint")],
+                  order_by=[F("created_at").asc(), F("id").asc()])
 
 
 def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -78,19 +77,18 @@ def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]
     from the receipts still kept (their TTL) and from the refusals' lines in the attempt log."""
     now = now or timezone.now()
     span = window()
-    found = []
-    kept = _with_previous(Receipt.objects.filter(created_at__gte=since - span, created_at__lte=now)).annotate(
-        previous_key=Window(Lag("key"), partition_by=[F("scope"), F("operation"), F("fingerprint")],
-                            order_by=[F("created_at").asc(), F("id").asc()]),
-        previous_id=Window(Lag("id"), partition_by=[F("scope"), F("operation"), F("fingerprint")],
-                           order_by=[F("created_at").asc(), F("id").asc()]),
-    ).values("id", "scope", "key", "operation", "created_at", "previous", "previous_key", "previous_id")
-    for row in kept.iterator():
-        if row["created_at"] >= since and row["previous"] is not None and row["created_at"] - row["previous"] <= span:
-            found.append({"at": row["created_at"], "operation": row["operation"], "scope": row["scope"],
-                          "key": row["key"], "receipt_id": row["id"], "first_key": row["previous_key"],
-                          "first_receipt_id": row["previous_id"], "refused": False,
-                          "gap": (row["created_at"] - row["previous"]).total_seconds()})
+    # The database compares each receipt with the one before (a filter on the window
+    # functions, applied after them): only the retries come back, not every receipt of the
+    # window. The look-back reaches before `since`, whose own bound is kept here: a plain
+    # filter would be applied before the window functions and hide the receipts before.
+    kept = Receipt.objects.filter(created_at__gte=since - span, created_at__lte=now).annotate(
+        previous=_previous("created_at"), previous_key=_previous("key"), previous_id=_previous("id"),
+    ).filter(previous__gte=F("created_at") - span).values(
+        "id", "scope", "key", "operation", "created_at", "previous", "previous_key", "previous_id")
+    found = [{"at": row["created_at"], "operation": row["operation"], "scope": row["scope"], "key": row["key"],
+              "receipt_id": row["id"], "first_key": row["previous_key"], "first_receipt_id": row["previous_id"],
+              "refused": False, "gap": (row["created_at"] - row["previous"]).total_seconds()}
+             for row in kept if row["created_at"] >= since]
     refused = list(Attempt.objects.filter(outcome=Attempt.Outcome.FRESH_KEY_RETRY, created_at__gte=since,
                                           created_at__lte=now).values("created_at", "operation", "scope", "key", "receipt_id"))
     # The refusal's line names the key it came under, on the first key's receipt.

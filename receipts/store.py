@@ -315,9 +315,10 @@ def _decide(
     """One look of a claim: the decision and its line in the attempt log, committed together
     (never a claim without its log line). Returns the result, whether the operation's
     reconcile must be asked, whether the claim is settled (else it waits), and when its wait
-    ends (`deadline`, or `wait_seconds` from this look's decision when none is set yet). Run again when MySQL/MariaDB picks it as a deadlock's victim (a purge
-    deleting the expired row it re-claims, or inserting the key again meanwhile): InnoDB
-    rolled the decision back whole, so nothing of it was written."""
+    ends (`deadline`, or `wait_seconds` from this look's decision when none is set yet). Run
+    again when MySQL/MariaDB picks it as a deadlock's victim (a purge deleting the expired row
+    it re-claims, or inserting the key again meanwhile): InnoDB rolled the decision back
+    whole, so nothing of it was written."""
     with transaction.atomic():
         result = _refusing_fresh_keys(intent, existing) if intent.policy.fresh_key == "refuse" else \
             _claim_once(intent, existing=existing)
