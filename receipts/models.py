@@ -9,7 +9,7 @@ from django.utils import timezone
 from idemdash.core.attempts import AttemptLog, DurationHourly
 from idemdash.core.leases import LeasedWork, is_stuck
 from idemdash.core.reference_rows import Reference, meta_options
-from idemdash.core.rollup import HourlyCount
+from idemdash.core.rollup import HourlyCount, per_hour
 from receipts.conf import policy_for
 
 
@@ -246,12 +246,7 @@ class AttemptHourly(HourlyCount):
 
     outcome = models.CharField(max_length=32, choices=Attempt.Outcome.choices)
 
-    class Meta:
-        verbose_name = "attempts per hour"
-        verbose_name_plural = "attempts per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "outcome"], name="attempt_hourly_uniq"),
-        ]
+    Meta = per_hour("attempts per hour", "outcome")
 
 
 class ClaimDurationHourly(DurationHourly):
@@ -260,12 +255,7 @@ class ClaimDurationHourly(DurationHourly):
     (`receipts.rollup.CLAIMS`; settles fall in NO_DURATION): the overview's claim-latency
     history and /metrics' idemdash_receipt_claim_duration_seconds."""
 
-    class Meta:
-        verbose_name = "claim durations per hour"
-        verbose_name_plural = "claim durations per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "bucket"], name="claim_duration_hourly_uniq"),
-        ]
+    Meta = per_hour("claim durations per hour", "bucket")
 
 
 class ArchivedReceipt(models.Model):
@@ -353,12 +343,7 @@ class ObservedHourly(HourlyCount):
     route = models.CharField(max_length=255)
     kind = models.CharField(max_length=16)
 
-    class Meta:
-        verbose_name = "observed requests per hour"
-        verbose_name_plural = "observed requests per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "method", "route", "kind"], name="observed_hourly_uniq"),
-        ]
+    Meta = per_hour("observed requests per hour", "method", "route", "kind")
 
 
 class FirstKey(models.Model):

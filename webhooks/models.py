@@ -17,7 +17,7 @@ from idemdash.core.attempts import DurationHourly
 from idemdash_client import references
 from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.reference_rows import Reference, meta_options
-from idemdash.core.rollup import HourlyCount
+from idemdash.core.rollup import HourlyCount, per_hour
 
 
 def mask_secret(secret: str) -> str:
@@ -255,12 +255,7 @@ class ProcessingDurationHourly(DurationHourly):
     the attempt log (`webhooks.rollup`) so that the overview charts p50 and p99 per hour
     after retention has deleted the attempts with their events."""
 
-    class Meta:
-        verbose_name = "processing durations per hour"
-        verbose_name_plural = "processing durations per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "bucket"], name="processing_duration_hourly_uniq"),
-        ]
+    Meta = per_hour("processing durations per hour", "bucket")
 
 
 class DeliveryHourly(HourlyCount):
@@ -272,12 +267,7 @@ class DeliveryHourly(HourlyCount):
     duplicate = models.BooleanField()
     payload_matches = models.BooleanField()
 
-    class Meta:
-        verbose_name = "deliveries per hour"
-        verbose_name_plural = "deliveries per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "duplicate", "payload_matches"], name="delivery_hourly_uniq"),
-        ]
+    Meta = per_hour("deliveries per hour", "duplicate", "payload_matches")
 
     def __str__(self) -> str:
         kind = "redeliveries" if self.duplicate else "first deliveries"

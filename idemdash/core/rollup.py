@@ -65,6 +65,16 @@ class HourlyCount(models.Model):
         return f"{self.hour:%Y-%m-%d %H:00} {' '.join(groups)}".rstrip() + f": {self.count}"
 
 
+def per_hour(verbose_name: str, *groups: str) -> type:
+    """The Meta of a roll-up table: `verbose_name` (its own plural) and the unique constraint
+    on the hour and the table's group fields that the roll-up's upsert targets."""
+    return type("Meta", (), {
+        "verbose_name": verbose_name,
+        "verbose_name_plural": verbose_name,
+        "constraints": [models.UniqueConstraint(fields=["hour", *groups], name="%(app_label)s_%(class)s_uniq")],
+    })
+
+
 class Rollup(models.Model):
     """The watermark of one roll-up: `rolled_until` is the start of the first hour that is
     NOT rolled up yet (null: none is). Readers take hours before it from the roll-up table

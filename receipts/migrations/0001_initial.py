@@ -57,7 +57,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'attempts per hour',
                 'verbose_name_plural': 'attempts per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'outcome'), name='attempt_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'outcome'), name='receipts_attempthourly_uniq')],
             },
         ),
         migrations.CreateModel(
@@ -72,7 +72,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'claim durations per hour',
                 'verbose_name_plural': 'claim durations per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='claim_duration_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='receipts_claimdurationhourly_uniq')],
             },
         ),
         migrations.CreateModel(
@@ -191,7 +191,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'observed requests per hour',
                 'verbose_name_plural': 'observed requests per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'method', 'route', 'kind'), name='observed_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'method', 'route', 'kind'), name='receipts_observedhourly_uniq')],
             },
         ),
         migrations.CreateModel(

@@ -10,7 +10,7 @@ from django.db.models import Q
 from idemdash.core.attempts import AttemptLog, DurationHourly
 from idemdash.core.leases import LeasedWork, Scheduled
 from idemdash.core.reference_rows import Reference, meta_options
-from idemdash.core.rollup import HourlyCount
+from idemdash.core.rollup import HourlyCount, per_hour
 
 # Without its app, Django would file these models under `receipts` (the installed app whose
 # name prefixes this module's), and the first query would fail on a table no migration
@@ -205,12 +205,7 @@ class OutboxMessageHourly(HourlyCount):
     message in it. Counts are absolute, recomputed from the messages, never incremented; an
     hour keeps its count when retention later deletes its messages (sent ones after 7 days)."""
 
-    class Meta:
-        verbose_name = "messages enqueued per hour"
-        verbose_name_plural = "messages enqueued per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour"], name="outbox_message_hourly_uniq"),
-        ]
+    Meta = per_hour("messages enqueued per hour")
 
 
 class OutboxAttemptHourly(HourlyCount):
@@ -220,12 +215,7 @@ class OutboxAttemptHourly(HourlyCount):
 
     outcome = models.CharField(max_length=16, choices=OutboxAttempt.Outcome.choices)
 
-    class Meta:
-        verbose_name = "outbox attempts per hour"
-        verbose_name_plural = "outbox attempts per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "outcome"], name="outbox_attempt_hourly_uniq"),
-        ]
+    Meta = per_hour("outbox attempts per hour", "outcome")
 
 
 class SendDurationHourly(DurationHourly):
@@ -233,12 +223,7 @@ class SendDurationHourly(DurationHourly):
     bucket of `duration_ms` (idemdash.core.attempts.DURATION_BOUNDS_MS), rolled up from the
     attempt log (`receipts.outbox.rollup`): the overview's send-duration history."""
 
-    class Meta:
-        verbose_name = "send durations per hour"
-        verbose_name_plural = "send durations per hour"
-        constraints = [
-            models.UniqueConstraint(fields=["hour", "bucket"], name="send_duration_hourly_uniq"),
-        ]
+    Meta = per_hour("send durations per hour", "bucket")
 
 
 class BacklogAgeHourly(models.Model):

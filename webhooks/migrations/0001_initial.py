@@ -48,7 +48,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'deliveries per hour',
                 'verbose_name_plural': 'deliveries per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'duplicate', 'payload_matches'), name='delivery_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'duplicate', 'payload_matches'), name='webhooks_deliveryhourly_uniq')],
             },
         ),
         migrations.CreateModel(
@@ -63,7 +63,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'processing durations per hour',
                 'verbose_name_plural': 'processing durations per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='processing_duration_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='webhooks_processingdurationhourly_uniq')],
             },
         ),
         migrations.CreateModel(

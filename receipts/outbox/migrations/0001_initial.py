@@ -41,7 +41,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'outbox attempts per hour',
                 'verbose_name_plural': 'outbox attempts per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'outcome'), name='outbox_attempt_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'outcome'), name='outbox_outboxattempthourly_uniq')],
             },
         ),
         migrations.CreateModel(
@@ -84,7 +84,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'messages enqueued per hour',
                 'verbose_name_plural': 'messages enqueued per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour',), name='outbox_message_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour',), name='outbox_outboxmessagehourly_uniq')],
             },
         ),
         migrations.CreateModel(
@@ -113,7 +113,7 @@ class Migration(migrations.Migration):
             options={
                 'verbose_name': 'send durations per hour',
                 'verbose_name_plural': 'send durations per hour',
-                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='send_duration_hourly_uniq')],
+                'constraints': [models.UniqueConstraint(fields=('hour', 'bucket'), name='outbox_senddurationhourly_uniq')],
             },
         ),
         migrations.CreateModel(
