@@ -122,11 +122,6 @@ class WebhookEvent(LeasedWork, Scheduled):
     received_at = models.DateTimeField()
     last_delivery_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    # The W3C `traceparent` of the delivery that stored it, when a span was recording
-    # (OpenTelemetry, idemdash/core/tracing.py): every processing of it, by the task the
-    # delivery enqueued or by one the sweep enqueues later (a retry after its backoff, a lost
-    # task, a stuck row recovered), continues that trace. Empty when nothing traced it.
-    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [

@@ -191,6 +191,10 @@ class Scheduled(models.Model):
     """A unit that waits for its time: due at `next_attempt_at` (events and messages)."""
 
     next_attempt_at = models.DateTimeField()
+    # The W3C `traceparent` of whoever made it (the delivery, the enqueue), when a span was
+    # recording (OpenTelemetry, idemdash/core/tracing.py): every run of it, by the task made
+    # with it or by a later sweep or drain, continues that trace. Empty when nothing traced it.
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     class Meta:
         abstract = True

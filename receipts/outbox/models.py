@@ -65,10 +65,6 @@ class OutboxMessage(LeasedWork, Scheduled):
     # purged before its message leaves the id (ids are never reused), read as "purged".
     cause_kind = models.CharField(max_length=16, blank=True, default="", db_default="")
     cause_id = models.BigIntegerField(null=True, blank=True)
-    # The W3C `traceparent` of whoever enqueued it, when a span was recording (OpenTelemetry,
-    # idemdash/core/tracing.py): every send of it, by its task or by a scheduled drain later,
-    # continues that trace. Empty when nothing traced the enqueue.
-    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [
