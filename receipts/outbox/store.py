@@ -61,19 +61,13 @@ class Enqueued:
 def enqueue(
     action: str, payload: Any, key: str, *, scope: str = "", references: Iterable[object] = ()
 ) -> Enqueued:
-    """Add a message, inside the caller's transaction when there is one. Once that
-    transaction commits, the worker is asked to send it (send_soon).
+    """Add a message in the caller's transaction (if any); send_soon once it commits.
 
-    Enqueued while a receipt's attempt (a decorated view, a run_once step) or a webhook
-    handler runs, the message records it as its cause (clients/python/idemdash_client/references.py).
-    `references` ((kind, value) pairs, or {"kind", "value"} objects) are stored with a new
-    message; InvalidReference (a ValueError) refuses them before anything is written.
-
-    Repeating it with the same key and the same action and payload is harmless: it returns
-    the existing message with `created=False`. The same key with a different message raises
-    KeyReused. An unknown action or a payload its action refuses raises ValueError
-    (UnknownAction, or the validator's own), before anything is written.
-    """
+    A message enqueued while a receipt's attempt or a webhook handler runs records it as its
+    cause. Repeating the same key, action and payload returns the existing message
+    (`created=False`); the same key with another message raises KeyReused. An unknown
+    action, a payload its validator refuses or an invalid reference raises ValueError before
+    anything is written."""
     validate_key(key)
     if not isinstance(action, str) or not ACTION_RE.fullmatch(action):
         raise ValueError("An action is 1 to 100 characters of letters, digits and . _ : -")
@@ -130,7 +124,8 @@ def send_soon(message_id: int, traceparent: str | None = None) -> None:
     try:
         async_task(SEND_TASK, message_id, group="outbox", **tracing.traceparent_kwargs(traceparent))
     except Exception:
-        log.warning("could not ask the worker to send outbox message %s; the scheduled drain will", message_id, exc_info=True)
+        log.warning("could not ask the worker to send outbox message %s; the scheduled drain will", message_id,
+                    exc_info=True)
 
 
 def _due(now: datetime, max_attempts: int) -> Q:
@@ -142,22 +137,15 @@ def _due(now: datetime, max_attempts: int) -> Q:
 def claim_batch(
     drainer: str, *, batch_size: int | None = None, lease_seconds: float | None = None, ids: list[int] | None = None
 ) -> list[OutboxMessage]:
-    """Claim up to `batch_size` due messages for `drainer`: due retries and pending
-    messages, and in-flight ones whose drainer's lease ran out. Each claimed message is
-    in flight with a fresh lease, a new fencing token and its attempt counted. With `ids`,
-    only among those messages.
+    """Claim up to `batch_size` due messages (pending, due retries, and in-flight ones whose
+    lease ran out; only among `ids` when given) for `drainer`: each in flight with a fresh
+    lease, a new fencing token and its attempt counted.
 
-    Only messages whose action is registered in this process are claimed: one table may be
-    drained by processes with different registries (a host project's worker beside
-    idemdash's own, or old code beside new during a deployment), and each leaves the others'
-    messages alone rather than failing them as unknown. Nor are messages whose action or
-    destination host an operator paused (receipts/outbox/pauses.py): left out by the
-    statement that locks the candidates, and again by the UPDATE that claims them.
-
-    One short transaction. On PostgreSQL the candidate rows are locked with SELECT ... FOR
-    UPDATE SKIP LOCKED (`_lock_ids`), so concurrent drainers take disjoint batches without
-    waiting for each other; on SQLite the IMMEDIATE transaction holds the one write lock, so
-    drainers claim one after another."""
+    Only actions registered in this process are claimed, so drainers with different
+    registries (a host's worker beside ours, old code beside new in a deployment) leave each
+    other's messages alone; paused actions and hosts are left out by the lock and again by
+    the UPDATE. One short transaction: SKIP LOCKED gives concurrent PostgreSQL drainers
+    disjoint batches; on SQLite the IMMEDIATE transaction serialises them."""
     batch_size = batch_size or setting("OUTBOX_BATCH_SIZE")
     lease = timedelta(seconds=lease_seconds or setting("OUTBOX_LEASE_SECONDS"))
     max_attempts = setting("OUTBOX_MAX_ATTEMPTS")
@@ -180,13 +168,8 @@ def claim_batch(
             # Logged like any other ending, so that counts of dead messages drawn from
             # the attempt log include these.
             OutboxAttempt.objects.bulk_create(
-                OutboxAttempt(
-                    **OutboxAttempt.copied_from(m),
-                    outcome=Outcome.DEAD,
-                    error=error,
-                    drainer=m.claimed_by,
-                    created_at=now,
-                )
+                OutboxAttempt(**OutboxAttempt.copied_from(m), outcome=Outcome.DEAD, error=error, drainer=m.claimed_by,
+                              created_at=now)
                 for m in OutboxMessage.objects.filter(id__in=exhausted_ids, status=Status.DEAD)
             )
         due_ids = _lock_ids(messages.filter(_due(now, max_attempts)), batch_size)
@@ -195,12 +178,8 @@ def claim_batch(
         # The due condition is repeated in the UPDATE so that the claim stays a
         # compare-and-set even where the SELECT took no lock.
         OutboxMessage.objects.filter(_due(now, max_attempts), pauses.claimable(), id__in=due_ids).update(
-            status=Status.IN_FLIGHT,
-            fencing_token=F("fencing_token") + 1,
-            attempts=F("attempts") + 1,
-            lease_expires_at=now + lease,
-            claimed_by=drainer,
-            updated_at=now,
+            status=Status.IN_FLIGHT, fencing_token=F("fencing_token") + 1, attempts=F("attempts") + 1,
+            lease_expires_at=now + lease, claimed_by=drainer, updated_at=now,
         )
         return list(
             OutboxMessage.objects.filter(
@@ -213,11 +192,8 @@ def _lock_ids(queryset: QuerySet, limit: int) -> list[int]:
     """Ids of up to `limit` rows, oldest due first, locked for this transaction on
     PostgreSQL (rows other transactions hold are skipped). On SQLite select_for_update is
     a no-op and the IMMEDIATE transaction already excludes every other writer."""
-    return list(
-        queryset.select_for_update(skip_locked=True)
-        .order_by("next_attempt_at", "id")
-        .values_list("id", flat=True)[:limit]
-    )
+    locked = queryset.select_for_update(skip_locked=True).order_by("next_attempt_at", "id")
+    return list(locked.values_list("id", flat=True)[:limit])
 
 
 def renew_lease(message: OutboxMessage, *, lease_seconds: float | None = None) -> bool:
@@ -246,43 +222,20 @@ def sending(message: OutboxMessage, lease_seconds: float) -> contextlib.Abstract
 def _backoff(attempts: int, retry_after: float | None = None) -> float:
     """The core's backoff with this app's settings, never shorter than what the server
     asked for (Retry-After, capped at RETRY_AFTER_MAX_SECONDS)."""
-    return backoff(
-        attempts,
-        float(setting("OUTBOX_BACKOFF_BASE_SECONDS")),
-        float(setting("OUTBOX_BACKOFF_CAP_SECONDS")),
-        retry_after=retry_after,
-        retry_after_max=RETRY_AFTER_MAX_SECONDS,
-    )
+    base, cap = float(setting("OUTBOX_BACKOFF_BASE_SECONDS")), float(setting("OUTBOX_BACKOFF_CAP_SECONDS"))
+    return backoff(attempts, base, cap, retry_after=retry_after, retry_after_max=RETRY_AFTER_MAX_SECONDS)
 
 
-def _settle(
-    message: OutboxMessage,
-    outcome: str,
-    *,
-    status_code: int | None,
-    error: str,
-    duration_ms: int | None,
-    drainer: str,
-    **changes: Any,
-) -> None:
+def _settle(message: OutboxMessage, outcome: str, *, status_code: int | None, error: str, duration_ms: int | None,
+            drainer: str, **changes: Any) -> None:
     now = timezone.now()
     with transaction.atomic():
         won = compare_and_set(
             OutboxMessage.objects.filter(pk=message.pk), "fencing_token", message.fencing_token, Status.IN_FLIGHT,
-            lease_expires_at=None,
-            last_status_code=status_code,
-            last_error=error,
-            updated_at=now,
-            **changes,
+            lease_expires_at=None, last_status_code=status_code, last_error=error, updated_at=now, **changes,
         )
-        line = {
-            **OutboxAttempt.copied_from(message),
-            "status_code": status_code,
-            "error": error[:2000],
-            "duration_ms": duration_ms,
-            "drainer": drainer,
-            "created_at": now,
-        }
+        line = {**OutboxAttempt.copied_from(message), "status_code": status_code, "error": error[:2000],
+                "duration_ms": duration_ms, "drainer": drainer, "created_at": now}
         if won:
             OutboxAttempt.objects.create(outcome=outcome, **line)
         else:
@@ -296,28 +249,12 @@ def _settle(
 def mark_sent(
     message: OutboxMessage, *, status_code: int | None = None, duration_ms: int | None = None, drainer: str = ""
 ) -> None:
-    _settle(
-        message,
-        Outcome.SENT,
-        status_code=status_code,
-        error="",
-        duration_ms=duration_ms,
-        drainer=drainer,
-        status=Status.SENT,
-        sent_at=timezone.now(),
-    )
+    _settle(message, Outcome.SENT, status_code=status_code, error="", duration_ms=duration_ms, drainer=drainer,
+            status=Status.SENT, sent_at=timezone.now())
 
 
-def mark_failed(
-    message: OutboxMessage,
-    error: str,
-    *,
-    permanent: bool = False,
-    retry_after: float | None = None,
-    status_code: int | None = None,
-    duration_ms: int | None = None,
-    drainer: str = "",
-) -> str:
+def mark_failed(message: OutboxMessage, error: str, *, permanent: bool = False, retry_after: float | None = None,
+                status_code: int | None = None, duration_ms: int | None = None, drainer: str = "") -> str:
     """Schedule a retry with backoff, or mark the message dead when the error is permanent
     or this was the last allowed attempt. Returns the new status."""
     if permanent or message.attempts >= setting("OUTBOX_MAX_ATTEMPTS"):
@@ -325,9 +262,7 @@ def mark_failed(
     else:
         due = timezone.now() + timedelta(seconds=_backoff(message.attempts, retry_after))
         outcome, changes = Outcome.RETRY, {"status": Status.RETRY, "next_attempt_at": due}
-    _settle(
-        message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer, **changes
-    )
+    _settle(message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer, **changes)
     return changes["status"]
 
 
