@@ -107,7 +107,7 @@ class DeliveryInline(admin.TabularInline):
     model = WebhookDelivery
     extra = 0
     can_delete = False
-    fields = ["received_at", "duplicate", "payload_matches", "secret"]
+    fields = ["received_at", "delivery_id", "duplicate", "payload_matches", "secret"]
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
@@ -157,12 +157,12 @@ class WebhookEventAdmin(SearchesReferences, FilterSafe, admin.ModelAdmin):
 class WebhookDeliveryAdmin(FilterSafe, admin.ModelAdmin):
     """Read-only: every delivery, first or redelivery, as the receiver stored it."""
 
-    list_display = [to_the_second("received_at", "received"), "event", "duplicate", "payload_matches"]
+    list_display = [to_the_second("received_at", "received"), "event", "delivery_id", "duplicate", "payload_matches"]
     list_filter = ["duplicate", "payload_matches", "event__provider"]
-    search_fields = ["event__provider_event_id", "event__dedupe_key"]
+    search_fields = ["delivery_id", "event__provider_event_id", "event__dedupe_key"]
     date_hierarchy = "received_at"
     list_select_related = ["event"]
-    fields = ["event", "received_at", "duplicate", "payload_matches"]  # never the secret, even masked
+    fields = ["event", "received_at", "delivery_id", "duplicate", "payload_matches"]  # never the secret, even masked
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:

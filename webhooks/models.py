@@ -170,6 +170,8 @@ class WebhookDelivery(models.Model):
 
     event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
     received_at = models.DateTimeField()
+    delivery_id = models.CharField(max_length=255, blank=True, default="", db_default="",
+                                   help_text="The provider's id of this delivery (X-Shopify-Webhook-Id).")
     duplicate = models.BooleanField(default=False)
     payload_matches = models.BooleanField(default=True)
     secret = models.ForeignKey(

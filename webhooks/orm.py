@@ -14,7 +14,7 @@ from webhooks.models import Stored, WebhookDelivery, WebhookEvent
 from webhooks.processing import enqueue_on_commit
 
 
-def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Stored | None:
+def store(values: dict[str, Any], now: datetime, secret_id: int | None, delivery_id: str) -> Stored | None:
     """Store one delivery of the event described by `values` (every WebhookEvent field but
     id) in one short transaction, with the event's task if the event is new and not held
     (in the transaction itself with the ORM broker). None when the event was purged between
@@ -26,7 +26,7 @@ def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Store
         except IntegrityError:
             pass
         else:
-            WebhookDelivery.objects.create(event=event, received_at=now, secret_id=secret_id)
+            WebhookDelivery.objects.create(event=event, received_at=now, secret_id=secret_id, delivery_id=delivery_id)
             if event.status == WebhookEvent.Status.RECEIVED:
                 enqueue_on_commit(event.pk)
             return Stored(event.pk, event.status, event.delivery_count, True, _event=event)
@@ -45,6 +45,7 @@ def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Store
         event_id, status, deliveries, sha = stored.values_list("id", "status", "delivery_count", "payload_sha256").get()
         matches = sha == digest
         WebhookDelivery.objects.create(
-            event_id=event_id, received_at=now, duplicate=True, payload_matches=matches, secret_id=secret_id
+            event_id=event_id, received_at=now, duplicate=True, payload_matches=matches, secret_id=secret_id,
+            delivery_id=delivery_id,
         )
         return Stored(event_id, status, deliveries, False, matches)

@@ -50,10 +50,10 @@ def _store_sql(with_task: bool) -> str:
             WHERE endpoint_id = %s AND dedupe_key = %s
             RETURNING {returned}
         ), dlv AS (
-            INSERT INTO {delivery} (event_id, received_at, duplicate, payload_matches, secret_id)
-            SELECT id, %s, false, true, %s::bigint FROM ins
+            INSERT INTO {delivery} (event_id, received_at, delivery_id, duplicate, payload_matches, secret_id)
+            SELECT id, %s, %s, false, true, %s::bigint FROM ins
             UNION ALL
-            SELECT id, %s, true, payload_sha256 = %s, %s::bigint FROM upd
+            SELECT id, %s, %s, true, payload_sha256 = %s, %s::bigint FROM upd
         {task}
         )
         SELECT true AS created, {returned} FROM ins
@@ -62,7 +62,7 @@ def _store_sql(with_task: bool) -> str:
     """
 
 
-def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Stored | None:
+def store(values: dict[str, Any], now: datetime, secret_id: int | None, delivery_id: str) -> Stored | None:
     """Store one delivery of the event described by `values` (every WebhookEvent field but
     id), with the event's task if the event is new and not held. None when the event exists
     but this statement cannot see it yet: a concurrent delivery of the same event committed
@@ -74,7 +74,8 @@ def store(values: dict[str, Any], now: datetime, secret_id: int | None) -> Store
     task = delivery_task(values["endpoint_id"], values["dedupe_key"], values["traceparent"]) if received else None
     params = [f.get_db_prep_save(values[f.attname], connection) for f in _EVENT_FIELDS]
     digest = values["payload_sha256"]
-    params += [now, digest, values["endpoint_id"], values["dedupe_key"], now, secret_id, now, digest, secret_id]
+    params += [now, digest, values["endpoint_id"], values["dedupe_key"], now, delivery_id, secret_id,
+               now, delivery_id, digest, secret_id]
     if task is not None:
         params += [*task, now]
     with _atomic():

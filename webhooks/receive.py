@@ -68,7 +68,7 @@ def store_delivery(
     }
     store = path().store
     for _ in range(3):
-        stored = store(values, now, secret_id)
+        stored = store(values, now, secret_id, verified.delivery_id)
         if stored is not None:
             return stored
         # A concurrent delivery of this event not yet visible to us, or the event purged

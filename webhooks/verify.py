@@ -24,6 +24,7 @@ from standardwebhooks.webhooks import WebhookVerificationError as StandardVerifi
 from idemdash.core.canonical import json_depth_limit, nesting_depth
 
 MAX_KEY_LENGTH = 500  # WebhookEvent.dedupe_key holds 512
+MAX_DELIVERY_ID_LENGTH = 255  # WebhookDelivery.delivery_id
 # C0 and C1 control characters and DEL: an id holding one (a CR/LF header injection, a NUL
 # that PostgreSQL cannot store) is not an id any provider sends.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -44,6 +45,9 @@ class VerifiedDelivery:
     event_type: str
     provider_event_id: str
     account: str
+    # The provider's id of this one delivery where it has one besides the event's (Shopify's
+    # X-Shopify-Webhook-Id): kept with the delivery, not part of the dedupe key.
+    delivery_id: str = ""
 
 
 def verify_delivery(
@@ -71,9 +75,9 @@ def verify_delivery(
         verified = _standard_identity(index, _parse_json(body), headers)
     else:
         raise ValueError(f"unknown provider {provider!r}")
-    if len(verified.dedupe_key) > MAX_KEY_LENGTH:
+    if len(verified.dedupe_key) > MAX_KEY_LENGTH or len(verified.delivery_id) > MAX_DELIVERY_ID_LENGTH:
         raise VerificationError("invalid_id", f"The event id is longer than {MAX_KEY_LENGTH} characters.")
-    if CONTROL_CHARACTERS.search(verified.dedupe_key):
+    if CONTROL_CHARACTERS.search(verified.dedupe_key + verified.delivery_id):
         raise VerificationError("invalid_id", "The event id contains control characters.")
     return verified
 
@@ -149,18 +153,23 @@ def verify_shopify(body: bytes, headers: Mapping[str, str], secrets: Sequence[st
 
 def _shopify_identity(index: int, payload: Any, headers: Mapping[str, str]) -> VerifiedDelivery:
     webhook_id = headers.get("X-Shopify-Webhook-Id", "").strip()
+    event_id = headers.get("X-Shopify-Event-Id", "").strip()
     shop = headers.get("X-Shopify-Shop-Domain", "").strip().lower()
     if not webhook_id:
         raise VerificationError("missing_header", "X-Shopify-Webhook-Id header is missing.")
     if not shop:
         raise VerificationError("missing_header", "X-Shopify-Shop-Domain header is missing.")
+    # Shopify's guidance: one X-Shopify-Event-Id on two webhooks is one event sent twice (a
+    # retry keeps its webhook id, a second subscription to the topic sends another). Without
+    # an event id (API versions before it), the webhook id is all there is.
     return VerifiedDelivery(
         secret_index=index,
         payload=payload,
-        dedupe_key=f"{shop}:{webhook_id}",
+        dedupe_key=f"{shop}:{event_id}" if event_id else f"{shop}:webhook:{webhook_id}",
         event_type=headers.get("X-Shopify-Topic", "").strip(),
-        provider_event_id=headers.get("X-Shopify-Event-Id", "").strip(),
+        provider_event_id=event_id,
         account=shop,
+        delivery_id=webhook_id,
     )
 
 

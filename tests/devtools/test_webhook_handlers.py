@@ -64,9 +64,11 @@ def test_reprocessing_a_fulfilled_payment_does_not_fulfil_it_again(client):
 def test_a_shopify_order_is_recorded_once(client):
     make_endpoint("store", "shopify", SHOPIFY_SECRET)
     body = json.dumps({"id": 820982911946154508, "name": "#9999", "total_price": "199.65", "currency": "USD"}).encode()
-    # Shopify retries with the same webhook id; a second subscription sends another id.
-    for webhook_id in ("w1", "w1", "w2"):
-        deliver(client, "store", body, shopify_headers(body, SHOPIFY_SECRET, webhook_id=webhook_id))
+    # Shopify retries with the same webhook id; a second subscription sends another id for the
+    # same event, and the event is received once; a new event for the same order (another
+    # event id) runs the handler again, which records the order once.
+    for webhook_id, event_id in (("w1", "e1"), ("w1", "e1"), ("w2", "e1"), ("w3", "e2")):
+        deliver(client, "store", body, shopify_headers(body, SHOPIFY_SECRET, webhook_id=webhook_id, event_id=event_id))
     assert process_all() == ["completed", "completed"]
     order = ShopifyOrder.objects.get()
     assert (order.shop_domain, order.order_id, order.name, order.total_price) == (

@@ -98,13 +98,27 @@ def test_an_endpoint_without_active_secret_accepts_nothing():
     assert cause_of("stripe", BODY, stripe_headers(BODY, STRIPE_SECRET), []) == "no_active_secret"
 
 
-def test_a_shopify_delivery_is_keyed_by_shop_and_webhook_id():
+def test_a_shopify_delivery_is_keyed_by_shop_and_event_id_and_keeps_its_webhook_id():
     body = b'{"id": 820982911946154508}'
     raw = shopify_headers(body, SHOPIFY_SECRET, webhook_id="wh-1", shop="Demo.myshopify.com", event_id="ev-1")
     verified = verify_delivery("shopify", body, headers(raw), [SHOPIFY_SECRET])
-    assert verified.dedupe_key == "demo.myshopify.com:wh-1"
+    assert (verified.dedupe_key, verified.delivery_id) == ("demo.myshopify.com:ev-1", "wh-1")
     assert verified.provider_event_id == "ev-1"
     assert verified.event_type == "orders/create"
+
+
+def test_a_shopify_delivery_without_an_event_id_is_keyed_by_its_webhook_id():
+    body = b'{"id": 1}'
+    raw = {k: v for k, v in shopify_headers(body, SHOPIFY_SECRET, webhook_id="wh-2").items() if k != "X-Shopify-Event-Id"}
+    verified = verify_delivery("shopify", body, headers(raw), [SHOPIFY_SECRET])
+    assert (verified.dedupe_key, verified.delivery_id, verified.provider_event_id) == (
+        "demo.myshopify.com:webhook:wh-2", "wh-2", "")
+
+
+def test_a_shopify_webhook_id_with_control_characters_is_refused():
+    body = b'{"id": 1}'
+    raw = shopify_headers(body, SHOPIFY_SECRET, webhook_id="w-1\r\nX-Injected: 1", event_id="ev-3")
+    assert cause_of("shopify", body, raw, [SHOPIFY_SECRET]) == "invalid_id"
 
 
 def test_shopify_refusals_name_their_cause():

@@ -227,17 +227,23 @@ def test_a_paused_endpoint_stores_deliveries_as_held_and_answers_200(client):
     assert queued_event_ids() == []  # nothing enqueued while paused
 
 
-def test_shopify_deliveries_are_deduplicated_by_shop_and_webhook_id(client):
+def test_shopify_deliveries_are_deduplicated_by_shop_and_event_id(client):
     make_endpoint("store", "shopify", SHOPIFY_SECRET)
     body = b'{"id": 450789469, "name": "#1001", "total_price": "10.00", "currency": "EUR"}'
     raw = shopify_headers(body, SHOPIFY_SECRET, webhook_id="b54557e4", event_id="98880550")
     assert deliver(client, "store", body, raw).status_code == 200
-    again = deliver(client, "store", body, {**raw, "X-Shopify-Hmac-Sha256": raw["X-Shopify-Hmac-Sha256"]})
-    assert again.json()["duplicate"] is True
-    other_shop = shopify_headers(body, SHOPIFY_SECRET, webhook_id="b54557e4", shop="other.myshopify.com")
+    assert deliver(client, "store", body, raw).json()["duplicate"] is True  # Shopify's retry
+    # A second subscription to the topic: the same event under another webhook id.
+    second = shopify_headers(body, SHOPIFY_SECRET, webhook_id="c7f0e2a1", event_id="98880550")
+    assert deliver(client, "store", body, second).json()["duplicate"] is True
+    other_shop = shopify_headers(body, SHOPIFY_SECRET, webhook_id="b54557e4", event_id="98880550",
+                                 shop="other.myshopify.com")
     assert deliver(client, "store", body, other_shop).json()["received"] is True
     event = WebhookEvent.objects.get(account="demo.myshopify.com")
-    assert (event.provider_event_id, event.event_type, event.delivery_count) == ("98880550", "orders/create", 2)
+    assert (event.provider_event_id, event.event_type, event.delivery_count) == ("98880550", "orders/create", 3)
+    assert list(event.deliveries.order_by("id").values_list("delivery_id", "duplicate")) == [
+        ("b54557e4", False), ("b54557e4", True), ("c7f0e2a1", True),
+    ]
 
 
 def test_standard_webhooks_are_deduplicated_by_webhook_id(client):

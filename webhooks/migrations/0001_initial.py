@@ -150,6 +150,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('received_at', models.DateTimeField()),
+                ('delivery_id', models.CharField(blank=True, db_default='', default='', help_text="The provider's id of this delivery (X-Shopify-Webhook-Id).", max_length=255)),
                 ('duplicate', models.BooleanField(default=False)),
                 ('payload_matches', models.BooleanField(default=True)),
                 ('event', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='webhooks.webhookevent')),
