@@ -24,13 +24,13 @@ from time import sleep
 from types import FrameType
 from typing import Any
 
+from django.apps import apps
 from django_q import cluster as django_q_cluster
 from django_q.conf import Conf, logger, setproctitle
 from django_q.humanhash import humanize
 
 from idemdash.worker import liveness
 from idemdash.worker.conf import setting
-from receipts.outbox import drain
 
 # The sentinel's exit code when one of its processes died unasked.
 LOST_A_PROCESS = 3
@@ -210,8 +210,11 @@ class Cluster(django_q_cluster.Cluster):
         """django-q2's Cluster.start, starting this module's Sentinel."""
         if setproctitle:
             setproctitle.setproctitle(f"qcluster {current_process().name} {self.name}")
-        stopping = self.stopping
-        drain.stop_when(lambda: stopping.value)
+        if apps.is_installed("receipts.outbox"):  # a host may receive webhooks without the outbox
+            from receipts.outbox import drain
+
+            stopping = self.stopping
+            drain.stop_when(lambda: stopping.value)
         self.stop_event = Event()
         self.start_event = Event()
         self.sentinel = django_q_cluster.get_mp_context().Process(

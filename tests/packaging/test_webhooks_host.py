@@ -1,12 +1,14 @@
-"""A host project that installs the `webhooks` app (`idemdash[webhooks]` in a fresh virtual
-environment, so without the developer tooling, which the wheel leaves out) and registers its
-own handlers for the event types the demo handles: Stripe `checkout.session.completed` and
+"""A host project that receives webhooks as docs/host-project.md says ("Receiving webhooks":
+its settings, URL and worker blocks as written), with `idemdash[webhooks]` in a fresh virtual
+environment (so without the developer tooling, which the wheel leaves out), and its own
+handlers for the event types the demo handles: Stripe `checkout.session.completed` and
 `payment_intent.succeeded`, Shopify `orders/create`.
 
 It starts cleanly (no "already has a handler"), its handlers are the only ones, a real
-`runserver` receives signed deliveries and django-q2's `qcluster` processes them with the
-host's handlers, and the host's database has no table of the demo's (so no demo row can be
-written).
+`runserver` receives signed deliveries, the documented worker processes them with the host's
+handlers (a handler failing once is retried, its retry enqueued by the worker's tick), the
+worker stops on a SIGTERM to its process group, and the host's database has no table of the
+demo's (so no demo row can be written).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from idemdash.devtools.simulator import FIXTURES, stripe_event
 from tests.packaging.source import copy_source
 from tests.qcluster import free_port, signal_group
 from tests.waits import until
+from tests.packaging.host import GUIDE
 from tests.webhooks.conftest import shopify_headers, stripe_headers
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging, pytest.mark.timeout(300)]
@@ -35,29 +38,21 @@ STRIPE_SECRET = "whsec_host_project_0123456789abcdef"
 SHOPIFY_SECRET = "shpss_host_project_0123456789abcdef"
 OBJECTS = json.loads((FIXTURES / "stripe_objects.json").read_text())
 
+# The host's own settings; the webhooks' are the guide's block (docs/host-project.md),
+# appended as written. A one-second backoff, so that a retry comes within the test.
 SETTINGS = """\
 SECRET_KEY = "host-project-webhooks-test-key"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1"]
 ROOT_URLCONF = "host.urls"
 USE_TZ = True
-INSTALLED_APPS = [
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django_q",
-    "idemdash.core",
-    "receipts",
-    "webhooks",
-    "shop",
-]
+INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "shop"]
 MIDDLEWARE = []
 DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": "{database}",
                           "OPTIONS": {{"timeout": 20, "transaction_mode": "IMMEDIATE"}}}}}}
-# Each secret creates its endpoint, /webhooks/<provider>/, at migrate.
-STRIPE_WEBHOOK_SECRET = "{stripe}"
-SHOPIFY_WEBHOOK_SECRET = "{shopify}"
-Q_CLUSTER = {{"name": "host", "orm": "default", "workers": 1, "timeout": 30, "retry": 60, "poll": 0.2}}
+WEBHOOKS_BACKOFF_BASE = 1
 """
+
 
 # The host's own handlers, for exactly the types the demo handles: each writes a line to a
 # file (the worker's process writes it, the test reads it).
@@ -84,6 +79,9 @@ def payment_succeeded(event):
 
 @webhook_handler("shopify", "orders/create")
 def order_created(event):
+    # Fails on its first attempt: the worker's tick retries it once its backoff ends.
+    if event.attempts == 1:
+        raise RuntimeError("the order service timed out")
     _record(event, event.payload["id"])
 """
 
@@ -121,15 +119,15 @@ def host(venv, tmp_path) -> Iterator[tuple[Path, dict[str, str]]]:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "host.settings")
         execute_from_command_line(sys.argv)
         """))
+    assert (GUIDE["webhooks_settings"][0], GUIDE["webhooks_urls"][0]) == ("python", "python")
     (project / "host" / "settings.py").write_text(
-        SETTINGS.format(database=tmp_path / "host.sqlite3", stripe=STRIPE_SECRET, shopify=SHOPIFY_SECRET)
+        SETTINGS.format(database=tmp_path / "host.sqlite3") + GUIDE["webhooks_settings"][1]
     )
-    (project / "host" / "urls.py").write_text(
-        'from django.urls import include, path\n\nurlpatterns = [path("webhooks/", include("webhooks.urls"))]\n'
-    )
+    (project / "host" / "urls.py").write_text("urlpatterns = []\n" + GUIDE["webhooks_urls"][1])
     (project / "shop" / "webhook_handlers.py").write_text(HANDLERS)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1",
-           "HOST_HANDLED": str(tmp_path / "handled.log")}
+           "HOST_HANDLED": str(tmp_path / "handled.log"),
+           "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "SHOPIFY_WEBHOOK_SECRET": SHOPIFY_SECRET}
     yield project, env
 
 
@@ -165,13 +163,14 @@ def deliveries() -> list[tuple[str, bytes, dict[str, str]]]:
 
 
 def settlement(venv, project, env) -> list[str]:
-    """The events' statuses, and any table the demo's handlers would have made."""
+    """The events' statuses, their (provider, attempts), and any table the demo's handlers would have made."""
     return manage(venv, project, env, "shell", "--no-imports", "-c", (
         "from django.db import connection; from webhooks.models import WebhookEvent; "
         "print(sorted(WebhookEvent.objects.values_list('status', flat=True))); "
+        "print(sorted(WebhookEvent.objects.values_list('provider', 'attempts'))); "
         "print(sorted(t for t in connection.introspection.table_names() "
         "if any(w in t for w in ('fulfil', 'shopifyorder', 'demo'))))"
-    )).split("\n")[:2]
+    )).split("\n")[:3]
 
 
 def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_its_own(venv, host):
@@ -212,10 +211,15 @@ def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_i
                                        headers={"Content-Type": "application/json", **headers})
                 assert response.status_code == 200, response.text
 
-        worker = start(venv, project, env, "qcluster")
+        language, command = GUIDE["webhooks_worker"]
+        assert language == "sh" and command.split()[:2] == ["python", "manage.py"]
+        worker_log = project / "worker.log"
+        with worker_log.open("wb") as log:  # a file, not a pipe that nobody reads while it runs
+            worker = subprocess.Popen([str(venv / "bin" / "python"), *command.split()[1:]], cwd=project, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         handled = Path(env["HOST_HANDLED"])
         def running() -> None:
-            assert worker.poll() is None, worker.stderr.read().decode()[-3000:]
+            assert worker.poll() is None, worker_log.read_text()[-3000:]
 
         def handled_three() -> bool:
             running()
@@ -231,6 +235,12 @@ def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_i
             return found if found[0] == "['completed', 'completed', 'completed']" else None
 
         settled = until(settled_all, "the host's events to settle", within=60, every=0.2)
+        # idemdash's worker, ticking every 5 s: its sweep enqueues a due retry within seconds, not
+        # at the every-minute schedule's next run.
+        assert "Processed 'idemdash.worker.liveness.tick'" in worker_log.read_text()
+        # SIGTERM to the whole group (systemd's default KillMode, `kill -- -PGID`): it stops.
+        signal_group(worker, signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, worker_log.read_text()[-3000:]
     finally:
         stop(server)
         if worker is not None:
@@ -241,4 +251,5 @@ def test_a_host_with_its_own_handlers_for_the_demos_types_starts_and_runs_only_i
         f"stripe checkout.session.completed {OBJECTS['checkout.session']['id']}",
         f"stripe payment_intent.succeeded {OBJECTS['payment_intent']['id']}",
     ]
-    assert settled == ["['completed', 'completed', 'completed']", "[]"]
+    assert settled == ["['completed', 'completed', 'completed']",
+                       "[('shopify', 2), ('stripe', 1), ('stripe', 1)]", "[]"]
