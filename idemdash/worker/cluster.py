@@ -134,6 +134,10 @@ class Sentinel(django_q_cluster.Sentinel):
         me = os.getpid()
         os.register_at_fork(after_in_child=lambda: _die_with_parent(me))
         liveness.CLUSTER_ID = cluster_id  # for the workers forked from here on
+        if apps.is_installed("receipts.outbox"):
+            from receipts.outbox import drain
+
+            drain.yield_when(lambda: self.task_queue.qsize() > 0)  # a drain ends after a send when tasks wait
         self.next_tick = 0.0
         if start:
             self.start()

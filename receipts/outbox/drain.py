@@ -29,11 +29,20 @@ log = logging.getLogger(__name__)
 # cluster's stop flag (idemdash/worker/cluster.py), so that a drain in flight stops at its
 # next message and hands back the rest instead of running out its time.
 _stopping: Callable[[], bool] = lambda: False
+# Whether other tasks wait for this process's cluster (idemdash/worker/cluster.py points it at
+# the cluster's task queue): a drain that has sent a message hands back the rest then, so a
+# webhook event or a prompt send never waits behind a long drain for more than one send.
+_others_waiting: Callable[[], bool] = lambda: False
 
 
 def stop_when(stopping: Callable[[], bool]) -> None:
     global _stopping
     _stopping = stopping
+
+
+def yield_when(waiting: Callable[[], bool]) -> None:
+    global _others_waiting
+    _others_waiting = waiting
 
 
 @dataclass
@@ -64,13 +73,14 @@ def drain(
     """Send due messages until none is due, or, with `idle_wait`, keep looking every
     `idle_wait` seconds until `max_seconds` have passed.
 
-    Messages claimed but not started when time runs out, or when this process is asked
-    to stop, are handed back, not left to wait for their lease. With `ids`, only those
-    messages are claimed.
+    Messages claimed but not started when time runs out, when this process is asked to
+    stop, or (once one was sent) when other tasks wait for the worker, are handed back, not
+    left to wait for their lease. With `ids`, only those messages are claimed.
     """
     drainer = drainer or drainer_name()
     report = DrainReport()
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    performed, yielding = 0, False
 
     def out_of_time() -> bool:
         return _stopping() or (deadline is not None and time.monotonic() >= deadline)
@@ -84,10 +94,14 @@ def drain(
             time.sleep(min(idle_wait, max(0.0, deadline - time.monotonic())))
             continue
         for message in batch:
-            if out_of_time():
+            yielding = yielding or (performed > 0 and _others_waiting())
+            if yielding or out_of_time():
                 report.released += store.hand_back(message)
                 continue
             perform(message, drainer, report)
+            performed += 1
+        if yielding:
+            break
     return report
 
 

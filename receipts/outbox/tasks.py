@@ -19,10 +19,10 @@ def _worker_drain(**options: Any) -> dict[str, int]:
 
 
 def drain() -> dict[str, int]:
-    # The safety net behind `send`: one scheduled run keeps draining (looking again every
-    # second) for most of its minute, so a retry is sent about a second after its backoff
-    # and a message whose `send` task was lost waits no longer.
-    return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"), idle_wait=1)
+    # The safety net behind `send` and the tick's drain_due: what is due, for at most
+    # OUTBOX_DRAIN_SECONDS. It does not wait for more (a worker held idle is one a webhook
+    # event waits for), and it yields to other tasks after each send (drain.yield_when).
+    return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"))
 
 
 def send(message_id: int, traceparent: str | None = None) -> dict[str, int]:
