@@ -19,7 +19,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Min
-from django.urls import reverse
 from django.utils import timezone
 
 from idemdash.dashboard import alerts, queries
@@ -55,13 +54,23 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class Check:
+    """A rate check's name is the figure it counts ("block.figure"), a share of the sum of
+    the figures `of`; an age check's `age` measures seconds."""
+
     name: str
     label: str  # as the first line names a problem
-    kind: str  # RATE or AGE
     what: str  # what the value is, for the tile's note and the docs
-    url: str  # "urlname" or "urlname?query" or "urlname#fragment": the filtered list
-    # (blocks) -> for a rate (part, whole), rows; for an age (seconds, 0)
-    measure: Callable[["Blocks"], tuple[float, int]]
+    url: str  # the filtered list, as `alerts.page_path` reads it
+    of: tuple[str, ...] = ()
+    age: Callable[["Blocks"], float] | None = None
+
+    @property
+    def kind(self) -> str:
+        return AGE if self.age else RATE
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.kind == RATE else " s"
 
 
 class Blocks:
@@ -71,84 +80,55 @@ class Blocks:
         self.now, self.span = now, span
         self._m = alerts.Measurements(now)
 
-    def __getitem__(self, block: str) -> dict[str, Any]:
-        stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats,
-                 "unprotected": queries.unprotected_stats, "fresh_keys": queries.fresh_key_stats}
-        return self._m.block(stats[block], self.span)
+    def figure(self, dotted: str) -> float:
+        block, name = dotted.split(".")
+        return self._m.block(block, self.span)[name]
 
-    def stuck_age(self, stuck: Callable[[datetime], Any]) -> tuple[float, int]:
+    def stuck_age(self, stuck: Callable[[datetime], Any]) -> float:
         """Seconds the oldest stuck row has been past its lease (its partial index's first row)."""
         oldest = stuck(self.now).aggregate(t=Min("lease_expires_at"))["t"]
-        return (max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0), 0
-
-
-def _share(part: int, whole: int) -> tuple[float, int]:
-    # A count can exceed its base (events that died now were received before the window).
-    return min(part, whole), whole
+        return max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0
 
 
 CHECKS: list[Check] = [
-    Check("receipts.concurrent_duplicates", "Concurrent duplicates", RATE,
+    Check("receipts.concurrent_duplicates", "Concurrent duplicates",
           "of claim requests arrived while the key's first attempt ran, 409 or waited",
-          "dashboard:receipts?conflict=concurrent",
-          lambda b: _share(b["receipts"]["concurrent_duplicates"], b["receipts"]["requests"])),
-    Check("receipts.mismatch_conflicts", "422 mismatches", RATE,
-          "of claim requests reused a key with another request",
-          "dashboard:receipts?conflict=422",
-          lambda b: _share(b["receipts"]["mismatch_conflicts"], b["receipts"]["requests"])),
-    Check("receipts.failed", "Failed keys", RATE,
-          "failed keys per claim that ran",
-          "dashboard:receipts?status=failed&sort=-updated",
-          lambda b: _share(b["receipts"]["failed"], b["receipts"]["claimed"])),
-    Check("receipts.stuck", "Stuck receipts", AGE, "the oldest receipt past its lease",
-          "dashboard:stuck", lambda b: b.stuck_age(queries.stuck_receipts)),
-    Check("unprotected.duplicates", "Duplicates on unprotected routes", RATE,
+          "dashboard:receipts?conflict=concurrent", of=("receipts.requests",)),
+    Check("receipts.mismatch_conflicts", "422 mismatches", "of claim requests reused a key with another request",
+          "dashboard:receipts?conflict=422", of=("receipts.requests",)),
+    Check("receipts.failed", "Failed keys", "failed keys per claim that ran",
+          "dashboard:receipts?status=failed&sort=-updated", of=("receipts.claimed",)),
+    Check("receipts.stuck", "Stuck receipts", "the oldest receipt past its lease",
+          "dashboard:stuck", age=lambda b: b.stuck_age(queries.stuck_receipts)),
+    Check("unprotected.duplicates", "Duplicates on unprotected routes",
           "of write requests to routes nothing protects repeated one within the observer's window",
-          "dashboard:coverage",
-          lambda b: _share(b["unprotected"]["duplicates"], b["unprotected"]["requests"])),
-    Check("fresh_keys.ran_again", "Retries under a fresh key", RATE,
+          "dashboard:coverage", of=("unprotected.requests",)),
+    Check("fresh_keys.ran_again", "Retries under a fresh key",
           "of claims that ran were a request another key had made within the window",
-          "dashboard:coverage",
-          lambda b: _share(b["fresh_keys"]["ran_again"], b["receipts"]["claimed"])),
-    Check("webhooks.rejected", "Rejected deliveries", RATE,
-          "of deliveries failed verification",
-          "dashboard:rejected",
-          lambda b: _share(b["webhooks"]["rejected"], b["webhooks"]["deliveries"] + b["webhooks"]["rejected"])),
-    Check("webhooks.dead", "Dead webhook events", RATE,
-          "dead events per unique event received",
-          "dashboard:events?status=dead",
-          lambda b: _share(b["webhooks"]["dead"], b["webhooks"]["events"])),
-    Check("webhooks.stuck", "Stuck webhook events", AGE, "the oldest event past its lease",
-          "dashboard:stuck#stuck-events", lambda b: b.stuck_age(queries.stuck_events)),
-    Check("outbox.backlog_age", "Outbox backlog", AGE, "the oldest waiting message since it was enqueued",
-          "dashboard:outbox?status=waiting",
-          lambda b: (float(b["outbox"]["oldest_pending_age_seconds"]), 0)),
-    Check("outbox.dead", "Dead outbox messages", RATE,
-          "of messages that finished went dead",
-          "dashboard:outbox?status=dead",
-          lambda b: _share(b["outbox"]["dead"], b["outbox"]["sent"] + b["outbox"]["dead"])),
-    Check("outbox.stuck", "Stuck outbox messages", AGE, "the oldest message in flight past its lease",
-          "dashboard:stuck#stuck-messages", lambda b: b.stuck_age(queries.stuck_messages)),
+          "dashboard:coverage", of=("receipts.claimed",)),
+    Check("webhooks.rejected", "Rejected deliveries", "of deliveries failed verification",
+          "dashboard:rejected", of=("webhooks.deliveries", "webhooks.rejected")),
+    Check("webhooks.dead", "Dead webhook events", "dead events per unique event received",
+          "dashboard:events?status=dead", of=("webhooks.events",)),
+    Check("webhooks.stuck", "Stuck webhook events", "the oldest event past its lease",
+          "dashboard:stuck#stuck-events", age=lambda b: b.stuck_age(queries.stuck_events)),
+    Check("outbox.backlog_age", "Outbox backlog", "the oldest waiting message since it was enqueued",
+          "dashboard:outbox?status=waiting", age=lambda b: b.figure("outbox.oldest_pending_age_seconds")),
+    Check("outbox.dead", "Dead outbox messages", "of messages that finished went dead",
+          "dashboard:outbox?status=dead", of=("outbox.sent", "outbox.dead")),
+    Check("outbox.stuck", "Stuck outbox messages", "the oldest message in flight past its lease",
+          "dashboard:stuck#stuck-messages", age=lambda b: b.stuck_age(queries.stuck_messages)),
 ]
 CHECKS_BY_NAME = {c.name: c for c in CHECKS}
 assert set(CHECKS_BY_NAME) == set(DEFAULT_THRESHOLDS), "every check needs its thresholds"
 
-# The overview's tiles (their data-figure) and the check that colours each; a tile not
-# here shows traffic, not health, and stays uncoloured.
+# The overview's tiles (their data-figure) and the check that colours each: a check's own
+# tile, and the backlog's two for its age. A tile not here shows traffic, not health, and
+# stays uncoloured.
 TILE_CHECKS: dict[str, str] = {
-    "receipts.concurrent_duplicates": "receipts.concurrent_duplicates",
-    "receipts.mismatch_conflicts": "receipts.mismatch_conflicts",
-    "receipts.failed": "receipts.failed",
-    "receipts.stuck": "receipts.stuck",
-    "webhooks.rejected": "webhooks.rejected",
-    "webhooks.dead": "webhooks.dead",
-    "webhooks.stuck": "webhooks.stuck",
+    **{c.name: c.name for c in CHECKS if c.name != "outbox.backlog_age"},
     "outbox.pending": "outbox.backlog_age",
     "outbox.oldest_pending_age_seconds": "outbox.backlog_age",
-    "outbox.dead": "outbox.dead",
-    "outbox.stuck": "outbox.stuck",
-    "unprotected.duplicates": "unprotected.duplicates",
-    "fresh_keys.ran_again": "fresh_keys.ran_again",
 }
 
 
@@ -215,10 +195,7 @@ class Reading:
 
     @property
     def url(self) -> str:
-        name, sep, rest = self.check.url.partition("?")
-        if not sep:
-            name, sep, rest = self.check.url.partition("#")
-        return reverse(name) + (sep + rest if sep else "")
+        return alerts.page_path(self.check.url)
 
     @property
     def value_display(self) -> str:
@@ -230,16 +207,14 @@ class Reading:
 
     @property
     def threshold_display(self) -> str:
-        unit = "%" if self.check.kind == RATE else " s"
-        return f"warn ≥ {self.warn:g}{unit}, bad ≥ {self.bad:g}{unit}"
+        return f"warn ≥ {self.warn:g}{self.check.unit}, bad ≥ {self.bad:g}{self.check.unit}"
 
     @property
     def summary(self) -> str:
         """How the first line names a problem: "Dead outbox messages: 20% of messages that
         finished went dead (bad ≥ 5%)"."""
         limit = self.bad if self.state == BAD else self.warn
-        unit = "%" if self.check.kind == RATE else " s"
-        return f"{self.check.label}: {self.value_display} ({self.check.what}; {self.state} ≥ {limit:g}{unit})"
+        return f"{self.check.label}: {self.value_display} ({self.check.what}; {self.state} ≥ {limit:g}{self.check.unit})"
 
 
 def rate(part: int, sample: int) -> float:
@@ -262,9 +237,13 @@ def measure(now: datetime | None = None) -> list[Reading]:
     limits = thresholds()
     readings = []
     for check in CHECKS:
-        measured, sample = check.measure(blocks)
-        part = int(measured) if check.kind == RATE else 0
-        value = rate(part, sample) if check.kind == RATE else measured
+        if check.age:
+            value, part, sample = check.age(blocks), 0, 0
+        else:
+            sample = int(sum(blocks.figure(name) for name in check.of))
+            # A count can exceed its base (events that died now were received before the window).
+            part = min(int(blocks.figure(check.name)), sample)
+            value = rate(part, sample)
         warn, bad = limits[check.name]
         readings.append(Reading(check, _state(value, check.kind, warn, bad), value, part, sample, warn, bad))
     return readings
