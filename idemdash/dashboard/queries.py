@@ -220,29 +220,21 @@ def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
     # (`webhooks.rollup`), as the receipt figures. Each figure of the events table is its
     # own query on its own partial index; one aggregate with a FILTER per figure read the
     # whole table.
-    deliveries = {"deliveries": 0, "events": 0, "payload_mismatches": 0}
+    deliveries = events = mismatches = 0
     for _, duplicate, payload_matches, n in DELIVERIES.counts(start, now):
-        deliveries["deliveries"] += n
-        if not duplicate:
-            deliveries["events"] += n
-        elif not payload_matches:
-            deliveries["payload_mismatches"] += n
-    events = {
-        "dead": WebhookEvent.objects.filter(
-            status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now
-        ).count(),
-        "stuck": stuck_events(now).count(),
-    }
-    duplicates = deliveries["deliveries"] - deliveries["events"]
+        deliveries += n
+        events += 0 if duplicate else n
+        mismatches += n if duplicate and not payload_matches else 0
+    dead = WebhookEvent.objects.filter(status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now)
     return {
-        "deliveries": deliveries["deliveries"],
-        "events": deliveries["events"],
-        "duplicates": duplicates,
-        "duplicate_rate": round(duplicates / deliveries["deliveries"], 4) if deliveries["deliveries"] else 0.0,
-        "payload_mismatches": deliveries["payload_mismatches"],
+        "deliveries": deliveries,
+        "events": events,
+        "duplicates": deliveries - events,
+        "duplicate_rate": round((deliveries - events) / deliveries, 4) if deliveries else 0.0,
+        "payload_mismatches": mismatches,
         "rejected": RejectedDelivery.objects.filter(received_at__gt=start, received_at__lte=now).count(),
-        "dead": events["dead"],
-        "stuck": events["stuck"],
+        "dead": dead.count(),
+        "stuck": stuck_events(now).count(),
     }
 
 
@@ -362,7 +354,7 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     buckets = _empty_buckets(window, now, [o.value for o in SERIES_OUTCOMES])
     start = window_start(window, now)
     _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
-          lambda outcome: outcome)
+          lambda outcome: (outcome,))
     series = list(buckets.values())
     for b in series:
         b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
@@ -387,14 +379,14 @@ def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[date
     return buckets
 
 
-def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, name_of: Any) -> None:
-    """Add grouped (t, *groups, n) rows into the window's buckets; `name_of(*groups)` names
-    the series a group counts towards (None: not charted)."""
+def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, names_of: Any) -> None:
+    """Add grouped (t, *groups, n) rows into the window's buckets; `names_of(*groups)` names
+    the series a group counts towards."""
     for t, *group, n in rows:
-        name = name_of(*group)
         bucket = buckets.get(_floor(t, window.bucket))
-        if name is not None and bucket is not None:
-            bucket[name] += n
+        if bucket is not None:
+            for name in names_of(*group):
+                bucket[name] += n
 
 
 def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
@@ -413,11 +405,8 @@ def unprotected_series(window: Window, now: datetime | None = None) -> list[dict
     now = now or timezone.now()
     buckets = _empty_buckets(window, now, ["requests", "duplicates"])
     rows = _bucket_counts(rollup.OBSERVED, window, window_start(window, now), now)
-    for t, _method, _route, kind, n in rows:
-        bucket = buckets.get(_floor(t, window.bucket))
-        if bucket is not None:
-            bucket["requests"] += n
-            bucket["duplicates"] += n if kind == "duplicate" else 0
+    _fold(buckets, window, rows,
+          lambda _method, _route, kind: ("requests", "duplicates") if kind == "duplicate" else ("requests",))
     return list(buckets.values())
 
 
@@ -445,16 +434,12 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
     names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
     buckets = _empty_buckets(window, now, names)
 
-    for t, duplicate, _, n in _bucket_counts(DELIVERIES, window, start, now):
-        bucket = buckets.get(_floor(t, window.bucket))
-        if bucket is not None:
-            bucket["deliveries"] += n
-            if not duplicate:
-                bucket["events"] += n
-    _fold(buckets, window, _bucket_counts(outbox_rollup.ENQUEUED, window, start, now), lambda: "enqueued")
+    _fold(buckets, window, _bucket_counts(DELIVERIES, window, start, now),
+          lambda duplicate, _: ("deliveries",) if duplicate else ("deliveries", "events"))
+    _fold(buckets, window, _bucket_counts(outbox_rollup.ENQUEUED, window, start, now), lambda: ("enqueued",))
     outcomes = {OutboxAttempt.Outcome.SENT: "sent", OutboxAttempt.Outcome.DEAD: "died", OutboxAttempt.Outcome.STALE: "stale"}
     attempts = _bucket_counts(outbox_rollup.ATTEMPTS, window, start, now, outcome__in=list(outcomes))
-    _fold(buckets, window, attempts, outcomes.get)
+    _fold(buckets, window, attempts, lambda outcome: (outcomes[outcome],))
     releases = _grouped(
         AuditEntry.objects.filter(
             action__in=list(STUCK_RELEASE_ACTIONS),
@@ -462,7 +447,7 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
         ),
         window, "created_at", "action",
     )
-    _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
+    _fold(buckets, window, releases, lambda action: (STUCK_RELEASE_ACTIONS[action],))
     return list(buckets.values())
 
 
@@ -546,19 +531,23 @@ def list_total(qs: Any, cap: int | None = None) -> Total:
 
 
 @contextmanager
-def statement_budget(db: Any, ms: int) -> Iterator[None]:
+def statement_budget(db: Any, ms: int, **local: int) -> Iterator[None]:
     """On PostgreSQL, each statement in the block is cancelled past `ms` milliseconds: the
     block raises OperationalError (QueryCanceled) and its transaction (a savepoint inside
-    the caller's) is rolled back. Elsewhere the block runs unbounded."""
+    the caller's) is rolled back. `local` sets other settings for the block alike; each is
+    set back after it, as a caller's transaction goes on. Elsewhere the block runs unbounded."""
     if db.vendor != "postgresql":
         yield
         return
+    names = {"statement_timeout": ms, **local}
     with transaction.atomic(using=db.alias):
         with db.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {int(ms)}")
+            for name, value in names.items():
+                cursor.execute(f"SET LOCAL {name} = {int(value)}")
         yield
         with db.cursor() as cursor:
-            cursor.execute("SET LOCAL statement_timeout = DEFAULT")
+            for name in names:
+                cursor.execute(f"SET LOCAL {name} = DEFAULT")
 
 
 def _bounded_count(qs: Any, cap: int) -> int | None:
@@ -619,39 +608,30 @@ class Subject:
     scope: str = ""
 
 
-def _receipt_subject(r: Receipt) -> Subject:
-    return Subject(r.key, reverse("dashboard:receipt", args=[r.pk]), r.scope)
-
-
-def _event_subject(e: WebhookEvent) -> Subject:
-    return Subject(e.provider_event_id or e.dedupe_key, reverse("dashboard:event", args=[e.pk]), e.endpoint.slug)
-
-
-def _message_subject(m: OutboxMessage) -> Subject:
-    return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
-
-
-def _run_subject(run: BulkRun) -> Subject:
-    return Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk]))
-
-
-def _incident_subject(i: Any) -> Subject:
-    return Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk]))
-
-
-# object_type -> (noun, rows by id, their display), for the objects that have a page. The
+# object_type -> (noun, rows by id, their Subject), for the objects that have a page. The
 # others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
-    "idemdash_core.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
-    "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
+    "idemdash_core.bulkrun": (
+        "bulk run", lambda: BulkRun.objects.only("title"),
+        lambda run: Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk])),
+    ),
+    "receipts.receipt": (
+        "receipt", lambda: Receipt.objects.only("key", "scope"),
+        lambda r: Subject(r.key, reverse("dashboard:receipt", args=[r.pk]), r.scope),
+    ),
     "webhooks.webhookevent": (
         "webhook event",
         lambda: WebhookEvent.objects.select_related("endpoint").only("provider_event_id", "dedupe_key", "endpoint__slug"),
-        _event_subject,
+        lambda e: Subject(e.provider_event_id or e.dedupe_key, reverse("dashboard:event", args=[e.pk]), e.endpoint.slug),
     ),
-    "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
-    "idemdash_dashboard.incident": ("incident", lambda: apps.get_model("idemdash_dashboard", "Incident").objects.select_related("alert"),
-                          _incident_subject),
+    "outbox.outboxmessage": (
+        "outbox message", lambda: OutboxMessage.objects.only("key", "scope"),
+        lambda m: Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope),
+    ),
+    "idemdash_dashboard.incident": (
+        "incident", lambda: apps.get_model("idemdash_dashboard", "Incident").objects.select_related("alert"),
+        lambda i: Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk])),
+    ),
 }
 
 

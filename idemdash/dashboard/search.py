@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -309,20 +308,6 @@ SOURCES: list[Callable[[Term, int], list[Hit]]] = [
 ]
 
 
-@contextmanager
-def _gin_sample() -> Iterator[None]:
-    """GIN_SAMPLE for the block (inside the budget's transaction; set back after it, as a
-    caller's transaction goes on)."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL gin_fuzzy_search_limit = {int(GIN_SAMPLE)}")
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL gin_fuzzy_search_limit = DEFAULT")
-
-
 def search(term: Term, limit: int = LIMIT) -> Results:
     """Every unit the term finds, grouped by kind (receipts, events, messages), newest first."""
     found: dict[str, dict[int, Hit]] = {name: {} for name in KINDS}
@@ -330,7 +315,7 @@ def search(term: Term, limit: int = LIMIT) -> Results:
     timed_out: list[str] = []
     for source in SOURCES:
         try:
-            with statement_budget(connection, BUDGET_MS), _gin_sample():
+            with statement_budget(connection, BUDGET_MS, gin_fuzzy_search_limit=GIN_SAMPLE):
                 hits = source(term, limit + 1)
         except OperationalError:  # the budget ran out
             timed_out.append(getattr(source, "__name__", "a source"))
