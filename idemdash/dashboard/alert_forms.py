@@ -4,6 +4,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from idemdash.dashboard.forms import ListFilter
 from idemdash.dashboard.alert_rules import PERCENT_METRICS, parse_window_minutes, window_label
 from idemdash.dashboard.models import Alert, AlertRule, Incident
 
@@ -51,31 +52,26 @@ class AlertRuleForm(forms.ModelForm):
         return data
 
 
-class AlertFilter(forms.Form):
+class AlertFilter(ListFilter):
     rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Alert.State.choices])
+    since = until = None
 
-    def alerts(self) -> QuerySet[Alert]:
-        qs = Alert.objects.all()
-        if self.cleaned_data.get("rule"):
-            qs = qs.filter(rule=self.cleaned_data["rule"])
-        if self.cleaned_data.get("state"):
-            qs = qs.filter(state=self.cleaned_data["state"])
-        return qs
+    lookups = {"rule": "rule", "state": "state"}
+
+    def rows(self) -> QuerySet[Alert]:
+        return self.filtered(Alert.objects.select_related("rule"))
 
 
-
-class IncidentFilter(forms.Form):
+class IncidentFilter(ListFilter):
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Incident.State.choices])
     rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
+    since = until = None
 
-    def incidents(self) -> QuerySet[Incident]:
-        qs = Incident.objects.select_related("alert", "alert__rule")
-        if self.cleaned_data.get("state"):
-            qs = qs.filter(state=self.cleaned_data["state"])
-        if self.cleaned_data.get("rule"):
-            qs = qs.filter(alert__rule=self.cleaned_data["rule"])
-        return qs
+    lookups = {"state": "state", "rule": "alert__rule"}
+
+    def rows(self) -> QuerySet[Incident]:
+        return self.filtered(Incident.objects.select_related("alert", "alert__rule"))
 
 
 class AcknowledgeForm(forms.Form):

@@ -35,11 +35,10 @@ def pretty_json(value: Any) -> str:
     return json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int) -> None:
-    """One page of `rows`, newest first by id, older pages by `?before=<id>`: the alert
-    history's and the incident list's pager. Sets `rows`, `next_page` (the query of the
-    older page), `paged`, and `query` (the filters the table refreshes itself with,
-    partials/list_poll.html) in `context`."""
+def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int = 50) -> None:
+    """One page of `rows`, newest first by id, older pages by `?before=<id>`. Sets `rows`,
+    `next_page` (the query of the older page), `paged`, and `query` (the filters the table
+    refreshes itself with, partials/list_poll.html) in `context`."""
     rows = rows.order_by("-pk")
     before = request.GET.get("before", "")
     if before.isdigit():
@@ -54,6 +53,19 @@ def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, A
     query = request.GET.copy()
     query.pop("before", None)
     context["query"] = query.urlencode()
+
+
+def newest_first_list(request: HttpRequest, form: Any, page: str, partial: str,
+                      decorate: Callable[[list], None] | None = None) -> HttpResponse:
+    """A filter form's rows (`form.rows()`) a `newest_first_page` at a time: the alert
+    history and the incident list."""
+    context: dict[str, Any] = {"form": form, "rows": []}
+    if not form.is_valid():
+        return partial_or_page(request, page, partial, context, status=400)
+    newest_first_page(request, form.rows(), context)
+    if decorate:
+        decorate(context["rows"])
+    return partial_or_page(request, page, partial, context)
 
 
 # A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.
