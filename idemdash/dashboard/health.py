@@ -150,10 +150,10 @@ def thresholds() -> dict[str, tuple[float, float]]:
 def setting_problems() -> list[str]:
     """What is wrong with the health settings, for `manage.py check` (idemdash/dashboard/checks.py)."""
     problems = []
-    minutes = getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+    minutes = window_minutes()
     if type(minutes) is not int or not 1 <= minutes <= 24 * 60:
         problems.append(f"IDEMDASH_HEALTH_WINDOW_MINUTES must be a whole number of minutes from 1 to 1440; got {minutes!r}.")
-    sample = getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+    sample = min_sample()
     if type(sample) is not int or sample < 1:
         problems.append(f"IDEMDASH_HEALTH_MIN_SAMPLE must be a whole number of at least 1; got {sample!r}.")
     given = getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})

@@ -89,7 +89,7 @@ class AlertRule(models.Model):
 
     @property
     def condition(self) -> str:
-        return f"{self.get_metric_display()} {self.comparison} {alert_rules.format_threshold(self.metric, self.threshold)} {self.span_text}"
+        return f"{self.get_metric_display()} {self.comparison} {self.threshold_display} {self.span_text}"
 
     @property
     def threshold_display(self) -> str:

@@ -9,6 +9,7 @@ Each figure family is one grouped query, never a query per figure or per bucket.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -166,33 +167,23 @@ def window_start(window: Window, now: datetime) -> datetime:
     return now - window.span
 
 
-def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
-        counts[outcome] = counts.get(outcome, 0) + n
-    return counts
-
-
 def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    counts = _outcome_counts(start, now)
-    requests = sum(counts.get(o, 0) for o in Attempt.CLAIM_OUTCOMES)
-    replayed = counts.get(Outcome.REPLAYED, 0)
-    concurrent = sum(counts.get(o, 0) for o in Attempt.CONCURRENT_OUTCOMES)
-    mismatch = counts.get(Outcome.MISMATCH, 0)
-    claimed = sum(
-        counts.get(o, 0)
-        for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)
-    )
+    counts: Counter[str] = Counter()
+    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
+        counts[outcome] += n
+    requests = sum(counts[o] for o in Attempt.CLAIM_OUTCOMES)
+    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
+    duplicates = counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]
     return {
         "requests": requests,
-        "claimed": claimed,
-        "replayed": replayed,
+        "claimed": sum(counts[o] for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)),
+        "replayed": counts[Outcome.REPLAYED],
         "concurrent_duplicates": concurrent,
-        "waited": counts.get(Outcome.WAITED, 0),
-        "mismatch_conflicts": mismatch,
-        "duplicate_rate": round((replayed + concurrent + mismatch) / requests, 4) if requests else 0.0,
+        "waited": counts[Outcome.WAITED],
+        "mismatch_conflicts": counts[Outcome.MISMATCH],
+        "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0,
         "failed": failed_receipts(start, now).count(),
         "stuck": stuck_receipts(now).count(),
     }
@@ -216,10 +207,8 @@ def stuck_receipts(now: datetime | None = None):
 def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    # Deliveries from the hourly roll-up and the last minutes of the table
-    # (`webhooks.rollup`), as the receipt figures. Each figure of the events table is its
-    # own query on its own partial index; one aggregate with a FILTER per figure read the
-    # whole table.
+    # Each figure of the events table is its own query on its own partial index: one
+    # aggregate with a FILTER per figure read the whole table.
     deliveries = events = mismatches = 0
     for _, duplicate, payload_matches, n in DELIVERIES.counts(start, now):
         deliveries += n
@@ -276,20 +265,16 @@ def fresh_key_stats(window: Window, now: datetime | None = None) -> dict[str, An
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    Status = OutboxMessage.Status
-    # Enqueued and sent from their hourly roll-ups and the last minutes of the tables
-    # (`receipts.outbox.rollup`), as the delivery figures; the rest one query per figure, each
-    # on its own index (as in webhook_stats).
-    messages = OutboxMessage.objects
+    # Enqueued and sent from their hourly roll-ups and the last minutes of the tables, as the
+    # delivery figures; the rest one query per figure, each on its own index.
     backlog = outbox_backlog()
-    enqueued = sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now))
-    sent = sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT))
     oldest = backlog["oldest"]
+    dead = OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD, updated_at__gt=start, updated_at__lte=now)
     return {
-        "enqueued": enqueued,
-        "sent": sent,
+        "enqueued": sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now)),
+        "sent": sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT)),
         "pending": backlog["pending"],
-        "dead": messages.filter(status=Status.DEAD, updated_at__gt=start, updated_at__lte=now).count(),
+        "dead": dead.count(),
         "oldest_pending_age_seconds": max(0, int((now - oldest).total_seconds())) if oldest else 0,
         "stuck": stuck_messages(now).count(),
     }
@@ -345,11 +330,7 @@ def _bucket_counts(
 
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
     """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first
-    (the bucket rows of `_empty_buckets`).
-
-    The few hundred rows of `_bucket_counts` are folded into the window's buckets here,
-    which works the same on both databases.
-    """
+    (the bucket rows of `_empty_buckets`)."""
     now = now or timezone.now()
     buckets = _empty_buckets(window, now, [o.value for o in SERIES_OUTCOMES])
     start = window_start(window, now)
@@ -415,20 +396,11 @@ STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox_mes
 
 
 def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Webhook and outbox activity per bucket, every bucket present, oldest first:
-
-    - `deliveries` / `events`: stored webhook deliveries, and the first deliveries among them
-      (new unique events);
-    - `enqueued` / `sent` / `died`: outbox messages created, attempts that sent one, attempts
-      that left one dead;
-    - `stale`: outbox attempts whose drainer had lost its lease by the time it finished (a
-      stuck message another drainer took over);
-    - `events_released` / `messages_released`: stuck rows released by an operator.
-
-    Deliveries, outbox messages and outbox attempts come from their hourly roll-ups
-    (`webhooks.rollup`, `receipts.outbox.rollup`) as attempts do in `receipt_series`; the
-    releases are one grouped query on the audit log, all folded into the buckets here.
-    """
+    """Webhook and outbox activity per bucket, every bucket present, oldest first: stored
+    `deliveries` and the first among them (`events`); outbox messages `enqueued`, attempts
+    that `sent` one or left it dead (`died`), and `stale` ones (whose drainer had lost its
+    lease by the time it finished); stuck rows an operator released (`events_released`,
+    `messages_released`, one grouped query on the audit log). The rest from the roll-ups."""
     now = now or timezone.now()
     start = window_start(window, now)
     names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
@@ -462,12 +434,9 @@ def history_series(window: Window, now: datetime | None = None) -> list[dict[str
     DURATION_ROLLUPS its `<name>_p50` / `<name>_p99` (milliseconds, the upper bound of the
     histogram bucket the quantile falls in; None without runs) and `<name>_runs`, and
     `backlog_age` (the worst age of the oldest waiting outbox message in the bucket, as the
-    minute's roll-up run sampled it; None where nothing was sampled).
-
-    From the hourly roll-ups, so the buckets are hours at the finest (the 1h window gets the
-    two hours it touches); coarser windows merge the hours' histograms, which keeps the
-    quantiles exact to the histogram's bucket. The partial first hour and the minutes past
-    the watermark come from the logs (`HourlyRollup.counts`), as every rolled-up figure."""
+    minute's roll-up run sampled it; None where nothing was sampled). From the hourly
+    roll-ups, so the buckets are hours at the finest (the 1h window gets the two hours it
+    touches); coarser windows merge the hours' histograms."""
     now = now or timezone.now()
     hourly = Window(window.name, window.span, max(window.bucket, core_rollup.HOUR), TruncHour)
     start = window_start(window, now)

@@ -61,20 +61,14 @@ urlpatterns = [
     path("bulk/<int:pk>/cancel/", bulk.bulk_run_cancel, name="bulk_run_cancel"),
     path("api/v1/stats", machine.api_stats, name="api_stats"),
     path("metrics", machine.metrics, name="metrics"),
-]
-
-# Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.
-urlpatterns += [
+    # Alerts (idemdash.dashboard.alerts): history for viewers, rules for operators.
     path("alerts/", alerts.alert_history, name="alerts"),
     path("alerts/rules/", alerts.alert_rules, name="alert_rules"),
     path("alerts/rules/new/", alerts.alert_rule_edit, name="alert_rule_new"),
     path("alerts/rules/<int:pk>/", alerts.alert_rule_edit, name="alert_rule"),
     path("alerts/rules/<int:pk>/delete/", alerts.alert_rule_delete, name="alert_rule_delete"),
     path("alerts/rules/<int:pk>/evaluate/", alerts.alert_rule_evaluate, name="alert_rule_evaluate"),
-]
-
-# Incidents (idemdash.dashboard.incidents): one per alert; viewers read, operators acknowledge.
-urlpatterns += [
+    # Incidents (idemdash.dashboard.incidents): one per alert; viewers read, operators acknowledge.
     path("incidents/", incidents.incident_list, name="incidents"),
     path("incidents/<int:pk>/", incidents.incident_detail, name="incident"),
     path("incidents/<int:pk>/acknowledge/", incidents.incident_acknowledge, name="incident_acknowledge"),
