@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -328,9 +328,6 @@ class EvaluationResult:
     still_firing: int = 0
     reminded: list[int] = field(default_factory=list)  # alert ids with a reminder sent
     values: dict[str, float] = field(default_factory=dict)  # rule name -> figure
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None = None) -> EvaluationResult:

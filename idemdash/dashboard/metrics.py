@@ -79,14 +79,10 @@ def histogram(name: str, rolled: DurationRollup, now: datetime) -> HistogramMetr
     buckets, running = [], 0
     for i, bound in enumerate(rolled.bounds):
         running += counts.get(i, 0)
-        buckets.append((_seconds(bound), running))
+        # The shortest text of the bound: le="0.005", never le="0.005000000000000001".
+        buckets.append((repr(bound / 1000), running))
     buckets.append(("+Inf", running + counts.get(len(rolled.bounds), 0)))
     return HistogramMetricFamily(name, HELP[name], buckets=buckets, sum_value=total_ms / 1000)
-
-
-def _seconds(ms: float) -> str:
-    # The shortest text of the bound: le="0.005", never le="0.005000000000000001".
-    return repr(ms / 1000)
 
 
 # The labels of each labelled metric, in order; a metric not here has none.

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -252,11 +253,8 @@ def _found_in(kind: str, obj: Any, term: Term) -> list[str]:
 
 
 def term_in_json(doc: Any, term: Term) -> bool:
-    return any(v == term.text or (term.integer is not None and v == term.integer) for v in json_values(doc))
-
-
-def json_values(doc: Any) -> Iterable[Any]:
-    """Every string and number in a JSON document, at any depth (booleans are not numbers here)."""
+    """Whether the term is one of the document's strings or numbers, at any depth (booleans
+    are not numbers here)."""
     stack = [doc]
     while stack:
         value = stack.pop()
@@ -264,8 +262,9 @@ def json_values(doc: Any) -> Iterable[Any]:
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            yield value
+        elif not isinstance(value, bool) and (value == term.text or (term.integer is not None and value == term.integer)):
+            return True
+    return False
 
 
 def _by_kind(kind: str) -> Callable[[Term, int], list[Hit]]:
@@ -320,15 +319,13 @@ def search(term: Term, limit: int = LIMIT) -> Results:
         except OperationalError:  # the budget ran out
             timed_out.append(getattr(source, "__name__", "a source"))
             continue
-        by_kind: dict[str, int] = {}
         for hit in hits:
-            by_kind[hit.kind] = by_kind.get(hit.kind, 0) + 1
             known = found[hit.kind].get(hit.obj.pk)
             if known is None:
                 found[hit.kind][hit.obj.pk] = hit
             else:
                 known.found_in += [p for p in hit.found_in if p not in known.found_in]
-        more.update(k for k, n in by_kind.items() if n > limit)
+        more.update(k for k, n in Counter(hit.kind for hit in hits).items() if n > limit)
     groups = []
     for name, hits in found.items():
         kind = KINDS[name]
