@@ -138,6 +138,10 @@ class Searched:
     doc: str
     body: str | None = None
 
+    @property
+    def documents(self) -> tuple[str, ...]:
+        return (self.doc, self.body) if self.body else (self.doc,)
+
     def terms_sql(self, table: str) -> str:
         keys = ", ".join(f'"{table}"."{k}"' for k in self.keys)
         doc = f'"{table}"."{self.doc}"'
@@ -167,36 +171,34 @@ def _sqlite_json_has(column: str, term: Term, params: list[Any]) -> str:
             f"THEN EXISTS (SELECT 1 FROM json_tree({column}) AS j WHERE {' OR '.join(clauses)}) ELSE 0 END")
 
 
-def _sqlite_key_part(column: str, params: list[Any], term: Term) -> str:
+def _sqlite_key_part(column: str, term: Term, params: list[Any]) -> str:
     normalised = column
     for sep in _SQLITE_SEPARATORS:
-        normalised = f"replace({normalised}, {_sqlite_literal(sep)}, ' ')"
+        literal = "char(%d)" % ord(sep) if not sep.isprintable() else "'" + sep.replace("'", "''") + "'"
+        normalised = f"replace({normalised}, {literal}, ' ')"
     params.append(f" {term.text} ")
     return f"instr(' ' || {normalised} || ' ', %s) > 0"
 
 
-def _sqlite_literal(text: str) -> str:
-    return "char(%d)" % ord(text) if not text.isprintable() else "'" + text.replace("'", "''") + "'"
+def _mysql_key_part(column: str, term: Term, params: list[Any]) -> str:
+    params.append(f" {term.text} ")
+    return f"LOCATE(%s, CONCAT(' ', REGEXP_REPLACE({column}, '[-:/.|#,;=[:space:]]+', ' '), ' ')) > 0"
 
 
-def _mysql_clauses(table: str, spec: Searched, term: Term, params: list[Any]) -> list[str]:
-    """MySQL/MariaDB: keys whole or by part (REGEXP_REPLACE), string values by JSON_SEARCH,
-    whose LIKE wildcards are escaped (MariaDB's matches integers too, MySQL's does not)."""
-    clauses = []
-    for key in spec.keys:
-        column = f"`{table}`.`{key}`"
-        clauses.append(f"{column} = %s")
-        params.append(term.text)
-        if term.is_key_part:
-            clauses.append(f"LOCATE(%s, CONCAT(' ', REGEXP_REPLACE({column}, '[-:/.|#,;=[:space:]]+', ' '), ' ')) > 0")
-            params.append(f" {term.text} ")
-    pattern = term.text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    for name in (spec.doc, *([spec.body] if spec.body else [])):
-        column = f"`{table}`.`{name}`"
-        clauses.append(f"CASE WHEN JSON_VALID({column}) AND LEFT(TRIM({column}), 1) IN ('{{', '[') "
-                       f"THEN JSON_SEARCH({column}, 'one', %s, '!') IS NOT NULL ELSE 0 END")
-        params.append(pattern)
-    return clauses
+def _mysql_json_has(column: str, term: Term, params: list[Any]) -> str:
+    """String values by JSON_SEARCH, whose LIKE wildcards are escaped (MariaDB's matches
+    integers too, MySQL's does not)."""
+    params.append(term.text.replace("!", "!!").replace("%", "!%").replace("_", "!_"))
+    return (f"CASE WHEN JSON_VALID({column}) AND LEFT(TRIM({column}), 1) IN ('{{', '[') "
+            f"THEN JSON_SEARCH({column}, 'one', %s, '!') IS NOT NULL ELSE 0 END")
+
+
+# Without PostgreSQL's index: how a column is named, and the SQL of a key part and of a
+# JSON value, on SQLite and on MySQL/MariaDB.
+_SCANS = {
+    "sqlite": ('"{}"."{}"', _sqlite_key_part, _sqlite_json_has),
+    "mysql": ("`{}`.`{}`", _mysql_key_part, _mysql_json_has),
+}
 
 
 def matching(kind: str, term: Term) -> QuerySet:
@@ -209,25 +211,23 @@ def matching(kind: str, term: Term) -> QuerySet:
     spec, model = SEARCHED[kind], KINDS[kind].model
     table = model._meta.db_table
     params: list[Any] = []
-    vendor = connection.vendor
-    if vendor == "postgresql":
+    if connection.vendor == "postgresql":
         terms = spec.terms_sql(table)
         clauses = [f"{terms} @> %s::jsonb"]
         params.append(json.dumps([term.text]))
         if term.integer is not None:
             clauses.append(f"{terms} @> %s::jsonb")
             params.append(json.dumps([term.integer]))
-    elif vendor == "sqlite":
+    else:
+        quoted, key_part, json_has = _SCANS["sqlite" if connection.vendor == "sqlite" else "mysql"]
         clauses = []
         for key in spec.keys:
-            clauses.append(f'"{table}"."{key}" = %s')
+            column = quoted.format(table, key)
+            clauses.append(f"{column} = %s")
             params.append(term.text)
             if term.is_key_part:
-                clauses.append(_sqlite_key_part(f'"{table}"."{key}"', params, term))
-        for column in (spec.doc, *([spec.body] if spec.body else [])):
-            clauses.append(_sqlite_json_has(f'"{table}"."{column}"', term, params))
-    else:
-        clauses = _mysql_clauses(table, spec, term, params)
+                clauses.append(key_part(column, term, params))
+        clauses += [json_has(quoted.format(table, name), term, params) for name in spec.documents]
     condition = RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField())
     return model.objects.filter(condition)
 
