@@ -462,6 +462,14 @@ def history_series(window: Window, now: datetime | None = None) -> list[dict[str
     return list(buckets.values())
 
 
+def latest(qs: Any, *order: str, limit: int) -> tuple[list, int]:
+    """The latest `limit` rows of `qs` by `order` (newest first), returned oldest first, and
+    how many rows there are; counted only when the page is full. A retry storm can leave
+    thousands of rows on one unit: a detail page and a trace show the latest ones."""
+    rows = list(qs.order_by(*order)[:limit])[::-1]
+    return rows, qs.count() if len(rows) == limit else len(rows)
+
+
 # --- list totals -------------------------------------------------------------------------------
 
 # Counting stops at TOTAL_CAP rows, and on PostgreSQL after TOTAL_BUDGET_MS (a filter such

@@ -24,7 +24,7 @@ from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
 from idemdash.core.reference_rows import referring
-from idemdash.dashboard.queries import statement_budget
+from idemdash.dashboard.queries import latest, statement_budget
 from idemdash.core.models import AuditEntry
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -359,12 +359,12 @@ class Trace:
 
 
 def _latest(qs: QuerySet, order: str, cut: list[str], what: str) -> list[Any]:
-    """The latest TRACE_LIMIT rows, oldest first: rows of one instant keep the order they
-    were written in (a claim and its completion can share a timestamp)."""
-    rows = list(qs.order_by(f"-{order}", "-id")[: TRACE_LIMIT + 1])
-    if len(rows) > TRACE_LIMIT:
+    """`queries.latest` TRACE_LIMIT rows (rows of one instant keep the order they were
+    written in: a claim and its completion can share a timestamp); `what` is cut if more."""
+    rows, total = latest(qs, f"-{order}", "-id", limit=TRACE_LIMIT)
+    if total > len(rows):
         cut.append(what)
-    return rows[:TRACE_LIMIT][::-1]
+    return rows
 
 
 def trace(term: Term) -> Trace:

@@ -111,14 +111,6 @@ def detail_page(
     })
 
 
-def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
-    """The latest `limit` rows of `qs` by `order` (newest first), returned oldest first, and
-    how many rows there are; counted only when the page is full. A retry storm can leave
-    thousands of rows on one unit: a detail page shows the latest ones."""
-    rows = list(qs.order_by(*order)[:limit])[::-1]
-    return rows, qs.count() if len(rows) == limit else len(rows)
-
-
 def partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     template = partial if request.htmx and not request.htmx.boosted else page
     return render(request, template, context, status=status)
