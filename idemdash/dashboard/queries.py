@@ -78,88 +78,76 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
         raise BadWindow(f"window must be one of {', '.join(WINDOWS)}; got {value!r}") from None
 
 
-# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") comes
-# from here, so the definition lives in one place.
-RECEIPT_FIELDS: dict[str, str] = {
-    "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
-    "outcome claimed, replayed, in_progress, mismatch, retried_after_failure, lease_takeover or waited.",
-    "claimed": "Claim requests that were allowed to run the operation: claimed + "
-    "retried_after_failure + lease_takeover.",
-    "replayed": "Claim requests answered from a stored result (outcome replayed).",
-    "concurrent_duplicates": "Claim requests that arrived while the key's first attempt was still "
-    "running: answered 409 (outcome in_progress), or waited for it and got its result (outcome waited).",
-    "waited": "Of the concurrent duplicates, those that waited for the running first attempt (Prefer: "
-    "wait, wait_seconds, the Python client's default) and got its result (outcome waited).",
-    "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
-    "duplicate_rate": "(replayed + concurrent_duplicates + mismatch_conflicts) / requests; 0 when "
-    "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
-    "failed": "Receipts now in status failed, and not released since, whose last change falls "
-    "in the window: the keys a bulk release of that window would touch. A released receipt "
-    "(given back, waiting for the caller's next attempt) is not counted.",
-    "stuck": "Receipts processing past their lease right now (independent of the window).",
-}
-
-
-WEBHOOK_FIELDS: dict[str, str] = {
-    "deliveries": "Webhook deliveries that passed verification and were stored in the window, "
-    "first deliveries and provider retries alike (WebhookDelivery rows received in the window).",
-    "events": "Unique events first received in the window (first deliveries: a redelivery of an "
-    "event first seen earlier is not counted).",
-    "duplicates": "Redeliveries of an event already stored: deliveries - events.",
-    "duplicate_rate": "duplicates / deliveries; 0 when there were no deliveries. A fraction "
-    "between 0 and 1, rounded to 4 decimals.",
-    "payload_mismatches": "Redeliveries in the window whose JSON differed from the stored payload "
-    "(the first payload is kept).",
-    "rejected": "Deliveries refused with 400 in the window (failed verification; RejectedDelivery rows).",
-    "dead": "Events now dead (out of attempts) that died in the window (finished_at in the "
-    "window): what a bulk reprocess of that window would touch.",
-    "stuck": "Events processing past their lease right now (independent of the window); the "
-    "sweeper returns them to retry within a minute.",
-}
-
-OUTBOX_FIELDS: dict[str, str] = {
-    "enqueued": "Outbox messages created in the window, including those retention has purged "
-    "since (sent messages after 7 days): whole hours are counted by the hourly roll-up, which "
-    "outlives the messages; only the window's first, partial hour is read from the messages.",
-    "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log and "
-    "its hourly roll-up, which outlive purged messages).",
-    "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
-    "independent of the window.",
-    "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
-    "the window: what sending that window's dead messages again would touch.",
-    "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
-    "was enqueued, right now, as a whole number; 0 when nothing waits.",
-    "stuck": "Messages in flight past their lease right now (independent of the window); the "
-    "next drain claims them again.",
-}
-
-UNPROTECTED_FIELDS: dict[str, str] = {
-    "requests": "Write requests (POST, PUT, PATCH, DELETE) to routes nothing protects, as the observer "
-    "noted them in the window (receipts/observe.py; docs/coverage.md), from their hourly roll-up and "
-    "the notes after it.",
-    "duplicates": "Would-be duplicates: of those requests, the ones whose caller had sent the same request "
-    "(method, path, canonical body) to the same route within RECEIPTS_OBSERVE_WINDOW_SECONDS (600) before. "
-    "Each ran its side effect again, where a receipt would have replayed it.",
-    "duplicate_rate": "duplicates / requests; 0 when there were no requests. A fraction between 0 and 1, "
-    "rounded to 4 decimals.",
-}
-
-FRESH_KEY_FIELDS: dict[str, str] = {
-    "retries": "Fresh-key retries in the window: claims of the same request (caller, operation, method, "
-    "path, canonical body) that another key had made within RECEIPTS_FRESH_KEY_WINDOW_SECONDS (600) before "
-    "(receipts/fresh_keys.py; docs/http-contract.md): ran_again + refused.",
-    "ran_again": "Of those, the ones whose operation allows them (\"fresh_key\": \"allow\", the default): "
-    "each ran its side effect again under its new key. Read from the receipts still kept (their TTL).",
-    "refused": "Of those, the ones answered 409 fresh-key-retry (\"fresh_key\": \"refuse\"): nothing ran.",
-}
-
-# block -> field -> definition, for every block of `overview_stats`.
+# block -> field -> definition, for every block of `overview_stats`: the table in
+# docs/dashboard.md ("What each figure means") comes from here, so the definition lives in one place.
 FIELD_DOCS: dict[str, dict[str, str]] = {
-    "receipts": RECEIPT_FIELDS,
-    "webhooks": WEBHOOK_FIELDS,
-    "outbox": OUTBOX_FIELDS,
-    "unprotected": UNPROTECTED_FIELDS,
-    "fresh_keys": FRESH_KEY_FIELDS,
+    "receipts": {
+        "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
+        "outcome claimed, replayed, in_progress, mismatch, retried_after_failure, lease_takeover or waited.",
+        "claimed": "Claim requests that were allowed to run the operation: claimed + "
+        "retried_after_failure + lease_takeover.",
+        "replayed": "Claim requests answered from a stored result (outcome replayed).",
+        "concurrent_duplicates": "Claim requests that arrived while the key's first attempt was still "
+        "running: answered 409 (outcome in_progress), or waited for it and got its result (outcome waited).",
+        "waited": "Of the concurrent duplicates, those that waited for the running first attempt (Prefer: "
+        "wait, wait_seconds, the Python client's default) and got its result (outcome waited).",
+        "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
+        "duplicate_rate": "(replayed + concurrent_duplicates + mismatch_conflicts) / requests; 0 when "
+        "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
+        "failed": "Receipts now in status failed, and not released since, whose last change falls "
+        "in the window: the keys a bulk release of that window would touch. A released receipt "
+        "(given back, waiting for the caller's next attempt) is not counted.",
+        "stuck": "Receipts processing past their lease right now (independent of the window).",
+    },
+    "webhooks": {
+        "deliveries": "Webhook deliveries that passed verification and were stored in the window, "
+        "first deliveries and provider retries alike (WebhookDelivery rows received in the window).",
+        "events": "Unique events first received in the window (first deliveries: a redelivery of an "
+        "event first seen earlier is not counted).",
+        "duplicates": "Redeliveries of an event already stored: deliveries - events.",
+        "duplicate_rate": "duplicates / deliveries; 0 when there were no deliveries. A fraction "
+        "between 0 and 1, rounded to 4 decimals.",
+        "payload_mismatches": "Redeliveries in the window whose JSON differed from the stored payload "
+        "(the first payload is kept).",
+        "rejected": "Deliveries refused with 400 in the window (failed verification; RejectedDelivery rows).",
+        "dead": "Events now dead (out of attempts) that died in the window (finished_at in the "
+        "window): what a bulk reprocess of that window would touch.",
+        "stuck": "Events processing past their lease right now (independent of the window); the "
+        "sweeper returns them to retry within a minute.",
+    },
+    "outbox": {
+        "enqueued": "Outbox messages created in the window, including those retention has purged "
+        "since (sent messages after 7 days): whole hours are counted by the hourly roll-up, which "
+        "outlives the messages; only the window's first, partial hour is read from the messages.",
+        "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log and "
+        "its hourly roll-up, which outlive purged messages).",
+        "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
+        "independent of the window.",
+        "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
+        "the window: what sending that window's dead messages again would touch.",
+        "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
+        "was enqueued, right now, as a whole number; 0 when nothing waits.",
+        "stuck": "Messages in flight past their lease right now (independent of the window); the "
+        "next drain claims them again.",
+    },
+    "unprotected": {
+        "requests": "Write requests (POST, PUT, PATCH, DELETE) to routes nothing protects, as the observer "
+        "noted them in the window (receipts/observe.py; docs/coverage.md), from their hourly roll-up and "
+        "the notes after it.",
+        "duplicates": "Would-be duplicates: of those requests, the ones whose caller had sent the same request "
+        "(method, path, canonical body) to the same route within RECEIPTS_OBSERVE_WINDOW_SECONDS (600) before. "
+        "Each ran its side effect again, where a receipt would have replayed it.",
+        "duplicate_rate": "duplicates / requests; 0 when there were no requests. A fraction between 0 and 1, "
+        "rounded to 4 decimals.",
+    },
+    "fresh_keys": {
+        "retries": "Fresh-key retries in the window: claims of the same request (caller, operation, method, "
+        "path, canonical body) that another key had made within RECEIPTS_FRESH_KEY_WINDOW_SECONDS (600) before "
+        "(receipts/fresh_keys.py; docs/http-contract.md): ran_again + refused.",
+        "ran_again": "Of those, the ones whose operation allows them (\"fresh_key\": \"allow\", the default): "
+        "each ran its side effect again under its new key. Read from the receipts still kept (their TTL).",
+        "refused": "Of those, the ones answered 409 fresh-key-retry (\"fresh_key\": \"refuse\"): nothing ran.",
+    },
 }
 
 
