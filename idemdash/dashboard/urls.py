@@ -5,6 +5,8 @@ An action on one unit is `views.actions.object_action` with the registry's kind 
 `views.bulk.bulk_action` with the list it is offered under (`views.bulk.BULK`).
 """
 
+from typing import Any
+
 from django.urls import URLPattern, path
 
 from idemdash.dashboard.views import (
@@ -17,35 +19,27 @@ def _action(route: str, kind: str, action: str) -> URLPattern:
     return path(route, object_action, {"kind": kind, "action": action}, name=f"{kind}_{action}")
 
 
-def _bulk(route: str, listed: str, name: str) -> URLPattern:
-    return path(route, bulk.bulk_action, {"kind": listed}, name=name)
+def _kind(listed: str, kind: str, listing: Any, page: Any, bulk_route: str, actions: list[str]) -> list[URLPattern]:
+    """A kind's list (`listed`, the URL's first part), its bulk action, a unit's page and its
+    actions, each under the action's name with dashes."""
+    return [
+        path(f"{listed}/", listing, name=listed),
+        path(f"{listed}/{bulk_route}/", bulk.bulk_action, {"kind": listed}, name=f"{listed}_bulk"),
+        path(f"{listed}/<int:pk>/", page, name=kind),
+        *(_action(f"{listed}/<int:pk>/{action.replace('_', '-')}/", kind, action) for action in actions),
+    ]
 
 
 app_name = "dashboard"
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("stuck/", stuck.stuck, name="stuck"),
-    # Receipts
-    path("receipts/", receipts.receipts, name="receipts"),
-    _bulk("receipts/bulk-release/", "receipts", "receipts_bulk"),
-    path("receipts/<int:pk>/", receipts.receipt_detail, name="receipt"),
-    _action("receipts/<int:pk>/release/", "receipt", "release"),
-    _action("receipts/<int:pk>/mark-completed/", "receipt", "mark_completed"),
-    _action("receipts/<int:pk>/run-again/", "receipt", "run_again"),
-    # Webhook events and rejected deliveries
-    path("events/", events.events, name="events"),
-    _bulk("events/bulk-reprocess/", "events", "events_bulk"),
-    path("events/<int:pk>/", events.event_detail, name="event"),
-    _action("events/<int:pk>/reprocess/", "event", "reprocess"),
-    _action("events/<int:pk>/release/", "event", "release"),
+    *_kind("receipts", "receipt", receipts.receipts, receipts.receipt_detail, "bulk-release",
+           ["release", "mark_completed", "run_again"]),
+    *_kind("events", "event", events.events, events.event_detail, "bulk-reprocess", ["reprocess", "release"]),
     path("rejected/", events.rejected, name="rejected"),
-    # Outbox messages
-    path("outbox/", outbox.outbox, name="outbox"),
-    _bulk("outbox/bulk-send-again/", "outbox", "outbox_bulk"),
-    path("outbox/<int:pk>/", outbox.message_detail, name="message"),
-    _action("outbox/<int:pk>/send-now/", "message", "send_now"),
-    _action("outbox/<int:pk>/send-again/", "message", "send_again"),
-    _action("outbox/<int:pk>/release/", "message", "release"),
+    *_kind("outbox", "message", outbox.outbox, outbox.message_detail, "bulk-send-again",
+           ["send_now", "send_again", "release"]),
     # Pausing: outbox sending (an action or a host) and webhook endpoints' processing
     path("paused/", pauses.paused, name="paused"),
     path("paused/outbox/pause/", pauses.outbox_pause, name="outbox_pause"),
