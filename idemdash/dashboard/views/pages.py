@@ -30,6 +30,13 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
     return fallback
 
 
+def query_without(request: HttpRequest, name: str) -> str:
+    """The page's query string without `name`: the filters a table refreshes itself with."""
+    query = request.GET.copy()
+    query.pop(name, None)
+    return query.urlencode()
+
+
 def pretty_json(value: Any) -> str:
     """JSON as a page shows it: secrets masked by kind (idemdash.core.masking)."""
     return json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False)
@@ -50,9 +57,7 @@ def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, A
         query["before"] = page[size - 1].pk
         context["next_page"] = query.urlencode()
     context["paged"] = before.isdigit()
-    query = request.GET.copy()
-    query.pop("before", None)
-    context["query"] = query.urlencode()
+    context["query"] = query_without(request, "before")
 
 
 def newest_first_list(request: HttpRequest, form: Any, page: str, partial: str,
@@ -147,9 +152,7 @@ def filtered_list(
             status = 400
         context["filtered"] = form.is_filtered()
         context["paged"] = bool(request.GET.get("after"))
-        query = request.GET.copy()
-        query.pop("after", None)
-        context["query"] = query.urlencode()
+        context["query"] = query_without(request, "after")
         context["status_filter"] = form.cleaned_data.get("status")
     else:
         status = 400
