@@ -154,9 +154,7 @@ def in_rule_unit(metric: str, value: float) -> float:
 
 def breached(rule: AlertRule, value: float) -> bool:
     value = in_rule_unit(rule.metric, value)
-    if rule.comparison == AlertRule.Comparison.GTE:
-        return value >= rule.threshold
-    return value > rule.threshold
+    return value >= rule.threshold if rule.comparison == AlertRule.Comparison.GTE else value > rule.threshold
 
 
 def page_path(page: str) -> str:
