@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from idemdash.dashboard import alerts
 from idemdash.dashboard.access import operator_required, viewer_required
-from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
+from idemdash.dashboard.forms import AlertFilter, AlertRuleForm
 from idemdash.dashboard.views.pages import newest_first_list, safe_next
 from idemdash.dashboard.models import Alert, AlertRule
 

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from idemdash.dashboard import alerts, incidents
 from idemdash.dashboard.access import operator_required, viewer_required
-from idemdash.dashboard.alert_forms import AcknowledgeForm, IncidentFilter
+from idemdash.dashboard.forms import AcknowledgeForm, IncidentFilter
 from idemdash.dashboard.models import Incident
 from idemdash.dashboard.views.pages import newest_first_list
 from receipts.outbox.models import OutboxMessage
