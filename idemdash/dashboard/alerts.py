@@ -329,11 +329,9 @@ class EvaluationResult:
 
 
 def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None = None) -> EvaluationResult:
-    """Measure every rule (or those given) and fire or resolve its alert.
-
-    Safe to run in several processes at once: the insert and the conditional UPDATE are
-    the only guards, and the read of firing alerts below only saves them work.
-    """
+    """Measure every rule (or those given) and fire or resolve its alert. Safe to run in
+    several processes at once: the insert and the conditional UPDATE are the only guards,
+    and the read of firing alerts below only saves them work."""
     now = now or timezone.now()
     result = EvaluationResult()
     measurements = Measurements(now)

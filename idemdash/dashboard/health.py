@@ -250,12 +250,10 @@ def measure(now: datetime | None = None) -> list[Reading]:
 
 
 def record(readings: list[Reading], now: datetime) -> None:
-    """Write the transitions among `readings` and give each its `since`.
-
-    One read of the small table; a write only for a check whose state changed, made
-    conditional on the row still holding an older, different state, so that two observers
-    record one transition (and an observer with an older `now` never overwrites a newer one).
-    """
+    """Write the transitions among `readings` and give each its `since`. One read of the
+    small table; a write only for a check whose state changed, made conditional on the row
+    still holding an older, different state, so that two observers record one transition
+    (and an observer with an older `now` never overwrites a newer one)."""
     stored = {s.name: s for s in HealthState.objects.filter(name__in=[r.name for r in readings])}
     for r in readings:
         known = stored.get(r.name)

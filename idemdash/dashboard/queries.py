@@ -3,8 +3,7 @@
 One function per block of the stats document (`receipt_stats`; `webhook_stats` and
 `outbox_stats` join it the same way), each taking the window and the instant it ends, so
 that the JSON, the tiles and the metrics are computed once from the same numbers.
-Each figure family is one grouped query, never a query per figure or per bucket.
-"""
+Each figure family is one grouped query, never a query per figure or per bucket."""
 
 from __future__ import annotations
 

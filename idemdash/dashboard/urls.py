@@ -2,8 +2,7 @@
 
 An action on one unit is `views.actions.object_action` with the registry's kind and action
 (idemdash/core/actions.py), under the URL name `<kind>_<action>`; a bulk action is
-`views.bulk.bulk_action` with the list it is offered under (`views.bulk.BULK`).
-"""
+`views.bulk.bulk_action` with the list it is offered under (`views.bulk.BULK`)."""
 
 from typing import Any
 

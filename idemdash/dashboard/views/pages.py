@@ -159,13 +159,13 @@ def filtered_list(
     return partial_or_page(request, page, partial, context, status)
 
 
-def describe_filter(form: forms.Form, skip: tuple[str, ...] = ("sort",)) -> list[tuple[str, str]]:
-    """A valid filter form's values as the form shows them: (label, value) pairs, choices by
-    their label and times with their zone, never field names like `since` or `q`."""
+def describe_filter(form: forms.Form) -> list[tuple[str, str]]:
+    """A valid filter form's values but its order (`sort`) as the form shows them: (label,
+    value) pairs, choices by their label and times with their zone, never field names."""
     described = []
     for name, field in form.fields.items():
         value = form.cleaned_data.get(name)
-        if name in skip or value in (None, ""):
+        if name == "sort" or value in (None, ""):
             continue
         if isinstance(field, forms.ChoiceField):
             value = dict(field.choices).get(value, value)
