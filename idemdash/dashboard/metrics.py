@@ -114,10 +114,9 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
         kind = "redelivery" if duplicate == "True" else "first"
         found["idemdash_webhook_deliveries_total"].append(({"kind": kind, "payload_matches": matches.lower()}, n))
     # Only the causes the code knows: a label set that cannot grow from what callers send.
-    known = {cause: 0 for cause in RejectedDelivery.Cause.values}
-    for cause, n in RejectionCount.objects.filter(cause__in=known).values_list("cause", "count"):
-        known[cause] = n
-    for cause, n in sorted(known.items()):
+    causes = RejectedDelivery.Cause.values
+    counted = dict(RejectionCount.objects.filter(cause__in=causes).values_list("cause", "count"))
+    for cause, n in sorted({cause: counted.get(cause, 0) for cause in causes}.items()):
         found["idemdash_webhook_deliveries_rejected_total"].append(({"reason": cause}, n))
     found["idemdash_outbox_messages_enqueued_total"].append(({}, sum(outbox_rollups.ENQUEUED.totals(now).values())))
     for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):
