@@ -294,7 +294,6 @@ class Summary:
 
     state: str
     problems: list[dict[str, str]]  # {"text", "url", "state"}
-    readings: dict[str, Reading]  # by check name
     tiles: dict[str, dict[str, Reading]]  # block -> figure -> reading, as the template reads a tile's
     window_minutes: int
 
@@ -318,4 +317,4 @@ def summary(readings: list[Reading], firing: list[Any]) -> Summary:
     for tile, name in TILE_CHECKS.items():
         block, figure = tile.split(".")
         tiles.setdefault(block, {})[figure] = by_name[name]
-    return Summary(state, problems, by_name, tiles, window_minutes())
+    return Summary(state, problems, tiles, window_minutes())
