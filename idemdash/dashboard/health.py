@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
 from idemdash.dashboard import alerts, queries
+from idemdash.dashboard.conf import setting
 from idemdash.dashboard.models import HealthState
 from idemdash.dashboard.templatetags.idemdash_tags import duration, percent
 
@@ -29,9 +29,6 @@ OK, WARN, BAD = "ok", "warn", "bad"
 SEVERITY = {OK: 0, WARN: 1, BAD: 2}
 
 RATE, AGE = "rate", "age"
-
-DEFAULT_WINDOW_MINUTES = 15
-DEFAULT_MIN_SAMPLE = 20
 
 # check -> (warn, bad): percent for rates, seconds for ages; a value at or above a
 # threshold is in that state. IDEMDASH_HEALTH_THRESHOLDS overrides them (validated by
@@ -136,15 +133,15 @@ TILE_CHECKS: dict[str, str] = {
 
 
 def window_minutes() -> int:
-    return getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+    return setting("IDEMDASH_HEALTH_WINDOW_MINUTES")
 
 
 def min_sample() -> int:
-    return getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+    return setting("IDEMDASH_HEALTH_MIN_SAMPLE")
 
 
 def thresholds() -> dict[str, tuple[float, float]]:
-    return {**DEFAULT_THRESHOLDS, **getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})}
+    return {**DEFAULT_THRESHOLDS, **setting("IDEMDASH_HEALTH_THRESHOLDS")}
 
 
 def setting_problems() -> list[str]:
@@ -156,7 +153,7 @@ def setting_problems() -> list[str]:
     sample = min_sample()
     if type(sample) is not int or sample < 1:
         problems.append(f"IDEMDASH_HEALTH_MIN_SAMPLE must be a whole number of at least 1; got {sample!r}.")
-    given = getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})
+    given = setting("IDEMDASH_HEALTH_THRESHOLDS")
     if not isinstance(given, dict):
         return [*problems, f"IDEMDASH_HEALTH_THRESHOLDS must be a dict of check name -> (warn, bad); got {given!r}."]
     for name, pair in given.items():
