@@ -3,8 +3,7 @@
 `viewers` see every page; `operators` may also act (release, reprocess, send now, send again, singly or in bulk;
 the permission's stored name still says "retry"). Superusers
 pass every check. The groups are (re)created after every migrate, which also covers a test
-database flushed between tests.
-"""
+database flushed between tests."""
 
 from __future__ import annotations
 

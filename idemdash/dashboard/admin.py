@@ -1,7 +1,7 @@
 """Admin for alert rules, their alerts and incidents. Saving or deleting a rule here goes
 through idemdash.dashboard.alerts, like the dashboard, so it is audited; alerts and incidents
-are read-only (the evaluator moves them, and operators acknowledge on the dashboard's
-incident page, where the form is CSRF-protected and audited)."""
+are read-only but for deleting (the evaluator moves them, and operators acknowledge on the
+dashboard's incident page, where the form is CSRF-protected and audited)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash.core.columns import FilterSafe, to_the_second
+from idemdash.core.columns import ReadOnlyAdmin, to_the_second
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import Alert, AlertRule, Incident, IncidentEvent
 
@@ -61,19 +61,14 @@ class AlertRuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(Alert)
-class AlertAdmin(FilterSafe, admin.ModelAdmin):
+class AlertAdmin(ReadOnlyAdmin):
     list_display = ("rule_name", "state", "condition", "value", to_the_second("fired_at", "fired"),
                     to_the_second("resolved_at", "resolved"))
     list_filter = ("state", "metric")
     search_fields = ("rule_name",)
     date_hierarchy = "fired_at"
     readonly_fields = [f.name for f in Alert._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    has_delete_permission = admin.ModelAdmin.has_delete_permission
 
 
 class IncidentEventInline(admin.TabularInline):
@@ -88,7 +83,7 @@ class IncidentEventInline(admin.TabularInline):
 
 
 @admin.register(Incident)
-class IncidentAdmin(FilterSafe, admin.ModelAdmin):
+class IncidentAdmin(ReadOnlyAdmin):
     list_display = ("pk", "rule_name", "state", to_the_second("opened_at", "opened"), "acknowledged_by",
                     to_the_second("resolved_at", "resolved"), "evaluations", "reminders_sent")
     list_filter = ("state",)
@@ -96,6 +91,7 @@ class IncidentAdmin(FilterSafe, admin.ModelAdmin):
     date_hierarchy = "opened_at"
     readonly_fields = [f.name for f in Incident._meta.fields]
     inlines = [IncidentEventInline]
+    has_delete_permission = admin.ModelAdmin.has_delete_permission
 
     @admin.display(description="rule", ordering="alert__rule_name")
     def rule_name(self, obj: Incident) -> str:
@@ -103,9 +99,3 @@ class IncidentAdmin(FilterSafe, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("alert")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -71,8 +71,8 @@ CAUSE_PAGES: dict[str, str] = {
 class Measurements:
     """The figures of one evaluation, all at the same instant. Rules sharing a metric and
     a window share one measurement, and one block of the dashboard's figures for a window
-    (queries.receipt_stats, webhook_stats, outbox_stats, unprotected_stats, fresh_key_stats) serves every metric taken from it,
-    so an alert means exactly what the tile of the same name shows."""
+    (`queries.BLOCKS`) serves every metric taken from it, so an alert means exactly what
+    the tile of the same name shows."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -87,36 +87,25 @@ class Measurements:
             self._cache[key] = float(METRICS[metric](self, timedelta(minutes=window_minutes)))
         return self._cache[key]
 
-    def block(self, stats: Callable[[queries.Window, datetime], dict[str, Any]], span: timedelta) -> dict[str, Any]:
-        minutes = int(span.total_seconds() // 60)
-        key = (stats.__name__, minutes)
+    def block(self, name: str, span: timedelta) -> dict[str, Any]:
+        """The stats block `name` (a key of `queries.BLOCKS`) over the last `span`."""
+        key = (name, int(span.total_seconds() // 60))
         if key not in self._blocks:
-            window = queries.Window(window_label(minutes), span, span, TruncMinute)
-            self._blocks[key] = stats(window, self.now)
+            window = queries.Window(window_label(key[1]), span, span, TruncMinute)
+            self._blocks[key] = queries.BLOCKS[name](window, self.now)
         return self._blocks[key]
 
-    def start(self, span: timedelta) -> datetime:
-        return self.now - span
 
-
-def duplicate_rate(m: Measurements, span: timedelta) -> float:
-    return m.block(queries.receipt_stats, span)["duplicate_rate"]
-
-
-def concurrent_duplicates(m: Measurements, span: timedelta) -> int:
-    """Keys arriving simultaneously: 409s and callers that waited for the running first attempt."""
-    return m.block(queries.receipt_stats, span)["concurrent_duplicates"]
-
-
-def mismatch_conflicts(m: Measurements, span: timedelta) -> int:
-    return m.block(queries.receipt_stats, span)["mismatch_conflicts"]
+def _figure(block: str, name: str) -> Callable[[Measurements, timedelta], float]:
+    """The metric that is figure `name` of a stats block: its tile's number."""
+    return lambda m, span: m.block(block, span)[name]
 
 
 def failing_keys(m: Measurements, span: timedelta) -> int:
     """Keys with at least REPEATED_FAILURES failed attempts in the window (from the attempt
     log, so a key counts even after retention removed its receipt)."""
     return (
-        Attempt.objects.filter(outcome=Attempt.Outcome.FAILED, created_at__gt=m.start(span), created_at__lte=m.now)
+        Attempt.objects.filter(outcome=Attempt.Outcome.FAILED, created_at__gt=m.now - span, created_at__lte=m.now)
         .values("scope", "key")
         .annotate(n=Count("id"))
         .filter(n__gte=REPEATED_FAILURES)
@@ -129,16 +118,6 @@ def stuck_rows(m: Measurements, span: timedelta) -> int:
     return sum(stuck(m.now).count() for stuck in (queries.stuck_receipts, queries.stuck_events, queries.stuck_messages))
 
 
-def dead_webhook_events(m: Measurements, span: timedelta) -> int:
-    """Events now dead that died in the window; reprocessing one clears it."""
-    return m.block(queries.webhook_stats, span)["dead"]
-
-
-def dead_outbox_messages(m: Measurements, span: timedelta) -> int:
-    """Messages now dead that died in the window; sending one again clears it."""
-    return m.block(queries.outbox_stats, span)["dead"]
-
-
 BACKLOG = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY, OutboxMessage.Status.IN_FLIGHT)
 
 
@@ -149,39 +128,21 @@ def outbox_backlog_age(m: Measurements, span: timedelta) -> float:
     return max(0.0, (m.now - oldest).total_seconds()) if oldest else 0.0
 
 
-def rejected_deliveries(m: Measurements, span: timedelta) -> int:
-    """Webhook deliveries refused by verification (bad or missing signatures, stale
-    timestamps, malformed bodies) in the window."""
-    return m.block(queries.webhook_stats, span)["rejected"]
-
-
-def unprotected_duplicates(m: Measurements, span: timedelta) -> int:
-    """Requests to routes nothing protects that repeated one of their caller's within the
-    observer's window, and ran again; protecting the route (the Coverage page names it) clears it."""
-    return m.block(queries.unprotected_stats, span)["duplicates"]
-
-
-def fresh_key_retries(m: Measurements, span: timedelta) -> int:
-    """Protected requests sent again under a new key within the window, which ran again;
-    "fresh_key": "refuse" on their operation (or keys by intent in the caller) clears it."""
-    return m.block(queries.fresh_key_stats, span)["ran_again"]
-
-
-# Where each figure comes from: the dashboard's own blocks and stuck queries, except the
-# two it has no tile for (keys failing repeatedly, and the backlog age counting messages
-# in flight too).
+# Where each figure comes from: the dashboard's own blocks, except the stuck rows of all
+# three stores and the two it has no tile for (keys failing repeatedly, and the backlog age
+# counting messages in flight too). Fresh-key retries are those that ran again.
 METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
-    Metric.DUPLICATE_RATE: duplicate_rate,
-    Metric.CONCURRENT_DUPLICATES: concurrent_duplicates,
-    Metric.MISMATCH_CONFLICTS: mismatch_conflicts,
+    Metric.DUPLICATE_RATE: _figure("receipts", "duplicate_rate"),
+    Metric.CONCURRENT_DUPLICATES: _figure("receipts", "concurrent_duplicates"),
+    Metric.MISMATCH_CONFLICTS: _figure("receipts", "mismatch_conflicts"),
     Metric.FAILING_KEYS: failing_keys,
     Metric.STUCK_ROWS: stuck_rows,
-    Metric.DEAD_WEBHOOK_EVENTS: dead_webhook_events,
-    Metric.DEAD_OUTBOX_MESSAGES: dead_outbox_messages,
+    Metric.DEAD_WEBHOOK_EVENTS: _figure("webhooks", "dead"),
+    Metric.DEAD_OUTBOX_MESSAGES: _figure("outbox", "dead"),
     Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
-    Metric.REJECTED_DELIVERIES: rejected_deliveries,
-    Metric.UNPROTECTED_DUPLICATES: unprotected_duplicates,
-    Metric.FRESH_KEY_RETRIES: fresh_key_retries,
+    Metric.REJECTED_DELIVERIES: _figure("webhooks", "rejected"),
+    Metric.UNPROTECTED_DUPLICATES: _figure("unprotected", "duplicates"),
+    Metric.FRESH_KEY_RETRIES: _figure("fresh_keys", "ran_again"),
 }
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 
@@ -193,18 +154,21 @@ def in_rule_unit(metric: str, value: float) -> float:
 
 def breached(rule: AlertRule, value: float) -> bool:
     value = in_rule_unit(rule.metric, value)
-    if rule.comparison == AlertRule.Comparison.GTE:
-        return value >= rule.threshold
-    return value > rule.threshold
+    return value >= rule.threshold if rule.comparison == AlertRule.Comparison.GTE else value > rule.threshold
+
+
+def page_path(page: str) -> str:
+    """A page named "urlname", "urlname?query" or "urlname#fragment", as a path."""
+    name, sep, rest = page.partition("?") if "?" in page else page.partition("#")
+    return reverse(name) + sep + rest
 
 
 def cause_path(metric: str, window_minutes: int | None = None) -> str:
     """The path of the page that shows what `metric` counts, filtered to it: where the
     banner, the overview's first line and a notification link."""
-    name, _, query = CAUSE_PAGES[metric].partition("?")
-    if name == "dashboard:overview" and window_minutes in WINDOW_NAMES:
-        query = f"window={WINDOW_NAMES[window_minutes]}"
-    return reverse(name) + (f"?{query}" if query else "")
+    if CAUSE_PAGES[metric] == "dashboard:overview" and window_minutes in WINDOW_NAMES:
+        return f"{reverse('dashboard:overview')}?window={WINDOW_NAMES[window_minutes]}"
+    return page_path(CAUSE_PAGES[metric])
 
 
 def absolute(path: str) -> str:
@@ -363,16 +327,11 @@ class EvaluationResult:
     reminded: list[int] = field(default_factory=list)  # alert ids with a reminder sent
     values: dict[str, float] = field(default_factory=dict)  # rule name -> figure
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def evaluate(now: datetime | None = None, *, rules: Iterable[AlertRule] | None = None) -> EvaluationResult:
-    """Measure every rule (or those given) and fire or resolve its alert.
-
-    Safe to run in several processes at once: the insert and the conditional UPDATE are
-    the only guards, and the read of firing alerts below only saves them work.
-    """
+    """Measure every rule (or those given) and fire or resolve its alert. Safe to run in
+    several processes at once: the insert and the conditional UPDATE are the only guards,
+    and the read of firing alerts below only saves them work."""
     now = now or timezone.now()
     result = EvaluationResult()
     measurements = Measurements(now)

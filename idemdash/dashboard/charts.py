@@ -56,16 +56,13 @@ def range_text(row: dict[str, Any]) -> str:
     return f"{text} · in progress" if row.get("partial") else text
 
 
-def _incomplete(row: dict[str, Any]) -> bool:
-    return bool(row.get("partial") or row.get("cut"))
-
-
 def _x(rows: Rows) -> list[str]:
     """Each bucket at its middle, so that its bar covers its own time span."""
     return [(row["start"] + (row["end"] - row["start"]) / 2).isoformat() for row in rows]
 
 
-def _layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any]:
+def _layout(title: str, y_title: str, rows: Rows, subtitle: str = "per {per} · UTC", **extra: Any) -> dict[str, Any]:
+    """`y_title` and `subtitle` may say "{per}": the bucket's width."""
     per = bucket_text(rows)
     return {
         # "none" keeps plotly's default template (several KB of JSON) out of every figure.
@@ -73,14 +70,14 @@ def _layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any
         # The subtitle, not a <span style> in the title: Plotly would write that as a style
         # attribute, which the Content-Security-Policy refuses (idemdash/settings.py).
         "title": {"text": title, "font": {"size": 14, "color": INK}, "x": 0, "xanchor": "left",
-                  "subtitle": {"text": f"per {per} · UTC", "font": {"size": 12, "color": MUTED}}},
+                  "subtitle": {"text": subtitle.format(per=per), "font": {"size": 12, "color": MUTED}}},
         "margin": {"l": 52, "r": 12, "t": 54, "b": 36},  # t: the title and its subtitle
         "height": 276,
         "font": {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12, "color": MUTED},
         "xaxis": {"type": "date", "gridcolor": GRID, "linecolor": GRID,
                   # The hover box's first line; the bucket's own range follows it.
                   "unifiedhovertitle": {"text": "%{x|%a %b %d}"}},
-        "yaxis": {"title": {"text": f"{y_title} per {per}"}, "gridcolor": GRID, "zeroline": False,
+        "yaxis": {"title": {"text": y_title.format(per=per)}, "gridcolor": GRID, "zeroline": False,
                   "rangemode": "tozero"},
         # "normal": the hover box lists the bucket first, then the series in legend order
         # (stacked bars would otherwise reverse both).
@@ -105,7 +102,7 @@ def _bucket_trace(rows: Rows, notes: list[str] | None = None) -> go.Scatter:
 
 
 def _bars(rows: Rows, values: list[int], name: str, color: str) -> go.Bar:
-    partial = [_incomplete(r) for r in rows]
+    partial = [bool(r.get("partial") or r.get("cut")) for r in rows]
     return go.Bar(
         x=_x(rows), y=values, name=name,
         marker={"color": color, "opacity": [PARTIAL_OPACITY if p else 1 for p in partial],
@@ -115,17 +112,12 @@ def _bars(rows: Rows, values: list[int], name: str, color: str) -> go.Bar:
     )
 
 
-def _empty(layout: dict[str, Any], reason: str) -> dict[str, Any]:
-    layout["annotations"] = [{"text": reason, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                              "showarrow": False, "font": {"size": 13, "color": MUTED}}]
-    layout["yaxis"] = {**layout["yaxis"], "range": [0, 1], "showticklabels": False}
-    layout["showlegend"] = False
-    return layout
-
-
 def _figure(data: list[Any], layout: dict[str, Any], empty_reason: str | None) -> dict[str, Any]:
-    if empty_reason is not None:
-        layout = _empty(layout, empty_reason)
+    if empty_reason is not None:  # said on the chart, over an empty axis
+        layout["annotations"] = [{"text": empty_reason, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "showarrow": False, "font": {"size": 13, "color": MUTED}}]
+        layout["yaxis"] = {**layout["yaxis"], "range": [0, 1], "showticklabels": False}
+        layout["showlegend"] = False
     figure = go.Figure(data=data, layout=layout).to_plotly_json()
     figure["empty"] = empty_reason
     return figure
@@ -139,7 +131,7 @@ def _bar_chart(rows: Rows, title: str, unit: str, columns: list[Column], empty_r
     """Bars of `columns` per bucket under the bucket trace; `empty_reason` when all are 0."""
     data = [_bucket_trace(rows, notes)] + [_bars(rows, values, name, color) for values, name, color in columns]
     quiet = not any(any(values) for values, _, _ in columns)
-    return _figure(data, _layout(title, unit, rows, barmode=barmode, **layout), empty_reason if quiet else None)
+    return _figure(data, _layout(title, f"{unit} per {{per}}", rows, barmode=barmode, **layout), empty_reason if quiet else None)
 
 
 def traffic_chart(series: Rows, window: str) -> dict[str, Any]:
@@ -191,9 +183,8 @@ def duplicate_rate_chart(series: Rows, window: str) -> dict[str, Any]:
                    marker={"color": "white", "size": 8, "line": {"color": BLUE, "width": 2}},
                    hovertemplate="so far: %{y:.2f}%<extra></extra>"),
     ]
-    layout = _layout("Duplicate rate", "% of requests", series)
-    layout["title"]["subtitle"]["text"] = f"% of claim requests per {bucket_text(series)} · UTC"
-    layout["yaxis"] = {**layout["yaxis"], "title": {"text": "% of requests"}, "range": [0, 100], "ticksuffix": "%"}
+    layout = _layout("Duplicate rate", "% of requests", series, "% of claim requests per {per} · UTC")
+    layout["yaxis"] = {**layout["yaxis"], "range": [0, 100], "ticksuffix": "%"}
     quiet = not any(r["requests"] for r in series)
     return _figure(data, layout, f"No claim requests in the last {window}" if quiet else None)
 
@@ -249,11 +240,7 @@ def outbox_chart(flow: Rows, window: str) -> dict[str, Any]:
     ], f"No outbox messages enqueued or sent in the last {window}", barmode="group")
 
 
-def _history_layout(title: str, y_title: str, rows: Rows, **extra: Any) -> dict[str, Any]:
-    layout = _layout(title, y_title, rows, **extra)
-    layout["title"]["subtitle"]["text"] = f"per {bucket_text(rows)}, from the hourly roll-ups · UTC"
-    layout["yaxis"] = {**layout["yaxis"], "title": {"text": y_title}}
-    return layout
+HISTORY = "per {per}, from the hourly roll-ups · UTC"
 
 
 def latency_chart(history: Rows, window: str) -> dict[str, Any]:
@@ -272,7 +259,7 @@ def latency_chart(history: Rows, window: str) -> dict[str, Any]:
                 line={"color": color, "width": 2, "dash": dash}, connectgaps=False,
                 hovertemplate=f"{label} {q}: ≤ %{{y:,}} ms<extra></extra>",
             ))
-    layout = _history_layout("Latency: claims, processing and send", "milliseconds", history)
+    layout = _layout("Latency: claims, processing and send", "milliseconds", history, HISTORY)
     # Ticks at powers of ten only ("10", "100", "1000"): Plotly's default log ticks label
     # the 2s and 5s between them too, which reads as clutter at this height.
     layout["yaxis"] = {**layout["yaxis"], "type": "log", "rangemode": "normal", "dtick": 1}
@@ -292,7 +279,7 @@ def backlog_age_chart(history: Rows, window: str) -> dict[str, Any]:
                    line={"color": AMBER, "width": 2}, connectgaps=False,
                    hovertemplate="oldest waiting, worst: %{y:,} s<extra></extra>"),
     ]
-    layout = _history_layout("Outbox backlog age", "seconds", history)
+    layout = _layout("Outbox backlog age", "seconds", history, HISTORY)
     quiet = all(a is None for a in ages)
     return _figure(data, layout, f"No backlog sampled in the last {window} (the roll-up samples it every minute)"
                    if quiet else None)

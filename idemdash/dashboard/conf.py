@@ -17,6 +17,11 @@ DEFAULTS: dict[str, Any] = {
     # recovers (idemdash.dashboard.incidents).
     "IDEMDASH_INCIDENT_REMIND_EVERY": 30,
     "IDEMDASH_INCIDENT_REMINDERS": 2,
+    # The health checks' window, the fewest rows a rate is divided by, and (warn, bad) per
+    # check over health.DEFAULT_THRESHOLDS (docs/dashboard.md, "Health at a glance").
+    "IDEMDASH_HEALTH_WINDOW_MINUTES": 15,
+    "IDEMDASH_HEALTH_MIN_SAMPLE": 20,
+    "IDEMDASH_HEALTH_THRESHOLDS": {},
     # OpenTelemetry (docs/operations.md, "OpenTelemetry"): IDEMDASH_OTEL sets the process's
     # tracer provider to the SDK's at start-up, exporting spans by OTLP/HTTP to
     # OTEL_EXPORTER_OTLP_ENDPOINT (a host with its own SDK set-up leaves it off);

@@ -21,11 +21,9 @@ def _escape(part: str) -> str:
 
 
 def diff_requests(stored: Any, rejected: Any, path: str = "") -> list[Difference]:
-    """Field-by-field differences, leaves only, in document order.
-
-    Objects are compared key by key and arrays index by index, so a changed amount shows as
-    `/amount`, not as "the whole body differs". Types that differ are one change.
-    """
+    """Field-by-field differences, leaves only, in document order. Objects are compared key
+    by key and arrays index by index, so a changed amount shows as `/amount`, not as "the
+    whole body differs". Types that differ are one change."""
     if isinstance(stored, dict) and isinstance(rejected, dict):
         out: list[Difference] = []
         for key in list(stored) + [k for k in rejected if k not in stored]:

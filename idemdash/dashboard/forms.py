@@ -4,9 +4,12 @@ import base64
 from datetime import datetime
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
+from idemdash.dashboard.alert_rules import PERCENT_METRICS, parse_window_minutes, window_label
+from idemdash.dashboard.models import Alert, AlertRule, Incident
 from receipts.models import Attempt, Receipt
 from receipts.references import referring
 from receipts.outbox.models import OutboxMessage
@@ -33,9 +36,36 @@ def _reference_field() -> forms.CharField:
     return forms.CharField(required=False, max_length=255, label="Reference", strip=True)
 
 
-def _by_reference(qs: QuerySet, value: str | None) -> QuerySet:
-    """`qs` narrowed to the rows with a reference `value`, when one is given."""
-    return referring(qs, value) if value else qs
+class ListFilter(forms.Form):
+    """A list's filters. Each list's form gives the list page
+    (idemdash/dashboard/views/pages.py:filtered_list) its `rows()` and their `ordering()`:
+    the field and whether descending; `filtered(qs)` applies what every form shares."""
+
+    since = forms.DateTimeField(required=False, label="From")
+    until = forms.DateTimeField(required=False, label="Until")
+
+    time_field = "created_at"
+    # The filters that are one exact lookup each: form field -> ORM lookup.
+    lookups: dict[str, str] = {}
+
+    def filtered(self, qs: QuerySet) -> QuerySet:
+        """`qs` narrowed by every filled-in lookup filter, the time range and the reference
+        (for a form that has them)."""
+        data = self.cleaned_data
+        for name, lookup in self.lookups.items():
+            if data.get(name):
+                qs = qs.filter(**{lookup: data[name]})
+        if data.get("since"):
+            qs = qs.filter(**{f"{self.time_field}__gte": data["since"]})
+        if data.get("until"):
+            qs = qs.filter(**{f"{self.time_field}__lte": data["until"]})
+        return referring(qs, data["ref"]) if data.get("ref") else qs
+
+    def ordering(self) -> tuple[str, bool]:
+        return self.time_field, True  # newest first
+
+    def is_filtered(self) -> bool:
+        return any(self.cleaned_data.get(name) for name in self.fields if name != "sort")
 
 
 def encode_cursor(moment: datetime, pk: int) -> str:
@@ -63,11 +93,8 @@ RECEIPT_STATUSES = {
 }
 
 
-class ReceiptFilter(forms.Form):
-    """The receipts list's filters. The same form scopes the bulk-release preview.
-
-    Each list's form gives the list page (idemdash/dashboard/views/pages.py:filtered_list)
-    its `rows()` and their `ordering()`: the field and whether descending."""
+class ReceiptFilter(ListFilter):
+    """The receipts list's filters. The same form scopes the bulk-release preview."""
 
     q = forms.CharField(required=False, max_length=255, label="Key starts with")
     status = forms.ChoiceField(
@@ -88,31 +115,19 @@ class ReceiptFilter(forms.Form):
                  ("-updated", "Recently changed"), ("updated", "Least recently changed")],
     )
 
+    field_order = ["q", "status", "operation", "scope", "ref", "conflict", "since", "until", "sort"]
+    lookups = {"q": "key__startswith", "operation": "operation", "scope": "scope"}
+
     def rows(self) -> QuerySet[Receipt]:
-        data = self.cleaned_data
         qs = Receipt.objects.all()
-        if data.get("q"):
-            qs = qs.filter(key__startswith=data["q"])
-        status = data.get("status")
-        if status:
+        if status := self.cleaned_data.get("status"):
             qs = qs.filter(RECEIPT_STATUSES.get(status, Q(status=status)))
-        for name in ("operation", "scope"):
-            if data.get(name):
-                qs = qs.filter(**{name: data[name]})
-        if data.get("conflict"):
-            outcomes = CONFLICTS[data["conflict"]]
-            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome__in=outcomes)))
-        if data.get("since"):
-            qs = qs.filter(created_at__gte=data["since"])
-        if data.get("until"):
-            qs = qs.filter(created_at__lte=data["until"])
-        return _by_reference(qs, data.get("ref"))
+        if conflict := self.cleaned_data.get("conflict"):
+            qs = qs.filter(Exists(Attempt.objects.filter(receipt=OuterRef("pk"), outcome__in=CONFLICTS[conflict])))
+        return self.filtered(qs)
 
     def ordering(self) -> tuple[str, bool]:
         return SORTS[self.cleaned_data.get("sort") or "-created"]
-
-    def is_filtered(self) -> bool:
-        return any(self.cleaned_data.get(n) for n in ("q", "status", "operation", "scope", "ref", "conflict", "since", "until"))
 
 
 def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -> tuple[list, str | None]:
@@ -134,42 +149,11 @@ def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -
 # --- webhooks and outbox ----------------------------------------------------------------------
 
 
-class _TimeFiltered(forms.Form):
-    since = forms.DateTimeField(required=False, label="From")
-    until = forms.DateTimeField(required=False, label="Until")
-
-    time_field = "created_at"
-    names: tuple[str, ...] = ()
-    # The filters that are one exact lookup each: form field -> ORM lookup.
-    lookups: dict[str, str] = {}
-
-    def _filtered(self, qs: QuerySet) -> QuerySet:
-        """`qs` narrowed by every filled-in lookup filter, the reference (for a form that has
-        one) and the time range."""
-        for name, lookup in self.lookups.items():
-            if self.cleaned_data.get(name):
-                qs = qs.filter(**{lookup: self.cleaned_data[name]})
-        return _by_reference(self._time(qs), self.cleaned_data.get("ref"))
-
-    def _time(self, qs: QuerySet) -> QuerySet:
-        if self.cleaned_data.get("since"):
-            qs = qs.filter(**{f"{self.time_field}__gte": self.cleaned_data["since"]})
-        if self.cleaned_data.get("until"):
-            qs = qs.filter(**{f"{self.time_field}__lte": self.cleaned_data["until"]})
-        return qs
-
-    def ordering(self) -> tuple[str, bool]:
-        return self.time_field, True  # newest first
-
-    def is_filtered(self) -> bool:
-        return any(self.cleaned_data.get(n) for n in (*self.names, "since", "until"))
-
-
 def _provider_choices() -> list[tuple[str, str]]:
     return [("", "Any provider"), *WebhookEndpoint.Provider.choices]
 
 
-class EventFilter(_TimeFiltered):
+class EventFilter(ListFilter):
     """Webhook events: by endpoint, provider, type, status and first-delivery time."""
 
     endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
@@ -180,7 +164,6 @@ class EventFilter(_TimeFiltered):
     ref = _reference_field()
 
     time_field = "received_at"
-    names = ("endpoint", "provider", "type", "status", "q", "ref")
     lookups = {"endpoint": "endpoint__slug", "provider": "provider", "type": "event_type", "status": "status"}
 
     def endpoint_slugs(self) -> QuerySet:
@@ -191,27 +174,26 @@ class EventFilter(_TimeFiltered):
         qs = WebhookEvent.objects.select_related("endpoint")
         if q := self.cleaned_data.get("q"):
             qs = qs.filter(Q(provider_event_id__startswith=q) | Q(dedupe_key__startswith=q))
-        return self._filtered(qs)
+        return self.filtered(qs)
 
 
-class RejectedFilter(_TimeFiltered):
+class RejectedFilter(ListFilter):
     endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
     provider = forms.ChoiceField(required=False, choices=_provider_choices)
     cause = forms.ChoiceField(required=False, choices=[("", "Any cause"), *RejectedDelivery.Cause.choices])
 
     time_field = "received_at"
-    names = ("endpoint", "provider", "cause")
     lookups = {"endpoint": "endpoint__slug", "provider": "provider", "cause": "cause"}
 
     def rows(self) -> QuerySet[RejectedDelivery]:
-        return self._filtered(RejectedDelivery.objects.select_related("endpoint"))
+        return self.filtered(RejectedDelivery.objects.select_related("endpoint"))
 
 
 # "waiting" is the backlog tile's filter: everything the drain has yet to send.
 WAITING = "waiting"
 
 
-class OutboxFilter(_TimeFiltered):
+class OutboxFilter(ListFilter):
     action = forms.CharField(required=False, max_length=100)
     status = forms.ChoiceField(
         required=False,
@@ -221,7 +203,6 @@ class OutboxFilter(_TimeFiltered):
     scope = forms.CharField(required=False, max_length=255)
     ref = _reference_field()
 
-    names = ("action", "status", "q", "scope", "ref")
     lookups = {"action": "action", "q": "key__startswith", "scope": "scope"}
 
     def action_names(self) -> QuerySet:
@@ -235,7 +216,7 @@ class OutboxFilter(_TimeFiltered):
             qs = qs.filter(status__in=[OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY])
         elif status:
             qs = qs.filter(status=status)
-        return self._filtered(qs)
+        return self.filtered(qs)
 
 
 def _audit_kind_choices() -> list[tuple[str, str]]:
@@ -244,7 +225,7 @@ def _audit_kind_choices() -> list[tuple[str, str]]:
     return [("", "Any kind"), *sorted(AUDIT_NOUNS.items(), key=lambda choice: choice[1])]
 
 
-class AuditFilter(_TimeFiltered):
+class AuditFilter(ListFilter):
     """The audit log's filters. The entries a bulk run's items wrote are grouped under the
     run's own entry, unless the filter asks for them: a run, an object or an action."""
 
@@ -257,15 +238,90 @@ class AuditFilter(_TimeFiltered):
     after_id = forms.IntegerField(required=False, min_value=0, label="After entry")
     through_id = forms.IntegerField(required=False, min_value=0, label="Through entry")
 
-    names = ("actor", "action", "kind", "object", "run", "after_id", "through_id")
     lookups = {"actor": "actor", "action": "action", "kind": "object_type", "run": "run_id",
                "after_id": "id__gt", "through_id": "id__lte"}
 
     def entries(self, qs: QuerySet) -> QuerySet:
-        qs = self._filtered(qs)
+        qs = self.filtered(qs)
         data = self.cleaned_data
         if data.get("object"):
             qs = qs.filter(Q(object_name=data["object"]) | Q(object_id=data["object"]))
         if not any(data.get(name) not in (None, "") for name in ("run", "object", "action", "after_id")):
             qs = qs.filter(run=None)
         return qs
+
+
+# --- alerts and incidents ---------------------------------------------------------------------
+
+
+class AlertRuleForm(forms.ModelForm):
+    """A rule as operators type it. The target is checked by AlertRule.clean, which the
+    admin's form calls too."""
+
+    window = forms.CharField(
+        max_length=12, initial="1h",
+        help_text="1h, 24h, 7d, 30d, or minutes such as 15m. Ignored by stuck rows and backlog age, "
+                  "which describe the present.",
+    )
+
+    field_order = ["name", "metric", "comparison", "threshold", "window", "channel", "target", "enabled"]
+
+    class Meta:
+        model = AlertRule
+        fields = ["name", "metric", "comparison", "threshold", "channel", "target", "enabled"]
+        labels = {"threshold": "Threshold (in the tile's unit)"}
+        help_texts = {
+            "threshold": "As the overview's tile shows the figure: for the duplicate rate a percentage "
+                         "(20 means 20%), for the backlog age seconds, otherwise a count.",
+        }
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["window"] = window_label(self.instance.window_minutes)
+
+    def clean_window(self) -> str:
+        self.instance.window_minutes = parse_window_minutes(self.cleaned_data["window"])
+        return self.cleaned_data["window"]
+
+    def clean_threshold(self) -> float:
+        threshold = self.cleaned_data["threshold"]
+        if threshold < 0:
+            raise ValidationError("Every figure is 0 or more; give a threshold of 0 or more.")
+        return threshold
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("metric") in PERCENT_METRICS and (data.get("threshold") or 0) >= 100:
+            self.add_error("threshold", "The duplicate rate is a percentage below 100: 20 means 20%.")
+        return data
+
+
+class AlertFilter(ListFilter):
+    rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Alert.State.choices])
+    since = until = None
+
+    lookups = {"rule": "rule", "state": "state"}
+
+    def rows(self) -> QuerySet[Alert]:
+        return self.filtered(Alert.objects.select_related("rule"))
+
+
+class IncidentFilter(ListFilter):
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *Incident.State.choices])
+    rule = forms.ModelChoiceField(AlertRule.objects.all(), required=False, empty_label="Any rule")
+    since = until = None
+
+    lookups = {"state": "state", "rule": "alert__rule"}
+
+    def rows(self) -> QuerySet[Incident]:
+        return self.filtered(Incident.objects.select_related("alert", "alert__rule"))
+
+
+class AcknowledgeForm(forms.Form):
+    note = forms.CharField(
+        required=False, max_length=2000, strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "What you are doing about it"}),
+        help_text="Kept on the incident and in the audit log.",
+    )

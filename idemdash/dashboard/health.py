@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Min
-from django.urls import reverse
 from django.utils import timezone
 
 from idemdash.dashboard import alerts, queries
+from idemdash.dashboard.conf import setting
 from idemdash.dashboard.models import HealthState
 from idemdash.dashboard.templatetags.idemdash_tags import duration, percent
 
@@ -30,9 +29,6 @@ OK, WARN, BAD = "ok", "warn", "bad"
 SEVERITY = {OK: 0, WARN: 1, BAD: 2}
 
 RATE, AGE = "rate", "age"
-
-DEFAULT_WINDOW_MINUTES = 15
-DEFAULT_MIN_SAMPLE = 20
 
 # check -> (warn, bad): percent for rates, seconds for ages; a value at or above a
 # threshold is in that state. IDEMDASH_HEALTH_THRESHOLDS overrides them (validated by
@@ -55,13 +51,23 @@ DEFAULT_THRESHOLDS: dict[str, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class Check:
+    """A rate check's name is the figure it counts ("block.figure"), a share of the sum of
+    the figures `of`; an age check's `age` measures seconds."""
+
     name: str
     label: str  # as the first line names a problem
-    kind: str  # RATE or AGE
     what: str  # what the value is, for the tile's note and the docs
-    url: str  # "urlname" or "urlname?query" or "urlname#fragment": the filtered list
-    # (blocks) -> for a rate (part, whole), rows; for an age (seconds, 0)
-    measure: Callable[["Blocks"], tuple[float, int]]
+    url: str  # the filtered list, as `alerts.page_path` reads it
+    of: tuple[str, ...] = ()
+    age: Callable[["Blocks"], float] | None = None
+
+    @property
+    def kind(self) -> str:
+        return AGE if self.age else RATE
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.kind == RATE else " s"
 
 
 class Blocks:
@@ -71,84 +77,55 @@ class Blocks:
         self.now, self.span = now, span
         self._m = alerts.Measurements(now)
 
-    def __getitem__(self, block: str) -> dict[str, Any]:
-        stats = {"receipts": queries.receipt_stats, "webhooks": queries.webhook_stats, "outbox": queries.outbox_stats,
-                 "unprotected": queries.unprotected_stats, "fresh_keys": queries.fresh_key_stats}
-        return self._m.block(stats[block], self.span)
+    def figure(self, dotted: str) -> float:
+        block, name = dotted.split(".")
+        return self._m.block(block, self.span)[name]
 
-    def stuck_age(self, stuck: Callable[[datetime], Any]) -> tuple[float, int]:
+    def stuck_age(self, stuck: Callable[[datetime], Any]) -> float:
         """Seconds the oldest stuck row has been past its lease (its partial index's first row)."""
         oldest = stuck(self.now).aggregate(t=Min("lease_expires_at"))["t"]
-        return (max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0), 0
-
-
-def _share(part: int, whole: int) -> tuple[float, int]:
-    # A count can exceed its base (events that died now were received before the window).
-    return min(part, whole), whole
+        return max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0
 
 
 CHECKS: list[Check] = [
-    Check("receipts.concurrent_duplicates", "Concurrent duplicates", RATE,
+    Check("receipts.concurrent_duplicates", "Concurrent duplicates",
           "of claim requests arrived while the key's first attempt ran, 409 or waited",
-          "dashboard:receipts?conflict=concurrent",
-          lambda b: _share(b["receipts"]["concurrent_duplicates"], b["receipts"]["requests"])),
-    Check("receipts.mismatch_conflicts", "422 mismatches", RATE,
-          "of claim requests reused a key with another request",
-          "dashboard:receipts?conflict=422",
-          lambda b: _share(b["receipts"]["mismatch_conflicts"], b["receipts"]["requests"])),
-    Check("receipts.failed", "Failed keys", RATE,
-          "failed keys per claim that ran",
-          "dashboard:receipts?status=failed&sort=-updated",
-          lambda b: _share(b["receipts"]["failed"], b["receipts"]["claimed"])),
-    Check("receipts.stuck", "Stuck receipts", AGE, "the oldest receipt past its lease",
-          "dashboard:stuck", lambda b: b.stuck_age(queries.stuck_receipts)),
-    Check("unprotected.duplicates", "Duplicates on unprotected routes", RATE,
+          "dashboard:receipts?conflict=concurrent", of=("receipts.requests",)),
+    Check("receipts.mismatch_conflicts", "422 mismatches", "of claim requests reused a key with another request",
+          "dashboard:receipts?conflict=422", of=("receipts.requests",)),
+    Check("receipts.failed", "Failed keys", "failed keys per claim that ran",
+          "dashboard:receipts?status=failed&sort=-updated", of=("receipts.claimed",)),
+    Check("receipts.stuck", "Stuck receipts", "the oldest receipt past its lease",
+          "dashboard:stuck", age=lambda b: b.stuck_age(queries.stuck_receipts)),
+    Check("unprotected.duplicates", "Duplicates on unprotected routes",
           "of write requests to routes nothing protects repeated one within the observer's window",
-          "dashboard:coverage",
-          lambda b: _share(b["unprotected"]["duplicates"], b["unprotected"]["requests"])),
-    Check("fresh_keys.ran_again", "Retries under a fresh key", RATE,
+          "dashboard:coverage", of=("unprotected.requests",)),
+    Check("fresh_keys.ran_again", "Retries under a fresh key",
           "of claims that ran were a request another key had made within the window",
-          "dashboard:coverage",
-          lambda b: _share(b["fresh_keys"]["ran_again"], b["receipts"]["claimed"])),
-    Check("webhooks.rejected", "Rejected deliveries", RATE,
-          "of deliveries failed verification",
-          "dashboard:rejected",
-          lambda b: _share(b["webhooks"]["rejected"], b["webhooks"]["deliveries"] + b["webhooks"]["rejected"])),
-    Check("webhooks.dead", "Dead webhook events", RATE,
-          "dead events per unique event received",
-          "dashboard:events?status=dead",
-          lambda b: _share(b["webhooks"]["dead"], b["webhooks"]["events"])),
-    Check("webhooks.stuck", "Stuck webhook events", AGE, "the oldest event past its lease",
-          "dashboard:stuck#stuck-events", lambda b: b.stuck_age(queries.stuck_events)),
-    Check("outbox.backlog_age", "Outbox backlog", AGE, "the oldest waiting message since it was enqueued",
-          "dashboard:outbox?status=waiting",
-          lambda b: (float(b["outbox"]["oldest_pending_age_seconds"]), 0)),
-    Check("outbox.dead", "Dead outbox messages", RATE,
-          "of messages that finished went dead",
-          "dashboard:outbox?status=dead",
-          lambda b: _share(b["outbox"]["dead"], b["outbox"]["sent"] + b["outbox"]["dead"])),
-    Check("outbox.stuck", "Stuck outbox messages", AGE, "the oldest message in flight past its lease",
-          "dashboard:stuck#stuck-messages", lambda b: b.stuck_age(queries.stuck_messages)),
+          "dashboard:coverage", of=("receipts.claimed",)),
+    Check("webhooks.rejected", "Rejected deliveries", "of deliveries failed verification",
+          "dashboard:rejected", of=("webhooks.deliveries", "webhooks.rejected")),
+    Check("webhooks.dead", "Dead webhook events", "dead events per unique event received",
+          "dashboard:events?status=dead", of=("webhooks.events",)),
+    Check("webhooks.stuck", "Stuck webhook events", "the oldest event past its lease",
+          "dashboard:stuck#stuck-events", age=lambda b: b.stuck_age(queries.stuck_events)),
+    Check("outbox.backlog_age", "Outbox backlog", "the oldest waiting message since it was enqueued",
+          "dashboard:outbox?status=waiting", age=lambda b: b.figure("outbox.oldest_pending_age_seconds")),
+    Check("outbox.dead", "Dead outbox messages", "of messages that finished went dead",
+          "dashboard:outbox?status=dead", of=("outbox.sent", "outbox.dead")),
+    Check("outbox.stuck", "Stuck outbox messages", "the oldest message in flight past its lease",
+          "dashboard:stuck#stuck-messages", age=lambda b: b.stuck_age(queries.stuck_messages)),
 ]
 CHECKS_BY_NAME = {c.name: c for c in CHECKS}
 assert set(CHECKS_BY_NAME) == set(DEFAULT_THRESHOLDS), "every check needs its thresholds"
 
-# The overview's tiles (their data-figure) and the check that colours each; a tile not
-# here shows traffic, not health, and stays uncoloured.
+# The overview's tiles (their data-figure) and the check that colours each: a check's own
+# tile, and the backlog's two for its age. A tile not here shows traffic, not health, and
+# stays uncoloured.
 TILE_CHECKS: dict[str, str] = {
-    "receipts.concurrent_duplicates": "receipts.concurrent_duplicates",
-    "receipts.mismatch_conflicts": "receipts.mismatch_conflicts",
-    "receipts.failed": "receipts.failed",
-    "receipts.stuck": "receipts.stuck",
-    "webhooks.rejected": "webhooks.rejected",
-    "webhooks.dead": "webhooks.dead",
-    "webhooks.stuck": "webhooks.stuck",
+    **{c.name: c.name for c in CHECKS if c.name != "outbox.backlog_age"},
     "outbox.pending": "outbox.backlog_age",
     "outbox.oldest_pending_age_seconds": "outbox.backlog_age",
-    "outbox.dead": "outbox.dead",
-    "outbox.stuck": "outbox.stuck",
-    "unprotected.duplicates": "unprotected.duplicates",
-    "fresh_keys.ran_again": "fresh_keys.ran_again",
 }
 
 
@@ -156,27 +133,27 @@ TILE_CHECKS: dict[str, str] = {
 
 
 def window_minutes() -> int:
-    return getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+    return setting("IDEMDASH_HEALTH_WINDOW_MINUTES")
 
 
 def min_sample() -> int:
-    return getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+    return setting("IDEMDASH_HEALTH_MIN_SAMPLE")
 
 
 def thresholds() -> dict[str, tuple[float, float]]:
-    return {**DEFAULT_THRESHOLDS, **getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})}
+    return {**DEFAULT_THRESHOLDS, **setting("IDEMDASH_HEALTH_THRESHOLDS")}
 
 
 def setting_problems() -> list[str]:
     """What is wrong with the health settings, for `manage.py check` (idemdash/dashboard/checks.py)."""
     problems = []
-    minutes = getattr(settings, "IDEMDASH_HEALTH_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES)
+    minutes = window_minutes()
     if type(minutes) is not int or not 1 <= minutes <= 24 * 60:
         problems.append(f"IDEMDASH_HEALTH_WINDOW_MINUTES must be a whole number of minutes from 1 to 1440; got {minutes!r}.")
-    sample = getattr(settings, "IDEMDASH_HEALTH_MIN_SAMPLE", DEFAULT_MIN_SAMPLE)
+    sample = min_sample()
     if type(sample) is not int or sample < 1:
         problems.append(f"IDEMDASH_HEALTH_MIN_SAMPLE must be a whole number of at least 1; got {sample!r}.")
-    given = getattr(settings, "IDEMDASH_HEALTH_THRESHOLDS", {})
+    given = setting("IDEMDASH_HEALTH_THRESHOLDS")
     if not isinstance(given, dict):
         return [*problems, f"IDEMDASH_HEALTH_THRESHOLDS must be a dict of check name -> (warn, bad); got {given!r}."]
     for name, pair in given.items():
@@ -215,10 +192,7 @@ class Reading:
 
     @property
     def url(self) -> str:
-        name, sep, rest = self.check.url.partition("?")
-        if not sep:
-            name, sep, rest = self.check.url.partition("#")
-        return reverse(name) + (sep + rest if sep else "")
+        return alerts.page_path(self.check.url)
 
     @property
     def value_display(self) -> str:
@@ -230,16 +204,14 @@ class Reading:
 
     @property
     def threshold_display(self) -> str:
-        unit = "%" if self.check.kind == RATE else " s"
-        return f"warn ≥ {self.warn:g}{unit}, bad ≥ {self.bad:g}{unit}"
+        return f"warn ≥ {self.warn:g}{self.check.unit}, bad ≥ {self.bad:g}{self.check.unit}"
 
     @property
     def summary(self) -> str:
         """How the first line names a problem: "Dead outbox messages: 20% of messages that
         finished went dead (bad ≥ 5%)"."""
         limit = self.bad if self.state == BAD else self.warn
-        unit = "%" if self.check.kind == RATE else " s"
-        return f"{self.check.label}: {self.value_display} ({self.check.what}; {self.state} ≥ {limit:g}{unit})"
+        return f"{self.check.label}: {self.value_display} ({self.check.what}; {self.state} ≥ {limit:g}{self.check.unit})"
 
 
 def rate(part: int, sample: int) -> float:
@@ -262,21 +234,23 @@ def measure(now: datetime | None = None) -> list[Reading]:
     limits = thresholds()
     readings = []
     for check in CHECKS:
-        measured, sample = check.measure(blocks)
-        part = int(measured) if check.kind == RATE else 0
-        value = rate(part, sample) if check.kind == RATE else measured
+        if check.age:
+            value, part, sample = check.age(blocks), 0, 0
+        else:
+            sample = int(sum(blocks.figure(name) for name in check.of))
+            # A count can exceed its base (events that died now were received before the window).
+            part = min(int(blocks.figure(check.name)), sample)
+            value = rate(part, sample)
         warn, bad = limits[check.name]
         readings.append(Reading(check, _state(value, check.kind, warn, bad), value, part, sample, warn, bad))
     return readings
 
 
 def record(readings: list[Reading], now: datetime) -> None:
-    """Write the transitions among `readings` and give each its `since`.
-
-    One read of the small table; a write only for a check whose state changed, made
-    conditional on the row still holding an older, different state, so that two observers
-    record one transition (and an observer with an older `now` never overwrites a newer one).
-    """
+    """Write the transitions among `readings` and give each its `since`. One read of the
+    small table; a write only for a check whose state changed, made conditional on the row
+    still holding an older, different state, so that two observers record one transition
+    (and an observer with an older `now` never overwrites a newer one)."""
     stored = {s.name: s for s in HealthState.objects.filter(name__in=[r.name for r in readings])}
     for r in readings:
         known = stored.get(r.name)
@@ -317,7 +291,6 @@ class Summary:
 
     state: str
     problems: list[dict[str, str]]  # {"text", "url", "state"}
-    readings: dict[str, Reading]  # by check name
     tiles: dict[str, dict[str, Reading]]  # block -> figure -> reading, as the template reads a tile's
     window_minutes: int
 
@@ -341,4 +314,4 @@ def summary(readings: list[Reading], firing: list[Any]) -> Summary:
     for tile, name in TILE_CHECKS.items():
         block, figure = tile.split(".")
         tiles.setdefault(block, {})[figure] = by_name[name]
-    return Summary(state, problems, by_name, tiles, window_minutes())
+    return Summary(state, problems, tiles, window_minutes())

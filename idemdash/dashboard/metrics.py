@@ -79,14 +79,10 @@ def histogram(name: str, rolled: DurationRollup, now: datetime) -> HistogramMetr
     buckets, running = [], 0
     for i, bound in enumerate(rolled.bounds):
         running += counts.get(i, 0)
-        buckets.append((_seconds(bound), running))
+        # The shortest text of the bound: le="0.005", never le="0.005000000000000001".
+        buckets.append((repr(bound / 1000), running))
     buckets.append(("+Inf", running + counts.get(len(rolled.bounds), 0)))
     return HistogramMetricFamily(name, HELP[name], buckets=buckets, sum_value=total_ms / 1000)
-
-
-def _seconds(ms: float) -> str:
-    # The shortest text of the bound: le="0.005", never le="0.005000000000000001".
-    return repr(ms / 1000)
 
 
 # The labels of each labelled metric, in order; a metric not here has none.
@@ -118,10 +114,9 @@ def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
         kind = "redelivery" if duplicate == "True" else "first"
         found["idemdash_webhook_deliveries_total"].append(({"kind": kind, "payload_matches": matches.lower()}, n))
     # Only the causes the code knows: a label set that cannot grow from what callers send.
-    known = {cause: 0 for cause in RejectedDelivery.Cause.values}
-    for cause, n in RejectionCount.objects.filter(cause__in=known).values_list("cause", "count"):
-        known[cause] = n
-    for cause, n in sorted(known.items()):
+    causes = RejectedDelivery.Cause.values
+    counted = dict(RejectionCount.objects.filter(cause__in=causes).values_list("cause", "count"))
+    for cause, n in sorted({cause: counted.get(cause, 0) for cause in causes}.items()):
         found["idemdash_webhook_deliveries_rejected_total"].append(({"reason": cause}, n))
     found["idemdash_outbox_messages_enqueued_total"].append(({}, sum(outbox_rollups.ENQUEUED.totals(now).values())))
     for (outcome,), n in sorted(outbox_rollups.ATTEMPTS.totals(now).items()):

@@ -13,8 +13,7 @@ class Dashboard(models.Model):
     """Holds the dashboard's permissions; no table.
 
     Permissions hang off a content type, and the receipts/webhooks models belong to other
-    apps, so the two access levels live on this model-less anchor instead.
-    """
+    apps, so the two access levels live on this model-less anchor instead."""
 
     class Meta:
         managed = False
@@ -89,7 +88,7 @@ class AlertRule(models.Model):
 
     @property
     def condition(self) -> str:
-        return f"{self.get_metric_display()} {self.comparison} {alert_rules.format_threshold(self.metric, self.threshold)} {self.span_text}"
+        return f"{self.get_metric_display()} {self.comparison} {self.threshold_display} {self.span_text}"
 
     @property
     def threshold_display(self) -> str:
@@ -100,8 +99,7 @@ class Alert(models.Model):
     """One episode of a rule's condition holding: fired once, resolved once.
 
     At most one alert per rule is firing, enforced by a partial unique index, so two
-    evaluators that see the same breach at the same moment insert one row between them.
-    """
+    evaluators that see the same breach at the same moment insert one row between them."""
 
     class State(models.TextChoices):
         FIRING = "firing"
@@ -167,8 +165,7 @@ class Incident(models.Model):
 
     Every move is a conditional UPDATE from the state it leaves, with a rowcount check
     (idemdash.dashboard.incidents), so two evaluators or two operators meeting on one
-    incident move it once and notify or audit once.
-    """
+    incident move it once and notify or audit once."""
 
     class State(models.TextChoices):
         FIRING = "firing"

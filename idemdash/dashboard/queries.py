@@ -3,13 +3,13 @@
 One function per block of the stats document (`receipt_stats`; `webhook_stats` and
 `outbox_stats` join it the same way), each taking the window and the instant it ends, so
 that the JSON, the tiles and the metrics are computed once from the same numbers.
-Each figure family is one grouped query, never a query per figure or per bucket.
-"""
+Each figure family is one grouped query, never a query per figure or per bucket."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -77,88 +77,76 @@ def parse_window(value: str | None, default: str = DEFAULT_WINDOW) -> Window:
         raise BadWindow(f"window must be one of {', '.join(WINDOWS)}; got {value!r}") from None
 
 
-# The documentation of every figure: the table in docs/dashboard.md ("What each figure means") comes
-# from here, so the definition lives in one place.
-RECEIPT_FIELDS: dict[str, str] = {
-    "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
-    "outcome claimed, replayed, in_progress, mismatch, retried_after_failure, lease_takeover or waited.",
-    "claimed": "Claim requests that were allowed to run the operation: claimed + "
-    "retried_after_failure + lease_takeover.",
-    "replayed": "Claim requests answered from a stored result (outcome replayed).",
-    "concurrent_duplicates": "Claim requests that arrived while the key's first attempt was still "
-    "running: answered 409 (outcome in_progress), or waited for it and got its result (outcome waited).",
-    "waited": "Of the concurrent duplicates, those that waited for the running first attempt (Prefer: "
-    "wait, wait_seconds, the Python client's default) and got its result (outcome waited).",
-    "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
-    "duplicate_rate": "(replayed + concurrent_duplicates + mismatch_conflicts) / requests; 0 when "
-    "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
-    "failed": "Receipts now in status failed, and not released since, whose last change falls "
-    "in the window: the keys a bulk release of that window would touch. A released receipt "
-    "(given back, waiting for the caller's next attempt) is not counted.",
-    "stuck": "Receipts processing past their lease right now (independent of the window).",
-}
-
-
-WEBHOOK_FIELDS: dict[str, str] = {
-    "deliveries": "Webhook deliveries that passed verification and were stored in the window, "
-    "first deliveries and provider retries alike (WebhookDelivery rows received in the window).",
-    "events": "Unique events first received in the window (first deliveries: a redelivery of an "
-    "event first seen earlier is not counted).",
-    "duplicates": "Redeliveries of an event already stored: deliveries - events.",
-    "duplicate_rate": "duplicates / deliveries; 0 when there were no deliveries. A fraction "
-    "between 0 and 1, rounded to 4 decimals.",
-    "payload_mismatches": "Redeliveries in the window whose JSON differed from the stored payload "
-    "(the first payload is kept).",
-    "rejected": "Deliveries refused with 400 in the window (failed verification; RejectedDelivery rows).",
-    "dead": "Events now dead (out of attempts) that died in the window (finished_at in the "
-    "window): what a bulk reprocess of that window would touch.",
-    "stuck": "Events processing past their lease right now (independent of the window); the "
-    "sweeper returns them to retry within a minute.",
-}
-
-OUTBOX_FIELDS: dict[str, str] = {
-    "enqueued": "Outbox messages created in the window, including those retention has purged "
-    "since (sent messages after 7 days): whole hours are counted by the hourly roll-up, which "
-    "outlives the messages; only the window's first, partial hour is read from the messages.",
-    "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log and "
-    "its hourly roll-up, which outlive purged messages).",
-    "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
-    "independent of the window.",
-    "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
-    "the window: what sending that window's dead messages again would touch.",
-    "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
-    "was enqueued, right now, as a whole number; 0 when nothing waits.",
-    "stuck": "Messages in flight past their lease right now (independent of the window); the "
-    "next drain claims them again.",
-}
-
-UNPROTECTED_FIELDS: dict[str, str] = {
-    "requests": "Write requests (POST, PUT, PATCH, DELETE) to routes nothing protects, as the observer "
-    "noted them in the window (receipts/observe.py; docs/coverage.md), from their hourly roll-up and "
-    "the notes after it.",
-    "duplicates": "Would-be duplicates: of those requests, the ones whose caller had sent the same request "
-    "(method, path, canonical body) to the same route within RECEIPTS_OBSERVE_WINDOW_SECONDS (600) before. "
-    "Each ran its side effect again, where a receipt would have replayed it.",
-    "duplicate_rate": "duplicates / requests; 0 when there were no requests. A fraction between 0 and 1, "
-    "rounded to 4 decimals.",
-}
-
-FRESH_KEY_FIELDS: dict[str, str] = {
-    "retries": "Fresh-key retries in the window: claims of the same request (caller, operation, method, "
-    "path, canonical body) that another key had made within RECEIPTS_FRESH_KEY_WINDOW_SECONDS (600) before "
-    "(receipts/fresh_keys.py; docs/http-contract.md): ran_again + refused.",
-    "ran_again": "Of those, the ones whose operation allows them (\"fresh_key\": \"allow\", the default): "
-    "each ran its side effect again under its new key. Read from the receipts still kept (their TTL).",
-    "refused": "Of those, the ones answered 409 fresh-key-retry (\"fresh_key\": \"refuse\"): nothing ran.",
-}
-
-# block -> field -> definition, for every block of `overview_stats`.
+# block -> field -> definition, for every block of `overview_stats`: the table in
+# docs/dashboard.md ("What each figure means") comes from here, so the definition lives in one place.
 FIELD_DOCS: dict[str, dict[str, str]] = {
-    "receipts": RECEIPT_FIELDS,
-    "webhooks": WEBHOOK_FIELDS,
-    "outbox": OUTBOX_FIELDS,
-    "unprotected": UNPROTECTED_FIELDS,
-    "fresh_keys": FRESH_KEY_FIELDS,
+    "receipts": {
+        "requests": "Claim requests in the window (HTTP decorator and API alike): attempts with "
+        "outcome claimed, replayed, in_progress, mismatch, retried_after_failure, lease_takeover or waited.",
+        "claimed": "Claim requests that were allowed to run the operation: claimed + "
+        "retried_after_failure + lease_takeover.",
+        "replayed": "Claim requests answered from a stored result (outcome replayed).",
+        "concurrent_duplicates": "Claim requests that arrived while the key's first attempt was still "
+        "running: answered 409 (outcome in_progress), or waited for it and got its result (outcome waited).",
+        "waited": "Of the concurrent duplicates, those that waited for the running first attempt (Prefer: "
+        "wait, wait_seconds, the Python client's default) and got its result (outcome waited).",
+        "mismatch_conflicts": "Claim requests answered 422 because the key was reused with a different request.",
+        "duplicate_rate": "(replayed + concurrent_duplicates + mismatch_conflicts) / requests; 0 when "
+        "there were no requests. A fraction between 0 and 1, rounded to 4 decimals.",
+        "failed": "Receipts now in status failed, and not released since, whose last change falls "
+        "in the window: the keys a bulk release of that window would touch. A released receipt "
+        "(given back, waiting for the caller's next attempt) is not counted.",
+        "stuck": "Receipts processing past their lease right now (independent of the window).",
+    },
+    "webhooks": {
+        "deliveries": "Webhook deliveries that passed verification and were stored in the window, "
+        "first deliveries and provider retries alike (WebhookDelivery rows received in the window).",
+        "events": "Unique events first received in the window (first deliveries: a redelivery of an "
+        "event first seen earlier is not counted).",
+        "duplicates": "Redeliveries of an event already stored: deliveries - events.",
+        "duplicate_rate": "duplicates / deliveries; 0 when there were no deliveries. A fraction "
+        "between 0 and 1, rounded to 4 decimals.",
+        "payload_mismatches": "Redeliveries in the window whose JSON differed from the stored payload "
+        "(the first payload is kept).",
+        "rejected": "Deliveries refused with 400 in the window (failed verification; RejectedDelivery rows).",
+        "dead": "Events now dead (out of attempts) that died in the window (finished_at in the "
+        "window): what a bulk reprocess of that window would touch.",
+        "stuck": "Events processing past their lease right now (independent of the window); the "
+        "sweeper returns them to retry within a minute.",
+    },
+    "outbox": {
+        "enqueued": "Outbox messages created in the window, including those retention has purged "
+        "since (sent messages after 7 days): whole hours are counted by the hourly roll-up, which "
+        "outlives the messages; only the window's first, partial hour is read from the messages.",
+        "sent": "Messages sent in the window: attempts with outcome sent (from the attempt log and "
+        "its hourly roll-up, which outlive purged messages).",
+        "pending": "The backlog right now: messages waiting to be sent (status pending or retry), "
+        "independent of the window.",
+        "dead": "Messages now dead (permanent error or out of attempts) whose last change falls in "
+        "the window: what sending that window's dead messages again would touch.",
+        "oldest_pending_age_seconds": "Seconds since the oldest waiting message (pending or retry) "
+        "was enqueued, right now, as a whole number; 0 when nothing waits.",
+        "stuck": "Messages in flight past their lease right now (independent of the window); the "
+        "next drain claims them again.",
+    },
+    "unprotected": {
+        "requests": "Write requests (POST, PUT, PATCH, DELETE) to routes nothing protects, as the observer "
+        "noted them in the window (receipts/observe.py; docs/coverage.md), from their hourly roll-up and "
+        "the notes after it.",
+        "duplicates": "Would-be duplicates: of those requests, the ones whose caller had sent the same request "
+        "(method, path, canonical body) to the same route within RECEIPTS_OBSERVE_WINDOW_SECONDS (600) before. "
+        "Each ran its side effect again, where a receipt would have replayed it.",
+        "duplicate_rate": "duplicates / requests; 0 when there were no requests. A fraction between 0 and 1, "
+        "rounded to 4 decimals.",
+    },
+    "fresh_keys": {
+        "retries": "Fresh-key retries in the window: claims of the same request (caller, operation, method, "
+        "path, canonical body) that another key had made within RECEIPTS_FRESH_KEY_WINDOW_SECONDS (600) before "
+        "(receipts/fresh_keys.py; docs/http-contract.md): ran_again + refused.",
+        "ran_again": "Of those, the ones whose operation allows them (\"fresh_key\": \"allow\", the default): "
+        "each ran its side effect again under its new key. Read from the receipts still kept (their TTL).",
+        "refused": "Of those, the ones answered 409 fresh-key-retry (\"fresh_key\": \"refuse\"): nothing ran.",
+    },
 }
 
 
@@ -166,33 +154,23 @@ def window_start(window: Window, now: datetime) -> datetime:
     return now - window.span
 
 
-def _outcome_counts(start: datetime, now: datetime) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
-        counts[outcome] = counts.get(outcome, 0) + n
-    return counts
-
-
 def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    counts = _outcome_counts(start, now)
-    requests = sum(counts.get(o, 0) for o in Attempt.CLAIM_OUTCOMES)
-    replayed = counts.get(Outcome.REPLAYED, 0)
-    concurrent = sum(counts.get(o, 0) for o in Attempt.CONCURRENT_OUTCOMES)
-    mismatch = counts.get(Outcome.MISMATCH, 0)
-    claimed = sum(
-        counts.get(o, 0)
-        for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)
-    )
+    counts: Counter[str] = Counter()
+    for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
+        counts[outcome] += n
+    requests = sum(counts[o] for o in Attempt.CLAIM_OUTCOMES)
+    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
+    duplicates = counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]
     return {
         "requests": requests,
-        "claimed": claimed,
-        "replayed": replayed,
+        "claimed": sum(counts[o] for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)),
+        "replayed": counts[Outcome.REPLAYED],
         "concurrent_duplicates": concurrent,
-        "waited": counts.get(Outcome.WAITED, 0),
-        "mismatch_conflicts": mismatch,
-        "duplicate_rate": round((replayed + concurrent + mismatch) / requests, 4) if requests else 0.0,
+        "waited": counts[Outcome.WAITED],
+        "mismatch_conflicts": counts[Outcome.MISMATCH],
+        "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0,
         "failed": failed_receipts(start, now).count(),
         "stuck": stuck_receipts(now).count(),
     }
@@ -216,33 +194,23 @@ def stuck_receipts(now: datetime | None = None):
 def webhook_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    # Deliveries from the hourly roll-up and the last minutes of the table
-    # (`webhooks.rollup`), as the receipt figures. Each figure of the events table is its
-    # own query on its own partial index; one aggregate with a FILTER per figure read the
-    # whole table.
-    deliveries = {"deliveries": 0, "events": 0, "payload_mismatches": 0}
+    # Each figure of the events table is its own query on its own partial index: one
+    # aggregate with a FILTER per figure read the whole table.
+    deliveries = events = mismatches = 0
     for _, duplicate, payload_matches, n in DELIVERIES.counts(start, now):
-        deliveries["deliveries"] += n
-        if not duplicate:
-            deliveries["events"] += n
-        elif not payload_matches:
-            deliveries["payload_mismatches"] += n
-    events = {
-        "dead": WebhookEvent.objects.filter(
-            status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now
-        ).count(),
-        "stuck": stuck_events(now).count(),
-    }
-    duplicates = deliveries["deliveries"] - deliveries["events"]
+        deliveries += n
+        events += 0 if duplicate else n
+        mismatches += n if duplicate and not payload_matches else 0
+    dead = WebhookEvent.objects.filter(status=WebhookEvent.Status.DEAD, finished_at__gt=start, finished_at__lte=now)
     return {
-        "deliveries": deliveries["deliveries"],
-        "events": deliveries["events"],
-        "duplicates": duplicates,
-        "duplicate_rate": round(duplicates / deliveries["deliveries"], 4) if deliveries["deliveries"] else 0.0,
-        "payload_mismatches": deliveries["payload_mismatches"],
+        "deliveries": deliveries,
+        "events": events,
+        "duplicates": deliveries - events,
+        "duplicate_rate": round((deliveries - events) / deliveries, 4) if deliveries else 0.0,
+        "payload_mismatches": mismatches,
         "rejected": RejectedDelivery.objects.filter(received_at__gt=start, received_at__lte=now).count(),
-        "dead": events["dead"],
-        "stuck": events["stuck"],
+        "dead": dead.count(),
+        "stuck": stuck_events(now).count(),
     }
 
 
@@ -284,20 +252,16 @@ def fresh_key_stats(window: Window, now: datetime | None = None) -> dict[str, An
 def outbox_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     start = window_start(window, now)
-    Status = OutboxMessage.Status
-    # Enqueued and sent from their hourly roll-ups and the last minutes of the tables
-    # (`receipts.outbox.rollup`), as the delivery figures; the rest one query per figure, each
-    # on its own index (as in webhook_stats).
-    messages = OutboxMessage.objects
+    # Enqueued and sent from their hourly roll-ups and the last minutes of the tables, as the
+    # delivery figures; the rest one query per figure, each on its own index.
     backlog = outbox_backlog()
-    enqueued = sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now))
-    sent = sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT))
     oldest = backlog["oldest"]
+    dead = OutboxMessage.objects.filter(status=OutboxMessage.Status.DEAD, updated_at__gt=start, updated_at__lte=now)
     return {
-        "enqueued": enqueued,
-        "sent": sent,
+        "enqueued": sum(n for _, n in outbox_rollup.ENQUEUED.counts(start, now)),
+        "sent": sum(n for _, _, n in outbox_rollup.ATTEMPTS.counts(start, now, outcome=OutboxAttempt.Outcome.SENT)),
         "pending": backlog["pending"],
-        "dead": messages.filter(status=Status.DEAD, updated_at__gt=start, updated_at__lte=now).count(),
+        "dead": dead.count(),
         "oldest_pending_age_seconds": max(0, int((now - oldest).total_seconds())) if oldest else 0,
         "stuck": stuck_messages(now).count(),
     }
@@ -312,17 +276,20 @@ def worker_clusters() -> list[Any]:
     return list(apps.get_model("idemdash_worker", "ClusterHeartbeat").objects.recent()[:20])
 
 
+# The stats document's blocks, by name: add a block by adding its function here.
+BLOCKS: dict[str, Callable[[Window, datetime], dict[str, Any]]] = {
+    "receipts": receipt_stats,
+    "webhooks": webhook_stats,
+    "outbox": outbox_stats,
+    "unprotected": unprotected_stats,
+    "fresh_keys": fresh_key_stats,
+}
+
+
 def overview_stats(window: Window, now: datetime | None = None) -> dict[str, Any]:
-    """The whole stats document. Add a block by adding its function here."""
+    """The whole stats document: the window's name and every block of BLOCKS."""
     now = now or timezone.now()
-    return {
-        "window": window.name,
-        "receipts": receipt_stats(window, now),
-        "webhooks": webhook_stats(window, now),
-        "outbox": outbox_stats(window, now),
-        "unprotected": unprotected_stats(window, now),
-        "fresh_keys": fresh_key_stats(window, now),
-    }
+    return {"window": window.name, **{name: stats(window, now) for name, stats in BLOCKS.items()}}
 
 
 # --- time series for the charts ------------------------------------------------------------
@@ -350,16 +317,12 @@ def _bucket_counts(
 
 def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
     """Attempt outcomes per time bucket, every bucket present (zeros included), oldest first
-    (the bucket rows of `_empty_buckets`).
-
-    The few hundred rows of `_bucket_counts` are folded into the window's buckets here,
-    which works the same on both databases.
-    """
+    (the bucket rows of `_empty_buckets`)."""
     now = now or timezone.now()
     buckets = _empty_buckets(window, now, [o.value for o in SERIES_OUTCOMES])
     start = window_start(window, now)
     _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
-          lambda outcome: outcome)
+          lambda outcome: (outcome,))
     series = list(buckets.values())
     for b in series:
         b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
@@ -384,14 +347,14 @@ def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[date
     return buckets
 
 
-def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, name_of: Any) -> None:
-    """Add grouped (t, *groups, n) rows into the window's buckets; `name_of(*groups)` names
-    the series a group counts towards (None: not charted)."""
+def _fold(buckets: dict[datetime, dict[str, Any]], window: Window, rows: Any, names_of: Any) -> None:
+    """Add grouped (t, *groups, n) rows into the window's buckets; `names_of(*groups)` names
+    the series a group counts towards."""
     for t, *group, n in rows:
-        name = name_of(*group)
         bucket = buckets.get(_floor(t, window.bucket))
-        if name is not None and bucket is not None:
-            bucket[name] += n
+        if bucket is not None:
+            for name in names_of(*group):
+                bucket[name] += n
 
 
 def _grouped(qs: Any, window: Window, field: str, group: str) -> Any:
@@ -410,11 +373,8 @@ def unprotected_series(window: Window, now: datetime | None = None) -> list[dict
     now = now or timezone.now()
     buckets = _empty_buckets(window, now, ["requests", "duplicates"])
     rows = _bucket_counts(rollup.OBSERVED, window, window_start(window, now), now)
-    for t, _method, _route, kind, n in rows:
-        bucket = buckets.get(_floor(t, window.bucket))
-        if bucket is not None:
-            bucket["requests"] += n
-            bucket["duplicates"] += n if kind == "duplicate" else 0
+    _fold(buckets, window, rows,
+          lambda _method, _route, kind: ("requests", "duplicates") if kind == "duplicate" else ("requests",))
     return list(buckets.values())
 
 
@@ -423,35 +383,22 @@ STUCK_RELEASE_ACTIONS = {"webhook_event.release": "events_released", "outbox_mes
 
 
 def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Webhook and outbox activity per bucket, every bucket present, oldest first:
-
-    - `deliveries` / `events`: stored webhook deliveries, and the first deliveries among them
-      (new unique events);
-    - `enqueued` / `sent` / `died`: outbox messages created, attempts that sent one, attempts
-      that left one dead;
-    - `stale`: outbox attempts whose drainer had lost its lease by the time it finished (a
-      stuck message another drainer took over);
-    - `events_released` / `messages_released`: stuck rows released by an operator.
-
-    Deliveries, outbox messages and outbox attempts come from their hourly roll-ups
-    (`webhooks.rollup`, `receipts.outbox.rollup`) as attempts do in `receipt_series`; the
-    releases are one grouped query on the audit log, all folded into the buckets here.
-    """
+    """Webhook and outbox activity per bucket, every bucket present, oldest first: stored
+    `deliveries` and the first among them (`events`); outbox messages `enqueued`, attempts
+    that `sent` one or left it dead (`died`), and `stale` ones (whose drainer had lost its
+    lease by the time it finished); stuck rows an operator released (`events_released`,
+    `messages_released`, one grouped query on the audit log). The rest from the roll-ups."""
     now = now or timezone.now()
     start = window_start(window, now)
     names = ["deliveries", "events", "enqueued", "sent", "died", "stale", *STUCK_RELEASE_ACTIONS.values()]
     buckets = _empty_buckets(window, now, names)
 
-    for t, duplicate, _, n in _bucket_counts(DELIVERIES, window, start, now):
-        bucket = buckets.get(_floor(t, window.bucket))
-        if bucket is not None:
-            bucket["deliveries"] += n
-            if not duplicate:
-                bucket["events"] += n
-    _fold(buckets, window, _bucket_counts(outbox_rollup.ENQUEUED, window, start, now), lambda: "enqueued")
+    _fold(buckets, window, _bucket_counts(DELIVERIES, window, start, now),
+          lambda duplicate, _: ("deliveries",) if duplicate else ("deliveries", "events"))
+    _fold(buckets, window, _bucket_counts(outbox_rollup.ENQUEUED, window, start, now), lambda: ("enqueued",))
     outcomes = {OutboxAttempt.Outcome.SENT: "sent", OutboxAttempt.Outcome.DEAD: "died", OutboxAttempt.Outcome.STALE: "stale"}
     attempts = _bucket_counts(outbox_rollup.ATTEMPTS, window, start, now, outcome__in=list(outcomes))
-    _fold(buckets, window, attempts, outcomes.get)
+    _fold(buckets, window, attempts, lambda outcome: (outcomes[outcome],))
     releases = _grouped(
         AuditEntry.objects.filter(
             action__in=list(STUCK_RELEASE_ACTIONS),
@@ -459,7 +406,7 @@ def flow_series(window: Window, now: datetime | None = None) -> list[dict[str, A
         ),
         window, "created_at", "action",
     )
-    _fold(buckets, window, releases, STUCK_RELEASE_ACTIONS.get)
+    _fold(buckets, window, releases, lambda action: (STUCK_RELEASE_ACTIONS[action],))
     return list(buckets.values())
 
 
@@ -474,12 +421,9 @@ def history_series(window: Window, now: datetime | None = None) -> list[dict[str
     DURATION_ROLLUPS its `<name>_p50` / `<name>_p99` (milliseconds, the upper bound of the
     histogram bucket the quantile falls in; None without runs) and `<name>_runs`, and
     `backlog_age` (the worst age of the oldest waiting outbox message in the bucket, as the
-    minute's roll-up run sampled it; None where nothing was sampled).
-
-    From the hourly roll-ups, so the buckets are hours at the finest (the 1h window gets the
-    two hours it touches); coarser windows merge the hours' histograms, which keeps the
-    quantiles exact to the histogram's bucket. The partial first hour and the minutes past
-    the watermark come from the logs (`HourlyRollup.counts`), as every rolled-up figure."""
+    minute's roll-up run sampled it; None where nothing was sampled). From the hourly
+    roll-ups, so the buckets are hours at the finest (the 1h window gets the two hours it
+    touches); coarser windows merge the hours' histograms."""
     now = now or timezone.now()
     hourly = Window(window.name, window.span, max(window.bucket, core_rollup.HOUR), TruncHour)
     start = window_start(window, now)
@@ -503,6 +447,14 @@ def history_series(window: Window, now: datetime | None = None) -> list[dict[str
             row[f"{name}_runs"] = sum(n for b, n in histogram.items() if b != NO_DURATION)
         row["backlog_age"] = ages.get(t)
     return list(buckets.values())
+
+
+def latest(qs: Any, *order: str, limit: int) -> tuple[list, int]:
+    """The latest `limit` rows of `qs` by `order` (newest first), returned oldest first, and
+    how many rows there are; counted only when the page is full. A retry storm can leave
+    thousands of rows on one unit: a detail page and a trace show the latest ones."""
+    rows = list(qs.order_by(*order)[:limit])[::-1]
+    return rows, qs.count() if len(rows) == limit else len(rows)
 
 
 # --- list totals -------------------------------------------------------------------------------
@@ -543,19 +495,23 @@ def list_total(qs: Any, cap: int | None = None) -> Total:
 
 
 @contextmanager
-def statement_budget(db: Any, ms: int) -> Iterator[None]:
+def statement_budget(db: Any, ms: int, **local: int) -> Iterator[None]:
     """On PostgreSQL, each statement in the block is cancelled past `ms` milliseconds: the
     block raises OperationalError (QueryCanceled) and its transaction (a savepoint inside
-    the caller's) is rolled back. Elsewhere the block runs unbounded."""
+    the caller's) is rolled back. `local` sets other settings for the block alike; each is
+    set back after it, as a caller's transaction goes on. Elsewhere the block runs unbounded."""
     if db.vendor != "postgresql":
         yield
         return
+    names = {"statement_timeout": ms, **local}
     with transaction.atomic(using=db.alias):
         with db.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {int(ms)}")
+            for name, value in names.items():
+                cursor.execute(f"SET LOCAL {name} = {int(value)}")
         yield
         with db.cursor() as cursor:
-            cursor.execute("SET LOCAL statement_timeout = DEFAULT")
+            for name in names:
+                cursor.execute(f"SET LOCAL {name} = DEFAULT")
 
 
 def _bounded_count(qs: Any, cap: int) -> int | None:
@@ -616,39 +572,30 @@ class Subject:
     scope: str = ""
 
 
-def _receipt_subject(r: Receipt) -> Subject:
-    return Subject(r.key, reverse("dashboard:receipt", args=[r.pk]), r.scope)
-
-
-def _event_subject(e: WebhookEvent) -> Subject:
-    return Subject(e.provider_event_id or e.dedupe_key, reverse("dashboard:event", args=[e.pk]), e.endpoint.slug)
-
-
-def _message_subject(m: OutboxMessage) -> Subject:
-    return Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope)
-
-
-def _run_subject(run: BulkRun) -> Subject:
-    return Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk]))
-
-
-def _incident_subject(i: Any) -> Subject:
-    return Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk]))
-
-
-# object_type -> (noun, rows by id, their display), for the objects that have a page. The
+# object_type -> (noun, rows by id, their Subject), for the objects that have a page. The
 # others are named by the name stored with the entry (AuditEntry.object_name).
 AUDIT_SUBJECTS: dict[str, tuple[str, Any, Any]] = {
-    "idemdash_core.bulkrun": ("bulk run", lambda: BulkRun.objects.only("title"), _run_subject),
-    "receipts.receipt": ("receipt", lambda: Receipt.objects.only("key", "scope"), _receipt_subject),
+    "idemdash_core.bulkrun": (
+        "bulk run", lambda: BulkRun.objects.only("title"),
+        lambda run: Subject(run.title, reverse("dashboard:bulk_run", args=[run.pk])),
+    ),
+    "receipts.receipt": (
+        "receipt", lambda: Receipt.objects.only("key", "scope"),
+        lambda r: Subject(r.key, reverse("dashboard:receipt", args=[r.pk]), r.scope),
+    ),
     "webhooks.webhookevent": (
         "webhook event",
         lambda: WebhookEvent.objects.select_related("endpoint").only("provider_event_id", "dedupe_key", "endpoint__slug"),
-        _event_subject,
+        lambda e: Subject(e.provider_event_id or e.dedupe_key, reverse("dashboard:event", args=[e.pk]), e.endpoint.slug),
     ),
-    "outbox.outboxmessage": ("outbox message", lambda: OutboxMessage.objects.only("key", "scope"), _message_subject),
-    "idemdash_dashboard.incident": ("incident", lambda: apps.get_model("idemdash_dashboard", "Incident").objects.select_related("alert"),
-                          _incident_subject),
+    "outbox.outboxmessage": (
+        "outbox message", lambda: OutboxMessage.objects.only("key", "scope"),
+        lambda m: Subject(m.key, reverse("dashboard:message", args=[m.pk]), m.scope),
+    ),
+    "idemdash_dashboard.incident": (
+        "incident", lambda: apps.get_model("idemdash_dashboard", "Incident").objects.select_related("alert"),
+        lambda i: Subject(f"#{i.pk} {i.alert.rule_name}", reverse("dashboard:incident", args=[i.pk])),
+    ),
 }
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,7 @@ from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
 from idemdash.core.reference_rows import referring
-from idemdash.dashboard.queries import statement_budget
+from idemdash.dashboard.queries import latest, statement_budget
 from idemdash.core.models import AuditEntry
 from receipts.models import Attempt, Receipt
 from receipts.outbox.models import OutboxAttempt, OutboxMessage
@@ -138,6 +138,10 @@ class Searched:
     doc: str
     body: str | None = None
 
+    @property
+    def documents(self) -> tuple[str, ...]:
+        return (self.doc, self.body) if self.body else (self.doc,)
+
     def terms_sql(self, table: str) -> str:
         keys = ", ".join(f'"{table}"."{k}"' for k in self.keys)
         doc = f'"{table}"."{self.doc}"'
@@ -167,36 +171,34 @@ def _sqlite_json_has(column: str, term: Term, params: list[Any]) -> str:
             f"THEN EXISTS (SELECT 1 FROM json_tree({column}) AS j WHERE {' OR '.join(clauses)}) ELSE 0 END")
 
 
-def _sqlite_key_part(column: str, params: list[Any], term: Term) -> str:
+def _sqlite_key_part(column: str, term: Term, params: list[Any]) -> str:
     normalised = column
     for sep in _SQLITE_SEPARATORS:
-        normalised = f"replace({normalised}, {_sqlite_literal(sep)}, ' ')"
+        literal = "char(%d)" % ord(sep) if not sep.isprintable() else "'" + sep.replace("'", "''") + "'"
+        normalised = f"replace({normalised}, {literal}, ' ')"
     params.append(f" {term.text} ")
     return f"instr(' ' || {normalised} || ' ', %s) > 0"
 
 
-def _sqlite_literal(text: str) -> str:
-    return "char(%d)" % ord(text) if not text.isprintable() else "'" + text.replace("'", "''") + "'"
+def _mysql_key_part(column: str, term: Term, params: list[Any]) -> str:
+    params.append(f" {term.text} ")
+    return f"LOCATE(%s, CONCAT(' ', REGEXP_REPLACE({column}, '[-:/.|#,;=[:space:]]+', ' '), ' ')) > 0"
 
 
-def _mysql_clauses(table: str, spec: Searched, term: Term, params: list[Any]) -> list[str]:
-    """MySQL/MariaDB: keys whole or by part (REGEXP_REPLACE), string values by JSON_SEARCH,
-    whose LIKE wildcards are escaped (MariaDB's matches integers too, MySQL's does not)."""
-    clauses = []
-    for key in spec.keys:
-        column = f"`{table}`.`{key}`"
-        clauses.append(f"{column} = %s")
-        params.append(term.text)
-        if term.is_key_part:
-            clauses.append(f"LOCATE(%s, CONCAT(' ', REGEXP_REPLACE({column}, '[-:/.|#,;=[:space:]]+', ' '), ' ')) > 0")
-            params.append(f" {term.text} ")
-    pattern = term.text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    for name in (spec.doc, *([spec.body] if spec.body else [])):
-        column = f"`{table}`.`{name}`"
-        clauses.append(f"CASE WHEN JSON_VALID({column}) AND LEFT(TRIM({column}), 1) IN ('{{', '[') "
-                       f"THEN JSON_SEARCH({column}, 'one', %s, '!') IS NOT NULL ELSE 0 END")
-        params.append(pattern)
-    return clauses
+def _mysql_json_has(column: str, term: Term, params: list[Any]) -> str:
+    """String values by JSON_SEARCH, whose LIKE wildcards are escaped (MariaDB's matches
+    integers too, MySQL's does not)."""
+    params.append(term.text.replace("!", "!!").replace("%", "!%").replace("_", "!_"))
+    return (f"CASE WHEN JSON_VALID({column}) AND LEFT(TRIM({column}), 1) IN ('{{', '[') "
+            f"THEN JSON_SEARCH({column}, 'one', %s, '!') IS NOT NULL ELSE 0 END")
+
+
+# Without PostgreSQL's index: how a column is named, and the SQL of a key part and of a
+# JSON value, on SQLite and on MySQL/MariaDB.
+_SCANS = {
+    "sqlite": ('"{}"."{}"', _sqlite_key_part, _sqlite_json_has),
+    "mysql": ("`{}`.`{}`", _mysql_key_part, _mysql_json_has),
+}
 
 
 def matching(kind: str, term: Term) -> QuerySet:
@@ -209,25 +211,23 @@ def matching(kind: str, term: Term) -> QuerySet:
     spec, model = SEARCHED[kind], KINDS[kind].model
     table = model._meta.db_table
     params: list[Any] = []
-    vendor = connection.vendor
-    if vendor == "postgresql":
+    if connection.vendor == "postgresql":
         terms = spec.terms_sql(table)
         clauses = [f"{terms} @> %s::jsonb"]
         params.append(json.dumps([term.text]))
         if term.integer is not None:
             clauses.append(f"{terms} @> %s::jsonb")
             params.append(json.dumps([term.integer]))
-    elif vendor == "sqlite":
+    else:
+        quoted, key_part, json_has = _SCANS["sqlite" if connection.vendor == "sqlite" else "mysql"]
         clauses = []
         for key in spec.keys:
-            clauses.append(f'"{table}"."{key}" = %s')
+            column = quoted.format(table, key)
+            clauses.append(f"{column} = %s")
             params.append(term.text)
             if term.is_key_part:
-                clauses.append(_sqlite_key_part(f'"{table}"."{key}"', params, term))
-        for column in (spec.doc, *([spec.body] if spec.body else [])):
-            clauses.append(_sqlite_json_has(f'"{table}"."{column}"', term, params))
-    else:
-        clauses = _mysql_clauses(table, spec, term, params)
+                clauses.append(key_part(column, term, params))
+        clauses += [json_has(quoted.format(table, name), term, params) for name in spec.documents]
     condition = RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField())
     return model.objects.filter(condition)
 
@@ -253,11 +253,8 @@ def _found_in(kind: str, obj: Any, term: Term) -> list[str]:
 
 
 def term_in_json(doc: Any, term: Term) -> bool:
-    return any(v == term.text or (term.integer is not None and v == term.integer) for v in json_values(doc))
-
-
-def json_values(doc: Any) -> Iterable[Any]:
-    """Every string and number in a JSON document, at any depth (booleans are not numbers here)."""
+    """Whether the term is one of the document's strings or numbers, at any depth (booleans
+    are not numbers here)."""
     stack = [doc]
     while stack:
         value = stack.pop()
@@ -265,8 +262,9 @@ def json_values(doc: Any) -> Iterable[Any]:
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            yield value
+        elif not isinstance(value, bool) and (value == term.text or (term.integer is not None and value == term.integer)):
+            return True
+    return False
 
 
 def _by_kind(kind: str) -> Callable[[Term, int], list[Hit]]:
@@ -309,20 +307,6 @@ SOURCES: list[Callable[[Term, int], list[Hit]]] = [
 ]
 
 
-@contextmanager
-def _gin_sample() -> Iterator[None]:
-    """GIN_SAMPLE for the block (inside the budget's transaction; set back after it, as a
-    caller's transaction goes on)."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL gin_fuzzy_search_limit = {int(GIN_SAMPLE)}")
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL gin_fuzzy_search_limit = DEFAULT")
-
-
 def search(term: Term, limit: int = LIMIT) -> Results:
     """Every unit the term finds, grouped by kind (receipts, events, messages), newest first."""
     found: dict[str, dict[int, Hit]] = {name: {} for name in KINDS}
@@ -330,20 +314,18 @@ def search(term: Term, limit: int = LIMIT) -> Results:
     timed_out: list[str] = []
     for source in SOURCES:
         try:
-            with statement_budget(connection, BUDGET_MS), _gin_sample():
+            with statement_budget(connection, BUDGET_MS, gin_fuzzy_search_limit=GIN_SAMPLE):
                 hits = source(term, limit + 1)
         except OperationalError:  # the budget ran out
             timed_out.append(getattr(source, "__name__", "a source"))
             continue
-        by_kind: dict[str, int] = {}
         for hit in hits:
-            by_kind[hit.kind] = by_kind.get(hit.kind, 0) + 1
             known = found[hit.kind].get(hit.obj.pk)
             if known is None:
                 found[hit.kind][hit.obj.pk] = hit
             else:
                 known.found_in += [p for p in hit.found_in if p not in known.found_in]
-        more.update(k for k, n in by_kind.items() if n > limit)
+        more.update(k for k, n in Counter(hit.kind for hit in hits).items() if n > limit)
     groups = []
     for name, hits in found.items():
         kind = KINDS[name]
@@ -377,12 +359,12 @@ class Trace:
 
 
 def _latest(qs: QuerySet, order: str, cut: list[str], what: str) -> list[Any]:
-    """The latest TRACE_LIMIT rows, oldest first: rows of one instant keep the order they
-    were written in (a claim and its completion can share a timestamp)."""
-    rows = list(qs.order_by(f"-{order}", "-id")[: TRACE_LIMIT + 1])
-    if len(rows) > TRACE_LIMIT:
+    """`queries.latest` TRACE_LIMIT rows (rows of one instant keep the order they were
+    written in: a claim and its completion can share a timestamp); `what` is cut if more."""
+    rows, total = latest(qs, f"-{order}", "-id", limit=TRACE_LIMIT)
+    if total > len(rows):
         cut.append(what)
-    return rows[:TRACE_LIMIT][::-1]
+    return rows
 
 
 def trace(term: Term) -> Trace:

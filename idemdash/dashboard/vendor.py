@@ -2,8 +2,7 @@
 
 Not committed and not copied by hand: the file (4.8 MB) is whatever the installed plotly
 ships (plotly 7.1 -> plotly.js 4.1.1), so the Python figures and the JavaScript that draws
-them always come from the same release. `collectstatic` copies it like any other file.
-"""
+them always come from the same release. `collectstatic` copies it like any other file."""
 
 from __future__ import annotations
 

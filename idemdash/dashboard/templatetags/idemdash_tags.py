@@ -63,17 +63,13 @@ def since(moment: datetime | None, now: datetime | None = None) -> str:
     return duration(seconds) if seconds > 0 else "0 s"
 
 
-def _zoned(moment: datetime) -> datetime:
-    return timezone.localtime(moment) if timezone.is_aware(moment) else moment
-
-
 @register.filter
 def stamp(moment: datetime | None, seconds_only: str = "") -> str:
     """'2026-11-24 06:10:09 UTC': every timestamp the dashboard shows, in the server's time
     zone (TIME_ZONE) and saying which; `|stamp:"time"` leaves the date out."""
     if moment is None:
         return "–"
-    local = _zoned(moment)
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
     text = local.strftime("%H:%M:%S" if seconds_only == "time" else "%Y-%m-%d %H:%M:%S")
     return f"{text} {local.tzname() or ''}".rstrip()
 

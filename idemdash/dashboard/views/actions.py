@@ -2,12 +2,8 @@
 a message now or again, release a stuck row), over the registry of idemdash/core/actions.py:
 GET shows the confirmation, POST calls the action's domain function, which writes the audit
 entry, and the unit's summary is swapped in place under htmx or the browser is sent back
-without it, with a message that says in plain words what was done.
-
-The URL names the kind and the action (`dashboard:<kind>_<action>`, e.g.
-`dashboard:event_reprocess`); the summary partial each kind's page shows is the dashboard's
-own (SUMMARIES).
-"""
+without it, with a message that says in plain words what was done. The URL names the kind
+and the action (`dashboard:<kind>_<action>`, e.g. `dashboard:event_reprocess`)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,6 @@ evaluate. Every change goes through idemdash.dashboard.alerts, which writes the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -13,25 +11,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from idemdash.dashboard import alerts
 from idemdash.dashboard.access import operator_required, viewer_required
-from idemdash.dashboard.alert_forms import AlertFilter, AlertRuleForm
-from idemdash.dashboard.views.pages import newest_first_page, partial_or_page, safe_next
+from idemdash.dashboard.forms import AlertFilter, AlertRuleForm
+from idemdash.dashboard.views.pages import newest_first_list, safe_next
 from idemdash.dashboard.models import Alert, AlertRule
-
-PAGE_SIZE = 50
-
 
 @require_GET
 @viewer_required
 def alert_history(request: HttpRequest) -> HttpResponse:
-    form = AlertFilter(request.GET)
-    context: dict[str, Any] = {"form": form, "rows": [], "next_before": None}
-    status = 200
-    if form.is_valid():
-        newest_first_page(request, form.alerts().select_related("rule"), context, PAGE_SIZE)
-        alerts.attach_notifications(context["rows"])
-    else:
-        status = 400
-    return partial_or_page(request, "dashboard/alerts.html", "dashboard/partials/alert_table.html", context, status)
+    return newest_first_list(request, AlertFilter(request.GET), "dashboard/alerts.html",
+                             "dashboard/partials/alert_table.html", decorate=alerts.attach_notifications)
 
 
 @require_GET

@@ -11,7 +11,7 @@ from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard import queries
 from idemdash.dashboard.forms import AuditFilter
 from idemdash.dashboard.templatetags.idemdash_tags import AUDIT_VERBS, audit_verb
-from idemdash.dashboard.views.pages import describe_filter, partial_or_page
+from idemdash.dashboard.views.pages import describe_filter, newest_first_page, partial_or_page
 from idemdash.core.audit import AuditEntry
 
 @require_GET
@@ -20,22 +20,14 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     form = AuditFilter(request.GET)
     if not form.is_valid():
         return partial_or_page(request, "dashboard/audit.html", "dashboard/partials/audit_table.html",
-                               {"form": form, "entries": []}, status=400)
-    entries = form.entries(AuditEntry.objects.select_related("user").order_by("-id"))
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        entries = entries.filter(id__lt=int(before))
-    rows = list(entries[:51])
-    more = len(rows) > 50
-    rows = rows[:50]
-    queries.name_audit_subjects(rows)
-    query = request.GET.copy()
-    query.pop("before", None)
-    return partial_or_page(request, "dashboard/audit.html", "dashboard/partials/audit_table.html", {
-        "form": form, "entries": rows, "next_before": rows[-1].pk if more else None, "paged": bool(before),
+                               {"form": form, "rows": []}, status=400)
+    context = {
+        "form": form,
         # The action by its verb, as the rows name it.
         "filters": [(label, audit_verb(value) if label == form.fields["action"].label else value)
                     for label, value in describe_filter(form)],
-        "query": query.urlencode(),
         "actions": sorted(AUDIT_VERBS),
-    })
+    }
+    newest_first_page(request, form.entries(AuditEntry.objects.select_related("user")), context)
+    queries.name_audit_subjects(context["rows"])
+    return partial_or_page(request, "dashboard/audit.html", "dashboard/partials/audit_table.html", context)

@@ -6,8 +6,7 @@ GET previews what the action would touch (how many rows, the first of them by ke
 filter in the words of the list's form); POST (operators) starts a bulk run in the worker
 (idemdash/core/bulk_runs.py:start: one compare-and-set and one audit entry per row, grouped under
 the run's own entry) and sends the operator to the run's page, whose summary follows it
-live (requeued, then each row's outcome) until every row has settled, and can cancel it.
-"""
+live (requeued, then each row's outcome) until every row has settled, and can cancel it."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ from django.views.decorators.http import require_GET
 
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import EventFilter, RejectedFilter
-from idemdash.dashboard.views.pages import LOG_LIMIT, detail_page, filtered_list, latest, lease_state, pretty_json
+from idemdash.dashboard.queries import latest
+from idemdash.dashboard.views.pages import LOG_LIMIT, detail_page, filtered_list, lease_state, pretty_json
 from webhooks.models import WebhookEvent
 
 Status = WebhookEvent.Status

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,25 +10,16 @@ from django.views.decorators.http import require_GET, require_POST
 
 from idemdash.dashboard import alerts, incidents
 from idemdash.dashboard.access import operator_required, viewer_required
-from idemdash.dashboard.alert_forms import AcknowledgeForm, IncidentFilter
+from idemdash.dashboard.forms import AcknowledgeForm, IncidentFilter
 from idemdash.dashboard.models import Incident
-from idemdash.dashboard.views.pages import newest_first_page, partial_or_page
+from idemdash.dashboard.views.pages import newest_first_list
 from receipts.outbox.models import OutboxMessage
-
-PAGE_SIZE = 50
-
 
 @require_GET
 @viewer_required
 def incident_list(request: HttpRequest) -> HttpResponse:
-    form = IncidentFilter(request.GET)
-    context: dict[str, Any] = {"form": form, "rows": []}
-    status = 200
-    if form.is_valid():
-        newest_first_page(request, form.incidents(), context, PAGE_SIZE)
-    else:
-        status = 400
-    return partial_or_page(request, "dashboard/incidents.html", "dashboard/partials/incident_table.html", context, status)
+    return newest_first_list(request, IncidentFilter(request.GET), "dashboard/incidents.html",
+                             "dashboard/partials/incident_table.html")
 
 
 def _detail(request: HttpRequest, incident: Incident, form: AcknowledgeForm, status: int = 200) -> HttpResponse:

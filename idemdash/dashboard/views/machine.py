@@ -3,6 +3,9 @@ viewer's session or an API bearer token."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
@@ -13,22 +16,25 @@ from idemdash.core.clients import client_for_request, refused
 from idemdash.core.jsonapi import read_only
 from idemdash.core.problems import problem
 
-def _machine_access(request: HttpRequest) -> HttpResponse | None:
+
+def _machine_access(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
     """A viewer's session or an API bearer token; otherwise a problem."""
-    if request.user.is_authenticated:
-        if request.user.has_perm(VIEW):
-            return None
-        return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
-    if client_for_request(request) is not None:
-        return None
-    return refused(request, "Authentication required", "Log in, or send Authorization: Bearer <API token>.")
+    @wraps(view)
+    def checked(request: HttpRequest) -> HttpResponse:
+        if request.user.is_authenticated:
+            if request.user.has_perm(VIEW):
+                return view(request)
+            return problem(403, "forbidden", "Forbidden", "This account may not see the dashboard's figures.")
+        if client_for_request(request) is not None:
+            return view(request)
+        return refused(request, "Authentication required", "Log in, or send Authorization: Bearer <API token>.")
+
+    return checked
 
 
 @read_only("GET")
+@_machine_access
 def api_stats(request: HttpRequest) -> HttpResponse:
-    denied = _machine_access(request)
-    if denied:
-        return denied
     try:
         window = queries.parse_window(request.GET.get("window"))
     except queries.BadWindow as exc:
@@ -37,9 +43,7 @@ def api_stats(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+@_machine_access
 def metrics(request: HttpRequest) -> HttpResponse:
     """The figures for Prometheus (idemdash/dashboard/metrics.py)."""
-    denied = _machine_access(request)
-    if denied:
-        return denied
     return HttpResponse(exposition(), content_type=CONTENT_TYPE)

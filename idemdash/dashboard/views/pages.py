@@ -30,16 +30,22 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
     return fallback
 
 
+def query_without(request: HttpRequest, name: str) -> str:
+    """The page's query string without `name`: the filters a table refreshes itself with."""
+    query = request.GET.copy()
+    query.pop(name, None)
+    return query.urlencode()
+
+
 def pretty_json(value: Any) -> str:
     """JSON as a page shows it: secrets masked by kind (idemdash.core.masking)."""
     return json.dumps(masked(value), indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int) -> None:
-    """One page of `rows`, newest first by id, older pages by `?before=<id>`: the alert
-    history's and the incident list's pager. Sets `rows`, `next_page` (the query of the
-    older page), `paged`, and `query` (the filters the table refreshes itself with,
-    partials/list_poll.html) in `context`."""
+def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, Any], size: int = 50) -> None:
+    """One page of `rows`, newest first by id, older pages by `?before=<id>`. Sets `rows`,
+    `next_page` (the query of the older page), `paged`, and `query` (the filters the table
+    refreshes itself with, partials/list_poll.html) in `context`."""
     rows = rows.order_by("-pk")
     before = request.GET.get("before", "")
     if before.isdigit():
@@ -51,9 +57,20 @@ def newest_first_page(request: HttpRequest, rows: QuerySet, context: dict[str, A
         query["before"] = page[size - 1].pk
         context["next_page"] = query.urlencode()
     context["paged"] = before.isdigit()
-    query = request.GET.copy()
-    query.pop("before", None)
-    context["query"] = query.urlencode()
+    context["query"] = query_without(request, "before")
+
+
+def newest_first_list(request: HttpRequest, form: Any, page: str, partial: str,
+                      decorate: Callable[[list], None] | None = None) -> HttpResponse:
+    """A filter form's rows (`form.rows()`) a `newest_first_page` at a time: the alert
+    history and the incident list."""
+    context: dict[str, Any] = {"form": form, "rows": []}
+    if not form.is_valid():
+        return partial_or_page(request, page, partial, context, status=400)
+    newest_first_page(request, form.rows(), context)
+    if decorate:
+        decorate(context["rows"])
+    return partial_or_page(request, page, partial, context)
 
 
 # A retry storm can leave thousands of rows in one unit's log: its page shows the latest ones.
@@ -99,14 +116,6 @@ def detail_page(
     })
 
 
-def latest(qs: QuerySet, *order: str, limit: int) -> tuple[list, int]:
-    """The latest `limit` rows of `qs` by `order` (newest first), returned oldest first, and
-    how many rows there are; counted only when the page is full. A retry storm can leave
-    thousands of rows on one unit: a detail page shows the latest ones."""
-    rows = list(qs.order_by(*order)[:limit])[::-1]
-    return rows, qs.count() if len(rows) == limit else len(rows)
-
-
 def partial_or_page(request: HttpRequest, page: str, partial: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
     template = partial if request.htmx and not request.htmx.boosted else page
     return render(request, template, context, status=status)
@@ -143,22 +152,20 @@ def filtered_list(
             status = 400
         context["filtered"] = form.is_filtered()
         context["paged"] = bool(request.GET.get("after"))
-        query = request.GET.copy()
-        query.pop("after", None)
-        context["query"] = query.urlencode()
+        context["query"] = query_without(request, "after")
         context["status_filter"] = form.cleaned_data.get("status")
     else:
         status = 400
     return partial_or_page(request, page, partial, context, status)
 
 
-def describe_filter(form: forms.Form, skip: tuple[str, ...] = ("sort",)) -> list[tuple[str, str]]:
-    """A valid filter form's values as the form shows them: (label, value) pairs, choices by
-    their label and times with their zone, never field names like `since` or `q`."""
+def describe_filter(form: forms.Form) -> list[tuple[str, str]]:
+    """A valid filter form's values but its order (`sort`) as the form shows them: (label,
+    value) pairs, choices by their label and times with their zone, never field names."""
     described = []
     for name, field in form.fields.items():
         value = form.cleaned_data.get(name)
-        if name in skip or value in (None, ""):
+        if name == "sort" or value in (None, ""):
             continue
         if isinstance(field, forms.ChoiceField):
             value = dict(field.choices).get(value, value)

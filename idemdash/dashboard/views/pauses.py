@@ -5,8 +5,7 @@ GET /paused/ shows every pause with its backlog (viewers); the outbox and events
 the overview show the same panel or a line of it. Each POST (operators; CSRF like every form)
 calls the domain function, which writes the one audit entry: pausing what is paused, or
 resuming what is not, changes nothing and says so. Under htmx the panel is swapped in
-place; otherwise the browser goes back to the page it came from.
-"""
+place; otherwise the browser goes back to the page it came from."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard import conflicts, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import ReceiptFilter
-from idemdash.dashboard.views.pages import filtered_list, latest, with_operator_marks
+from idemdash.dashboard.queries import latest
+from idemdash.dashboard.views.pages import filtered_list, with_operator_marks
 from receipts import fresh_keys
 from receipts.conf import policy_for
 from receipts.downstream import downstream_key
@@ -95,7 +96,6 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
 def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
     receipt = get_object_or_404(Receipt, pk=pk)
     return render(request, "dashboard/receipt_detail.html", _detail_context(receipt))
-
 
 
 def summary(receipt: Receipt) -> tuple[str, dict[str, Any]]:
