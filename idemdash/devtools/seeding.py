@@ -29,7 +29,6 @@ from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent, WebhookSecret
 
 PREFIX = "seed_"
-DAY = timedelta(days=1)
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -65,20 +64,16 @@ ENDPOINTS = {"seed-stripe": ("stripe", STRIPE_TYPES), "seed-shopify": ("shopify"
 ENDPOINT_WEIGHTS = {"seed-stripe": 70, "seed-shopify": 20, "seed-standard": 10}
 
 
-class _Choice:
+def _choice(weights: dict[str, int]) -> Callable[[random.Random], str]:
     """Weighted choice from a fixed table; much faster than random.choices per call."""
-
-    def __init__(self, weights: dict[str, int]) -> None:
-        self.table = [name for name, weight in weights.items() for _ in range(weight)]
-
-    def __call__(self, rng: random.Random) -> str:
-        return self.table[int(rng.random() * len(self.table))]
+    table = [name for name, weight in weights.items() for _ in range(weight)]
+    return lambda rng: table[int(rng.random() * len(table))]
 
 
-_operation = _Choice(OPERATIONS)
-_endpoint = _Choice(ENDPOINT_WEIGHTS)
-_event_types = {slug: _Choice(types) for slug, (_, types) in ENDPOINTS.items()}
-_action = _Choice(OUTBOX_ACTIONS)
+_operation = _choice(OPERATIONS)
+_endpoint = _choice(ENDPOINT_WEIGHTS)
+_event_types = {slug: _choice(types) for slug, (_, types) in ENDPOINTS.items()}
+_action = _choice(OUTBOX_ACTIONS)
 
 
 def _scope(rng: random.Random) -> str:
@@ -423,49 +418,67 @@ def seed(
     tag = uuid.UUID(int=rng.getrandbits(128)).hex[:8]
     writer = _Writer()
     counts = SeedCounts()
-    plan = []
-    if receipts:
-        plan.append(("receipts", receipts))
-    if events:
-        endpoints = seed_endpoints()
-        plan.append(("events", events))
-    if outbox:
-        plan.append(("outbox", outbox))
-    for name, total in plan:
+    endpoints = seed_endpoints() if events else {}
+    # (name, total, one batch's rows, the parent and child models, the child's link, the child's count)
+    plan = [
+        ("receipts", receipts, lambda start, count: receipt_rows(rng, tag, start, count, now, total=receipts,
+                                                                 expired_only=expired_only),
+         Receipt, Attempt, "receipt_id", "attempts"),
+        ("events", events, lambda start, count: event_rows(rng, tag, start, count, now, endpoints, total=events),
+         WebhookEvent, WebhookDelivery, "event_id", "deliveries"),
+        ("outbox", outbox, lambda start, count: outbox_rows(rng, tag, start, count, now, total=outbox),
+         OutboxMessage, OutboxAttempt, "message_id", "outbox_attempts"),
+    ]
+    plan = [step for step in plan if step[1]]
+    for name, total, rows, parent, child, fk, children in plan:
         advance = progress(name, total) if progress else None
         for start, count in _batches(total, batch):
-            if name == "receipts":
-                rows = receipt_rows(rng, tag, start, count, now, total=total, expired_only=expired_only)
-                counts.attempts += writer.write(Receipt, Attempt, "receipt_id", rows)
-                counts.receipts += count
-            elif name == "events":
-                rows = event_rows(rng, tag, start, count, now, endpoints, total=total)
-                counts.deliveries += writer.write(WebhookEvent, WebhookDelivery, "event_id", rows)
-                counts.events += count
-            else:
-                rows = outbox_rows(rng, tag, start, count, now, total=total)
-                counts.outbox_attempts += writer.write(OutboxMessage, OutboxAttempt, "message_id", rows)
-                counts.outbox += count
+            setattr(counts, children, getattr(counts, children) + writer.write(parent, child, fk, rows(start, count)))
+            setattr(counts, name, getattr(counts, name) + count)
             if advance:
                 advance(count)
-    if writer.postgres and plan:
-        # What autovacuum would have done to a table this size: fresh statistics for the
-        # planner, and a visibility map, so index-only scans are possible as in production.
-        # VACUUM cannot run in a transaction; seed() is called outside one.
-        tables = [Receipt, Attempt] if receipts else []
-        tables += [WebhookEvent, WebhookDelivery] if events else []
-        tables += [OutboxMessage, OutboxAttempt] if outbox else []
-        if not connection.in_atomic_block:
-            with connection.cursor() as cursor:
-                for model in tables:
-                    cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(model._meta.db_table)}")
+    # VACUUM cannot run in a transaction; seed() is called outside one.
+    if writer.postgres and not connection.in_atomic_block:
+        vacuum_analyze([model._meta.db_table for _, _, _, parent, child, _, _ in plan for model in (parent, child)])
     if receipts or events:
-        # Attempts and deliveries written into past hours: hand those hours back to the logs
-        # and recount them (every roll-up), as a roll-up never revisits hours older than its
-        # repair span.
-        rollup.rewind(now - timedelta(days=30))
-        rollup.catch_up()
+        # Attempts and deliveries written into past hours: a roll-up never revisits hours
+        # older than its repair span unless told to.
+        recount(now - timedelta(days=30))
     return counts
+
+
+def vacuum_analyze(tables: list[str]) -> None:
+    """What autovacuum would have done to a freshly loaded table: fresh statistics for the
+    planner, and a visibility map, so index-only scans are possible as in production."""
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+
+
+def recount(since: datetime | None) -> None:
+    """Hand the hours since `since` (None: all) back to every roll-up and recount them."""
+    rollup.rewind(since)
+    rollup.catch_up()
+
+
+@contextlib.contextmanager
+def progress_bars(file: Any, prefix: str = "") -> Iterator[Progress]:
+    """A `progress` for seed(): a tqdm bar per table, one at a time, all closed on the way out."""
+    from tqdm import tqdm
+
+    bars: list[tqdm] = []
+
+    def progress(name: str, total: int) -> Callable[[int], None]:
+        for done in bars:
+            done.close()  # the tables load one after another
+        bars.append(tqdm(total=total, desc=prefix + name, unit="row", unit_scale=True, file=file))
+        return bars[-1].update
+
+    try:
+        yield progress
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def seeded_receipts() -> models.QuerySet:
@@ -507,8 +520,7 @@ def delete_seeded() -> dict[str, int]:
         deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
         deleted["outbox"] = raw(seeded_outbox())
     if deleted["attempts"] or deleted["deliveries"]:
-        rollup.rewind(None)  # seeded rows may lie in any hour: recount them all
-        rollup.catch_up()
+        recount(None)  # seeded rows may lie in any hour
     return deleted
 
 
@@ -586,11 +598,8 @@ def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None 
             counts.receipts += count
             if advance:
                 advance(count)
-    with connection.cursor() as c:
-        for table in (receipt, attempt):
-            c.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
-    rollup.rewind(now - timedelta(days=30))
-    rollup.catch_up()
+    vacuum_analyze([receipt, attempt])
+    recount(now - timedelta(days=30))
     return counts
 
 

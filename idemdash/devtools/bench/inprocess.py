@@ -75,10 +75,10 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     machine), and of both ("both"). This process's CPU is `time.process_time()`."""
     from django.test import Client
 
-    from idemdash.devtools.bench.runner import BENCH_ENDPOINT, bench_webhook_endpoint, stripe_delivery
-
-    secret = bench_webhook_endpoint()
+    from idemdash.devtools.bench.runner import BENCH_ENDPOINT, payment_delivery, webhook_endpoint
     from receipts import observe
+
+    secret = webhook_endpoint()
 
     client = Client()
     insert, observed = _inserter(client), _inserter(_observing_client())
@@ -91,7 +91,7 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
     def deliveries(prefix: str, keys: int | None = None) -> list[tuple[bytes, dict[str, str]]]:
         # Signed before the clock starts: signing is the provider's cost, not ours.
-        return [stripe_delivery(secret, f"evt_{prefix}_{n % keys if keys else n}", n) for n in range(requests)]
+        return [payment_delivery(secret, f"evt_{prefix}_{n % keys if keys else n}", n) for n in range(requests)]
 
     def deliver(delivery: tuple[bytes, dict[str, str]]) -> None:
         body, headers = delivery

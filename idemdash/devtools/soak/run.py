@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -55,17 +53,6 @@ class Tally:
     def count(self, what: str) -> None:
         with self.lock:
             self.requests[what] += 1
-
-
-def stripe_delivery(secret: str, event_id: str) -> tuple[bytes, dict[str, str]]:
-    """An event of the soak's type, signed as Stripe signs: v1 = HMAC-SHA256(secret, "t.body")."""
-    now = int(time.time())
-    body = json.dumps({
-        "id": event_id, "object": "event", "type": "soak.effect", "created": now, "api_version": "2024-06-20",
-        "livemode": False, "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent"}},
-    }).encode()
-    signature = hmac.new(secret.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
-    return body, {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
 
 
 class Driver:
@@ -126,12 +113,14 @@ class Driver:
                 self.tally.replays_that_ran.append(key)
 
     def deliver(self) -> None:
+        from idemdash.devtools.bench.runner import stripe_delivery
+
         with self.tally.lock:
             repeat = self.tally.delivered and self.rng.random() < 0.4
             event_id = self.rng.choice(list(self.tally.delivered)) if repeat else None
         self.n += 1
         event_id = event_id or f"evt_{self.run_id}_{threading.get_ident() % 10000}_{self.n}"
-        body, headers = stripe_delivery(self.secret, event_id)
+        body, headers = stripe_delivery(self.secret, event_id, "soak.effect")
         response = self._retrying("delivery", lambda base: httpx.post(
             f"{base}/webhooks/{ENDPOINT}/", content=body, headers=headers, timeout=30,
         ), lambda r: r.status_code == 200)
@@ -362,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connection
 
     from idemdash.devtools.bench import servers
-    from webhooks.models import WebhookEndpoint, WebhookSecret
+    from idemdash.devtools.bench.runner import webhook_endpoint
 
     call_command("migrate", verbosity=0, interactive=False)
     # Tasks an earlier run queued were signed with its own SECRET_KEY: this run's clusters
@@ -370,9 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     from django_q.models import OrmQ
 
     OrmQ.objects.all().delete()
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=ENDPOINT, defaults={"provider": "stripe"})
-    secret = (WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
-              or WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_soak" + uuid.uuid4().hex)).secret
+    secret = webhook_endpoint(ENDPOINT, "make soak")
     started = datetime.now(dt_timezone.utc)
     out = args.out / started.strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
