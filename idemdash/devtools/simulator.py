@@ -1,12 +1,9 @@
 """The traffic simulator behind `manage.py simulate`: a living demo of every retry path.
 
-It drives the real HTTP endpoints of a running idemdash, never the models, so what the
-dashboard and the admin show is what real callers would cause: agents on the JSON API
-(repeats, timeouts, crashes, reused keys, failures, hung agents), signed Stripe and Shopify
-deliveries with retry storms, and outbox messages to a `Receiver` it runs on 127.0.0.1
-(docs/demo.md, "The traffic simulator", lists each). Only the credentials come from the
-database (`simulator_token`). Every request goes through `LocalOnlyTransport`, which
-refuses any host but this machine's loopback."""
+It drives the real HTTP endpoints of a running idemdash, never the models: agents on the JSON
+API, signed Stripe and Shopify deliveries, outbox messages to a `Receiver` it runs on
+127.0.0.1 (docs/demo.md, "The traffic simulator", lists each kind). Every request goes
+through `LocalOnlyTransport`, which refuses any host but this machine's loopback."""
 
 from __future__ import annotations
 
@@ -42,30 +39,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # One shuffled deck is dealt per round, so that every kind of traffic appears in every
 # stretch of len(DECK) actions rather than only on average.
 DECK: dict[str, int] = {
-    "agent_run": 6,
-    "agent_timeout": 2,
-    "agent_crash": 1,
-    "agent_reuse": 1,
-    "agent_failure": 1,
-    "agent_stall": 1,
-    "agent_new_key": 1,
-    "stripe_payment": 3,
-    "stripe_storm": 1,
-    "stripe_redelivery": 1,
-    "shopify_order": 2,
-    "shopify_redelivery": 1,
-    "shopify_refund": 1,
-    "outbox_post": 3,
-    "outbox_invoice": 1,
-    "outbox_email": 1,
+    "agent_run": 6, "agent_timeout": 2, "agent_crash": 1, "agent_reuse": 1, "agent_failure": 1, "agent_stall": 1,
+    "agent_new_key": 1, "stripe_payment": 3, "stripe_storm": 1, "stripe_redelivery": 1, "shopify_order": 2,
+    "shopify_redelivery": 1, "shopify_refund": 1, "outbox_post": 3, "outbox_invoice": 1, "outbox_email": 1,
     "unprotected_refund": 1,
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
-# The kinds that stage a fault for an operator to repair (hung agents, refunds whose demo
-# handler fails while its switch is on, a refund retried where nothing protects it, an email
-# sent again under a new key):
-# `Config.staged_faults=False` (`simulate --healthy`) deals none of them, and the partner's
-# 403 is off, so the overview shows all clear.
+# The kinds that stage a fault for an operator to repair: `simulate --healthy` deals none of
+# them and turns the partner's 403 off, so the overview shows all clear.
 STAGED_KINDS = frozenset({"agent_stall", "shopify_refund", "unprotected_refund", "agent_new_key"})
 # The demo shop's refund route, which nothing protects (idemdash/devtools/shop.py).
 REFUND_PATH = "/demo/shop/refunds/"
@@ -75,16 +56,9 @@ def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None =
     """A Stripe event envelope around an API object, as Stripe sends it (the webhook tests
     build theirs with it too)."""
     return {
-        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
-        "object": "event",
-        "api_version": "2024-06-20",
-        "created": int(time.time()),
-        "data": {"object": obj},
-        "livemode": False,
-        "pending_webhooks": 1,
-        "request": {"id": None, "idempotency_key": None},
-        "type": event_type,
-        **extra,
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}", "object": "event", "api_version": "2024-06-20",
+        "created": int(time.time()), "data": {"object": obj}, "livemode": False, "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None}, "type": event_type, **extra,
     }
 
 
@@ -156,32 +130,17 @@ class LocalOnlyTransport(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-# --- the outbox's downstream: a receiver that fails part of the time ------------------------
-
-
 REFUSED_PATH = "/partner/invoices"
 
 
 class Receiver:
-    """An HTTP server on 127.0.0.1 standing in for a partner's API. A share of posts gets a
-    503 (with Retry-After: 1), another share is answered only after `slow_seconds`. Posts to
-    `refuse_path` get a 403, which the outbox treats as permanent, for the first
-    `refuse_seconds` after start(): a partner's outage that ends on its own, after which a
-    dead message sent again goes through. It honours Idempotency-Key the way a good partner
-    does: a key it accepted before is acknowledged again without acting twice, and counted,
-    so the demo shows at-least-once delivery."""
+    """A partner's API on 127.0.0.1 that fails part of the time: a share of posts gets a 503
+    (Retry-After: 1), another is answered after `slow_seconds`, and posts to `refuse_path` get
+    a permanent 403 for the first `refuse_seconds` after start(), an outage that ends on its
+    own. A key it accepted before is acknowledged again without acting twice, and counted."""
 
-    def __init__(
-        self,
-        port: int,
-        *,
-        failures: float = 0.3,
-        slow: float = 0.1,
-        slow_seconds: float = 2.0,
-        refuse_path: str = REFUSED_PATH,
-        refuse_seconds: float = 0.0,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, port: int, *, failures: float = 0.3, slow: float = 0.1, slow_seconds: float = 2.0,
+                 refuse_path: str = REFUSED_PATH, refuse_seconds: float = 0.0, seed: int | None = None) -> None:
         if not (0 <= failures <= 1 and 0 <= slow <= 1 and failures + slow <= 1):
             raise ValueError("receiver failures and slow shares must be between 0 and 1 and add up to at most 1")
         if refuse_seconds < 0:
@@ -243,13 +202,13 @@ class Receiver:
                 self.counts["forbidden"] += 1
                 return 403
             roll = self._rng.random()
-        if roll < self.failures:
-            with self._lock:
+            if roll < self.failures:
                 self.counts["refused"] += 1
-            return 503
-        if roll < self.failures + self.slow:
-            with self._lock:
+                return 503
+            slow = roll < self.failures + self.slow
+            if slow:
                 self.counts["slow"] += 1
+        if slow:
             time.sleep(self.slow_seconds)
         with self._lock:
             self.counts["accepted"] += 1
@@ -266,9 +225,6 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-# --- the simulator ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -299,14 +255,6 @@ class Config:
     staged_faults: bool = True  # False: healthy traffic only (see STAGED_KINDS)
 
 
-@dataclass
-class StripePayment:
-    """One payment's two Stripe events, kept so they can be delivered again later."""
-
-    events: list[dict[str, Any]]
-    sent_at: float
-
-
 class Simulator:
     def __init__(self, config: Config, write: Callable[[str], None] = print) -> None:
         self.config = config
@@ -323,21 +271,17 @@ class Simulator:
         self.idem = IdempotencyClient(
             self.base_url, config.token, wait_seconds=0, transport=self.transport, max_in_progress_retries=0
         )
-        self.receiver = Receiver(
-            config.receiver_port,
-            failures=config.receiver_failures,
-            slow=config.receiver_slow,
-            slow_seconds=config.receiver_slow_seconds,
-            refuse_seconds=config.receiver_refuse_seconds,
-            seed=None if config.seed is None else config.seed + 1,
-        )
+        self.receiver = Receiver(config.receiver_port, failures=config.receiver_failures, slow=config.receiver_slow,
+                                 slow_seconds=config.receiver_slow_seconds,
+                                 refuse_seconds=config.receiver_refuse_seconds,
+                                 seed=None if config.seed is None else config.seed + 1)
         self._numbers = itertools.count(1)  # orders, invoices, payments: numbered in deal order
         self._sequence = itertools.count()  # tie-breaker of the follow-up heap
         self._lock = threading.Lock()
         self._later: list[tuple[float, int, str, Callable[[], None]]] = []
         self._last_said: dict[str, float] = {}
         self._hushed: Counter[str] = Counter()
-        self._stripe_sent: deque[StripePayment] = deque(maxlen=40)
+        self._stripe_sent: deque[tuple[list[dict[str, Any]], float]] = deque(maxlen=40)  # (events, sent at)
         self._shopify_sent: deque[tuple[bytes, dict[str, str], float]] = deque(maxlen=40)
         self._deck: list[str] = []
         self._stalled: set[str] = set()
@@ -788,7 +732,7 @@ class Simulator:
             events.reverse()
         for event in events:
             self._stripe_send(event)
-        self._remember(self._stripe_sent, StripePayment(events, time.monotonic()))
+        self._remember(self._stripe_sent, (events, time.monotonic()))
         order = "payment_intent.succeeded before checkout.session.completed" if out_of_order else "checkout.session.completed, payment_intent.succeeded"
         self.say("stripe_payment", f"stripe: payment {events[0]['data']['object']['id'].replace('cs_', 'pi_')}: {order}")
 
@@ -818,14 +762,14 @@ class Simulator:
         earlier = self._earlier(self._stripe_sent)
         if not earlier:
             return self._stripe_payment(n, rng)
-        old = rng.choice(earlier)
-        event = rng.choice(old.events)
-        reply = self._stripe_send(event)
-        self.say(
-            "stripe_redelivery",
-            f"stripe: redelivered {event['id']} from {time.monotonic() - old.sent_at:.0f} s ago, after newer events "
-            f"-> {'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})",
-        )
+        events, sent_at = rng.choice(earlier)
+        event = rng.choice(events)
+        self._said_redelivery("stripe_redelivery", f"stripe: redelivered {event['id']}", sent_at, self._stripe_send(event),
+                              ", after newer events")
+
+    def _said_redelivery(self, kind: str, what: str, sent_at: float, reply: dict[str, Any], late: str = "") -> None:
+        self.say(kind, f"{what} from {time.monotonic() - sent_at:.0f} s ago{late} -> "
+                       f"{'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})")
 
     def _shopify_send(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         signed = {**headers, "X-Shopify-Hmac-Sha256": shopify_signature(body, self.config.shopify_secret)}
@@ -861,12 +805,8 @@ class Simulator:
         if not earlier:
             return self._shopify_order(n, rng)
         body, headers, sent_at = rng.choice(earlier)
-        reply = self._shopify_send(body, headers)
-        self.say(
-            "shopify_redelivery",
-            f"shopify: redelivered webhook {headers['X-Shopify-Webhook-Id'][:8]}... from {time.monotonic() - sent_at:.0f} s ago "
-            f"-> {'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})",
-        )
+        self._said_redelivery("shopify_redelivery", f"shopify: redelivered webhook {headers['X-Shopify-Webhook-Id'][:8]}...",
+                              sent_at, self._shopify_send(body, headers))
 
     def _shopify_refund(self, n: int, rng: random.Random) -> None:
         """A refund of an order sent earlier: its demo handler fails while the `refunds` demo
