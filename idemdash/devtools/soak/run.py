@@ -14,7 +14,6 @@ import csv
 import json
 import os
 import random
-import secrets
 import signal
 import sys
 import threading
@@ -327,32 +326,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 10 <= args.seconds <= 6 * 3600:
         parser.error("--seconds: 10 to 21600")
-    url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
-    if not url.startswith("postgres"):
+    if not (os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL).startswith("postgres"):
         parser.error("the soak terminates PostgreSQL backends: DATABASE_URL must be PostgreSQL")
-    from idemdash.devtools.bench.__main__ import ensure_database
+    from idemdash.devtools.bench import servers
 
-    ensure_database(url)
-    os.environ["DATABASE_URL"] = url
-    # The settings refuse to start without a strong key; the soak makes its own, which the
-    # servers it starts inherit.
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    servers.start_django(DEFAULT_DATABASE_URL, SETTINGS)
+    from django.core.management import call_command
+    from django.db import connection
+
+    from idemdash.devtools.bench.runner import webhook_endpoint
     from idemdash.devtools.simulator import Receiver
 
     # A partner on 127.0.0.1 that honours Idempotency-Key and counts accepted posts per key.
     receiver = Receiver(0, failures=0.1, slow=0.02, slow_seconds=1.0, seed=1)
     receiver.start()
     os.environ["SOAK_RECEIVER_URL"] = receiver.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from idemdash.devtools.bench import servers
-    from idemdash.devtools.bench.runner import webhook_endpoint
-
     call_command("migrate", verbosity=0, interactive=False)
     # Tasks an earlier run queued were signed with its own SECRET_KEY: this run's clusters
     # could not read them, and they are of runs already counted.
