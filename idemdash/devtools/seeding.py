@@ -1,12 +1,10 @@
 """Bulk loader: realistic receipts, attempts, webhook events and outbox messages at scale
-(docs/benchmarks.md, "The bulk loader").
+(docs/benchmarks.md, "The bulk loader"), for `manage.py seed` and `make bench`.
 
-Used by `manage.py seed` (demo data, capacity tests) and by `make bench` (the dashboard at a
-million receipts, the purge of a million expired ones). Every seeded row is recognisable and
-nothing else is ever touched: keys start with `seed_`, scopes name `seed_` principals,
-webhook events belong to the `seed-*` endpoints; `delete_seeded()` removes exactly those.
-Rows are generated in Python by one set of functions (one source of truth for the
-distributions) and written in batches (`_Writer`)."""
+Every seeded row is recognisable and nothing else is ever touched: keys start with `seed_`,
+scopes name `seed_` principals, webhook events belong to the `seed-*` endpoints;
+`delete_seeded()` removes exactly those. Rows are generated in Python by one set of functions
+and written in batches (`_Writer`); `seed_receipts_sql` writes tens of millions in SQL."""
 
 from __future__ import annotations
 
@@ -33,28 +31,13 @@ PREFIX = "seed_"
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-# --- Distributions -------------------------------------------------------------------------
-
 OPERATIONS = {
-    "payment.create": 30,
-    "order.create": 20,
-    "email.send": 14,
-    "refund.create": 8,
-    "ledger.post": 7,
-    "user.signup": 6,
-    "subscription.update": 6,
-    "webhook.forward": 5,
-    "report.build": 4,
+    "payment.create": 30, "order.create": 20, "email.send": 14, "refund.create": 8, "ledger.post": 7,
+    "user.signup": 6, "subscription.update": 6, "webhook.forward": 5, "report.build": 4,
 }
 STRIPE_TYPES = {
-    "payment_intent.succeeded": 30,
-    "charge.succeeded": 25,
-    "invoice.paid": 12,
-    "customer.subscription.updated": 10,
-    "payment_intent.payment_failed": 6,
-    "charge.refunded": 5,
-    "checkout.session.completed": 8,
-    "customer.created": 4,
+    "payment_intent.succeeded": 30, "charge.succeeded": 25, "invoice.paid": 12, "customer.subscription.updated": 10,
+    "payment_intent.payment_failed": 6, "charge.refunded": 5, "checkout.session.completed": 8, "customer.created": 4,
 }
 SHOPIFY_TYPES = {"orders/create": 50, "orders/paid": 30, "orders/fulfilled": 15, "refunds/create": 5}
 STANDARD_TYPES = {"invoice.created": 40, "user.updated": 35, "payment.settled": 25}
@@ -84,9 +67,8 @@ def _scope(rng: random.Random) -> str:
 
 
 def order_id(tag: str, i: int) -> str:
-    """The business id row i of each kind carries (receipt i's request, event i's payload
-    metadata, message i's payload), as one order's payment, webhook and email would: what the
-    dashboard's search and trace find by (`make bench` scenario 11)."""
+    """The business id row i of each kind carries, as one order's payment, webhook and email
+    would: what the dashboard's search and trace find by (`make bench` scenario 11)."""
     return f"ord_{tag}_{i}"
 
 
@@ -112,9 +94,8 @@ EXPIRED_TTL = timedelta(days=3)
 
 
 def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
-    """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live
-    log is written: rows sit on disk roughly in time order, and a time-range query reads
-    the pages a real one would, not a random scatter."""
+    """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live log
+    is written: a time-range query reads the pages a real one would, not a random scatter."""
     return now - timedelta(seconds=30 * 86400 * (1 - (i + rng.random()) / total))
 
 
@@ -321,9 +302,6 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
     return rows
 
 
-# --- Writing ----------------------------------------------------------------------------------
-
-
 class _Writer:
     """Inserts dict rows of one model; returns their ids in order. On PostgreSQL with COPY
     (ids reserved from the table's sequence up front, so child rows can point at their
@@ -496,14 +474,9 @@ def seeded_outbox() -> models.QuerySet:
 
 
 def delete_seeded() -> dict[str, int]:
-    """Delete every seeded row and nothing else.
-
-    Children first, each with one DELETE (`_raw_delete`): Django's collector would load
-    millions of rows into memory to cascade. No row outside the seed can point at a seeded
-    one (attempts copy their receipt's key; seeded events are never processed), and if one
-    did, the foreign key would refuse the delete rather than lose it; an attempt's link to
-    its receipt has no constraint, as an attempt outliving its receipt is normal.
-    """
+    """Delete every seeded row and nothing else: children first, each with one DELETE
+    (Django's collector would load millions of rows to cascade). No row outside the seed can
+    point at a seeded one, and if one did, its foreign key would refuse the delete."""
     deleted: dict[str, int] = {}
 
     def raw(qs: models.QuerySet) -> int:
@@ -524,22 +497,17 @@ def delete_seeded() -> dict[str, int]:
     return deleted
 
 
-# --- Set-based seeding (PostgreSQL): tens of millions of rows ----------------------------------
-
 # The weights of OPERATIONS as a SQL array of names, one entry per weight unit.
 _OPERATION_TABLE = [name for name, weight in OPERATIONS.items() for _ in range(weight)]
 
 
 def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None = None,
                       progress: Progress | None = None) -> SeedCounts:
-    """`total` receipts and three attempts each (claimed, settled, replayed), written by
-    `INSERT ... SELECT generate_series` in chunks of `chunk` receipts, one transaction each:
-    no row goes through Python, so 10 M receipts and 30 M attempts are a matter of the
-    database's own speed (the bulk loader above, at its few thousand rows a second, would
-    take hours). Marked as the loader's are (`seed_` keys and principals), shaped alike in
-    the figures the pages read: timestamps over 30 days in insertion order, 92% completed, 5%
-    failed, 3% processing (stuck), 10% expired, 60% with a request carrying an order id
-    (order_id). Each receipt's attempts follow it. PostgreSQL only."""
+    """`total` receipts and three attempts each (claimed, settled, replayed) by `INSERT ...
+    SELECT generate_series`, a transaction per `chunk`: no row goes through Python, so 10 M
+    receipts take the database's time, not hours. Marked and shaped as the loader's in the
+    figures the pages read (30 days in insertion order, 92% completed, 5% failed, 3% stuck,
+    10% expired, 60% with an order id). PostgreSQL only."""
     now = now or timezone.now()
     tag = uuid.uuid4().hex[:8]
     receipt, attempt = Receipt._meta.db_table, Attempt._meta.db_table

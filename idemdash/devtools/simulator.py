@@ -268,9 +268,8 @@ class Simulator:
         self.tally: Counter[str] = Counter()
         self.transport = LocalOnlyTransport()
         self.http = httpx.Client(base_url=self.base_url, transport=self.transport, timeout=20.0)
-        self.idem = IdempotencyClient(
-            self.base_url, config.token, wait_seconds=0, transport=self.transport, max_in_progress_retries=0
-        )
+        self.idem = IdempotencyClient(self.base_url, config.token, wait_seconds=0, transport=self.transport,
+                                      max_in_progress_retries=0)
         self.receiver = Receiver(config.receiver_port, failures=config.receiver_failures, slow=config.receiver_slow,
                                  slow_seconds=config.receiver_slow_seconds,
                                  refuse_seconds=config.receiver_refuse_seconds,
@@ -301,8 +300,6 @@ class Simulator:
         if kind.startswith("shopify"):
             return bool(self.config.shopify_secret)
         return True
-
-    # --- bookkeeping ------------------------------------------------------------------------
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -373,8 +370,6 @@ class Simulator:
         if t["errors"] or t["busy"]:
             parts.append(f"{t['errors']} errors, {t['busy']} times all {self.config.max_in_flight} actions in flight (server busy)")
         return " | ".join(parts)
-
-    # --- running ----------------------------------------------------------------------------
 
     def stop(self) -> None:
         self.stopping.set()
@@ -501,8 +496,6 @@ class Simulator:
             self.rng.shuffle(self._deck)
         return self._deck.pop()
 
-    # --- agents: the JSON API ---------------------------------------------------------------
-
     def _request(self, n: int, rng: random.Random) -> dict[str, Any]:
         return {"order": n, "amount": rng.choice([900, 1500, 2500, 4200, 9900]), "currency": "eur"}
 
@@ -547,11 +540,8 @@ class Simulator:
         self.idem.complete(key, first.token, {"sent": True, "invoice": n})
         again = self.idem.claim(key, operation, request)
         self.count("replayed" if again.replayed else "claimed")
-        self.say(
-            "agent_timeout",
-            f"{agent}: timed out on {key} and retried while it ran -> 409 (Retry-After {retry_after} s); "
-            f"retried after it finished -> {again.outcome}",
-        )
+        self.say("agent_timeout", f"{agent}: timed out on {key} and retried while it ran -> 409 (Retry-After "
+                                  f"{retry_after} s); retried after it finished -> {again.outcome}")
 
     def _agent_crash(self, n: int, rng: random.Random) -> None:
         agent = self.agent(rng)
@@ -689,19 +679,14 @@ class Simulator:
             self.count("came_back" if ran else "replayed")
             self.say("came_back", f"{agent}: came back for {key} after it was released -> ran it, completed")
 
-    # --- webhooks ---------------------------------------------------------------------------
-
     def _deliver(self, provider: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
-        reply = self.http.post(
-            f"/webhooks/{provider}/", content=body, headers={"Content-Type": "application/json", **headers}
-        )
+        reply = self.http.post(f"/webhooks/{provider}/", content=body,
+                               headers={"Content-Type": "application/json", **headers})
         self.count("webhook.deliveries")
         if reply.status_code != 200:
             self.count("webhook.rejected")
-            self.warn_once(
-                f"webhook-{reply.status_code}",
-                f"{provider} delivery answered {reply.status_code}: {reply.text[:200]}",
-            )
+            self.warn_once(f"webhook-{reply.status_code}", f"{provider} delivery answered {reply.status_code}: "
+                                                           f"{reply.text[:200]}")
             return {}
         data = reply.json()
         self.count("webhook.duplicates" if data.get("duplicate") else "webhook.stored")
@@ -746,17 +731,12 @@ class Simulator:
             gate.wait(timeout=10)
             replies.append(self._stripe_send(event))
 
-        threads = [threading.Thread(target=one) for _ in range(times)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(times) as storm:
+            for _ in range(times):
+                storm.submit(one)
         stored = sum(1 for r in replies if r.get("received"))
-        self.say(
-            "stripe_storm",
-            f"stripe: retry storm, {event['id']} delivered {times} times at once -> {stored} stored, "
-            f"{sum(1 for r in replies if r.get('duplicate'))} duplicates",
-        )
+        self.say("stripe_storm", f"stripe: retry storm, {event['id']} delivered {times} times at once -> {stored} "
+                                 f"stored, {sum(1 for r in replies if r.get('duplicate'))} duplicates")
 
     def _stripe_redelivery(self, n: int, rng: random.Random) -> None:
         earlier = self._earlier(self._stripe_sent)
@@ -776,24 +756,14 @@ class Simulator:
         return self._deliver("shopify", body, signed)
 
     def _shopify_headers(self, topic: str, rng: random.Random) -> dict[str, str]:
-        return {
-            "X-Shopify-Topic": topic,
-            "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
-            "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-API-Version": "2025-01",
-        }
+        return {"X-Shopify-Topic": topic, "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
+                "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))), "X-Shopify-API-Version": "2025-01"}
 
     def _shopify_order(self, n: int, rng: random.Random) -> None:
         total = f"{rng.choice([19, 49, 89, 199])}.00"
-        order = {
-            **self._order,
-            "id": int(f"82{rng.getrandbits(40)}"),
-            "name": f"#{1000 + n}",
-            "order_number": 1000 + n,
-            "total_price": total,
-            "subtotal_price": total,
-        }
+        order = {**self._order, "id": int(f"82{rng.getrandbits(40)}"), "name": f"#{1000 + n}", "order_number": 1000 + n,
+                 "total_price": total, "subtotal_price": total}
         body = json.dumps(order).encode()
         headers = self._shopify_headers("orders/create", rng)
         self._shopify_send(body, headers)
@@ -817,20 +787,14 @@ class Simulator:
         order_body, _, _ = rng.choice(earlier)
         order = json.loads(order_body)
         amount = order.get("total_price") or "19.00"
-        refund = {
-            "id": int(f"83{rng.getrandbits(40)}"),
-            "order_id": order["id"],
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "note": "customer returned the item",
-            "refund_line_items": [],
-            "transactions": [{"kind": "refund", "status": "success", "amount": amount, "currency": "EUR"}],
-        }
+        refund = {"id": int(f"83{rng.getrandbits(40)}"), "order_id": order["id"],
+                  "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": "customer returned the item",
+                  "refund_line_items": [],
+                  "transactions": [{"kind": "refund", "status": "success", "amount": amount, "currency": "EUR"}]}
         headers = self._shopify_headers("refunds/create", rng)
         self._shopify_send(json.dumps(refund).encode(), headers)
         self.count("webhook.refunds")
         self.say("shopify_refund", f"shopify: refunds/create for order {order.get('name')} ({amount} EUR)")
-
-    # --- the demo shop: a write route nothing protects ---------------------------------------
 
     def _refund(self, body: dict[str, Any]) -> str:
         reply = self.http.post(REFUND_PATH, json=body, headers={"Authorization": f"Bearer {self.config.token}"})
@@ -852,12 +816,9 @@ class Simulator:
 
         self.later(rng.uniform(1, 5), f"refund retry {n}", retry)
 
-    # --- outbox -----------------------------------------------------------------------------
-
-    def _enqueue(self, message: dict[str, Any]) -> httpx.Response:
-        reply = self.http.post(
-            "/api/v1/outbox", json=message, headers={"Authorization": f"Bearer {self.config.token}"}
-        )
+    def _enqueue(self, key: str, action: str, payload: dict[str, Any]) -> httpx.Response:
+        reply = self.http.post("/api/v1/outbox", json={"key": key, "action": action, "payload": payload},
+                               headers={"Authorization": f"Bearer {self.config.token}"})
         if reply.status_code in (200, 201):
             self.count("outbox.enqueued" if reply.status_code == 201 else "outbox.again")
         else:
@@ -870,37 +831,23 @@ class Simulator:
 
     def _outbox_post(self, n: int, rng: random.Random) -> None:
         key = self.key("notify", n)
-        message = {
-            "key": key,
-            "action": "http.post",
-            "payload": {"url": f"{self.receiver.url}/partner/orders", "json": {"order": n, "event": "paid"}},
-        }
-        reply = self._enqueue(message)
+        payload = {"url": f"{self.receiver.url}/partner/orders", "json": {"order": n, "event": "paid"}}
+        reply = self._enqueue(key, "http.post", payload)
         again = rng.random() < 0.25
         if again:  # the caller was not sure the first enqueue went through
-            self._enqueue(message)
-        self.say(
-            "outbox_post",
-            f"outbox: http.post {key} -> {reply.status_code}" + (", enqueued again with its key -> nothing added" if again else ""),
-        )
+            self._enqueue(key, "http.post", payload)
+        self.say("outbox_post", f"outbox: http.post {key} -> {reply.status_code}"
+                                + (", enqueued again with its key -> nothing added" if again else ""))
 
     def _outbox_invoice(self, n: int, rng: random.Random) -> None:
         key = self.key("invoice-copy", n)
-        reply = self._enqueue({
-            "key": key,
-            "action": "http.post",
-            "payload": {"url": f"{self.receiver.url}{REFUSED_PATH}", "json": {"invoice": n, "amount": rng.choice([900, 4200])}},
-        })
+        reply = self._enqueue(key, "http.post", {"url": f"{self.receiver.url}{REFUSED_PATH}",
+                                                 "json": {"invoice": n, "amount": rng.choice([900, 4200])}})
         refused = " (the partner refuses this path for now: it will go dead)" if self.receiver.refusing() else ""
         self.say("outbox_invoice", f"outbox: http.post {key} to {REFUSED_PATH} -> {reply.status_code}{refused}")
 
     def _outbox_email(self, n: int, rng: random.Random) -> None:
         key = self.key("receipt-email", n)
-        reply = self._enqueue(
-            {
-                "key": key,
-                "action": "email.send",
-                "payload": {"to": f"customer-{n}@example.test", "subject": f"Your order #{1000 + n}", "body": "Thanks!"},
-            }
-        )
+        reply = self._enqueue(key, "email.send", {"to": f"customer-{n}@example.test", "subject": f"Your order #{1000 + n}",
+                                                  "body": "Thanks!"})
         self.say("outbox_email", f"outbox: email.send {key} -> {reply.status_code}")

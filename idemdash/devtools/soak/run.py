@@ -55,11 +55,10 @@ class Tally:
 
 
 class Driver:
-    """The clients' traffic: claims of fresh keys, each retried by its client until it gets its
-    answer, as a real caller retries after a reset connection or a 5xx, half of them enqueueing
-    an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key); replays
+    """The clients' traffic, each request retried until answered as a real caller retries:
+    claims of fresh keys, half of them enqueueing an outbox message to the receiver; replays
     of keys already answered (which must never run the view again); Stripe-signed webhook
-    deliveries, new events and redeliveries, retried until a 2xx."""
+    deliveries, new events and redeliveries."""
 
     def __init__(self, bases: list[str], secret: str, run_id: str, deadline: float, tally: Tally, seed: int) -> None:
         self.bases, self.secret, self.run_id, self.deadline, self.tally = bases, secret, run_id, deadline, tally
@@ -83,14 +82,17 @@ class Driver:
             pause = min(pause * 2, 2.0)
         return None
 
+    def _post_key(self, what: str, url: str, key: str) -> httpx.Response | None:
+        return self._retrying(what, lambda base: httpx.post(
+            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
+        ), lambda r: r.status_code == 201)
+
     def claim(self) -> None:
         self.n += 1
         key = f"{self.run_id}-{threading.get_ident() % 10000}-{self.n}"
         outbox = self.rng.random() < 0.5
         url = "/soak/effect/" + ("?outbox=1" if outbox else "")
-        response = self._retrying("claim", lambda base: httpx.post(
-            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
-        ), lambda r: r.status_code == 201)
+        response = self._post_key("claim", url, key)
         with self.tally.lock:
             if response is None:
                 self.tally.unanswered.add(key)
@@ -104,9 +106,7 @@ class Driver:
             if not self.tally.answered:
                 return
             key, url = self.rng.choice(list(self.tally.answered.items()))
-        response = self._retrying("replay", lambda base: httpx.post(
-            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
-        ), lambda r: r.status_code == 201)
+        response = self._post_key("replay", url, key)
         if response is not None and response.headers.get("Idempotent-Replayed") != "true":
             with self.tally.lock:
                 self.tally.replays_that_ran.append(key)
@@ -133,11 +133,9 @@ class Driver:
 
 
 def faults(processes: dict[str, Any], deadline: float, tally: Tally, seed: int) -> None:
-    """Every 1 to 3 s one fault, in turn: a web worker SIGKILLed, a worker cluster's process
-    SIGKILLed, a database backend terminated. A process whose database backend is inside a
-    transaction (pg_stat_activity, named by the soak app) and a backend inside a transaction are
-    chosen before idle ones, so that faults land mid-claim, mid-view, mid-task and mid-commit;
-    each is counted by whether it did."""
+    """Every 1 to 3 s one fault, in turn: a web worker or a cluster process SIGKILLed, a database
+    backend terminated. Those inside a transaction (pg_stat_activity, named by the soak app)
+    are chosen before idle ones, so that faults land mid-view, mid-task and mid-commit."""
     from django.db import connection
 
     rng = random.Random(seed)
@@ -169,9 +167,8 @@ def faults(processes: dict[str, Any], deadline: float, tally: Tally, seed: int) 
 
 
 def supervise(processes: dict[str, Any], out: Path, tally: Tally) -> None:
-    """Start again a worker cluster that exited, as the deployment's supervisor would (the
-    Procfile's honcho, systemd): a cluster whose sentinel died 5 times within a minute exits
-    on purpose (idemdash/worker/cluster.py), and under this fault rate it does."""
+    """Start again a worker cluster that exited, as a supervisor would: one whose sentinel died 5
+    times within a minute exits on purpose (idemdash/worker/cluster.py), and here it does."""
     from idemdash.devtools.bench import servers
 
     for name in [n for n in processes if n.startswith("cluster")]:
@@ -273,11 +270,9 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
 def findings(
     tally: Tally, views: Counter, events: Counter, messages: set[str], accepted: Counter
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """The doubles and the losses, by kind, from the effects counted per key (views: key ->
-    the view's rows; events: event id -> the handler's rows; accepted: outbox key -> the
-    receiver's accepted posts) against what the clients were answered. A double is a key or
-    event with more than one effect; a loss is an answered key, an accepted delivery or a
-    committed message with none."""
+    """The doubles and the losses, by kind, from the effects counted per key, event and outbox
+    key against what the clients were answered. A double is more than one effect; a loss is
+    an answered key, an accepted delivery or a committed message with none."""
     doubles = {
         "view effects": sorted(k for k, n in views.items() if n > 1),
         "handler effects": sorted(k for k, n in events.items() if n > 1),
@@ -292,9 +287,8 @@ def findings(
 
 
 def failures(tally: Tally) -> list[str]:
-    """What makes a run fail besides a double or a loss: a 500 (a fault gives a connection
-    error or a 503, never a 500: the contract), and a run in which no key or no event got its
-    answer, which proves nothing (a soak against a broken schema answered only 500s)."""
+    """What fails a run besides a double or a loss: a 500 (a fault gives a connection error or
+    a 503, never a 500), and a run in which no key or no event got its answer (proves nothing)."""
     found = [f"{what.removesuffix(': 500')}: {n} answered 500" for what, n in sorted(tally.requests.items())
              if what.endswith(": 500")]
     if not tally.answered:
