@@ -4,7 +4,7 @@
 Every seeded row is recognisable and nothing else is ever touched: keys start with `seed_`,
 scopes name `seed_` principals, webhook events belong to the `seed-*` endpoints;
 `delete_seeded()` removes exactly those. Rows are generated in Python by one set of functions
-and written in batches (`_Writer`); `seed_receipts_sql` writes tens of millions in SQL."""
+and written in batches (`_write`); `seed_receipts_sql` writes tens of millions in SQL."""
 
 from __future__ import annotations
 
@@ -302,51 +302,45 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
     return rows
 
 
-class _Writer:
+def _insert(model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
     """Inserts dict rows of one model; returns their ids in order. On PostgreSQL with COPY
     (ids reserved from the table's sequence up front, so child rows can point at their
-    parents without a round trip per row), on SQLite with `bulk_create`."""
+    parents without a round trip per row), elsewhere with `bulk_create`."""
+    if not rows:
+        return []
+    if connection.vendor != "postgresql":
+        objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
+        return [obj.pk for obj in objs] if ids else []
+    table = model._meta.db_table
+    # Rows are keyed by attribute name (as bulk_create wants); COPY names columns (a
+    # foreign key's attribute is `<name>_id`, its column may be named otherwise).
+    columns = [model._meta.get_field(name).column for name in rows[0]]
+    reserved: list[int] = []
+    with connection.cursor() as cursor:
+        if ids:
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                [table, len(rows)],
+            )
+            reserved = [row[0] for row in cursor.fetchall()]
+            columns = ["id", *columns]
+        quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
+        raw = cursor.cursor  # the psycopg cursor under Django's wrapper
+        with raw.copy(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN") as copy:
+            for n, row in enumerate(rows):
+                # JSON columns arrive as Python values, as bulk_create wants them.
+                values = [_json(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+                copy.write_row((reserved[n], *values) if ids else values)
+    return reserved
 
-    def __init__(self) -> None:
-        self.postgres = connection.vendor == "postgresql"
 
-    def insert(self, model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
-        if not rows:
-            return []
-        if not self.postgres:
-            objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
-            return [obj.pk for obj in objs] if ids else []
-        table = model._meta.db_table
-        # Rows are keyed by attribute name (as bulk_create wants); COPY names columns (a
-        # foreign key's attribute is `<name>_id`, its column may be named otherwise).
-        columns = [model._meta.get_field(name).column for name in rows[0]]
-        reserved: list[int] = []
-        with connection.cursor() as cursor:
-            if ids:
-                cursor.execute(
-                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                    [table, len(rows)],
-                )
-                reserved = [row[0] for row in cursor.fetchall()]
-                columns = ["id", *columns]
-            quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
-            raw = cursor.cursor  # the psycopg cursor under Django's wrapper
-            with raw.copy(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN") as copy:
-                for n, row in enumerate(rows):
-                    # JSON columns arrive as Python values, as bulk_create wants them.
-                    values = [_json(v) if isinstance(v, (dict, list)) else v for v in row.values()]
-                    copy.write_row((reserved[n], *values) if ids else values)
-        return reserved
-
-    def write(self, parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
-        """Parents and children in one transaction; returns the number of child rows."""
-        with transaction.atomic():
-            parent_ids = self.insert(parent, rows.parents, ids=True)
-            children = [
-                {**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids
-            ]
-            self.insert(child, children, ids=False)
-        return len(children)
+def _write(parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
+    """Parents and children in one transaction; returns the number of child rows."""
+    with transaction.atomic():
+        parent_ids = _insert(parent, rows.parents, ids=True)
+        children = [{**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids]
+        _insert(child, children, ids=False)
+    return len(children)
 
 
 def seed_endpoints() -> dict[str, tuple[int, int]]:
@@ -394,7 +388,6 @@ def seed(
     now = now or timezone.now()
     rng = random.Random(rng_seed)
     tag = uuid.UUID(int=rng.getrandbits(128)).hex[:8]
-    writer = _Writer()
     counts = SeedCounts()
     endpoints = seed_endpoints() if events else {}
     # (name, total, one batch's rows, the parent and child models, the child's link, the child's count)
@@ -411,12 +404,12 @@ def seed(
     for name, total, rows, parent, child, fk, children in plan:
         advance = progress(name, total) if progress else None
         for start, count in _batches(total, batch):
-            setattr(counts, children, getattr(counts, children) + writer.write(parent, child, fk, rows(start, count)))
+            setattr(counts, children, getattr(counts, children) + _write(parent, child, fk, rows(start, count)))
             setattr(counts, name, getattr(counts, name) + count)
             if advance:
                 advance(count)
     # VACUUM cannot run in a transaction; seed() is called outside one.
-    if writer.postgres and not connection.in_atomic_block:
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
         vacuum_analyze([model._meta.db_table for _, _, _, parent, child, _, _ in plan for model in (parent, child)])
     if receipts or events:
         # Attempts and deliveries written into past hours: a roll-up never revisits hours

@@ -11,7 +11,6 @@ import functools
 import heapq
 import itertools
 import json
-import os
 import random
 import secrets
 import threading
@@ -107,9 +106,8 @@ def simulator_token(token_file: Path) -> str:
         name = f"simulator-{secrets.token_hex(3)}"
     _, token = create_token(name)
     token_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    token_file.touch(mode=0o600)  # before the token is in it
+    token_file.write_text(token + "\n")
     return token
 
 
