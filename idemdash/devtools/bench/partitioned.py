@@ -25,6 +25,20 @@ DAYS = 3  # today, yesterday and the day before: retention drops the oldest
 PRODUCT_SCOPE = "bench"  # the bench view's scope, which every run starts by deleting
 
 
+# Each table's columns, how it is partitioned and its other indexes: `attempts` and `bodies` are
+# found from a claim by (scope, key) within its day, and listed by age.
+TABLES = {
+    "claims": ("scope text NOT NULL, key text NOT NULL, status text NOT NULL, fencing_token bigint NOT NULL, "
+               "fingerprint text NOT NULL, lease_expires_at timestamptz, expires_at timestamptz, "
+               "attempt_day date NOT NULL, PRIMARY KEY (scope, key)", "HASH (scope, key)", ["expires_at"]),
+    "attempts": ("scope text NOT NULL, key text NOT NULL, outcome text NOT NULL, fencing_token bigint, "
+                 "fingerprint text NOT NULL, created_at timestamptz NOT NULL", "RANGE (created_at)",
+                 ["scope, key", "created_at"]),
+    "bodies": ("scope text NOT NULL, key text NOT NULL, request jsonb, response jsonb, created_at timestamptz NOT NULL",
+               "RANGE (created_at)", ["scope, key", "created_at"]),
+}
+
+
 def days_back(today: date, n: int = DAYS) -> list[date]:
     return [today - timedelta(days=i) for i in range(n)]
 
@@ -38,45 +52,12 @@ def create(conn: psycopg.Connection, today: date, schema: str = SCHEMA) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(s))
         for suffix, partitioned in (("", True), ("_single", False)):
-            by_key = sql.SQL(" PARTITION BY HASH (scope, key)") if partitioned else sql.SQL("")
-            by_day = sql.SQL(" PARTITION BY RANGE (created_at)") if partitioned else sql.SQL("")
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{claims} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    status text NOT NULL,
-                    fencing_token bigint NOT NULL,
-                    fingerprint text NOT NULL,
-                    lease_expires_at timestamptz,
-                    expires_at timestamptz,
-                    attempt_day date NOT NULL,
-                    PRIMARY KEY (scope, key)
-                ){by_key}""").format(s=s, claims=sql.Identifier(f"claims{suffix}"), by_key=by_key))
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{attempts} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    outcome text NOT NULL,
-                    fencing_token bigint,
-                    fingerprint text NOT NULL,
-                    created_at timestamptz NOT NULL
-                ){by_day}""").format(s=s, attempts=sql.Identifier(f"attempts{suffix}"), by_day=by_day))
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{bodies} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    request jsonb,
-                    response jsonb,
-                    created_at timestamptz NOT NULL
-                ){by_day}""").format(s=s, bodies=sql.Identifier(f"bodies{suffix}"), by_day=by_day))
-            # Found from a claim by (scope, key) within its day; the dashboard's lists by age.
-            for table in ("attempts", "bodies"):
-                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (scope, key)").format(
-                    s=s, t=sql.Identifier(f"{table}{suffix}")))
-                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (created_at)").format(
-                    s=s, t=sql.Identifier(f"{table}{suffix}")))
-            conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (expires_at)").format(
-                s=s, t=sql.Identifier(f"claims{suffix}")))
+            for table, (columns, partition_by, indexes) in TABLES.items():
+                t = sql.Identifier(schema, table + suffix)
+                by = sql.SQL(f" PARTITION BY {partition_by}" if partitioned else "")
+                conn.execute(sql.SQL("CREATE TABLE {t} ({columns}){by}").format(t=t, columns=sql.SQL(columns), by=by))
+                for index in indexes:
+                    conn.execute(sql.SQL("CREATE INDEX ON {t} ({index})").format(t=t, index=sql.SQL(index)))
         for n in range(CLAIM_PARTITIONS):
             conn.execute(sql.SQL(
                 "CREATE TABLE {s}.{p} PARTITION OF {s}.claims FOR VALUES WITH (MODULUS {m}, REMAINDER {r})"
