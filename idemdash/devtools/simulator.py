@@ -609,16 +609,13 @@ class Simulator:
         # A third of the failing keys fail on their first retry too: "keys failing repeatedly".
         failures = 2 if rng.random() < 1 / 3 else 1
 
-        def declined() -> None:
-            raise RuntimeError("card processor timed out")
-
         def attempt(tries: int) -> None:
             ran = []
 
             def work() -> dict[str, Any]:
                 ran.append(1)
                 if tries < failures:
-                    declined()
+                    raise RuntimeError("card processor timed out")
                 return {"charged": True}
 
             try:

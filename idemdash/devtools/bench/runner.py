@@ -525,19 +525,16 @@ DASHBOARD_PAGES = [
 
 def bench_session() -> tuple[Any, str]:
     """A logged-in superuser session for the dashboard: (user, session key)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
+    from django.test import Client
 
     User = get_user_model()
     user = User.objects.filter(username="bench-admin").first() or User.objects.create_superuser(
         "bench-admin", "bench@localhost", uuid.uuid4().hex
     )
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    return user, session.session_key
+    client = Client()
+    client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
+    return user, client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 def busy_receipt() -> int:
