@@ -133,18 +133,18 @@ REFUSED_PATH = "/partner/invoices"
 
 class Receiver:
     """A partner's API on 127.0.0.1 that fails part of the time: a share of posts gets a 503
-    (Retry-After: 1), another is answered after `slow_seconds`, and posts to `refuse_path` get
+    (Retry-After: 1), another is answered after `slow_seconds`, and posts to REFUSED_PATH get
     a permanent 403 for the first `refuse_seconds` after start(), an outage that ends on its
     own. A key it accepted before is acknowledged again without acting twice, and counted."""
 
     def __init__(self, port: int, *, failures: float = 0.3, slow: float = 0.1, slow_seconds: float = 2.0,
-                 refuse_path: str = REFUSED_PATH, refuse_seconds: float = 0.0, seed: int | None = None) -> None:
+                 refuse_seconds: float = 0.0, seed: int | None = None) -> None:
         if not (0 <= failures <= 1 and 0 <= slow <= 1 and failures + slow <= 1):
             raise ValueError("receiver failures and slow shares must be between 0 and 1 and add up to at most 1")
         if refuse_seconds < 0:
             raise ValueError("receiver refuse_seconds must not be negative")
         self.failures, self.slow, self.slow_seconds = failures, slow, slow_seconds
-        self.refuse_path, self.refuse_seconds = refuse_path, refuse_seconds
+        self.refuse_seconds = refuse_seconds
         self._refuse_until = time.monotonic() + refuse_seconds
         self.counts: Counter[str] = Counter()
         # Accepted posts per Idempotency-Key: more than 1 is a repeat the key absorbed.
@@ -160,7 +160,7 @@ class Receiver:
                 answer: dict[str, Any] = {"ok": status == 200}
                 if status == 403:
                     answer["error"] = (
-                        f"partner outage (idemdash demo): {receiver.refuse_path} is refused for the first "
+                        f"partner outage (idemdash demo): {REFUSED_PATH} is refused for the first "
                         f"{receiver.refuse_seconds:g} s of the simulator's run; send the message again after that"
                     )
                 body = json.dumps(answer).encode()
@@ -196,7 +196,7 @@ class Receiver:
     def _answer(self, key: str, path: str = "") -> int:
         with self._lock:
             self.counts["posts"] += 1
-            if path == self.refuse_path and self.refusing():
+            if path == REFUSED_PATH and self.refusing():
                 self.counts["forbidden"] += 1
                 return 403
             roll = self._rng.random()
