@@ -192,11 +192,12 @@ def _backends() -> list[tuple[int, int, bool]]:
     return [(pid, int(name[5:]) if name.startswith("soak:") else 0, bool(busy)) for pid, name, busy in rows]
 
 
-def _effect_counts(prefix: str) -> Counter:
+def _effect_counts(kind: str, start: str) -> Counter:
+    """Effects per key: the bench rows labelled `<kind>:<key>` whose key starts with `start`."""
     from idemdash.devtools.bench.models import BenchRow
 
-    rows = BenchRow.objects.filter(label__startswith=prefix).values_list("label", flat=True).iterator()
-    return Counter(label[len(prefix):] for label in rows)
+    rows = BenchRow.objects.filter(label__startswith=f"{kind}:{start}").values_list("label", flat=True).iterator()
+    return Counter(label[len(kind) + 1:] for label in rows)
 
 
 def _settled(run_id: str) -> bool:
@@ -225,9 +226,7 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
 
     from idemdash.devtools.soak.views import outbox_key
 
-    views, events = _effect_counts(f"v:{run_id}"), _effect_counts(f"e:evt_{run_id}")
-    views = Counter({run_id + k: n for k, n in views.items()})
-    events = Counter({f"evt_{run_id}" + k: n for k, n in events.items()})
+    views, events = _effect_counts("v", run_id), _effect_counts("e", f"evt_{run_id}")
     messages = set(OutboxMessage.objects.filter(key__startswith=f"out:{run_id}").values_list("key", flat=True))
     accepted = Counter(receiver.accepted_per_key)
     rows = []
