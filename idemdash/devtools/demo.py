@@ -1,13 +1,11 @@
 """`make demo`'s staged outages and its alert rule, so that a first run has something to repair
 (docs/demo.md).
 
-- The Shopify `refunds/create` handler (idemdash.devtools.webhook_handlers) fails while the
-  `refunds` switch is on: its events retry, then go dead, until an operator turns the switch
-  off ("Fix") and reprocesses them. The alert rule `DEMO_RULE` fires on those dead events.
-- A refund handled before the bug (`stage_sent_refund`): its confirmation email went out, so
-  a reprocess's preflight lists that email as already sent.
-The simulator stages the other two outages (a partner that refuses one path for a while,
-agents that crash holding long leases); they need nothing in the database."""
+- The Shopify `refunds/create` handler fails while the `refunds` switch is on: its events go
+  dead until an operator turns the switch off ("Fix") and reprocesses them; `DEMO_RULE` fires.
+- A refund handled before the bug (`stage_sent_refund`): a reprocess's preflight lists its
+  confirmation email as already sent.
+The simulator stages the other outages, which need nothing in the database."""
 
 from __future__ import annotations
 
@@ -33,13 +31,9 @@ SWITCHES = {
 }
 
 DEMO_RULE = {
-    "name": "Demo: dead webhook events",
-    "metric": AlertRule.Metric.DEAD_WEBHOOK_EVENTS,
-    "comparison": AlertRule.Comparison.GT,
-    "threshold": 0,
-    "window_minutes": 60,
-    "channel": AlertRule.Channel.EMAIL,
-    "target": "admin@localhost",
+    "name": "Demo: dead webhook events", "metric": AlertRule.Metric.DEAD_WEBHOOK_EVENTS,
+    "comparison": AlertRule.Comparison.GT, "threshold": 0, "window_minutes": 60,
+    "channel": AlertRule.Channel.EMAIL, "target": "admin@localhost",
 }
 
 ACTOR = "demo_setup"
@@ -72,10 +66,8 @@ def before_the_bug() -> Iterator[None]:
 
 def check(name: str) -> None:
     if failing(name):
-        raise DemoOutage(
-            f"demo outage {name!r}: {SWITCHES[name]} "
-            "(admin: /admin/devtools/demoswitch/, select it, action \"Fix\")"
-        )
+        raise DemoOutage(f"demo outage {name!r}: {SWITCHES[name]} "
+                         "(admin: /admin/devtools/demoswitch/, select it, action \"Fix\")")
 
 
 def set_failing(switch: DemoSwitch, on: bool, *, actor: str, user: Any = None) -> bool:
@@ -99,9 +91,7 @@ def setup() -> tuple[list[str], bool]:
     armed = []
     for name, description in SWITCHES.items():
         switch, created = DemoSwitch.objects.get_or_create(name=name, defaults={"description": description})
-        if created:
-            armed.append(name)
-        elif set_failing(switch, True, actor=ACTOR):
+        if created or set_failing(switch, True, actor=ACTOR):
             armed.append(name)
     created = False
     if not AlertRule.objects.filter(name=DEMO_RULE["name"]).exists():
@@ -117,15 +107,11 @@ def setup() -> tuple[list[str], bool]:
     return armed, created
 
 
-# --- the preflight's case: a refund already handled, its confirmation already sent -------------
-
+# The preflight's case: a refund already handled, its confirmation already sent.
 STAGED_SHOP = "idemdash-demo.myshopify.com"
 STAGED_REFUND = {
-    "id": 8300000000001,
-    "order_id": 8200000000001,
-    "note": "staged by demo_stage: handled before the refunds bug shipped",
-    "refund_line_items": [],
-    "transactions": [{"kind": "refund", "status": "success", "amount": "42.00", "currency": "EUR"}],
+    "id": 8300000000001, "order_id": 8200000000001, "note": "staged by demo_stage: handled before the refunds bug shipped",
+    "refund_line_items": [], "transactions": [{"kind": "refund", "status": "success", "amount": "42.00", "currency": "EUR"}],
 }
 STAGED_WEBHOOK_ID = "demo-staged-refund-8300000000001"
 
@@ -143,10 +129,8 @@ class StagedRefund:
 
 
 def stage_sent_refund() -> StagedRefund | None:
-    """A Shopify refunds/create event that completed before the staged bug, whose handler's
-    confirmation email was sent: on record like any handled refund, through the real code
-    (store the delivery, process it, send the message). Once: a second run finds it. None
-    when no Shopify endpoint is configured (SHOPIFY_WEBHOOK_SECRET unset)."""
+    """A Shopify refunds/create event handled before the staged bug, its confirmation email
+    sent, through the real code (store, process, send), once. None without a Shopify endpoint."""
     # Imported here: the webhooks app imports the demo's handlers, which import this module.
     from receipts.outbox.drain import drain
     from receipts.outbox.models import OutboxMessage

@@ -1,12 +1,10 @@
 """Bulk loader: realistic receipts, attempts, webhook events and outbox messages at scale
-(docs/benchmarks.md, "The bulk loader").
+(docs/benchmarks.md, "The bulk loader"), for `manage.py seed` and `make bench`.
 
-Used by `manage.py seed` (demo data, capacity tests) and by `make bench` (the dashboard at a
-million receipts, the purge of a million expired ones). Every seeded row is recognisable and
-nothing else is ever touched: keys start with `seed_`, scopes name `seed_` principals,
-webhook events belong to the `seed-*` endpoints; `delete_seeded()` removes exactly those.
-Rows are generated in Python by one set of functions (one source of truth for the
-distributions) and written in batches (`_Writer`)."""
+Every seeded row is recognisable and nothing else is ever touched: keys start with `seed_`,
+scopes name `seed_` principals, webhook events belong to the `seed-*` endpoints;
+`delete_seeded()` removes exactly those. Rows are generated in Python by one set of functions
+and written in batches (`_write`); `seed_receipts_sql` writes tens of millions in SQL."""
 
 from __future__ import annotations
 
@@ -29,33 +27,17 @@ from receipts.outbox.models import OutboxAttempt, OutboxMessage
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent, WebhookSecret
 
 PREFIX = "seed_"
-DAY = timedelta(days=1)
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-# --- Distributions -------------------------------------------------------------------------
-
 OPERATIONS = {
-    "payment.create": 30,
-    "order.create": 20,
-    "email.send": 14,
-    "refund.create": 8,
-    "ledger.post": 7,
-    "user.signup": 6,
-    "subscription.update": 6,
-    "webhook.forward": 5,
-    "report.build": 4,
+    "payment.create": 30, "order.create": 20, "email.send": 14, "refund.create": 8, "ledger.post": 7,
+    "user.signup": 6, "subscription.update": 6, "webhook.forward": 5, "report.build": 4,
 }
 STRIPE_TYPES = {
-    "payment_intent.succeeded": 30,
-    "charge.succeeded": 25,
-    "invoice.paid": 12,
-    "customer.subscription.updated": 10,
-    "payment_intent.payment_failed": 6,
-    "charge.refunded": 5,
-    "checkout.session.completed": 8,
-    "customer.created": 4,
+    "payment_intent.succeeded": 30, "charge.succeeded": 25, "invoice.paid": 12, "customer.subscription.updated": 10,
+    "payment_intent.payment_failed": 6, "charge.refunded": 5, "checkout.session.completed": 8, "customer.created": 4,
 }
 SHOPIFY_TYPES = {"orders/create": 50, "orders/paid": 30, "orders/fulfilled": 15, "refunds/create": 5}
 STANDARD_TYPES = {"invoice.created": 40, "user.updated": 35, "payment.settled": 25}
@@ -65,20 +47,16 @@ ENDPOINTS = {"seed-stripe": ("stripe", STRIPE_TYPES), "seed-shopify": ("shopify"
 ENDPOINT_WEIGHTS = {"seed-stripe": 70, "seed-shopify": 20, "seed-standard": 10}
 
 
-class _Choice:
+def _choice(weights: dict[str, int]) -> Callable[[random.Random], str]:
     """Weighted choice from a fixed table; much faster than random.choices per call."""
-
-    def __init__(self, weights: dict[str, int]) -> None:
-        self.table = [name for name, weight in weights.items() for _ in range(weight)]
-
-    def __call__(self, rng: random.Random) -> str:
-        return self.table[int(rng.random() * len(self.table))]
+    table = [name for name, weight in weights.items() for _ in range(weight)]
+    return lambda rng: table[int(rng.random() * len(table))]
 
 
-_operation = _Choice(OPERATIONS)
-_endpoint = _Choice(ENDPOINT_WEIGHTS)
-_event_types = {slug: _Choice(types) for slug, (_, types) in ENDPOINTS.items()}
-_action = _Choice(OUTBOX_ACTIONS)
+_operation = _choice(OPERATIONS)
+_endpoint = _choice(ENDPOINT_WEIGHTS)
+_event_types = {slug: _choice(types) for slug, (_, types) in ENDPOINTS.items()}
+_action = _choice(OUTBOX_ACTIONS)
 
 
 def _scope(rng: random.Random) -> str:
@@ -89,9 +67,8 @@ def _scope(rng: random.Random) -> str:
 
 
 def order_id(tag: str, i: int) -> str:
-    """The business id row i of each kind carries (receipt i's request, event i's payload
-    metadata, message i's payload), as one order's payment, webhook and email would: what the
-    dashboard's search and trace find by (`make bench` scenario 11)."""
+    """The business id row i of each kind carries, as one order's payment, webhook and email
+    would: what the dashboard's search and trace find by (`make bench` scenario 11)."""
     return f"ord_{tag}_{i}"
 
 
@@ -117,9 +94,8 @@ EXPIRED_TTL = timedelta(days=3)
 
 
 def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
-    """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live
-    log is written: rows sit on disk roughly in time order, and a time-range query reads
-    the pages a real one would, not a random scatter."""
+    """Row i of `total`, over the last 30 days in insertion order (with jitter), as a live log
+    is written: a time-range query reads the pages a real one would, not a random scatter."""
     return now - timedelta(seconds=30 * 86400 * (1 - (i + rng.random()) / total))
 
 
@@ -326,54 +302,45 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
     return rows
 
 
-# --- Writing ----------------------------------------------------------------------------------
-
-
-class _Writer:
+def _insert(model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
     """Inserts dict rows of one model; returns their ids in order. On PostgreSQL with COPY
     (ids reserved from the table's sequence up front, so child rows can point at their
-    parents without a round trip per row), on SQLite with `bulk_create`."""
+    parents without a round trip per row), elsewhere with `bulk_create`."""
+    if not rows:
+        return []
+    if connection.vendor != "postgresql":
+        objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
+        return [obj.pk for obj in objs] if ids else []
+    table = model._meta.db_table
+    # Rows are keyed by attribute name (as bulk_create wants); COPY names columns (a
+    # foreign key's attribute is `<name>_id`, its column may be named otherwise).
+    columns = [model._meta.get_field(name).column for name in rows[0]]
+    reserved: list[int] = []
+    with connection.cursor() as cursor:
+        if ids:
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                [table, len(rows)],
+            )
+            reserved = [row[0] for row in cursor.fetchall()]
+            columns = ["id", *columns]
+        quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
+        raw = cursor.cursor  # the psycopg cursor under Django's wrapper
+        with raw.copy(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN") as copy:
+            for n, row in enumerate(rows):
+                # JSON columns arrive as Python values, as bulk_create wants them.
+                values = [_json(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+                copy.write_row((reserved[n], *values) if ids else values)
+    return reserved
 
-    def __init__(self) -> None:
-        self.postgres = connection.vendor == "postgresql"
 
-    def insert(self, model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
-        if not rows:
-            return []
-        if not self.postgres:
-            objs = model.objects.bulk_create([model(**row) for row in rows], batch_size=500)
-            return [obj.pk for obj in objs] if ids else []
-        table = model._meta.db_table
-        # Rows are keyed by attribute name (as bulk_create wants); COPY names columns (a
-        # foreign key's attribute is `<name>_id`, its column may be named otherwise).
-        columns = [model._meta.get_field(name).column for name in rows[0]]
-        reserved: list[int] = []
-        with connection.cursor() as cursor:
-            if ids:
-                cursor.execute(
-                    "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                    [table, len(rows)],
-                )
-                reserved = [row[0] for row in cursor.fetchall()]
-                columns = ["id", *columns]
-            quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
-            raw = cursor.cursor  # the psycopg cursor under Django's wrapper
-            with raw.copy(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN") as copy:
-                for n, row in enumerate(rows):
-                    # JSON columns arrive as Python values, as bulk_create wants them.
-                    values = [_json(v) if isinstance(v, (dict, list)) else v for v in row.values()]
-                    copy.write_row((reserved[n], *values) if ids else values)
-        return reserved
-
-    def write(self, parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
-        """Parents and children in one transaction; returns the number of child rows."""
-        with transaction.atomic():
-            parent_ids = self.insert(parent, rows.parents, ids=True)
-            children = [
-                {**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids
-            ]
-            self.insert(child, children, ids=False)
-        return len(children)
+def _write(parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
+    """Parents and children in one transaction; returns the number of child rows."""
+    with transaction.atomic():
+        parent_ids = _insert(parent, rows.parents, ids=True)
+        children = [{**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids]
+        _insert(child, children, ids=False)
+    return len(children)
 
 
 def seed_endpoints() -> dict[str, tuple[int, int]]:
@@ -421,51 +388,68 @@ def seed(
     now = now or timezone.now()
     rng = random.Random(rng_seed)
     tag = uuid.UUID(int=rng.getrandbits(128)).hex[:8]
-    writer = _Writer()
     counts = SeedCounts()
-    plan = []
-    if receipts:
-        plan.append(("receipts", receipts))
-    if events:
-        endpoints = seed_endpoints()
-        plan.append(("events", events))
-    if outbox:
-        plan.append(("outbox", outbox))
-    for name, total in plan:
+    endpoints = seed_endpoints() if events else {}
+    # (name, total, one batch's rows, the parent and child models, the child's link, the child's count)
+    plan = [
+        ("receipts", receipts, lambda start, count: receipt_rows(rng, tag, start, count, now, total=receipts,
+                                                                 expired_only=expired_only),
+         Receipt, Attempt, "receipt_id", "attempts"),
+        ("events", events, lambda start, count: event_rows(rng, tag, start, count, now, endpoints, total=events),
+         WebhookEvent, WebhookDelivery, "event_id", "deliveries"),
+        ("outbox", outbox, lambda start, count: outbox_rows(rng, tag, start, count, now, total=outbox),
+         OutboxMessage, OutboxAttempt, "message_id", "outbox_attempts"),
+    ]
+    plan = [step for step in plan if step[1]]
+    for name, total, rows, parent, child, fk, children in plan:
         advance = progress(name, total) if progress else None
         for start, count in _batches(total, batch):
-            if name == "receipts":
-                rows = receipt_rows(rng, tag, start, count, now, total=total, expired_only=expired_only)
-                counts.attempts += writer.write(Receipt, Attempt, "receipt_id", rows)
-                counts.receipts += count
-            elif name == "events":
-                rows = event_rows(rng, tag, start, count, now, endpoints, total=total)
-                counts.deliveries += writer.write(WebhookEvent, WebhookDelivery, "event_id", rows)
-                counts.events += count
-            else:
-                rows = outbox_rows(rng, tag, start, count, now, total=total)
-                counts.outbox_attempts += writer.write(OutboxMessage, OutboxAttempt, "message_id", rows)
-                counts.outbox += count
+            setattr(counts, children, getattr(counts, children) + _write(parent, child, fk, rows(start, count)))
+            setattr(counts, name, getattr(counts, name) + count)
             if advance:
                 advance(count)
-    if writer.postgres and plan:
-        # What autovacuum would have done to a table this size: fresh statistics for the
-        # planner, and a visibility map, so index-only scans are possible as in production.
-        # VACUUM cannot run in a transaction; seed() is called outside one.
-        tables = [Receipt, Attempt] if receipts else []
-        tables += [WebhookEvent, WebhookDelivery] if events else []
-        tables += [OutboxMessage, OutboxAttempt] if outbox else []
-        if not connection.in_atomic_block:
-            with connection.cursor() as cursor:
-                for model in tables:
-                    cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(model._meta.db_table)}")
+    # VACUUM cannot run in a transaction; seed() is called outside one.
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        vacuum_analyze([model._meta.db_table for _, _, _, parent, child, _, _ in plan for model in (parent, child)])
     if receipts or events:
-        # Attempts and deliveries written into past hours: hand those hours back to the logs
-        # and recount them (every roll-up), as a roll-up never revisits hours older than its
-        # repair span.
-        rollup.rewind(now - timedelta(days=30))
-        rollup.catch_up()
+        # Attempts and deliveries written into past hours: a roll-up never revisits hours
+        # older than its repair span unless told to.
+        recount(now - timedelta(days=30))
     return counts
+
+
+def vacuum_analyze(tables: list[str]) -> None:
+    """What autovacuum would have done to a freshly loaded table: fresh statistics for the
+    planner, and a visibility map, so index-only scans are possible as in production."""
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
+
+
+def recount(since: datetime | None) -> None:
+    """Hand the hours since `since` (None: all) back to every roll-up and recount them."""
+    rollup.rewind(since)
+    rollup.catch_up()
+
+
+@contextlib.contextmanager
+def progress_bars(file: Any, prefix: str = "") -> Iterator[Progress]:
+    """A `progress` for seed(): a tqdm bar per table, one at a time, all closed on the way out."""
+    from tqdm import tqdm
+
+    bars: list[tqdm] = []
+
+    def progress(name: str, total: int) -> Callable[[int], None]:
+        for done in bars:
+            done.close()  # the tables load one after another
+        bars.append(tqdm(total=total, desc=prefix + name, unit="row", unit_scale=True, file=file))
+        return bars[-1].update
+
+    try:
+        yield progress
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def seeded_receipts() -> models.QuerySet:
@@ -483,14 +467,9 @@ def seeded_outbox() -> models.QuerySet:
 
 
 def delete_seeded() -> dict[str, int]:
-    """Delete every seeded row and nothing else.
-
-    Children first, each with one DELETE (`_raw_delete`): Django's collector would load
-    millions of rows into memory to cascade. No row outside the seed can point at a seeded
-    one (attempts copy their receipt's key; seeded events are never processed), and if one
-    did, the foreign key would refuse the delete rather than lose it; an attempt's link to
-    its receipt has no constraint, as an attempt outliving its receipt is normal.
-    """
+    """Delete every seeded row and nothing else: children first, each with one DELETE
+    (Django's collector would load millions of rows to cascade). No row outside the seed can
+    point at a seeded one, and if one did, its foreign key would refuse the delete."""
     deleted: dict[str, int] = {}
 
     def raw(qs: models.QuerySet) -> int:
@@ -507,12 +486,9 @@ def delete_seeded() -> dict[str, int]:
         deleted["outbox_attempts"] = raw(OutboxAttempt.objects.filter(key__startswith=PREFIX, drainer="seed"))
         deleted["outbox"] = raw(seeded_outbox())
     if deleted["attempts"] or deleted["deliveries"]:
-        rollup.rewind(None)  # seeded rows may lie in any hour: recount them all
-        rollup.catch_up()
+        recount(None)  # seeded rows may lie in any hour
     return deleted
 
-
-# --- Set-based seeding (PostgreSQL): tens of millions of rows ----------------------------------
 
 # The weights of OPERATIONS as a SQL array of names, one entry per weight unit.
 _OPERATION_TABLE = [name for name, weight in OPERATIONS.items() for _ in range(weight)]
@@ -520,14 +496,11 @@ _OPERATION_TABLE = [name for name, weight in OPERATIONS.items() for _ in range(w
 
 def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None = None,
                       progress: Progress | None = None) -> SeedCounts:
-    """`total` receipts and three attempts each (claimed, settled, replayed), written by
-    `INSERT ... SELECT generate_series` in chunks of `chunk` receipts, one transaction each:
-    no row goes through Python, so 10 M receipts and 30 M attempts are a matter of the
-    database's own speed (the bulk loader above, at its few thousand rows a second, would
-    take hours). Marked as the loader's are (`seed_` keys and principals), shaped alike in
-    the figures the pages read: timestamps over 30 days in insertion order, 92% completed, 5%
-    failed, 3% processing (stuck), 10% expired, 60% with a request carrying an order id
-    (order_id). Each receipt's attempts follow it. PostgreSQL only."""
+    """`total` receipts and three attempts each (claimed, settled, replayed) by `INSERT ...
+    SELECT generate_series`, a transaction per `chunk`: no row goes through Python, so 10 M
+    receipts take the database's time, not hours. Marked and shaped as the loader's in the
+    figures the pages read (30 days in insertion order, 92% completed, 5% failed, 3% stuck,
+    10% expired, 60% with an order id). PostgreSQL only."""
     now = now or timezone.now()
     tag = uuid.uuid4().hex[:8]
     receipt, attempt = Receipt._meta.db_table, Attempt._meta.db_table
@@ -586,11 +559,8 @@ def seed_receipts_sql(total: int, *, chunk: int = 500_000, now: datetime | None 
             counts.receipts += count
             if advance:
                 advance(count)
-    with connection.cursor() as c:
-        for table in (receipt, attempt):
-            c.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(table)}")
-    rollup.rewind(now - timedelta(days=30))
-    rollup.catch_up()
+    vacuum_analyze([receipt, attempt])
+    recount(now - timedelta(days=30))
     return counts
 
 

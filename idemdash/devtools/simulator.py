@@ -1,12 +1,9 @@
 """The traffic simulator behind `manage.py simulate`: a living demo of every retry path.
 
-It drives the real HTTP endpoints of a running idemdash, never the models, so what the
-dashboard and the admin show is what real callers would cause: agents on the JSON API
-(repeats, timeouts, crashes, reused keys, failures, hung agents), signed Stripe and Shopify
-deliveries with retry storms, and outbox messages to a `Receiver` it runs on 127.0.0.1
-(docs/demo.md, "The traffic simulator", lists each). Only the credentials come from the
-database (`simulator_token`). Every request goes through `LocalOnlyTransport`, which
-refuses any host but this machine's loopback."""
+It drives the real HTTP endpoints of a running idemdash, never the models: agents on the JSON
+API, signed Stripe and Shopify deliveries, outbox messages to a `Receiver` it runs on
+127.0.0.1 (docs/demo.md, "The traffic simulator", lists each kind). Every request goes
+through `LocalOnlyTransport`, which refuses any host but this machine's loopback."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ import functools
 import heapq
 import itertools
 import json
-import os
 import random
 import secrets
 import threading
@@ -42,30 +38,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # One shuffled deck is dealt per round, so that every kind of traffic appears in every
 # stretch of len(DECK) actions rather than only on average.
 DECK: dict[str, int] = {
-    "agent_run": 6,
-    "agent_timeout": 2,
-    "agent_crash": 1,
-    "agent_reuse": 1,
-    "agent_failure": 1,
-    "agent_stall": 1,
-    "agent_new_key": 1,
-    "stripe_payment": 3,
-    "stripe_storm": 1,
-    "stripe_redelivery": 1,
-    "shopify_order": 2,
-    "shopify_redelivery": 1,
-    "shopify_refund": 1,
-    "outbox_post": 3,
-    "outbox_invoice": 1,
-    "outbox_email": 1,
+    "agent_run": 6, "agent_timeout": 2, "agent_crash": 1, "agent_reuse": 1, "agent_failure": 1, "agent_stall": 1,
+    "agent_new_key": 1, "stripe_payment": 3, "stripe_storm": 1, "stripe_redelivery": 1, "shopify_order": 2,
+    "shopify_redelivery": 1, "shopify_refund": 1, "outbox_post": 3, "outbox_invoice": 1, "outbox_email": 1,
     "unprotected_refund": 1,
 }
 OPERATIONS = ("payment.capture", "invoice.send", "lead.enrich", "email.send")
-# The kinds that stage a fault for an operator to repair (hung agents, refunds whose demo
-# handler fails while its switch is on, a refund retried where nothing protects it, an email
-# sent again under a new key):
-# `Config.staged_faults=False` (`simulate --healthy`) deals none of them, and the partner's
-# 403 is off, so the overview shows all clear.
+# The kinds that stage a fault for an operator to repair: `simulate --healthy` deals none of
+# them and turns the partner's 403 off, so the overview shows all clear.
 STAGED_KINDS = frozenset({"agent_stall", "shopify_refund", "unprotected_refund", "agent_new_key"})
 # The demo shop's refund route, which nothing protects (idemdash/devtools/shop.py).
 REFUND_PATH = "/demo/shop/refunds/"
@@ -75,16 +55,9 @@ def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None =
     """A Stripe event envelope around an API object, as Stripe sends it (the webhook tests
     build theirs with it too)."""
     return {
-        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
-        "object": "event",
-        "api_version": "2024-06-20",
-        "created": int(time.time()),
-        "data": {"object": obj},
-        "livemode": False,
-        "pending_webhooks": 1,
-        "request": {"id": None, "idempotency_key": None},
-        "type": event_type,
-        **extra,
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}", "object": "event", "api_version": "2024-06-20",
+        "created": int(time.time()), "data": {"object": obj}, "livemode": False, "pending_webhooks": 1,
+        "request": {"id": None, "idempotency_key": None}, "type": event_type, **extra,
     }
 
 
@@ -133,9 +106,8 @@ def simulator_token(token_file: Path) -> str:
         name = f"simulator-{secrets.token_hex(3)}"
     _, token = create_token(name)
     token_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    token_file.touch(mode=0o600)  # before the token is in it
+    token_file.write_text(token + "\n")
     return token
 
 
@@ -156,38 +128,23 @@ class LocalOnlyTransport(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-# --- the outbox's downstream: a receiver that fails part of the time ------------------------
-
-
 REFUSED_PATH = "/partner/invoices"
 
 
 class Receiver:
-    """An HTTP server on 127.0.0.1 standing in for a partner's API. A share of posts gets a
-    503 (with Retry-After: 1), another share is answered only after `slow_seconds`. Posts to
-    `refuse_path` get a 403, which the outbox treats as permanent, for the first
-    `refuse_seconds` after start(): a partner's outage that ends on its own, after which a
-    dead message sent again goes through. It honours Idempotency-Key the way a good partner
-    does: a key it accepted before is acknowledged again without acting twice, and counted,
-    so the demo shows at-least-once delivery."""
+    """A partner's API on 127.0.0.1 that fails part of the time: a share of posts gets a 503
+    (Retry-After: 1), another is answered after `slow_seconds`, and posts to REFUSED_PATH get
+    a permanent 403 for the first `refuse_seconds` after start(), an outage that ends on its
+    own. A key it accepted before is acknowledged again without acting twice, and counted."""
 
-    def __init__(
-        self,
-        port: int,
-        *,
-        failures: float = 0.3,
-        slow: float = 0.1,
-        slow_seconds: float = 2.0,
-        refuse_path: str = REFUSED_PATH,
-        refuse_seconds: float = 0.0,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, port: int, *, failures: float = 0.3, slow: float = 0.1, slow_seconds: float = 2.0,
+                 refuse_seconds: float = 0.0, seed: int | None = None) -> None:
         if not (0 <= failures <= 1 and 0 <= slow <= 1 and failures + slow <= 1):
             raise ValueError("receiver failures and slow shares must be between 0 and 1 and add up to at most 1")
         if refuse_seconds < 0:
             raise ValueError("receiver refuse_seconds must not be negative")
         self.failures, self.slow, self.slow_seconds = failures, slow, slow_seconds
-        self.refuse_path, self.refuse_seconds = refuse_path, refuse_seconds
+        self.refuse_seconds = refuse_seconds
         self._refuse_until = time.monotonic() + refuse_seconds
         self.counts: Counter[str] = Counter()
         # Accepted posts per Idempotency-Key: more than 1 is a repeat the key absorbed.
@@ -203,7 +160,7 @@ class Receiver:
                 answer: dict[str, Any] = {"ok": status == 200}
                 if status == 403:
                     answer["error"] = (
-                        f"partner outage (idemdash demo): {receiver.refuse_path} is refused for the first "
+                        f"partner outage (idemdash demo): {REFUSED_PATH} is refused for the first "
                         f"{receiver.refuse_seconds:g} s of the simulator's run; send the message again after that"
                     )
                 body = json.dumps(answer).encode()
@@ -239,17 +196,17 @@ class Receiver:
     def _answer(self, key: str, path: str = "") -> int:
         with self._lock:
             self.counts["posts"] += 1
-            if path == self.refuse_path and self.refusing():
+            if path == REFUSED_PATH and self.refusing():
                 self.counts["forbidden"] += 1
                 return 403
             roll = self._rng.random()
-        if roll < self.failures:
-            with self._lock:
+            if roll < self.failures:
                 self.counts["refused"] += 1
-            return 503
-        if roll < self.failures + self.slow:
-            with self._lock:
+                return 503
+            slow = roll < self.failures + self.slow
+            if slow:
                 self.counts["slow"] += 1
+        if slow:
             time.sleep(self.slow_seconds)
         with self._lock:
             self.counts["accepted"] += 1
@@ -266,9 +223,6 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-# --- the simulator ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -299,14 +253,6 @@ class Config:
     staged_faults: bool = True  # False: healthy traffic only (see STAGED_KINDS)
 
 
-@dataclass
-class StripePayment:
-    """One payment's two Stripe events, kept so they can be delivered again later."""
-
-    events: list[dict[str, Any]]
-    sent_at: float
-
-
 class Simulator:
     def __init__(self, config: Config, write: Callable[[str], None] = print) -> None:
         self.config = config
@@ -320,24 +266,19 @@ class Simulator:
         self.tally: Counter[str] = Counter()
         self.transport = LocalOnlyTransport()
         self.http = httpx.Client(base_url=self.base_url, transport=self.transport, timeout=20.0)
-        self.idem = IdempotencyClient(
-            self.base_url, config.token, wait_seconds=0, transport=self.transport, max_in_progress_retries=0
-        )
-        self.receiver = Receiver(
-            config.receiver_port,
-            failures=config.receiver_failures,
-            slow=config.receiver_slow,
-            slow_seconds=config.receiver_slow_seconds,
-            refuse_seconds=config.receiver_refuse_seconds,
-            seed=None if config.seed is None else config.seed + 1,
-        )
+        self.idem = IdempotencyClient(self.base_url, config.token, wait_seconds=0, transport=self.transport,
+                                      max_in_progress_retries=0)
+        self.receiver = Receiver(config.receiver_port, failures=config.receiver_failures, slow=config.receiver_slow,
+                                 slow_seconds=config.receiver_slow_seconds,
+                                 refuse_seconds=config.receiver_refuse_seconds,
+                                 seed=None if config.seed is None else config.seed + 1)
         self._numbers = itertools.count(1)  # orders, invoices, payments: numbered in deal order
         self._sequence = itertools.count()  # tie-breaker of the follow-up heap
         self._lock = threading.Lock()
         self._later: list[tuple[float, int, str, Callable[[], None]]] = []
         self._last_said: dict[str, float] = {}
         self._hushed: Counter[str] = Counter()
-        self._stripe_sent: deque[StripePayment] = deque(maxlen=40)
+        self._stripe_sent: deque[tuple[list[dict[str, Any]], float]] = deque(maxlen=40)  # (events, sent at)
         self._shopify_sent: deque[tuple[bytes, dict[str, str], float]] = deque(maxlen=40)
         self._deck: list[str] = []
         self._stalled: set[str] = set()
@@ -357,8 +298,6 @@ class Simulator:
         if kind.startswith("shopify"):
             return bool(self.config.shopify_secret)
         return True
-
-    # --- bookkeeping ------------------------------------------------------------------------
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -429,8 +368,6 @@ class Simulator:
         if t["errors"] or t["busy"]:
             parts.append(f"{t['errors']} errors, {t['busy']} times all {self.config.max_in_flight} actions in flight (server busy)")
         return " | ".join(parts)
-
-    # --- running ----------------------------------------------------------------------------
 
     def stop(self) -> None:
         self.stopping.set()
@@ -557,8 +494,6 @@ class Simulator:
             self.rng.shuffle(self._deck)
         return self._deck.pop()
 
-    # --- agents: the JSON API ---------------------------------------------------------------
-
     def _request(self, n: int, rng: random.Random) -> dict[str, Any]:
         return {"order": n, "amount": rng.choice([900, 1500, 2500, 4200, 9900]), "currency": "eur"}
 
@@ -603,11 +538,8 @@ class Simulator:
         self.idem.complete(key, first.token, {"sent": True, "invoice": n})
         again = self.idem.claim(key, operation, request)
         self.count("replayed" if again.replayed else "claimed")
-        self.say(
-            "agent_timeout",
-            f"{agent}: timed out on {key} and retried while it ran -> 409 (Retry-After {retry_after} s); "
-            f"retried after it finished -> {again.outcome}",
-        )
+        self.say("agent_timeout", f"{agent}: timed out on {key} and retried while it ran -> 409 (Retry-After "
+                                  f"{retry_after} s); retried after it finished -> {again.outcome}")
 
     def _agent_crash(self, n: int, rng: random.Random) -> None:
         agent = self.agent(rng)
@@ -677,16 +609,13 @@ class Simulator:
         # A third of the failing keys fail on their first retry too: "keys failing repeatedly".
         failures = 2 if rng.random() < 1 / 3 else 1
 
-        def declined() -> None:
-            raise RuntimeError("card processor timed out")
-
         def attempt(tries: int) -> None:
             ran = []
 
             def work() -> dict[str, Any]:
                 ran.append(1)
                 if tries < failures:
-                    declined()
+                    raise RuntimeError("card processor timed out")
                 return {"charged": True}
 
             try:
@@ -745,19 +674,14 @@ class Simulator:
             self.count("came_back" if ran else "replayed")
             self.say("came_back", f"{agent}: came back for {key} after it was released -> ran it, completed")
 
-    # --- webhooks ---------------------------------------------------------------------------
-
     def _deliver(self, provider: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
-        reply = self.http.post(
-            f"/webhooks/{provider}/", content=body, headers={"Content-Type": "application/json", **headers}
-        )
+        reply = self.http.post(f"/webhooks/{provider}/", content=body,
+                               headers={"Content-Type": "application/json", **headers})
         self.count("webhook.deliveries")
         if reply.status_code != 200:
             self.count("webhook.rejected")
-            self.warn_once(
-                f"webhook-{reply.status_code}",
-                f"{provider} delivery answered {reply.status_code}: {reply.text[:200]}",
-            )
+            self.warn_once(f"webhook-{reply.status_code}", f"{provider} delivery answered {reply.status_code}: "
+                                                           f"{reply.text[:200]}")
             return {}
         data = reply.json()
         self.count("webhook.duplicates" if data.get("duplicate") else "webhook.stored")
@@ -788,7 +712,7 @@ class Simulator:
             events.reverse()
         for event in events:
             self._stripe_send(event)
-        self._remember(self._stripe_sent, StripePayment(events, time.monotonic()))
+        self._remember(self._stripe_sent, (events, time.monotonic()))
         order = "payment_intent.succeeded before checkout.session.completed" if out_of_order else "checkout.session.completed, payment_intent.succeeded"
         self.say("stripe_payment", f"stripe: payment {events[0]['data']['object']['id'].replace('cs_', 'pi_')}: {order}")
 
@@ -802,54 +726,39 @@ class Simulator:
             gate.wait(timeout=10)
             replies.append(self._stripe_send(event))
 
-        threads = [threading.Thread(target=one) for _ in range(times)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(times) as storm:
+            for _ in range(times):
+                storm.submit(one)
         stored = sum(1 for r in replies if r.get("received"))
-        self.say(
-            "stripe_storm",
-            f"stripe: retry storm, {event['id']} delivered {times} times at once -> {stored} stored, "
-            f"{sum(1 for r in replies if r.get('duplicate'))} duplicates",
-        )
+        self.say("stripe_storm", f"stripe: retry storm, {event['id']} delivered {times} times at once -> {stored} "
+                                 f"stored, {sum(1 for r in replies if r.get('duplicate'))} duplicates")
 
     def _stripe_redelivery(self, n: int, rng: random.Random) -> None:
         earlier = self._earlier(self._stripe_sent)
         if not earlier:
             return self._stripe_payment(n, rng)
-        old = rng.choice(earlier)
-        event = rng.choice(old.events)
-        reply = self._stripe_send(event)
-        self.say(
-            "stripe_redelivery",
-            f"stripe: redelivered {event['id']} from {time.monotonic() - old.sent_at:.0f} s ago, after newer events "
-            f"-> {'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})",
-        )
+        events, sent_at = rng.choice(earlier)
+        event = rng.choice(events)
+        self._said_redelivery("stripe_redelivery", f"stripe: redelivered {event['id']}", sent_at, self._stripe_send(event),
+                              ", after newer events")
+
+    def _said_redelivery(self, kind: str, what: str, sent_at: float, reply: dict[str, Any], late: str = "") -> None:
+        self.say(kind, f"{what} from {time.monotonic() - sent_at:.0f} s ago{late} -> "
+                       f"{'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})")
 
     def _shopify_send(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         signed = {**headers, "X-Shopify-Hmac-Sha256": shopify_signature(body, self.config.shopify_secret)}
         return self._deliver("shopify", body, signed)
 
     def _shopify_headers(self, topic: str, rng: random.Random) -> dict[str, str]:
-        return {
-            "X-Shopify-Topic": topic,
-            "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
-            "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))),
-            "X-Shopify-API-Version": "2025-01",
-        }
+        return {"X-Shopify-Topic": topic, "X-Shopify-Shop-Domain": "idemdash-demo.myshopify.com",
+                "X-Shopify-Webhook-Id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "X-Shopify-Event-Id": str(uuid.UUID(int=rng.getrandbits(128))), "X-Shopify-API-Version": "2025-01"}
 
     def _shopify_order(self, n: int, rng: random.Random) -> None:
         total = f"{rng.choice([19, 49, 89, 199])}.00"
-        order = {
-            **self._order,
-            "id": int(f"82{rng.getrandbits(40)}"),
-            "name": f"#{1000 + n}",
-            "order_number": 1000 + n,
-            "total_price": total,
-            "subtotal_price": total,
-        }
+        order = {**self._order, "id": int(f"82{rng.getrandbits(40)}"), "name": f"#{1000 + n}", "order_number": 1000 + n,
+                 "total_price": total, "subtotal_price": total}
         body = json.dumps(order).encode()
         headers = self._shopify_headers("orders/create", rng)
         self._shopify_send(body, headers)
@@ -861,12 +770,8 @@ class Simulator:
         if not earlier:
             return self._shopify_order(n, rng)
         body, headers, sent_at = rng.choice(earlier)
-        reply = self._shopify_send(body, headers)
-        self.say(
-            "shopify_redelivery",
-            f"shopify: redelivered webhook {headers['X-Shopify-Webhook-Id'][:8]}... from {time.monotonic() - sent_at:.0f} s ago "
-            f"-> {'duplicate' if reply.get('duplicate') else 'stored'} (deliveries {reply.get('deliveries', 1)})",
-        )
+        self._said_redelivery("shopify_redelivery", f"shopify: redelivered webhook {headers['X-Shopify-Webhook-Id'][:8]}...",
+                              sent_at, self._shopify_send(body, headers))
 
     def _shopify_refund(self, n: int, rng: random.Random) -> None:
         """A refund of an order sent earlier: its demo handler fails while the `refunds` demo
@@ -877,20 +782,14 @@ class Simulator:
         order_body, _, _ = rng.choice(earlier)
         order = json.loads(order_body)
         amount = order.get("total_price") or "19.00"
-        refund = {
-            "id": int(f"83{rng.getrandbits(40)}"),
-            "order_id": order["id"],
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "note": "customer returned the item",
-            "refund_line_items": [],
-            "transactions": [{"kind": "refund", "status": "success", "amount": amount, "currency": "EUR"}],
-        }
+        refund = {"id": int(f"83{rng.getrandbits(40)}"), "order_id": order["id"],
+                  "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": "customer returned the item",
+                  "refund_line_items": [],
+                  "transactions": [{"kind": "refund", "status": "success", "amount": amount, "currency": "EUR"}]}
         headers = self._shopify_headers("refunds/create", rng)
         self._shopify_send(json.dumps(refund).encode(), headers)
         self.count("webhook.refunds")
         self.say("shopify_refund", f"shopify: refunds/create for order {order.get('name')} ({amount} EUR)")
-
-    # --- the demo shop: a write route nothing protects ---------------------------------------
 
     def _refund(self, body: dict[str, Any]) -> str:
         reply = self.http.post(REFUND_PATH, json=body, headers={"Authorization": f"Bearer {self.config.token}"})
@@ -912,12 +811,9 @@ class Simulator:
 
         self.later(rng.uniform(1, 5), f"refund retry {n}", retry)
 
-    # --- outbox -----------------------------------------------------------------------------
-
-    def _enqueue(self, message: dict[str, Any]) -> httpx.Response:
-        reply = self.http.post(
-            "/api/v1/outbox", json=message, headers={"Authorization": f"Bearer {self.config.token}"}
-        )
+    def _enqueue(self, key: str, action: str, payload: dict[str, Any]) -> httpx.Response:
+        reply = self.http.post("/api/v1/outbox", json={"key": key, "action": action, "payload": payload},
+                               headers={"Authorization": f"Bearer {self.config.token}"})
         if reply.status_code in (200, 201):
             self.count("outbox.enqueued" if reply.status_code == 201 else "outbox.again")
         else:
@@ -930,37 +826,23 @@ class Simulator:
 
     def _outbox_post(self, n: int, rng: random.Random) -> None:
         key = self.key("notify", n)
-        message = {
-            "key": key,
-            "action": "http.post",
-            "payload": {"url": f"{self.receiver.url}/partner/orders", "json": {"order": n, "event": "paid"}},
-        }
-        reply = self._enqueue(message)
+        payload = {"url": f"{self.receiver.url}/partner/orders", "json": {"order": n, "event": "paid"}}
+        reply = self._enqueue(key, "http.post", payload)
         again = rng.random() < 0.25
         if again:  # the caller was not sure the first enqueue went through
-            self._enqueue(message)
-        self.say(
-            "outbox_post",
-            f"outbox: http.post {key} -> {reply.status_code}" + (", enqueued again with its key -> nothing added" if again else ""),
-        )
+            self._enqueue(key, "http.post", payload)
+        self.say("outbox_post", f"outbox: http.post {key} -> {reply.status_code}"
+                                + (", enqueued again with its key -> nothing added" if again else ""))
 
     def _outbox_invoice(self, n: int, rng: random.Random) -> None:
         key = self.key("invoice-copy", n)
-        reply = self._enqueue({
-            "key": key,
-            "action": "http.post",
-            "payload": {"url": f"{self.receiver.url}{REFUSED_PATH}", "json": {"invoice": n, "amount": rng.choice([900, 4200])}},
-        })
+        reply = self._enqueue(key, "http.post", {"url": f"{self.receiver.url}{REFUSED_PATH}",
+                                                 "json": {"invoice": n, "amount": rng.choice([900, 4200])}})
         refused = " (the partner refuses this path for now: it will go dead)" if self.receiver.refusing() else ""
         self.say("outbox_invoice", f"outbox: http.post {key} to {REFUSED_PATH} -> {reply.status_code}{refused}")
 
     def _outbox_email(self, n: int, rng: random.Random) -> None:
         key = self.key("receipt-email", n)
-        reply = self._enqueue(
-            {
-                "key": key,
-                "action": "email.send",
-                "payload": {"to": f"customer-{n}@example.test", "subject": f"Your order #{1000 + n}", "body": "Thanks!"},
-            }
-        )
+        reply = self._enqueue(key, "email.send", {"to": f"customer-{n}@example.test", "subject": f"Your order #{1000 + n}",
+                                                  "body": "Thanks!"})
         self.say("outbox_email", f"outbox: email.send {key} -> {reply.status_code}")

@@ -1,11 +1,9 @@
-"""The demo's webhook handlers, registered only where the devtools app is installed (by the
-webhooks app's discovery of `webhook_handlers` modules): a host that registers its own
-handler for any of these event types starts cleanly, and writes no demo rows.
+"""The demo's webhook handlers, registered only where the devtools app is installed, so that a
+host's own handlers for these event types start cleanly.
 
-A Stripe payment is fulfilled once, a Shopify order recorded once. Each is idempotent on
-the provider's object id by a unique insert (`_insert_once`), not by the event: Stripe
-announces one payment with both checkout.session.completed and payment_intent.succeeded,
-and an operator may reprocess an event."""
+A Stripe payment is fulfilled once, a Shopify order recorded once: each by a unique insert on
+the provider's object id (`_insert_once`), not on the event, as Stripe announces one payment
+with two events and an operator may reprocess an event."""
 
 from __future__ import annotations
 
@@ -40,39 +38,23 @@ def fulfil_checkout(event: WebhookEvent) -> None:
     payment_id = session.get("payment_intent") or session["id"]
     if isinstance(payment_id, dict):  # an expanded object
         payment_id = payment_id["id"]
-    _insert_once(
-        Fulfilment,
-        payment_id=payment_id,
-        amount=session.get("amount_total"),
-        currency=session.get("currency") or "",
-        source_event=event,
-    )
+    _insert_once(Fulfilment, payment_id=payment_id, amount=session.get("amount_total"),
+                 currency=session.get("currency") or "", source_event=event)
 
 
 @webhook_handler("stripe", "payment_intent.succeeded")
 def fulfil_payment(event: WebhookEvent) -> None:
     intent = _stripe_object(event)
-    _insert_once(
-        Fulfilment,
-        payment_id=intent["id"],
-        amount=intent.get("amount_received") or intent.get("amount"),
-        currency=intent.get("currency") or "",
-        source_event=event,
-    )
+    _insert_once(Fulfilment, payment_id=intent["id"], amount=intent.get("amount_received") or intent.get("amount"),
+                 currency=intent.get("currency") or "", source_event=event)
 
 
 @webhook_handler("shopify", "orders/create")
 def record_order(event: WebhookEvent) -> None:
     order = event.payload
-    _insert_once(
-        ShopifyOrder,
-        shop_domain=event.account,
-        order_id=str(order["id"]),
-        name=str(order.get("name") or "")[:64],
-        total_price=str(order.get("total_price") or "")[:32],
-        currency=str(order.get("currency") or "")[:8],
-        source_event=event,
-    )
+    _insert_once(ShopifyOrder, shop_domain=event.account, order_id=str(order["id"]),
+                 name=str(order.get("name") or "")[:64], total_price=str(order.get("total_price") or "")[:32],
+                 currency=str(order.get("currency") or "")[:8], source_event=event)
 
 
 @webhook_handler("shopify", "refunds/create")
@@ -85,13 +67,7 @@ def acknowledge_refund(event: WebhookEvent) -> None:
     refund = event.payload
     event.refer("shopify.order", str(refund["order_id"]))  # kept even when the handler fails
     demo.check(demo.REFUNDS)
-    outbox.enqueue(
-        "email.send",
-        {
-            "to": f"customer-{refund['order_id']}@example.com",
-            "subject": f"Your refund for order {refund['order_id']}",
-            "body": f"We have refunded your order {refund['order_id']} (refund {refund['id']}).",
-        },
-        demo.refund_confirmation_key(event.account, refund["id"]),
-        references=[("shopify.order", str(refund["order_id"]))],
-    )
+    outbox.enqueue("email.send", {
+        "to": f"customer-{refund['order_id']}@example.com", "subject": f"Your refund for order {refund['order_id']}",
+        "body": f"We have refunded your order {refund['order_id']} (refund {refund['id']}).",
+    }, demo.refund_confirmation_key(event.account, refund["id"]), references=[("shopify.order", str(refund["order_id"]))])

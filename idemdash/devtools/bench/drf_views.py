@@ -1,11 +1,9 @@
 """The DRF view that scenario 8 compares: unprotected, under idemdash, under drf-idempotency.
 
-The same APIView each time, with no authentication (as the scenario 1 views), so that the
-only difference between the variants is the idempotency layer. Each layer sits where it
-works: idemdash's inside the APIView, on the handler (docs/http-contract.md: Each kind of view);
-drf-idempotency's around `as_view()`, because below it (its documented `@api_view` order)
-it renders a Response DRF has not finalized yet and answers 500, then 409 to every retry.
-"""
+The same APIView each time, without authentication, so that only the layer differs. Each sits
+where it works: idemdash's on the handler (docs/http-contract.md: Each kind of view);
+drf-idempotency's around `as_view()`, as below it (its documented `@api_view` order) it renders
+a Response DRF has not finalized and answers 500, then 409 to every retry."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """`python -m idemdash.devtools.bench.inprocess`: the CPU each hot path costs in-process.
 
-Each path (bare, observed, claim, replay, floor, replay_ceiling, delivery, duplicate: see PATHS) runs
-through Django's test Client in one process, with no gunicorn, worker or network, so its
-ratios move less than `make bench`'s on a shared machine. Printed: the median over rounds of
-the CPU per request and its ratio to `bare`, for this process, for the database server's
-process serving it (when on this machine), and for the two together; then the in-process API
+Each path of PATHS runs through Django's test Client in one process, with no gunicorn, worker
+or network, so its ratios move less than `make bench`'s on a shared machine. Printed: the
+median CPU per request and its ratio to `bare`, for this process, for the database server's
+process serving it (when on this machine) and for both; then the in-process API
 (idemdash/devtools/bench/cputime.py:measure_run_once). `--breakdown` shows instead where a
 protected request's CPU goes. To compare two checkouts, run each alternately against its own
 database (docs/benchmarks/2026-11-24-issue-13-before-after.md)."""
@@ -15,16 +14,16 @@ import argparse
 import collections
 import contextlib
 import functools
-import importlib
 import json
 import os
-import secrets
+import pkgutil
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
 
@@ -75,10 +74,10 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     machine), and of both ("both"). This process's CPU is `time.process_time()`."""
     from django.test import Client
 
-    from idemdash.devtools.bench.runner import BENCH_ENDPOINT, bench_webhook_endpoint, stripe_delivery
-
-    secret = bench_webhook_endpoint()
+    from idemdash.devtools.bench.runner import BENCH_ENDPOINT, payment_delivery, webhook_endpoint
     from receipts import observe
+
+    secret = webhook_endpoint()
 
     client = Client()
     insert, observed = _inserter(client), _inserter(_observing_client())
@@ -91,7 +90,7 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
     def deliveries(prefix: str, keys: int | None = None) -> list[tuple[bytes, dict[str, str]]]:
         # Signed before the clock starts: signing is the provider's cost, not ours.
-        return [stripe_delivery(secret, f"evt_{prefix}_{n % keys if keys else n}", n) for n in range(requests)]
+        return [payment_delivery(secret, f"evt_{prefix}_{n % keys if keys else n}", n) for n in range(requests)]
 
     def deliver(delivery: tuple[bytes, dict[str, str]]) -> None:
         body, headers = delivery
@@ -129,13 +128,13 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             for path in PATHS}
 
 
-# The parts of a protected request --breakdown times: (name, module, attribute path), each
-# wrapped where it is looked up when called, so every call is counted.
+# The parts of a protected request --breakdown times: (name, dotted path), each wrapped where
+# it is looked up when called, so every call is counted.
 PARTS = (
-    ("view's insert", "idemdash.devtools.bench.views", "_insert"),
-    ("claim", "receipts.store", "claim"),
-    ("completion", "receipts.store", "complete"),
-    ("COMMIT", "django.db.backends.base.base", "BaseDatabaseWrapper._commit"),
+    ("view's insert", "idemdash.devtools.bench.views._insert"),
+    ("claim", "receipts.store.claim"),
+    ("completion", "receipts.store.complete"),
+    ("COMMIT", "django.db.backends.base.base.BaseDatabaseWrapper._commit"),
 )
 # Each path --breakdown measures, and the bench view it posts to (bare without a key).
 BREAKDOWN_PATHS = {"bare": "insert/bare", "claim": "insert/protected"}
@@ -158,20 +157,10 @@ def _counted(original: Callable, name: str, spent: dict[str, float]) -> Callable
 @contextlib.contextmanager
 def _counting(spent: dict[str, float]) -> Iterator[None]:
     """While open, each of PARTS adds the process time of its calls to spent[name]."""
-    originals = []
-    for name, module, attribute in PARTS:
-        owner = importlib.import_module(module)
-        *outer, leaf = attribute.split(".")
-        for step in outer:
-            owner = getattr(owner, step)
-        original = getattr(owner, leaf)
-        setattr(owner, leaf, _counted(original, name, spent))
-        originals.append((owner, leaf, original))
-    try:
+    with contextlib.ExitStack() as patches:
+        for name, target in PARTS:
+            patches.enter_context(mock.patch(target, _counted(pkgutil.resolve_name(target), name, spent)))
         yield
-    finally:
-        for owner, leaf, original in originals:
-            setattr(owner, leaf, original)
 
 
 def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
@@ -217,14 +206,13 @@ def database_process_cpu() -> Callable[[], float] | None:
             return None  # another machine's pid, which is some other process here
     except OSError:
         return None
-    tick = os.sysconf("SC_CLK_TCK")
+    from idemdash.devtools.bench.servers import cpu_by_pid
 
     def on_cpu() -> float:  # the nanoseconds it has run on a CPU (the scheduler's own count)
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
     def ticks() -> float:  # utime + stime, in clock ticks (10 ms): a kernel without schedstat
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
+        return cpu_by_pid([pid])[pid]
 
     try:
         on_cpu()
@@ -243,16 +231,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where a protected request's CPU goes in this process, part by part, instead")
     args = parser.parse_args(argv)
 
-    from idemdash.devtools.bench.__main__ import DEFAULT_DATABASE_URL, ensure_database
+    from idemdash.devtools.bench.servers import start_django
 
-    os.environ.setdefault("DATABASE_URL", DEFAULT_DATABASE_URL.replace("idemdash_bench", "idemdash_inprocess"))
-    ensure_database(os.environ["DATABASE_URL"])
-    os.environ["DJANGO_SETTINGS_MODULE"] = "idemdash.devtools.bench.settings"
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # as `make bench` does
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")  # the test Client's host
-    import django
-
-    django.setup()
+    start_django("postgres://postgres@127.0.0.1:5432/idemdash_inprocess")
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)

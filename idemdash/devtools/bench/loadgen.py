@@ -13,6 +13,7 @@ import math
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,10 +28,11 @@ class LoadResult:
     name: str
     latencies: list[float] = field(default_factory=list)  # seconds, successful requests only
     errors: int = 0
-    statuses: dict[int, int] = field(default_factory=dict)
+    statuses: Counter[int] = field(default_factory=Counter)
     elapsed: float = 0.0
     # CPU seconds each part of the system used during the run (see `cpu_probe`).
     cpu: dict[str, float] = field(default_factory=dict)
+    first_error: str = ""
 
     @property
     def count(self) -> int:
@@ -89,12 +91,10 @@ def run_load(
     sequence = itertools.count()  # next() on it is atomic under the GIL
     lock = threading.Lock()
     deadline = time.monotonic() + time_limit
-    first_error: list[str] = []
 
     def client_loop() -> None:
         latencies: list[float] = []
-        statuses: dict[int, int] = {}
-        errors = 0
+        statuses: Counter[int] = Counter()
         with httpx.Client(base_url=base_url, timeout=30.0) as client:
             while time.monotonic() < deadline:
                 n = next(sequence)
@@ -104,23 +104,20 @@ def run_load(
                 try:
                     response = request(client, n)
                 except httpx.HTTPError as exc:
-                    errors += 1
-                    if not first_error:
-                        first_error.append(repr(exc))
-                    continue
-                took = time.perf_counter() - started
-                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
-                if ok(response):
-                    latencies.append(took)
+                    error = repr(exc)
                 else:
-                    errors += 1
-                    if not first_error:
-                        first_error.append(f"{response.status_code}: {response.text[:300]}")
+                    took = time.perf_counter() - started
+                    statuses[response.status_code] += 1
+                    if ok(response):
+                        latencies.append(took)
+                        continue
+                    error = f"{response.status_code}: {response.text[:300]}"
+                with lock:
+                    result.errors += 1
+                    result.first_error = result.first_error or error
         with lock:
             result.latencies.extend(latencies)
-            result.errors += errors
-            for status, count in statuses.items():
-                result.statuses[status] = result.statuses.get(status, 0) + count
+            result.statuses.update(statuses)
 
     threads = [threading.Thread(target=client_loop, name=f"{name}-{i}") for i in range(clients)]
     cpu_before = {"client": {0: time.process_time()}, **(cpu_probe() if cpu_probe else {})}
@@ -135,8 +132,6 @@ def run_load(
         part: sum(used - before.get(pid, used) for pid, used in cpu_after.get(part, {}).items())
         for part, before in cpu_before.items()
     }
-    if first_error:
-        result.first_error = first_error[0]  # type: ignore[attr-defined]
     return result
 
 
@@ -166,9 +161,6 @@ class Comparison:
         parts = per_round[0].keys() if per_round else ()
         return {part: statistics.median(p[part] for p in per_round if part in p) for part in parts}
 
-    def errors(self) -> int:
-        return sum(res.errors for r in self.rounds for res in r.values())
-
     def summary(self) -> list[dict]:
         return [{name: res.summary() for name, res in r.items()} for r in self.rounds]
 
@@ -179,20 +171,11 @@ def _metric(result: LoadResult, metric: str) -> float:
     return result.percentile(float(metric.lstrip("p")))
 
 
-def compare(
-    variants: dict[str, Callable[[int], LoadResult]],
-    rounds: int,
-    between: Callable[[], None] | None = None,
-) -> Comparison:
+def compare(variants: dict[str, Callable[[int], LoadResult]], rounds: int) -> Comparison:
     """`variants[name](round)` runs one measured load; the order flips every round."""
     names = list(variants)
     comparison = Comparison()
     for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        results = {}
-        for name in order:
-            if between is not None:
-                between()
-            results[name] = variants[name](r)
+        results = {name: variants[name](r) for name in (names if r % 2 == 0 else names[::-1])}
         comparison.rounds.append({name: results[name] for name in names})
     return comparison

@@ -1,12 +1,10 @@
 """Scenario 13's prototype: receipts past one table (docs/architecture.md, "Past one table").
 
-A unique index on a time-partitioned PostgreSQL table must include the partition key, so
-the design splits the receipt in three, in a schema of its own (SCHEMA), with raw SQL
-(`create`): `claims`, hash-partitioned by its primary key (scope, key), so uniqueness holds
-across partitions; `attempts` and `bodies`, range-partitioned by day, so retention drops a
-day's partition whole. `claims_single`, `attempts_single` and `bodies_single` are the same
-tables unpartitioned, so that the scenario can tell what partitioning itself costs. The load
-runs in OS processes (`Racers`), beside the product's own claim (receipts.store.claim)."""
+A unique index on a partitioned table must include the partition key, so the receipt is split
+in three (`create`): `claims`, hash-partitioned by (scope, key), so uniqueness holds across
+partitions; `attempts` and `bodies`, range-partitioned by day, so retention drops a day whole.
+The `_single` twins are the same tables unpartitioned, to tell what partitioning itself
+costs. The load runs in OS processes (`Racers`), beside receipts.store.claim."""
 
 from __future__ import annotations
 
@@ -27,60 +25,39 @@ DAYS = 3  # today, yesterday and the day before: retention drops the oldest
 PRODUCT_SCOPE = "bench"  # the bench view's scope, which every run starts by deleting
 
 
+# Each table's columns, how it is partitioned and its other indexes: `attempts` and `bodies` are
+# found from a claim by (scope, key) within its day, and listed by age.
+TABLES = {
+    "claims": ("scope text NOT NULL, key text NOT NULL, status text NOT NULL, fencing_token bigint NOT NULL, "
+               "fingerprint text NOT NULL, lease_expires_at timestamptz, expires_at timestamptz, "
+               "attempt_day date NOT NULL, PRIMARY KEY (scope, key)", "HASH (scope, key)", ["expires_at"]),
+    "attempts": ("scope text NOT NULL, key text NOT NULL, outcome text NOT NULL, fencing_token bigint, "
+                 "fingerprint text NOT NULL, created_at timestamptz NOT NULL", "RANGE (created_at)",
+                 ["scope, key", "created_at"]),
+    "bodies": ("scope text NOT NULL, key text NOT NULL, request jsonb, response jsonb, created_at timestamptz NOT NULL",
+               "RANGE (created_at)", ["scope, key", "created_at"]),
+}
+
+
 def days_back(today: date, n: int = DAYS) -> list[date]:
     return [today - timedelta(days=i) for i in range(n)]
 
 
 def create(conn: psycopg.Connection, today: date, schema: str = SCHEMA) -> None:
-    """(Re)create the schema: the partitioned tables with a partition per day of
-    `days_back(today)` and their unpartitioned twins. `claims` holds the claim state only
-    (status, fencing token, fingerprint, lease, expiry, and the day of the attempt's rows);
-    `attempts` and `bodies` have no unique index across days and are found from a claim by
-    (scope, key, day)."""
+    """(Re)create the schema: the partitioned tables, a partition per day of `days_back(today)`,
+    and their unpartitioned twins. `attempts` and `bodies` have no unique index across days and
+    are found from a claim by (scope, key, day)."""
     s = sql.Identifier(schema)
     with conn.transaction():
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(s))
         for suffix, partitioned in (("", True), ("_single", False)):
-            by_key = sql.SQL(" PARTITION BY HASH (scope, key)") if partitioned else sql.SQL("")
-            by_day = sql.SQL(" PARTITION BY RANGE (created_at)") if partitioned else sql.SQL("")
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{claims} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    status text NOT NULL,
-                    fencing_token bigint NOT NULL,
-                    fingerprint text NOT NULL,
-                    lease_expires_at timestamptz,
-                    expires_at timestamptz,
-                    attempt_day date NOT NULL,
-                    PRIMARY KEY (scope, key)
-                ){by_key}""").format(s=s, claims=sql.Identifier(f"claims{suffix}"), by_key=by_key))
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{attempts} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    outcome text NOT NULL,
-                    fencing_token bigint,
-                    fingerprint text NOT NULL,
-                    created_at timestamptz NOT NULL
-                ){by_day}""").format(s=s, attempts=sql.Identifier(f"attempts{suffix}"), by_day=by_day))
-            conn.execute(sql.SQL("""
-                CREATE TABLE {s}.{bodies} (
-                    scope text NOT NULL,
-                    key text NOT NULL,
-                    request jsonb,
-                    response jsonb,
-                    created_at timestamptz NOT NULL
-                ){by_day}""").format(s=s, bodies=sql.Identifier(f"bodies{suffix}"), by_day=by_day))
-            # Found from a claim by (scope, key) within its day; the dashboard's lists by age.
-            for table in ("attempts", "bodies"):
-                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (scope, key)").format(
-                    s=s, t=sql.Identifier(f"{table}{suffix}")))
-                conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (created_at)").format(
-                    s=s, t=sql.Identifier(f"{table}{suffix}")))
-            conn.execute(sql.SQL("CREATE INDEX ON {s}.{t} (expires_at)").format(
-                s=s, t=sql.Identifier(f"claims{suffix}")))
+            for table, (columns, partition_by, indexes) in TABLES.items():
+                t = sql.Identifier(schema, table + suffix)
+                by = sql.SQL(f" PARTITION BY {partition_by}" if partitioned else "")
+                conn.execute(sql.SQL("CREATE TABLE {t} ({columns}){by}").format(t=t, columns=sql.SQL(columns), by=by))
+                for index in indexes:
+                    conn.execute(sql.SQL("CREATE INDEX ON {t} ({index})").format(t=t, index=sql.SQL(index)))
         for n in range(CLAIM_PARTITIONS):
             conn.execute(sql.SQL(
                 "CREATE TABLE {s}.{p} PARTITION OF {s}.claims FOR VALUES WITH (MODULUS {m}, REMAINDER {r})"
@@ -94,8 +71,7 @@ def day_partition(table: str, day: date) -> str:
 
 
 def add_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
-    """The day's partitions of `attempts` and `bodies` (made ahead of the day in production,
-    by the daily schedule that also drops the oldest)."""
+    """The day's partitions of `attempts` and `bodies` (in production made ahead of the day)."""
     start = datetime.combine(day, dt_time(), dt_timezone.utc)
     for table in ("attempts", "bodies"):
         conn.execute(sql.SQL("CREATE TABLE {s}.{p} PARTITION OF {s}.{t} FOR VALUES FROM ({a}) TO ({b})").format(
@@ -104,8 +80,7 @@ def add_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
 
 
 def drop_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
-    """Retention of a day's attempts and bodies: detach, then drop, each partition. Detaching
-    first keeps the parent's lock short; the drop is a file unlink, whatever the rows."""
+    """Retention of a day: detach (the parent's lock stays short), then drop, each partition."""
     with conn.transaction():
         for table in ("attempts", "bodies"):
             part = sql.Identifier(schema, day_partition(table, day))
@@ -115,12 +90,10 @@ def drop_day(conn: psycopg.Connection, day: date, schema: str = SCHEMA) -> None:
 
 
 def claim_sql(suffix: str = "", schema: str = SCHEMA) -> sql.Composed:
-    """One statement: the claim row if the key is new, and only then its attempt and body
-    rows (today's partitions, routed by created_at). Parameters: scope, key, fingerprint,
-    lease seconds, expiry seconds, request (JSON text), now. Returns the fencing token, or no
-    row when the key was already claimed. Commits without waiting for its WAL flush, as the
-    product's claim does outside a caller's transaction (docs/receipt-store.md explains why
-    that is safe), so both are measured alike."""
+    """One statement: the claim row if the key is new, and only then its attempt and body rows.
+    Returns the fencing token, or no row when the key was taken. Commits without waiting for
+    its WAL flush, as the product's claim does outside a caller's transaction
+    (docs/receipt-store.md), so both are measured alike."""
     t = {name: sql.Identifier(schema, f"{name}{suffix}") for name in ("claims", "attempts", "bodies")}
     return sql.SQL("""
         WITH arg AS (
@@ -154,14 +127,11 @@ def claim(conn: psycopg.Connection, statement: sql.Composed, scope: str, key: st
     return None if row is None else row[0]
 
 
-# --- The racing processes -------------------------------------------------------------------------
-
 VARIANTS = ("product", "single", "partitioned")
 
 
 def _product_claim() -> Any:
-    """receipts.store.claim in this process: Django is set up on first use (the bench's
-    settings, inherited through the environment)."""
+    """receipts.store.claim in this process, Django set up on first use (settings inherited)."""
     import django
 
     django.setup()
@@ -212,8 +182,7 @@ class Round:
 
 
 class Racers:
-    """`processes` OS processes, each with its own connection, started once (spawned, so no
-    connection or lock is inherited) and given one job per round."""
+    """OS processes with a connection each, spawned once (nothing inherited), a job per round."""
 
     def __init__(self, conninfo: str, processes: int, schema: str = SCHEMA) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -229,8 +198,7 @@ class Racers:
                 raise RuntimeError("a racing process did not start")
 
     def run(self, variant: str, keys: list[list[str]], time_limit: float) -> Round:
-        """Each process claims its list of keys (lists may overlap: a race), all from the same
-        instant, until done or `time_limit` runs out."""
+        """Each process claims its list of keys, all from the same instant, until `time_limit`."""
         start_at = time.time() + 0.3
         for pipe, mine in zip(self.pipes, keys, strict=True):
             pipe.send((variant, mine, start_at, start_at + time_limit))
@@ -254,8 +222,7 @@ class Racers:
 
 def measure_claims(conninfo: str, *, processes: int, per_process: int, rounds: int, time_limit: float,
                    run_id: str) -> dict[str, list[Round]]:
-    """VARIANTS side by side, alternating within each round (the order turns each round, so
-    that a noisy stretch hits each alike); every claim takes a fresh key."""
+    """VARIANTS side by side, the order turning each round; every claim takes a fresh key."""
     racers = Racers(conninfo, processes)
     measured: dict[str, list[Round]] = {v: [] for v in VARIANTS}
     try:
@@ -270,12 +237,8 @@ def measure_claims(conninfo: str, *, processes: int, per_process: int, rounds: i
     return measured
 
 
-# --- Retention --------------------------------------------------------------------------------------
-
-
 def fill_day(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> None:
-    """`rows` claims of `day`, each with its attempt and body row, in both layouts (the same
-    rows), as a day of traffic leaves them."""
+    """`rows` claims of `day`, each with its attempt and body row, in both layouts."""
     start = datetime.combine(day, dt_time(), dt_timezone.utc)
     s = sql.Identifier(schema)
     with conn.transaction():
@@ -305,9 +268,8 @@ def fill_day(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEM
 
 
 def measure_retention(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> dict[str, float]:
-    """Seconds to remove a day's attempts and bodies by DELETE from the unpartitioned tables
-    and by dropping the day's partitions; and the claims' own purge, which stays a DELETE
-    (the claim table is partitioned by key, not by day), per row."""
+    """Seconds to remove a day's attempts and bodies by DELETE (unpartitioned) and by dropping its
+    partitions; and the claims' own purge, a DELETE still (they are partitioned by key)."""
     fill_day(conn, day, rows, schema)
     start = datetime.combine(day, dt_time(), dt_timezone.utc)
     s = sql.Identifier(schema)
@@ -329,8 +291,7 @@ def measure_retention(conn: psycopg.Connection, day: date, rows: int, schema: st
 
 
 def conninfo_from_django(settings_dict: dict[str, Any]) -> str:
-    """A libpq connection string for Django's database settings (the racers connect on their
-    own, without Django)."""
+    """A libpq connection string for Django's database settings (the racers do without Django)."""
     parts = {"dbname": settings_dict["NAME"], "user": settings_dict.get("USER"),
              "password": settings_dict.get("PASSWORD"), "host": settings_dict.get("HOST"),
              "port": settings_dict.get("PORT")}

@@ -15,8 +15,7 @@ import time
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--budget", type=float, default=None,
+    parser.add_argument("--budget", type=float, required=True,
                         help="stop taking new batches after this many seconds (the rate is what was deleted)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "idemdash.devtools.bench.settings")
@@ -30,14 +29,14 @@ def main() -> int:
     from receipts.conf import setting
 
     purger = next(p for p in retention.PURGERS if p.name == "receipts.expired")
-    batch_size = args.batch_size or setting("RECEIPTS_RETENTION_BATCH_SIZE")
+    batch_size = setting("RECEIPTS_RETENTION_BATCH_SIZE")
     now = timezone.now()
     started = time.perf_counter()
     deleted = archived = batches = 0
     finished = False
     # A few batches at a time, so that a time budget can stop a purge of a large backlog;
     # each batch is the same short transaction the hourly purge runs.
-    while args.budget is None or time.perf_counter() - started < args.budget:
+    while time.perf_counter() - started < args.budget:
         result = purge_batches(purger, now, batch_size=batch_size, max_batches=5)
         deleted, archived, batches = deleted + result.deleted, archived + result.archived, batches + result.batches
         if result.batches < 5 or result.deleted < 5 * batch_size:

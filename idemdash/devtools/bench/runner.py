@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import hmac
 import importlib.util
 import json
 import os
@@ -30,9 +28,10 @@ from typing import Any
 
 import httpx
 import psycopg
+import stripe
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from idemdash.devtools import seeding
 from idemdash.devtools.bench import loadgen, servers
@@ -69,9 +68,8 @@ QUICK = Sizes(rounds=2, requests=150, time_limit=8, receipts=5_000, events=5_000
 
 
 def at_scale(sizes: Sizes, receipts: int) -> Sizes:
-    """The full sizes with `receipts` receipts (10 M for issue 23) seeded by SQL, a tenth of
-    them expired: the purge's backlog comes with them, none is seeded apart. Events and outbox
-    messages are not topped up (the search finds what is present of them)."""
+    """The full sizes with `receipts` receipts seeded by SQL, a tenth of them expired (the
+    purge's backlog); events and outbox messages are not topped up."""
     return dataclasses.replace(sizes, receipts=receipts, purge_receipts=receipts // 10, sql_seed=True,
                                events=0, outbox=0)
 
@@ -85,6 +83,10 @@ class Bench:
     details: dict[str, Any] = field(default_factory=dict)
     loads: list[tuple[int, float, str]] = field(default_factory=list)  # (rows, seconds, what) per bulk load
     running: dict[str, servers.Process] = field(default_factory=dict)  # "web", "qcluster", "web observed"
+
+    @property
+    def replay_keys(self) -> int:
+        return min(500, self.sizes.requests)
 
     def cpu_probe(self) -> dict[str, dict[int, float]]:
         """CPU seconds used so far by each process of the web workers, the qcluster and
@@ -100,8 +102,14 @@ class Bench:
         kw.setdefault("cpu_probe", self.cpu_probe)
         result = loadgen.run_load(name, base_url or self.base_url, request, clients=CLIENTS, **kw)
         if result.errors:
-            print(f"  ! {name}: {result.errors} errors, first: {getattr(result, 'first_error', '?')}", flush=True)
+            print(f"  ! {name}: {result.errors} errors, first: {result.first_error}", flush=True)
         return result
+
+    def complete_keys(self, name: str, request: loadgen.Request) -> None:
+        """The `replay_keys` first requests, every one answered: what the replays repeat."""
+        done = self.load(name, request, max_requests=self.replay_keys, time_limit=120)
+        if done.count != self.replay_keys:
+            raise RuntimeError(f"{name} completed {done.count} of {self.replay_keys} keys")
 
     def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
         self.details.setdefault("rounds", {})[scenario] = comparison.summary()
@@ -116,9 +124,9 @@ class Bench:
             }
 
     def cpu_figures(self, scenario: str, comparison: loadgen.Comparison, prefix: str) -> list[Figure]:
-        """Where each variant's CPU went, per request: the client (this load generator), the
-        web workers, the qcluster and PostgreSQL, all sharing the machine's cores. When the
-        cores are saturated, throughput ratios follow these totals."""
+        """Where each variant's CPU went, per request: the client, the web workers, the
+        qcluster and PostgreSQL, all sharing the machine's cores (when they are saturated,
+        throughput ratios follow these totals)."""
         figures = []
         for i, name in enumerate(comparison.rounds[0]):
             parts = comparison.cpu_ms(name)
@@ -128,43 +136,27 @@ class Bench:
         return figures
 
 
-# --- Requests ----------------------------------------------------------------------------------
-
-
 # The bare insert's route as the observer notes it (request.resolver_match.route).
 BARE_ROUTE = "bench/insert/bare/"
+PROTECTED = "/bench/insert/protected/"
 
 
-def bare_insert(client: httpx.Client, n: int) -> httpx.Response:
-    return client.post("/" + BARE_ROUTE, json={"n": n})
-
-
-def distinct_bare_insert(tag: str) -> loadgen.Request:
-    """The bare insert with a body no other request of the run sends: to the observer, never
-    a would-be duplicate (bare_insert's bodies repeat from one load to the next)."""
+def posting(path: str, key_prefix: str | None = None, keys: int | None = None, tag: str = "") -> loadgen.Request:
+    """POSTs {"n": n} to `path`: under the Idempotency-Key `<key_prefix>-<n>` if given; with
+    `keys`, n cycles through that many; with `tag` in the body, a body no other load sends."""
     def request(client: httpx.Client, n: int) -> httpx.Response:
-        return client.post("/" + BARE_ROUTE, json={"n": n, "tag": tag})
+        k = n % keys if keys else n
+        headers = {"Idempotency-Key": f"{key_prefix}-{k}"} if key_prefix else {}
+        return client.post(path, json={"n": k, "tag": tag} if tag else {"n": k}, headers=headers)
     return request
 
 
-def protected_insert(prefix: str, path: str = "/bench/insert/protected/") -> loadgen.Request:
-    def request(client: httpx.Client, n: int) -> httpx.Response:
-        return client.post(path, json={"n": n}, headers={"Idempotency-Key": f"{prefix}-{n}"})
-    return request
-
-
-def replay_insert(prefix: str, keys: int, path: str = "/bench/insert/protected/") -> loadgen.Request:
-    def request(client: httpx.Client, n: int) -> httpx.Response:
-        k = n % keys
-        return client.post(path, json={"n": k}, headers={"Idempotency-Key": f"{prefix}-{k}"})
-    return request
+bare_insert = posting("/" + BARE_ROUTE)
 
 
 def _replayed(response: httpx.Response) -> bool:
     return response.status_code == 201 and response.headers.get("Idempotent-Replayed") == "true"
 
-
-# --- Scenarios ----------------------------------------------------------------------------------
 
 S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14 = (
     "1 claim overhead", "2 replay", "3 claim API", "4 webhook ingest", "5 dashboard at scale",
@@ -186,12 +178,12 @@ def load_figures(scenario: str, comparison: loadgen.Comparison, variants: dict[s
 
 def claim_overhead(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-fresh"
+    bare, prot = "bare insert", "protected insert (fresh keys)"
     comparison = loadgen.compare({
-        "bare insert": lambda r: b.load("bare insert", bare_insert),
-        "protected insert (fresh keys)": lambda r: b.load("protected insert", protected_insert(f"{prefix}-{r}")),
+        bare: lambda r: b.load(bare, bare_insert),
+        prot: lambda r: b.load("protected insert", posting(PROTECTED, f"{prefix}-{r}")),
     }, b.sizes.rounds)
     b.record(S1, comparison)
-    bare, prot = "bare insert", "protected insert (fresh keys)"
     return [
         Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
         *load_figures(S1, comparison, {bare: ("claim.bare_", "unprotected"), prot: ("claim.protected_", "protected")}),
@@ -200,17 +192,14 @@ def claim_overhead(b: Bench) -> list[Figure]:
 
 
 def replay(b: Bench) -> list[Figure]:
-    keys = min(500, b.sizes.requests)
     prefix = f"bench-{b.run_id}-replay"
-    first = b.load("replay setup", protected_insert(prefix), max_requests=keys, time_limit=120)
-    if first.count != keys:
-        raise RuntimeError(f"replay setup completed {first.count} of {keys} keys")
+    b.complete_keys("replay setup", posting(PROTECTED, prefix))
+    bare, rep = "bare insert", "replay of completed keys"
     comparison = loadgen.compare({
-        "bare insert": lambda r: b.load("bare insert", bare_insert),
-        "replay of completed keys": lambda r: b.load("replay", replay_insert(prefix, keys), ok=_replayed),
+        bare: lambda r: b.load(bare, bare_insert),
+        rep: lambda r: b.load("replay", posting(PROTECTED, prefix, b.replay_keys), ok=_replayed),
     }, b.sizes.rounds)
     b.record(S2, comparison)
-    bare, rep = "bare insert", "replay of completed keys"
     return [
         Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
         *load_figures(S2, comparison, {rep: ("replay.", "replay")}),
@@ -226,32 +215,19 @@ DRF_LAYERS = {"idemdash": "/bench/drf/idemdash/"} | (
 )
 
 
-def drf_request(path: str, prefix: str | None = None, keys: int | None = None) -> loadgen.Request:
-    """A POST to one of the DRF views: with fresh keys, or cycling through `keys` keys."""
-    def request(client: httpx.Client, n: int) -> httpx.Response:
-        k = n % keys if keys else n
-        headers = {"Idempotency-Key": f"{prefix}-{k}"} if prefix else {}
-        return client.post(path, json={"n": k}, headers=headers)
-    return request
-
-
 def drf_view(b: Bench) -> list[Figure]:
     """The same DRF view unprotected, under idemdash and under drf-idempotency: fresh keys,
     then replays of completed keys, each against the unprotected view in the same rounds."""
-    bare = "DRF unprotected"
-    keys = min(500, b.sizes.requests)
-    bare_again = "DRF unprotected, replay rounds"
-    fresh = {bare: lambda r: b.load(bare, drf_request("/bench/drf/unprotected/"))}
-    replays = {bare_again: lambda r: b.load(bare_again, drf_request("/bench/drf/unprotected/"))}
+    bare, bare_again = "DRF unprotected", "DRF unprotected, replay rounds"
+    fresh = {bare: lambda r: b.load(bare, posting("/bench/drf/unprotected/"))}
+    replays = {bare_again: lambda r: b.load(bare_again, posting("/bench/drf/unprotected/"))}
     for layer, path in DRF_LAYERS.items():
         prefix = f"bench-{b.run_id}-drf-{layer}"
         fresh[f"{layer} fresh"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} fresh", drf_request(path, f"{prefix}-{r}"))
-        first = b.load(f"{layer} replay setup", drf_request(path, f"{prefix}-replay"), max_requests=keys, time_limit=120)
-        if first.count != keys:
-            raise RuntimeError(f"{layer} replay setup completed {first.count} of {keys} keys")
+            f"{layer} fresh", posting(path, f"{prefix}-{r}"))
+        b.complete_keys(f"{layer} replay setup", posting(path, f"{prefix}-replay"))
         replays[f"{layer} replay"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} replay", drf_request(path, f"{prefix}-replay", keys), ok=_replayed)
+            f"{layer} replay", posting(path, f"{prefix}-replay", b.replay_keys), ok=_replayed)
     fresh_runs = loadgen.compare(fresh, b.sizes.rounds)
     replay_runs = loadgen.compare(replays, b.sizes.rounds)
     b.record(S8 + " fresh keys", fresh_runs)
@@ -310,9 +286,8 @@ def claim_api(b: Bench) -> list[Figure]:
 
 
 def inprocess_run_once(b: Bench) -> list[Figure]:
-    """receipts.run_once in this process beside the ORM insert it wraps (the claim API's
-    round trips, scenario 3, are the same intent over HTTP): CPU per call, medians over the
-    rounds (idemdash/devtools/bench/cputime.py:measure_run_once)."""
+    """receipts.run_once in this process beside the ORM insert it wraps: CPU per call, medians
+    over the rounds (idemdash/devtools/bench/cputime.py:measure_run_once)."""
     from idemdash.devtools.bench.cputime import measure_run_once
 
     cpu = measure_run_once(calls=b.sizes.requests // 2, rounds=b.sizes.rounds)
@@ -325,40 +300,26 @@ def inprocess_run_once(b: Bench) -> list[Figure]:
     ]
 
 
-def floor_insert(client: httpx.Client, n: int) -> httpx.Response:
-    return client.post("/bench/insert/floor/", json={"n": n})
-
-
-def ceiling_replay(client: httpx.Client, n: int) -> httpx.Response:
-    return client.post("/bench/replay/ceiling/", json={"n": n}, headers={"Idempotency-Key": f"ceiling-{n}"})
-
-
 def floor_and_ceiling(b: Bench) -> list[Figure]:
-    """The protected insert with fresh keys beside the bare insert and the floor
-    (views.insert_floor: a transaction and two trivial statements where the claim and the
-    completion would be, which no design claiming before the view and completing after it
-    avoids), in alternating rounds; then replays of completed keys beside the bare insert and
-    the replay ceiling (views.replay_ceiling: one trivial statement and the answer, the most any
-    replay from the database could gain over running the view)."""
+    """Fresh keys beside the bare insert and the floor (views.insert_floor), then replays
+    beside the bare insert and the replay ceiling (views.replay_ceiling), in alternating
+    rounds: how far the protection is from the least any protection could cost."""
     prefix = f"bench-{b.run_id}-floor"
     bare, protected = "bare insert", "protected (fresh keys)"
     floor = "floor (a transaction, two trivial statements)"
     fresh = loadgen.compare({
         bare: lambda r: b.load(bare, bare_insert),
-        protected: lambda r: b.load(protected, protected_insert(f"{prefix}-fresh-{r}")),
-        floor: lambda r: b.load(floor, floor_insert),
+        protected: lambda r: b.load(protected, posting(PROTECTED, f"{prefix}-fresh-{r}")),
+        floor: lambda r: b.load(floor, posting("/bench/insert/floor/")),
     }, b.sizes.rounds)
     b.record(S12, fresh)
-    keys = min(500, b.sizes.requests)
-    setup = b.load("replay setup", protected_insert(f"{prefix}-replay"), max_requests=keys, time_limit=120)
-    if setup.count != keys:
-        raise RuntimeError(f"replay setup completed {setup.count} of {keys} keys")
+    b.complete_keys("replay setup", posting(PROTECTED, f"{prefix}-replay"))
     bare_again, replay = "bare insert, replay rounds", "replay"
     ceiling = "replay ceiling (one trivial statement, no view)"
     replays = loadgen.compare({
         bare_again: lambda r: b.load(bare_again, bare_insert),
-        ceiling: lambda r: b.load(ceiling, ceiling_replay, ok=_replayed),
-        replay: lambda r: b.load(replay, replay_insert(f"{prefix}-replay", keys), ok=_replayed),
+        ceiling: lambda r: b.load(ceiling, posting("/bench/replay/ceiling/", "ceiling"), ok=_replayed),
+        replay: lambda r: b.load(replay, posting(PROTECTED, f"{prefix}-replay", b.replay_keys), ok=_replayed),
     }, b.sizes.rounds)
     b.details.setdefault("rounds", {})[f"{S12} (replay)"] = replays.summary()
     return [
@@ -378,11 +339,10 @@ OBSERVED_SETTINGS = "idemdash.devtools.bench.observed_settings"
 
 
 def observer_cost(b: Bench) -> list[Figure]:
-    """The bare insert, a route nothing protects, on the bench's server (no observer) and on a
-    second gunicorn with the same options whose settings keep the observer of unprotected
-    routes (receipts/observe.py), in alternating rounds, every body distinct. Then the notes
-    the observed server wrote of them, read as the Coverage page reads them, so that the ratio
-    is not of an observer that noted nothing: one per request it answered, no would-be duplicate."""
+    """The bare insert, every body distinct, on the bench's server and on a second gunicorn
+    that keeps the observer of unprotected routes (receipts/observe.py), in alternating
+    rounds; then the observed server's notes, read as the Coverage page reads them, so that
+    the ratio is not of an observer that noted nothing."""
     from receipts import coverage
     from receipts.conf import setting
 
@@ -393,12 +353,12 @@ def observer_cost(b: Bench) -> list[Figure]:
     bare, observed = "bare insert", "bare insert, observed"
     prefix = f"bench-{b.run_id}-observe"
     try:
-        b.load("warm-up observed", distinct_bare_insert(f"{prefix}-warm"), base_url=observed_url, max_requests=100,
-               time_limit=30)
+        b.load("warm-up observed", posting("/" + BARE_ROUTE, tag=f"{prefix}-warm"), base_url=observed_url,
+               max_requests=100, time_limit=30)
         since = datetime.now(dt_timezone.utc)
         comparison = loadgen.compare({
-            bare: lambda r: b.load(bare, distinct_bare_insert(f"{prefix}-bare-{r}")),
-            observed: lambda r: b.load(observed, distinct_bare_insert(f"{prefix}-{r}"), base_url=observed_url),
+            bare: lambda r: b.load(bare, posting("/" + BARE_ROUTE, tag=f"{prefix}-bare-{r}")),
+            observed: lambda r: b.load(observed, posting("/" + BARE_ROUTE, tag=f"{prefix}-{r}"), base_url=observed_url),
         }, b.sizes.rounds)
         answered = sum(sum(r[observed].statuses.values()) for r in comparison.rounds)
         # Each worker's flusher writes its buffer every RECEIPTS_OBSERVE_FLUSH_SECONDS; a stopped
@@ -434,10 +394,9 @@ DAILY_TARGET_PER_S = 100_000_000 / 86_400
 
 def past_one_table(b: Bench) -> list[Figure]:
     """The partitioned prototype (idemdash/devtools/bench/partitioned.py) beside the product's
-    claim: CLIENTS OS processes with their own connections claim fresh keys through
-    receipts.store.claim (the receipts table), through the prototype's one statement on
-    unpartitioned twins of its tables, and on the partitioned tables, in alternating rounds;
-    then a day of attempts and bodies removed by DELETE and by dropping its partitions."""
+    claim: CLIENTS processes claim fresh keys through receipts.store.claim, through the
+    prototype's statement on unpartitioned twins of its tables, and on the partitioned
+    tables, in alternating rounds; then a day removed by DELETE and by dropping partitions."""
     from idemdash.devtools.bench import partitioned
 
     conninfo = partitioned.conninfo_from_django(connection.settings_dict)
@@ -488,36 +447,38 @@ def past_one_table(b: Bench) -> list[Figure]:
 BENCH_ENDPOINT = "bench-stripe"
 
 
-def bench_webhook_endpoint() -> str:
-    """The bench's own Stripe endpoint; returns its signing secret."""
+def webhook_endpoint(slug: str = BENCH_ENDPOINT, description: str = "make bench") -> str:
+    """A Stripe endpoint of the bench's (or the soak's) own; returns its signing secret."""
     from webhooks.models import WebhookEndpoint, WebhookSecret
 
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(
-        slug=BENCH_ENDPOINT, defaults={"provider": "stripe", "description": "make bench"}
-    )
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": "stripe",
+                                                                             "description": description})
     secret = WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
     if secret is None:
         secret = WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_bench" + uuid.uuid4().hex)
     return secret.secret
 
 
-def stripe_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
-    """A Stripe event signed as Stripe signs it: v1 = HMAC-SHA256(secret, "t.body")."""
-    now = int(time.time())
+def stripe_delivery(secret: str, event_id: str, event_type: str, **intent: Any) -> tuple[bytes, dict[str, str]]:
+    """An event about a payment intent (its fields `intent`), signed as Stripe signs it."""
     body = json.dumps({
-        "id": event_id, "object": "event", "type": "payment_intent.succeeded", "created": now,
+        "id": event_id, "object": "event", "type": event_type, "created": int(time.time()),
         "api_version": "2024-06-20", "livemode": False,
-        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", "amount": 1000 + n,
-                            "currency": "eur", "status": "succeeded"}},
-    }).encode()
-    signature = hmac.new(secret.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
-    return body, {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
+        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", **intent}},
+    })
+    signature = stripe.WebhookSignature.generate_signature_header(body, secret)
+    return body.encode(), {"Stripe-Signature": signature, "Content-Type": "application/json"}
+
+
+def payment_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
+    return stripe_delivery(secret, event_id, "payment_intent.succeeded", amount=1000 + n, currency="eur",
+                           status="succeeded")
 
 
 def webhook_request(secret: str, prefix: str, keys: int | None = None) -> loadgen.Request:
     def request(client: httpx.Client, n: int) -> httpx.Response:
         k = n % keys if keys else n
-        body, headers = stripe_delivery(secret, f"evt_{prefix}_{k}", k)
+        body, headers = payment_delivery(secret, f"evt_{prefix}_{k}", k)
         return client.post(f"/webhooks/{BENCH_ENDPOINT}/", content=body, headers=headers)
     return request
 
@@ -527,19 +488,16 @@ def _duplicate(response: httpx.Response) -> bool:
 
 
 def webhook_ingest(b: Bench) -> list[Figure]:
-    secret = bench_webhook_endpoint()
+    secret = webhook_endpoint()
     connection.close()
-    keys = min(500, b.sizes.requests)
     dup_prefix = f"bench{b.run_id}dup"
-    first = b.load("webhook setup", webhook_request(secret, dup_prefix), max_requests=keys, time_limit=120)
-    if first.count != keys:
-        raise RuntimeError(f"webhook setup stored {first.count} of {keys} events")
+    b.complete_keys("webhook setup", webhook_request(secret, dup_prefix))
     bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
     with autovacuum_stand_in(QUEUE_TABLES) as vacuumed:
         comparison = loadgen.compare({
             bare: lambda r: b.load(bare, bare_insert),
             new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
-            dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, keys), ok=_duplicate),
+            dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, b.replay_keys), ok=_duplicate),
         }, b.sizes.rounds)
     b.record(S4, comparison)
     return [
@@ -554,41 +512,29 @@ def webhook_ingest(b: Bench) -> list[Figure]:
     ]
 
 
-DASHBOARD_FIGURES = [
-    ("dashboard.overview", "overview p95", "ms", "<=", 300),
-    ("dashboard.filtered", "filtered receipts page p95", "ms", "<=", 150),
-    ("dashboard.detail", "receipt detail p95", "ms", "<=", 50),
-    ("dashboard.stats", "stats endpoint p95", "ms", None, None),
+# (figure id, url, label, target) of each timed page; "{receipt}" is a seeded receipt with a long timeline.
+DASHBOARD_PAGES = [
+    ("dashboard.overview", "/", "overview p95", "<=", 300),
+    ("dashboard.filtered", "/receipts/?status=failed&operation=payment.create", "filtered receipts page p95", "<=", 150),
+    ("dashboard.detail", "/receipts/{receipt}/", "receipt detail p95", "<=", 50),
+    ("dashboard.stats", "/api/v1/stats", "stats endpoint p95", None, None),
     # Informational: the widest window, whose figures and charts read the most roll-up hours.
-    ("dashboard.overview_30d", "overview p95, 30d window", "ms", None, None),
-]
-
-
-# (figure id, url) for each timed page; "{receipt}" is a seeded receipt with a long timeline.
-DASHBOARD_PAGES: list[tuple[str, str]] = [
-    ("dashboard.overview", "/"),
-    ("dashboard.filtered", "/receipts/?status=failed&operation=payment.create"),
-    ("dashboard.detail", "/receipts/{receipt}/"),
-    ("dashboard.stats", "/api/v1/stats"),
-    ("dashboard.overview_30d", "/?window=30d"),
+    ("dashboard.overview_30d", "/?window=30d", "overview p95, 30d window", None, None),
 ]
 
 
 def bench_session() -> tuple[Any, str]:
     """A logged-in superuser session for the dashboard: (user, session key)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import get_user_model
+    from django.test import Client
 
     User = get_user_model()
     user = User.objects.filter(username="bench-admin").first() or User.objects.create_superuser(
         "bench-admin", "bench@localhost", uuid.uuid4().hex
     )
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    return user, session.session_key
+    client = Client()
+    client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
+    return user, client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
 def busy_receipt() -> int:
@@ -621,6 +567,17 @@ def time_pages(b: Bench, pages: dict[str, str | list[str]], session_key: str,
                     results[page].errors += 1
                 results[page].elapsed += took
     return results
+
+
+def page_figures(scenario: str, results: dict[str, loadgen.LoadResult], pages: list[tuple],
+                 note: Callable[[loadgen.LoadResult], str]) -> list[Figure]:
+    """Each page's p95 against its target (pages: id, url, label, op, bound)."""
+    figures = []
+    for fid, _, label, op, bound in pages:
+        r = results[fid]
+        text = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else note(r) if r.count else ""
+        figures.append(Figure(fid, scenario, label, r.percentile(95) if r.count else None, "ms", op, bound, note=text))
+    return figures
 
 
 def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
@@ -656,33 +613,33 @@ def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]
 
 
 def dashboard(b: Bench) -> list[Figure]:
-    figures = seed_figures(b)
+    info = b.details.get("seed", {})
+    seeded = Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
+                    note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")
     user, session_key = bench_session()
-    pages = {page: url.format(receipt=busy_receipt()) for page, url in DASHBOARD_PAGES}
+    pages = {page: url.format(receipt=busy_receipt()) for page, url, *_ in DASHBOARD_PAGES}
     # What the every-minute receipts.rollup schedule would have done by now (the bench
     # removes the schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
     # attempts up to five minutes ago, as in a deployment.
     rollup.catch_up()
-    vacuumed = vacuum_if_autovacuum_is_off()
-    if vacuumed:
-        figures[0].note += f"; autovacuum is off on this server, so the bench vacuumed {vacuumed} first"
+    if not _autovacuum_is_on():
+        # Without autovacuum no visibility map is set, so the dashboard's index-only scans would
+        # visit the heap for every row the scenarios or an earlier purge touched.
+        seeding.vacuum_analyze(DASHBOARD_TABLES)
+        seeded.note += f"; autovacuum is off on this server, so the bench vacuumed {', '.join(DASHBOARD_TABLES)} first"
     connection.close()
     results = time_pages(b, pages, session_key)
     b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
     b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
-    for fid, label, unit, op, bound in DASHBOARD_FIGURES:
-        r = results[fid]
-        note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else ""
-        figures.append(Figure(fid, S5, label, r.percentile(95) if r.count else None, unit, op, bound, note=note))
-    return figures
+    return [seeded, *page_figures(S5, results, DASHBOARD_PAGES, lambda r: "")]
 
 
-SEARCH_FIGURES = [
-    ("search.order", "search for an order id p95 (its receipt, events and message)", "<=", 300),
-    ("search.miss", "search for an id that is nowhere p95", "<=", 300),
-    ("search.trace", "trace of an order id p95", "<=", 300),
+SEARCH_PAGES = [
+    ("search.order", "", "search for an order id p95 (its receipt, events and message)", "<=", 300),
+    ("search.miss", "", "search for an id that is nowhere p95", "<=", 300),
+    ("search.trace", "", "trace of an order id p95", "<=", 300),
     # Informational: a value in most payloads ("eur"): the search stops at its limit per kind.
-    ("search.common", "search for a value in most rows p95", None, None),
+    ("search.common", "/search/?q=eur", "search for a value in most rows p95", None, None),
 ]
 
 
@@ -723,7 +680,7 @@ def search_at_scale(b: Bench) -> list[Figure]:
         "search.order": [f"/search/?q={quote(o)}" for o in orders[:samples]],
         "search.miss": [f"/search/?q=ord_missing_{b.run_id}_{i}" for i in range(samples)],
         "search.trace": [f"/trace/?q={quote(o)}" for o in orders[samples:] or orders],
-        "search.common": "/search/?q=eur",
+        "search.common": SEARCH_PAGES[-1][1],
     }
     connection.close()
     results = time_pages(b, pages, session_key, samples=samples)
@@ -733,13 +690,7 @@ def search_at_scale(b: Bench) -> list[Figure]:
         b.out_dir / "explain-search.txt")
     sizes = f"{Receipt.objects.count()} receipts, {WebhookEvent.objects.count()} events"
     connection.close()
-    figures = []
-    for fid, label, op, bound in SEARCH_FIGURES:
-        r = results[fid]
-        note = f"{r.errors} of {r.errors + r.count} requests failed" if r.errors else (
-            f"p50 {r.percentile(50):.1f} ms over {r.count} ids; {sizes}" if r.count else "")
-        figures.append(Figure(fid, S11, label, r.percentile(95) if r.count else None, "ms", op, bound, note=note))
-    return figures
+    return page_figures(S11, results, SEARCH_PAGES, lambda r: f"p50 {r.percentile(50):.1f} ms over {r.count} ids; {sizes}")
 
 
 def purge(b: Bench) -> list[Figure]:
@@ -752,7 +703,8 @@ def purge(b: Bench) -> list[Figure]:
     print(f"  {have} expired receipts present; seeding {n} more", flush=True)
     if n:
         started = time.monotonic()
-        counts = seeding.seed(receipts=n, expired_only=True, batch=10_000, progress=_bar)
+        with seeding.progress_bars(sys.stderr, "  seed ") as progress:
+            counts = seeding.seed(receipts=n, expired_only=True, batch=10_000, progress=progress)
         b.loads.append((counts.receipts + counts.attempts, time.monotonic() - started, f"{n} expired receipts"))
     connection.close()
     prefix = f"bench-{b.run_id}-purge"
@@ -760,7 +712,7 @@ def purge(b: Bench) -> list[Figure]:
     rounds: list[dict[str, Any]] = []
 
     def claims(phase: str) -> loadgen.LoadResult:
-        result = b.load(f"claims {phase}", protected_insert(f"{prefix}-{len(rounds)}"), max_requests=10**9,
+        result = b.load(f"claims {phase}", posting(PROTECTED, f"{prefix}-{len(rounds)}"), max_requests=10**9,
                         time_limit=slice_s)
         rounds.append({"phase": phase, **result.summary()})
         return result
@@ -783,7 +735,11 @@ def purge(b: Bench) -> list[Figure]:
         raise RuntimeError(f"purge failed: {err[-2000:]}")
     for _ in range(b.sizes.rounds):
         claims("after")
-    forget_purged_attempts()
+    # The purge keeps attempts (their own 35-day retention): without this every full run would
+    # leave another ~2.8M rows in the log, and the next run's dashboard would measure a bigger one.
+    delete_attempts(Attempt.objects.filter(key__startswith=seeding.PREFIX).exclude(
+        Exists(Receipt.objects.filter(pk=OuterRef("receipt_id")))))
+    connection.close()
     done = json.loads(out)
     b.details["purge"] = {**done, "claim_rounds": rounds}
     without = statistics.median(r["p99_ms"] for r in rounds if r["phase"] in ("before", "after"))
@@ -805,10 +761,18 @@ def purge(b: Bench) -> list[Figure]:
     ]
 
 
-DASHBOARD_TABLES = ("receipts_receipt", "receipts_attempt", "webhooks_webhookevent", "webhooks_webhookdelivery",
-                    "outbox_outboxmessage", "outbox_outboxattempt")
+def delete_attempts(attempts: QuerySet) -> None:
+    """Delete attempts in one statement, and recount the hours they were rolled up in."""
+    from django.db.models import Min
+
+    earliest = attempts.aggregate(t=Min("created_at"))["t"]
+    attempts._raw_delete(attempts.db)
+    if earliest is not None:
+        seeding.recount(earliest)
 
 
+DASHBOARD_TABLES = ["receipts_receipt", "receipts_attempt", "webhooks_webhookevent", "webhooks_webhookdelivery",
+                    "outbox_outboxmessage", "outbox_outboxattempt"]
 # django-q2's queue: every new event adds a row and the cluster deletes it, and every poll
 # of the cluster reads the table whole (it has no index but its key).
 QUEUE_TABLES = ("django_q_ormq",)
@@ -825,9 +789,9 @@ def _autovacuum_is_on() -> bool:
 @contextlib.contextmanager
 def autovacuum_stand_in(tables: tuple[str, ...]) -> Iterator[list[str]]:
     """On a server with autovacuum off, vacuum `tables` now and then every naptime while the
-    block runs, as autovacuum would: without it a queue table only ever grows (dead rows
-    of every task ever queued), and the cluster's polls, which read it whole, with it.
-    Yields a list that holds, after the block, a note saying so (empty if autovacuum is on)."""
+    block runs, as autovacuum would: without it a queue table only ever grows, and the
+    cluster's polls, which read it whole, with it. Yields a list that holds, after the
+    block, a note saying so (empty if autovacuum is on)."""
     note: list[str] = []
     if _autovacuum_is_on():
         yield note
@@ -860,86 +824,29 @@ def autovacuum_stand_in(tables: tuple[str, ...]) -> Iterator[list[str]]:
                     f"at the start and every {AUTOVACUUM_NAPTIME:.0f} s ({len(runs)} times), as autovacuum would")
 
 
-def vacuum_if_autovacuum_is_off() -> str:
-    """A server with autovacuum off (some CI images) never sets its visibility map, so the
-    dashboard's index-only scans visit the heap for every row the scenarios or an earlier
-    purge touched. A deployment vacuums; so does the bench, there, before timing pages.
-    Returns what it vacuumed ("" when autovacuum is on)."""
-    if _autovacuum_is_on():
-        return ""
-    with connection.cursor() as cursor:
-        for name in DASHBOARD_TABLES:
-            cursor.execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(name)}")
-    return ", ".join(DASHBOARD_TABLES)
-
-
-def forget_purged_attempts() -> None:
-    """Delete the attempt log of the seeded receipts the purge just removed. The purge keeps
-    attempts (their own 35-day retention), so without this every full run would leave
-    another ~2.8M rows in the log and the next run's dashboard would measure a bigger one."""
-    gone = Attempt.objects.filter(key__startswith=seeding.PREFIX).exclude(
-        Exists(Receipt.objects.filter(pk=OuterRef("receipt_id")))
-    )
-    earliest = gone.aggregate(t=Min("created_at"))["t"]
-    gone._raw_delete(gone.db)
-    if earliest is not None:
-        rollup.rewind(earliest)
-        rollup.catch_up()
-    connection.close()
-
-
-def _bar(name: str, total: int) -> Callable[[int], None]:
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr, leave=False)
-    return bar.update
-
-
-# --- Seeding ------------------------------------------------------------------------------------
-
-
 def seed_to_size(b: Bench, *, always: bool) -> dict[str, Any]:
     """Top the seeded rows up to the run's sizes, so a second full run reuses the first
     one's million rows; with `always` (quick mode, small sizes) seed the sizes anew."""
-    from tqdm import tqdm
-
     have = {"receipts": seeding.seeded_receipts().count(), "events": seeding.seeded_events().count(),
             "outbox": seeding.seeded_outbox().count()}
     want = {"receipts": b.sizes.receipts, "events": b.sizes.events, "outbox": b.sizes.outbox}
     missing = {k: want[k] if always else max(0, want[k] - have[k]) for k in want}
     sql_receipts = missing.pop("receipts") if b.sizes.sql_seed else 0
-    bars: list[tqdm] = []
-
-    def progress(name: str, total: int):
-        for done in bars:
-            done.close()
-        bar = tqdm(total=total, desc=f"  seed {name}", unit="row", unit_scale=True, file=sys.stderr)
-        bars.append(bar)
-        return bar.update
-
     started = time.monotonic()
-    counts = seeding.seed(**missing, batch=10_000, progress=progress)
-    if sql_receipts:
-        sql_counts = seeding.seed_receipts_sql(sql_receipts, progress=progress)
-        counts.receipts, counts.attempts = sql_counts.receipts, sql_counts.attempts
-        missing["receipts"] = sql_receipts
-    for bar in bars:
-        bar.close()
+    with seeding.progress_bars(sys.stderr, "  seed ") as progress:
+        counts = seeding.seed(**missing, batch=10_000, progress=progress)
+        if sql_receipts:
+            sql_counts = seeding.seed_receipts_sql(sql_receipts, progress=progress)
+            counts.receipts, counts.attempts = sql_counts.receipts, sql_counts.attempts
+            missing["receipts"] = sql_receipts
     took = time.monotonic() - started
-    seeded = sum(missing.values())
     info = {"had": have, "added": missing, "seconds": round(took, 1),
             "rows_written": counts.__dict__, "total_receipts": Receipt.objects.count(),
             "total_attempts": Attempt.objects.count()}
     b.details["seed"] = info
-    if seeded:
+    if sum(missing.values()):
         b.loads.append((sum(counts.__dict__.values()), took, f"{missing} (with their child rows)"))
     return info
-
-
-def seed_figures(b: Bench) -> list[Figure]:
-    info = b.details.get("seed", {})
-    return [Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
-                   note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")]
 
 
 def loader_figure(b: Bench) -> Figure:
@@ -952,8 +859,6 @@ def loader_figure(b: Bench) -> Figure:
     return Figure("seed.rows_per_s", S5, "bulk loader rate, all tables", rows / took, "rows/s",
                   note=f"{rows} rows in {took:.0f} s: {what}")
 
-
-# --- Outbox latency -----------------------------------------------------------------------------
 
 OUTBOX_LATENCY_SPACING = 0.05  # seconds between enqueues: traffic, not one burst
 
@@ -993,40 +898,33 @@ def outbox_latency(b: Bench) -> list[Figure]:
     ]
 
 
-# --- Memory -------------------------------------------------------------------------------------
-
-
 def memory_figures(b: Bench, web: servers.Process, cluster: servers.Process | None) -> list[Figure]:
-    web_peaks = [p for p in (servers.peak_rss_mb(pid) for pid in web.children()) if p]
-    b.details["memory"] = {"gunicorn_workers_mb": web_peaks}
-    figures = [Figure("memory.web_worker", S7, "peak RSS, gunicorn worker (max)", max(web_peaks, default=None), "MiB")]
+    def peaks(process: servers.Process) -> list[float]:
+        return [p for p in (servers.peak_rss_mb(pid) for pid in process.children()) if p]
+
+    memory = b.details["memory"] = {"gunicorn_workers_mb": peaks(web)}
+    label = "peak RSS, qcluster process (max)"
+    figures = [Figure("memory.web_worker", S7, "peak RSS, gunicorn worker (max)",
+                      max(memory["gunicorn_workers_mb"], default=None), "MiB")]
     if cluster is not None and cluster.alive():
-        peaks = [p for p in (servers.peak_rss_mb(pid) for pid in cluster.children()) if p]
-        b.details["memory"]["qcluster_processes_mb"] = peaks
-        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)",
-                              max(peaks, default=None), "MiB"))
+        memory["qcluster_processes_mb"] = peaks(cluster)
+        figures.append(Figure("memory.qcluster_worker", S7, label, max(memory["qcluster_processes_mb"], default=None),
+                              "MiB"))
     else:
-        figures.append(Figure("memory.qcluster_worker", S7, "peak RSS, qcluster process (max)", None, "MiB",
+        figures.append(Figure("memory.qcluster_worker", S7, label, None, "MiB",
                               note="qcluster did not run" + (f": {cluster.tail(300)}" if cluster else "")))
     return figures
 
 
-# --- The run ------------------------------------------------------------------------------------
-
-
 def reset_bench_rows() -> None:
     """Start each run from the same bench tables: the rows earlier runs' requests made."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
     from idemdash.core.models import ApiClient
 
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {BenchRow._meta.db_table}")
     for scope in (Q(scope="bench"), Q(scope="bench-drf"), Q(scope__startswith="client:bench-")):
-        earliest = Attempt.objects.filter(scope).aggregate(t=Min("created_at"))["t"]
-        Attempt.objects.filter(scope)._raw_delete(Attempt.objects.db)
+        delete_attempts(Attempt.objects.filter(scope))
         Receipt.objects.filter(scope)._raw_delete(Receipt.objects.db)
-        if earliest is not None:  # recount the hours those attempts were rolled up in
-            rollup.rewind(earliest)
-            rollup.catch_up()
     ApiClient.objects.filter(name__startswith="bench-").delete()
     # Scenario 8's other layer keeps its records in its own table.
     if HAS_DRF_IDEMPOTENCY:
@@ -1038,17 +936,14 @@ def reset_bench_rows() -> None:
 
 def warm_up(b: Bench) -> None:
     b.load("warm-up bare", bare_insert, max_requests=100, time_limit=30)
-    b.load("warm-up protected", protected_insert(f"bench-{b.run_id}-warm"), max_requests=100, time_limit=30)
+    b.load("warm-up protected", posting(PROTECTED, f"bench-{b.run_id}-warm"), max_requests=100, time_limit=30)
 
 
 def meta(quick: bool, started: datetime) -> dict[str, Any]:
     with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        pg = cursor.fetchone()[0]
-        cursor.execute("SHOW synchronous_commit")
-        sync_commit = cursor.fetchone()[0]
-        cursor.execute("SHOW autovacuum")
-        autovacuum = cursor.fetchone()[0]
+        cursor.execute("SELECT current_setting('server_version'), current_setting('synchronous_commit'), "
+                       "current_setting('autovacuum')")
+        pg, sync_commit, autovacuum = cursor.fetchone()
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=settings.BASE_DIR,
                                 capture_output=True, text=True, timeout=5).stdout.strip()
@@ -1072,6 +967,7 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     run does not replace latest.*, which keeps the last complete run). `receipts` seeds the
     log to that size by SQL (at_scale)."""
     from django.core.management import call_command
+    from django_q.models import Schedule
 
     sizes = QUICK if quick else FULL
     if receipts:
@@ -1082,8 +978,6 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     call_command("migrate", verbosity=0, interactive=False)
     # migrate installs the schedules; the bench runs without them, so that the purge does not
     # race scenario 6 and scenario 9 measures the prompt send alone.
-    from django_q.models import Schedule
-
     Schedule.objects.all().delete()
     info = meta(quick, started)
     info["receipts_wanted"] = sizes.receipts
@@ -1097,25 +991,22 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
         seed_to_size(b, always=quick)
     connection.close()  # the servers and the load need no connection of ours meanwhile
     print(f"starting gunicorn ({servers.GUNICORN_WORKERS} sync workers) on {b.base_url}", flush=True)
-    web = servers.start_gunicorn(port, out_dir)
-    b.running["web"] = web
+    web = b.running["web"] = servers.start_gunicorn(port, out_dir)
     cluster = None
     figures: list[Figure] = []
     try:
         warm_up(b)
         for number, name, scenario in ((1, S1, claim_overhead), (2, S2, replay), (3, S3, claim_api), (8, S8, drf_view),
                                        (10, S10, inprocess_run_once), (12, S12, floor_and_ceiling),
-                                       (13, S13, past_one_table), (14, S14, observer_cost)):
+                                       (13, S13, past_one_table), (14, S14, observer_cost),
+                                       # With the worker; the search before the purge, which deletes
+                                       # the seeded receipts that have expired.
+                                       (4, S4, webhook_ingest), (5, S5, dashboard), (11, S11, search_at_scale),
+                                       (6, S6, purge), (9, S9, outbox_latency)):
+            if number == 4:
+                cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
             if only is None or number in only:
                 figures += timed(name, scenario, b)
-        cluster = b.running["qcluster"] = servers.start_qcluster(out_dir)
-        # The search runs before the purge, which deletes the seeded receipts that have expired.
-        for number, name, scenario in ((4, S4, webhook_ingest), (5, S5, dashboard), (11, S11, search_at_scale),
-                                       (6, S6, purge)):
-            if only is None or number in only:
-                figures += timed(name, scenario, b)
-        if only is None or 9 in only:
-            figures += timed(S9, outbox_latency, b)
         if any(f.id == "seed.receipts" for f in figures):
             figures.insert(next(i for i, f in enumerate(figures) if f.id == "seed.receipts") + 1, loader_figure(b))
         figures += memory_figures(b, web, cluster)
@@ -1127,20 +1018,18 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     if only is not None:
         info["only"] = sorted(only)
-        write_json(out_dir / f"bench-{stamp}-only.json", info, figures, b.details)
-        print()
-        print(table(figures))
-        print(f"\n{info['mode']} run of scenarios {sorted(only)}, {info['cores']} cores, {info['seconds']} s; "
-              f"wrote {out_dir / f'bench-{stamp}-only.json'}")
-        return 0
-    for path in (out_dir / f"bench-{stamp}.json", out_dir / "latest.json"):
-        write_json(path, info, figures, b.details)
-    write_chart(out_dir / "latest.html", info, figures, b.details)
-    (out_dir / "latest.md").write_text(markdown_table(figures) + "\n")
+        written = out_dir / f"bench-{stamp}-only.json"
+        write_json(written, info, figures, b.details)
+        what = f"run of scenarios {sorted(only)}"
+    else:
+        for path in (out_dir / f"bench-{stamp}.json", out_dir / "latest.json"):
+            write_json(path, info, figures, b.details)
+        write_chart(out_dir / "latest.html", info, figures, b.details)
+        (out_dir / "latest.md").write_text(markdown_table(figures) + "\n")
+        written, what = f"{out_dir / 'latest.json'}, latest.html, latest.md", "run"
     print()
     print(table(figures))
-    print(f"\n{info['mode']} run, {info['cores']} cores, {info['seconds']} s; "
-          f"wrote {out_dir / 'latest.json'}, latest.html, latest.md")
+    print(f"\n{info['mode']} {what}, {info['cores']} cores, {info['seconds']} s; wrote {written}")
     return 0
 
 

@@ -1,18 +1,18 @@
-"""The processes a bench run starts and measures: gunicorn and django-q2's qcluster.
-
-Each is started in its own session (process group), so that stopping it stops its workers
-and nothing else.
-"""
+"""The PostgreSQL database a bench run (or the soak) needs, and the processes it starts and
+measures: gunicorn and django-q2's qcluster. Each process is started in its own session
+(process group), so that stopping it stops its workers and nothing else."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from django.conf import settings
@@ -23,6 +23,42 @@ from django.conf import settings
 # the database side equal for every variant. Sync workers close the connection after each
 # response; on loopback a TCP connect costs tens of microseconds and every variant pays it.
 GUNICORN_WORKERS = 4
+
+
+def ensure_database(url: str) -> None:
+    """Create the database if it is missing; fail clearly if PostgreSQL is not there."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        sys.exit(f"bench: needs PostgreSQL; DATABASE_URL is {parts.scheme}://…")
+    name = parts.path.lstrip("/")
+    maintenance = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    try:
+        with psycopg.connect(maintenance, autocommit=True, connect_timeout=5) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                print(f"bench: created database {name}")
+    except psycopg.OperationalError as exc:
+        sys.exit(
+            f"bench: PostgreSQL at {parts.hostname}:{parts.port or 5432} does not answer ({exc}).\n"
+            "Start it (e.g. `pg_ctlcluster 15 main start`) or set DATABASE_URL=postgres://user@host:port/db."
+        )
+
+
+def start_django(default_url: str, settings_module: str = "idemdash.devtools.bench.settings") -> None:
+    """Set Django up on DATABASE_URL (else `default_url`), created if missing, in this process
+    and, through the environment, in the servers it starts. The settings refuse to start
+    without a strong key: a run makes its own, which the servers inherit."""
+    url = os.environ.get("DATABASE_URL") or default_url
+    ensure_database(url)
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    import django
+
+    django.setup()
 
 
 def free_port() -> int:

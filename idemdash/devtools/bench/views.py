@@ -1,10 +1,6 @@
-"""The views that scenarios 1, 2 and 12 compare: the same insert, bare and protected; and
-scenario 12's bounds: the floor, the same insert with only what any protection must add
-around it, and the replay ceiling, the least any replay from a database can do.
-
-Both are csrf-exempt JSON endpoints, as an API view would be; neither authenticates, so
-that the only difference between them is `@idempotent`.
-"""
+"""The views that scenarios 1, 2 and 12 compare: the same insert, bare and protected, and
+scenario 12's bounds, the floor and the replay ceiling. All are csrf-exempt JSON endpoints that
+do not authenticate, so that the only difference between them is `@idempotent`."""
 
 from __future__ import annotations
 
@@ -40,10 +36,8 @@ def insert_protected(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @require_POST
 def insert_floor(request: HttpRequest) -> HttpResponse:
-    """What protection that claims before the view and completes after it, in statements of
-    their own and in the view's transaction, cannot avoid, and nothing else: a transaction,
-    and a trivial statement where the claim and where the completion would be. A protected
-    view's distance from this floor is the protection's own work (its writes, its logic)."""
+    """What any protection claiming before the view and completing after it cannot avoid: a
+    transaction, and a trivial statement where the claim and where the completion would be."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         response = _insert(request)
@@ -54,11 +48,8 @@ def insert_floor(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 @require_POST
 def replay_ceiling(request: HttpRequest) -> HttpResponse:
-    """The most a replay answered from the database could ever be worth: one trivial statement
-    where its look-up would be, and the insert's answer without running it. It writes no log
-    line, reads no row and checks no fingerprint, so no replay that does any of those is as
-    cheap; its distance from the bare insert bounds what a replay can gain over running the
-    view."""
+    """The cheapest replay from a database: one trivial statement where its look-up would be and
+    the insert's answer, no log line, no row read, no fingerprint checked."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     response = JsonResponse({"id": 0}, status=201)

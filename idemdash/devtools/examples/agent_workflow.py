@@ -44,14 +44,8 @@ def run_workflow(
     enriched = client.run_once(
         make_key(campaign, "enrich", lead["id"]), "lead.enrich", steps.enrich, lead, request=lead
     )
-    return client.run_once(
-        make_key(campaign, "email", lead["id"], "welcome"),
-        "email.send",
-        steps.send_email,
-        enriched,
-        "welcome",
-        request={"lead": lead["id"], "template": "welcome"},
-    )
+    return client.run_once(make_key(campaign, "email", lead["id"], "welcome"), "email.send", steps.send_email, enriched,
+                           "welcome", request={"lead": lead["id"], "template": "welcome"})
 
 
 def main(argv: list[str]) -> int:

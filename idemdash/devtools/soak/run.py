@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
-import hmac
 import json
 import os
 import random
-import secrets
 import signal
 import sys
 import threading
@@ -57,23 +54,11 @@ class Tally:
             self.requests[what] += 1
 
 
-def stripe_delivery(secret: str, event_id: str) -> tuple[bytes, dict[str, str]]:
-    """An event of the soak's type, signed as Stripe signs: v1 = HMAC-SHA256(secret, "t.body")."""
-    now = int(time.time())
-    body = json.dumps({
-        "id": event_id, "object": "event", "type": "soak.effect", "created": now, "api_version": "2024-06-20",
-        "livemode": False, "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent"}},
-    }).encode()
-    signature = hmac.new(secret.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
-    return body, {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
-
-
 class Driver:
-    """The clients' traffic: claims of fresh keys, each retried by its client until it gets its
-    answer, as a real caller retries after a reset connection or a 5xx, half of them enqueueing
-    an outbox message (`http.post` to a receiver on 127.0.0.1 that records each key); replays
+    """The clients' traffic, each request retried until answered as a real caller retries:
+    claims of fresh keys, half of them enqueueing an outbox message to the receiver; replays
     of keys already answered (which must never run the view again); Stripe-signed webhook
-    deliveries, new events and redeliveries, retried until a 2xx."""
+    deliveries, new events and redeliveries."""
 
     def __init__(self, bases: list[str], secret: str, run_id: str, deadline: float, tally: Tally, seed: int) -> None:
         self.bases, self.secret, self.run_id, self.deadline, self.tally = bases, secret, run_id, deadline, tally
@@ -97,14 +82,17 @@ class Driver:
             pause = min(pause * 2, 2.0)
         return None
 
+    def _post_key(self, what: str, url: str, key: str) -> httpx.Response | None:
+        return self._retrying(what, lambda base: httpx.post(
+            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
+        ), lambda r: r.status_code == 201)
+
     def claim(self) -> None:
         self.n += 1
         key = f"{self.run_id}-{threading.get_ident() % 10000}-{self.n}"
         outbox = self.rng.random() < 0.5
         url = "/soak/effect/" + ("?outbox=1" if outbox else "")
-        response = self._retrying("claim", lambda base: httpx.post(
-            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
-        ), lambda r: r.status_code == 201)
+        response = self._post_key("claim", url, key)
         with self.tally.lock:
             if response is None:
                 self.tally.unanswered.add(key)
@@ -118,20 +106,20 @@ class Driver:
             if not self.tally.answered:
                 return
             key, url = self.rng.choice(list(self.tally.answered.items()))
-        response = self._retrying("replay", lambda base: httpx.post(
-            base + url, json={"key": key}, headers={"Idempotency-Key": key}, timeout=30,
-        ), lambda r: r.status_code == 201)
+        response = self._post_key("replay", url, key)
         if response is not None and response.headers.get("Idempotent-Replayed") != "true":
             with self.tally.lock:
                 self.tally.replays_that_ran.append(key)
 
     def deliver(self) -> None:
+        from idemdash.devtools.bench.runner import stripe_delivery
+
         with self.tally.lock:
             repeat = self.tally.delivered and self.rng.random() < 0.4
             event_id = self.rng.choice(list(self.tally.delivered)) if repeat else None
         self.n += 1
         event_id = event_id or f"evt_{self.run_id}_{threading.get_ident() % 10000}_{self.n}"
-        body, headers = stripe_delivery(self.secret, event_id)
+        body, headers = stripe_delivery(self.secret, event_id, "soak.effect")
         response = self._retrying("delivery", lambda base: httpx.post(
             f"{base}/webhooks/{ENDPOINT}/", content=body, headers=headers, timeout=30,
         ), lambda r: r.status_code == 200)
@@ -145,11 +133,9 @@ class Driver:
 
 
 def faults(processes: dict[str, Any], deadline: float, tally: Tally, seed: int) -> None:
-    """Every 1 to 3 s one fault, in turn: a web worker SIGKILLed, a worker cluster's process
-    SIGKILLed, a database backend terminated. A process whose database backend is inside a
-    transaction (pg_stat_activity, named by the soak app) and a backend inside a transaction are
-    chosen before idle ones, so that faults land mid-claim, mid-view, mid-task and mid-commit;
-    each is counted by whether it did."""
+    """Every 1 to 3 s one fault, in turn: a web worker or a cluster process SIGKILLed, a database
+    backend terminated. Those inside a transaction (pg_stat_activity, named by the soak app)
+    are chosen before idle ones, so that faults land mid-view, mid-task and mid-commit."""
     from django.db import connection
 
     rng = random.Random(seed)
@@ -181,9 +167,8 @@ def faults(processes: dict[str, Any], deadline: float, tally: Tally, seed: int) 
 
 
 def supervise(processes: dict[str, Any], out: Path, tally: Tally) -> None:
-    """Start again a worker cluster that exited, as the deployment's supervisor would (the
-    Procfile's honcho, systemd): a cluster whose sentinel died 5 times within a minute exits
-    on purpose (idemdash/worker/cluster.py), and under this fault rate it does."""
+    """Start again a worker cluster that exited, as a supervisor would: one whose sentinel died 5
+    times within a minute exits on purpose (idemdash/worker/cluster.py), and here it does."""
     from idemdash.devtools.bench import servers
 
     for name in [n for n in processes if n.startswith("cluster")]:
@@ -207,11 +192,12 @@ def _backends() -> list[tuple[int, int, bool]]:
     return [(pid, int(name[5:]) if name.startswith("soak:") else 0, bool(busy)) for pid, name, busy in rows]
 
 
-def _effect_counts(prefix: str) -> Counter:
+def _effect_counts(kind: str, start: str) -> Counter:
+    """Effects per key: the bench rows labelled `<kind>:<key>` whose key starts with `start`."""
     from idemdash.devtools.bench.models import BenchRow
 
-    rows = BenchRow.objects.filter(label__startswith=prefix).values_list("label", flat=True).iterator()
-    return Counter(label[len(prefix):] for label in rows)
+    rows = BenchRow.objects.filter(label__startswith=f"{kind}:{start}").values_list("label", flat=True).iterator()
+    return Counter(label[len(kind) + 1:] for label in rows)
 
 
 def _settled(run_id: str) -> bool:
@@ -240,9 +226,7 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
 
     from idemdash.devtools.soak.views import outbox_key
 
-    views, events = _effect_counts(f"v:{run_id}"), _effect_counts(f"e:evt_{run_id}")
-    views = Counter({run_id + k: n for k, n in views.items()})
-    events = Counter({f"evt_{run_id}" + k: n for k, n in events.items()})
+    views, events = _effect_counts("v", run_id), _effect_counts("e", f"evt_{run_id}")
     messages = set(OutboxMessage.objects.filter(key__startswith=f"out:{run_id}").values_list("key", flat=True))
     accepted = Counter(receiver.accepted_per_key)
     rows = []
@@ -285,11 +269,9 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
 def findings(
     tally: Tally, views: Counter, events: Counter, messages: set[str], accepted: Counter
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """The doubles and the losses, by kind, from the effects counted per key (views: key ->
-    the view's rows; events: event id -> the handler's rows; accepted: outbox key -> the
-    receiver's accepted posts) against what the clients were answered. A double is a key or
-    event with more than one effect; a loss is an answered key, an accepted delivery or a
-    committed message with none."""
+    """The doubles and the losses, by kind, from the effects counted per key, event and outbox
+    key against what the clients were answered. A double is more than one effect; a loss is
+    an answered key, an accepted delivery or a committed message with none."""
     doubles = {
         "view effects": sorted(k for k, n in views.items() if n > 1),
         "handler effects": sorted(k for k, n in events.items() if n > 1),
@@ -304,9 +286,8 @@ def findings(
 
 
 def failures(tally: Tally) -> list[str]:
-    """What makes a run fail besides a double or a loss: a 500 (a fault gives a connection
-    error or a 503, never a 500: the contract), and a run in which no key or no event got its
-    answer, which proves nothing (a soak against a broken schema answered only 500s)."""
+    """What fails a run besides a double or a loss: a 500 (a fault gives a connection error or
+    a 503, never a 500), and a run in which no key or no event got its answer (proves nothing)."""
     found = [f"{what.removesuffix(': 500')}: {n} answered 500" for what, n in sorted(tally.requests.items())
              if what.endswith(": 500")]
     if not tally.answered:
@@ -338,41 +319,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 10 <= args.seconds <= 6 * 3600:
         parser.error("--seconds: 10 to 21600")
-    url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
-    if not url.startswith("postgres"):
+    if not (os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL).startswith("postgres"):
         parser.error("the soak terminates PostgreSQL backends: DATABASE_URL must be PostgreSQL")
-    from idemdash.devtools.bench.__main__ import ensure_database
+    from idemdash.devtools.bench import servers
 
-    ensure_database(url)
-    os.environ["DATABASE_URL"] = url
-    # The settings refuse to start without a strong key; the soak makes its own, which the
-    # servers it starts inherit.
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    servers.start_django(DEFAULT_DATABASE_URL, SETTINGS)
+    from django.core.management import call_command
+    from django.db import connection
+
+    from idemdash.devtools.bench.runner import webhook_endpoint
     from idemdash.devtools.simulator import Receiver
 
     # A partner on 127.0.0.1 that honours Idempotency-Key and counts accepted posts per key.
     receiver = Receiver(0, failures=0.1, slow=0.02, slow_seconds=1.0, seed=1)
     receiver.start()
     os.environ["SOAK_RECEIVER_URL"] = receiver.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    from idemdash.devtools.bench import servers
-    from webhooks.models import WebhookEndpoint, WebhookSecret
-
     call_command("migrate", verbosity=0, interactive=False)
     # Tasks an earlier run queued were signed with its own SECRET_KEY: this run's clusters
     # could not read them, and they are of runs already counted.
     from django_q.models import OrmQ
 
     OrmQ.objects.all().delete()
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=ENDPOINT, defaults={"provider": "stripe"})
-    secret = (WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
-              or WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_soak" + uuid.uuid4().hex)).secret
+    secret = webhook_endpoint(ENDPOINT, "make soak")
     started = datetime.now(dt_timezone.utc)
     out = args.out / started.strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)

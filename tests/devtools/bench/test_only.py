@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from idemdash.devtools.bench import __main__ as bench_main, runner
+from idemdash.devtools.bench import __main__ as bench_main, runner, servers
 from idemdash.devtools.bench.report import Figure
 
 # Each scenario's function in runner.run, by number, and the group of the figure its stand-in gives.
@@ -21,7 +21,7 @@ SCENARIOS = {1: "claim_overhead", 2: "replay", 3: "claim_api", 4: "webhook_inges
 
 @pytest.mark.parametrize("only", ["7", "x", "0,1"])
 def test_only_refuses_what_is_not_a_scenario_number(only: str, capsys, monkeypatch):
-    monkeypatch.setattr(bench_main, "ensure_database", lambda url: pytest.fail("reached the database"))
+    monkeypatch.setattr(servers, "ensure_database", lambda url: pytest.fail("reached the database"))
     with pytest.raises(SystemExit) as exited:
         bench_main.main(["--only", only])
     assert exited.value.code == 2 and "--only" in capsys.readouterr().err
@@ -29,7 +29,7 @@ def test_only_refuses_what_is_not_a_scenario_number(only: str, capsys, monkeypat
 
 def test_only_takes_a_comma_separated_list_of_scenario_numbers(monkeypatch, tmp_path):
     asked = {}
-    monkeypatch.setattr(bench_main, "ensure_database", lambda url: None)
+    monkeypatch.setattr(servers, "ensure_database", lambda url: None)
     monkeypatch.setattr(runner, "run", lambda **kw: asked.update(kw) or 0)
     for name in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY"):  # main() sets them for its servers
         monkeypatch.setenv(name, os.environ.get(name, "x"))

@@ -3,7 +3,6 @@ from __future__ import annotations
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
 from idemdash.devtools import seeding
 
@@ -31,26 +30,15 @@ class Command(BaseCommand):
         if delete:
             deleted = seeding.delete_seeded()
             self.stdout.write("deleted " + ", ".join(f"{n} {name}" for name, n in deleted.items()))
-        bars: list[tqdm] = []
-
-        def progress(name: str, total: int):
-            # The raw stream: Django's OutputWrapper adds a newline per write, which would
-            # break tqdm's carriage-return redraws.
-            for done in bars:
-                done.close()  # one bar at a time: the tables load one after another
-            bar = tqdm(total=total, desc=name, unit="row", unit_scale=True, file=self.stderr._out)
-            bars.append(bar)
-            return bar.update
-
         started = time.monotonic()
+        # The raw stream: Django's OutputWrapper adds a newline per write, which would break
+        # tqdm's carriage-return redraws.
         try:
-            counts = seeding.seed(receipts=receipts, events=events, outbox=outbox, batch=batch,
-                                  expired_only=expired, rng_seed=random_seed, progress=progress)
+            with seeding.progress_bars(self.stderr._out) as progress:
+                counts = seeding.seed(receipts=receipts, events=events, outbox=outbox, batch=batch,
+                                      expired_only=expired, rng_seed=random_seed, progress=progress)
         except RuntimeError as exc:
             raise CommandError(str(exc)) from None
-        finally:
-            for bar in bars:
-                bar.close()
         took = time.monotonic() - started
         self.stdout.write(
             f"seeded {counts.receipts} receipts ({counts.attempts} attempts), {counts.events} events "

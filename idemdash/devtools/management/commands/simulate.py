@@ -1,3 +1,4 @@
+import dataclasses
 import logging
 import os
 import signal
@@ -29,33 +30,26 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=None, help="seconds to run; default: until stopped")
         parser.add_argument("--actions", type=int, default=None, help="deal this many actions, finish them, and stop")
         parser.add_argument("--seed", type=int, default=None, help="seed for the traffic's choices")
-        parser.add_argument(
-            "--receiver-port", type=int, default=int(os.environ.get("IDEMDASH_RECEIVER_PORT", "8108")),
-            help="port of the outbox receiver the simulator runs on 127.0.0.1 (0: any free port)",
-        )
+        parser.add_argument("--receiver-port", type=int, default=int(os.environ.get("IDEMDASH_RECEIVER_PORT", "8108")),
+                            help="port of the outbox receiver the simulator runs on 127.0.0.1 (0: any free port)")
         parser.add_argument("--receiver-failures", type=_share, default=0.3, help="share of posts answered 503 (0.3)")
         parser.add_argument("--receiver-slow", type=_share, default=0.1, help="share of posts answered after 2 s (0.1)")
-        parser.add_argument(
-            "--receiver-refuse", type=float, default=180.0,
-            help=f"seconds from the start during which the receiver refuses {simulator.REFUSED_PATH} with a permanent 403 (180; 0: never)",
-        )
-        parser.add_argument(
-            "--healthy", action="store_true",
-            help="healthy traffic only: no hung agents, no refunds for the staged handler bug, no partner 403 "
-                 "(the overview shows all clear)",
-        )
-        parser.add_argument("--crash-lease", type=int, default=15, help="lease seconds of claims whose agent crashes (15, the shortest the API allows)")
-        parser.add_argument(
-            "--stall-lease", type=int, default=60,
-            help="lease seconds of claims whose agent hangs and waits for an operator's release (60)",
-        )
+        parser.add_argument("--receiver-refuse", type=float, default=180.0, dest="receiver_refuse_seconds",
+                            help=f"seconds from the start during which the receiver refuses {simulator.REFUSED_PATH} "
+                                 "with a permanent 403 (180; 0: never)")
+        parser.add_argument("--healthy", action="store_true",
+                            help="healthy traffic only: no hung agents, no refunds for the staged handler bug, no "
+                                 "partner 403 (the overview shows all clear)")
+        parser.add_argument("--crash-lease", type=int, default=15, dest="crash_lease_seconds",
+                            help="lease seconds of claims whose agent crashes (15, the shortest the API allows)")
+        parser.add_argument("--stall-lease", type=int, default=60, dest="stall_lease_seconds",
+                            help="lease seconds of claims whose agent hangs and waits for an operator's release (60)")
         parser.add_argument("--say-every", type=float, default=10.0, help="seconds between two lines about one kind of traffic (10)")
         parser.add_argument("--summary-every", type=float, default=15.0, help="seconds between summary lines (15)")
-        parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the server to answer (120)")
-        parser.add_argument(
-            "--token-file", type=Path, default=Path(settings.VAR_DIR) / "simulator.token",
-            help="where the simulator keeps its API token (default var/simulator.token)",
-        )
+        parser.add_argument("--wait", type=float, default=120.0, dest="wait_for_server",
+                            help="seconds to wait for the server to answer (120)")
+        parser.add_argument("--token-file", type=Path, default=Path(settings.VAR_DIR) / "simulator.token",
+                            help="where the simulator keeps its API token (default var/simulator.token)")
 
     def handle(self, *args, **options) -> None:
         try:
@@ -67,31 +61,20 @@ class Command(BaseCommand):
             raise CommandError("--duration must be a positive number of seconds")
         if options["actions"] is not None and options["actions"] <= 0:
             raise CommandError("--actions must be a positive number")
-        if options["receiver_refuse"] < 0 or options["stall_lease"] < 1:
+        if options["receiver_refuse_seconds"] < 0 or options["stall_lease_seconds"] < 1:
             raise CommandError("--receiver-refuse must not be negative and --stall-lease must be at least 1")
         if options["receiver_failures"] + options["receiver_slow"] > 1:
             raise CommandError("--receiver-failures and --receiver-slow add up to more than 1")
 
-        config = simulator.Config(
-            base_url=base_url,
-            token=simulator.simulator_token(options["token_file"]),
-            rate=rate,
-            duration=options["duration"],
-            actions=options["actions"],
-            seed=options["seed"],
-            stripe_secret=settings.STRIPE_WEBHOOK_SECRET,
-            shopify_secret=settings.SHOPIFY_WEBHOOK_SECRET,
-            receiver_port=options["receiver_port"],
-            receiver_failures=options["receiver_failures"],
-            receiver_slow=options["receiver_slow"],
-            receiver_refuse_seconds=0.0 if options["healthy"] else options["receiver_refuse"],
-            staged_faults=not options["healthy"],
-            crash_lease_seconds=options["crash_lease"],
-            stall_lease_seconds=options["stall_lease"],
-            say_every=options["say_every"],
-            summary_every=options["summary_every"],
-            wait_for_server=options["wait"],
-        )
+        # The options are named as the Config's fields they set.
+        config = simulator.Config(**{
+            **{f.name: options[f.name] for f in dataclasses.fields(simulator.Config) if f.name in options},
+            "base_url": base_url, "rate": rate, "token": simulator.simulator_token(options["token_file"]),
+            "stripe_secret": settings.STRIPE_WEBHOOK_SECRET, "shopify_secret": settings.SHOPIFY_WEBHOOK_SECRET,
+            "staged_faults": not options["healthy"],
+        })
+        if options["healthy"]:
+            config.receiver_refuse_seconds = 0.0
 
         # One line per request would drown the simulator's own account of what it does.
         for name in ("httpx", "httpcore"):
