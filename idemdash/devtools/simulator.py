@@ -727,8 +727,8 @@ class Simulator:
             replies.append(self._stripe_send(event))
 
         with ThreadPoolExecutor(times) as storm:
-            for _ in range(times):
-                storm.submit(one)
+            for sent in [storm.submit(one) for _ in range(times)]:
+                sent.result()  # a delivery that failed fails the action, as any other does
         stored = sum(1 for r in replies if r.get("received"))
         self.say("stripe_storm", f"stripe: retry storm, {event['id']} delivered {times} times at once -> {stored} "
                                  f"stored, {sum(1 for r in replies if r.get('duplicate'))} duplicates")
