@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, Warning, register
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.shortcuts import resolve_url
+from django.urls import NoReverseMatch, reverse
 
 from idemdash.core import tracing
 from idemdash.dashboard import alerts, health
@@ -32,6 +36,29 @@ def otel_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if setting("IDEMDASH_OTEL_METRICS") and tracing.trace is None:
         return [Error("IDEMDASH_OTEL_METRICS is on but opentelemetry-api is not installed.", hint=hint, id="idemdash.E021")]
     return []
+
+
+@register(Tags.urls)
+def urls_it_links_to(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The project's URLs every dashboard page needs: a missing one would make each page a 500
+    (NoReverseMatch), so it is said once here, with the line that adds it."""
+    needed = {"LOGIN_URL": lambda: resolve_url(settings.LOGIN_URL), "logout": lambda: reverse("logout")}
+    if apps.is_installed("webhooks"):  # the events page links to the admin's endpoints
+        needed["admin:webhooks_webhookendpoint_changelist"] = lambda: reverse("admin:webhooks_webhookendpoint_changelist")
+    missing = []
+    for name, find in needed.items():
+        try:
+            find()
+        except NoReverseMatch:
+            missing.append(name)
+    if not missing:
+        return []
+    return [Error(
+        f"The dashboard links to URLs the project's URLconf cannot reverse: {', '.join(missing)}.",
+        hint='Add path("accounts/", include("django.contrib.auth.urls")) and path("admin/", admin.site.urls) to '
+             "your urls.py, or the dashboard's own login (docs/host-project.md, The dashboard).",
+        id="idemdash.E030",
+    )]
 
 
 @register("mail", deploy=True)  # Tags.mail's value; Django 5.2 has no Tags.mail
