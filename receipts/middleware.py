@@ -10,6 +10,7 @@ Each serves a sync (WSGI) or an async (ASGI) stack alike (`_RequestCheck`)."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -181,6 +182,13 @@ class MalformedRequestMiddleware(_RequestCheck):
         query = request.META.get("QUERY_STRING", "")
         if NUL in request.path or "%00" in query or NUL in query:
             log.warning("NUL character refused in %s %s", request.method, request.path.replace(NUL, "\\x00"))
+            if request.headers.get("HX-Request") == "true":
+                # Not a fragment for the element htmx would swap: left in place, and the page
+                # told why (static/js/idemdash.js shows it beside the form and marks what it updates stale).
+                refused = {"idemdash:refused": {"message": "A NUL character is not accepted in a filter or a query "
+                                                           "parameter: nothing was filtered."}}
+                return HttpResponse(status=400, headers={"HX-Reswap": "none", "HX-Push-Url": "false",
+                                                         "HX-Trigger": json.dumps(refused)})
             if wants_html(request):
                 return defaults.bad_request(request, ValueError("NUL character"))
             return problem(

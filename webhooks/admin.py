@@ -157,7 +157,7 @@ class WebhookEventAdmin(SearchesReferences, FilterSafe, admin.ModelAdmin):
 class WebhookDeliveryAdmin(FilterSafe, admin.ModelAdmin):
     """Read-only: every delivery, first or redelivery, as the receiver stored it."""
 
-    list_display = [to_the_second("received_at", "received"), "event", "delivery_id", "duplicate", "payload_matches"]
+    list_display = [to_the_second("received_at", "received"), "event", "duplicate", "payload_matches"]
     list_filter = ["duplicate", "payload_matches", "event__provider"]
     search_fields = ["delivery_id", "event__provider_event_id", "event__dedupe_key"]
     date_hierarchy = "received_at"

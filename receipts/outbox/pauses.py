@@ -20,7 +20,8 @@ from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from idemdash.core import audit
-from receipts.outbox.actions import ACTION_RE
+from receipts.outbox.actions import ACTION_RE, registered
+from receipts.outbox.fence import allowed_hosts
 from receipts.outbox.models import OutboxMessage, OutboxPause
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,25 @@ def normalise(kind: str, target: str) -> tuple[str, str]:
     return kind, target
 
 
+# How far back a host counts as one messages go to, for `known_targets`: the newest messages.
+RECENT_MESSAGES = 10_000
+LISTED = 20  # known targets a refusal lists
+
+
+def known_targets(kind: str) -> list[str]:
+    """What can be paused of `kind`: the actions registered here, or the hosts messages go to
+    (those of the waiting messages and of the newest RECENT_MESSAGES) and the ones
+    OUTBOX_HTTP_ALLOWED_HOSTS lists. A pause of anything else holds nothing back (a typo such
+    as `http.psot` would look paused, with 0 waiting)."""
+    if kind == Kind.ACTION:
+        return sorted(registered())
+    hosts = set(allowed_hosts())
+    hosts |= set(OutboxMessage.objects.filter(status__in=WAITING).exclude(destination_host="")
+                 .values_list("destination_host", flat=True).distinct())
+    newest = OutboxMessage.objects.order_by("-id").values_list("destination_host", flat=True)[:RECENT_MESSAGES]
+    return sorted(hosts | {host for host in newest if host})
+
+
 def claimable() -> Q:
     """Messages no pause covers, as one condition in the claim's own statement."""
     paused = OutboxPause.objects.filter
@@ -73,6 +93,11 @@ def pause(kind: str, target: str, *, actor: str, user: Any = None, note: str = "
     (kind, target) insert settles it, so two operators (or a double click) pausing at once
     write one row and one entry."""
     kind, target = normalise(kind, target)
+    known = known_targets(kind)
+    if target not in known:
+        what = "registered action" if kind == Kind.ACTION else "host the outbox sends to"
+        listed = ", ".join(known[:LISTED]) + (f" and {len(known) - LISTED} more" if len(known) > LISTED else "")
+        raise InvalidPause(f"{target} is not a {what}. " + (f"These are: {listed}." if known else "There is none yet."))
     note = (note or "").strip()[:500]
     try:
         with transaction.atomic():

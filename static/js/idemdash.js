@@ -24,6 +24,27 @@
       event.preventDefault();
     }
   });
+  // A request the server refused before any view (idemdash:refused, sent by
+  // receipts.middleware with nothing to swap): its reason beside the form that sent it, and
+  // what the form updates marked stale, until the form's next answer replaces them.
+  document.addEventListener("idemdash:refused", function (event) {
+    var form = event.target.closest ? event.target.closest("form") || event.target : event.target;
+    var note = form.nextElementSibling && form.nextElementSibling.dataset.role === "refused"
+      ? form.nextElementSibling : document.createElement("p");
+    note.className = "alert alert-error";
+    note.dataset.role = "refused";
+    note.setAttribute("role", "alert");
+    note.textContent = event.detail.message;
+    form.after(note);
+    var target = form.getAttribute("hx-target") && document.querySelector(form.getAttribute("hx-target"));
+    if (target) target.classList.add("stale");
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.detail.xhr.status >= 400) return;  // the refusal's own (empty) swap
+    var form = event.detail.requestConfig && event.detail.requestConfig.elt;
+    var note = form && form.nextElementSibling;
+    if (note && note.dataset.role === "refused") note.remove();
+  });
   document.addEventListener("DOMContentLoaded", function () { renderCharts(document); });
   document.addEventListener("htmx:afterSettle", function () { renderCharts(document); });
 })();

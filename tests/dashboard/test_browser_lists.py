@@ -141,3 +141,28 @@ def test_an_admin_marks_a_held_receipt_completed_with_a_result_from_the_changeli
     assert "completed" in page.locator("#result_list tr", has_text="capture-held").inner_text()
     page.screenshot(path=SHOTS / "admin-receipt-mark-completed-done.png")
     assert AuditEntry.objects.filter(action="receipt.mark_completed").count() == 1
+
+
+@pytest.mark.parametrize("path, table", [("/receipts/", "#receipt-table"), ("/events/", "#event-table"),
+                                         ("/outbox/", "#outbox-table"), ("/audit/", "#audit-table")])
+def test_a_filter_the_server_refuses_shows_why_instead_of_looking_applied(rows, page, live_server, path, table):
+    page.goto(live_server.url + path)
+    page.wait_for_selector(table)
+    field = page.locator("form.filters input[type=text]").first
+    # Longer than the field takes (a pasted id): the form refuses it, and its answer replaces the list.
+    field.fill("order-" + "9" * 300)
+    page.wait_for_selector(f"{table} .alert-error")
+    assert "Ensure this value has at most" in page.inner_text(table)
+    assert page.locator(f"{table} table.data tbody tr").count() == 0  # no list that looks filtered
+    # A NUL, which the middleware refuses before any view: the list stays, marked stale, and why is said.
+    field.evaluate("el => { el.value = 'order-\\u0000pasted'; el.dispatchEvent(new Event('input', {bubbles: true})); }")
+    assert "\x00" in field.input_value()
+    page.wait_for_selector('[data-role="refused"]')
+    assert "A NUL character is not accepted" in page.inner_text('[data-role="refused"]')
+    assert "stale" in page.get_attribute(table, "class")
+    assert "%00" not in page.url  # not pushed into the history: a reload shows the last filter it took
+    if path == "/receipts/":
+        page.screenshot(path=str(SHOTS / "refused-filter.png"))
+    field.fill("")  # a filter it takes: the list again, neither stale nor refused
+    page.wait_for_selector(f"{table}:not(.stale) table.data tbody tr")
+    assert page.locator('[data-role="refused"]').count() == 0

@@ -107,3 +107,26 @@ def test_the_overview_names_a_paused_endpoint_and_the_send_again_confirmation_wa
     text = page.inner_text('[data-role="lasting-failure"]')
     assert "Retrying will not help" in text and "HTTP 403" in text
     page.screenshot(path=SHOTS / "pause-send-again-403.png", full_page=True)
+
+
+def test_a_long_note_wraps_and_the_resume_button_stays_on_screen(otto_page, live_server, settings):
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["partner.example.com"]
+    page = otto_page
+    page.goto(live_server.url + "/paused/")
+    page.wait_for_selector('[data-role="outbox-pause-form"]')
+    page.select_option('[data-role="outbox-pause-form"] select[name=kind]', "host")
+    page.fill('[data-role="outbox-pause-form"] input[name=target]', "partner.example.com")
+    page.fill('[data-role="outbox-pause-form"] input[name=note]', "403" * 166 + "!!")  # 500 characters, no space
+    page.click("text=Pause sending")
+    row = '#pause-panel tr[data-target="partner.example.com"]'
+    page.wait_for_selector(row)
+    resume = page.locator(f"{row} button", has_text="Resume").bounding_box()
+    width = page.viewport_size["width"]
+    page.screenshot(path=str(SHOTS / "pause-long-note.png"), full_page=True)
+    assert resume is not None and resume["x"] + resume["width"] <= width, (resume, width)
+    # A typo is refused with what could be paused, and the panel says so.
+    page.select_option('[data-role="outbox-pause-form"] select[name=kind]', "action")
+    page.fill('[data-role="outbox-pause-form"] input[name=target]', "http.psot")
+    page.click("text=Pause sending")
+    page.wait_for_selector("#pause-panel >> text=http.psot is not a registered action")
+    assert "These are: " in page.inner_text("#pause-panel")

@@ -22,6 +22,7 @@ def host_message(key: str, host: str = "api.example.com"):
 
 
 def test_pausing_a_host_twice_is_one_pause_and_one_audit_entry(operator_client):
+    host_message("m0")
     first = operator_client.post("/paused/outbox/pause/", {"kind": "host", "target": "API.example.com", "note": "403s"},
                                  headers=HTMX)
     again = operator_client.post("/paused/outbox/pause/", {"kind": "host", "target": "api.example.com"}, headers=HTMX)
@@ -33,10 +34,10 @@ def test_pausing_a_host_twice_is_one_pause_and_one_audit_entry(operator_client):
 
 
 def test_the_panel_shows_the_backlog_and_its_age_and_resuming_sends_the_worker_at_it(operator_client):
-    pauses.pause("host", "api.example.com", actor="otto")
     host_message("m1", "api.example.com")
     host_message("m2", "api.example.com")
     host_message("m3", "elsewhere.example.com")
+    pauses.pause("host", "api.example.com", actor="otto")
     html = operator_client.get("/paused/").content.decode()
     assert 'data-kind="host" data-target="api.example.com" data-waiting="2"' in html
     assert "ago" in html and "Resume" in html
@@ -126,8 +127,8 @@ def test_pausing_an_endpoint_holds_its_waiting_events_and_resuming_releases_them
 
 def test_the_overview_names_what_is_paused_with_its_backlog(operator_client):
     assert 'data-role="paused-line"' not in operator_client.get("/").content.decode()
-    pauses.pause("host", "api.example.com", actor="otto")
     host_message("m1")
+    pauses.pause("host", "api.example.com", actor="otto")
     webhook_event("evt_1", "received")
     WebhookEndpoint.objects.update(paused=True)
     WebhookEvent.objects.update(status="held")
@@ -144,3 +145,11 @@ def test_the_outbox_and_events_pages_load_their_part_of_the_panel(operator_clien
     assert 'hx-get="/paused/?show=endpoints"' in events
     part = operator_client.get("/paused/?show=outbox", headers=HTMX).content.decode()
     assert "Outbox: paused sending" in part and "Webhook endpoints" not in part
+
+
+def test_pausing_an_unknown_action_is_refused_with_the_ones_there_are(operator_client):
+    response = operator_client.post("/paused/outbox/pause/", {"kind": "action", "target": "http.psot"}, headers=HTMX)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Not paused: http.psot is not a registered action. These are: " in html and "http.post" in html
+    assert not OutboxPause.objects.exists()

@@ -31,6 +31,8 @@ PARTS = ("outbox", "endpoints")
 def _panel(request: HttpRequest, status: int = 200) -> HttpResponse:
     show = request.GET.get("show") or request.POST.get("show") or ""
     context = {"paused": queries.paused_work(), "show": show if show in PARTS else "", "next": safe_next(request, "")}
+    if request.user.has_perm("idemdash_dashboard.operate"):  # what the pause form suggests
+        context["targets"] = [*pauses.known_targets(pauses.Kind.HOST), *pauses.known_targets(pauses.Kind.ACTION)]
     return partial_or_page(request, "dashboard/paused.html", "dashboard/partials/pause_panel.html", context, status)
 
 

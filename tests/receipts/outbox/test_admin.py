@@ -116,6 +116,7 @@ def test_url_userinfo_and_configured_headers_are_masked_on_the_admin_page_and_th
 def test_a_pause_added_in_the_admin_goes_through_pauses_pause_and_is_audited_once(admin_client):
     from receipts.outbox.models import OutboxPause
 
+    store.enqueue("http.post", {"url": "https://api.example.com/hook"}, "to-api")
     add = reverse("admin:outbox_outboxpause_add")
     for _ in range(2):
         response = admin_client.post(add, {"kind": "host", "target": "API.Example.com", "note": "403s"}, follow=True)
@@ -133,8 +134,8 @@ def test_the_admin_lists_a_pause_with_its_backlog_and_resumes_it_through_the_dom
     from receipts.outbox import pauses
     from receipts.outbox.models import OutboxPause
 
-    pauses.pause("host", "example.com", actor="ops")
     store.enqueue("http.post", {"url": URL}, "waiting-1")
+    pauses.pause("host", "example.com", actor="ops")
     changelist = reverse("admin:outbox_outboxpause_changelist")
     html = admin_client.get(changelist).content.decode()
     assert "example.com" in html and '<td class="field-waiting">1</td>' in html

@@ -55,6 +55,8 @@ def test_enqueue_records_the_host_an_http_post_goes_to_in_lower_case():
 
 @pytest.mark.django_db
 def test_pausing_twice_writes_one_row_and_one_audit_entry_and_resuming_twice_one_more():
+    store.enqueue("http.post", {"url": "https://api.example.com/hook"}, "sent-there")
+    OutboxMessage.objects.update(status="sent")  # a host the outbox sends to, nothing waiting
     assert pauses.pause("host", "API.example.com", actor="ops", note="their 403s") is True
     assert pauses.pause("host", "api.example.com", actor="ops2") is False
     row = OutboxPause.objects.get()
@@ -232,3 +234,26 @@ def test_a_running_worker_sends_nothing_of_a_paused_host_and_drains_it_after_res
             kill_process(cluster)
             connection.close()
     assert receiver.requests == {key: 1 for key in keys}
+
+
+@pytest.mark.django_db
+def test_only_what_can_be_sent_can_be_paused_and_a_refusal_lists_what_can():
+    with pytest.raises(pauses.InvalidPause) as typo:
+        pauses.pause("action", "http.psot", actor="ops")
+    assert "http.psot is not a registered action. These are: " in str(typo.value)
+    assert "email.send" in str(typo.value) and "http.post" in str(typo.value)
+    with pytest.raises(pauses.InvalidPause) as unknown:
+        pauses.pause("host", "partner.example.com", actor="ops")
+    assert str(unknown.value) == "partner.example.com is not a host the outbox sends to. There is none yet."
+    store.enqueue("http.post", {"url": "https://api.example.com/hook"}, "k1")
+    with pytest.raises(pauses.InvalidPause) as listed:
+        pauses.pause("host", "partner.example.com", actor="ops")
+    assert str(listed.value).endswith("These are: api.example.com.")
+    assert not OutboxPause.objects.exists() and not AuditEntry.objects.exists()
+    assert pauses.pause("host", "api.example.com", actor="ops") and pauses.pause("action", "http.post", actor="ops")
+
+
+@pytest.mark.django_db
+def test_a_host_the_settings_allow_can_be_paused_before_anything_was_sent_to_it(settings):
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["Partner.example.com"]
+    assert pauses.pause("host", "partner.example.com", actor="ops") is True
