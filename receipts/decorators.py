@@ -1,13 +1,9 @@
-"""`@idempotent`: the Idempotency-Key HTTP contract for a Django view.
+"""`@idempotent`: the Idempotency-Key HTTP contract for a Django view (docs/http-contract.md).
 
-Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
-and problem types are tabled in docs/http-contract.md.
-
-The claim commits before the view runs, so a duplicate sees it and is told 409 (or waits,
-with Prefer: wait); the view and the receipt's completion then commit in ONE transaction
-(`_run`). An `async def` view keeps every guarantee through the same code: `_contract` is
-the contract as a generator that yields where the view runs, which `respond` drives around
-a sync view and `arespond` around an async one."""
+The claim commits before the view runs, so a duplicate sees it; the view and the receipt's
+completion then commit in one transaction (`_run`). `_contract` is the contract as a
+generator that yields where the view runs: `respond` drives it around a sync view,
+`arespond` around an async one."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ log = logging.getLogger(__name__)
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 REPLAYED_HEADER = "Idempotent-Replayed"
-# When the receipt of the request's key expires: until then a retry with the key is answered
-# from it (docs/http-contract.md, "The decorator").
+# When the receipt of the request's key expires: until then a retry with the key is answered from it.
 EXPIRES_HEADER = "Idempotency-Key-Expires"
 
 # Responses that depend on who asks or when, not on the request: the next attempt must run.
@@ -69,8 +64,7 @@ View = Callable[..., HttpResponseBase]
 
 @dataclass(frozen=True)
 class Protection:
-    """What a protected view asks for, fixed when it is decorated: its operation, whether a
-    request without a key is refused, and the scope function (None: `keys.default_scope`)."""
+    """What a protected view asks for, fixed when it is decorated (scope None: `keys.default_scope`)."""
 
     operation: str
     required: bool = True
@@ -91,11 +85,8 @@ def idempotent(
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[View], View]:
     """Run the view at most once per (scope, Idempotency-Key) and replay its response.
-
-    `required=False` runs the view normally when the header is absent. `scope` maps a
-    request to the principal whose keys are separate from everyone else's; the default is
-    `default_scope`.
-    """
+    `required=False` runs the view normally when the header is absent; `scope` maps a request
+    to the principal whose keys these are (default: `keys.default_scope`)."""
     keys.validate_operation(operation)
     protection = Protection(operation, required, scope)
 
@@ -104,8 +95,7 @@ def idempotent(
         placement.refuse_view(view, operation)
 
         if iscoroutinefunction(view):
-            # Django runs a coroutine function as an async view (and method_decorator marks
-            # the method it wraps when the method is async): the wrapper must be one too.
+            # Django runs a coroutine function as an async view: the wrapper must be one too.
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 return await arespond(request, view, args, kwargs, protection)
@@ -129,8 +119,7 @@ def _marked(wrapper: View, operation: str) -> View:
 
 
 def respond(request: HttpRequest, view: View, args: tuple, kwargs: dict, protection: Protection) -> HttpResponseBase:
-    """The contract for one request to a protected sync view: checked once per decoration by
-    `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
+    """The contract for one request to a protected sync view (receipts.drf calls it too)."""
     steps = _contract(request, args, kwargs, protection)
     running, answer = _step(steps.send, None)
     if not running:
@@ -149,14 +138,9 @@ async def arespond(
     request: HttpRequest, view: Callable[..., Awaitable[HttpResponseBase]], args: tuple, kwargs: dict,
     protection: Protection,
 ) -> HttpResponseBase:
-    """`respond` for an async view: the same contract, its steps before and after the view
-    run by sync_to_async on the request's one sync thread, the view awaited between them.
-
-    The view's transaction is opened in the first step and committed or rolled back in the
-    last, on that thread and its connection, which is where Django's async ORM (`acreate`,
-    `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
-    writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
-    store work runs on the event loop: a `Prefer: wait` waits in that thread."""
+    """`respond` for an async view: the steps before and after the view run by sync_to_async
+    on the request's one sync thread, where Django's async ORM runs the view's queries too, so
+    its writes commit with the receipt or roll back with a lost lease, as a sync view's do."""
     steps = _contract(request, args, kwargs, protection)
     running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
@@ -188,12 +172,10 @@ _UNSET = object()
 
 async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
     """_astep for the first step, awaited to its end when the request is cancelled meanwhile
-    (a client gone): its thread goes on regardless. If the step left the contract waiting for
-    the view (the key claimed, the view's transaction open), the cancellation is thrown in
-    there, so the transaction rolls back and the key is given back, before it is raised here.
-    The later steps end the contract whatever becomes of their await: a plain _astep."""
-    # Its own task, so that it can be shielded; in a context copied back afterwards, so that
-    # what the step sets (receipts.current()) is the view's, as with a plain await.
+    (its thread goes on regardless); if it claimed the key, the cancellation is thrown into
+    the contract, which rolls back and gives the key back, before it is raised here."""
+    # A task of its own, to be shielded, in a context copied back afterwards, so that what
+    # the step sets (receipts.current()) is the view's.
     stepped = contextvars.copy_context()
     pending = asyncio.get_running_loop().create_task(_astep(step, value), context=stepped)
     try:
@@ -246,15 +228,12 @@ def _close(awaitable: Any) -> None:
 
 
 def is_client_error(exc: BaseException) -> bool:
-    """Raised by the view for a 4xx: Django's own, or a DRF APIException with a 4xx status
-    (ValidationError, NotAuthenticated, PermissionDenied, Throttled, NotFound...)."""
+    """Raised by the view for a 4xx: Django's own, DRF's or Ninja's."""
     if isinstance(exc, CLIENT_ERROR_EXCEPTIONS):
         return True
     drf = sys.modules.get("rest_framework.exceptions")
     if drf is not None and isinstance(exc, drf.APIException) and 400 <= exc.status_code < 500:
         return True
-    # Ninja's own: HttpError (AuthenticationError, AuthorizationError, Throttled...) and the
-    # 422 of its ValidationError, raised by the operation.
     ninja = sys.modules.get("ninja.errors")
     return ninja is not None and (
         isinstance(exc, ninja.ValidationError) or isinstance(exc, ninja.HttpError) and 400 <= exc.status_code < 500
@@ -371,28 +350,15 @@ def _run(
     lease: float,
     claimed: context.RunningClaim,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """The view and its settle, in an atomic block of their own (the view's transaction, or a
-    savepoint inside the request's), so a failure rolls back the view's writes alone and is
-    stored beside the claim.
-
-    While the view runs, its lease is renewed every third of it (receipts/store.py:kept), so a
-    slow view keeps its key; if the lease was lost anyway (an operator released it, or a
-    renewal could not get through), completing raises StaleToken and the view's own writes
-    roll back, so a slow first attempt and the attempt that took over never both commit a
-    side effect in this database. Under ATOMIC_REQUESTS the claim commits with the view
-    instead: a duplicate's insert waits on the uncommitted row, then replays the result, and
-    nothing is renewed (docs/http-contract.md, "Under ATOMIC_REQUESTS";
-    tests/receipts/test_atomic_requests.py)."""
-    # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
-    # can take it over (each waits on its row), and a renewal from another connection would
-    # find no row or wait on it until this request commits, while this thread waited for the
-    # renewal to finish: so it is not kept.
+    """The view and its settle in an atomic block of their own, so a failure rolls back the
+    view's writes alone and is stored beside the claim. The lease is kept while the view runs;
+    if it was lost anyway, completing raises StaleToken and the view's writes roll back."""
+    # Under ATOMIC_REQUESTS the claim is not committed while the view runs: nobody can take it
+    # over, and a renewal from another connection would wait on its row, so it is not kept.
     claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
         with transaction.atomic():
-            # A view longer than a third of its lease has it renewed until it returns.
-            # The view runs where the generator yields; receipts.current() gives it the claim
-            # (for an async view, asgiref carries the step's context over to the view).
+            # receipts.current() gives the view its claim (asgiref carries it to an async view).
             with (
                 contextlib.nullcontext() if claim_uncommitted else store.kept(held, lease),
                 context.running(claimed),
@@ -421,8 +387,7 @@ def _run(
             "The request took longer than its lease and another attempt took over; "
             "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
         )
-        # Our lease was taken over while the view ran: its writes were rolled back above,
-        # and with them the store's own record of the refusal, so log it again here.
+        # The rollback took the store's record of the refusal with the view's writes.
         store.lease_lost(held, "lease lost while the view ran; its writes were rolled back")
         return lost
     except _RollBack as rollback:
@@ -430,15 +395,12 @@ def _run(
         _fail(held, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
-        # Not the operation's failure: a misplaced decorator, or an async view cancelled
-        # because its client went away. Its writes rolled back; the key is given back.
+        # Not the operation's failure: a misplaced decorator, or a client gone mid-view.
         _release_quietly(held, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
-        # A lost connection is not the operation's failure: the view's writes are gone and
-        # the client is told 503, "nothing stored, retry". Failing the receipt would store a
-        # 500 (and burn the key of an operation that burns on failure), so the key is given
-        # back; if the database still does not answer, the lease runs out instead.
+        # Not the operation's failure: the client is told 503, nothing stored; failing the
+        # receipt would store a 500 (and burn a key). If the release fails too, the lease lapses.
         _release_quietly(held, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
@@ -454,10 +416,8 @@ def _run(
 
 
 def _rendered(request: HttpRequest, response: HttpResponseBase, args: tuple, kwargs: dict) -> HttpResponseBase:
-    """A TemplateResponse, and DRF's Response, renders its body after the view returns; the
-    body is stored before that, so render it here. A DRF handler's Response gets its renderer
-    from the APIView's finalize_response, which DRF calls again after us (harmlessly: a
-    rendered response is not rendered twice)."""
+    """A TemplateResponse (and DRF's Response) rendered now, to be stored; a DRF Response gets
+    its renderer from the APIView's finalize_response, which DRF calls again harmlessly."""
     if not isinstance(response, SimpleTemplateResponse) or response.is_rendered:
         return response
     api_view = (getattr(request, "parser_context", None) or {}).get("view")
