@@ -1,11 +1,6 @@
-"""The JSON API: receipts for callers that are not Django views (workers, agents, other
-languages). Bearer-token auth; the token's API client is the scope. Endpoints, bodies and
-status codes are in docs/json-api.md.
-
-Method, token, media type, size and the JSON itself are checked by the one front door
-(`idemdash.core.jsonapi`); the fields here. Every body is validated completely before the
-store is called, so bad input gets a 4xx problem and writes nothing.
-"""
+"""The JSON API (docs/json-api.md): receipts for callers that are not Django views. The
+token's API client is the scope. The front door (`idemdash.core.jsonapi`) checks method,
+token, media type, size and JSON; the fields are checked here, all before the store is called."""
 
 from __future__ import annotations
 
@@ -71,13 +66,6 @@ def _lease_seconds(body: dict) -> int | None:
     return _integer(body, "lease_seconds", setting("RECEIPTS_MIN_LEASE_SECONDS"), setting("RECEIPTS_MAX_LEASE_SECONDS"))
 
 
-def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
-    response = JsonResponse(data, status=status)
-    for name, value in headers.items():
-        response[name] = value
-    return response
-
-
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
@@ -95,8 +83,7 @@ def stored_response(receipt: Receipt) -> Any:
 
 
 def receipt_json(receipt: Receipt) -> dict[str, Any]:
-    """The public view of a receipt. The fencing token is left out: it is the proof of
-    ownership, handed only to the caller that claimed."""
+    """The public view of a receipt; never the fencing token, handed only to the caller that claimed."""
     return {
         "key": receipt.key,
         "scope": receipt.scope,
@@ -115,18 +102,14 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "completed_at": _iso(receipt.completed_at),
         "expires_at": _iso(receipt.expires_at),
         "permanent": receipt.permanent,
-        # Set when compaction dropped `request` and `response` (receipts/compaction.py).
         "compacted_at": _iso(receipt.compacted_at),
-        # What a claim of this operation gets under today's settings, and which configured
-        # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
         "policy": policy_for(receipt.operation).as_dict(),
         "references": listed(receipt.references.order_by("created_at", "pk")),
     }
 
 
 def references_field(body: dict) -> list[tuple[str, str]]:
-    """The optional `references` of a body: a list of {"kind", "value"} objects, each checked
-    (clients/python/idemdash_client/references.py), 400 invalid-field naming the rule it broke."""
+    """The optional `references` of a body, each checked (idemdash_client.references)."""
     given = body.get("references", [])
     if not isinstance(given, list):
         raise Invalid("references", 'A list of {"kind": ..., "value": ...} objects.')
@@ -150,19 +133,15 @@ def stale_token(key: str) -> HttpResponse:
 
 
 def _settle(client: ApiClient, key: str, run: Callable[[], Any]) -> HttpResponse:
-    """Settle a receipt by `run` (store.complete or store.fail) and answer with the receipt:
-    404 for a key this client does not have, 409 for a token that no longer owns it. A retry
-    of a settlement that already landed (its answer lost with the connection) is answered 200
-    again: the store tells it from a stale settle, and logs nothing for it."""
-    # Looked up first to answer 404 rather than 409 and write no attempt row for a key that
-    # does not exist.
+    """Settle a receipt by `run` and answer with it: 404 for a key this client does not have
+    (looked up first, so no attempt row is written), 409 for a token that no longer owns it."""
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
     try:
         run()
     except store.StaleToken:
         return stale_token(key)
-    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+    return JsonResponse(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
 # How the JSON API words a claim it does not grant (receipts/responses.py:refusal).
@@ -202,7 +181,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     )
     receipt = result.receipt
     if result.owned:
-        return _json_response(
+        return JsonResponse(
             {
                 "outcome": result.outcome,
                 "key": key,
@@ -212,8 +191,6 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
                 "expires_at": _iso(receipt.expires_at),
                 "permanent": receipt.permanent,
                 "policy": policy_for(receipt.operation).as_dict(),
-                # What the step sends to a provider that honours idempotency keys: the same
-                # for every attempt of this claim (receipts/downstream.py).
                 "scope": client.scope,
                 "downstream_key": downstream_key(client.scope, key, receipt.created_at),
             },
@@ -230,7 +207,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     }
     if receipt.status == Receipt.Status.FAILED:
         data["error"] = receipt.error
-    return _json_response(data, **{"Idempotent-Replayed": "true"})
+    return JsonResponse(data, headers={"Idempotent-Replayed": "true"})
 
 
 @json_api("POST")
@@ -269,9 +246,8 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
 
 @json_api("POST")
 def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
-    """Renew the lease of a running attempt (store.renew): 200 with the new end of the lease;
-    409 stale-token when the token no longer owns the receipt (stop: another attempt took
-    over, or it was settled or released); 404 for a key this client does not have."""
+    """Renew the lease of a running attempt (store.renew): 409 stale-token when the token no
+    longer owns the receipt, 404 for a key this client does not have."""
     _fields(body, HEARTBEAT_FIELDS, {"key", "token"})
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
@@ -282,7 +258,7 @@ def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespon
         expires = store.renew(store.Held(client.scope, key, token), lease_seconds=lease_seconds)
     except store.StaleToken:
         return stale_token(key)
-    return _json_response({"key": key, "lease_expires_at": _iso(expires)})
+    return JsonResponse({"key": key, "lease_expires_at": _iso(expires)})
 
 
 @json_api("GET")
@@ -296,4 +272,4 @@ def receipt_detail(request: HttpRequest, client: ApiClient) -> HttpResponse:
     receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
     if receipt is None:
         return _not_found(key)
-    return _json_response(receipt_json(receipt))
+    return JsonResponse(receipt_json(receipt))
