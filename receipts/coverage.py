@@ -1,9 +1,6 @@
-"""Which write routes of the URLconf a receipt protects: every route that takes POST, PUT, PATCH
-or DELETE, found by introspection (function and class-based views, DRF views, viewsets and
-routers, Ninja operations, sync or async), with its operation or none; a protected route's
-keys and duplicates in a window, an unprotected one's requests and would-be duplicates as the
-observer noted them (receipts/observe.py). `manage.py idempotency_coverage` prints it, the
-Coverage page shows it (docs/coverage.md). A callable it does not recognise is "unknown"."""
+"""Which write routes of the URLconf a receipt protects, found by introspecting every kind of
+view, with each route's figures: a protected one's keys and duplicates, an unprotected one's
+requests and would-be duplicates as receipts/observe.py noted them (docs/coverage.md)."""
 
 from __future__ import annotations
 
@@ -29,10 +26,8 @@ from receipts.models import Attempt, ObservedRequest, Receipt
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # A view that does not restrict its methods takes every write method: one row for all of them.
 ANY = "any"
-# Views of these packages are the product's and Django's own (the dashboard, the admin, the
-# JSON API): listed with `everything=True` only.
-# idemdash's by the packages the wheel ships, so the demo's and the bench's views (never in
-# it) stand for a host's: listed and observed.
+# The product's and Django's own views, listed with `everything=True` only; the demo's and the
+# bench's (not in the wheel) stand for a host's.
 OWN_PACKAGES = ("django.", "idemdash.core.", "idemdash.dashboard.", "idemdash.worker.", "idemdash.errors.",
                 "receipts.", "webhooks.", "rest_framework.", "ninja.")
 DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attempt.CONCURRENT_OUTCOMES)
@@ -40,8 +35,7 @@ DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attem
 
 @dataclass(frozen=True)
 class Route:
-    """One write method of one route: `operation` is "" where nothing protects it, and
-    `protected_by` says what else does (a webhook receiver's deduplication)."""
+    """One write method of one route: its `operation`, or what else protects it (`protected_by`)."""
 
     method: str
     path: str
@@ -64,8 +58,7 @@ def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Rout
     found, seen = [], set()
     for path, name, callback in _patterns(get_resolver(urlconf).url_patterns, "", ""):
         for route in _routes_of(path, name, callback):
-            # Django routes a request to the first pattern that matches: a later one of the same
-            # path (Ninja's, one per operation of a path) adds nothing.
+            # Django routes a request to the first pattern that matches.
             if (route.method, route.path) in seen:
                 continue
             seen.add((route.method, route.path))
@@ -110,9 +103,8 @@ def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
 
 
 def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (method, route): the requests noted since `since` and, of them, the would-be
-    duplicates (the same fingerprint on the route within the window before) and the skipped,
-    from the hourly roll-up and the notes after it (receipts.rollup.OBSERVED)."""
+    """Per (method, route): the requests noted since `since`, their would-be duplicates and
+    skipped (receipts.rollup.OBSERVED)."""
     found: dict[tuple[str, str], dict[str, int]] = {}
     for _, method, route, kind, count in rollup.OBSERVED.counts(since, now or timezone.now()):
         counted = found.setdefault((method, route), {"requests": 0, "duplicates": 0, "skipped": 0})
@@ -153,7 +145,6 @@ def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[d
             row["policy"] = policy_for(route.operation).as_dict()
             row.update(counted[route.operation])
         elif not route.protected:
-            # What the observer noted (receipts/observe.py): requests, and the would-be duplicates.
             noted = [figures for (method, path), figures in observed.items()
                      if path == route.path and route.method in (method, ANY)]
             row["requests"] = sum(n["requests"] for n in noted)
@@ -187,8 +178,7 @@ def _patterns(patterns: list[Any], prefix: str, namespace: str) -> Iterator[tupl
 
 
 def _joined(prefix: str, route: str) -> str:
-    """The route as Django's resolver joins it (`URLResolver._join_route`): a nested regex's
-    leading ^ dropped, so that a path is the `request.resolver_match.route` the observer notes."""
+    """The route as Django's resolver joins it: a nested regex's leading ^ dropped."""
     return prefix + route.removeprefix("^") if prefix else route
 
 

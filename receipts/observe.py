@@ -1,9 +1,7 @@
-"""Duplicates where nothing protects: each write request to a route no receipt protects is
-noted (caller, route, a fingerprint of method, path and canonical body, as a receipt's), and
-the same fingerprint on the route again within RECEIPTS_OBSERVE_WINDOW_SECONDS counts as a
-would-be duplicate. The body is never kept and the response never changed. Notes wait in the
-process and a background thread writes them in batches; when the database refuses them the
-requests have run anyway, and the loss is logged once a minute (docs/coverage.md)."""
+"""Duplicates where nothing protects: each write request to an unprotected route is noted
+(caller, route, a receipt's fingerprint, never the body), and the same fingerprint on the
+route within RECEIPTS_OBSERVE_WINDOW_SECONDS is a would-be duplicate. A background thread
+writes the notes in batches; a loss is logged once a minute (docs/coverage.md)."""
 
 from __future__ import annotations
 
@@ -39,9 +37,8 @@ _stopping = threading.Event()
 
 
 class ObserveMiddleware(MiddlewareMixin):
-    """Notes each write request to an unprotected route (`coverage.takes_unprotected`): its
-    body before the view reads it, its caller after (the user, if the view looked it up);
-    put it after the authentication middleware."""
+    """Notes each write request to an unprotected route: its body before the view, its caller
+    after; put it after the authentication middleware."""
 
     def process_view(self, request: HttpRequest, view: Any, args: tuple, kwargs: dict) -> None:
         if coverage.takes_unprotected(view, request.method):
@@ -126,9 +123,7 @@ def flush() -> int:
 
 
 def _insert(connection: Any, cursor: Any, batch: list[tuple[Any, ...]]) -> None:
-    """The rows in one statement: COPY under psycopg 3, about 6 µs a row where an INSERT of
-    many rows, or a model per note, cost 20 to 35 (a bare request is about 750); else one
-    executemany."""
+    """The rows in one statement: COPY under psycopg 3 (6 µs a row, an INSERT 20 to 35), else executemany."""
     quote = connection.ops.quote_name
     table, columns = quote(ObservedRequest._meta.db_table), ", ".join(map(quote, _COLUMNS))
     if hasattr(cursor.cursor, "copy"):
@@ -159,8 +154,7 @@ def _flush_forever(every: float) -> None:
 
 
 def stop_flusher() -> None:
-    """End the flusher (before a test database is dropped: receipts/pytest_plugin.py); the
-    next note starts another."""
+    """End the flusher (before a test database is dropped); the next note starts another."""
     global _flusher
     with _lock:
         flusher, _flusher = _flusher, None
