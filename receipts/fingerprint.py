@@ -46,9 +46,7 @@ def parse_json_body(body: bytes, content_type: str) -> Any:
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: a client's deeply nested body must not become a 500.
         return _NOT_JSON
-    # Python parses deeper JSON than it can walk or encode again (to canonicalise or store
-    # it): such a body is treated as opaque bytes, for the fingerprint and the stored request alike.
-    # The database's limit is looked up only for a body deep enough for it to matter.
+    # JSON deeper than Python can walk again, or the database store, is opaque bytes.
     depth = nesting_depth(parsed)
     return _NOT_JSON if depth > MARIADB_JSON_DEPTH and depth > json_depth_limit() else parsed
 
