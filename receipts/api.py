@@ -60,7 +60,7 @@ def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
 
 
 def _lease_seconds(body: dict) -> int | None:
-    """The lease a caller asks for (a claim's, a heartbeat's), or None for the operation's."""
+    """The lease a caller asks for, or None for the operation's."""
     if "lease_seconds" not in body:
         return None
     return _integer(body, "lease_seconds", setting("RECEIPTS_MIN_LEASE_SECONDS"), setting("RECEIPTS_MAX_LEASE_SECONDS"))
@@ -71,7 +71,7 @@ def _iso(value: Any) -> str | None:
 
 
 def stored_response(receipt: Receipt) -> Any:
-    """A receipt's stored result as a caller gets it back: the JSON it was, else the text."""
+    """A receipt's stored result: the JSON it was, else the text."""
     if not receipt.response_body:
         return None
     if "json" in receipt.response_content_type:
@@ -144,7 +144,6 @@ def _settle(client: ApiClient, key: str, run: Callable[[], Any]) -> HttpResponse
     return JsonResponse(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
-# How the JSON API words a claim it does not grant (receipts/responses.py:refusal).
 CLAIM_REFUSAL_WORDS = responses.RefusalWords(
     in_progress_title="A claim on this key is in progress",
     in_progress_detail="Another worker holds the lease; retry after Retry-After seconds to get its result.",

@@ -84,9 +84,8 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[View], View]:
-    """Run the view at most once per (scope, Idempotency-Key) and replay its response.
-    `required=False` runs the view normally when the header is absent; `scope` maps a request
-    to the principal whose keys these are (default: `keys.default_scope`)."""
+    """Run the view at most once per (scope, Idempotency-Key) and replay its response;
+    `required=False` runs it normally without the header."""
     keys.validate_operation(operation)
     protection = Protection(operation, required, scope)
 
@@ -127,7 +126,9 @@ def respond(request: HttpRequest, view: View, args: tuple, kwargs: dict, protect
     try:
         response = view(request, *args, **kwargs)
         if inspect.isawaitable(response):
-            _close(response)
+            close = getattr(response, "close", None)  # a coroutine never awaited warns unless closed
+            if close is not None:
+                close()
             raise placement.not_async(view, protection.operation)
     except BaseException as exc:  # the contract rolls back, settles, and raises it again
         return _step(steps.throw, exc)[1]
@@ -138,9 +139,8 @@ async def arespond(
     request: HttpRequest, view: Callable[..., Awaitable[HttpResponseBase]], args: tuple, kwargs: dict,
     protection: Protection,
 ) -> HttpResponseBase:
-    """`respond` for an async view: the steps before and after the view run by sync_to_async
-    on the request's one sync thread, where Django's async ORM runs the view's queries too, so
-    its writes commit with the receipt or roll back with a lost lease, as a sync view's do."""
+    """`respond` for an async view: its steps on the request's one sync thread, where Django's
+    async ORM runs the view's queries too, so they commit or roll back with the receipt."""
     steps = _contract(request, args, kwargs, protection)
     running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
@@ -153,8 +153,7 @@ async def arespond(
 
 
 def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
-    """Resume the contract: (True, None) when it waits for the view's response, else
-    (False, the response to send)."""
+    """Resume the contract: (True, None) while it waits for the view, else (False, the response)."""
     try:
         step(value)
     except StopIteration as done:
@@ -162,8 +161,7 @@ def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBas
     return True, None
 
 
-# Thread-sensitive: every step of one request runs on the same thread, so the transaction a
-# step opens is the one the view's ORM calls and the last step find on that connection.
+# Thread-sensitive: the transaction a step opens is the one the view and the last step find.
 _astep = sync_to_async(_step, thread_sensitive=True)
 
 
@@ -195,8 +193,7 @@ async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any)
 def _contract(
     request: HttpRequest, args: tuple, kwargs: dict, protection: Protection
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """The one copy of the contract, sync or async: yields where the view runs, is sent its
-    response (or thrown its exception), and returns the response to send."""
+    """The one copy of the contract: yields where the view runs and returns the response."""
     if request.method not in UNSAFE_METHODS:
         return (yield)
     raw = request.headers.get(keys.HEADER)
@@ -219,12 +216,6 @@ def _contract(
             'quoted structured-field string ("...").',
         )
     return (yield from _handle(request, args, kwargs, protection, key))
-
-
-def _close(awaitable: Any) -> None:
-    close = getattr(awaitable, "close", None)  # a coroutine never awaited warns unless closed
-    if close is not None:
-        close()
 
 
 def is_client_error(exc: BaseException) -> bool:
@@ -280,7 +271,6 @@ def _handle(
     except RequestDataTooBig:
         return payload_too_large()
     except UnstorableJSON as exc:
-        # The view would parse it as JSON and could not store it: refused before anything runs.
         return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))
     principal = protection.scope(request) if protection.scope else keys.default_scope(request)
     user = getattr(request, "user", None)
@@ -307,14 +297,12 @@ def _handle(
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
-    # A permanent receipt's key never expires: no header; nor for a fresh-key retry, whose
-    # receipt is the other key's.
+    # None for a permanent receipt, nor for a fresh-key retry, whose receipt is another key's.
     if result.receipt.expires_at is not None and result.outcome != Attempt.Outcome.FRESH_KEY_RETRY:
         response[EXPIRES_HEADER] = http_date(result.receipt.expires_at.timestamp())
     return response
 
 
-# How the decorator words a claim it does not run (receipts/responses.py:refusal).
 REFUSAL_WORDS = responses.RefusalWords(
     in_progress_title="A request with this Idempotency-Key is in progress",
     in_progress_detail="Retry after the first attempt finishes; it will then be replayed.",
@@ -328,7 +316,6 @@ def _refusal(result: store.ClaimResult) -> HttpResponseBase:
     if refused is not None:
         return refused
     receipt = result.receipt
-    # Replayed: the stored result, or a burned failure's stored response.
     if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
         response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)
     else:

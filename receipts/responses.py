@@ -87,8 +87,7 @@ def rebuild(status: int | None, content_type: str, stored: str) -> HttpResponse:
 
 @dataclass(frozen=True)
 class RefusalWords:
-    """How one front door words the two refusals of a claim (`reused_detail` is formatted
-    with the receipt's `operation`)."""
+    """How one front door words the two refusals (`reused_detail` formatted with `operation`)."""
 
     in_progress_title: str
     in_progress_detail: str
@@ -130,7 +129,6 @@ def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
     return None
 
 
-# The header that carries a compacted receipt's original status beside the problem's field.
 ORIGINAL_STATUS_HEADER = "Idempotent-Original-Status"
 
 

@@ -1,10 +1,6 @@
-"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). A
-claim the caller owns comes back as a `Held`, which is what settles it.
-
-Every transition is settled by the database: a new key is a unique insert, every later change
-a conditional UPDATE fenced by the token (and status) the caller last saw, with a rowcount
-check. Each ownership change bumps the token: a worker whose lease was taken over can no
-longer complete or fail the receipt."""
+"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). Every
+transition is a unique insert or an UPDATE fenced by the token (and status) the caller last
+saw, with a rowcount check; each ownership change bumps the token."""
 
 from __future__ import annotations
 
@@ -44,7 +40,6 @@ log = logging.getLogger(__name__)
 Outcome = Attempt.Outcome
 Status = Receipt.Status
 
-# Outcomes after which the caller owns the receipt and must complete, fail or release it.
 OWNING_OUTCOMES = frozenset({Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER})
 
 
@@ -65,16 +60,13 @@ class _NotDone:
         return "NOT_DONE"
 
 
-# What a reconcile function returns when the provider has no trace of the effect: the
-# held attempt did not happen, so the next one runs.
+# What a reconcile function returns when the provider has no trace of the effect.
 NOT_DONE = _NotDone()
 
 
 @dataclass(frozen=True)
 class Unsettled:
-    """What a reconcile function is asked about: an attempt whose lease ran out before it
-    settled, under `after_crash: "hold"` (docs/receipt-store.md). It returns the result to
-    store (JSON, or a Django HttpResponse) or NOT_DONE; raising leaves it outcome-unknown."""
+    """What a reconcile function is asked about: a held attempt (docs/receipt-store.md)."""
 
     scope: str
     key: str
@@ -94,8 +86,7 @@ RELEASED = "released"
 
 @dataclass(frozen=True)
 class Held:
-    """An attempt's hold on its receipt: the key and the fencing token it owns it by, given by
-    `claim` (ClaimResult.held) and taken by complete, fail, renew, kept and give_back."""
+    """An attempt's hold on its receipt: the key and the fencing token it owns it by."""
 
     scope: str
     key: str
@@ -132,8 +123,7 @@ class ClaimResult:
 
 def claim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
     """Claim (scope, key) for one execution of `operation`: the caller owns the receipt
-    (ClaimResult.owned) and must settle it, or must not run. With `wait_seconds` a running
-    first attempt is waited for, woken by its settle. The options are `_claiming`'s."""
+    (ClaimResult.owned) and must settle it, or must not run. Takes `_claiming`'s options."""
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
         try:
@@ -148,8 +138,7 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
 
 
 async def aclaim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
-    """`claim` for async callers: each step run by sync_to_async on one thread, and a wait for
-    a running first attempt awaited on the event loop, so no thread is held while it waits."""
+    """`claim` for async callers: its steps on one sync thread, its waits on the event loop."""
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
         try:
@@ -159,8 +148,7 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
                 done, step = await _astep(steps, None)
             return _traced(span, operation, step)
         finally:
-            # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
-            # while its step still runs on the thread is closed when it is collected.
+            # A claim cancelled while its step still runs is closed when it is collected.
             with contextlib.suppress(ValueError):
                 steps.close()
 
@@ -170,7 +158,7 @@ REPLAY_SPAN = "idemdash.receipt.replay"  # the claim's span, renamed when it rep
 
 
 def _traced(span: Any, operation: str, result: ClaimResult) -> ClaimResult:
-    """The claim's span told what it decided (only when recorded: the key's digest costs a hash)."""
+    """The claim's span told what it decided, when it is recorded."""
     if span.is_recording():
         if result.outcome == Outcome.REPLAYED:
             span.update_name(REPLAY_SPAN)
@@ -187,8 +175,6 @@ def _traced(span: Any, operation: str, result: ClaimResult) -> ClaimResult:
 
 @dataclass(frozen=True)
 class _Wait:
-    """What a claim waits for between its looks: a wake-up of its key, or the timeout."""
-
     wakeup: waiting.Wakeup
     timeout: float
 
@@ -217,8 +203,7 @@ def _claiming(
     user_id: str = "",
     session_id: str = "",
 ) -> Generator[_Wait, None, ClaimResult]:
-    """The one copy of a claim, sync or async: yields where it waits for the running first
-    attempt (claim and aclaim do the waiting), and returns the ClaimResult."""
+    """The one copy of a claim: yields where it waits for the running first attempt."""
     # When the claim's own work began (Attempt.claim_ms): moved on by every wait, which is
     # counted in `waited_ms` instead.
     started = time.monotonic()
@@ -285,10 +270,8 @@ def _decide(
     intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup | None, deadline: float | None,
     wait_seconds: float, waited_since: float | None, raced: tuple[float, float] | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
-    """One look of a claim: the decision and its line in the attempt log, committed together.
-    Returns the result, whether the operation's reconcile must be asked, whether the claim is
-    settled (else it waits), and when its wait ends. Run again when MySQL/MariaDB picks it as
-    a deadlock's victim: InnoDB rolled it back whole."""
+    """One look of a claim: the decision and its log line, committed together. Returns the
+    result, whether to ask the reconcile, whether it is settled, and when its wait ends."""
     with transaction.atomic():
         result = _refusing_fresh_keys(intent, existing) if intent.policy.fresh_key == "refuse" else \
             _claim_once(intent, existing=existing)
@@ -315,9 +298,8 @@ def _decide(
 
 
 def _refusing_fresh_keys(intent: _Intent, existing: Receipt | None) -> ClaimResult:
-    """`_claim_once` for an operation that refuses fresh-key retries: a new life on the key
-    whose request another key of the window made is rolled back, and the answer is that key's
-    receipt (FRESH_KEY_RETRY). Reused keys decide as always."""
+    """`_claim_once`, where a new key whose request another key of the window made is rolled
+    back and answered FRESH_KEY_RETRY with that key's receipt."""
     with transaction.atomic():
         result = _claim_once(intent, existing=existing)
         if result.outcome == Outcome.CLAIMED:
@@ -330,8 +312,6 @@ def _refusing_fresh_keys(intent: _Intent, existing: Receipt | None) -> ClaimResu
 
 @dataclass(frozen=True)
 class _Intent:
-    """What one claim asks for, passed whole between the steps of a claim."""
-
     scope: str
     key: str
     operation: str
@@ -399,11 +379,9 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
                 return ClaimResult(Outcome.RETRIED_AFTER_FAILURE, won, token=won.fencing_token)
             continue
 
-        # processing
         if not rules.LAPSED.holds(receipt, now=now):
             return ClaimResult(Outcome.IN_PROGRESS, receipt)
         if intent.policy.after_crash == "hold":
-            # The attempt may have had its effect before it died: not run blindly again.
             return ClaimResult(Outcome.OUTCOME_UNKNOWN, receipt)
         won = _take_over(receipt, intent, now)
         if won:
@@ -412,8 +390,8 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
 
 
 def _take_over(receipt: Receipt, intent: _Intent, now: datetime) -> Receipt | None:
-    """Start the next attempt on a lapsed receipt; fenced on the lapse too, because a
-    reconcile's question to a provider takes long enough for a live worker to renew."""
+    """Start the next attempt on a lapsed receipt; fenced on the lapse too, as a reconcile's
+    question takes long enough for a live worker to renew."""
     return _transition(
         receipt,
         now,
@@ -458,8 +436,7 @@ def _reconciled(intent: _Intent, held: ClaimResult, started: float) -> ClaimResu
 
 
 def _stored_result(result: Any) -> dict[str, Any]:
-    """The receipt's response fields for a result: a Django response as the decorator stores
-    one, anything else as JSON (InvalidResult when it is not JSON-serialisable)."""
+    """The receipt's response fields for a Django response or JSON (else InvalidResult)."""
     if isinstance(result, HttpResponseBase):
         return {"response_status": result.status_code, "response_content_type": result.get("Content-Type", ""),
                 "response_body": responses.encode(result.content, responses.kept_headers(result))}
@@ -486,7 +463,6 @@ def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: 
 
 
 def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
-    """Every field of a freshly claimed receipt: the request's and the time's, and rules.NEW."""
     return {
         "scope": intent.scope,
         "key": intent.key,
@@ -506,7 +482,7 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
 def _transition(
     receipt: Receipt, now: datetime, *, expect_status: str, where: Q | None = None, **changes: Any
 ) -> Receipt | None:
-    """Compare-and-set on (id, fencing token, status, and `where`); bumps the token. None if we lost."""
+    """Compare-and-set on (id, token, status, `where`), bumping the token; None if we lost."""
     won = compare_and_set(
         Receipt.objects.filter(where or Q(), pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
         fencing_token=F("fencing_token") + 1, updated_at=now, **changes,
@@ -547,7 +523,7 @@ def _settle(
 ) -> None:
     now = timezone.now()
     scope, key, token = held.scope, held.key, held.token
-    # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
+    # No savepoint: inside the decorator's transaction a failure rolls it all back anyway.
     with tracing.span(SETTLE_SPAN) as span, transaction.atomic(savepoint=False):
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
         stale = not updated and not _landed(held, changes)
@@ -567,10 +543,9 @@ def _settle(
 
 
 def _landed(held: Held, changes: dict[str, Any]) -> bool:
-    """Whether this very settlement landed already (sent again after its answer was lost): a
-    settle keeps the token, so the same token with the same result is the same settlement,
-    not a lost lease. Compared in Python, so that MySQL's collations cannot call two bodies
-    equal; read with a lock, so that under REPEATABLE READ it sees the settle we waited for."""
+    """Whether this very settlement landed already (sent again after its answer was lost).
+    Compared in Python, so that MySQL's collations cannot call two bodies equal; read with a
+    lock, so that under REPEATABLE READ it sees the settle we waited for."""
     compared = [name for name in changes if name != "completed_at"]  # the clock, not the result
     row = (Receipt.objects.select_for_update().filter(scope=held.scope, key=held.key)
            .values("fencing_token", *compared).first())
@@ -588,8 +563,7 @@ def complete(
     body: str = "",
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Store the result and the attempt's `references`. StaleToken unless `held` still owns a
-    processing receipt, or this very completion landed already (`_landed`)."""
+    """Store the result and `references`; StaleToken unless `held` still owns the receipt."""
     _settle(
         held,
         Outcome.COMPLETED,
@@ -612,8 +586,7 @@ def fail(
     body: str = "",
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Mark the attempt failed, with its `references`. Retryable unless the operation burns
-    its key on failure."""
+    """Mark the attempt failed, with `references`; retryable unless the operation burns keys."""
     if retryable is None:
         receipt = Receipt.objects.filter(scope=held.scope, key=held.key).only("operation").first()
         retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
@@ -637,8 +610,7 @@ def lease_lost(held: Held, detail: str) -> None:
 
 
 def lasting_failure(receipt: Receipt) -> str:
-    """Why the caller's next attempt after a release would fail as this one did ("" when it
-    may not): a 4xx that no retry changes. `lasting_failures` asks the same in SQL."""
+    """Why the next attempt after a release would fail as this one did (a lasting 4xx), or ""."""
     if receipt.status == Status.FAILED and lasting_status(receipt.response_status):
         return (f"It failed with HTTP {receipt.response_status}: the caller's next attempt with the same request "
                 "will most likely get it again.")
@@ -651,10 +623,8 @@ def lasting_failures() -> Q:
 
 @retry_deadlocks
 def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
-    """A heartbeat: the claim kept for `lease_seconds` more (None: the operation's lease) from
-    now; returns the new end of the lease. Fenced like a settle: StaleToken, logged as a lost
-    lease, unless `held` still owns a processing receipt. A heartbeat that comes after its own
-    attempt settled is refused but not logged: no lease was lost."""
+    """A heartbeat: the lease renewed from now, returning its new end. Fenced like a settle;
+    one after its own attempt settled is refused but not logged: no lease was lost."""
     scope, key, token = held.scope, held.key, held.token
     receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     now = timezone.now()
@@ -662,7 +632,6 @@ def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
         expires = now + _lease_length(policy_for(receipt.operation), lease_seconds)
         if Receipt.objects.filter(rules.SETTLE.q(token=token), scope=scope, key=key).update(lease_expires_at=expires):
             return expires
-        # A settle keeps the fencing token (only a takeover or a release moves it on).
         if Receipt.objects.filter(scope=scope, key=key, fencing_token=token).exclude(status=Status.PROCESSING).exists():
             raise StaleToken(f"token {token} settled {key!r} already")
     log_settle(scope, key, token, Outcome.STALE_TOKEN, "heartbeat refused: the lease was lost", now)
@@ -670,8 +639,7 @@ def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
 
 
 def kept(held: Held, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
-    """The claim's lease renewed every third of it while its view or step runs
-    (idemdash/core/leases.py:kept), until RECEIPTS_MAX_LEASE_SECONDS."""
+    """The claim's lease renewed while its view or step runs (idemdash/core/leases.py:kept)."""
     def renewal() -> None:
         renew(held, lease_seconds=max(1, round(lease_seconds)))
     return leases.kept(renewal, lease_seconds, f"receipt {held.scope}/{held.key}",
@@ -679,8 +647,7 @@ def kept(held: Held, lease_seconds: float) -> contextlib.AbstractContextManager[
 
 
 def give_back(held: Held, reason: str) -> None:
-    """The attempt gives its key back, storing nothing (`release` with its token). StaleToken
-    when it was taken over; nothing when the receipt is gone."""
+    """The attempt gives its key back, storing nothing (`release` with its token)."""
     receipt = Receipt.objects.filter(scope=held.scope, key=held.key).first()
     if receipt is not None:
         release(receipt, token=held.token, reason=reason)
@@ -695,13 +662,11 @@ def release(
     user: Any = None,
     audit_action: str = "receipt.release",
 ) -> Receipt:
-    """Give the key back so that the caller's next attempt runs. A worker releases with its
-    token, its reason becoming the error; an operator without one, keeping the error, and
-    audited. Either way the token is bumped and the receipt stays failed and retryable, with
-    the release marker until the next claim clears it."""
+    """Give the key back so that the caller's next attempt runs: the token bumped, the receipt
+    failed and retryable with the release marker. An operator's release is audited."""
     now = timezone.now()
     status_before = receipt.status
-    shown_before = receipt.shown_status  # what the operator saw: "outcome-unknown" for a held receipt
+    shown_before = receipt.shown_status
     if status_before == Status.COMPLETED:
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
@@ -745,12 +710,8 @@ def release(
 release_many = bulk.many(release, Q(status=Status.FAILED, released_at=None), refused=(StaleToken, NotReleasable))
 
 
-# --- An operator's repair of an outcome-unknown receipt (after_crash "hold") ----------------
-
-
 def mark_completed(receipt: Receipt, *, result: str, actor: str, reason: str = "", user: Any = None) -> Receipt:
-    """The operator found the held attempt's effect: store `result` (JSON text) for the
-    caller's next attempt to replay. Audited; only for an outcome-unknown receipt."""
+    """An operator stores `result` (JSON text) for an outcome-unknown receipt to replay."""
     try:
         stored = _stored_result(json.loads(result))
     except ValueError as exc:
@@ -768,8 +729,7 @@ def mark_completed(receipt: Receipt, *, result: str, actor: str, reason: str = "
 
 
 def run_again(receipt: Receipt, *, actor: str, reason: str = "", user: Any = None) -> Receipt:
-    """The operator found no effect of the held attempt: release it. Audited; only for an
-    outcome-unknown receipt."""
+    """An operator releases an outcome-unknown receipt whose effect did not happen."""
     if not receipt.outcome_unknown:
         raise NotHeld("Only an outcome-unknown receipt is run again by hand; release any other.")
     return release(receipt, actor=actor, reason=reason, user=user, audit_action="receipt.run_again")
