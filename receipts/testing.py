@@ -32,9 +32,8 @@ VIEW_KEY = "receipts-testing-run-twice"
 
 
 def clear_receipts() -> int:
-    """Delete every receipt and its attempts; returns how many receipts there were. For a
-    test that must start with none: those written by other connections (threads, processes)
-    are committed, and outlive a test's rollback."""
+    """Delete every receipt and its attempts (other connections' outlive a test's rollback);
+    returns how many receipts there were."""
     from receipts.models import Attempt, Receipt
 
     Attempt.objects.all().delete()
@@ -65,14 +64,10 @@ class Provider:
             "claim": None if claim is None else [claim.scope, claim.key, claim.fencing_token, claim.attempt],
             "pid": os.getpid(),
         }
-        line = (json.dumps(record) + "\n").encode()
-        # One write on an O_APPEND descriptor: lines from concurrent processes never interleave,
+        # One unbuffered write in append mode: lines from concurrent processes never interleave,
         # and the kernel has the line before the process can be killed.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        with open(self.path, "ab", buffering=0) as file:
+            file.write((json.dumps(record) + "\n").encode())
         if self._die_after_call:
             os.kill(os.getpid(), signal.SIGKILL)
         return self.returns
@@ -128,10 +123,7 @@ def assert_view_runs_once(
         raise AssertionError(f"the first {method.upper()} {path} was answered {first.status_code}: {_body(first)}")
     for number, response in enumerate(responses[1:], 2):
         if (response.status_code, response.content) != (first.status_code, first.content):
-            raise AssertionError(
-                f"request {number} was answered {response.status_code} {_body(response)}, "
-                f"not the first request's {first.status_code} {_body(first)}"
-            )
+            raise AssertionError(f"request {number} was answered {_shown(response)}, not the first request's {_shown(first)}")
         if response.headers.get(REPLAYED_HEADER) != "true":
             raise AssertionError(f"request {number} is not marked {REPLAYED_HEADER}: true, so the view ran again")
     return responses
@@ -142,12 +134,12 @@ def assert_view_runs_once(
 
 @dataclass(frozen=True)
 class Concurrently:
-    """What the callers of assert_runs_once_concurrently got."""
+    """What the callers of assert_runs_once_concurrently got: the one result (a response as
+    (status, body)), how many callers, and how many were told the key was in progress."""
 
-    # The one result every caller that was not refused got: a response as (status, body).
     result: Any
     callers: int
-    refused: int  # told the key was in progress (409 request-in-progress, or RequestInProgress)
+    refused: int
 
 
 def assert_runs_once_concurrently(
@@ -215,8 +207,7 @@ def _threads_of_a_process(call: Callable[[], Any], threads: int, go: Any, queue:
 
 
 def _in_forked_processes(call: Callable[[], Any], threads: int, processes: int) -> list[tuple]:
-    # Forked, not spawned: `call` may be a lambda or a closure, and the children inherit the
-    # test's settings. Each child opens connections of its own, never the parent's socket.
+    # Forked, not spawned: `call` may be a closure, and the children inherit the test's settings.
     connections.close_all()
     ctx = multiprocessing.get_context("fork")
     queue, go = ctx.Queue(), ctx.Event()
@@ -281,8 +272,7 @@ def assert_survives_crash_after_effect(call: Callable[[], Any], provider: Provid
 
 @dataclass(frozen=True)
 class Held:
-    """What assert_held_after_crash saw: the receipt left outcome-unknown, for the test to
-    resolve (receipts.store.mark_completed or run_again, or the operation's reconcile)."""
+    """What assert_held_after_crash saw: the receipt left outcome-unknown, for the test to resolve."""
 
     receipt: Any  # receipts.models.Receipt
     downstream_key: str | None  # what the killed attempt sent the provider
