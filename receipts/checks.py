@@ -21,8 +21,7 @@ OUTBOX_APP = "receipts.outbox"
 
 
 def _decorated_dispatches() -> Iterator[tuple[type, str]]:
-    """(view class, operation) for each routed class view whose `dispatch` carries the
-    @idempotent marker (method_decorator copies it there); none without a URLconf."""
+    """(view class, operation) for each routed class view whose `dispatch` is @idempotent."""
     if not getattr(settings, "ROOT_URLCONF", None):
         return
     seen = set()
@@ -48,8 +47,7 @@ def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error
 
 
 def _outbox_in_use() -> list[str]:
-    """What shows that the project uses the outbox: a module of it imported, an app's
-    `outbox_actions` module, an `OUTBOX_*` setting."""
+    """What shows the outbox in use: a module of it imported, `outbox_actions`, `OUTBOX_*` settings."""
     signs = sorted({name for name in sys.modules if name == OUTBOX_APP or name.startswith(OUTBOX_APP + ".")})
     signs += [f"{config.name}.outbox_actions" for config in apps.get_app_configs()
               if module_has_submodule(config.module, "outbox_actions")]
@@ -181,8 +179,7 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register()
 def compaction_windows(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds` (conf.compaction_problem);
-    entries E006 refuses are left to it."""
+    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds` that E006 let through."""
     operations = setting("RECEIPTS_OPERATIONS")
     if not isinstance(operations, dict):
         return []  # receipts.E006

@@ -24,13 +24,12 @@ class CompactionResult:
 
 
 def _compactable() -> QuerySet:
-    # The condition of the partial index receipt_compactable, verbatim, so the planner uses it.
+    # receipt_compactable's condition, verbatim, so the planner uses it.
     return Receipt.objects.filter(status=Receipt.Status.COMPLETED, compacted_at=None)
 
 
 def compactable_operations() -> list[str]:
-    """The operations with completed receipts not yet compacted: on PostgreSQL a loose index scan
-    (one probe per operation, where DISTINCT reads every entry)."""
+    """The operations with receipts to compact: on PostgreSQL a loose index scan, not a DISTINCT."""
     if connection.vendor != "postgresql":
         return sorted(_compactable().values_list("operation", flat=True).distinct())
     table = connection.ops.quote_name(Receipt._meta.db_table)

@@ -14,8 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-# The usual nouns of money movement, singular and plural, as the first dotted part of an
-# operation name: `payment.create` and `payments.capture` are both financial.
+# The usual nouns of money movement, as the first part of a name: `payments.capture` is financial.
 FINANCIAL_NOUNS = ("payment", "refund", "payout", "charge", "capture", "invoice", "transfer")
 
 DEFAULTS: dict[str, Any] = {
@@ -112,7 +111,7 @@ class Policy:
         }
 
     def matched(self) -> str:
-        """Where this policy came from, in words, for the admin and the dashboard."""
+        """Where this policy came from, in words."""
         parts = []
         if self.rule is not None:
             parts.append(f"RECEIPTS_OPERATIONS[{self.rule!r}]")
@@ -167,8 +166,7 @@ def rule_problems(name: str, rule: Any) -> list[str]:
 
 
 def compaction_problem(name: str | None, compact_after: Any, ttl_seconds: int | None) -> str | None:
-    """What is wrong with an entry's `compact_after_seconds` given its operation's TTL, or None:
-    a window as long as the TTL would never compact anything."""
+    """What is wrong with an entry's `compact_after_seconds` given its operation's TTL, or None."""
     if compact_after is None:
         return None
     where = f"RECEIPTS_OPERATIONS[{name!r}]['compact_after_seconds']"

@@ -51,8 +51,8 @@ class Route:
 
 
 def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Route]:
-    """Every write route of `urlconf` (the project's), in URLconf order; without `everything`,
-    not the views of OWN_PACKAGES, except what protects itself (the webhook receiver)."""
+    """Every write route of `urlconf` in order; without `everything`, not OWN_PACKAGES' views
+    unless they protect themselves (the webhook receiver)."""
     if urlconf is None and not getattr(settings, "ROOT_URLCONF", None):
         return []  # a worker's settings route no view
     found, seen = [], set()
@@ -69,8 +69,7 @@ def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Rout
 
 @functools.lru_cache(maxsize=4096)
 def takes_unprotected(callback: Any, method: str) -> bool:
-    """Whether a `method` request routed to `callback` is a write nothing protects (the
-    observer's question, asked once per view and method)."""
+    """Whether a `method` request routed to `callback` is a write nothing protects."""
     if method not in WRITE_METHODS:
         return False
     for route in _routes_of("", "", callback):
@@ -80,25 +79,23 @@ def takes_unprotected(callback: Any, method: str) -> bool:
 
 
 def unprotected(found: list[Route], patterns: list[str]) -> list[Route]:
-    """The unprotected routes whose path (with a leading /) or URL name matches a shell-style
-    pattern of `patterns`, as `--fail-unprotected` asks."""
+    """The unprotected routes whose path (with a leading /) or URL name matches a pattern."""
     return [r for r in found if not r.protected and any(
         fnmatchcase("/" + r.path, p) or (r.name and fnmatchcase(r.name, p)) for p in patterns)]
 
 
 def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
     """Per operation of `found`: the keys first claimed since `since` and the duplicates
-    answered since (replays, concurrent duplicates and 422s, as the overview counts them)."""
+    answered since, as the overview counts them."""
     operations = sorted({r.operation for r in found if r.operation})
     counted = {op: {"keys": 0, "duplicates": 0} for op in operations}
     if not operations:
         return counted
     keys = Receipt.objects.filter(operation__in=operations, created_at__gte=since)
-    for row in keys.values("operation").annotate(n=Count("id")):
-        counted[row["operation"]]["keys"] = row["n"]
     duplicates = Attempt.objects.filter(operation__in=operations, outcome__in=DUPLICATE_OUTCOMES, created_at__gte=since)
-    for row in duplicates.values("operation").annotate(n=Count("id")):
-        counted[row["operation"]]["duplicates"] = row["n"]
+    for figure, rows in (("keys", keys), ("duplicates", duplicates)):
+        for row in rows.values("operation").annotate(n=Count("id")):
+            counted[row["operation"]][figure] = row["n"]
     return counted
 
 
@@ -115,22 +112,17 @@ def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tup
 
 
 def recent_duplicates(limit: int = 20) -> list[dict[str, Any]]:
-    """The latest would-be duplicates, for the page: when, who, which route, and the request's
-    fingerprint (never its body)."""
+    """The latest would-be duplicates: when, who, which route, and the request's fingerprint."""
     window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
     since = timezone.now() - timedelta(hours=setting("RECEIPTS_OBSERVE_RETENTION_HOURS"))
-    rows = _with_previous(ObservedRequest.objects.filter(~Q(fingerprint=""), at__gte=since)).values(
+    # `previous`: when the same fingerprint was noted on the route before.
+    previous = Window(Lag("at"), partition_by=[F("route"), F("fingerprint")], order_by=[F("at").asc(), F("id").asc()])
+    rows = ObservedRequest.objects.filter(~Q(fingerprint=""), at__gte=since).annotate(previous=previous).values(
         "method", "route", "caller", "fingerprint", "at", "previous")
     duplicates = [{**row, "gap": round((row["at"] - row["previous"]).total_seconds(), 1)} for row in rows
                   if row["previous"] is not None and row["at"] - row["previous"] <= window]
     duplicates.sort(key=lambda row: row["at"], reverse=True)
     return duplicates[:limit]
-
-
-def _with_previous(noted: Any) -> Any:
-    """Each note with `previous`: when the same fingerprint was noted on its route before."""
-    return noted.annotate(previous=Window(
-        Lag("at"), partition_by=[F("route"), F("fingerprint")], order_by=[F("at").asc(), F("id").asc()]))
 
 
 def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[dict[str, Any]]:
@@ -154,8 +146,7 @@ def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[d
 
 
 def callbacks() -> Iterator[Any]:
-    """Every view the project's URLconf routes to (format-suffix twins aside), for the system
-    checks that read the views' decorators."""
+    """Every view the project's URLconf routes to, for the system checks."""
     for _, _, callback in _patterns(get_resolver().url_patterns, "", ""):
         if callback is not None:
             yield callback
@@ -243,8 +234,7 @@ def _handled(view_class: type) -> list[str]:
 
 
 def _layers(fn: Any) -> Iterator[Any]:
-    """`fn` and what it wraps (functools.wraps' __wrapped__, and for DRF's @api_view handler
-    the function it calls), outermost first."""
+    """`fn` and what it wraps (__wrapped__, or the function of DRF's @api_view), outermost first."""
     seen = set()
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
@@ -266,8 +256,7 @@ def _operation(*handlers: Any) -> str:
 
 
 def _allowed_methods(view: Callable) -> list[str] | None:
-    """The methods Django's require_http_methods (require_POST, require_GET, ...) lets through
-    to a function view, None when nothing restricts them."""
+    """The methods require_http_methods lets through to a function view, or None."""
     for layer in _layers(view):
         if inspect.isfunction(layer):
             allowed = inspect.getclosurevars(layer).nonlocals.get("request_method_list")

@@ -18,8 +18,7 @@ PREFIX = "idemdash-"
 
 
 def downstream_key(scope: str, key: str, created_at: datetime) -> str:
-    """Hashed, so that nothing of the caller's scope reaches the provider, and 41 characters,
-    which every provider takes (Square allows 45)."""
+    """Hashed, so that nothing of the scope reaches the provider; 41 characters, as Square allows 45."""
     # In UTC with microseconds always written, whatever form the database hands back.
     moment = created_at.astimezone(UTC).isoformat(timespec="microseconds")
     material = json.dumps([scope, key, moment], separators=(",", ":")).encode()

@@ -22,9 +22,7 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[Handler], Handler]:
-    """`receipts.decorators.idempotent` for an APIView/ViewSet handler method or a function
-    below `@api_view`. The default scope is DRF's `request.user`, whatever the view's
-    authentication_classes (token, session, JWT)."""
+    """`receipts.decorators.idempotent` for a DRF handler; the default scope is DRF's `request.user`."""
     protect = decorators.idempotent(operation, required, scope=scope)  # validates the operation
     protection = decorators.Protection(operation, required, scope)
 

@@ -15,9 +15,8 @@ _UNPARSED = object()  # the caller has not parsed the body (a parsed `null` body
 
 
 def fingerprint_http(method: str, path: str, body: bytes, content_type: str, parsed: Any = _UNPARSED) -> str:
-    """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise.
-    `parsed` is parse_json_body's result when the caller has it already (it is needed again
-    to store the request)."""
+    """method + path + body, the body canonicalised when it is JSON (`parsed`, when the caller
+    has parse_json_body's result already) and raw otherwise."""
     digest = hashlib.sha256()
     digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
     if parsed is _UNPARSED:

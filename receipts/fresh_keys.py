@@ -38,7 +38,7 @@ def first_use(receipt: Receipt, now: datetime) -> Receipt | None:
             return None
         except IntegrityError:
             pass
-        # A locking read: on MySQL/MariaDB a plain one would read this transaction's snapshot.
+        # Locking: on MySQL/MariaDB a plain read would see this transaction's snapshot.
         row = FirstKey.objects.select_for_update().filter(digest=digest).first()
         if row is None:
             continue  # purged since our insert
@@ -102,8 +102,7 @@ def recent(limit: int = 20) -> list[dict[str, Any]]:
 
 
 def counts(since: datetime, now: datetime | None = None) -> dict[str, dict[str, int]]:
-    """Per operation, the fresh-key retries since `since`: `allowed` (the request ran again)
-    and `refused`."""
+    """Per operation, the fresh-key retries since `since`, `allowed` and `refused`."""
     found: dict[str, dict[str, int]] = {}
     for retry in retries(since, now):
         found.setdefault(retry["operation"], {"allowed": 0, "refused": 0})["refused" if retry["refused"] else "allowed"] += 1

@@ -67,8 +67,7 @@ def parse_key(raw: str) -> str | None:
 
 
 def format_key(key: str) -> str:
-    """The Idempotency-Key header value that `parse_key` reads back as `key`: the key itself,
-    or a structured-field string when a bare value would not read back."""
+    """The Idempotency-Key header value that `parse_key` reads back as `key`."""
     if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip(_OWS):
         return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return key
@@ -118,8 +117,7 @@ def default_scope(request: HttpRequest) -> str:
 
 
 def known_caller(request: HttpRequest) -> str:
-    """The caller as far as the request already tells, at no query (for the observer, which
-    must not load a session or a user the view never needed): else `default_scope`'s fallbacks."""
+    """The caller as far as the request tells at no query (the observer must not load a user)."""
     user = request.__dict__.get("user")
     if user is None or isinstance(user, LazyObject):
         # Where AuthenticationMiddleware keeps what it looked up (tests/core/test_dependency_guards.py).
@@ -166,8 +164,7 @@ CREDENTIAL_SALT = "receipts.keys.credential_scope"
 
 
 def session_reference(session_key: str | None) -> str:
-    """What a receipt records of the caller's session: `session:<hmac>`, never the session key
-    itself, whose reader could act as the session."""
+    """`session:<hmac>`, never the session key itself, whose reader could act as the session."""
     if not session_key:
         return ""
     return "session:" + salted_hmac(SESSION_SALT, session_key, algorithm="sha256").hexdigest()[:32]

@@ -29,8 +29,7 @@ PLAIN_503 = "Service unavailable: the database could not be reached. Retry short
 
 
 def wants_html(request: HttpRequest) -> bool:
-    """A browser page or an htmx fragment, as opposed to an API client. A client that
-    names JSON, or sends no Accept or `*/*` (curl, SDKs), gets JSON."""
+    """A browser page or an htmx fragment; a client that names JSON, or no type (curl), gets JSON."""
     if request.path.startswith(tuple(setting("RECEIPTS_JSON_PATH_PREFIXES"))):
         return False
     accept = request.headers.get("Accept", "")
@@ -42,8 +41,7 @@ def wants_html(request: HttpRequest) -> bool:
 def _html_503() -> HttpResponse:
     name = setting("RECEIPTS_UNAVAILABLE_TEMPLATE")
     try:
-        # Rendered without the request, as Django renders 500.html: context processors
-        # (the user, the session) would read the database that just went away.
+        # Without the request, as 500.html is: context processors would read the database.
         body = loader.get_template(name).render()
         content_type = "text/html; charset=utf-8"
     except TemplateDoesNotExist:

@@ -266,8 +266,7 @@ class ArchivedReceipt(models.Model):
 
 
 class ReceiptReference(Reference):
-    """What an attempt of the receipt said it worked on (`receipts.current().refer`, or the
-    JSON API's `references` on complete and fail), stored with that attempt's settle."""
+    """What an attempt of the receipt said it worked on, stored with its settle."""
 
     OWNER = "receipt"
 

@@ -33,8 +33,7 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[Function], Function]:
-    """Run the operation at most once per (scope, Idempotency-Key) and replay its response;
-    the default scope is `auth_scope`, the caller Ninja authenticated."""
+    """Run the operation at most once per (scope, Idempotency-Key); the scope is `auth_scope`'s."""
     keys.validate_operation(operation)
 
     def decorator(view: Function) -> Function:
@@ -63,11 +62,9 @@ def idempotent(
 
                 return decorators.respond(request, rendered, args, kwargs, protection)
 
-        # Ninja reads the parameters from the signature, resolving string annotations (from
-        # `from __future__ import annotations`) in the wrapper's module, not the function's.
+        # Ninja would resolve string annotations in the wrapper's module, not the function's.
         wrapper.__signature__ = _signature(view)  # type: ignore[attr-defined]
-        # functools.wraps shares the function's own list of Ninja hooks: ours comes first,
-        # so that it gets Ninja's Operation.run itself (see _remember_operation).
+        # A list of our own (functools.wraps shares the function's), ours first, to get Operation.run.
         wrapper._ninja_contribute_to_operation = [  # type: ignore[attr-defined]
             *getattr(view, "_ninja_contribute_to_operation", [])
         ]
@@ -112,7 +109,6 @@ def auth_scope(request: HttpRequest) -> str:
     # A string is what many auth callbacks return: the token or the caller's name.
     scope = keys.credential_scope(request, *api_keys, auth if isinstance(auth, str) else "")
     if scope is None:
-        # Fail closed: an auth object this cannot tell apart, and no credentials to hash.
         raise ImproperlyConfigured(
             f"receipts.ninja.idempotent cannot tell whose keys these are: request.auth is a "
             f"{type(auth).__name__} and the request carries no credentials it knows. Give the auth "

@@ -64,13 +64,12 @@ def _seen(request: HttpRequest) -> tuple[Any, ...]:
     at, skipped = timezone.now(), ""
     length = request.META.get("CONTENT_LENGTH") or ""
     if not length.isdigit():
-        # No length: a chunked (streamed) body, or none. Reading a stream here would hold it twice.
+        # A chunked body would be held twice if read here.
         skipped = "" if request.META.get("HTTP_TRANSFER_ENCODING") is None else "streamed"
     elif int(length) > setting("RECEIPTS_OBSERVE_MAX_BODY_BYTES"):
         skipped = "too large"
     elif request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
-        # Reading an upload here would end the view's say over its upload handlers.
-        skipped = "multipart"
+        skipped = "multipart"  # reading an upload here would take it from the view's upload handlers
     if skipped:
         return at, request.method, route[:255], "", skipped
     body = request.body if length.isdigit() and int(length) else b""
