@@ -22,8 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_TTL_SECONDS": 7 * 24 * 3600,
     "RECEIPTS_LEASE_SECONDS": 30,
     "RECEIPTS_MAX_WAIT_SECONDS": 30,
-    # Callers one server process lets wait at once; below its threads, so that completions
-    # and heartbeats always find one. Beyond it a duplicate gets its 409 at once.
+    # Callers one process lets wait at once: fewer than its threads, which completions need too.
     "RECEIPTS_MAX_WAITERS": 4,
     "RECEIPTS_MAX_LEASE_SECONDS": 3600,
     # The shortest lease a JSON API caller may ask for: a shorter one leaves a heartbeat too
@@ -31,11 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_MIN_LEASE_SECONDS": 15,
     # Operation names or patterns whose receipts are financial (longer TTL, archived before purge).
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
-    # Operation name or pattern -> policy (RULE_KEYS; docs/receipt-store.md, "Operation
-    # policies"). An exact name wins over patterns, then the first matching pattern.
+    # Operation name or pattern -> policy (docs/receipt-store.md, "Operation policies").
     "RECEIPTS_OPERATIONS": {},
-    # The observer of unprotected write routes (receipts/observe.py): its duplicate window,
-    # largest body, flush interval (0: only observe.flush()) and retention.
+    # The observer of unprotected write routes (receipts/observe.py); a flush interval 0: by hand.
     "RECEIPTS_OBSERVE_WINDOW_SECONDS": 600,
     "RECEIPTS_OBSERVE_MAX_BODY_BYTES": 1024 * 1024,
     "RECEIPTS_OBSERVE_FLUSH_SECONDS": 2,
@@ -67,8 +64,7 @@ class Policy:
     lease: timedelta
     financial: bool
     burn_on_failure: bool
-    # After a lapsed lease: "rerun" takes it over; "hold" answers outcome-unknown until a
-    # `reconcile` function (a dotted path) or an operator resolves it.
+    # After a lapsed lease: "rerun" takes it over; "hold" answers outcome-unknown until resolved.
     after_crash: str = "rerun"
     reconcile: str | None = None
     # The RECEIPTS_OPERATIONS key and RECEIPTS_FINANCIAL_OPERATIONS entry that matched.

@@ -84,7 +84,6 @@ def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]
              for row in kept if row["created_at"] >= since]
     refused = list(Attempt.objects.filter(outcome=Attempt.Outcome.FRESH_KEY_RETRY, created_at__gte=since,
                                           created_at__lte=now).values("created_at", "operation", "scope", "key", "receipt_id"))
-    # The refusal's line names the key it came under, on the first key's receipt.
     firsts = {pk: (key, at) for pk, key, at in Receipt.objects.filter(
         pk__in={r["receipt_id"] for r in refused}).values_list("pk", "key", "created_at")}
     for line in refused:

@@ -179,9 +179,6 @@ def once(
     return decorator
 
 
-# --- the steps both run_once and arun_once take ---------------------------------------------
-
-
 def _check(key: Any, operation: Any, scope: Any, request: Any, encoder: Any) -> str:
     """Refuse bad input before anything is claimed; return the request's fingerprint."""
     keys.validate_key(key)
@@ -221,7 +218,7 @@ def _claim_patiently(
 
 
 def _lease(result: store.ClaimResult) -> float:
-    # Every claim sets updated_at to its moment and the lease to end the lease after it.
+    # A claim sets updated_at and the lease's end together.
     receipt = result.receipt
     return (receipt.lease_expires_at - receipt.updated_at).total_seconds()
 

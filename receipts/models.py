@@ -46,17 +46,15 @@ class Receipt(LeasedWork):
     # Set by a caller that waits for this attempt: only then does its settle send a NOTIFY,
     # whose commit takes a lock that serialises every committing NOTIFY on the server.
     waiters = models.BooleanField(default=False, db_default=False, editable=False)
-    # The release marker: set when the key is given back (store.release), cleared by the
-    # caller's next claim; the status stays failed and retryable, so every claim path treats
-    # it as before, and it is never replayed (receipts/rules.py).
+    # The release marker (store.release), cleared by the caller's next claim; the status stays
+    # failed and retryable, so every claim path treats it as before.
     released_at = models.DateTimeField(null=True, blank=True)
     # Database defaults too, so that a writer that does not know the marker can still insert.
     released_by = models.CharField(
         max_length=255, blank=True, default="", db_default="", help_text="The operator; empty for the worker."
     )
     release_reason = models.TextField(blank=True, default="", db_default="")
-    # Set when compaction (receipts/compaction.py) dropped the stored request and response
-    # body; a replay then answers 410 receipt-compacted. Cleared by the key's next life.
+    # When compaction dropped the request and response body; cleared by the key's next life.
     compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
 
     class Meta:
@@ -134,8 +132,7 @@ class Attempt(AttemptLog):
         WAITED = "waited"
         # A claim refused because the attempt before it lapsed under after_crash "hold".
         OUTCOME_UNKNOWN = "outcome_unknown"
-        # The same request under a new key, refused under "fresh_key": "refuse": logged under
-        # that key, on the receipt of the key it was first made under.
+        # The same request under a new key, refused: on the receipt of the key it was first made under.
         FRESH_KEY_RETRY = "fresh_key_retry"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
@@ -185,8 +182,7 @@ class Attempt(AttemptLog):
     actor = models.CharField(max_length=255, blank=True)
     # How long a claim request waited for the running first attempt; None: it did not wait.
     waited_ms = models.PositiveIntegerField(null=True, blank=True)
-    # How long a claim request took to decide, from the store being asked to this row's
-    # decision, less `waited_ms` and never the commit; None on settles.
+    # How long a claim request took to decide, less `waited_ms` and never the commit.
     claim_ms = models.FloatField(null=True, blank=True)
 
     class Meta:

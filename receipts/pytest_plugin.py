@@ -13,9 +13,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def _receipts_listener_closed(django_db_setup: None) -> Iterator[None]:
-    # On PostgreSQL, waiting callers LISTEN on a connection of their own, and the observer of
-    # unprotected routes writes from a thread of its own: both end before pytest-django drops
-    # the test database (which this fixture's teardown precedes).
+    # The LISTEN connection and the observer's flusher end before pytest-django drops the test
+    # database, which this teardown precedes.
     yield
     from receipts import observe, waiting
 
@@ -27,8 +26,7 @@ def _receipts_listener_closed(django_db_setup: None) -> Iterator[None]:
 def isolated_receipts(db: None, _receipts_listener_closed: None) -> None:
     """The test's database (pytest-django's `db`) with no receipts in it when the test starts,
     whatever earlier tests' threads and processes committed."""
-    # `db` named here, not fetched with getfixturevalue: pytest-django sets up only the test
-    # databases that the collected tests' fixtures name.
+    # `db` named, not fetched: pytest-django sets up only the databases that fixtures name.
     from receipts.testing import clear_receipts
 
     clear_receipts()

@@ -82,9 +82,6 @@ def rebuild(status: int | None, content_type: str, stored: str) -> HttpResponse:
     return response
 
 
-# --- A claim that does not run ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class RefusalWords:
     """How one front door words the two refusals (`reused_detail` formatted with `operation`)."""

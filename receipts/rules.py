@@ -136,7 +136,7 @@ class Either(All):
 @dataclass(frozen=True)
 class Rule:
     condition: Condition
-    # The SQL fragment and its parameters' names: the same for every use, so built once.
+    # Built once: the same for every use.
     sql: str = dataclasses.field(init=False)
     names: tuple[str, ...] = dataclasses.field(init=False)
 
@@ -156,9 +156,8 @@ class Rule:
         return self.condition.holds(row, params)
 
 
-# A receipt holds its key until it expires; a permanent one (expires_at NULL: an operation with
-# `ttl_seconds: None`) never does. EXPIRED is LIVE's negation, written as the one comparison an
-# index on expires_at serves, for the purge and the claim that starts a new life on an expired key.
+# A receipt holds its key until it expires, a permanent one (expires_at NULL) for ever. EXPIRED
+# is LIVE's negation as the one comparison an index on expires_at serves.
 LIVE = Rule(Either((Equals("expires_at", None), Compared("expires_at", "gt", than=Param("now")))))
 
 EXPIRED = Rule(Compared("expires_at", "lte", than=Param("now")))
@@ -176,8 +175,7 @@ REPLAY = Rule(All((Equals("fingerprint", Param("fingerprint")), LIVE.condition, 
 # A worker may complete or fail the receipt: its fencing token, and still processing.
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
 
-# The fields every freshly claimed receipt starts with, whatever the request: PostgreSQL's
-# claim statement writes them as literals.
+# The fields every freshly claimed receipt starts with, whatever the request.
 NEW: dict[str, Any] = {
     "status": Status.PROCESSING.value,
     "retryable": True,

@@ -49,9 +49,8 @@ class Wakeup:
         self.future: asyncio.Future[None] | None = None  # what an async waiter awaits now
 
     def set(self) -> None:
-        # Called under _lock (by _wake): takes no lock itself. The event first, the future
-        # after: an async waiter sets its future first and reads the event after, so one of
-        # the two always sees the other.
+        # Under _lock. The event first: an async waiter sets its future first and reads the
+        # event after, so one of the two always sees the other.
         self.event.set()
         future = self.future
         if future is not None:
