@@ -3,6 +3,7 @@ the dashboard serves too (receipts/operator_actions.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -38,10 +39,8 @@ class StoredResultDisplay:
         content, headers = responses.decode(obj.response_body)
         text = content.decode("utf-8", "replace")
         if "json" in obj.response_content_type:
-            try:
+            with contextlib.suppress(ValueError):
                 text = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
-            except ValueError:
-                pass
         if headers:
             text = "\n".join(f"{name}: {value}" for name, value in headers.items()) + "\n\n" + text
         return _pre(text)

@@ -4,6 +4,7 @@ token, media type, size and JSON; the fields are checked here, all before the st
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -75,10 +76,8 @@ def stored_response(receipt: Receipt) -> Any:
     if not receipt.response_body:
         return None
     if "json" in receipt.response_content_type:
-        try:
+        with contextlib.suppress(ValueError):
             return json.loads(receipt.response_body)
-        except ValueError:
-            pass
     return receipt.response_body
 
 

@@ -73,22 +73,13 @@ def format_key(key: str) -> str:
     return key
 
 
+# A structured-field string (RFC 8941 3.3.3): `\"` and `\\` are its only escapes.
+SF_STRING_RE = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
+
+
 def _sf_string(quoted: str) -> str | None:
-    chars = []
-    escaped = False
-    for index, char in enumerate(quoted[1:], start=1):
-        if escaped:
-            if char not in '"\\':
-                return None
-            chars.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            return "".join(chars) if index == len(quoted) - 1 else None
-        else:
-            chars.append(char)
-    return None
+    match = SF_STRING_RE.fullmatch(quoted)
+    return re.sub(r'\\(["\\])', r"\1", match.group(1)) if match else None
 
 
 def parse_prefer_wait(header: str) -> int | None:

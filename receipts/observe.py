@@ -91,10 +91,8 @@ def note(request: HttpRequest, seen: tuple[Any, ...]) -> None:
         return
     fingerprint = hashlib.sha256(f"{caller}\n{request_fp}".encode()).hexdigest() if request_fp else ""
     with _lock:
-        if len(_pending) >= BUFFER_LIMIT:
-            dropped = True
-        else:
-            dropped = False
+        dropped = len(_pending) >= BUFFER_LIMIT
+        if not dropped:
             _pending.append((method, route, caller, fingerprint, skipped, at))
             _start_flusher()
     if dropped:
