@@ -4,7 +4,6 @@ operation policy), an outbox used without its app, and databases set up against 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from django.apps import apps
@@ -20,27 +19,17 @@ from receipts.conf import policy_for, reconciler, rule_problems, setting
 OUTBOX_APP = "receipts.outbox"
 
 
-def _decorated_dispatches() -> Iterator[tuple[type, str]]:
-    """(view class, operation) for each routed class view whose `dispatch` is @idempotent."""
-    if not getattr(settings, "ROOT_URLCONF", None):
-        return
-    seen = set()
-    for callback in coverage.callbacks():
-        view_class = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
-        if view_class is None or view_class in seen:
-            continue
-        seen.add(view_class)
-        operation = getattr(view_class.dispatch, "idempotent_operation", None)
-        if operation is not None:
-            yield view_class, operation
-
-
 @register(Tags.urls)
 def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView (E001) or an async View (E005)."""
+    """`method_decorator(idempotent(...), name="dispatch")` on a routed DRF APIView (E001) or
+    async View (E005): the class the view function names (DRF's `cls`, Django's `view_class`)."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
     errors = []
-    for view_class, operation in _decorated_dispatches():
-        refusal = placement.dispatch_refusal(view_class, operation)
+    classes = (getattr(c, "cls", None) or getattr(c, "view_class", None) for c in coverage.callbacks())
+    for view_class in dict.fromkeys(c for c in classes if c is not None):
+        operation = getattr(view_class.dispatch, "idempotent_operation", None)
+        refusal = None if operation is None else placement.dispatch_refusal(view_class, operation)
         if refusal is not None:
             errors.append(Error(refusal.message, hint=refusal.hint, obj=view_class, id=refusal.id))
     return errors

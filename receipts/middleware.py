@@ -44,10 +44,9 @@ def _html_503() -> HttpResponse:
         # Without the request, as 500.html is: context processors would read the database.
         body = loader.get_template(name).render()
         content_type = "text/html; charset=utf-8"
-    except TemplateDoesNotExist:
-        body, content_type = PLAIN_503, "text/plain; charset=utf-8"
-    except Exception:  # a template that itself needs the database: still a 503, not a 500
-        log.exception("%s could not be rendered", name)
+    except Exception as exc:  # a template that itself needs the database: still a 503, not a 500
+        if not isinstance(exc, TemplateDoesNotExist):
+            log.exception("%s could not be rendered", name)
         body, content_type = PLAIN_503, "text/plain; charset=utf-8"
     response = HttpResponse(body, status=503, content_type=content_type)
     response["Retry-After"] = RETRY_AFTER

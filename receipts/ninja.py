@@ -119,12 +119,8 @@ def auth_scope(request: HttpRequest) -> str:
 
 def _api_keys(ninja_operation: Operation, request: HttpRequest) -> list[str]:
     sources = {APIKeyHeader: request.headers, APIKeyCookie: request.COOKIES, APIKeyQuery: request.GET}
-    keys = []
-    for callback in ninja_operation.auth_callbacks:
-        for kind, values in sources.items():
-            if isinstance(callback, kind):
-                keys.append(values.get(callback.param_name) or "")
-    return keys
+    return [values.get(callback.param_name) or "" for callback in ninja_operation.auth_callbacks
+            for kind, values in sources.items() if isinstance(callback, kind)]
 
 
 def _remember_operation(run: Callable[..., Any]) -> Callable[..., Any]:
