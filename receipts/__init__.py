@@ -11,12 +11,7 @@ from typing import Any
 from idemdash_client.context import RunningClaim, current
 from idemdash_client.errors import IdempotencyKeyReused, OutcomeUnknown, PreviousFailure, ReceiptCompacted, RequestInProgress, StaleToken
 
-_LAZY = {
-    "run_once": "receipts.inprocess",
-    "arun_once": "receipts.inprocess",
-    "once": "receipts.inprocess",
-    "DEFAULT_SCOPE": "receipts.inprocess",
-}
+_LAZY = ("run_once", "arun_once", "once", "DEFAULT_SCOPE")  # receipts.inprocess's
 
 __all__ = [
     "RunningClaim",
@@ -34,4 +29,4 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'receipts' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
+    return getattr(importlib.import_module("receipts.inprocess"), name)

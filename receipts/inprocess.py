@@ -153,14 +153,11 @@ def once(
     _check_scope(scope)
     _check_encoder(encoder)
 
+    options = {"scope": scope, "lease_seconds": lease_seconds, "encoder": encoder}
+
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         def claim_of(args: tuple, kwargs: dict) -> dict[str, Any]:
-            return {
-                "request": request(*args, **kwargs) if request else None,
-                "scope": scope,
-                "lease_seconds": lease_seconds,
-                "encoder": encoder,
-            }
+            return {**options, "request": request(*args, **kwargs) if request else None}
 
         if iscoroutinefunction(fn):
 
