@@ -131,16 +131,17 @@ def stale_token(key: str) -> HttpResponse:
     )
 
 
-def _settle(client: ApiClient, key: str, run: Callable[[], Any]) -> HttpResponse:
-    """Settle a receipt by `run` and answer with it: 404 for a key this client does not have
-    (looked up first, so no attempt row is written), 409 for a token that no longer owns it."""
+def _settle(client: ApiClient, key: str, token: int, run: Callable[[store.Held], Any]) -> HttpResponse:
+    """Run `run` with the caller's hold and answer with what it returns, or the receipt: 404 for
+    a key this client does not have (looked up first, so no attempt row is written), 409 for a
+    token that no longer owns it."""
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
     try:
-        run()
+        answer = run(store.Held(client.scope, key, token))
     except store.StaleToken:
         return stale_token(key)
-    return JsonResponse(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+    return JsonResponse(answer or receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
 CLAIM_REFUSAL_WORDS = responses.RefusalWords(
@@ -219,9 +220,8 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
-    return _settle(client, key, lambda: store.complete(
-        store.Held(client.scope, key, token), content_type="application/json", body=stored, references=references,
-    ))
+    return _settle(client, key, token, lambda held: store.complete(
+        held, content_type="application/json", body=stored, references=references))
 
 
 @json_api("POST")
@@ -237,26 +237,19 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     if retryable is not None and not isinstance(retryable, bool):
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     references = references_field(body)
-    return _settle(client, key, lambda: store.fail(
-        store.Held(client.scope, key, token), error=error, retryable=retryable, references=references,
-    ))
+    return _settle(client, key, token, lambda held: store.fail(
+        held, error=error, retryable=retryable, references=references))
 
 
 @json_api("POST")
 def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
-    """Renew the lease of a running attempt (store.renew): 409 stale-token when the token no
-    longer owns the receipt, 404 for a key this client does not have."""
+    """Renew the lease of a running attempt (store.renew)."""
     _fields(body, HEARTBEAT_FIELDS, {"key", "token"})
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
     lease_seconds = _lease_seconds(body)
-    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
-        return _not_found(key)
-    try:
-        expires = store.renew(store.Held(client.scope, key, token), lease_seconds=lease_seconds)
-    except store.StaleToken:
-        return stale_token(key)
-    return JsonResponse({"key": key, "lease_expires_at": _iso(expires)})
+    return _settle(client, key, token, lambda held: {
+        "key": key, "lease_expires_at": _iso(store.renew(held, lease_seconds=lease_seconds))})
 
 
 @json_api("GET")
