@@ -145,13 +145,10 @@ def rule_problems(name: str, rule: Any) -> list[str]:
         )
     if "lease_seconds" in rule and not _positive_seconds(rule["lease_seconds"]):
         problems.append(f"{where}['lease_seconds'] must be a positive whole number of seconds, got {rule['lease_seconds']!r}")
-    if rule.get("on_failure", "retry") not in ("retry", "burn"):
-        problems.append(f"{where}['on_failure'] must be 'retry' or 'burn', got {rule['on_failure']!r}")
+    for name, (default, other) in CHOICES.items():
+        if rule.get(name, default) not in (default, other):
+            problems.append(f"{where}[{name!r}] must be {default!r} or {other!r}, got {rule[name]!r}")
     after_crash = rule.get("after_crash", "rerun")
-    if after_crash not in AFTER_CRASH:
-        problems.append(f"{where}['after_crash'] must be 'rerun' or 'hold', got {after_crash!r}")
-    if rule.get("fresh_key", "allow") not in FRESH_KEY:
-        problems.append(f"{where}['fresh_key'] must be 'allow' or 'refuse', got {rule['fresh_key']!r}")
     reconcile = rule.get("reconcile")
     if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
         problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
@@ -209,8 +206,8 @@ def policy_for(operation: str) -> Policy:
     )
 
 
-AFTER_CRASH = ("rerun", "hold")
-FRESH_KEY = ("allow", "refuse")
+# The settings of a rule that take one of two values, the default first.
+CHOICES = {"on_failure": ("retry", "burn"), "after_crash": ("rerun", "hold"), "fresh_key": ("allow", "refuse")}
 
 
 def reconciler(policy: Policy) -> Any:

@@ -85,11 +85,9 @@ def side_effects_on_record(unit: Any, *, limit: int = 20) -> SideEffects:
     """SideEffects of a receipt, a webhook event or an outbox message (index lookups only)."""
     found = SideEffects()
     if _outbox():
-        message_model = apps.get_model("outbox", "OutboxMessage")
-        if isinstance(unit, message_model):
-            found.messages = [unit]  # the effect itself: sending it again repeats it downstream
-        else:
-            found.messages = list(caused_by(unit)[:limit])
+        # A message is the effect itself: sending it again repeats it downstream.
+        is_message = isinstance(unit, apps.get_model("outbox", "OutboxMessage"))
+        found.messages = [unit] if is_message else list(caused_by(unit)[:limit])
     values = list(unit.references.values_list("value", flat=True)[:limit]) if hasattr(unit, "references") else []
     if values:
         others = Receipt.objects.filter(
