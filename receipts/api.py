@@ -123,12 +123,8 @@ def _not_found(key: str) -> HttpResponse:
 
 
 def stale_token(key: str) -> HttpResponse:
-    return problem(
-        409,
-        "stale-token",
-        "Token no longer owns this receipt",
-        f"The lease on {key!r} was taken over or the receipt was settled; this attempt's result was not stored.",
-    )
+    return problem(409, "stale-token", "Token no longer owns this receipt",
+                   f"The lease on {key!r} was taken over or the receipt was settled; this attempt's result was not stored.")
 
 
 def _settle(client: ApiClient, key: str, token: int, run: Callable[[store.Held], Any]) -> HttpResponse:

@@ -199,22 +199,14 @@ def _contract(
     raw = request.headers.get(keys.HEADER)
     if raw is None:
         if protection.required:
-            return problem(
-                400,
-                "idempotency-key-missing",
-                "Idempotency-Key header required",
-                f"{request.method} {request.path} needs an Idempotency-Key header.",
-            )
+            return problem(400, "idempotency-key-missing", "Idempotency-Key header required",
+                           f"{request.method} {request.path} needs an Idempotency-Key header.")
         return (yield)
     key = keys.parse_key(raw)
     if key is None:
-        return problem(
-            400,
-            "idempotency-key-invalid",
-            "Malformed Idempotency-Key",
-            "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
-            'quoted structured-field string ("...").',
-        )
+        return problem(400, "idempotency-key-invalid", "Malformed Idempotency-Key",
+                       'An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a quoted '
+                       'structured-field string ("...").')
     return (yield from _handle(request, args, kwargs, protection, key))
 
 
@@ -319,12 +311,7 @@ def _refusal(result: store.ClaimResult) -> HttpResponseBase:
     if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
         response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)
     else:
-        response = problem(
-            500,
-            "previous-failure",
-            "The first attempt with this Idempotency-Key failed",
-            receipt.error,
-        )
+        response = problem(500, "previous-failure", "The first attempt with this Idempotency-Key failed", receipt.error)
     response[REPLAYED_HEADER] = "true"
     return response
 
@@ -367,13 +354,9 @@ def _run(
             )
             return response
     except store.StaleToken:
-        lost = problem(
-            409,
-            "lease-lost",
-            "The lease on this Idempotency-Key was lost",
-            "The request took longer than its lease and another attempt took over; "
-            "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
-        )
+        lost = problem(409, "lease-lost", "The lease on this Idempotency-Key was lost",
+                       "The request took longer than its lease and another attempt took over; nothing this "
+                       "attempt wrote was kept. Retry to get the other attempt's result.")
         # The rollback took the store's record of the refusal with the view's writes.
         store.lease_lost(held, "lease lost while the view ran; its writes were rolled back")
         return lost

@@ -91,13 +91,9 @@ class DatabaseUnavailableMiddleware(_RequestCheck):
         log.warning("database unavailable during %s %s: %s", request.method, request.path, exception)
         if wants_html(request):
             return _html_503()
-        return problem(
-            503,
-            "database-unavailable",
-            "Database unavailable",
-            "The database could not be reached; nothing was stored. Retry the request.",
-            headers={"Retry-After": RETRY_AFTER},
-        )
+        return problem(503, "database-unavailable", "Database unavailable",
+                       "The database could not be reached; nothing was stored. Retry the request.",
+                       headers={"Retry-After": RETRY_AFTER})
 
 
 class ChunkedBodyMiddleware(_RequestCheck):
@@ -115,23 +111,15 @@ class ChunkedBodyMiddleware(_RequestCheck):
             return None
         if "HTTP_TRANSFER_ENCODING" in meta and not meta.get("CONTENT_LENGTH") and isinstance(request, WSGIRequest):
             if not meta.get("wsgi.input_terminated"):
-                return problem(
-                    411,
-                    "length-required",
-                    "Content-Length required",
-                    "This server cannot read a chunked request body: send it with a Content-Length.",
-                )
+                return problem(411, "length-required", "Content-Length required",
+                               "This server cannot read a chunked request body: send it with a Content-Length.")
             try:
                 _buffer_body(request)
             except Exception as exc:  # noqa: BLE001 - the server's own framing errors, whatever its classes
                 log.warning("malformed request body on %s %s: %s: %s", request.method, request.path,
                             type(exc).__name__, exc)
-                return problem(
-                    400,
-                    "malformed-body",
-                    "Malformed request body",
-                    "The request body's framing could not be read (chunked encoding): nothing was done.",
-                )
+                return problem(400, "malformed-body", "Malformed request body",
+                               "The request body's framing could not be read (chunked encoding): nothing was done.")
         return None
 
 
@@ -148,12 +136,8 @@ class MalformedRequestMiddleware(_RequestCheck):
             log.warning("NUL character refused in %s %s", request.method, request.path.replace(NUL, "\\x00"))
             if wants_html(request):
                 return defaults.bad_request(request, ValueError("NUL character"))
-            return problem(
-                400,
-                "invalid-parameter",
-                "NUL character in the request",
-                "A NUL character (%00) is not accepted in a path or a query parameter.",
-            )
+            return problem(400, "invalid-parameter", "NUL character in the request",
+                           "A NUL character (%00) is not accepted in a path or a query parameter.")
         return None
 
 

@@ -364,16 +364,8 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
 
         if receipt.status == Status.FAILED:  # retryable, or released
             won = _transition(
-                receipt,
-                now,
-                expect_status=Status.FAILED,
-                status=Status.PROCESSING,
-                attempts=receipt.attempts + 1,
-                lease_expires_at=now + intent.lease,
-                error="",
-                released_at=None,
-                released_by="",
-                release_reason="",
+                receipt, now, expect_status=Status.FAILED, status=Status.PROCESSING, attempts=receipt.attempts + 1,
+                lease_expires_at=now + intent.lease, error="", released_at=None, released_by="", release_reason="",
             )
             if won:
                 return ClaimResult(Outcome.RETRIED_AFTER_FAILURE, won, token=won.fencing_token)
@@ -392,14 +384,8 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
 def _take_over(receipt: Receipt, intent: _Intent, now: datetime) -> Receipt | None:
     """Start the next attempt on a lapsed receipt; fenced on the lapse too, as a reconcile's
     question takes long enough for a live worker to renew."""
-    return _transition(
-        receipt,
-        now,
-        expect_status=Status.PROCESSING,
-        where=rules.LAPSED.q(now=now),
-        attempts=receipt.attempts + 1,
-        lease_expires_at=now + intent.lease,
-    )
+    return _transition(receipt, now, expect_status=Status.PROCESSING, where=rules.LAPSED.q(now=now),
+                       attempts=receipt.attempts + 1, lease_expires_at=now + intent.lease)
 
 
 def _reconciled(intent: _Intent, held: ClaimResult, started: float) -> ClaimResult | None:
@@ -505,14 +491,8 @@ def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float,
     # A duplicate answered with the result it waited for is a concurrent duplicate, not a replay.
     waited = result.waited_ms is not None and result.outcome == Outcome.REPLAYED
     Attempt.record(
-        r,
-        outcome=Outcome.WAITED if waited else result.outcome,
-        waited_ms=result.waited_ms,
-        fencing_token=result.token,
-        fingerprint=fp,
-        request=rejected_request,
-        created_at=timezone.now(),
-        claim_ms=_spent_ms(started),
+        r, outcome=Outcome.WAITED if waited else result.outcome, waited_ms=result.waited_ms, fencing_token=result.token,
+        fingerprint=fp, request=rejected_request, created_at=timezone.now(), claim_ms=_spent_ms(started),
         **named,  # a refused fresh-key retry's key and detail
     )
 
@@ -564,16 +544,8 @@ def complete(
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Store the result and `references`; StaleToken unless `held` still owns the receipt."""
-    _settle(
-        held,
-        Outcome.COMPLETED,
-        references=references,
-        status=Status.COMPLETED,
-        response_status=response_status,
-        response_content_type=content_type,
-        response_body=body,
-        completed_at=timezone.now(),
-    )
+    _settle(held, Outcome.COMPLETED, references=references, status=Status.COMPLETED, response_status=response_status,
+            response_content_type=content_type, response_body=body, completed_at=timezone.now())
 
 
 def fail(
@@ -590,18 +562,8 @@ def fail(
     if retryable is None:
         receipt = Receipt.objects.filter(scope=held.scope, key=held.key).only("operation").first()
         retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
-    _settle(
-        held,
-        Outcome.FAILED,
-        detail=error[:2000],
-        references=references,
-        status=Status.FAILED,
-        retryable=retryable,
-        error=error,
-        response_status=response_status,
-        response_content_type=content_type,
-        response_body=body,
-    )
+    _settle(held, Outcome.FAILED, detail=error[:2000], references=references, status=Status.FAILED, retryable=retryable,
+            error=error, response_status=response_status, response_content_type=content_type, response_body=body)
 
 
 def lease_lost(held: Held, detail: str) -> None:
@@ -674,30 +636,14 @@ def release(
     changes: dict[str, Any] = {} if token is None else {"error": reason or "released"}
     with transaction.atomic():
         won = compare_and_set(
-            Receipt.objects.filter(pk=receipt.pk),
-            "fencing_token",
-            receipt.fencing_token if token is None else token,
-            status_before,
-            status=Status.FAILED,
-            retryable=True,
-            lease_expires_at=None,
-            fencing_token=F("fencing_token") + 1,
-            updated_at=now,
-            released_at=now,
-            released_by=actor,
-            release_reason=reason,
-            **changes,
+            Receipt.objects.filter(pk=receipt.pk), "fencing_token", receipt.fencing_token if token is None else token,
+            status_before, status=Status.FAILED, retryable=True, lease_expires_at=None,
+            fencing_token=F("fencing_token") + 1, updated_at=now, released_at=now, released_by=actor,
+            release_reason=reason, **changes,
         )
         if not won:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
-        Attempt.record(
-            receipt,
-            outcome=Outcome.RELEASED,
-            fencing_token=token,
-            detail=reason,
-            actor=actor,
-            created_at=now,
-        )
+        Attempt.record(receipt, outcome=Outcome.RELEASED, fencing_token=token, detail=reason, actor=actor, created_at=now)
         if actor:
             audit_log.record(actor, audit_action, receipt, shown_before, RELEASED, reason, user=user)
         path().notify(receipt.scope, receipt.key)
