@@ -20,8 +20,7 @@ def financial(operations: Iterable[str]) -> list[str]:
 
 
 def insert_into_archive(db) -> str:
-    """`INSERT INTO` the archive's columns: the receipt's id, its COPIED columns in that
-    order, and the time it was archived; for a SELECT of the same shape to follow."""
+    """`INSERT INTO` the archive's columns (id, COPIED, archived_at), for a SELECT of that shape."""
     opts = ArchivedReceipt._meta
     columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
     return f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))})"

@@ -21,8 +21,7 @@ OUTBOX_APP = "receipts.outbox"
 
 @register(Tags.urls)
 def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` on a routed DRF APIView (E001) or
-    async View (E005): the class the view function names (DRF's `cls`, Django's `view_class`)."""
+    """`method_decorator(idempotent(...), name="dispatch")` on a routed DRF APIView (E001) or async View (E005)."""
     if not getattr(settings, "ROOT_URLCONF", None):
         return []
     errors = []

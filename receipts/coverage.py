@@ -100,8 +100,7 @@ def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
 
 
 def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (method, route): the requests noted since `since`, their would-be duplicates and
-    skipped (receipts.rollup.OBSERVED)."""
+    """Per (method, route): the requests noted since `since`, their would-be duplicates and skipped."""
     found: dict[tuple[str, str], dict[str, int]] = {}
     for _, method, route, kind, count in rollup.OBSERVED.counts(since, now or timezone.now()):
         counted = found.setdefault((method, route), {"requests": 0, "duplicates": 0, "skipped": 0})

@@ -103,8 +103,7 @@ async def arun_once(
     encoder: type[json.JSONEncoder] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """run_once for async code: fn may be `async def` or plain (run by sync_to_async); the
-    store's work runs by sync_to_async and a wait for another attempt on the event loop."""
+    """run_once for async code: fn may be `async def` or plain; nothing blocks the event loop."""
     fingerprint = _check(key, operation, scope, request, encoder)
     result = None
     for attempt in range(IN_PROGRESS_RETRIES + 1):
@@ -259,8 +258,7 @@ def _complete(held: store.Held, body: str, references: References) -> None:
 
 
 def _settle_failed(held: store.Held, exc: BaseException, references: References) -> None:
-    """fn raised: fail the receipt as its policy says; cancelled or interrupted (not an
-    Exception) is not the operation's failure, and gives the key back."""
+    """fn raised: fail the receipt, or give the key back when cancelled or interrupted."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     try:
         if isinstance(exc, Exception):

@@ -54,8 +54,7 @@ def _html_503() -> HttpResponse:
 
 
 class _RequestCheck:
-    """A middleware that may answer a request before the view, taking the mode of the handler
-    after it; `refused` does no database work, so it runs on the event loop as it is."""
+    """A middleware that may answer before the view, in the mode of the handler after it."""
 
     sync_capable = True
     async_capable = True
@@ -150,8 +149,7 @@ def body_limit() -> int | None:
 
 
 def _measure_body(request: ASGIRequest) -> None:
-    """Under ASGI Django has read the whole body into a spooled file, but applies no size
-    limit without a Content-Length: give it its length, so the 413s hold as under WSGI."""
+    """Under ASGI give the spooled body its length, so that Django's size limit applies to it."""
     body = request._stream
     if not getattr(body, "seekable", lambda: False)():
         return  # not the server's spooled file: a test client's payload, sent with its length

@@ -114,8 +114,7 @@ class Receipt(LeasedWork):
 
 
 class Attempt(AttemptLog):
-    """Every request that touched a key, with what it got. Scope, key and operation are copied
-    so that the log outlives the receipt it refers to."""
+    """Every request that touched a key, with what it got (scope, key, operation copied to outlive it)."""
 
     class Outcome(models.TextChoices):
         CLAIMED = "claimed"
@@ -198,8 +197,7 @@ class Attempt(AttemptLog):
 
 
 class AttemptHourly(HourlyCount):
-    """How many attempts of each outcome were logged in one UTC hour (`receipts.rollup`),
-    recomputed from the log, never incremented."""
+    """Attempts of each outcome in one UTC hour, recomputed from the log, never incremented."""
 
     outcome = models.CharField(max_length=32, choices=Attempt.Outcome.choices)
 
@@ -212,8 +210,7 @@ class AttemptHourly(HourlyCount):
 
 
 class ClaimDurationHourly(DurationHourly):
-    """How many claims of one UTC hour took how long: a histogram bucket of `claim_ms`
-    (`receipts.rollup.CLAIMS`), for the claim-latency history and /metrics."""
+    """Claims of one UTC hour by how long they took: a histogram bucket of `claim_ms`."""
 
     class Meta:
         verbose_name = "claim durations per hour"
@@ -291,8 +288,7 @@ class ObservedRequest(models.Model):
 
 
 class ObservedHourly(HourlyCount):
-    """The observer's notes of one UTC hour per route and `kind` ("first", "duplicate",
-    "skipped": receipts.rollup.OBSERVED), outliving the notes."""
+    """The observer's notes of one UTC hour per route and kind (receipts.rollup.OBSERVED)."""
 
     method = models.CharField(max_length=8)
     route = models.CharField(max_length=255)

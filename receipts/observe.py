@@ -37,8 +37,7 @@ _stopping = threading.Event()
 
 
 class ObserveMiddleware(MiddlewareMixin):
-    """Notes each write request to an unprotected route: its body before the view, its caller
-    after; put it after the authentication middleware."""
+    """Notes each write to an unprotected route; goes after the authentication middleware."""
 
     def process_view(self, request: HttpRequest, view: Any, args: tuple, kwargs: dict) -> None:
         if coverage.takes_unprotected(view, request.method):

@@ -87,8 +87,7 @@ _PLAIN_TYPES = (
 
 @functools.cache
 def _preparers(names: tuple[str, ...] | None = None) -> list[tuple[str, type | None, Any]]:
-    """(attname, the type passed as is, the field's get_db_prep_save) per field named, or per
-    field a claim's insert takes as a parameter."""
+    """(attname, the type passed as is, get_db_prep_save) per field named, or per claim parameter."""
     fields = _CLAIM_PARAMETER_FIELDS if names is None else [Receipt._meta.get_field(name) for name in names]
     return [
         (f.attname, next((t for cls, t in _PLAIN_TYPES if isinstance(f, cls)), None), f.get_db_prep_save)
@@ -160,8 +159,7 @@ def _settle_sql(changed: tuple[str, ...]) -> str:
 
 
 def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime, changes: dict[str, Any]) -> bool:
-    """The fenced settle (rules.SETTLE) with its log line, and a NOTIFY if it has waiters. False
-    (nothing written) when `token` no longer owns a processing receipt."""
+    """The fenced settle with its log line, and a NOTIFY if it has waiters; False if it matched nothing."""
     changed = tuple(sorted(changes))
     params: list[Any] = [now]
     params += _prepared(changes, changed)

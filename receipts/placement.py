@@ -61,8 +61,7 @@ def refuse_ninja(view: Callable, operation: str, name: str) -> None:
 
 
 def ninja_operation_hook(operation: str) -> Callable[[Any], None]:
-    """The plain decorator below @api.post would store the result before Ninja renders it:
-    refused by this hook, which Ninja calls while building the operation."""
+    """Refuses the plain decorator below @api.post, which would store the result before Ninja renders it."""
 
     def refuse(ninja_operation: Any) -> None:
         raise ImproperlyConfigured(

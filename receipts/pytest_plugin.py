@@ -24,8 +24,7 @@ def _receipts_listener_closed(django_db_setup: None) -> Iterator[None]:
 
 @pytest.fixture
 def isolated_receipts(db: None, _receipts_listener_closed: None) -> None:
-    """The test's database (pytest-django's `db`) with no receipts in it when the test starts,
-    whatever earlier tests' threads and processes committed."""
+    """The test's database with no receipts in it, whatever earlier tests' threads committed."""
     # `db` named, not fetched: pytest-django sets up only the databases that fixtures name.
     from receipts.testing import clear_receipts
 
@@ -67,8 +66,7 @@ class Idempotency:
 
 @pytest.fixture
 def idempotency(isolated_receipts: None, tmp_path: Path) -> Idempotency:
-    """Isolated receipts, a `Provider` of the test's own, and the helpers of
-    receipts.testing, counting the provider's effects unless told otherwise."""
+    """Isolated receipts, a `Provider` of the test's own, and receipts.testing's helpers."""
     from receipts.testing import Provider
 
     return Idempotency(Provider(tmp_path / "receipts-provider.jsonl"))

@@ -61,8 +61,7 @@ def decode(stored: str) -> tuple[bytes, dict[str, str]]:
 
 
 def kept_headers(response: HttpResponse) -> dict[str, str]:
-    """The headers a replay carries, in the view's order: all but NOT_REPLAYED, those its
-    Connection header lists, and RECEIPTS_REPLAY_EXCLUDED_HEADERS."""
+    """The headers a replay carries, in the view's order: all but those never replayed or excluded."""
     headers = response.headers
     if len(headers) == 1 and "Content-Type" in headers:
         return {}  # the usual response: nothing to keep, nothing to look up
@@ -93,8 +92,7 @@ class RefusalWords:
 
 
 def refusal(result: ClaimResult, words: RefusalWords) -> HttpResponse | None:
-    """The problem answering a claim that does not run (409 in progress, outcome unknown or
-    fresh-key retry; 410 compacted; 422 reused), or None."""
+    """The problem answering a claim that does not run (409, 410 compacted, 422 reused), or None."""
     if result.outcome == Attempt.Outcome.IN_PROGRESS:
         retry_after = result.retry_after
         return problem(

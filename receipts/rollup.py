@@ -25,8 +25,7 @@ CLAIMS = rollup_by_duration(
 
 
 def observed_kind() -> Case:
-    """A note's kind: "skipped", "duplicate" (its fingerprint on its route within the window
-    before it: an index probe), or "first"."""
+    """A note's kind: "skipped", "duplicate" (its fingerprint on its route within the window), or "first"."""
     window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
     earlier = ObservedRequest.objects.filter(
         Q(at__lt=OuterRef("at")) | Q(at=OuterRef("at"), id__lt=OuterRef("id")),

@@ -81,8 +81,7 @@ _COMPARISONS = {"gt": (">", operator.gt), "lte": ("<=", operator.le)}
 
 @dataclass(frozen=True)
 class Compared(Condition):
-    """`field` is set and after a parameter (`gt`, a time) or not after it (`lte`): NULL never
-    holds, as in SQL."""
+    """`field` is set and after a time (`gt`) or not after it (`lte`); NULL never holds, as in SQL."""
 
     field: str
     lookup: str

@@ -32,8 +32,7 @@ VIEW_KEY = "receipts-testing-run-twice"
 
 
 def clear_receipts() -> int:
-    """Delete every receipt and its attempts (other connections' outlive a test's rollback);
-    returns how many receipts there were."""
+    """Delete every receipt and its attempts; returns how many receipts there were."""
     from receipts.models import Attempt, Receipt
 
     Attempt.objects.all().delete()

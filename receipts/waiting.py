@@ -38,8 +38,7 @@ def topic(scope: str, key: str) -> str:
 
 
 class Wakeup:
-    """One waiter of one key: an Event a sync caller sleeps on, or a future of an async
-    caller's loop, which a wake-up resolves from any thread."""
+    """One waiter of one key: an Event a sync caller sleeps on, or an async caller's future."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
