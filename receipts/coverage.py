@@ -26,8 +26,7 @@ from receipts.models import Attempt, ObservedRequest, Receipt
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # A view that does not restrict its methods takes every write method: one row for all of them.
 ANY = "any"
-# The product's and Django's own views, listed with `everything=True` only; the demo's and the
-# bench's (not in the wheel) stand for a host's.
+# The product's and Django's own views, listed with `everything=True` only (the demo's are a host's).
 OWN_PACKAGES = ("django.", "idemdash.core.", "idemdash.dashboard.", "idemdash.worker.", "idemdash.errors.",
                 "receipts.", "webhooks.", "rest_framework.", "ninja.")
 DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attempt.CONCURRENT_OUTCOMES)

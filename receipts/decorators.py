@@ -172,8 +172,7 @@ async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any)
     """_astep for the first step, awaited to its end when the request is cancelled meanwhile
     (its thread goes on regardless); if it claimed the key, the cancellation is thrown into
     the contract, which rolls back and gives the key back, before it is raised here."""
-    # A task of its own, to be shielded, in a context copied back afterwards, so that what
-    # the step sets (receipts.current()) is the view's.
+    # A task of its own, to be shielded; its context copied back, so the view sees receipts.current().
     stepped = contextvars.copy_context()
     pending = asyncio.get_running_loop().create_task(_astep(step, value), context=stepped)
     try:
@@ -327,8 +326,7 @@ def _run(
     """The view and its settle in an atomic block of their own, so a failure rolls back the
     view's writes alone and is stored beside the claim. The lease is kept while the view runs;
     if it was lost anyway, completing raises StaleToken and the view's writes roll back."""
-    # Under ATOMIC_REQUESTS the claim is not committed while the view runs: nobody can take it
-    # over, and a renewal from another connection would wait on its row, so it is not kept.
+    # Under ATOMIC_REQUESTS nobody can take the uncommitted claim over, and a renewal would wait on it.
     claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
         with transaction.atomic():
@@ -369,8 +367,7 @@ def _run(
         _release_quietly(held, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
-        # Not the operation's failure: the client is told 503, nothing stored; failing the
-        # receipt would store a 500 (and burn a key). If the release fails too, the lease lapses.
+        # Not the operation's failure: a 503, nothing stored (failing would store a 500, or burn the key).
         _release_quietly(held, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:

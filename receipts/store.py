@@ -204,34 +204,29 @@ def _claiming(
     session_id: str = "",
 ) -> Generator[_Wait, None, ClaimResult]:
     """The one copy of a claim: yields where it waits for the running first attempt."""
-    # When the claim's own work began (Attempt.claim_ms): moved on by every wait, which is
-    # counted in `waited_ms` instead.
+    # When the claim's own work began (claim_ms): moved on by every wait, counted in `waited_ms`.
     started = time.monotonic()
     policy = policy_for(operation)
     lease = _lease_length(policy, lease_seconds)
     fp = fingerprint or fingerprint_json(request)
     wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("RECEIPTS_MAX_WAIT_SECONDS"))))
-    # Counted from the look that found the first attempt running (`_decide`), so a slow
-    # first look does not eat the time the caller asked to wait.
+    # Set by the look that finds the first attempt running, so a slow first look eats no wait.
     deadline: float | None = None
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
     waited_since: float | None = None
-    # Subscribed before the first look, so a completion between a look and the wait that
-    # follows it still wakes us.
+    # Subscribed before the first look, so a settle between a look and the wait still wakes us.
     with waiting.subscription(scope, key) if wait_seconds else contextlib.nullcontext() as wakeup:
         while True:
             existing = None
             raced: tuple[float, float] | None = None  # (start, end) of a statement that waited
             now = timezone.now()
             if waited_since is None and intent.policy.fresh_key == "allow":
-                # On PostgreSQL a new key or a replay is one statement, log line included;
-                # any other case comes back as the existing row, decided below.
+                # PostgreSQL: a new key or a replay in one statement; any other case returns the row.
                 began = time.monotonic()
                 found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
                 if found is None and path() is pg:
-                    # Another attempt inserted the key and committed while the statement waited
-                    # on its row (ATOMIC_REQUESTS): a replay now is of a result this caller waited for.
+                    # It waited on another attempt's uncommitted insert: a replay now is one it waited for.
                     raced = (began, time.monotonic())
                 if found is not None:
                     logged, existing = found
@@ -651,8 +646,7 @@ def release(
     return receipt
 
 
-# Each failed receipt not yet released, through `release`: its own compare-and-set, Attempt and
-# AuditEntry; a row that changed meanwhile is skipped.
+# Each failed receipt not yet released, through `release`; a row that changed meanwhile is skipped.
 release_many = bulk.many(release, Q(status=Status.FAILED, released_at=None), refused=(StaleToken, NotReleasable))
 
 

@@ -63,8 +63,7 @@ class Provider:
             "claim": None if claim is None else [claim.scope, claim.key, claim.fencing_token, claim.attempt],
             "pid": os.getpid(),
         }
-        # One unbuffered write in append mode: lines from concurrent processes never interleave,
-        # and the kernel has the line before the process can be killed.
+        # One unbuffered append: lines never interleave, and the kernel has it before any kill.
         with open(self.path, "ab", buffering=0) as file:
             file.write((json.dumps(record) + "\n").encode())
         if self._die_after_call:
@@ -80,9 +79,6 @@ class Provider:
     def effects(self) -> int:
         keys = self.keys()
         return len({k for k in keys if k is not None}) + keys.count(None)
-
-
-# --- in a row -----------------------------------------------------------------------------------
 
 
 def assert_runs_once(call: Callable[[], Any], *, effects: Callable[[], int], times: int = 2) -> list[Any]:
@@ -126,9 +122,6 @@ def assert_view_runs_once(
         if response.headers.get(REPLAYED_HEADER) != "true":
             raise AssertionError(f"request {number} is not marked {REPLAYED_HEADER}: true, so the view ran again")
     return responses
-
-
-# --- at the same moment -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -228,9 +221,6 @@ def _in_forked_processes(call: Callable[[], Any], threads: int, processes: int) 
         if child.exitcode != 0:
             raise AssertionError(f"a caller process ended with exit code {child.exitcode}")
     return outcomes
-
-
-# --- killed right after its effect -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -348,9 +338,6 @@ def _die_after_effect(call: Callable[[], Any], provider: Provider) -> None:
     provider._die_after_call = True
     call()
     # Reached only when the step never called the provider: exit 0 tells the test so.
-
-
-# --- shared -------------------------------------------------------------------------------------
 
 
 def _need_times(times: int, least: int) -> None:
