@@ -10,6 +10,8 @@ from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
+from django.db.migrations.loader import MigrationLoader
 from django.utils.module_loading import module_has_submodule
 
 from receipts import coverage, placement
@@ -63,8 +65,6 @@ def outbox_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def mysql_read_committed(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
     """MySQL/MariaDB under REPEATABLE READ: a claim that lost a race would re-read the receipt
     from a snapshot taken before the winner committed."""
-    from django.db import connections
-
     errors = []
     for alias in databases or []:
         settings_dict = connections[alias].settings_dict
@@ -105,9 +105,6 @@ OUR_APPS = ("idemdash_core", "receipts", "outbox", "webhooks", "idemdash_dashboa
 def migrations_that_no_longer_exist(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
     """A database migrated by the chains squashed before the first release: `migrate` would
     take its old tables for the new ones, and every request would fail on a column."""
-    from django.db import DatabaseError, connections
-    from django.db.migrations.loader import MigrationLoader
-
     ours = {config.label for config in apps.get_app_configs()} & set(OUR_APPS)
     errors = []
     for alias in databases or []:
