@@ -165,15 +165,8 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     except UnstorableJSON as exc:  # a number read as infinity (1e400)
         raise Invalid("request", str(exc)) from None
 
-    result = store.claim(
-        client.scope,
-        key,
-        operation,
-        payload,
-        fingerprint=fingerprint,
-        lease_seconds=lease_seconds,
-        wait_seconds=wait_seconds,
-    )
+    result = store.claim(client.scope, key, operation, payload, fingerprint=fingerprint, lease_seconds=lease_seconds,
+                         wait_seconds=wait_seconds)
     receipt = result.receipt
     if result.owned:
         return JsonResponse(

@@ -271,11 +271,7 @@ def _handle(
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
     result = store.claim(
-        principal,
-        key,
-        operation,
-        _stored_request(request, body, content_type, parsed),
-        fingerprint=fingerprint,
+        principal, key, operation, _stored_request(request, body, content_type, parsed), fingerprint=fingerprint,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
         session_id=keys.session_reference(session.session_key) if session is not None else "",
         wait_seconds=applied_wait,
