@@ -1,11 +1,9 @@
-"""Admin for receipts. Receipts and attempts are read-only here: a receipt
-changes state only through receipts.store (guarded, logged), which the admin actions call
-through the operator actions the dashboard serves (receipts/operator_actions.py): release,
-and the two repairs of an outcome-unknown receipt, mark completed (with a result, on a form
-between the selection and the action) and run again."""
+"""Admin for receipts, read-only: a receipt changes state only through the operator actions
+the dashboard serves too (receipts/operator_actions.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -41,10 +39,8 @@ class StoredResultDisplay:
         content, headers = responses.decode(obj.response_body)
         text = content.decode("utf-8", "replace")
         if "json" in obj.response_content_type:
-            try:
+            with contextlib.suppress(ValueError):
                 text = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
-            except ValueError:
-                pass
         if headers:
             text = "\n".join(f"{name}: {value}" for name, value in headers.items()) + "\n\n" + text
         return _pre(text)
@@ -64,39 +60,18 @@ class ReceiptAdmin(SearchesReferences, FilterSafe, StoredResultDisplay, admin.Mo
     actions = ["release", "mark_completed", "run_again"]
     inlines = [ReceiptReferenceInline]
     fields = (
-        "scope",
-        "key",
-        "operation",
-        "status",
-        "retryable",
-        "attempts",
-        "fencing_token",
-        "lease_expires_at",
-        "fingerprint",
-        "request_pretty",
-        "response_status",
-        "response_content_type",
-        "response_pretty",
-        "error",
-        "user_id",
-        "session_id",
-        "created_at",
-        "updated_at",
-        "completed_at",
-        "expires",
-        "policy",
-        "downstream",
+        "scope", "key", "operation", "status", "retryable", "attempts", "fencing_token", "lease_expires_at",
+        "fingerprint", "request_pretty", "response_status", "response_content_type", "response_pretty", "error",
+        "user_id", "session_id", "created_at", "updated_at", "completed_at", "expires", "policy", "downstream",
     )
     readonly_fields = fields
 
     @admin.display(description="downstream key")
     def downstream(self, obj: Receipt) -> str:
-        # What its attempts sent the provider as Idempotency-Key: what to look the effect up by.
         return downstream_key(obj.scope, obj.key, obj.created_at)
 
     @admin.display(description="status", ordering="status")
     def state(self, obj: Receipt) -> str:
-        # What an operator acts on: a held receipt reads outcome-unknown, a released one released.
         return obj.shown_status
 
     @admin.display(description="expires at")
@@ -122,14 +97,8 @@ class ReceiptAdmin(SearchesReferences, FilterSafe, StoredResultDisplay, admin.Mo
     def release(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
         released, refused = act_on_each(queryset, RELEASE, actor=request.user.get_username(), user=request.user,
                                          reason="released from the admin")
-        self.message_user(request, f"Released {released} receipt(s).", messages.SUCCESS)
-        if refused:
-            self.message_user(
-                request,
-                f"Skipped {len(refused)}: completed receipts keep their result, and some changed meanwhile.",
-                messages.WARNING,
-            )
-
+        self._report(request, f"Released {released} receipt(s).", refused,
+                     "completed receipts keep their result, and some changed meanwhile.")
 
     @admin.action(description="Mark selected outcome-unknown receipts completed (with a result)",
                   permissions=["change"])
@@ -141,7 +110,7 @@ class ReceiptAdmin(SearchesReferences, FilterSafe, StoredResultDisplay, admin.Mo
                                         result=form.cleaned_data["result"])
             invalid = next((exc for _, exc in refused if isinstance(exc, store.InvalidResult)), None)
             if invalid is None:
-                self._report(request, done, refused, MARK_COMPLETED)
+                self._report(request, f"{MARK_COMPLETED.verb}: {done} receipt(s).", refused, REPAIRED_ONLY)
                 return None
             form.add_error("result", str(invalid))  # the result is refused for every row: nothing was stored
         return TemplateResponse(request, "admin/receipts/receipt/mark_completed.html", {
@@ -158,17 +127,16 @@ class ReceiptAdmin(SearchesReferences, FilterSafe, StoredResultDisplay, admin.Mo
     def run_again(self, request: HttpRequest, queryset: QuerySet[Receipt]) -> None:
         done, refused = act_on_each(queryset, RUN_AGAIN, actor=request.user.get_username(), user=request.user,
                                     reason="run again from the admin")
-        self._report(request, done, refused, RUN_AGAIN)
+        self._report(request, f"{RUN_AGAIN.verb}: {done} receipt(s).", refused, REPAIRED_ONLY)
 
-    def _report(self, request: HttpRequest, done: int, refused: list, action: Any) -> None:
-        self.message_user(request, f"{action.verb}: {done} receipt(s).", messages.SUCCESS)
+    def _report(self, request: HttpRequest, done: str, refused: list, skipped_because: str) -> None:
+        self.message_user(request, done, messages.SUCCESS)
         if refused:
-            self.message_user(
-                request,
-                f"Skipped {len(refused)}: only an outcome-unknown receipt (its attempt stopped before it settled, "
-                "under after_crash \"hold\") is repaired so, and some may have changed meanwhile.",
-                messages.WARNING,
-            )
+            self.message_user(request, f"Skipped {len(refused)}: {skipped_because}", messages.WARNING)
+
+
+REPAIRED_ONLY = ("only an outcome-unknown receipt (its attempt stopped before it settled, under after_crash "
+                 '"hold") is repaired so, and some may have changed meanwhile.')
 
 
 class ResultForm(forms.Form):
@@ -195,8 +163,7 @@ class AttemptAdmin(ReadOnlyAdmin):
 
     @admin.display(description="receipt")
     def receipt_link(self, obj: Attempt) -> str:
-        # An attempt outlives its receipt and keeps the purged receipt's id (no constraint):
-        # look the receipt up by id, never follow obj.receipt, which raises for a purged one.
+        # Never obj.receipt, which raises for a purged one.
         if obj.receipt_id is None:
             return self.get_empty_value_display()
         if not Receipt.objects.filter(pk=obj.receipt_id).exists():

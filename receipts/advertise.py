@@ -1,7 +1,6 @@
-"""GET /api/v1/idempotency: what a client may rely on before it retries. The header and the
-form of a key, how long a caller may wait for a running first attempt, and each protected
-operation with its routes (receipts/coverage.py) and its policy: how long a key is kept, and
-what a failure, a crash or a fresh key does to it (docs/http-contract.md, "Asking what is protected")."""
+"""GET /api/v1/idempotency: what a client may rely on before it retries: the key's header and
+form, the longest wait, and each protected operation with its routes and policy
+(docs/http-contract.md, "Asking what is protected")."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ POLICY_FIELDS = ("ttl_seconds", "lease_seconds", "on_failure", "after_crash", "f
 
 @functools.cache
 def _protected_routes(urlconf: str) -> tuple[coverage.Route, ...]:
-    # The URLconf does not change while the process runs (Django clears its own caches, and
-    # this key, when a test changes ROOT_URLCONF): read once, not on every anonymous request.
+    # Read once per URLconf, not on every anonymous request.
     return tuple(r for r in coverage.routes(urlconf=urlconf) if r.operation)
 
 

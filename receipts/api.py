@@ -1,14 +1,10 @@
-"""The JSON API: receipts for callers that are not Django views (workers, agents, other
-languages). Bearer-token auth; the token's API client is the scope. Endpoints, bodies and
-status codes are in docs/json-api.md.
-
-Method, token, media type, size and the JSON itself are checked by the one front door
-(`idemdash.core.jsonapi`); the fields here. Every body is validated completely before the
-store is called, so bad input gets a 4xx problem and writes nothing.
-"""
+"""The JSON API (docs/json-api.md): receipts for callers that are not Django views. The
+token's API client is the scope. The front door (`idemdash.core.jsonapi`) checks method,
+token, media type, size and JSON; the fields are checked here, all before the store is called."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -65,17 +61,10 @@ def _number(body: dict, name: str, minimum: float, maximum: float) -> float:
 
 
 def _lease_seconds(body: dict) -> int | None:
-    """The lease a caller asks for (a claim's, a heartbeat's), or None for the operation's."""
+    """The lease a caller asks for, or None for the operation's."""
     if "lease_seconds" not in body:
         return None
     return _integer(body, "lease_seconds", setting("RECEIPTS_MIN_LEASE_SECONDS"), setting("RECEIPTS_MAX_LEASE_SECONDS"))
-
-
-def _json_response(data: dict, status: int = 200, **headers: str) -> JsonResponse:
-    response = JsonResponse(data, status=status)
-    for name, value in headers.items():
-        response[name] = value
-    return response
 
 
 def _iso(value: Any) -> str | None:
@@ -83,20 +72,17 @@ def _iso(value: Any) -> str | None:
 
 
 def stored_response(receipt: Receipt) -> Any:
-    """A receipt's stored result as a caller gets it back: the JSON it was, else the text."""
+    """A receipt's stored result: the JSON it was, else the text."""
     if not receipt.response_body:
         return None
     if "json" in receipt.response_content_type:
-        try:
+        with contextlib.suppress(ValueError):
             return json.loads(receipt.response_body)
-        except ValueError:
-            pass
     return receipt.response_body
 
 
 def receipt_json(receipt: Receipt) -> dict[str, Any]:
-    """The public view of a receipt. The fencing token is left out: it is the proof of
-    ownership, handed only to the caller that claimed."""
+    """The public view of a receipt; never the fencing token, handed only to the caller that claimed."""
     return {
         "key": receipt.key,
         "scope": receipt.scope,
@@ -115,18 +101,14 @@ def receipt_json(receipt: Receipt) -> dict[str, Any]:
         "completed_at": _iso(receipt.completed_at),
         "expires_at": _iso(receipt.expires_at),
         "permanent": receipt.permanent,
-        # Set when compaction dropped `request` and `response` (receipts/compaction.py).
         "compacted_at": _iso(receipt.compacted_at),
-        # What a claim of this operation gets under today's settings, and which configured
-        # names decided it (RECEIPTS_OPERATIONS, RECEIPTS_FINANCIAL_OPERATIONS).
         "policy": policy_for(receipt.operation).as_dict(),
         "references": listed(receipt.references.order_by("created_at", "pk")),
     }
 
 
 def references_field(body: dict) -> list[tuple[str, str]]:
-    """The optional `references` of a body: a list of {"kind", "value"} objects, each checked
-    (clients/python/idemdash_client/references.py), 400 invalid-field naming the rule it broke."""
+    """The optional `references` of a body, each checked (idemdash_client.references)."""
     given = body.get("references", [])
     if not isinstance(given, list):
         raise Invalid("references", 'A list of {"kind": ..., "value": ...} objects.')
@@ -141,31 +123,23 @@ def _not_found(key: str) -> HttpResponse:
 
 
 def stale_token(key: str) -> HttpResponse:
-    return problem(
-        409,
-        "stale-token",
-        "Token no longer owns this receipt",
-        f"The lease on {key!r} was taken over or the receipt was settled; this attempt's result was not stored.",
-    )
+    return problem(409, "stale-token", "Token no longer owns this receipt",
+                   f"The lease on {key!r} was taken over or the receipt was settled; this attempt's result was not stored.")
 
 
-def _settle(client: ApiClient, key: str, run: Callable[[], Any]) -> HttpResponse:
-    """Settle a receipt by `run` (store.complete or store.fail) and answer with the receipt:
-    404 for a key this client does not have, 409 for a token that no longer owns it. A retry
-    of a settlement that already landed (its answer lost with the connection) is answered 200
-    again: the store tells it from a stale settle, and logs nothing for it."""
-    # Looked up first to answer 404 rather than 409 and write no attempt row for a key that
-    # does not exist.
+def _settle(client: ApiClient, key: str, token: int, run: Callable[[store.Held], Any]) -> HttpResponse:
+    """Run `run` with the caller's hold and answer with what it returns, or the receipt: 404 for
+    a key this client does not have (looked up first, so no attempt row is written), 409 for a
+    token that no longer owns it."""
     if not Receipt.objects.filter(scope=client.scope, key=key).exists():
         return _not_found(key)
     try:
-        run()
+        answer = run(store.Held(client.scope, key, token))
     except store.StaleToken:
         return stale_token(key)
-    return _json_response(receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
+    return JsonResponse(answer or receipt_json(Receipt.objects.get(scope=client.scope, key=key)))
 
 
-# How the JSON API words a claim it does not grant (receipts/responses.py:refusal).
 CLAIM_REFUSAL_WORDS = responses.RefusalWords(
     in_progress_title="A claim on this key is in progress",
     in_progress_detail="Another worker holds the lease; retry after Retry-After seconds to get its result.",
@@ -191,18 +165,11 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     except UnstorableJSON as exc:  # a number read as infinity (1e400)
         raise Invalid("request", str(exc)) from None
 
-    result = store.claim(
-        client.scope,
-        key,
-        operation,
-        payload,
-        fingerprint=fingerprint,
-        lease_seconds=lease_seconds,
-        wait_seconds=wait_seconds,
-    )
+    result = store.claim(client.scope, key, operation, payload, fingerprint=fingerprint, lease_seconds=lease_seconds,
+                         wait_seconds=wait_seconds)
     receipt = result.receipt
     if result.owned:
-        return _json_response(
+        return JsonResponse(
             {
                 "outcome": result.outcome,
                 "key": key,
@@ -212,8 +179,6 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
                 "expires_at": _iso(receipt.expires_at),
                 "permanent": receipt.permanent,
                 "policy": policy_for(receipt.operation).as_dict(),
-                # What the step sends to a provider that honours idempotency keys: the same
-                # for every attempt of this claim (receipts/downstream.py).
                 "scope": client.scope,
                 "downstream_key": downstream_key(client.scope, key, receipt.created_at),
             },
@@ -230,7 +195,7 @@ def claim(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     }
     if receipt.status == Receipt.Status.FAILED:
         data["error"] = receipt.error
-    return _json_response(data, **{"Idempotent-Replayed": "true"})
+    return JsonResponse(data, headers={"Idempotent-Replayed": "true"})
 
 
 @json_api("POST")
@@ -244,9 +209,8 @@ def complete(request: HttpRequest, client: ApiClient, body: dict) -> HttpRespons
         stored = json.dumps(body["response"], separators=(",", ":"), allow_nan=False)
     except ValueError:  # a number read as infinity (1e400): it would replay as `Infinity`, not JSON
         raise Invalid("response", "A number is beyond the range of a double.") from None
-    return _settle(client, key, lambda: store.complete(
-        store.Held(client.scope, key, token), content_type="application/json", body=stored, references=references,
-    ))
+    return _settle(client, key, token, lambda held: store.complete(
+        held, content_type="application/json", body=stored, references=references))
 
 
 @json_api("POST")
@@ -262,27 +226,19 @@ def fail(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
     if retryable is not None and not isinstance(retryable, bool):
         raise Invalid("retryable", "true, false, or absent for the operation's policy.")
     references = references_field(body)
-    return _settle(client, key, lambda: store.fail(
-        store.Held(client.scope, key, token), error=error, retryable=retryable, references=references,
-    ))
+    return _settle(client, key, token, lambda held: store.fail(
+        held, error=error, retryable=retryable, references=references))
 
 
 @json_api("POST")
 def heartbeat(request: HttpRequest, client: ApiClient, body: dict) -> HttpResponse:
-    """Renew the lease of a running attempt (store.renew): 200 with the new end of the lease;
-    409 stale-token when the token no longer owns the receipt (stop: another attempt took
-    over, or it was settled or released); 404 for a key this client does not have."""
+    """Renew the lease of a running attempt (store.renew)."""
     _fields(body, HEARTBEAT_FIELDS, {"key", "token"})
     key = _key(body)
     token = _integer(body, "token", 1, 2**63 - 1)
     lease_seconds = _lease_seconds(body)
-    if not Receipt.objects.filter(scope=client.scope, key=key).exists():
-        return _not_found(key)
-    try:
-        expires = store.renew(store.Held(client.scope, key, token), lease_seconds=lease_seconds)
-    except store.StaleToken:
-        return stale_token(key)
-    return _json_response({"key": key, "lease_expires_at": _iso(expires)})
+    return _settle(client, key, token, lambda held: {
+        "key": key, "lease_expires_at": _iso(store.renew(held, lease_seconds=lease_seconds))})
 
 
 @json_api("GET")
@@ -296,4 +252,4 @@ def receipt_detail(request: HttpRequest, client: ApiClient) -> HttpResponse:
     receipt = Receipt.objects.filter(scope=client.scope, key=key).first()
     if receipt is None:
         return _not_found(key)
-    return _json_response(receipt_json(receipt))
+    return JsonResponse(receipt_json(receipt))

@@ -13,9 +13,7 @@ from idemdash.core.appconfig import BigIntegerIds
 
 
 def _install_schedules(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
-    # django-q2 keeps its schedules in the default database. A partial migrate may have
-    # left its tables out, and a host without django-q2 (the core install) has none: the
-    # next full migrate with django-q2 installs them.
+    # django-q2's schedules are in the default database, once its tables are (if installed).
     try:
         kwargs.get("apps", apps).get_model("django_q", "Schedule")
     except LookupError:
@@ -28,12 +26,9 @@ def _install_schedules(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwarg
 
 
 def _refuse_a_database_of_other_users(sender: AppConfig, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
-    """Stop `migrate` before it writes anything when the database's users are another
-    model's: the user model's app is migrated there, yet its table is missing. That is a
-    project with a custom user model, migrated by settings that name another (idemdash's
-    own server pointed at a host's database without IDEMDASH_AUTH_USER_MODEL); left to run,
-    the first foreign key to the user table fails halfway through, after other tables were
-    created."""
+    """Stop `migrate` before it writes anything when the user model's app is migrated but its
+    table is missing (a custom user model, migrated by settings that name another): the first
+    foreign key to it would fail halfway through."""
     connection = connections[using]
     recorder = MigrationRecorder(connection)
     if not recorder.has_table():
@@ -60,8 +55,6 @@ class ReceiptsConfig(BigIntegerIds, AppConfig):
     def ready(self) -> None:
         from receipts import checks  # noqa: F401  (registers the system checks)
 
-        # Every app's periodic work (its schedules.py) is installed by every migrate (and
-        # after a test flush), so a deployment that migrates and starts the worker runs it
-        # with no other step. The base app hosts it, as every other app requires it.
+        # Every migrate installs every app's schedules, so a deployment needs no other step.
         pre_migrate.connect(_refuse_a_database_of_other_users, sender=self, dispatch_uid="receipts-user-table")
         post_migrate.connect(_install_schedules, sender=self, dispatch_uid="receipts-install-schedules")

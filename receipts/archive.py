@@ -1,12 +1,6 @@
-"""The archive of financial receipts: a financial operation's receipt is copied into
-ArchivedReceipt in the transaction that purges it.
-
-Both ways of purging a batch of expired receipts write the archive from here: the generic
-batch (receipts/retention.py, both databases) with `archive_financial_receipts`, and
-PostgreSQL's one statement (receipts/pg.py) with `DELETE ... RETURNING` feeding
-`insert_into_archive`. Which operations are financial is decided by the same policy lookup
-as a claim (RECEIPTS_OPERATIONS and RECEIPTS_FINANCIAL_OPERATIONS).
-"""
+"""The archive of financial receipts, copied into ArchivedReceipt in the transaction that
+purges them: by the generic batch (`archive_financial_receipts`) or PostgreSQL's one
+statement (receipts/pg.py, with `insert_into_archive`)."""
 
 from __future__ import annotations
 
@@ -26,27 +20,21 @@ def financial(operations: Iterable[str]) -> list[str]:
 
 
 def insert_into_archive(db) -> str:
-    """`INSERT INTO` the archive's columns: the receipt's id, its COPIED columns in that
-    order, and the time it was archived; for a SELECT of the same shape to follow."""
+    """`INSERT INTO` the archive's columns (id, COPIED, archived_at), for a SELECT of that shape."""
     opts = ArchivedReceipt._meta
     columns = ["original_id", *(opts.get_field(name).column for name in ArchivedReceipt.COPIED), "archived_at"]
     return f"INSERT INTO {db.ops.quote_name(opts.db_table)} ({', '.join(map(db.ops.quote_name, columns))})"
 
 
 def archive_financial_receipts(batch: QuerySet, now: datetime) -> int:
-    """Copy the financial receipts of a batch into ArchivedReceipt (same transaction).
-
-    The rows are copied by the database with one INSERT ... SELECT, never loaded into Python.
-    """
+    """Copy the financial receipts of a batch into ArchivedReceipt, by one INSERT ... SELECT."""
     operations = financial(batch.order_by().values_list("operation", flat=True).distinct())
     if not operations:
         return 0
     rows = batch.filter(operation__in=operations).order_by().values_list("pk", *ArchivedReceipt.COPIED)
     db = connections[rows.db]
     select, params = rows.query.get_compiler(using=rows.db).as_sql()
-    # The ORM has no INSERT ... SELECT. The SELECT is the ORM's own (the batch's conditions,
-    # the columns in COPIED order), so only the INSERT around it is written here; it runs as
-    # is on PostgreSQL and SQLite.
+    # The ORM has no INSERT ... SELECT: only the INSERT around the ORM's SELECT is written here.
     sql = f"{insert_into_archive(db)} SELECT copied.*, %s FROM ({select}) copied"
     with db.cursor() as cursor:
         cursor.execute(sql, [db.ops.adapt_datetimefield_value(now), *params])

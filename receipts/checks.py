@@ -1,18 +1,17 @@
-"""System checks (`manage.py check`, run by runserver and migrate): decorator placement that
-the decorator itself can only see at the first request (a DRF APIView's or an async View's
-dispatch), an outbox used without its app, and operation policies (RECEIPTS_OPERATIONS)
-that would otherwise fail only when a request of that operation comes."""
+"""System checks: what would otherwise fail only at a request (a decorated dispatch, an
+operation policy), an outbox used without its app, and databases set up against a claim."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
+from django.db.migrations.loader import MigrationLoader
 from django.utils.module_loading import module_has_submodule
 
 from receipts import coverage, placement
@@ -22,40 +21,23 @@ from receipts.conf import policy_for, reconciler, rule_problems, setting
 OUTBOX_APP = "receipts.outbox"
 
 
-def _decorated_dispatches() -> Iterator[tuple[type, str]]:
-    """(view class, operation) for each routed class view whose `dispatch` carries the
-    @idempotent marker (method_decorator copies it there): the class that the view function
-    names (DRF's `cls`, Django's `view_class`). A project without a
-    URLconf (a worker's settings, such as a Celery worker's) routes no view: none."""
-    if not getattr(settings, "ROOT_URLCONF", None):
-        return
-    seen = set()
-    for callback in coverage.callbacks():
-        view_class = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
-        if view_class is None or view_class in seen:
-            continue
-        seen.add(view_class)
-        operation = getattr(view_class.dispatch, "idempotent_operation", None)
-        if operation is not None:
-            yield view_class, operation
-
-
 @register(Tags.urls)
 def idempotent_on_dispatch(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`method_decorator(idempotent(...), name="dispatch")` where it cannot work: a DRF
-    APIView's (E001) or an async View's (E005); the decorator refuses it at the first request."""
+    """`method_decorator(idempotent(...), name="dispatch")` on a routed DRF APIView (E001) or async View (E005)."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
     errors = []
-    for view_class, operation in _decorated_dispatches():
-        refusal = placement.dispatch_refusal(view_class, operation)
+    classes = (getattr(c, "cls", None) or getattr(c, "view_class", None) for c in coverage.callbacks())
+    for view_class in dict.fromkeys(c for c in classes if c is not None):
+        operation = getattr(view_class.dispatch, "idempotent_operation", None)
+        refusal = None if operation is None else placement.dispatch_refusal(view_class, operation)
         if refusal is not None:
             errors.append(Error(refusal.message, hint=refusal.hint, obj=view_class, id=refusal.id))
     return errors
 
 
 def _outbox_in_use() -> list[str]:
-    """What shows that the project uses the outbox: a module of it already imported (by a
-    host's `outbox_actions` or views), an installed app's `outbox_actions` module (which only
-    the outbox app discovers), an `OUTBOX_*` setting."""
+    """What shows the outbox in use: a module of it imported, `outbox_actions`, `OUTBOX_*` settings."""
     signs = sorted({name for name in sys.modules if name == OUTBOX_APP or name.startswith(OUTBOX_APP + ".")})
     signs += [f"{config.name}.outbox_actions" for config in apps.get_app_configs()
               if module_has_submodule(config.module, "outbox_actions")]
@@ -65,11 +47,7 @@ def _outbox_in_use() -> list[str]:
 
 @register()
 def outbox_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """The outbox is an app of its own (label `outbox`), not part of `receipts`. Without it,
-    `drain_outbox` is an unknown command (Django answers that before any code of ours runs),
-    a host's actions are never discovered, and `enqueue` fails on import
-    (receipts/outbox/models.py): said here at start-up, with the fix, when the project
-    shows it uses the outbox."""
+    """The outbox used without its app installed: said at start-up, with the fix."""
     if apps.is_installed(OUTBOX_APP):
         return []
     signs = _outbox_in_use()
@@ -85,11 +63,8 @@ def outbox_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register(Tags.database)
 def mysql_read_committed(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
-    """MySQL/MariaDB under REPEATABLE READ: a claim that lost a race re-reads the receipt
-    and, from a snapshot taken before the winner committed, would not see it. Django's own
-    default is READ COMMITTED; this refuses a project that set another level."""
-    from django.db import connections
-
+    """MySQL/MariaDB under REPEATABLE READ: a claim that lost a race would re-read the receipt
+    from a snapshot taken before the winner committed."""
     errors = []
     for alias in databases or []:
         settings_dict = connections[alias].settings_dict
@@ -107,12 +82,8 @@ def mysql_read_committed(app_configs: Any = None, databases: Any = None, **kwarg
 
 @register()
 def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """MySQL/MariaDB with ATOMIC_REQUESTS: the decorator's claim is then an insert inside the
-    request's transaction, and InnoDB deadlocks concurrent inserts of one key (error 1213:
-    each duplicate holds a shared lock on the key while the first waits to write it). One of
-    64 concurrent callers of 4 keys got a 500 that way in CI; until a deadlocked claim is
-    retried or answered 503, this setting is refused there (PostgreSQL and SQLite support
-    it: docs/http-contract.md, Under ATOMIC_REQUESTS)."""
+    """MySQL/MariaDB with ATOMIC_REQUESTS: InnoDB deadlocks concurrent claims of one key inside
+    the request's transaction (error 1213: a 500 for one of 64 callers in CI)."""
     return [
         Error(
             f"DATABASES[{alias!r}] runs MySQL/MariaDB with ATOMIC_REQUESTS, under which InnoDB "
@@ -126,19 +97,14 @@ def mysql_atomic_requests(app_configs: Any = None, **kwargs: Any) -> list[Error]
     ]
 
 
-# Our apps, by label: their migrations are one `0001_initial` each since the chains were
-# squashed (nothing had been released).
+# Our apps, by label: one `0001_initial` each since the chains were squashed.
 OUR_APPS = ("idemdash_core", "receipts", "outbox", "webhooks", "idemdash_dashboard", "idemdash_worker", "devtools", "bench")
 
 
 @register(Tags.database)
 def migrations_that_no_longer_exist(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
-    """A database that recorded migrations of our apps which are not on disk was migrated by the
-    chains squashed before the first release: `migrate` would take its old tables for the new
-    ones and every request would fail on a column. Said once, here, instead."""
-    from django.db import DatabaseError, connections
-    from django.db.migrations.loader import MigrationLoader
-
+    """A database migrated by the chains squashed before the first release: `migrate` would
+    take its old tables for the new ones, and every request would fail on a column."""
     ours = {config.label for config in apps.get_app_configs()} & set(OUR_APPS)
     errors = []
     for alias in databases or []:
@@ -162,9 +128,7 @@ def migrations_that_no_longer_exist(app_configs: Any = None, databases: Any = No
 
 @register()
 def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Each RECEIPTS_OPERATIONS entry: a TTL of 0, a negative one or a string would make every
-    receipt of the operation expire at once (or fail at its first claim); None is the
-    permanent receipt, said explicitly."""
+    """Each RECEIPTS_OPERATIONS entry (conf.rule_problems) and its `reconcile`, imported."""
     operations = setting("RECEIPTS_OPERATIONS")
     if not isinstance(operations, dict):
         return [Error(
@@ -183,7 +147,6 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     ]
     if errors:
         return errors
-    # Each `reconcile` imported, as the first held claim of its operation would import it.
     for name in operations:
         try:
             policy = policy_for(name)  # an entry's own name matches it exactly
@@ -201,9 +164,7 @@ def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register()
 def compaction_windows(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds`: a positive number of seconds
-    shorter than the TTL the operation gets (conf.compaction_problem). Entries E006 refuses are
-    left to it."""
+    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds` that E006 let through."""
     operations = setting("RECEIPTS_OPERATIONS")
     if not isinstance(operations, dict):
         return []  # receipts.E006

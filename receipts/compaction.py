@@ -1,13 +1,7 @@
-"""Receipt compaction: a completed receipt keeps its stored request and response body only for
-its operation's `compact_after_seconds` (RECEIPTS_OPERATIONS); then they are dropped, and the
-rest (key, fingerprint, status, response status and content type, references, counts, times)
-is kept until the receipt expires. Bodies are most of a receipt's bytes, while the key must be
-held for the full TTL so that a late retry still does not run the operation twice.
-
-A replay of a compacted receipt answers 410 `receipt-compacted` (receipts/responses.py:refusal),
-carrying the original status: the operation ran and will not run again, but its answer is gone.
-Failed receipts are never compacted: their error is what an operator diagnoses, and a
-retryable one runs again anyway."""
+"""Receipt compaction: a completed receipt keeps its request and response bodies (most of its
+bytes) for its operation's `compact_after_seconds`, the rest until it expires, so that a late
+retry still does not run twice; its replay then answers 410 `receipt-compacted`. Failed
+receipts are never compacted: their error is what an operator diagnoses."""
 
 from __future__ import annotations
 
@@ -30,14 +24,12 @@ class CompactionResult:
 
 
 def _compactable() -> QuerySet:
-    # The condition of the partial index receipt_compactable, verbatim, so the planner uses it.
+    # receipt_compactable's condition, verbatim, so the planner uses it.
     return Receipt.objects.filter(status=Receipt.Status.COMPLETED, compacted_at=None)
 
 
 def compactable_operations() -> list[str]:
-    """The operations that have completed receipts not yet compacted. On PostgreSQL a loose
-    index scan of receipt_compactable (one index probe per operation: a handful of reads at
-    10 M receipts, where SELECT DISTINCT would read every entry); elsewhere DISTINCT."""
+    """The operations with receipts to compact: on PostgreSQL a loose index scan, not a DISTINCT."""
     if connection.vendor != "postgresql":
         return sorted(_compactable().values_list("operation", flat=True).distinct())
     table = connection.ops.quote_name(Receipt._meta.db_table)
@@ -62,14 +54,9 @@ def due(operation: str, now: datetime, window: timedelta) -> QuerySet:
 
 
 def compact_batch(operation: str, now: datetime, window: timedelta, batch_size: int) -> tuple[int, int]:
-    """One batch, in its own transaction: (taken, compacted).
-
-    Short, as the purge's are (idemdash/core/retention.py): up to `batch_size` ids of due
-    receipts, taken FOR UPDATE SKIP LOCKED where the database can (so a batch never waits on,
-    or blocks, a row a claim is using), then one UPDATE that repeats the due condition, so a
-    receipt that stopped being due meanwhile (its key expired and was claimed again) is left
-    alone. A claim that reads the row before the UPDATE commits replays the whole body; one
-    after it answers receipt-compacted: the row is never seen half compacted."""
+    """One short batch, in its own transaction: (taken, compacted). The ids are taken SKIP
+    LOCKED where the database can, and the UPDATE repeats the due condition, so a receipt
+    that stopped being due meanwhile is left alone."""
     with transaction.atomic():
         candidates = due(operation, now, window).order_by("created_at")
         if connection.features.has_select_for_update_skip_locked:
@@ -86,8 +73,7 @@ def compact_batch(operation: str, now: datetime, window: timedelta, batch_size: 
 def compact(
     *, now: datetime | None = None, batch_size: int | None = None, max_batches: int | None = None
 ) -> list[CompactionResult]:
-    """Compact every operation whose policy has a window, in batches of batch_size
-    (RECEIPTS_RETENTION_BATCH_SIZE unless told), at most max_batches per operation."""
+    """Compact every operation whose policy has a window, at most max_batches per operation."""
     now = now or timezone.now()
     batch_size = batch_size or setting("RECEIPTS_RETENTION_BATCH_SIZE")
     results = []

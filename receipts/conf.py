@@ -1,10 +1,5 @@
-"""The receipts app's settings and operation policies.
-
-Every setting is a flat `RECEIPTS_*` name in the host project's settings, read through
-`setting(name)`; each is optional, so a project that adds the app gets DEFAULTS without
-writing anything. (idemdash's own settings.py fills some of them from environment
-variables; a host project sets them however it sets its other settings.)
-"""
+"""The receipts app's settings (optional flat `RECEIPTS_*` names, read through `setting`)
+and operation policies (`policy_for`)."""
 
 from __future__ import annotations
 
@@ -19,8 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-# The usual nouns of money movement, singular and plural, as the first dotted part of an
-# operation name: `payment.create` and `payments.capture` are both financial.
+# The usual nouns of money movement, as the first part of a name: `payments.capture` is financial.
 FINANCIAL_NOUNS = ("payment", "refund", "payout", "charge", "capture", "invoice", "transfer")
 
 DEFAULTS: dict[str, Any] = {
@@ -28,51 +22,33 @@ DEFAULTS: dict[str, Any] = {
     "RECEIPTS_FINANCIAL_TTL_SECONDS": 7 * 24 * 3600,
     "RECEIPTS_LEASE_SECONDS": 30,
     "RECEIPTS_MAX_WAIT_SECONDS": 30,
-    # Callers one server process lets wait at once (wait_seconds, Prefer: wait); keep it below
-    # the threads of a process (gunicorn --threads), so that completions and heartbeats always
-    # find a thread. Beyond it a duplicate gets its 409 at once. 0: nobody waits.
+    # Callers one process lets wait at once: fewer than its threads, which completions need too.
     "RECEIPTS_MAX_WAITERS": 4,
     "RECEIPTS_MAX_LEASE_SECONDS": 3600,
-    # The shortest lease a JSON API caller may ask for. A running step keeps its claim by
-    # heartbeats every third of its lease; a shorter lease leaves a heartbeat too little room
-    # on a loaded server (issue 19's storm: heartbeats queued 2 to 7 s behind 600 claims),
-    # and a lapsed lease means a second execution.
+    # The shortest lease a JSON API caller may ask for: a shorter one leaves a heartbeat too
+    # little room on a loaded server (issue 19: heartbeats queued 2 to 7 s behind 600 claims).
     "RECEIPTS_MIN_LEASE_SECONDS": 15,
-    # Operation names or shell-style patterns whose receipts are financial (longer TTL,
-    # archived before purge), unless RECEIPTS_OPERATIONS says otherwise for the name.
+    # Operation names or patterns whose receipts are financial (longer TTL, archived before purge).
     "RECEIPTS_FINANCIAL_OPERATIONS": [f"{noun}{s}.*" for noun in FINANCIAL_NOUNS for s in ("", "s")],
-    # Operation name or pattern -> {"financial": bool, "ttl_seconds": int | None,
-    # "lease_seconds": int, "on_failure": "retry" | "burn", "after_crash": "rerun" | "hold",
-    # "reconcile": "dotted.path.to.function",
-    # "compact_after_seconds": int (shorter than the TTL: receipts/compaction.py),
-    # "fresh_key": "allow" | "refuse" (receipts/fresh_keys.py)}; an exact name
-    # wins over patterns, then the first matching pattern wins. "ttl_seconds": None makes the operation's receipts
-    # permanent (a once-ever step): never purged, never claimable again.
+    # Operation name or pattern -> policy (docs/receipt-store.md, "Operation policies").
     "RECEIPTS_OPERATIONS": {},
-    # The observer of unprotected write routes (receipts/observe.py): how long after a request
-    # the same one again is a would-be duplicate; the largest body it fingerprints (a larger
-    # one is counted as skipped, never read for it); how often each process writes its notes
-    # (0: only when observe.flush() is called, as the tests do); and how long notes are kept.
+    # The observer of unprotected write routes (receipts/observe.py); a flush interval 0: by hand.
     "RECEIPTS_OBSERVE_WINDOW_SECONDS": 600,
     "RECEIPTS_OBSERVE_MAX_BODY_BYTES": 1024 * 1024,
     "RECEIPTS_OBSERVE_FLUSH_SECONDS": 2,
     "RECEIPTS_OBSERVE_RETENTION_HOURS": 24,
-    # A request repeated by the same caller under a new key within this many seconds is a
-    # fresh-key retry (receipts/fresh_keys.py): counted, or refused under "fresh_key": "refuse".
+    # The same caller's same request under a new key within this is a fresh-key retry.
     "RECEIPTS_FRESH_KEY_WINDOW_SECONDS": 600,
     "RECEIPTS_ATTEMPT_RETENTION_DAYS": 35,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 365,
-    # Finished and cancelled bulk runs with their items (the audit log keeps what they did).
     "RECEIPTS_BULK_RUN_RETENTION_DAYS": 90,
     "RECEIPTS_ROLLUP_RETENTION_DAYS": 90,
     "RECEIPTS_RETENTION_BATCH_SIZE": 1000,
-    # Header names a replay leaves out besides those it never carries (hop-by-hop,
-    # Set-Cookie, Date: receipts/responses.py:NOT_REPLAYED), e.g. a per-request X-Request-Id.
+    # Header names a replay leaves out besides receipts/responses.py:NOT_REPLAYED.
     "RECEIPTS_REPLAY_EXCLUDED_HEADERS": [],
     # receipts.middleware answers these paths with problem+json whatever the Accept header.
     "RECEIPTS_JSON_PATH_PREFIXES": ["/api/", "/webhooks/"],
-    # The page DatabaseUnavailableMiddleware shows a browser (idemdash's own server names
-    # its own, so that a host project's is never shadowed by it).
+    # The page DatabaseUnavailableMiddleware shows a browser.
     "RECEIPTS_UNAVAILABLE_TEMPLATE": "503.html",
 }
 
@@ -88,20 +64,15 @@ class Policy:
     lease: timedelta
     financial: bool
     burn_on_failure: bool
-    # What the next claim does when an attempt's lease ran out before it settled: "rerun"
-    # takes the lease over and runs again; "hold" answers outcome-unknown until a
-    # `reconcile` function (a dotted path, or None) or an operator resolves it.
+    # After a lapsed lease: "rerun" takes it over; "hold" answers outcome-unknown until resolved.
     after_crash: str = "rerun"
     reconcile: str | None = None
-    # Which configured names decided it: the RECEIPTS_OPERATIONS key and the
-    # RECEIPTS_FINANCIAL_OPERATIONS entry that matched (None: the default applied).
+    # The RECEIPTS_OPERATIONS key and RECEIPTS_FINANCIAL_OPERATIONS entry that matched.
     rule: str | None = None
     financial_pattern: str | None = None
-    # How long after its claim a completed receipt keeps its stored request and response;
-    # then receipts/compaction.py drops them and keeps the rest until it expires. None: kept whole.
+    # How long a completed receipt keeps its bodies (receipts/compaction.py); None: kept whole.
     compact_after: timedelta | None = None
-    # The same request under a new key within the window: "allow" counts it, "refuse"
-    # answers 409 fresh-key-retry naming the key already used (receipts/fresh_keys.py).
+    # The same request under a new key: "allow" counts it, "refuse" answers 409 (receipts/fresh_keys.py).
     fresh_key: str = "allow"
 
     @property
@@ -136,7 +107,7 @@ class Policy:
         }
 
     def matched(self) -> str:
-        """Where this policy came from, in words, for the admin and the dashboard."""
+        """Where this policy came from, in words."""
         parts = []
         if self.rule is not None:
             parts.append(f"RECEIPTS_OPERATIONS[{self.rule!r}]")
@@ -162,8 +133,7 @@ RULE_KEYS = frozenset(
 
 
 def rule_problems(name: str, rule: Any) -> list[str]:
-    """What is wrong with one RECEIPTS_OPERATIONS entry, in words (none: it is fine). Said by
-    `manage.py check` (receipts/checks.py) and, should a request still meet it, by policy_for."""
+    """What is wrong with one RECEIPTS_OPERATIONS entry, in words: for the system check and policy_for."""
     where = f"RECEIPTS_OPERATIONS[{name!r}]"
     if not isinstance(rule, dict):
         return [f"{where} must be a dict, got {rule!r}"]
@@ -175,13 +145,10 @@ def rule_problems(name: str, rule: Any) -> list[str]:
         )
     if "lease_seconds" in rule and not _positive_seconds(rule["lease_seconds"]):
         problems.append(f"{where}['lease_seconds'] must be a positive whole number of seconds, got {rule['lease_seconds']!r}")
-    if rule.get("on_failure", "retry") not in ("retry", "burn"):
-        problems.append(f"{where}['on_failure'] must be 'retry' or 'burn', got {rule['on_failure']!r}")
+    for name, (default, other) in CHOICES.items():
+        if rule.get(name, default) not in (default, other):
+            problems.append(f"{where}[{name!r}] must be {default!r} or {other!r}, got {rule[name]!r}")
     after_crash = rule.get("after_crash", "rerun")
-    if after_crash not in AFTER_CRASH:
-        problems.append(f"{where}['after_crash'] must be 'rerun' or 'hold', got {after_crash!r}")
-    if rule.get("fresh_key", "allow") not in FRESH_KEY:
-        problems.append(f"{where}['fresh_key'] must be 'allow' or 'refuse', got {rule['fresh_key']!r}")
     reconcile = rule.get("reconcile")
     if reconcile is not None and (after_crash != "hold" or not isinstance(reconcile, str)):
         problems.append(f"{where}['reconcile'] is the dotted path of a function, and is asked only under 'after_crash': 'hold'")
@@ -192,10 +159,7 @@ def rule_problems(name: str, rule: Any) -> list[str]:
 
 
 def compaction_problem(name: str | None, compact_after: Any, ttl_seconds: int | None) -> str | None:
-    """What is wrong with an entry's `compact_after_seconds` given the TTL its operation gets
-    (the entry's own, or the default its financial standing picks), or None. A window as long
-    as the TTL would never compact anything: the purge deletes the receipt first. Said by
-    `manage.py check` (receipts.E017) and by policy_for."""
+    """What is wrong with an entry's `compact_after_seconds` given its operation's TTL, or None."""
     if compact_after is None:
         return None
     where = f"RECEIPTS_OPERATIONS[{name!r}]['compact_after_seconds']"
@@ -242,13 +206,12 @@ def policy_for(operation: str) -> Policy:
     )
 
 
-AFTER_CRASH = ("rerun", "hold")
-FRESH_KEY = ("allow", "refuse")
+# The settings of a rule that take one of two values, the default first.
+CHOICES = {"on_failure": ("retry", "burn"), "after_crash": ("rerun", "hold"), "fresh_key": ("allow", "refuse")}
 
 
 def reconciler(policy: Policy) -> Any:
-    """The operation's reconcile function, imported (ImproperlyConfigured when the path does
-    not name one), or None."""
+    """The operation's reconcile function, imported, or None."""
     if policy.reconcile is None:
         return None
     try:

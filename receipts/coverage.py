@@ -1,9 +1,6 @@
-"""Which write routes of the URLconf a receipt protects: every route that takes POST, PUT, PATCH
-or DELETE, found by introspection (function and class-based views, DRF views, viewsets and
-routers, Ninja operations, sync or async), with its operation or none; a protected route's
-keys and duplicates in a window, an unprotected one's requests and would-be duplicates as the
-observer noted them (receipts/observe.py). `manage.py idempotency_coverage` prints it, the
-Coverage page shows it (docs/coverage.md). A callable it does not recognise is "unknown"."""
+"""Which write routes of the URLconf a receipt protects, found by introspecting every kind of
+view, with each route's figures: a protected one's keys and duplicates, an unprotected one's
+requests and would-be duplicates as receipts/observe.py noted them (docs/coverage.md)."""
 
 from __future__ import annotations
 
@@ -29,10 +26,7 @@ from receipts.models import Attempt, ObservedRequest, Receipt
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # A view that does not restrict its methods takes every write method: one row for all of them.
 ANY = "any"
-# Views of these packages are the product's and Django's own (the dashboard, the admin, the
-# JSON API): listed with `everything=True` only.
-# idemdash's by the packages the wheel ships, so the demo's and the bench's views (never in
-# it) stand for a host's: listed and observed.
+# The product's and Django's own views, listed with `everything=True` only (the demo's are a host's).
 OWN_PACKAGES = ("django.", "idemdash.core.", "idemdash.dashboard.", "idemdash.worker.", "idemdash.errors.",
                 "receipts.", "webhooks.", "rest_framework.", "ninja.")
 DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attempt.CONCURRENT_OUTCOMES)
@@ -40,8 +34,7 @@ DUPLICATE_OUTCOMES = (Attempt.Outcome.REPLAYED, Attempt.Outcome.MISMATCH, *Attem
 
 @dataclass(frozen=True)
 class Route:
-    """One write method of one route: `operation` is "" where nothing protects it, and
-    `protected_by` says what else does (a webhook receiver's deduplication)."""
+    """One write method of one route: its `operation`, or what else protects it (`protected_by`)."""
 
     method: str
     path: str
@@ -57,15 +50,14 @@ class Route:
 
 
 def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Route]:
-    """Every write route of `urlconf` (the project's), in URLconf order; without `everything`,
-    not the views of OWN_PACKAGES, except what protects itself (the webhook receiver)."""
+    """Every write route of `urlconf` in order; without `everything`, not OWN_PACKAGES' views
+    unless they protect themselves (the webhook receiver)."""
     if urlconf is None and not getattr(settings, "ROOT_URLCONF", None):
         return []  # a worker's settings route no view
     found, seen = [], set()
     for path, name, callback in _patterns(get_resolver(urlconf).url_patterns, "", ""):
         for route in _routes_of(path, name, callback):
-            # Django routes a request to the first pattern that matches: a later one of the same
-            # path (Ninja's, one per operation of a path) adds nothing.
+            # Django routes a request to the first pattern that matches.
             if (route.method, route.path) in seen:
                 continue
             seen.add((route.method, route.path))
@@ -76,8 +68,7 @@ def routes(*, everything: bool = False, urlconf: str | None = None) -> list[Rout
 
 @functools.lru_cache(maxsize=4096)
 def takes_unprotected(callback: Any, method: str) -> bool:
-    """Whether a `method` request routed to `callback` is a write nothing protects (the
-    observer's question, asked once per view and method)."""
+    """Whether a `method` request routed to `callback` is a write nothing protects."""
     if method not in WRITE_METHODS:
         return False
     for route in _routes_of("", "", callback):
@@ -87,32 +78,28 @@ def takes_unprotected(callback: Any, method: str) -> bool:
 
 
 def unprotected(found: list[Route], patterns: list[str]) -> list[Route]:
-    """The unprotected routes whose path (with a leading /) or URL name matches a shell-style
-    pattern of `patterns`, as `--fail-unprotected` asks."""
+    """The unprotected routes whose path (with a leading /) or URL name matches a pattern."""
     return [r for r in found if not r.protected and any(
         fnmatchcase("/" + r.path, p) or (r.name and fnmatchcase(r.name, p)) for p in patterns)]
 
 
 def figures(found: list[Route], since: datetime) -> dict[str, dict[str, int]]:
     """Per operation of `found`: the keys first claimed since `since` and the duplicates
-    answered since (replays, concurrent duplicates and 422s, as the overview counts them)."""
+    answered since, as the overview counts them."""
     operations = sorted({r.operation for r in found if r.operation})
     counted = {op: {"keys": 0, "duplicates": 0} for op in operations}
     if not operations:
         return counted
     keys = Receipt.objects.filter(operation__in=operations, created_at__gte=since)
-    for row in keys.values("operation").annotate(n=Count("id")):
-        counted[row["operation"]]["keys"] = row["n"]
     duplicates = Attempt.objects.filter(operation__in=operations, outcome__in=DUPLICATE_OUTCOMES, created_at__gte=since)
-    for row in duplicates.values("operation").annotate(n=Count("id")):
-        counted[row["operation"]]["duplicates"] = row["n"]
+    for figure, rows in (("keys", keys), ("duplicates", duplicates)):
+        for row in rows.values("operation").annotate(n=Count("id")):
+            counted[row["operation"]][figure] = row["n"]
     return counted
 
 
 def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (method, route): the requests noted since `since` and, of them, the would-be
-    duplicates (the same fingerprint on the route within the window before) and the skipped,
-    from the hourly roll-up and the notes after it (receipts.rollup.OBSERVED)."""
+    """Per (method, route): the requests noted since `since`, their would-be duplicates and skipped."""
     found: dict[tuple[str, str], dict[str, int]] = {}
     for _, method, route, kind, count in rollup.OBSERVED.counts(since, now or timezone.now()):
         counted = found.setdefault((method, route), {"requests": 0, "duplicates": 0, "skipped": 0})
@@ -123,22 +110,17 @@ def unprotected_counts(since: datetime, now: datetime | None = None) -> dict[tup
 
 
 def recent_duplicates(limit: int = 20) -> list[dict[str, Any]]:
-    """The latest would-be duplicates, for the page: when, who, which route, and the request's
-    fingerprint (never its body)."""
+    """The latest would-be duplicates: when, who, which route, and the request's fingerprint."""
     window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
     since = timezone.now() - timedelta(hours=setting("RECEIPTS_OBSERVE_RETENTION_HOURS"))
-    rows = _with_previous(ObservedRequest.objects.filter(~Q(fingerprint=""), at__gte=since)).values(
+    # `previous`: when the same fingerprint was noted on the route before.
+    previous = Window(Lag("at"), partition_by=[F("route"), F("fingerprint")], order_by=[F("at").asc(), F("id").asc()])
+    rows = ObservedRequest.objects.filter(~Q(fingerprint=""), at__gte=since).annotate(previous=previous).values(
         "method", "route", "caller", "fingerprint", "at", "previous")
     duplicates = [{**row, "gap": round((row["at"] - row["previous"]).total_seconds(), 1)} for row in rows
                   if row["previous"] is not None and row["at"] - row["previous"] <= window]
     duplicates.sort(key=lambda row: row["at"], reverse=True)
     return duplicates[:limit]
-
-
-def _with_previous(noted: Any) -> Any:
-    """Each note with `previous`: when the same fingerprint was noted on its route before."""
-    return noted.annotate(previous=Window(
-        Lag("at"), partition_by=[F("route"), F("fingerprint")], order_by=[F("at").asc(), F("id").asc()]))
 
 
 def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[dict[str, Any]]:
@@ -153,7 +135,6 @@ def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[d
             row["policy"] = policy_for(route.operation).as_dict()
             row.update(counted[route.operation])
         elif not route.protected:
-            # What the observer noted (receipts/observe.py): requests, and the would-be duplicates.
             noted = [figures for (method, path), figures in observed.items()
                      if path == route.path and route.method in (method, ANY)]
             row["requests"] = sum(n["requests"] for n in noted)
@@ -163,8 +144,7 @@ def table(found: list[Route], window: timedelta = timedelta(hours=24)) -> list[d
 
 
 def callbacks() -> Iterator[Any]:
-    """Every view the project's URLconf routes to (format-suffix twins aside), for the system
-    checks that read the views' decorators."""
+    """Every view the project's URLconf routes to, for the system checks."""
     for _, _, callback in _patterns(get_resolver().url_patterns, "", ""):
         if callback is not None:
             yield callback
@@ -187,8 +167,7 @@ def _patterns(patterns: list[Any], prefix: str, namespace: str) -> Iterator[tupl
 
 
 def _joined(prefix: str, route: str) -> str:
-    """The route as Django's resolver joins it (`URLResolver._join_route`): a nested regex's
-    leading ^ dropped, so that a path is the `request.resolver_match.route` the observer notes."""
+    """The route as Django's resolver joins it: a nested regex's leading ^ dropped."""
     return prefix + route.removeprefix("^") if prefix else route
 
 
@@ -253,8 +232,7 @@ def _handled(view_class: type) -> list[str]:
 
 
 def _layers(fn: Any) -> Iterator[Any]:
-    """`fn` and what it wraps (functools.wraps' __wrapped__, and for DRF's @api_view handler
-    the function it calls), outermost first."""
+    """`fn` and what it wraps (__wrapped__, or the function of DRF's @api_view), outermost first."""
     seen = set()
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
@@ -276,8 +254,7 @@ def _operation(*handlers: Any) -> str:
 
 
 def _allowed_methods(view: Callable) -> list[str] | None:
-    """The methods Django's require_http_methods (require_POST, require_GET, ...) lets through
-    to a function view, None when nothing restricts them."""
+    """The methods require_http_methods lets through to a function view, or None."""
     for layer in _layers(view):
         if inspect.isfunction(layer):
             allowed = inspect.getclosurevars(layer).nonlocals.get("request_method_list")

@@ -1,13 +1,9 @@
-"""`@idempotent`: the Idempotency-Key HTTP contract for a Django view.
+"""`@idempotent`: the Idempotency-Key HTTP contract for a Django view (docs/http-contract.md).
 
-Follows draft-ietf-httpapi-idempotency-key-header and Stripe's behaviour. The status codes
-and problem types are tabled in docs/http-contract.md.
-
-The claim commits before the view runs, so a duplicate sees it and is told 409 (or waits,
-with Prefer: wait); the view and the receipt's completion then commit in ONE transaction
-(`_run`). An `async def` view keeps every guarantee through the same code: `_contract` is
-the contract as a generator that yields where the view runs, which `respond` drives around
-a sync view and `arespond` around an async one."""
+The claim commits before the view runs, so a duplicate sees it; the view and the receipt's
+completion then commit in one transaction (`_run`). `_contract` is the contract as a
+generator that yields where the view runs: `respond` drives it around a sync view,
+`arespond` around an async one."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ log = logging.getLogger(__name__)
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 REPLAYED_HEADER = "Idempotent-Replayed"
-# When the receipt of the request's key expires: until then a retry with the key is answered
-# from it (docs/http-contract.md, "The decorator").
+# When the receipt of the request's key expires: until then a retry with the key is answered from it.
 EXPIRES_HEADER = "Idempotency-Key-Expires"
 
 # Responses that depend on who asks or when, not on the request: the next attempt must run.
@@ -69,8 +64,7 @@ View = Callable[..., HttpResponseBase]
 
 @dataclass(frozen=True)
 class Protection:
-    """What a protected view asks for, fixed when it is decorated: its operation, whether a
-    request without a key is refused, and the scope function (None: `keys.default_scope`)."""
+    """What a protected view asks for, fixed when it is decorated (scope None: `keys.default_scope`)."""
 
     operation: str
     required: bool = True
@@ -90,12 +84,8 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[View], View]:
-    """Run the view at most once per (scope, Idempotency-Key) and replay its response.
-
-    `required=False` runs the view normally when the header is absent. `scope` maps a
-    request to the principal whose keys are separate from everyone else's; the default is
-    `default_scope`.
-    """
+    """Run the view at most once per (scope, Idempotency-Key) and replay its response;
+    `required=False` runs it normally without the header."""
     keys.validate_operation(operation)
     protection = Protection(operation, required, scope)
 
@@ -104,8 +94,7 @@ def idempotent(
         placement.refuse_view(view, operation)
 
         if iscoroutinefunction(view):
-            # Django runs a coroutine function as an async view (and method_decorator marks
-            # the method it wraps when the method is async): the wrapper must be one too.
+            # Django runs a coroutine function as an async view: the wrapper must be one too.
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 return await arespond(request, view, args, kwargs, protection)
@@ -129,8 +118,7 @@ def _marked(wrapper: View, operation: str) -> View:
 
 
 def respond(request: HttpRequest, view: View, args: tuple, kwargs: dict, protection: Protection) -> HttpResponseBase:
-    """The contract for one request to a protected sync view: checked once per decoration by
-    `idempotent` (and by receipts.drf, which calls this with the bound handler)."""
+    """The contract for one request to a protected sync view (receipts.drf calls it too)."""
     steps = _contract(request, args, kwargs, protection)
     running, answer = _step(steps.send, None)
     if not running:
@@ -138,7 +126,9 @@ def respond(request: HttpRequest, view: View, args: tuple, kwargs: dict, protect
     try:
         response = view(request, *args, **kwargs)
         if inspect.isawaitable(response):
-            _close(response)
+            close = getattr(response, "close", None)  # a coroutine never awaited warns unless closed
+            if close is not None:
+                close()
             raise placement.not_async(view, protection.operation)
     except BaseException as exc:  # the contract rolls back, settles, and raises it again
         return _step(steps.throw, exc)[1]
@@ -149,14 +139,8 @@ async def arespond(
     request: HttpRequest, view: Callable[..., Awaitable[HttpResponseBase]], args: tuple, kwargs: dict,
     protection: Protection,
 ) -> HttpResponseBase:
-    """`respond` for an async view: the same contract, its steps before and after the view
-    run by sync_to_async on the request's one sync thread, the view awaited between them.
-
-    The view's transaction is opened in the first step and committed or rolled back in the
-    last, on that thread and its connection, which is where Django's async ORM (`acreate`,
-    `asave`, ...) and any thread-sensitive sync_to_async of the view run its queries: so its
-    writes commit with the receipt or roll back with a lost lease, as a sync view's do. No
-    store work runs on the event loop: a `Prefer: wait` waits in that thread."""
+    """`respond` for an async view: its steps on the request's one sync thread, where Django's
+    async ORM runs the view's queries too, so they commit or roll back with the receipt."""
     steps = _contract(request, args, kwargs, protection)
     running, answer = await _astep_whole(steps, steps.send, None)
     if not running:
@@ -169,8 +153,7 @@ async def arespond(
 
 
 def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
-    """Resume the contract: (True, None) when it waits for the view's response, else
-    (False, the response to send)."""
+    """Resume the contract: (True, None) while it waits for the view, else (False, the response)."""
     try:
         step(value)
     except StopIteration as done:
@@ -178,8 +161,7 @@ def _step(step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBas
     return True, None
 
 
-# Thread-sensitive: every step of one request runs on the same thread, so the transaction a
-# step opens is the one the view's ORM calls and the last step find on that connection.
+# Thread-sensitive: the transaction a step opens is the one the view and the last step find.
 _astep = sync_to_async(_step, thread_sensitive=True)
 
 
@@ -188,12 +170,9 @@ _UNSET = object()
 
 async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any) -> tuple[bool, HttpResponseBase | None]:
     """_astep for the first step, awaited to its end when the request is cancelled meanwhile
-    (a client gone): its thread goes on regardless. If the step left the contract waiting for
-    the view (the key claimed, the view's transaction open), the cancellation is thrown in
-    there, so the transaction rolls back and the key is given back, before it is raised here.
-    The later steps end the contract whatever becomes of their await: a plain _astep."""
-    # Its own task, so that it can be shielded; in a context copied back afterwards, so that
-    # what the step sets (receipts.current()) is the view's, as with a plain await.
+    (its thread goes on regardless); if it claimed the key, the cancellation is thrown into
+    the contract, which rolls back and gives the key back, before it is raised here."""
+    # A task of its own, to be shielded; its context copied back, so the view sees receipts.current().
     stepped = contextvars.copy_context()
     pending = asyncio.get_running_loop().create_task(_astep(step, value), context=stepped)
     try:
@@ -213,48 +192,30 @@ async def _astep_whole(steps: Generator, step: Callable[[Any], Any], value: Any)
 def _contract(
     request: HttpRequest, args: tuple, kwargs: dict, protection: Protection
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """The one copy of the contract, sync or async: yields where the view runs, is sent its
-    response (or thrown its exception), and returns the response to send."""
+    """The one copy of the contract: yields where the view runs and returns the response."""
     if request.method not in UNSAFE_METHODS:
         return (yield)
     raw = request.headers.get(keys.HEADER)
     if raw is None:
         if protection.required:
-            return problem(
-                400,
-                "idempotency-key-missing",
-                "Idempotency-Key header required",
-                f"{request.method} {request.path} needs an Idempotency-Key header.",
-            )
+            return problem(400, "idempotency-key-missing", "Idempotency-Key header required",
+                           f"{request.method} {request.path} needs an Idempotency-Key header.")
         return (yield)
     key = keys.parse_key(raw)
     if key is None:
-        return problem(
-            400,
-            "idempotency-key-invalid",
-            "Malformed Idempotency-Key",
-            "An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a "
-            'quoted structured-field string ("...").',
-        )
+        return problem(400, "idempotency-key-invalid", "Malformed Idempotency-Key",
+                       'An Idempotency-Key is 1 to 255 printable ASCII characters, bare or as a quoted '
+                       'structured-field string ("...").')
     return (yield from _handle(request, args, kwargs, protection, key))
 
 
-def _close(awaitable: Any) -> None:
-    close = getattr(awaitable, "close", None)  # a coroutine never awaited warns unless closed
-    if close is not None:
-        close()
-
-
 def is_client_error(exc: BaseException) -> bool:
-    """Raised by the view for a 4xx: Django's own, or a DRF APIException with a 4xx status
-    (ValidationError, NotAuthenticated, PermissionDenied, Throttled, NotFound...)."""
+    """Raised by the view for a 4xx: Django's own, DRF's or Ninja's."""
     if isinstance(exc, CLIENT_ERROR_EXCEPTIONS):
         return True
     drf = sys.modules.get("rest_framework.exceptions")
     if drf is not None and isinstance(exc, drf.APIException) and 400 <= exc.status_code < 500:
         return True
-    # Ninja's own: HttpError (AuthenticationError, AuthorizationError, Throttled...) and the
-    # 422 of its ValidationError, raised by the operation.
     ninja = sys.modules.get("ninja.errors")
     return ninja is not None and (
         isinstance(exc, ninja.ValidationError) or isinstance(exc, ninja.HttpError) and 400 <= exc.status_code < 500
@@ -301,7 +262,6 @@ def _handle(
     except RequestDataTooBig:
         return payload_too_large()
     except UnstorableJSON as exc:
-        # The view would parse it as JSON and could not store it: refused before anything runs.
         return problem(400, "invalid-json", "JSON body cannot be stored", str(exc))
     principal = protection.scope(request) if protection.scope else keys.default_scope(request)
     user = getattr(request, "user", None)
@@ -311,11 +271,7 @@ def _handle(
     applied_wait = min(wait, int(setting("RECEIPTS_MAX_WAIT_SECONDS"))) if wait else 0
 
     result = store.claim(
-        principal,
-        key,
-        operation,
-        _stored_request(request, body, content_type, parsed),
-        fingerprint=fingerprint,
+        principal, key, operation, _stored_request(request, body, content_type, parsed), fingerprint=fingerprint,
         user_id=str(user.pk) if user is not None and user.is_authenticated else "",
         session_id=keys.session_reference(session.session_key) if session is not None else "",
         wait_seconds=applied_wait,
@@ -328,14 +284,12 @@ def _handle(
         response = _refusal(result)
     if applied_wait and not result.wait_refused:  # past the process's waiters: it did not wait
         response["Preference-Applied"] = f"wait={applied_wait}"
-    # A permanent receipt's key never expires: no header; nor for a fresh-key retry, whose
-    # receipt is the other key's.
+    # None for a permanent receipt, nor for a fresh-key retry, whose receipt is another key's.
     if result.receipt.expires_at is not None and result.outcome != Attempt.Outcome.FRESH_KEY_RETRY:
         response[EXPIRES_HEADER] = http_date(result.receipt.expires_at.timestamp())
     return response
 
 
-# How the decorator words a claim it does not run (receipts/responses.py:refusal).
 REFUSAL_WORDS = responses.RefusalWords(
     in_progress_title="A request with this Idempotency-Key is in progress",
     in_progress_detail="Retry after the first attempt finishes; it will then be replayed.",
@@ -349,16 +303,10 @@ def _refusal(result: store.ClaimResult) -> HttpResponseBase:
     if refused is not None:
         return refused
     receipt = result.receipt
-    # Replayed: the stored result, or a burned failure's stored response.
     if receipt.status == Receipt.Status.COMPLETED or receipt.response_status is not None:
         response = responses.rebuild(receipt.response_status, receipt.response_content_type, receipt.response_body)
     else:
-        response = problem(
-            500,
-            "previous-failure",
-            "The first attempt with this Idempotency-Key failed",
-            receipt.error,
-        )
+        response = problem(500, "previous-failure", "The first attempt with this Idempotency-Key failed", receipt.error)
     response[REPLAYED_HEADER] = "true"
     return response
 
@@ -371,28 +319,14 @@ def _run(
     lease: float,
     claimed: context.RunningClaim,
 ) -> Generator[None, HttpResponseBase, HttpResponseBase]:
-    """The view and its settle, in an atomic block of their own (the view's transaction, or a
-    savepoint inside the request's), so a failure rolls back the view's writes alone and is
-    stored beside the claim.
-
-    While the view runs, its lease is renewed every third of it (receipts/store.py:kept), so a
-    slow view keeps its key; if the lease was lost anyway (an operator released it, or a
-    renewal could not get through), completing raises StaleToken and the view's own writes
-    roll back, so a slow first attempt and the attempt that took over never both commit a
-    side effect in this database. Under ATOMIC_REQUESTS the claim commits with the view
-    instead: a duplicate's insert waits on the uncommitted row, then replays the result, and
-    nothing is renewed (docs/http-contract.md, "Under ATOMIC_REQUESTS";
-    tests/receipts/test_atomic_requests.py)."""
-    # Under ATOMIC_REQUESTS the claim is not committed while the view runs: no other request
-    # can take it over (each waits on its row), and a renewal from another connection would
-    # find no row or wait on it until this request commits, while this thread waited for the
-    # renewal to finish: so it is not kept.
+    """The view and its settle in an atomic block of their own, so a failure rolls back the
+    view's writes alone and is stored beside the claim. The lease is kept while the view runs;
+    if it was lost anyway, completing raises StaleToken and the view's writes roll back."""
+    # Under ATOMIC_REQUESTS nobody can take the uncommitted claim over, and a renewal would wait on it.
     claim_uncommitted = transaction.get_connection().in_atomic_block
     try:
         with transaction.atomic():
-            # A view longer than a third of its lease has it renewed until it returns.
-            # The view runs where the generator yields; receipts.current() gives it the claim
-            # (for an async view, asgiref carries the step's context over to the view).
+            # receipts.current() gives the view its claim (asgiref carries it to an async view).
             with (
                 contextlib.nullcontext() if claim_uncommitted else store.kept(held, lease),
                 context.running(claimed),
@@ -414,15 +348,10 @@ def _run(
             )
             return response
     except store.StaleToken:
-        lost = problem(
-            409,
-            "lease-lost",
-            "The lease on this Idempotency-Key was lost",
-            "The request took longer than its lease and another attempt took over; "
-            "nothing this attempt wrote was kept. Retry to get the other attempt's result.",
-        )
-        # Our lease was taken over while the view ran: its writes were rolled back above,
-        # and with them the store's own record of the refusal, so log it again here.
+        lost = problem(409, "lease-lost", "The lease on this Idempotency-Key was lost",
+                       "The request took longer than its lease and another attempt took over; nothing this "
+                       "attempt wrote was kept. Retry to get the other attempt's result.")
+        # The rollback took the store's record of the refusal with the view's writes.
         store.lease_lost(held, "lease lost while the view ran; its writes were rolled back")
         return lost
     except _RollBack as rollback:
@@ -430,15 +359,11 @@ def _run(
         _fail(held, f"HTTP {response.status_code}", response, claimed.references)
         return response
     except (ImproperlyConfigured, asyncio.CancelledError) as exc:
-        # Not the operation's failure: a misplaced decorator, or an async view cancelled
-        # because its client went away. Its writes rolled back; the key is given back.
+        # Not the operation's failure: a misplaced decorator, or a client gone mid-view.
         _release_quietly(held, f"{type(exc).__name__}: not stored")
         raise
     except DATABASE_UNAVAILABLE as exc:
-        # A lost connection is not the operation's failure: the view's writes are gone and
-        # the client is told 503, "nothing stored, retry". Failing the receipt would store a
-        # 500 (and burn the key of an operation that burns on failure), so the key is given
-        # back; if the database still does not answer, the lease runs out instead.
+        # Not the operation's failure: a 503, nothing stored (failing would store a 500, or burn the key).
         _release_quietly(held, f"{type(exc).__name__}: database unavailable")
         raise
     except Exception as exc:
@@ -454,10 +379,8 @@ def _run(
 
 
 def _rendered(request: HttpRequest, response: HttpResponseBase, args: tuple, kwargs: dict) -> HttpResponseBase:
-    """A TemplateResponse, and DRF's Response, renders its body after the view returns; the
-    body is stored before that, so render it here. A DRF handler's Response gets its renderer
-    from the APIView's finalize_response, which DRF calls again after us (harmlessly: a
-    rendered response is not rendered twice)."""
+    """A TemplateResponse (and DRF's Response) rendered now, to be stored; a DRF Response gets
+    its renderer from the APIView's finalize_response, which DRF calls again harmlessly."""
     if not isinstance(response, SimpleTemplateResponse) or response.is_rendered:
         return response
     api_view = (getattr(request, "parser_context", None) or {}).get("view")

@@ -1,10 +1,6 @@
-"""The Idempotency-Key contract for Django REST framework views.
-
-`@idempotent` from receipts.decorators must run after DRF has authenticated the caller
-(the scope is the caller) and before DRF renders the Response (the body is stored). That
-is inside the APIView: on a handler method (post, create, ...) or below `@api_view`. This
-module's `idempotent` goes on either; it is the one module of this app that imports DRF.
-"""
+"""The Idempotency-Key contract for Django REST framework views: `idempotent` goes on an
+APIView's handler method or below `@api_view`, after DRF has authenticated the caller and
+before it renders the Response."""
 
 from __future__ import annotations
 
@@ -26,9 +22,7 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[Handler], Handler]:
-    """`receipts.decorators.idempotent` for an APIView/ViewSet handler method or a function
-    below `@api_view`. The default scope is DRF's `request.user`, whatever the view's
-    authentication_classes (token, session, JWT)."""
+    """`receipts.decorators.idempotent` for a DRF handler; the default scope is DRF's `request.user`."""
     protect = decorators.idempotent(operation, required, scope=scope)  # validates the operation
     protection = decorators.Protection(operation, required, scope)
 
@@ -36,8 +30,7 @@ def idempotent(
         if hasattr(handler, "cls"):
             protect(handler)  # raises ImproperlyConfigured with the order to use
 
-        # The checks ran once, above; per request only the contract runs (decorating the
-        # bound handler anew on every call cost a signature inspection per request).
+        # Checked once, above: per request only the contract runs.
         @functools.wraps(handler)
         def wrapper(*args: Any, **kwargs: Any) -> HttpResponseBase:
             if args and isinstance(args[0], Request):  # a function below @api_view

@@ -15,9 +15,8 @@ _UNPARSED = object()  # the caller has not parsed the body (a parsed `null` body
 
 
 def fingerprint_http(method: str, path: str, body: bytes, content_type: str, parsed: Any = _UNPARSED) -> str:
-    """method + path + body, the body canonicalised when it is JSON and hashed raw otherwise.
-    `parsed` is parse_json_body's result when the caller has it already (it is needed again
-    to store the request)."""
+    """method + path + body, the body canonicalised when it is JSON (`parsed`, when the caller
+    has parse_json_body's result already) and raw otherwise."""
     digest = hashlib.sha256()
     digest.update(method.upper().encode() + b"\n" + path.encode() + b"\n")
     if parsed is _UNPARSED:
@@ -46,9 +45,7 @@ def parse_json_body(body: bytes, content_type: str) -> Any:
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: a client's deeply nested body must not become a 500.
         return _NOT_JSON
-    # Python parses deeper JSON than it can walk or encode again (to canonicalise or store
-    # it): such a body is treated as opaque bytes, for the fingerprint and the stored request alike.
-    # The database's limit is looked up only for a body deep enough for it to matter.
+    # JSON deeper than Python can walk again, or the database store, is opaque bytes.
     depth = nesting_depth(parsed)
     return _NOT_JSON if depth > MARIADB_JSON_DEPTH and depth > json_depth_limit() else parsed
 

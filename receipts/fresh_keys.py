@@ -1,9 +1,7 @@
-"""Retries under a fresh key: the same caller's same request (scope, operation, fingerprint)
-under a new Idempotency-Key within RECEIPTS_FRESH_KEY_WINDOW_SECONDS, as a client sends that
-timed out and minted a new key. Counted from the receipts when read (`counts`, `same_request`:
-the claim pays nothing); an operation with "fresh_key": "refuse" asks `first_use` in its
-claim's transaction, whose unique FirstKey row per request lets exactly one of two racing
-copies run, and the other is answered 409 fresh-key-retry naming the key already used."""
+"""Retries under a fresh key: the same caller's same request under a new Idempotency-Key
+within RECEIPTS_FRESH_KEY_WINDOW_SECONDS. Counted from the receipts when read (the claim pays
+nothing); under "fresh_key": "refuse" the claim asks `first_use`, whose unique FirstKey row
+lets exactly one of two racing copies run."""
 
 from __future__ import annotations
 
@@ -30,10 +28,8 @@ def _digest(receipt: Receipt) -> str:
 
 
 def first_use(receipt: Receipt, now: datetime) -> Receipt | None:
-    """For a receipt just claimed under a new key, in the claim's transaction: None when no
-    other key of the window made its request (this key is now the one that did), else the
-    receipt of the key that did. A row older than the window, of this very key, or whose
-    receipt is gone or holds another request now, gives way."""
+    """For a receipt just claimed, in the claim's transaction: the receipt of another key of the
+    window that made its request, else None (this key is now the one). A stale row gives way."""
     digest = _digest(receipt)
     for _ in range(50):  # each lost race means another claim changed the row, which we read again
         try:
@@ -42,7 +38,7 @@ def first_use(receipt: Receipt, now: datetime) -> Receipt | None:
             return None
         except IntegrityError:
             pass
-        # A locking read: on MySQL/MariaDB a plain one would read this transaction's snapshot.
+        # Locking: on MySQL/MariaDB a plain read would see this transaction's snapshot.
         row = FirstKey.objects.select_for_update().filter(digest=digest).first()
         if row is None:
             continue  # purged since our insert
@@ -71,16 +67,13 @@ def _previous(field: str) -> Window:
 
 
 def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]]:
-    """The fresh-key retries since `since`, oldest first: each `at`, `operation`, the caller's
-    `scope`, the `key` it came under and the `first_key` it repeated (with their receipts'
-    ids, where kept), the seconds between them (`gap`), and whether it was `refused`. Read
-    from the receipts still kept (their TTL) and from the refusals' lines in the attempt log."""
+    """The fresh-key retries since `since`, oldest first, from the receipts still kept and the
+    refusals' lines in the attempt log: each `key` with the `first_key` it repeated, the `gap`
+    between them, and whether it was `refused`."""
     now = now or timezone.now()
     span = window()
-    # The database compares each receipt with the one before (a filter on the window
-    # functions, applied after them): only the retries come back, not every receipt of the
-    # window. The look-back reaches before `since`, whose own bound is kept here: a plain
-    # filter would be applied before the window functions and hide the receipts before.
+    # Filtered on the window functions, so only retries come back; `since` is applied here,
+    # as a plain filter would hide the receipts before it from the look-back.
     kept = Receipt.objects.filter(created_at__gte=since - span, created_at__lte=now).annotate(
         previous=_previous("created_at"), previous_key=_previous("key"), previous_id=_previous("id"),
     ).filter(previous__gte=F("created_at") - span).values(
@@ -91,7 +84,6 @@ def retries(since: datetime, now: datetime | None = None) -> list[dict[str, Any]
              for row in kept if row["created_at"] >= since]
     refused = list(Attempt.objects.filter(outcome=Attempt.Outcome.FRESH_KEY_RETRY, created_at__gte=since,
                                           created_at__lte=now).values("created_at", "operation", "scope", "key", "receipt_id"))
-    # The refusal's line names the key it came under, on the first key's receipt.
     firsts = {pk: (key, at) for pk, key, at in Receipt.objects.filter(
         pk__in={r["receipt_id"] for r in refused}).values_list("pk", "key", "created_at")}
     for line in refused:
@@ -109,8 +101,7 @@ def recent(limit: int = 20) -> list[dict[str, Any]]:
 
 
 def counts(since: datetime, now: datetime | None = None) -> dict[str, dict[str, int]]:
-    """Per operation, the fresh-key retries since `since`: `allowed` (the request ran again)
-    and `refused`."""
+    """Per operation, the fresh-key retries since `since`, `allowed` and `refused`."""
     found: dict[str, dict[str, int]] = {}
     for retry in retries(since, now):
         found.setdefault(retry["operation"], {"allowed": 0, "refused": 0})["refused" if retry["refused"] else "allowed"] += 1
@@ -118,8 +109,7 @@ def counts(since: datetime, now: datetime | None = None) -> dict[str, dict[str, 
 
 
 def same_request(receipt: Receipt) -> list[dict[str, Any]]:
-    """The caller's other keys of the window before and after this receipt that made its
-    request, nearest first: each `key`, `receipt_id`, `seconds` apart and whether `earlier`."""
+    """The caller's other keys of the window that made this receipt's request, nearest first."""
     span = window()
     others = Receipt.objects.filter(
         ~Q(pk=receipt.pk), scope=receipt.scope, operation=receipt.operation, fingerprint=receipt.fingerprint,

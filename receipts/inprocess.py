@@ -1,11 +1,8 @@
-"""The in-process API: run a step once per key from code inside the Django project (a task,
-a management command, an agent's tool), on the store directly, with the HTTP client's
-semantics, names and errors (idemdash_client/client.py:IdempotencyClient.run_once).
+"""The in-process API: run a step once per key from code inside the Django project, on the
+store directly, with the HTTP client's semantics, names and errors
+(idemdash_client/client.py:IdempotencyClient.run_once).
 
-    result = receipts.run_once(f"welcome:{user.pk}", "email.send", send_welcome, user.pk)
-
-Keys and operations are checked here, at its front door, by receipts/keys.py, as the JSON API
-and the view decorator check theirs, so each takes exactly what the other does."""
+    result = receipts.run_once(f"welcome:{user.pk}", "email.send", send_welcome, user.pk)"""
 
 from __future__ import annotations
 
@@ -43,12 +40,10 @@ from receipts.models import Attempt, Receipt
 
 log = logging.getLogger(__name__)
 
-# The scope of in-process callers that name none. A view's receipts are under `user:<pk>`
-# and the like, an HTTP client's under `client:<name>`: pass that scope to share its keys.
+# The scope of in-process callers that name none; pass a view's or a client's to share its keys.
 DEFAULT_SCOPE = "inprocess"
 
-# As the HTTP client's defaults: how long one claim waits for a running first attempt, how
-# many times a caller still refused claims again, and the longest pause between.
+# As the HTTP client's: one claim's wait for a running first attempt, the claims again, the longest pause.
 WAIT_SECONDS = 5.0
 IN_PROGRESS_RETRIES = 5
 MAX_BACKOFF = 10.0
@@ -71,18 +66,10 @@ def run_once(
     **kwargs: Any,
 ) -> Any:
     """Run fn(*args, **kwargs) once for (scope, key) and return its result; a repeat returns
-    the stored result. `request` is what the key stands for (fingerprinted: reusing the key
-    for another request raises IdempotencyKeyReused). fn's result must be JSON, or what `encoder`
-    makes JSON; a replay returns the JSON as stored (a DjangoJSONEncoder's Decimal comes
-    back as its string).
-
-    If fn raises, the receipt fails as the operation's policy says (RECEIPTS_OPERATIONS
-    `on_failure`: retried by the next call, or burned: PreviousFailure) and the error is
-    raised again. While another caller runs the key this waits for its result, then raises
-    RequestInProgress. A repeat after the operation's compaction window (`compact_after_seconds`,
-    receipts/compaction.py) raises ReceiptCompacted: fn ran, its stored result was dropped,
-    and fn is not run again. While fn runs, its lease is renewed (receipts/store.py:kept) and
-    receipts.current() gives the claim and its downstream key."""
+    the stored JSON (`encoder` makes a result JSON). `request` is what the key stands for:
+    reused for another, IdempotencyKeyReused. If fn raises, the receipt fails as its policy
+    says and the error is raised again; while another caller runs the key this waits, then
+    raises RequestInProgress (docs/agents-and-workers.md has every error)."""
     fingerprint = _check(key, operation, scope, request, encoder)
     if iscoroutinefunction(fn):
         raise TypeError(f"{fn!r} is async: await receipts.arun_once(...) instead.")
@@ -90,9 +77,7 @@ def run_once(
     if not result.owned:
         return _not_run(result)
     held = result.held
-    # Inside the caller's transaction the claim is not committed while fn runs: a renewal
-    # from another connection would wait on its row (as the view decorator's under
-    # ATOMIC_REQUESTS), so it is not kept.
+    # Inside the caller's transaction a renewal from another connection would wait on the row.
     uncommitted = transaction.get_connection().in_atomic_block
     keep = contextlib.nullcontext() if uncommitted else store.kept(held, _lease(result))
     claimed = running_claim(result.receipt, held.token)
@@ -118,11 +103,7 @@ async def arun_once(
     encoder: type[json.JSONEncoder] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """run_once for async code: fn may be `async def` (awaited on the event loop) or plain
-    (run by sync_to_async, as Django runs sync code from async). The store's work runs by
-    sync_to_async too, and a caller that finds another attempt running waits for it on the
-    event loop (store.aclaim: woken when it settles, as run_once is), so the event loop never
-    waits on the database or the first attempt."""
+    """run_once for async code: fn may be `async def` or plain; nothing blocks the event loop."""
     fingerprint = _check(key, operation, scope, request, encoder)
     result = None
     for attempt in range(IN_PROGRESS_RETRIES + 1):
@@ -163,25 +144,19 @@ def once(
     lease_seconds: int | None = None,
     encoder: type[json.JSONEncoder] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator form of run_once (arun_once for an `async def`), for task functions;
-    `key` (and `request`) get the function's arguments:
+    """Decorator form of run_once (arun_once for an `async def`); `key` (and `request`) get
+    the function's arguments. The operation, scope and encoder are checked at decoration:
 
-        @receipts.once("email.send", key=lambda user_id, **_: f"welcome:{user_id}")
-        def send_welcome(user_id): ...
-
-    The operation, scope and encoder are checked here, once, when the module is imported."""
+        @receipts.once("email.send", key=lambda user_id, **_: f"welcome:{user_id}")"""
     keys.validate_operation(operation)
     _check_scope(scope)
     _check_encoder(encoder)
 
+    options = {"scope": scope, "lease_seconds": lease_seconds, "encoder": encoder}
+
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         def claim_of(args: tuple, kwargs: dict) -> dict[str, Any]:
-            return {
-                "request": request(*args, **kwargs) if request else None,
-                "scope": scope,
-                "lease_seconds": lease_seconds,
-                "encoder": encoder,
-            }
+            return {**options, "request": request(*args, **kwargs) if request else None}
 
         if iscoroutinefunction(fn):
 
@@ -198,9 +173,6 @@ def once(
         return wrapper
 
     return decorator
-
-
-# --- the steps both run_once and arun_once take ---------------------------------------------
 
 
 def _check(key: Any, operation: Any, scope: Any, request: Any, encoder: Any) -> str:
@@ -229,8 +201,7 @@ def _check_encoder(encoder: Any) -> None:
 def _claim_patiently(
     scope: str, key: str, operation: str, request: Any, fingerprint: str, lease_seconds: int | None
 ) -> store.ClaimResult:
-    """Claim, waiting for a running first attempt (woken when it completes), and claim again
-    as the HTTP client does when still refused, up to IN_PROGRESS_RETRIES times."""
+    """Claim, waiting for a running first attempt, and claim again as the HTTP client does."""
     for attempt in range(IN_PROGRESS_RETRIES + 1):
         result = store.claim(
             scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds,
@@ -243,14 +214,13 @@ def _claim_patiently(
 
 
 def _lease(result: store.ClaimResult) -> float:
-    # Every claim sets updated_at to its moment and the lease to end the lease after it.
+    # A claim sets updated_at and the lease's end together.
     receipt = result.receipt
     return (receipt.lease_expires_at - receipt.updated_at).total_seconds()
 
 
 def _not_run(result: store.ClaimResult) -> Any:
-    """The stored result of a replay; otherwise the error the HTTP client raises, carrying
-    the problem the JSON API answers for the same claim."""
+    """The stored result of a replay; otherwise the HTTP client's error, with the JSON API's problem."""
     receipt = result.receipt
     refused = responses.refusal(result, api.CLAIM_REFUSAL_WORDS)
     if refused is not None:
@@ -265,7 +235,6 @@ def _not_run(result: store.ClaimResult) -> Any:
             raise ReceiptCompacted(refused.status_code, problem)
         raise IdempotencyKeyReused(refused.status_code, problem)
     if result.outcome != Attempt.Outcome.REPLAYED:
-        # An outcome this function does not know yet must not pass for a replay of nothing.
         raise IdempotencyError(f"the claim of {receipt.key!r} was answered {result.outcome!r}")
     if receipt.status == Receipt.Status.FAILED:
         raise PreviousFailure.failed(receipt.key, receipt.error, api.stored_response(receipt))
@@ -273,14 +242,11 @@ def _not_run(result: store.ClaimResult) -> Any:
 
 
 def _stored(value: Any, encoder: type[json.JSONEncoder] | None, operation: str) -> str:
-    """The text a receipt keeps for fn's result, refused (TypeError, ValueError) before
-    anything is stored when it is not JSON."""
+    """The text a receipt keeps for fn's result (ASCII: any text column takes it), or TypeError."""
     try:
-        body = json.dumps(value, cls=encoder, separators=(",", ":"), allow_nan=False)
+        return json.dumps(value, cls=encoder, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"The result of {operation!r} cannot be stored: {exc}; {ENCODER_HINT}.") from exc
-    # ASCII (json.dumps escapes the rest), so any text column takes it, U+0000 included.
-    return body
 
 
 def _complete(held: store.Held, body: str, references: References) -> None:
@@ -292,9 +258,7 @@ def _complete(held: store.Held, body: str, references: References) -> None:
 
 
 def _settle_failed(held: store.Held, exc: BaseException, references: References) -> None:
-    """fn raised (or its result could not be stored): fail the receipt as the operation's
-    policy says. Cancelled or interrupted (CancelledError, KeyboardInterrupt, SystemExit) is
-    not the operation's failure: the key is given back, as the view decorator does."""
+    """fn raised: fail the receipt, or give the key back when cancelled or interrupted."""
     error = f"{type(exc).__name__}: {exc}"[:2000]
     try:
         if isinstance(exc, Exception):

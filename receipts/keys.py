@@ -51,23 +51,14 @@ _OWS = " \t"  # HTTP's optional whitespace around a header's value
 def parse_key(raw: str) -> str | None:
     """The key of an Idempotency-Key header, or None when it is malformed.
 
-    A server joins a header sent twice into one value with "," (RFC 9110 5.3), so a bare key
-    holding a comma is refused rather than read as one key: `a, b` may be two keys, and
-    taking either would settle the other's request. A key that needs a comma is sent as a
-    structured-field string (RFC 8941 3.3.3), `"a,b"`, where the comma is inside the quotes
-    and `\\"` and `\\\\` are escapes; anything after its closing quote (`"a", "b"`) is refused.
-    So is a bare key that begins or ends with `"`: such a key is sent as a structured-field string.
-    Around the value only HTTP's optional whitespace (space, tab: RFC 9110 5.6.3) is dropped:
-    str.strip() would also drop NEL and other Unicode spaces, which a WSGI server hands over
-    as text and an ASGI one as other text (its bytes as latin-1), so the same header would
-    be a valid key to one kind of view and not to another.
-    """
+    A header sent twice is joined with "," (RFC 9110 5.3), so a bare key holding a comma, or
+    beginning or ending with `"`, is refused: such a key is sent as a structured-field string
+    (RFC 8941 3.3.3), `"a,b"`. Only HTTP's optional whitespace is stripped around the value:
+    str.strip() would also drop Unicode spaces, which WSGI and ASGI servers decode differently."""
     value = raw.strip(_OWS)
     if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
         value = _sf_string(value)
     elif "," in value or value.startswith('"') or value.endswith('"'):
-        # A bare `"` at either end is half a quoted string: two such headers joined (`"` and
-        # `"` give `","`) would read as the quoted key `,`.
         return None
     try:
         return validate_key(value)
@@ -76,36 +67,23 @@ def parse_key(raw: str) -> str | None:
 
 
 def format_key(key: str) -> str:
-    """The Idempotency-Key header value that `parse_key` reads back as `key`, for sending a
-    key downstream (the outbox's http.post): the key itself, or a structured-field string
-    when it holds a comma, begins or ends with `"`, or begins or ends with a space (a
-    server strips those from a bare value)."""
+    """The Idempotency-Key header value that `parse_key` reads back as `key`."""
     if "," in key or key.startswith('"') or key.endswith('"') or key != key.strip(_OWS):
         return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return key
 
 
+# A structured-field string (RFC 8941 3.3.3): `\"` and `\\` are its only escapes.
+SF_STRING_RE = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
+
+
 def _sf_string(quoted: str) -> str | None:
-    chars = []
-    escaped = False
-    for index, char in enumerate(quoted[1:], start=1):
-        if escaped:
-            if char not in '"\\':
-                return None
-            chars.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            return "".join(chars) if index == len(quoted) - 1 else None
-        else:
-            chars.append(char)
-    return None
+    match = SF_STRING_RE.fullmatch(quoted)
+    return re.sub(r'\\(["\\])', r"\1", match.group(1)) if match else None
 
 
 def parse_prefer_wait(header: str) -> int | None:
-    """The `wait` preference of a Prefer header (RFC 7240), or None. Unparsable is ignored,
-    as RFC 7240 asks of preferences a server does not understand."""
+    """The `wait` preference of a Prefer header (RFC 7240), or None (unparsable is ignored)."""
     for preference in header.split(","):
         token, _, value = preference.split(";")[0].strip().partition("=")
         if token.strip().lower() == "wait":
@@ -118,9 +96,8 @@ def parse_prefer_wait(header: str) -> int | None:
 
 
 def default_scope(request: HttpRequest) -> str:
-    """`user:<pk>` for the logged-in user, else `client:<name>` for an idemdash bearer
-    token, else the subject of verified JWT claims an auth framework left in `request.auth`
-    without a user (DRF's), else the scope of the request's credentials, else `anonymous`."""
+    """`user:<pk>`, else `client:<name>` for an idemdash bearer token, else the subject of the
+    verified JWT claims in `request.auth`, else the request's credentials, else `anonymous`."""
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"
@@ -131,15 +108,10 @@ def default_scope(request: HttpRequest) -> str:
 
 
 def known_caller(request: HttpRequest) -> str:
-    """The caller as far as the request already tells, at no query: `user:<pk>` when the user
-    was looked up (by the view or a middleware), else the scope of its credentials, else
-    `anonymous`. For the observer, which must not load a session or a user the view never
-    needed (default_scope may do both)."""
+    """The caller as far as the request tells at no query (the observer must not load a user)."""
     user = request.__dict__.get("user")
     if user is None or isinstance(user, LazyObject):
-        # What AuthenticationMiddleware looked up, by `request.user` or `await request.auser()`
-        # (which leaves the lazy `user` unevaluated): it keeps it under these names
-        # (tests/core/test_dependency_guards.py holds Django to them).
+        # Where AuthenticationMiddleware keeps what it looked up (tests/core/test_dependency_guards.py).
         user = request.__dict__.get("_cached_user") or request.__dict__.get("_acached_user")
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"
@@ -147,11 +119,8 @@ def known_caller(request: HttpRequest) -> str:
 
 
 def subject_scope(auth: Any) -> str | None:
-    """`subject:<sub>`, or `subject:<iss> <sub>` with an issuer, for the claims of a JWT that an
-    auth class verified and decoded (a mapping with a `sub`); None for anything else. The
-    subject, not the token: a caller whose access token was refreshed between two tries of one
-    key is the same caller, and gets its replay (hashing the token made it another, and ran the
-    effect again)."""
+    """`subject:[<iss> ]<sub>` for the verified claims of a JWT (a mapping with a `sub`), else
+    None: the subject, not the token, so a refreshed token is still the same caller."""
     if not isinstance(auth, Mapping):
         return None
     subject, issuer = _claim(auth.get("sub")), _claim(auth.get("iss"))
@@ -168,16 +137,9 @@ def _claim(value: Any) -> str:
 
 
 def credential_scope(request: HttpRequest, *credentials: str) -> str | None:
-    """`credential:<hmac>` of the request's Authorization header, its session cookie and
-    any further `credentials`, or None when it carries none of them.
-
-    For a caller the decorator cannot name: an auth framework that authenticates inside the
-    view leaves no user, yet two callers with different credentials must never share keys.
-    All of them are hashed together, so that a header every user sends alike (a proxy's
-    Basic auth) does not join the sessions behind it. Keyed by SECRET_KEY (salted_hmac), so
-    that a database reader cannot brute-force a short token from the stored scope; rotating
-    SECRET_KEY therefore starts these callers' keys anew.
-    """
+    """`credential:<hmac>` of the request's Authorization header, session cookie and further
+    `credentials`, hashed together (so a header every user sends alike does not join their
+    sessions) and keyed by SECRET_KEY; None when it carries none of them."""
     material = [
         request.headers.get("Authorization", ""),
         request.COOKIES.get(settings.SESSION_COOKIE_NAME, ""),
@@ -193,9 +155,7 @@ CREDENTIAL_SALT = "receipts.keys.credential_scope"
 
 
 def session_reference(session_key: str | None) -> str:
-    """What a receipt records of the caller's session: `session:<hmac>`, which tells two
-    sessions apart on the receipt page and in the admin. Never the session key itself: whoever
-    reads that can act as the session. Keyed by SECRET_KEY as credential_scope is."""
+    """`session:<hmac>`, never the session key itself, whose reader could act as the session."""
     if not session_key:
         return ""
     return "session:" + salted_hmac(SESSION_SALT, session_key, algorithm="sha256").hexdigest()[:32]

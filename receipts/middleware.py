@@ -1,11 +1,6 @@
-"""Request middleware of the receipts app: what every request a receipt protects (the JSON
-API, @idempotent views) and the webhook receiver need from the request cycle.
-
-- ChunkedBodyMiddleware: a chunked request body read like one sent with Content-Length;
-- MalformedRequestMiddleware: a NUL character in the path or query string refused with 400;
-- DatabaseUnavailableMiddleware: 503 with Retry-After, not 500, when the database goes away.
-
-Each serves a sync (WSGI) or an async (ASGI) stack alike (`_RequestCheck`)."""
+"""Request middleware for protected requests and the webhook receiver, sync or async alike:
+a chunked body read like one with Content-Length, a NUL in the path or query refused with
+400, and a 503 with Retry-After, not a 500, when the database goes away."""
 
 from __future__ import annotations
 
@@ -35,8 +30,7 @@ PLAIN_503 = "Service unavailable: the database could not be reached. Retry short
 
 
 def wants_html(request: HttpRequest) -> bool:
-    """A browser page or an htmx fragment, as opposed to an API client. A client that
-    names JSON, or sends no Accept or `*/*` (curl, SDKs), gets JSON."""
+    """A browser page or an htmx fragment; a client that names JSON, or no type (curl), gets JSON."""
     if request.path.startswith(tuple(setting("RECEIPTS_JSON_PATH_PREFIXES"))):
         return False
     accept = request.headers.get("Accept", "")
@@ -48,14 +42,12 @@ def wants_html(request: HttpRequest) -> bool:
 def _html_503() -> HttpResponse:
     name = setting("RECEIPTS_UNAVAILABLE_TEMPLATE")
     try:
-        # Rendered without the request, as Django renders 500.html: context processors
-        # (the user, the session) would read the database that just went away.
+        # Without the request, as 500.html is: context processors would read the database.
         body = loader.get_template(name).render()
         content_type = "text/html; charset=utf-8"
-    except TemplateDoesNotExist:
-        body, content_type = PLAIN_503, "text/plain; charset=utf-8"
-    except Exception:  # a template that itself needs the database: still a 503, not a 500
-        log.exception("%s could not be rendered", name)
+    except Exception as exc:  # a template that itself needs the database: still a 503, not a 500
+        if not isinstance(exc, TemplateDoesNotExist):
+            log.exception("%s could not be rendered", name)
         body, content_type = PLAIN_503, "text/plain; charset=utf-8"
     response = HttpResponse(body, status=503, content_type=content_type)
     response["Retry-After"] = RETRY_AFTER
@@ -63,10 +55,7 @@ def _html_503() -> HttpResponse:
 
 
 class _RequestCheck:
-    """A middleware that may answer a request before the view, in a sync or an async stack
-    (Django's hybrid middleware: it takes the mode of the handler after it, so an async view
-    under ASGI is not pushed through a thread for it). `refused` does no database work, so it
-    runs on the event loop as it is."""
+    """A middleware that may answer before the view, in the mode of the handler after it."""
 
     sync_capable = True
     async_capable = True
@@ -92,17 +81,9 @@ class _RequestCheck:
 
 
 class DatabaseUnavailableMiddleware(_RequestCheck):
-    """Answer 503, not 500, when the database goes away under a request.
-
-    A lost connection (server restart, failover, `pg_terminate_backend`) is transient: the
-    client should retry, and because every write path here is transactional, nothing was
-    half written. Django closes the broken connection at the end of the request, so the next
-    request reconnects. Machines get `application/problem+json` (the JSON API, the webhook
-    receiver, a protected view called by a client that does not ask for HTML); a browser gets
-    the project's `503.html` (`RECEIPTS_UNAVAILABLE_TEMPLATE`) if it has one, else a line of
-    text. Either way with Retry-After."""
-
-    # Only process_exception: Django calls it in either mode (through a thread in async mode).
+    """Answer 503 with Retry-After, not 500, when the database goes away under a request: it is
+    transient and every write path is transactional. Machines get problem+json, a browser
+    RECEIPTS_UNAVAILABLE_TEMPLATE or a line of text. (Django calls process_exception in either mode.)"""
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, (OperationalError, InterfaceError)):
@@ -110,35 +91,17 @@ class DatabaseUnavailableMiddleware(_RequestCheck):
         log.warning("database unavailable during %s %s: %s", request.method, request.path, exception)
         if wants_html(request):
             return _html_503()
-        return problem(
-            503,
-            "database-unavailable",
-            "Database unavailable",
-            "The database could not be reached; nothing was stored. Retry the request.",
-            headers={"Retry-After": RETRY_AFTER},
-        )
+        return problem(503, "database-unavailable", "Database unavailable",
+                       "The database could not be reached; nothing was stored. Retry the request.",
+                       headers={"Retry-After": RETRY_AFTER})
 
 
 class ChunkedBodyMiddleware(_RequestCheck):
-    """Request bodies sent with `Transfer-Encoding: chunked`, read like any other.
-
-    Django's WSGIRequest reads CONTENT_LENGTH bytes of the body, and a chunked request has
-    none, so its body reads as empty: a decorated view would run (and fingerprint) an empty
-    body, no size limit would apply, and a valid webhook would fail its signature. A WSGI
-    server that has taken the chunking off says so with `wsgi.input_terminated` (gunicorn
-    always; mod_wsgi and Werkzeug for chunked requests): its input then ends where the body
-    ends. This reads it, at most one byte past the largest body any view here takes, and
-    hands Django the body with its length, so every reader and size limit (the 413s) works
-    on it. A server that leaves the chunked framing on the socket (runserver, wsgiref) gives
-    no way to find the body's end: the request is answered 411, never run on an empty body.
-    Under ASGI this only gives the body its length (`_measure_body`).
-
-    Broken framing (a chunk size that is not hex, a chunk without its CRLF, a client that
-    stops mid-body) surfaces as the server's own exception while the body is read: the
-    client's malformed request, answered 400 `malformed-body` and logged as a warning, not a
-    500. Goes near the top of MIDDLEWARE, before anything that reads the body
-    (CsrfViewMiddleware reads POST forms). Requests with a Content-Length pay one dictionary
-    lookup."""
+    """A `Transfer-Encoding: chunked` body read like any other: Django reads CONTENT_LENGTH
+    bytes, so it would read as empty. Where the WSGI server took the chunking off
+    (`wsgi.input_terminated`), the body is buffered up to the limit and given its length;
+    otherwise the request is answered 411. Broken framing is the client's: 400
+    `malformed-body`. Goes before anything that reads the body."""
 
     def refused(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
@@ -148,24 +111,15 @@ class ChunkedBodyMiddleware(_RequestCheck):
             return None
         if "HTTP_TRANSFER_ENCODING" in meta and not meta.get("CONTENT_LENGTH") and isinstance(request, WSGIRequest):
             if not meta.get("wsgi.input_terminated"):
-                return problem(
-                    411,
-                    "length-required",
-                    "Content-Length required",
-                    "This server cannot read a chunked request body: send it with a Content-Length.",
-                )
+                return problem(411, "length-required", "Content-Length required",
+                               "This server cannot read a chunked request body: send it with a Content-Length.")
             try:
                 _buffer_body(request)
             except Exception as exc:  # noqa: BLE001 - the server's own framing errors, whatever its classes
-                # Nothing was read into any table yet: the body is only being buffered.
                 log.warning("malformed request body on %s %s: %s: %s", request.method, request.path,
                             type(exc).__name__, exc)
-                return problem(
-                    400,
-                    "malformed-body",
-                    "Malformed request body",
-                    "The request body's framing could not be read (chunked encoding): nothing was done.",
-                )
+                return problem(400, "malformed-body", "Malformed request body",
+                               "The request body's framing could not be read (chunked encoding): nothing was done.")
         return None
 
 
@@ -173,10 +127,8 @@ NUL = "\x00"
 
 
 class MalformedRequestMiddleware(_RequestCheck):
-    """A NUL character in the query string or the path, refused with 400 before any view
-    runs. PostgreSQL cannot hold NUL in text, so any parameter that reached a query (an admin
-    changelist filter or search, a dashboard filter) would raise a 500; no parameter here has
-    a use for it. Answered as problem+json, or Django's 400 page to a browser."""
+    """A NUL character in the query string or the path, refused with 400 before any view: any
+    parameter that reached a query would be a 500 on PostgreSQL, whose text cannot hold it."""
 
     def refused(self, request: HttpRequest) -> HttpResponse | None:
         query = request.META.get("QUERY_STRING", "")
@@ -191,12 +143,8 @@ class MalformedRequestMiddleware(_RequestCheck):
                                                          "HX-Trigger": json.dumps(refused)})
             if wants_html(request):
                 return defaults.bad_request(request, ValueError("NUL character"))
-            return problem(
-                400,
-                "invalid-parameter",
-                "NUL character in the request",
-                "A NUL character (%00) is not accepted in a path or a query parameter.",
-            )
+            return problem(400, "invalid-parameter", "NUL character in the request",
+                           "A NUL character (%00) is not accepted in a path or a query parameter.")
         return None
 
 
@@ -209,9 +157,7 @@ def body_limit() -> int | None:
 
 
 def _measure_body(request: ASGIRequest) -> None:
-    """Under ASGI the server has taken any chunking off and Django has read the whole body
-    before the first middleware (into a spooled file), but without a Content-Length Django
-    applies no size limit to it: give it its length, so the 413s hold as under WSGI."""
+    """Under ASGI give the spooled body its length, so that Django's size limit applies to it."""
     body = request._stream
     if not getattr(body, "seekable", lambda: False)():
         return  # not the server's spooled file: a test client's payload, sent with its length
@@ -221,8 +167,7 @@ def _measure_body(request: ASGIRequest) -> None:
 
 
 def _buffer_body(request: WSGIRequest) -> None:
-    """Read the de-chunked input to its end, or to one byte past the limit: a body cut
-    there still says "too large" through its length, and the server drains the rest."""
+    """Read the de-chunked input to its end, or to one byte past the limit (still "too large")."""
     limit = body_limit()
     stream = request.META["wsgi.input"]
     parts = []

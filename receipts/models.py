@@ -13,7 +13,6 @@ from idemdash.core.rollup import HourlyCount, per_hour
 from receipts.conf import policy_for
 
 
-
 class Receipt(LeasedWork):
     """One intent, identified by (scope, key): the idempotency log's unit."""
 
@@ -40,32 +39,22 @@ class Receipt(LeasedWork):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
-    # None: permanent (an operation with `ttl_seconds: None`, a once-ever step): never
-    # purged and never claimable again (receipts/rules.py: LIVE, EXPIRED).
+    # None: permanent (`ttl_seconds: None`): never purged, never claimable again.
     expires_at = models.DateTimeField(null=True, blank=True)
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
-    # Set by a caller that waits for this attempt (Prefer: wait): only then does settling
-    # it send a NOTIFY, whose commit takes a lock that serialises every committing
-    # NOTIFY on the server (receipts/waiting.py).
+    # Set by a caller that waits for this attempt: only then does its settle send a NOTIFY,
+    # whose commit takes a lock that serialises every committing NOTIFY on the server.
     waiters = models.BooleanField(default=False, db_default=False, editable=False)
-    # The release marker: set when the key is given back (store.release) and cleared by the
-    # caller's next claim, so a failed receipt with a marker is "released: the next attempt
-    # will run". The status stays failed and retryable, which is what lets the claim paths
-    # treat it exactly as before, and the replay rule never replays a marked failed receipt
-    # (receipts/rules.py); `error` keeps the failure.
+    # The release marker (store.release), cleared by the caller's next claim; the status stays
+    # failed and retryable, so every claim path treats it as before.
     released_at = models.DateTimeField(null=True, blank=True)
-    # Database defaults too, so that a writer that does not know the marker (a raw INSERT,
-    # an older release during a rolling deploy) can still insert receipts.
+    # Database defaults too, so that a writer that does not know the marker can still insert.
     released_by = models.CharField(
         max_length=255, blank=True, default="", db_default="", help_text="The operator; empty for the worker."
     )
     release_reason = models.TextField(blank=True, default="", db_default="")
-    # Set when compaction (receipts/compaction.py) dropped the stored request and response
-    # body of this completed receipt, under its operation's `compact_after_seconds`; the
-    # fingerprint, status, response status, references and counts stay until it expires. A
-    # replay then answers 410 receipt-compacted (receipts/responses.py:refusal). Cleared by
-    # the claim that starts a new life on the key once it expired.
+    # When compaction dropped the request and response body; cleared by the key's next life.
     compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
 
     class Meta:
@@ -77,9 +66,7 @@ class Receipt(LeasedWork):
             models.Index(fields=["expires_at"], name="receipt_expiry"),
             models.Index(fields=["operation", "created_at"], name="receipt_operation_age"),
             models.Index(fields=["created_at", "id"], name="receipt_created_id"),
-            # The "failed in this window" tile counts failed receipts by updated_at; the
-            # status/created_at index made it read every failed receipt's row.
-            # Released receipts are not failed ones (they wait for the caller's next attempt).
+            # The "failed in this window" tile: failed receipts by updated_at, released ones not.
             models.Index(
                 fields=["updated_at"], name="receipt_failed_updated", condition=Q(status="failed", released_at=None)
             ),
@@ -89,9 +76,7 @@ class Receipt(LeasedWork):
                 name="receipt_processing_lease",
                 condition=Q(status="processing"),
             ),
-            # Compaction's work list: completed receipts it has not compacted, by operation
-            # (its policy's window) and age. Compacted ones leave it, so a run never walks
-            # past what earlier runs did; the distinct operations are read from it too.
+            # Compaction's work list, by operation and age; compacted receipts leave it.
             models.Index(
                 fields=["operation", "created_at"],
                 name="receipt_compactable",
@@ -109,20 +94,16 @@ class Receipt(LeasedWork):
 
     @property
     def shown_status(self) -> str:
-        """The status an operator reads: "released" for a released key, "outcome-unknown" for
-        a held one, else the status."""
+        """The status an operator reads: "released", "outcome-unknown", or the status."""
         if self.released:
             return "released"
         return "outcome-unknown" if self.outcome_unknown else self.status
 
     @property
     def outcome_unknown(self) -> bool:
-        """Its attempt's lease ran out before it settled, and its operation holds such a
-        receipt (`after_crash: "hold"`) instead of running it again: the effect may or may
-        not have happened, so the next attempt is answered outcome-unknown until a reconcile
-        function or an operator resolves it (receipts/store.py). Read as the Stuck board reads
-        a lapsed lease (core.leases.is_stuck); the claim itself decides by rules.LAPSED, which
-        also counts a lease that ends this very instant."""
+        """Its attempt's lease ran out before it settled, under `after_crash: "hold"`: the next
+        attempt is answered outcome-unknown until a reconcile function or an operator resolves
+        it. Read as the Stuck board reads a lapsed lease (the claim decides by rules.LAPSED)."""
         held = policy_for(self.operation).after_crash == "hold"
         return held and is_stuck(self, self.Status.PROCESSING, timezone.now())
 
@@ -133,10 +114,7 @@ class Receipt(LeasedWork):
 
 
 class Attempt(AttemptLog):
-    """Every request that touched a key, with what it got. Feeds charts and timelines.
-
-    Scope, key and operation are copied so that the log outlives the receipt it refers to.
-    """
+    """Every request that touched a key, with what it got (scope, key, operation copied to outlive it)."""
 
     class Outcome(models.TextChoices):
         CLAIMED = "claimed"
@@ -149,22 +127,18 @@ class Attempt(AttemptLog):
         FAILED = "failed"
         RELEASED = "released"
         STALE_TOKEN = "stale_token"
-        # A duplicate that arrived while the first attempt ran, waited for it (Prefer: wait,
-        # wait_seconds) and was answered with its result: a concurrent duplicate, as a 409 is,
-        # not a plain replay. `waited_ms` says how long it waited.
+        # A duplicate that waited for the running first attempt and got its result.
         WAITED = "waited"
         # A claim refused because the attempt before it lapsed under after_crash "hold".
         OUTCOME_UNKNOWN = "outcome_unknown"
-        # The same request under a new key, refused under "fresh_key": "refuse": logged
-        # under that key, on the receipt of the key it was first made under (receipts/fresh_keys.py).
+        # The same request under a new key, refused: on the receipt of the key it was first made under.
         FRESH_KEY_RETRY = "fresh_key_retry"
 
     STALE_OUTCOME = Outcome.STALE_TOKEN
 
     @classmethod
     def record(cls, receipt: Receipt, **fields: Any) -> Attempt:
-        """Write a row about `receipt`, copying its scope, key and operation (see above); a
-        refused fresh-key retry's row names the key it came under instead."""
+        """Write a row about `receipt`, copying its scope, key and operation (`fields` may name another key)."""
         return cls.objects.create(
             **{"receipt": receipt, "scope": receipt.scope, "key": receipt.key, "operation": receipt.operation, **fields}
         )
@@ -182,24 +156,17 @@ class Attempt(AttemptLog):
         Outcome.FRESH_KEY_RETRY,
     )
 
-    # Claim requests that arrived while the key's first attempt was still running: answered
-    # 409, or waited for the result. The dashboard, /api/v1/stats, /metrics and the alert
-    # rule count them together as concurrent duplicates.
+    # Claim requests that arrived while the key's first attempt ran: the concurrent duplicates.
     CONCURRENT_OUTCOMES = (Outcome.IN_PROGRESS, Outcome.WAITED)
 
-    # Not a database constraint, and nothing happens to the log when its receipt goes: the
-    # purge deletes receipts with one DELETE instead of nulling thousands of attempt rows
-    # per batch. The id may dangle once the receipt is purged; receipt ids are never reused
-    # (a sequence on PostgreSQL, AUTOINCREMENT on SQLite), so it never points at another
-    # receipt. Read `receipt_id` and look the receipt up, never `attempt.receipt`.
+    # No constraint, so the purge deletes receipts without touching their attempts: the id may
+    # dangle (never reused), so read `receipt_id` and look it up, never `attempt.receipt`.
     receipt = models.ForeignKey(
         Receipt,
         null=True,
         blank=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
-        # attempt_receipt_age (receipt, created_at) serves every lookup by receipt; a
-        # second index on receipt alone would only cost each logged attempt one more write.
         db_index=False,
         related_name="attempt_log",
     )
@@ -212,26 +179,16 @@ class Attempt(AttemptLog):
     request = models.JSONField(null=True, blank=True)
     detail = models.TextField(blank=True)
     actor = models.CharField(max_length=255, blank=True)
-    # For a claim request that waited for the running first attempt (Prefer: wait,
-    # wait_seconds): how long, in milliseconds, whatever it got in the end. None: it did not wait.
+    # How long a claim request waited for the running first attempt; None: it did not wait.
     waited_ms = models.PositiveIntegerField(null=True, blank=True)
-    # For a claim request (CLAIM_OUTCOMES): how long the claim took to decide, in
-    # milliseconds, from the store being asked (receipts.store.claim / aclaim, after the
-    # front door read the request) to the decision this row records, less any wait for a
-    # running first attempt (that is `waited_ms`). On PostgreSQL's one-statement claim the
-    # statement's own part is the server's clock from the statement's start to the
-    # decision (receipts/pg.py); the commit is never in it. None on settles. Written with
-    # the row the claim writes anyway: measuring it costs no write.
+    # How long a claim request took to decide, less `waited_ms` and never the commit.
     claim_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["outcome", "created_at"], name="attempt_outcome_age"),
             models.Index(fields=["receipt", "created_at"], name="attempt_receipt_age"),
-            # Replaces the plain created_at index: the dashboard's window counts and series
-            # group a time range by outcome, and with outcome in the index they are
-            # index-only scans instead of a heap visit per attempt; with claim_ms in it, so
-            # is the claim-duration roll-up (receipts.rollup.CLAIMS), at no extra index.
+            # Index-only scans for the dashboard's counts by outcome and the claim-duration roll-up.
             models.Index(fields=["created_at", "outcome", "claim_ms"], name="attempt_age_outcome_claim"),
         ]
 
@@ -240,9 +197,7 @@ class Attempt(AttemptLog):
 
 
 class AttemptHourly(HourlyCount):
-    """How many attempts of each outcome were logged in one UTC hour: the attempt log rolled
-    up (`receipts.rollup`), so that a dashboard window reads a few hundred rows, not every
-    attempt in it. Counts are absolute, recomputed from the log, never incremented."""
+    """Attempts of each outcome in one UTC hour, recomputed from the log, never incremented."""
 
     outcome = models.CharField(max_length=32, choices=Attempt.Outcome.choices)
 
@@ -250,20 +205,14 @@ class AttemptHourly(HourlyCount):
 
 
 class ClaimDurationHourly(DurationHourly):
-    """How many claims of one UTC hour took how long: a histogram bucket of `claim_ms`
-    (idemdash.core.attempts.CLAIM_BOUNDS_MS), rolled up from the attempt log
-    (`receipts.rollup.CLAIMS`; settles fall in NO_DURATION): the overview's claim-latency
-    history and /metrics' idemdash_receipt_claim_duration_seconds."""
+    """Claims of one UTC hour by how long they took: a histogram bucket of `claim_ms`."""
 
     Meta = per_hour("claim durations per hour", "bucket")
 
 
 class ArchivedReceipt(models.Model):
-    """A financial receipt kept after its expiry, copied in the transaction that deletes it.
-
-    A key can live several lives (an expired key may be claimed again), so the archive may
-    hold several rows for one (scope, key); `original_id` and `created_at` tell them apart.
-    """
+    """A financial receipt kept after its expiry, copied in the transaction that deletes it; a
+    key's several lives are told apart by `original_id` and `created_at`."""
 
     original_id = models.BigIntegerField()
     scope = models.CharField(max_length=255)
@@ -283,7 +232,6 @@ class ArchivedReceipt(models.Model):
     expires_at = models.DateTimeField()
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
-    # Copied like the rest: a compacted receipt's archived copy has no body either, and says why.
     compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
     archived_at = models.DateTimeField(db_index=True)
 
@@ -293,7 +241,6 @@ class ArchivedReceipt(models.Model):
     def __str__(self) -> str:
         return f"{self.scope}/{self.key} (archived)"
 
-    # The fields copied from Receipt, in one place for the archiver.
     COPIED = (
         "scope", "key", "operation", "fingerprint", "request", "status", "retryable",
         "response_status", "response_content_type", "response_body", "error", "attempts",
@@ -302,8 +249,7 @@ class ArchivedReceipt(models.Model):
 
 
 class ReceiptReference(Reference):
-    """What an attempt of the receipt said it worked on (`receipts.current().refer`, or the
-    JSON API's `references` on complete and fail), stored with that attempt's settle."""
+    """What an attempt of the receipt said it worked on, stored with its settle."""
 
     OWNER = "receipt"
 
@@ -314,11 +260,8 @@ class ReceiptReference(Reference):
 
 
 class ObservedRequest(models.Model):
-    """A write request to a route no receipt protects, as the observer noted it
-    (receipts/observe.py): its caller, route and fingerprint, never its body. The same
-    fingerprint on the same route again within RECEIPTS_OBSERVE_WINDOW_SECONDS is a would-be
-    duplicate. `skipped` says why a request was not fingerprinted (its body too large, or
-    streamed): counted, never compared."""
+    """A write request to a route no receipt protects, as receipts/observe.py noted it: never
+    its body. `skipped` says why it was not fingerprinted (counted, never compared)."""
 
     method = models.CharField(max_length=8)
     route = models.CharField(max_length=255)
@@ -335,9 +278,7 @@ class ObservedRequest(models.Model):
 
 
 class ObservedHourly(HourlyCount):
-    """The observer's notes of one UTC hour, per route and `kind`: "first", "duplicate" (a
-    would-be duplicate) or "skipped" (receipts.rollup.OBSERVED), so that the coverage's
-    figures outlive the notes (RECEIPTS_OBSERVE_RETENTION_HOURS)."""
+    """The observer's notes of one UTC hour per route and kind (receipts.rollup.OBSERVED)."""
 
     method = models.CharField(max_length=8)
     route = models.CharField(max_length=255)
@@ -347,9 +288,8 @@ class ObservedHourly(HourlyCount):
 
 
 class FirstKey(models.Model):
-    """The key a request was first made under, for an operation that refuses fresh-key
-    retries (receipts/fresh_keys.py): one row per (scope, operation, fingerprint), named by
-    their digest, so that of two copies of a request under new keys exactly one inserts it."""
+    """The key a request was first made under, for an operation that refuses fresh-key retries:
+    unique per (scope, operation, fingerprint) digest, so of two copies exactly one inserts it."""
 
     digest = models.CharField(max_length=64, unique=True)
     receipt_id = models.BigIntegerField()

@@ -1,13 +1,7 @@
-"""The Idempotency-Key contract for Django Ninja operations.
-
-`@idempotent` from this module goes directly below `@api.post(...)` (or any operation
-decorator of a NinjaAPI or Router). There it runs after Ninja has authenticated the caller
-into `request.auth` and validated the parameters, and it renders the operation's result with
-the operation's own response schema, status and renderer before storing it, so a replay is
-the first answer byte for byte. It is the one module of this app that imports Ninja.
-
-The contract itself is receipts.decorators.respond, as for every other kind of view.
-"""
+"""The Idempotency-Key contract for Django Ninja operations: `@idempotent` from here goes
+directly below `@api.post(...)`, where Ninja has authenticated the caller, and renders the
+result with the operation's own schema and renderer before it is stored, so a replay is the
+first answer byte for byte. The contract is receipts.decorators.respond's."""
 
 from __future__ import annotations
 
@@ -39,11 +33,7 @@ def idempotent(
     *,
     scope: Callable[[HttpRequest], str] | None = None,
 ) -> Callable[[Function], Function]:
-    """Run the operation at most once per (scope, Idempotency-Key) and replay its response.
-
-    The default scope is `auth_scope`: the caller Ninja authenticated. `scope` maps a
-    request to another principal.
-    """
+    """Run the operation at most once per (scope, Idempotency-Key); the scope is `auth_scope`'s."""
     keys.validate_operation(operation)
 
     def decorator(view: Function) -> Function:
@@ -51,8 +41,7 @@ def idempotent(
         protection = decorators.Protection(operation, required, scope or auth_scope)
 
         if iscoroutinefunction(view):
-            # An async def operation: Ninja sees a coroutine function and runs an
-            # AsyncOperation, which awaits this wrapper; the contract is the async one.
+            # Ninja runs an AsyncOperation, which awaits this wrapper.
             @functools.wraps(view)
             async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 ninja_operation = _operation_of(request, operation, view)
@@ -73,11 +62,9 @@ def idempotent(
 
                 return decorators.respond(request, rendered, args, kwargs, protection)
 
-        # Ninja reads the parameters from the signature, resolving string annotations (from
-        # `from __future__ import annotations`) in the wrapper's module, not the function's.
+        # Ninja would resolve string annotations in the wrapper's module, not the function's.
         wrapper.__signature__ = _signature(view)  # type: ignore[attr-defined]
-        # functools.wraps shares the function's own list of Ninja hooks: ours comes first,
-        # so that it gets Ninja's Operation.run itself (see _remember_operation).
+        # A list of our own (functools.wraps shares the function's), ours first, to get Operation.run.
         wrapper._ninja_contribute_to_operation = [  # type: ignore[attr-defined]
             *getattr(view, "_ninja_contribute_to_operation", [])
         ]
@@ -98,22 +85,10 @@ def _signature(view: Function) -> inspect.Signature:
 
 
 def auth_scope(request: HttpRequest) -> str:
-    """The principal whose keys these are, from what Ninja's authentication put in
-    `request.auth`:
-
-    - an object with an `idempotency_scope` attribute (the hook for a custom auth object): that;
-    - a Django user: `user:<pk>`, as receipts.keys.default_scope names it;
-    - an idemdash ApiClient: `client:<name>`;
-    - any other model instance (an API key row): `<app_label>.<model>:<pk>`;
-    - a mapping with a `sub` (the claims of a JWT the auth class verified and decoded):
-      receipts.keys.subject_scope, so that a caller whose access token was refreshed
-      between two tries of one key still gets its replay;
-    - anything else (a token string): the credentials the request carries, hashed
-      (receipts.keys.credential_scope), the operation's APIKeyHeader, APIKeyCookie and
-      APIKeyQuery values included. A refreshed token is then another caller.
-
-    An operation without auth leaves `request.auth` unset: receipts.keys.default_scope.
-    """
+    """The principal whose keys these are, from `request.auth`: its `idempotency_scope`, a
+    user's `user:<pk>`, an ApiClient's scope, another model's `<label>:<pk>`, a JWT's subject,
+    else the request's credentials hashed (its API keys included); no auth: default_scope.
+    (docs/http-contract.md, "Each kind of view".)"""
     auth = getattr(request, "auth", None)
     if auth is None:
         return keys.default_scope(request)
@@ -134,7 +109,6 @@ def auth_scope(request: HttpRequest) -> str:
     # A string is what many auth callbacks return: the token or the caller's name.
     scope = keys.credential_scope(request, *api_keys, auth if isinstance(auth, str) else "")
     if scope is None:
-        # Fail closed: an auth object this cannot tell apart, and no credentials to hash.
         raise ImproperlyConfigured(
             f"receipts.ninja.idempotent cannot tell whose keys these are: request.auth is a "
             f"{type(auth).__name__} and the request carries no credentials it knows. Give the auth "
@@ -145,19 +119,13 @@ def auth_scope(request: HttpRequest) -> str:
 
 def _api_keys(ninja_operation: Operation, request: HttpRequest) -> list[str]:
     sources = {APIKeyHeader: request.headers, APIKeyCookie: request.COOKIES, APIKeyQuery: request.GET}
-    keys = []
-    for callback in ninja_operation.auth_callbacks:
-        for kind, values in sources.items():
-            if isinstance(callback, kind):
-                keys.append(values.get(callback.param_name) or "")
-    return keys
+    return [values.get(callback.param_name) or "" for callback in ninja_operation.auth_callbacks
+            for kind, values in sources.items() if isinstance(callback, kind)]
 
 
 def _remember_operation(run: Callable[..., Any]) -> Callable[..., Any]:
-    """Wraps Operation.run (through ninja.decorate_view, so that a router mounted twice has
-    each copy wrapped): the function learns which operation renders its result, and a body
-    over DATA_UPLOAD_MAX_MEMORY_SIZE gets the contract's 413 before Ninja reads it for its
-    body parameters (which would answer Django's 400)."""
+    """Wraps Operation.run (ninja.decorate_view): the function learns which operation renders
+    its result, and a body too large gets the contract's 413 before Ninja's 400."""
     ninja_operation = getattr(run, "__self__", None)
     if not isinstance(ninja_operation, Operation):
         raise placement.ninja_not_closest()
@@ -194,8 +162,7 @@ def _operation_of(request: HttpRequest, operation: str, view: Function) -> Opera
 
 
 def _render(ninja_operation: Operation, request: HttpRequest, result: Any, values: dict) -> HttpResponseBase:
-    """The response Ninja would make of `result`: its schema for the status, its renderer,
-    and the headers and cookies set on the temporal response the function was given."""
+    """The response Ninja would make of `result`, with the temporal response's headers and cookies."""
     arg = ninja_operation.signature.response_arg
     temporal = values[arg] if arg else ninja_operation.api.create_temporal_response(request)
     return ninja_operation._result_to_response(request, result, temporal)

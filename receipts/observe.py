@@ -1,9 +1,7 @@
-"""Duplicates where nothing protects: each write request to a route no receipt protects is
-noted (caller, route, a fingerprint of method, path and canonical body, as a receipt's), and
-the same fingerprint on the route again within RECEIPTS_OBSERVE_WINDOW_SECONDS counts as a
-would-be duplicate. The body is never kept and the response never changed. Notes wait in the
-process and a background thread writes them in batches; when the database refuses them the
-requests have run anyway, and the loss is logged once a minute (docs/coverage.md)."""
+"""Duplicates where nothing protects: each write request to an unprotected route is noted
+(caller, route, a receipt's fingerprint, never the body), and the same fingerprint on the
+route within RECEIPTS_OBSERVE_WINDOW_SECONDS is a would-be duplicate. A background thread
+writes the notes in batches; a loss is logged once a minute (docs/coverage.md)."""
 
 from __future__ import annotations
 
@@ -39,9 +37,7 @@ _stopping = threading.Event()
 
 
 class ObserveMiddleware(MiddlewareMixin):
-    """Notes each write request to an unprotected route (`coverage.takes_unprotected`): its
-    body before the view reads it, its caller after (the user, if the view looked it up);
-    put it after the authentication middleware."""
+    """Notes each write to an unprotected route; goes after the authentication middleware."""
 
     def process_view(self, request: HttpRequest, view: Any, args: tuple, kwargs: dict) -> None:
         if coverage.takes_unprotected(view, request.method):
@@ -67,13 +63,12 @@ def _seen(request: HttpRequest) -> tuple[Any, ...]:
     at, skipped = timezone.now(), ""
     length = request.META.get("CONTENT_LENGTH") or ""
     if not length.isdigit():
-        # No length: a chunked (streamed) body, or none. Reading a stream here would hold it twice.
+        # A chunked body would be held twice if read here.
         skipped = "" if request.META.get("HTTP_TRANSFER_ENCODING") is None else "streamed"
     elif int(length) > setting("RECEIPTS_OBSERVE_MAX_BODY_BYTES"):
         skipped = "too large"
     elif request.META.get("CONTENT_TYPE", "").startswith("multipart/"):
-        # Reading an upload here would end the view's say over its upload handlers.
-        skipped = "multipart"
+        skipped = "multipart"  # reading an upload here would take it from the view's upload handlers
     if skipped:
         return at, request.method, route[:255], "", skipped
     body = request.body if length.isdigit() and int(length) else b""
@@ -95,10 +90,8 @@ def note(request: HttpRequest, seen: tuple[Any, ...]) -> None:
         return
     fingerprint = hashlib.sha256(f"{caller}\n{request_fp}".encode()).hexdigest() if request_fp else ""
     with _lock:
-        if len(_pending) >= BUFFER_LIMIT:
-            dropped = True
-        else:
-            dropped = False
+        dropped = len(_pending) >= BUFFER_LIMIT
+        if not dropped:
             _pending.append((method, route, caller, fingerprint, skipped, at))
             _start_flusher()
     if dropped:
@@ -126,9 +119,7 @@ def flush() -> int:
 
 
 def _insert(connection: Any, cursor: Any, batch: list[tuple[Any, ...]]) -> None:
-    """The rows in one statement: COPY under psycopg 3, about 6 µs a row where an INSERT of
-    many rows, or a model per note, cost 20 to 35 (a bare request is about 750); else one
-    executemany."""
+    """The rows in one statement: COPY under psycopg 3 (6 µs a row, an INSERT 20 to 35), else executemany."""
     quote = connection.ops.quote_name
     table, columns = quote(ObservedRequest._meta.db_table), ", ".join(map(quote, _COLUMNS))
     if hasattr(cursor.cursor, "copy"):
@@ -159,8 +150,7 @@ def _flush_forever(every: float) -> None:
 
 
 def stop_flusher() -> None:
-    """End the flusher (before a test database is dropped: receipts/pytest_plugin.py); the
-    next note starts another."""
+    """End the flusher (before a test database is dropped); the next note starts another."""
     global _flusher
     with _lock:
         flusher, _flusher = _flusher, None

@@ -1,8 +1,5 @@
-"""The receipt as a kind of unit for operators (idemdash/core/actions.py): release, on one
-receipt and on every failed receipt of a filter, and the two repairs of an outcome-unknown
-receipt (after_crash "hold"): mark it completed with the result the operator found at the
-provider, or run it again. The dashboard and the admin read these; receipts/store.py does
-each compare-and-set and writes the audit entry."""
+"""The receipt as a kind of unit for operators (idemdash/core/actions.py): release, one or in
+bulk, and an outcome-unknown receipt's two repairs, mark completed and run again."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The receipts' statements through the plain ORM: the twin of receipts/pg.py, with the same
-functions, for SQLite, MySQL/MariaDB and PostgreSQL through psycopg2. store.path() chooses
-between the two once per database.
-
-Where PostgreSQL does in one statement what the store otherwise decides step by step, the
-twin does nothing and says so (`claim_or_replay`, `purge_expired_receipts` return None),
-and the store's own decisions (store._claim_once) or the generic purge batch do all of it.
-The rules are the same (receipts/rules.py).
-"""
+"""The twin of receipts/pg.py through the plain ORM, for every other database. Where
+PostgreSQL does in one statement what the store otherwise does step by step, it returns None."""
 
 from __future__ import annotations
 
@@ -26,8 +19,7 @@ def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> N
 
 
 def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime, changes: dict[str, Any]) -> bool:
-    """The fenced UPDATE, its log line, and the waiters woken at commit. False (nothing
-    written) when `token` no longer owns a processing receipt."""
+    """The fenced UPDATE, its log line, and the waiters woken at commit; False if it matched nothing."""
     updated = Receipt.objects.filter(rules.SETTLE.q(token=token), scope=scope, key=key).update(
         updated_at=now, lease_expires_at=None, **changes
     )
@@ -38,8 +30,7 @@ def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: dat
 
 
 def log_settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime | None = None) -> None:
-    """A settle's line in the attempt log, written on its own (this path's settles, and the
-    stale-token cases of both paths)."""
+    """A settle's line in the attempt log (this path's settles, and both paths' stale ones)."""
     receipt = Receipt.objects.filter(scope=scope, key=key).only("id", "operation").first()
     Attempt.objects.create(
         receipt=receipt,
@@ -59,8 +50,7 @@ def announce_waiter(receipt: Receipt) -> bool:
 
 
 def notify(scope: str, key: str) -> None:
-    """Wake this process's waiters of the key when the current transaction commits. Other
-    processes' waiters see the settle on their fallback timer (receipts/waiting.py)."""
+    """Wake this process's waiters of the key at commit; others' see it on their timer."""
     waiting.wake_on_commit(scope, key)
 
 

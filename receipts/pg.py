@@ -1,13 +1,8 @@
-"""The receipts' PostgreSQL statements: the two transitions on every protected request, each
-in one statement of data-modifying CTEs, and a batch of the purge.
-
-Through the ORM a claim takes six round trips, a replay eight and a completion seven; here
-each is one, and the decision, the receipt's row and its line in the attempt log still
-change together. The rules are the ORM path's (receipts/rules.py). receipts/orm.py has the
-same functions for SQLite, MySQL/MariaDB and psycopg2 (idemdash/core/pg.py:usable);
-store.path() chooses once per database, and both paths run the same tests. Outside a
-caller's transaction a claim commits with `synchronous_commit` off: docs/receipt-store.md
-("Durability") says why that is safe."""
+"""The receipts' PostgreSQL statements: a claim or replay, a settle, and a purge batch, each
+one statement of data-modifying CTEs where the ORM takes six to eight round trips, under the
+same rules (receipts/rules.py). receipts/orm.py is the twin for every other database. Outside
+a caller's transaction a claim commits with `synchronous_commit` off (docs/receipt-store.md,
+"Durability")."""
 
 from __future__ import annotations
 
@@ -26,16 +21,13 @@ from receipts.models import ArchivedReceipt, Attempt, Receipt, ReceiptReference
 
 _RECEIPT_FIELDS = [f for f in Receipt._meta.concrete_fields if not f.primary_key]
 _RECEIPT_COLUMNS = tuple(f.attname for f in Receipt._meta.concrete_fields)  # id first
-# The fields a claim's insert takes as parameters. Those every new receipt starts with
-# (rules.NEW) are literals in the statement instead: psycopg spends about 2 µs of the web
-# process's CPU on each parameter it sends and each value it reads back.
+# The fields a claim's insert takes as parameters; rules.NEW's are literals instead (psycopg
+# spends about 2 µs on each parameter it sends and each value it reads back).
 _CLAIM_PARAMETER_FIELDS = [f for f in _RECEIPT_FIELDS if f.name not in rules.NEW]
 # The attempt-log columns both statements fill, in this order.
 _LOG_COLUMNS = "receipt_id, scope, key, operation, outcome, fencing_token, fingerprint, request, detail, actor, created_at"
-# A claim's line also says how long the claim took (Attempt.claim_ms): what the store spent
-# before the statement (a parameter) plus the server's time from the statement's start to
-# the row being logged, which comes after the receipt's insert or read, lock waits
-# included. One clock per part (Python's monotonic, the server's), so no skew between them.
+# Attempt.claim_ms: the store's time before the statement (a parameter) plus the server's from
+# the statement's start to the row being logged; one clock per part, so no skew.
 _CLAIM_MS = "%s::float8 + 1000 * extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
 
 
@@ -62,10 +54,8 @@ def _claim_sql(asynchronous: bool) -> str:
     returned = "id, " + ", ".join(_q(f.column) for f in _RECEIPT_FIELDS)
     commit = ", set_config('synchronous_commit', 'off', true) AS async_commit" if asynchronous else ""
     expressions = {name: _literal(value) for name, value in rules.NEW.items()}
-    # `cur` reads with the statement's snapshot, so it never sees the row `ins` inserted:
-    # at most one of the two has a row. Both empty means a concurrent insert committed
-    # after our snapshot was taken; the caller then looks again. A row it inserted comes
-    # back as its id alone: the caller has every other value already.
+    # `cur` reads the statement's snapshot, so at most one of `ins` and `cur` has a row; both
+    # empty means a concurrent insert committed after it. An inserted row comes back as its id.
     return f"""
         WITH ins AS (
             {insert_unless_exists(Receipt, _RECEIPT_FIELDS, "scope, key", "id, scope, key, operation", expressions)}
@@ -85,10 +75,8 @@ def _claim_sql(asynchronous: bool) -> str:
     """
 
 
-# On PostgreSQL Django's get_db_prep_save returns a value of these fields unchanged when it
-# already has the field's Python type (integers are not among them: Django wraps them in
-# psycopg's Int2/Int4/Int8 so that a server-side prepared statement knows their type);
-# calling it for every field cost more per claim than building the rest of the statement.
+# Values get_db_prep_save returns unchanged when of these types (not integers, which Django
+# wraps for prepared statements): calling it for every field cost more than the statement.
 _PLAIN_TYPES = (
     (models.CharField, str),
     (models.TextField, str),
@@ -99,8 +87,7 @@ _PLAIN_TYPES = (
 
 @functools.cache
 def _preparers(names: tuple[str, ...] | None = None) -> list[tuple[str, type | None, Any]]:
-    """(attname, the type passed as is, the field's get_db_prep_save) per field named, or per
-    field a claim's insert takes as a parameter."""
+    """(attname, the type passed as is, get_db_prep_save) per field named, or per claim parameter."""
     fields = _CLAIM_PARAMETER_FIELDS if names is None else [Receipt._meta.get_field(name) for name in names]
     return [
         (f.attname, next((t for cls, t in _PLAIN_TYPES if isinstance(f, cls)), None), f.get_db_prep_save)
@@ -124,16 +111,9 @@ def _converters(attnames: tuple[str, ...]) -> list[list]:
 
 
 def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> tuple[str | None, Receipt] | None:
-    """Insert the receipt described by `values` (every Receipt field but id), or read the
-    existing one; `spent_ms` is what the claim spent before this statement (claim_ms). Returns (logged outcome, receipt): "claimed" (inserted), "replayed" (an
-    existing receipt that replays, logged), or None (an existing receipt the caller must
-    decide about; nothing was written). Returns None when the key exists but this
-    statement's snapshot cannot see it yet.
-
-    Only the replay (rules.REPLAY) is decided here. Every other decision (mismatch, in
-    progress, retry after failure, lease takeover, expiry) stays in store.py, which is given
-    the row this statement read.
-    """
+    """Insert the receipt of `values` (every field but id), or read the existing one: (logged
+    outcome, receipt), the outcome "claimed", "replayed" or None (for the store to decide; nothing
+    written); None when this statement's snapshot cannot see the key yet. `spent_ms`: claim_ms."""
     params = _prepared(values)
     fp = values["fingerprint"]
     params += [values["scope"], values["key"], *rules.REPLAY.arguments(fingerprint=fp, now=now), fp, now, spent_ms, fp, now, spent_ms]
@@ -152,9 +132,8 @@ def claim_or_replay(values: dict[str, Any], now: datetime, spent_ms: float) -> t
 
 
 def _built(row: tuple, attnames: tuple[str, ...]) -> Receipt:
-    """The Receipt of a statement's row whose first values are the fields `attnames`. Built by
-    hand rather than by QuerySet.raw(), which reads the cursor's description: its column type
-    lookups cost more than the rest of a claim."""
+    """The Receipt of a row whose first values are the fields `attnames`; not QuerySet.raw(),
+    whose column type lookups cost more than the rest of a claim."""
     values = list(row[: len(attnames)])
     for i, converters in enumerate(_converters(attnames)):
         for convert in converters:
@@ -180,10 +159,7 @@ def _settle_sql(changed: tuple[str, ...]) -> str:
 
 
 def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: datetime, changes: dict[str, Any]) -> bool:
-    """The fenced settle (rules.SETTLE) with its log line and NOTIFY, waking this process's
-    waiters at commit. The NOTIFY goes only to a receipt with waiters (`waiters`, set by
-    `announce_waiter` before a caller sleeps). False (nothing written) when `token` no longer
-    owns a processing receipt."""
+    """The fenced settle with its log line, and a NOTIFY if it has waiters; False if it matched nothing."""
     changed = tuple(sorted(changes))
     params: list[Any] = [now]
     params += _prepared(changes, changed)
@@ -193,49 +169,34 @@ def settle(scope: str, key: str, token: int, outcome: str, detail: str, now: dat
         c.execute(_settle_sql(changed), params)
         row = c.fetchone()
     if row is not None and row[0]:
-        # Every waiter, in this process too, announced itself before it slept: a receipt
-        # without waiters has nobody to wake (the statement sent other processes the NOTIFY).
         waiting.wake_on_commit(scope, key)
     return row is not None
 
 
 def announce_waiter(receipt: Receipt) -> bool:
-    """Ask for a NOTIFY when the receipt settles (settle sends one only to a receipt that has
-    waiters). False when it is no longer processing: the caller looks again at once. Our
-    UPDATE and the settle's are ordered by the row lock, so no settle is missed."""
+    """Ask for a NOTIFY when the receipt settles; False when it is no longer processing. The
+    row lock orders this UPDATE and the settle's, so no settle is missed."""
     return bool(Receipt.objects.filter(pk=receipt.pk, status=Receipt.Status.PROCESSING).update(waiters=True))
 
 
 def notify(scope: str, key: str) -> None:
-    """Wake the key's waiters, here and in other processes, when the current transaction
-    commits (a NOTIFY is delivered at commit)."""
+    """Wake the key's waiters, here and in other processes, when the transaction commits."""
     waiting.wake_on_commit(scope, key)
     with connection.cursor() as c:
         c.execute("SELECT pg_notify(%s, %s)", [waiting.CHANNEL, waiting.topic(scope, key)])
 
 
 def purge_expired_receipts(due: QuerySet, now: datetime, batch_size: int) -> tuple[int, int, int]:
-    """One batch of expired receipts (`due`, retention.due_receipts) in two statements: lock
-    the batch's ids (with their operations, so the policy decides here which are financial),
-    then delete them with `DELETE ... RETURNING` feeding the archive's INSERT. The generic
-    path reads the batch's rows four times (ids, operations, archive, delete); this reads
-    them twice, and a heap page dirtied by the delete is the page the archive copy was read
-    from.
-
-    The ids are locked (FOR UPDATE SKIP LOCKED) in this transaction, so no claim can take
-    one of them back between the two statements; the DELETE needs no second look at "due".
-    Attempt rows stay (no constraint, DO_NOTHING); the receipts' references go in the DELETE's
-    statement (an index lookup that finds nothing for most batches); the purge runs this only
-    while nothing else points at receipts but them (retention.purge_batches, Purger.follows).
-    """
+    """One batch of expired receipts in two statements: lock the ids (SKIP LOCKED, so no claim
+    takes one back meanwhile) with their operations, then `DELETE ... RETURNING` feeding the
+    archive's INSERT, the references with them: the rows read twice, not four times."""
     rows = list(due.order_by("expires_at").select_for_update(skip_locked=True).values_list("pk", "operation")[:batch_size])
     if not rows:
         return 0, 0, 0
     ids = [pk for pk, _ in rows]
     operations = financial(op for _, op in rows)
     receipt = Receipt._meta
-    # Their references go in the same statement (the purger `follows` them): the foreign key
-    # is checked at commit, Django's PostgreSQL constraints being deferred.
+    # The foreign key is checked at commit: Django's PostgreSQL constraints are deferred.
     references = f"refs AS (DELETE FROM {_q(ReceiptReference._meta.db_table)} WHERE receipt_id = ANY(%s))"
     with connection.cursor() as c:
         if not operations:

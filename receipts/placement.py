@@ -1,6 +1,5 @@
-"""Where a receipts decorator may stand, and each misplacement refused by one function here:
-at import where the decorator sees it, at the first request where only the routed class or
-the request shows it, and by the system check (receipts/checks.py) with the same words."""
+"""Where a receipts decorator may stand: each misplacement refused by one function here, at
+import, at the first request, or by the system check (receipts/checks.py), in the same words."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class Refusal(NamedTuple):
 
 
 def refuse_view(view: Callable, operation: str) -> None:
-    """At import, for the plain decorator: a DRF view made by as_view() (DRF has not
-    authenticated the caller there, nor rendered the Response), or a method taking `self`."""
+    """At import: a DRF view made by as_view() (not yet authenticated), or a method taking `self`."""
     if hasattr(view, "cls") and hasattr(view, "initkwargs"):
         raise ImproperlyConfigured(
             f"@idempotent({operation!r}) wraps {view.cls.__name__}.as_view(), where DRF has not "
@@ -47,9 +45,8 @@ def refuse_view(view: Callable, operation: str) -> None:
 
 
 def refuse_ninja(view: Callable, operation: str, name: str) -> None:
-    """At import: a decorator above a Ninja operation decorator (Ninja has registered the
-    function already, so the wrapper would never run), or given Ninja's own `Operation.run` by
-    ninja.decorate_view (it runs before Ninja authenticates the caller)."""
+    """At import: a decorator above a Ninja operation decorator (it would never run), or given
+    Ninja's `Operation.run` by ninja.decorate_view (before Ninja authenticates the caller)."""
     ninja = sys.modules.get("ninja.operation")
     if hasattr(view, "_ninja_operation"):
         raise ImproperlyConfigured(
@@ -64,9 +61,7 @@ def refuse_ninja(view: Callable, operation: str, name: str) -> None:
 
 
 def ninja_operation_hook(operation: str) -> Callable[[Any], None]:
-    """The plain decorator below @api.post: Ninja would hand it the operation's result (a
-    dict, a schema, a Status) and render it only after it was stored. Ninja calls this hook
-    (ninja.utils.contribute_operation_callback) while building the operation, at import."""
+    """Refuses the plain decorator below @api.post, which would store the result before Ninja renders it."""
 
     def refuse(ninja_operation: Any) -> None:
         raise ImproperlyConfigured(
@@ -100,10 +95,8 @@ def drf_without_request(operation: str, handler: Callable) -> ImproperlyConfigur
 
 
 def dispatch_refusal(view_class: type, operation: str) -> Refusal | None:
-    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView, which runs before
-    DRF authenticates the caller, or on a View whose handlers are `async def` (dispatch is sync
-    and returns their coroutine, which the contract can neither store nor run inside the
-    view's transaction)."""
+    """`method_decorator(idempotent(...), name="dispatch")` on a DRF APIView (before DRF
+    authenticates the caller) or on a View with `async def` handlers (dispatch is sync)."""
     name = f"@idempotent({operation!r}) decorates {view_class.__qualname__}.dispatch"
     if hasattr(view_class, "initialize_request"):
         return Refusal(
@@ -121,8 +114,7 @@ def dispatch_refusal(view_class: type, operation: str) -> Refusal | None:
 
 
 def refuse_dispatch(view: Callable, request: object, operation: str) -> None:
-    """At the first request: method_decorator binds the method only per request, so this is
-    where the class of a decorated dispatch first shows (`manage.py check` says so before)."""
+    """At the first request, where method_decorator first shows a decorated dispatch's class."""
     owner = getattr(getattr(view, "func", None), "__self__", None)
     if owner is None or _is_drf_request(request):  # a DRF handler is given DRF's Request
         return
@@ -149,6 +141,5 @@ def _first_parameter(view: Callable) -> str | None:
 
 
 def _is_drf_request(request: object) -> bool:
-    # DRF is optional: if it was never imported, no request can be one of its own.
     drf = sys.modules.get("rest_framework.request")
     return drf is not None and isinstance(request, drf.Request)

@@ -1,10 +1,6 @@
-"""Who refers to a value: the receipts, webhook events and outbox messages that were given a
-reference (clients/python/idemdash_client/references.py) with it, and the messages a receipt or an event caused.
-
-For the pages, the admin and search: each question is an index lookup on its table (a
-reference's value, a message's cause), whatever the tables' size. The webhooks and outbox
-apps are optional, so each is asked only when installed.
-"""
+"""Who refers to a value (the receipts, webhook events and outbox messages given a reference
+with it) and which messages a receipt or an event caused: index lookups, each optional app
+asked only when installed."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from idemdash.core.reference_rows import referring
 from idemdash_client.references import RECEIPT, WEBHOOK_EVENT
 from receipts.models import Receipt, ReceiptReference
 
-# Objects of each kind one question returns at most: a value that hundreds of objects
-# share is not an id, and a page lists what it can show.
+# Objects of each kind one question returns at most: a value hundreds share is not an id.
 LIMIT = 100
 
 
@@ -44,8 +39,7 @@ def _outbox() -> bool:
 
 
 def objects_referring(value: str, kind: str | None = None, *, limit: int = LIMIT) -> Referring:
-    """Every receipt, webhook event and outbox message with a reference `value` (of `kind`,
-    when given): the entry point for search and trace pages."""
+    """Every receipt, webhook event and outbox message with a reference `value` (of `kind`)."""
     found = Referring(receipts=list(referring(Receipt, value, kind).order_by("-created_at")[:limit]))
     if _webhooks():
         found.events = list(referring(apps.get_model("webhooks", "WebhookEvent"), value, kind).order_by("-received_at")[:limit])
@@ -62,8 +56,7 @@ def caused_by(cause: Receipt | Model) -> QuerySet:
 
 
 def cause_of(message: Any) -> Receipt | Model | None:
-    """The receipt or webhook event a message was enqueued under; None when it has none, or
-    it was purged (message.cause_id then still says which it was)."""
+    """The receipt or webhook event a message was enqueued under; None when none, or purged."""
     if message.cause_kind == RECEIPT:
         return Receipt.objects.filter(pk=message.cause_id).first()
     if message.cause_kind == WEBHOOK_EVENT and _webhooks():
@@ -73,16 +66,9 @@ def cause_of(message: Any) -> Receipt | Model | None:
 
 @dataclass
 class SideEffects:
-    """What is already on record as done for a unit an operator is about to run again (a
-    receipt to release, an event to reprocess, a message to send again or release): the
-    preflight the confirmation shows before the click.
-
-    - `messages`: the outbox messages the unit caused (for a message: the message itself), each
-      with its status; their keys are what went downstream as Idempotency-Key, so a receiver
-      that honours it absorbs a repeat, and one that does not acts twice.
-    - `receipts`: completed receipts, other than the unit, under one of the unit's references:
-      the same charge or order done by another step.
-    """
+    """What is on record as done for a unit an operator is about to run again, shown before
+    the click: the outbox `messages` it caused (for a message, itself), and the other
+    completed `receipts` under one of its references."""
 
     messages: list[Model] = field(default_factory=list)
     receipts: list[Receipt] = field(default_factory=list)
@@ -99,11 +85,9 @@ def side_effects_on_record(unit: Any, *, limit: int = 20) -> SideEffects:
     """SideEffects of a receipt, a webhook event or an outbox message (index lookups only)."""
     found = SideEffects()
     if _outbox():
-        message_model = apps.get_model("outbox", "OutboxMessage")
-        if isinstance(unit, message_model):
-            found.messages = [unit]  # the effect itself: sending it again repeats it downstream
-        else:
-            found.messages = list(caused_by(unit)[:limit])
+        # A message is the effect itself: sending it again repeats it downstream.
+        is_message = isinstance(unit, apps.get_model("outbox", "OutboxMessage"))
+        found.messages = [unit] if is_message else list(caused_by(unit)[:limit])
     values = list(unit.references.values_list("value", flat=True)[:limit]) if hasattr(unit, "references") else []
     if values:
         others = Receipt.objects.filter(
@@ -116,8 +100,7 @@ def side_effects_on_record(unit: Any, *, limit: int = 20) -> SideEffects:
 
 
 def with_sent_side_effects(units: QuerySet) -> int:
-    """How many of `units` (receipts or webhook events) caused a message that was sent: the
-    bulk confirmation's count. One semi-join on the messages' cause index."""
+    """How many of `units` (receipts or webhook events) caused a message that was sent."""
     if not _outbox():
         return 0
     message = apps.get_model("outbox", "OutboxMessage")

@@ -15,9 +15,8 @@ from receipts.models import Attempt, AttemptHourly, ClaimDurationHourly, Observe
 
 ATTEMPTS = rollup_by_outcome("receipts.attempts", Attempt, AttemptHourly, "RECEIPTS_ROLLUP_RETENTION_DAYS")
 
-# Claims by the hour they were decided in and how long the decision took (`claim_ms`, on the
-# line the claim logs anyway): the overview's claim-latency history (p50, p99). Read through
-# the attempt log's (created_at, outcome, claim_ms) index, so it costs the claim nothing.
+# Claims by hour and `claim_ms`, for the claim-latency history: read through an index, so it
+# costs the claim nothing.
 CLAIMS = rollup_by_duration(
     "receipts.claim_durations", Attempt, "created_at", "claim_ms", ClaimDurationHourly,
     "RECEIPTS_ROLLUP_RETENTION_DAYS", bounds=CLAIM_BOUNDS_MS,
@@ -26,9 +25,7 @@ CLAIMS = rollup_by_duration(
 
 
 def observed_kind() -> Case:
-    """A note's kind: "skipped" (not fingerprinted), "duplicate" (its route saw its fingerprint
-    within RECEIPTS_OBSERVE_WINDOW_SECONDS before it: an index probe of observed_route_fp_at),
-    or "first"."""
+    """A note's kind: "skipped", "duplicate" (its fingerprint on its route within the window), or "first"."""
     window = timedelta(seconds=setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"))
     earlier = ObservedRequest.objects.filter(
         Q(at__lt=OuterRef("at")) | Q(at=OuterRef("at"), id__lt=OuterRef("id")),
@@ -38,8 +35,7 @@ def observed_kind() -> Case:
                 default=Value("first"))
 
 
-# The notes are kept a day (RECEIPTS_OBSERVE_RETENTION_HOURS); their counts, as long as the
-# other roll-ups.
+# The notes are kept a day; their counts as long as the other roll-ups.
 OBSERVED = HourlyRollup(
     "receipts.observed", ObservedRequest, "at", ("method", "route", "kind"), ObservedHourly,
     "RECEIPTS_ROLLUP_RETENTION_DAYS", computed=(("kind", observed_kind),),

@@ -1,18 +1,17 @@
-"""The replay rule and the settle rule, each written once.
-
-Three places apply each rule: PostgreSQL's one-statement claim and settle (receipts/pg.py)
-embed it as a fragment of SQL, the ORM path (receipts/orm.py) filters with it as a Q, and
-the store judges a row it has already read with it in Python (store._claim_once). Written
-three times by hand they could drift apart, and the two paths would then answer the same
-request differently. So each rule is one small tree of conditions on the receipt's fields,
-and the three forms are generated from it. tests/receipts/test_rules.py runs both paths
-over every combination of the fields the rules read and checks that they agree."""
+"""The receipts' rules (expiry, replay, settle, lapse), each written once as a small tree of
+conditions on the receipt's fields, from which its three forms are generated: a fragment of
+SQL for PostgreSQL's statements (receipts/pg.py), a Q for the ORM path (receipts/orm.py), and
+a Python predicate for a row already read (store._claim_once). So the two paths cannot drift
+apart; tests/receipts/test_rules.py checks that they agree over every combination."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.models import Q
 
@@ -76,89 +75,67 @@ class Equals(Condition):
         return found is None if value is None else found == value
 
 
-@dataclass(frozen=True)
-class Later(Condition):
-    """`field` is after a parameter (a time)."""
-
-    field: str
-    than: Param
-
-    def sql(self) -> tuple[str, list[str]]:
-        return f"{_column(self.field)} > %s", [self.than.name]
-
-    def q(self, params: dict[str, Any]) -> Q:
-        return Q(**{f"{self.field}__gt": params[self.than.name]})
-
-    def holds(self, row: Any, params: dict[str, Any]) -> bool:
-        return getattr(row, self.field) > params[self.than.name]
+# A comparison with a time: its SQL operator, Django lookup and Python predicate.
+_COMPARISONS = {"gt": (">", operator.gt), "lte": ("<=", operator.le)}
 
 
 @dataclass(frozen=True)
-class NotLater(Condition):
-    """`field` is set and not after a parameter (a time): NULL never holds, as in SQL."""
+class Compared(Condition):
+    """`field` is set and after a time (`gt`) or not after it (`lte`); NULL never holds, as in SQL."""
 
     field: str
+    lookup: str
     than: Param
 
     def sql(self) -> tuple[str, list[str]]:
-        return f"{_column(self.field)} <= %s", [self.than.name]
+        return f"{_column(self.field)} {_COMPARISONS[self.lookup][0]} %s", [self.than.name]
 
     def q(self, params: dict[str, Any]) -> Q:
-        return Q(**{f"{self.field}__lte": params[self.than.name]})
+        return Q(**{f"{self.field}__{self.lookup}": params[self.than.name]})
 
     def holds(self, row: Any, params: dict[str, Any]) -> bool:
         value = getattr(row, self.field)
-        return value is not None and value <= params[self.than.name]
+        return value is not None and _COMPARISONS[self.lookup][1](value, params[self.than.name])
 
 
 @dataclass(frozen=True)
 class All(Condition):
+    """Every part holds; `Either`: one of them does."""
+
     parts: tuple[Condition, ...]
+    joiner: ClassVar[str] = " AND "
+    combine: ClassVar[Callable[[Q, Q], Q]] = operator.and_
+    decide: ClassVar[Callable[[Any], bool]] = all
 
     def sql(self) -> tuple[str, list[str]]:
-        return _joined(self.parts, " AND ")
+        fragments, names = [], []
+        for part in self.parts:
+            fragment, part_names = part.sql()
+            fragments.append(f"({fragment})" if type(part) is All else fragment)
+            names += part_names
+        return self.joiner.join(fragments), names
 
     def q(self, params: dict[str, Any]) -> Q:
-        combined = Q()
-        for part in self.parts:
-            combined &= part.q(params)
-        return combined
+        return functools.reduce(type(self).combine, (part.q(params) for part in self.parts), Q())
 
     def holds(self, row: Any, params: dict[str, Any]) -> bool:
-        return all(part.holds(row, params) for part in self.parts)
+        return type(self).decide(part.holds(row, params) for part in self.parts)
 
 
-@dataclass(frozen=True)
-class Either(Condition):
-    parts: tuple[Condition, ...]
+class Either(All):
+    joiner = " OR "
+    combine = operator.or_
+    decide = any
 
     def sql(self) -> tuple[str, list[str]]:
-        fragment, names = _joined(self.parts, " OR ")
+        fragment, names = super().sql()
         return f"({fragment})", names
-
-    def q(self, params: dict[str, Any]) -> Q:
-        combined = Q()
-        for part in self.parts:
-            combined |= part.q(params)
-        return combined
-
-    def holds(self, row: Any, params: dict[str, Any]) -> bool:
-        return any(part.holds(row, params) for part in self.parts)
-
-
-def _joined(parts: tuple[Condition, ...], operator: str) -> tuple[str, list[str]]:
-    fragments, names = [], []
-    for part in parts:
-        fragment, part_names = part.sql()
-        fragments.append(f"({fragment})" if isinstance(part, All) else fragment)
-        names += part_names
-    return operator.join(fragments), names
 
 
 @dataclass(frozen=True)
 class Rule:
     condition: Condition
-    # The SQL fragment and its parameters' names: the same for every use, so built once.
+    # Built once: the same for every use.
     sql: str = dataclasses.field(init=False)
     names: tuple[str, ...] = dataclasses.field(init=False)
 
@@ -178,12 +155,11 @@ class Rule:
         return self.condition.holds(row, params)
 
 
-# A receipt holds its key until it expires; a permanent one (expires_at NULL: an operation with
-# `ttl_seconds: None`) never does. EXPIRED is LIVE's negation, written as the one comparison an
-# index on expires_at serves, for the purge and the claim that starts a new life on an expired key.
-LIVE = Rule(Either((Equals("expires_at", None), Later("expires_at", than=Param("now")))))
+# A receipt holds its key until it expires, a permanent one (expires_at NULL) for ever. EXPIRED
+# is LIVE's negation as the one comparison an index on expires_at serves.
+LIVE = Rule(Either((Equals("expires_at", None), Compared("expires_at", "gt", than=Param("now")))))
 
-EXPIRED = Rule(NotLater("expires_at", than=Param("now")))
+EXPIRED = Rule(Compared("expires_at", "lte", than=Param("now")))
 
 # Settled for good: completed, or failed and not retryable (burned) and not released.
 _FINAL = Either((
@@ -191,17 +167,14 @@ _FINAL = Either((
     All((Equals("status", Status.FAILED), Equals("retryable", False), Equals("released_at", None))),
 ))
 
-# The stored result answers the request: same fingerprint, live, and completed, or failed and
-# not retryable (the key was burned). A released receipt (failed, with the release marker) is
-# never replayed: its caller's next attempt runs, and the claim that takes it clears the marker.
+# The stored result answers the request: same fingerprint, live, and final. A released receipt
+# is never replayed: its caller's next attempt runs, and that claim clears the marker.
 REPLAY = Rule(All((Equals("fingerprint", Param("fingerprint")), LIVE.condition, _FINAL)))
 
 # A worker may complete or fail the receipt: its fencing token, and still processing.
 SETTLE = Rule(All((Equals("fencing_token", Param("token")), Equals("status", Status.PROCESSING))))
 
-# The fields every freshly claimed receipt starts with, whatever the request (the rest are the
-# caller's and the time's): the store's insert on either path, and PostgreSQL's claim
-# statement, which writes them as literals.
+# The fields every freshly claimed receipt starts with, whatever the request.
 NEW: dict[str, Any] = {
     "status": Status.PROCESSING.value,
     "retryable": True,
@@ -219,14 +192,11 @@ NEW: dict[str, Any] = {
     "compacted_at": None,
 }
 
-# A processing receipt whose lease ran out before its attempt settled. The next claim takes it
-# over, or, under an operation's `after_crash: "hold"`, answers outcome-unknown: the attempt may
-# have had its effect (store._claim_once; the operator's repairs in store.py). PostgreSQL's
-# one-statement claim never takes a receipt over; it hands every receipt that does not replay
-# to the store, so both paths decide it here.
+# A processing receipt whose lease ran out before its attempt settled: the next claim takes it
+# over, or under `after_crash: "hold"` answers outcome-unknown (store._claim_once, on both paths).
 LAPSED = Rule(
     All((
         Equals("status", Status.PROCESSING),
-        Either((Equals("lease_expires_at", None), NotLater("lease_expires_at", than=Param("now")))),
+        Either((Equals("lease_expires_at", None), Compared("lease_expires_at", "lte", than=Param("now")))),
     ))
 )

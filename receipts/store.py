@@ -1,12 +1,6 @@
-"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). Keys
-and operations arrive checked by the caller's front door (receipts/keys.py); a claim the
-caller owns comes back as a `Held`, which is what settles it.
-
-Every transition is settled by the database: a new key is a unique insert, every later change
-a conditional UPDATE guarded by the fencing token (and status) the caller last saw, with a
-rowcount check, so of two racing callers exactly one matches (row locks on PostgreSQL, one
-writer on SQLite). Each ownership change bumps the token: a worker whose lease was taken over
-can no longer complete or fail the receipt."""
+"""The receipt state machine: claim, complete, fail, release, and renew (a heartbeat). Every
+transition is a unique insert or an UPDATE fenced by the token (and status) the caller last
+saw, with a rowcount check; each ownership change bumps the token."""
 
 from __future__ import annotations
 
@@ -46,7 +40,6 @@ log = logging.getLogger(__name__)
 Outcome = Attempt.Outcome
 Status = Receipt.Status
 
-# Outcomes after which the caller owns the receipt and must complete, fail or release it.
 OWNING_OUTCOMES = frozenset({Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER})
 
 
@@ -67,18 +60,13 @@ class _NotDone:
         return "NOT_DONE"
 
 
-# What a reconcile function returns when the provider has no trace of the effect: the
-# held attempt did not happen, so the next one runs.
+# What a reconcile function returns when the provider has no trace of the effect.
 NOT_DONE = _NotDone()
 
 
 @dataclass(frozen=True)
 class Unsettled:
-    """What a reconcile function is asked about: an attempt whose lease ran out before it
-    settled, under `after_crash: "hold"`. It asks the provider, by `downstream_key` (what the
-    attempt sent as the provider's Idempotency-Key), whether the effect happened, and
-    returns the result to store (JSON, or a Django HttpResponse for a view) or NOT_DONE.
-    Raising leaves the receipt outcome-unknown."""
+    """What a reconcile function is asked about: a held attempt (docs/receipt-store.md)."""
 
     scope: str
     key: str
@@ -89,20 +77,16 @@ class Unsettled:
     lease_expired_at: datetime | None
 
 
-# The receipts' PostgreSQL statements (receipts/pg.py) or their plain-ORM twins
-# (receipts/orm.py), chosen once per database: path() returns one of the two modules.
+# receipts/pg.py or its plain-ORM twin receipts/orm.py, chosen once per database.
 path = core_pg.choose(pg, orm)
 
-# What the audit log records as a released receipt's status after (its status is failed,
-# with the release marker: Receipt.shown_status).
+# A released receipt's status in the audit log (Receipt.shown_status).
 RELEASED = "released"
 
 
 @dataclass(frozen=True)
 class Held:
-    """An attempt's hold on its receipt: the key and the fencing token it owns it by. `claim`
-    gives it to the caller that owns the receipt (ClaimResult.held), and complete, fail,
-    renew, kept and give_back take it, so the key goes into the store once."""
+    """An attempt's hold on its receipt: the key and the fencing token it owns it by."""
 
     scope: str
     key: str
@@ -114,10 +98,8 @@ class ClaimResult:
     outcome: str
     receipt: Receipt
     token: int | None = None
-    # A caller that asked to wait was refused a waiting slot (RECEIPTS_MAX_WAITERS): it did not wait.
-    wait_refused: bool = False
-    # How long this caller waited for the running first attempt; None: it did not wait.
-    waited_ms: int | None = None
+    wait_refused: bool = False  # refused a waiting slot (RECEIPTS_MAX_WAITERS): it did not wait
+    waited_ms: int | None = None  # how long it waited for the running first attempt
 
     @property
     def owned(self) -> bool:
@@ -140,15 +122,8 @@ class ClaimResult:
 
 
 def claim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
-    """Claim (scope, key) for one execution of `operation`.
-
-    Returns the outcome: the caller owns the receipt (claimed, retried_after_failure,
-    lease_takeover) and must settle it with its token; or it must not run (replayed,
-    in_progress, mismatch). With `wait_seconds`, an in-progress first attempt is waited for
-    (woken by its completion, not by polling in a tight loop) and its result replayed.
-    The keyword options are `_claiming`'s: fingerprint, lease_seconds, wait_seconds,
-    user_id, session_id.
-    """
+    """Claim (scope, key) for one execution of `operation`: the caller owns the receipt
+    (ClaimResult.owned) and must settle it, or must not run. Takes `_claiming`'s options."""
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
         try:
@@ -163,10 +138,7 @@ def claim(scope: str, key: str, operation: str, request: Any = None, **options: 
 
 
 async def aclaim(scope: str, key: str, operation: str, request: Any = None, **options: Any) -> ClaimResult:
-    """`claim` for async callers: the same steps, each run by sync_to_async on one thread (the
-    one Django's async ORM uses), and a wait for a running first attempt awaited on the event
-    loop (woken when it settles, as `claim` is), so no thread is held while it waits. Takes
-    `claim`'s options."""
+    """`claim` for async callers: its steps on one sync thread, its waits on the event loop."""
     with tracing.span(CLAIM_SPAN) as span:
         steps = _claiming(scope, key, operation, request, **options)
         try:
@@ -176,20 +148,17 @@ async def aclaim(scope: str, key: str, operation: str, request: Any = None, **op
                 done, step = await _astep(steps, None)
             return _traced(span, operation, step)
         finally:
-            # A cancelled waiter gives its subscription and waiting slot back; a claim cancelled
-            # while its step still runs on the thread is closed when it is collected.
+            # A claim cancelled while its step still runs is closed when it is collected.
             with contextlib.suppress(ValueError):
                 steps.close()
 
 
 CLAIM_SPAN = "idemdash.receipt.claim"
-# A claim answered with the stored result: the same span, renamed, so that a trace shows a
-# replay as one at a glance.
-REPLAY_SPAN = "idemdash.receipt.replay"
+REPLAY_SPAN = "idemdash.receipt.replay"  # the claim's span, renamed when it replays
 
 
 def _traced(span: Any, operation: str, result: ClaimResult) -> ClaimResult:
-    """The claim's span told what it decided (only when recorded: the key's digest costs a hash)."""
+    """The claim's span told what it decided, when it is recorded."""
     if span.is_recording():
         if result.outcome == Outcome.REPLAYED:
             span.update_name(REPLAY_SPAN)
@@ -206,8 +175,6 @@ def _traced(span: Any, operation: str, result: ClaimResult) -> ClaimResult:
 
 @dataclass(frozen=True)
 class _Wait:
-    """What a claim waits for between its looks: a wake-up of its key, or the timeout."""
-
     wakeup: waiting.Wakeup
     timeout: float
 
@@ -236,43 +203,30 @@ def _claiming(
     user_id: str = "",
     session_id: str = "",
 ) -> Generator[_Wait, None, ClaimResult]:
-    """The one copy of a claim, sync or async: yields where it waits for the running first
-    attempt (claim and aclaim do the waiting), and returns the ClaimResult. `fingerprint`
-    is the request's when the caller has it already; `lease_seconds` overrides the
-    operation's lease; `wait_seconds` is how long to wait for a running first attempt (at
-    most RECEIPTS_MAX_WAIT_SECONDS); `user_id` and `session_id` are kept with a new receipt."""
-    # When the claim's own work began (Attempt.claim_ms; its checks and fingerprint count):
-    # moved on by every wait, which is the first attempt's time, not the claim's (`waited_ms`).
+    """The one copy of a claim: yields where it waits for the running first attempt."""
+    # When the claim's own work began (claim_ms): moved on by every wait, counted in `waited_ms`.
     started = time.monotonic()
     policy = policy_for(operation)
     lease = _lease_length(policy, lease_seconds)
     fp = fingerprint or fingerprint_json(request)
     wait_seconds = max(0.0, min(float(wait_seconds or 0), float(setting("RECEIPTS_MAX_WAIT_SECONDS"))))
-    # The wait is counted from the look that found the first attempt running (set by
-    # `_decide`), so a slow first look does not eat the time the caller asked to wait.
+    # Set by the look that finds the first attempt running, so a slow first look eats no wait.
     deadline: float | None = None
     intent = _Intent(scope, key, operation, request, fp, policy, lease, user_id, session_id)
     announced = False
-    waited_since: float | None = None  # when this caller began to wait for the running first attempt
-    # Subscribed before the first look, so a completion between a look and the wait that
-    # follows it still wakes us; a claim that will not wait has no wake-up to miss (`_decide`
-    # asks for one only while time is left).
+    waited_since: float | None = None
+    # Subscribed before the first look, so a settle between a look and the wait still wakes us.
     with waiting.subscription(scope, key) if wait_seconds else contextlib.nullcontext() as wakeup:
         while True:
             existing = None
             raced: tuple[float, float] | None = None  # (start, end) of a statement that waited
             now = timezone.now()
             if waited_since is None and intent.policy.fresh_key == "allow":
-                # On PostgreSQL a new key or a replay is one statement, log line included,
-                # and any other case comes back as the existing row; the ORM path decides
-                # every case below, and every claim that may refuse a fresh-key retry.
+                # PostgreSQL: a new key or a replay in one statement; any other case returns the row.
                 began = time.monotonic()
                 found = path().claim_or_replay(_new_receipt(intent, now), now, (began - started) * 1000)
                 if found is None and path() is pg:
-                    # The key was inserted by an attempt that committed while the statement
-                    # ran: under ATOMIC_REQUESTS its insert waited on that attempt's
-                    # uncommitted row until the request committed. A replay now is of a
-                    # result this caller waited for.
+                    # It waited on another attempt's uncommitted insert: a replay now is one it waited for.
                     raced = (began, time.monotonic())
                 if found is not None:
                     logged, existing = found
@@ -281,8 +235,7 @@ def _claiming(
                     if logged == Outcome.REPLAYED:
                         return ClaimResult(Outcome.REPLAYED, existing)
             elif waited_since is not None:
-                # After a wait the statement's own "replayed" line would hide the wait: the
-                # row is read here and the store decides and logs it (`waited`, `_record`).
+                # After a wait the statement's own "replayed" line would hide the wait.
                 existing = Receipt.objects.filter(scope=scope, key=key).first()
             result, reconcile, settled, deadline = _decide(
                 intent, existing, wakeup, deadline, wait_seconds, waited_since, raced, started
@@ -312,32 +265,24 @@ def _decide(
     intent: _Intent, existing: Receipt | None, wakeup: waiting.Wakeup | None, deadline: float | None,
     wait_seconds: float, waited_since: float | None, raced: tuple[float, float] | None, started: float,
 ) -> tuple[ClaimResult, bool, bool, float]:
-    """One look of a claim: the decision and its line in the attempt log, committed together
-    (never a claim without its log line). Returns the result, whether the operation's
-    reconcile must be asked, whether the claim is settled (else it waits), and when its wait
-    ends (`deadline`, or `wait_seconds` from this look's decision when none is set yet). Run
-    again when MySQL/MariaDB picks it as a deadlock's victim (a purge deleting the expired row
-    it re-claims, or inserting the key again meanwhile): InnoDB rolled the decision back
-    whole, so nothing of it was written."""
+    """One look of a claim: the decision and its log line, committed together. Returns the
+    result, whether to ask the reconcile, whether it is settled, and when its wait ends."""
     with transaction.atomic():
         result = _refusing_fresh_keys(intent, existing) if intent.policy.fresh_key == "refuse" else \
             _claim_once(intent, existing=existing)
-        # A held receipt whose operation can ask the provider: asked outside this
-        # transaction (a provider's answer must not hold SQLite's one writer).
+        # Asked outside this transaction: a provider's answer must not hold SQLite's one writer.
         reconcile = result.outcome == Outcome.OUTCOME_UNKNOWN and intent.policy.reconcile is not None
         if deadline is None:
             deadline = time.monotonic() + wait_seconds
         left = deadline - time.monotonic()
-        # Over the process's cap on waiters, a duplicate is refused at once rather
-        # than hold a thread that a completion may need (receipts/waiting.py).
+        # Over the process's cap on waiters, a duplicate is refused at once (receipts/waiting.py).
         settled = result.outcome != Outcome.IN_PROGRESS or left <= 0 or not wakeup.take_slot()
         result.wait_refused = result.outcome == Outcome.IN_PROGRESS and left > 0 and not wakeup.holds_slot
         if waited_since is not None:
             result.waited_ms = math.ceil((time.monotonic() - waited_since) * 1000)
         elif raced is not None and result.outcome == Outcome.REPLAYED:
             result.waited_ms = math.ceil((time.monotonic() - raced[0]) * 1000)
-            # That statement was the wait (on the first attempt's uncommitted row): counted
-            # in `waited_ms`, so not in the claim's own time (`claim_ms`) too.
+            # That statement was the wait: in `waited_ms`, so not in `claim_ms` too.
             started += raced[1] - raced[0]
         if settled and not reconcile:
             refused = result.outcome == Outcome.FRESH_KEY_RETRY
@@ -347,31 +292,21 @@ def _decide(
     return result, reconcile, settled, deadline
 
 
-class _FreshKeyRetry(Exception):
-    def __init__(self, earlier: Receipt) -> None:
-        self.earlier = earlier
-
-
 def _refusing_fresh_keys(intent: _Intent, existing: Receipt | None) -> ClaimResult:
-    """`_claim_once` for an operation that refuses fresh-key retries: a new life on the key
-    whose request another key of the window made is rolled back, and the answer is that key's
-    receipt (FRESH_KEY_RETRY). Reused keys decide as always."""
-    try:
-        with transaction.atomic():
-            result = _claim_once(intent, existing=existing)
-            if result.outcome == Outcome.CLAIMED:
-                earlier = fresh_keys.first_use(result.receipt, result.receipt.updated_at)
-                if earlier is not None:
-                    raise _FreshKeyRetry(earlier)
-            return result
-    except _FreshKeyRetry as refused:
-        return ClaimResult(Outcome.FRESH_KEY_RETRY, refused.earlier)
+    """`_claim_once`, where a new key whose request another key of the window made is rolled
+    back and answered FRESH_KEY_RETRY with that key's receipt."""
+    with transaction.atomic():
+        result = _claim_once(intent, existing=existing)
+        if result.outcome == Outcome.CLAIMED:
+            earlier = fresh_keys.first_use(result.receipt, result.receipt.updated_at)
+            if earlier is not None:
+                transaction.set_rollback(True)  # this savepoint only: the new life is undone
+                return ClaimResult(Outcome.FRESH_KEY_RETRY, earlier)
+    return result
 
 
 @dataclass(frozen=True)
 class _Intent:
-    """What one claim asks for, passed whole between the steps of a claim."""
-
     scope: str
     key: str
     operation: str
@@ -407,8 +342,7 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
                 continue  # purged between our insert and our read; insert again
 
         if rules.EXPIRED.holds(receipt, now=now):
-            # An expired receipt counts as absent (a permanent one never expires): start a new life on the same row.
-            # Every field as for a new key; the transition bumps the token and updated_at.
+            # Expired counts as absent: a new life on the same row, every field as for a new key.
             fresh = _new_receipt(intent, now)
             for kept in ("scope", "key", "fencing_token", "updated_at"):
                 del fresh[kept]
@@ -425,26 +359,16 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
 
         if receipt.status == Status.FAILED:  # retryable, or released
             won = _transition(
-                receipt,
-                now,
-                expect_status=Status.FAILED,
-                status=Status.PROCESSING,
-                attempts=receipt.attempts + 1,
-                lease_expires_at=now + intent.lease,
-                error="",
-                released_at=None,
-                released_by="",
-                release_reason="",
+                receipt, now, expect_status=Status.FAILED, status=Status.PROCESSING, attempts=receipt.attempts + 1,
+                lease_expires_at=now + intent.lease, error="", released_at=None, released_by="", release_reason="",
             )
             if won:
                 return ClaimResult(Outcome.RETRIED_AFTER_FAILURE, won, token=won.fencing_token)
             continue
 
-        # processing
         if not rules.LAPSED.holds(receipt, now=now):
             return ClaimResult(Outcome.IN_PROGRESS, receipt)
         if intent.policy.after_crash == "hold":
-            # The attempt may have had its effect before it died: not run blindly again.
             return ClaimResult(Outcome.OUTCOME_UNKNOWN, receipt)
         won = _take_over(receipt, intent, now)
         if won:
@@ -453,22 +377,16 @@ def _claim_once(intent: _Intent, *, existing: Receipt | None = None) -> ClaimRes
 
 
 def _take_over(receipt: Receipt, intent: _Intent, now: datetime) -> Receipt | None:
-    """Start the next attempt on a lapsed receipt; fenced on the lapse too, because a
-    reconcile's question to a provider takes long enough for a live worker to renew."""
-    return _transition(
-        receipt,
-        now,
-        expect_status=Status.PROCESSING,
-        where=rules.LAPSED.q(now=now),
-        attempts=receipt.attempts + 1,
-        lease_expires_at=now + intent.lease,
-    )
+    """Start the next attempt on a lapsed receipt; fenced on the lapse too, as a reconcile's
+    question takes long enough for a live worker to renew."""
+    return _transition(receipt, now, expect_status=Status.PROCESSING, where=rules.LAPSED.q(now=now),
+                       attempts=receipt.attempts + 1, lease_expires_at=now + intent.lease)
 
 
 def _reconciled(intent: _Intent, held: ClaimResult, started: float) -> ClaimResult | None:
     """Ask the operation's reconcile function about a held receipt: NOT_DONE lets this claim
-    take it over and run; a result completes it (None: the caller looks again and replays);
-    raising, or a result that cannot be stored, leaves it outcome-unknown (logged so)."""
+    take it over; a result completes it (None: look again, and replay); raising, or a result
+    that cannot be stored, leaves it outcome-unknown."""
     receipt = held.receipt
     unsettled = Unsettled(
         scope=receipt.scope, key=receipt.key, operation=receipt.operation, request=receipt.request,
@@ -499,8 +417,7 @@ def _reconciled(intent: _Intent, held: ClaimResult, started: float) -> ClaimResu
 
 
 def _stored_result(result: Any) -> dict[str, Any]:
-    """The receipt's response fields for a result: a Django response as the decorator stores
-    one, anything else as JSON (InvalidResult when it is not JSON-serialisable)."""
+    """The receipt's response fields for a Django response or JSON (else InvalidResult)."""
     if isinstance(result, HttpResponseBase):
         return {"response_status": result.status_code, "response_content_type": result.get("Content-Type", ""),
                 "response_body": responses.encode(result.content, responses.kept_headers(result))}
@@ -512,9 +429,8 @@ def _stored_result(result: Any) -> dict[str, Any]:
 
 
 def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: str, detail: str) -> bool:
-    """Complete a held receipt with `stored` (_stored_result), fenced like a takeover: only
-    while it is still the processing receipt, lapsed, that was read. Bumps the token, so the
-    lapsed attempt, should it come back, can no longer write. False if it changed."""
+    """Complete a held receipt with `stored`, fenced like a takeover (still the lapsed
+    processing receipt that was read) and bumping the token. False if it changed."""
     won = compare_and_set(
         Receipt.objects.filter(rules.LAPSED.q(now=now), pk=receipt.pk), "fencing_token", receipt.fencing_token,
         Status.PROCESSING, status=Status.COMPLETED, lease_expires_at=None, completed_at=now,
@@ -528,7 +444,6 @@ def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: 
 
 
 def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
-    """Every field of a freshly claimed receipt: the request's and the time's, and rules.NEW."""
     return {
         "scope": intent.scope,
         "key": intent.key,
@@ -548,7 +463,7 @@ def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:
 def _transition(
     receipt: Receipt, now: datetime, *, expect_status: str, where: Q | None = None, **changes: Any
 ) -> Receipt | None:
-    """Compare-and-set on (id, fencing token, status, and `where`); bumps the token. None if we lost."""
+    """Compare-and-set on (id, token, status, `where`), bumping the token; None if we lost."""
     won = compare_and_set(
         Receipt.objects.filter(where or Q(), pk=receipt.pk), "fencing_token", receipt.fencing_token, expect_status,
         fencing_token=F("fencing_token") + 1, updated_at=now, **changes,
@@ -568,18 +483,11 @@ def _spent_ms(started: float) -> float:
 
 def _record(result: ClaimResult, rejected_request: Any, fp: str, started: float, **named: str) -> None:
     r = result.receipt
-    # A duplicate answered with the result it waited for is a concurrent duplicate, not a
-    # plain replay; every other outcome keeps its name, and its wait in `waited_ms`.
+    # A duplicate answered with the result it waited for is a concurrent duplicate, not a replay.
     waited = result.waited_ms is not None and result.outcome == Outcome.REPLAYED
     Attempt.record(
-        r,
-        outcome=Outcome.WAITED if waited else result.outcome,
-        waited_ms=result.waited_ms,
-        fencing_token=result.token,
-        fingerprint=fp,
-        request=rejected_request,
-        created_at=timezone.now(),
-        claim_ms=_spent_ms(started),
+        r, outcome=Outcome.WAITED if waited else result.outcome, waited_ms=result.waited_ms, fencing_token=result.token,
+        fingerprint=fp, request=rejected_request, created_at=timezone.now(), claim_ms=_spent_ms(started),
         **named,  # a refused fresh-key retry's key and detail
     )
 
@@ -590,7 +498,7 @@ def _settle(
 ) -> None:
     now = timezone.now()
     scope, key, token = held.scope, held.key, held.token
-    # No savepoint: inside the decorator's transaction a failure here rolls it all back anyway.
+    # No savepoint: inside the decorator's transaction a failure rolls it all back anyway.
     with tracing.span(SETTLE_SPAN) as span, transaction.atomic(savepoint=False):
         updated = path().settle(scope, key, token, outcome, detail, now, changes)
         stale = not updated and not _landed(held, changes)
@@ -602,9 +510,7 @@ def _settle(
         if stale:
             log_settle(scope, key, token, Outcome.STALE_TOKEN, detail, now)
         elif updated and references:
-            # With the settle, or not at all: a refused settle (stale token) stores none. The
-            # settle's UPDATE holds the row, so this is its id. Only when there are references:
-            # a settle without any costs no extra query.
+            # With the settle, or not at all; the settle's UPDATE holds the row.
             receipt_id = Receipt.objects.filter(scope=scope, key=key).values_list("pk", flat=True).get()
             ReceiptReference.store(receipt_id, references)
     if stale:
@@ -612,13 +518,9 @@ def _settle(
 
 
 def _landed(held: Held, changes: dict[str, Any]) -> bool:
-    """Whether this very settlement landed already: a caller that lost the answer to its
-    completion (a dropped connection, a timeout while it committed) sends it again. A settle
-    keeps the fencing token (only a claim or a release moves it on), so the same token with
-    the same result is the same settlement: done, not a lost lease (which the dashboard
-    counts a stale settle as). Compared here, not in SQL, so that MySQL's case-insensitive
-    collations cannot call two bodies equal; read with a lock, so that under REPEATABLE READ
-    it sees the settle that our UPDATE waited for."""
+    """Whether this very settlement landed already (sent again after its answer was lost).
+    Compared in Python, so that MySQL's collations cannot call two bodies equal; read with a
+    lock, so that under REPEATABLE READ it sees the settle we waited for."""
     compared = [name for name in changes if name != "completed_at"]  # the clock, not the result
     row = (Receipt.objects.select_for_update().filter(scope=held.scope, key=held.key)
            .values("fencing_token", *compared).first())
@@ -636,19 +538,9 @@ def complete(
     body: str = "",
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Store the result, and the attempt's `references` with it. Refused (StaleToken) unless
-    `held` still owns a processing receipt, or this very completion landed already (sent
-    again after its answer was lost: done, and logged once)."""
-    _settle(
-        held,
-        Outcome.COMPLETED,
-        references=references,
-        status=Status.COMPLETED,
-        response_status=response_status,
-        response_content_type=content_type,
-        response_body=body,
-        completed_at=timezone.now(),
-    )
+    """Store the result and `references`; StaleToken unless `held` still owns the receipt."""
+    _settle(held, Outcome.COMPLETED, references=references, status=Status.COMPLETED, response_status=response_status,
+            response_content_type=content_type, response_body=body, completed_at=timezone.now())
 
 
 def fail(
@@ -661,36 +553,21 @@ def fail(
     body: str = "",
     references: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Mark the attempt failed, with its `references` (what it worked on before it failed:
-    a charge made before the step raised is what an operator looks for). Retryable by
-    default; an operation may burn the key instead."""
+    """Mark the attempt failed, with `references`; retryable unless the operation burns keys."""
     if retryable is None:
         receipt = Receipt.objects.filter(scope=held.scope, key=held.key).only("operation").first()
         retryable = not (receipt and policy_for(receipt.operation).burn_on_failure)
-    _settle(
-        held,
-        Outcome.FAILED,
-        detail=error[:2000],
-        references=references,
-        status=Status.FAILED,
-        retryable=retryable,
-        error=error,
-        response_status=response_status,
-        response_content_type=content_type,
-        response_body=body,
-    )
+    _settle(held, Outcome.FAILED, detail=error[:2000], references=references, status=Status.FAILED, retryable=retryable,
+            error=error, response_status=response_status, response_content_type=content_type, response_body=body)
 
 
 def lease_lost(held: Held, detail: str) -> None:
-    """The attempt's lost lease in the attempt log, when the transaction that had it logged
-    rolled back (the decorator's, with the view's writes)."""
+    """Log the attempt's lost lease again, after the transaction that logged it rolled back."""
     log_settle(held.scope, held.key, held.token, Outcome.STALE_TOKEN, detail)
 
 
 def lasting_failure(receipt: Receipt) -> str:
-    """Why the caller's next attempt after a release would fail as this one did ("" when it
-    may not): it failed with a 4xx response that no retry changes (all but 408, 409, 425 and
-    429). `lasting_failures` is the same question asked in SQL."""
+    """Why the next attempt after a release would fail as this one did (a lasting 4xx), or ""."""
     if receipt.status == Status.FAILED and lasting_status(receipt.response_status):
         return (f"It failed with HTTP {receipt.response_status}: the caller's next attempt with the same request "
                 "will most likely get it again.")
@@ -703,16 +580,8 @@ def lasting_failures() -> Q:
 
 @retry_deadlocks
 def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
-    """A heartbeat: the attempt keeps its claim for `lease_seconds` more (the operation's
-    lease when None), from now. Returns the new end of the lease.
-
-    Fenced like a settle (receipts/rules.py:SETTLE): refused with StaleToken, and logged as
-    `stale_token`, unless `held` still owns a processing receipt; so a worker whose lease
-    was taken over learns it here, while its step runs, not only when it completes. A
-    renewal is not logged: a running step renews every third of its lease. Nor is one that
-    comes after its own attempt settled the receipt (a heartbeat that waited in a queue
-    behind the completion): refused, so the sender stops, but no lease was lost, and the
-    dashboard counts stale_token lines as lost leases."""
+    """A heartbeat: the lease renewed from now, returning its new end. Fenced like a settle;
+    one after its own attempt settled is refused but not logged: no lease was lost."""
     scope, key, token = held.scope, held.key, held.token
     receipt = Receipt.objects.filter(scope=scope, key=key).only("operation").first()
     now = timezone.now()
@@ -720,7 +589,6 @@ def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
         expires = now + _lease_length(policy_for(receipt.operation), lease_seconds)
         if Receipt.objects.filter(rules.SETTLE.q(token=token), scope=scope, key=key).update(lease_expires_at=expires):
             return expires
-        # A settle keeps the fencing token (only a takeover or a release moves it on).
         if Receipt.objects.filter(scope=scope, key=key, fencing_token=token).exclude(status=Status.PROCESSING).exists():
             raise StaleToken(f"token {token} settled {key!r} already")
     log_settle(scope, key, token, Outcome.STALE_TOKEN, "heartbeat refused: the lease was lost", now)
@@ -728,9 +596,7 @@ def renew(held: Held, *, lease_seconds: int | None = None) -> datetime:
 
 
 def kept(held: Held, lease_seconds: float) -> contextlib.AbstractContextManager[None]:
-    """The claim's lease kept (`renew`, every third of it) while its view or step runs, by
-    the one lease keeper (idemdash/core/leases.py:kept); a view still running after
-    RECEIPTS_MAX_LEASE_SECONDS is presumed hung and its lease left to lapse."""
+    """The claim's lease renewed while its view or step runs (idemdash/core/leases.py:kept)."""
     def renewal() -> None:
         renew(held, lease_seconds=max(1, round(lease_seconds)))
     return leases.kept(renewal, lease_seconds, f"receipt {held.scope}/{held.key}",
@@ -738,9 +604,7 @@ def kept(held: Held, lease_seconds: float) -> contextlib.AbstractContextManager[
 
 
 def give_back(held: Held, reason: str) -> None:
-    """The attempt gives its key back, storing nothing (`release` with its token): a
-    response that must not be stored, or an error that is not the operation's. StaleToken
-    when it was taken over; nothing when the receipt is gone (purged)."""
+    """The attempt gives its key back, storing nothing (`release` with its token)."""
     receipt = Receipt.objects.filter(scope=held.scope, key=held.key).first()
     if receipt is not None:
         release(receipt, token=held.token, reason=reason)
@@ -755,18 +619,11 @@ def release(
     user: Any = None,
     audit_action: str = "receipt.release",
 ) -> Receipt:
-    """Give the key back so that the caller's next attempt runs.
-
-    A worker releases with its token (e.g. when a response must not be stored, such as a
-    401); its reason becomes the attempt's error. An operator releases a stuck or failed
-    receipt without one; that bumps the fencing token, so the worker that was stuck can no
-    longer write, keeps the error the attempt failed with, and is written to the audit log.
-    Either way the receipt stays failed and retryable (so every claim path treats it as
-    before) and carries the release marker until the next claim clears it.
-    """
+    """Give the key back so that the caller's next attempt runs: the token bumped, the receipt
+    failed and retryable with the release marker. An operator's release is audited."""
     now = timezone.now()
     status_before = receipt.status
-    shown_before = receipt.shown_status  # what the operator saw: "outcome-unknown" for a held receipt
+    shown_before = receipt.shown_status
     if status_before == Status.COMPLETED:
         raise NotReleasable("A completed receipt keeps its result until it expires.")
     if token is None and receipt.released:
@@ -774,30 +631,14 @@ def release(
     changes: dict[str, Any] = {} if token is None else {"error": reason or "released"}
     with transaction.atomic():
         won = compare_and_set(
-            Receipt.objects.filter(pk=receipt.pk),
-            "fencing_token",
-            receipt.fencing_token if token is None else token,
-            status_before,
-            status=Status.FAILED,
-            retryable=True,
-            lease_expires_at=None,
-            fencing_token=F("fencing_token") + 1,
-            updated_at=now,
-            released_at=now,
-            released_by=actor,
-            release_reason=reason,
-            **changes,
+            Receipt.objects.filter(pk=receipt.pk), "fencing_token", receipt.fencing_token if token is None else token,
+            status_before, status=Status.FAILED, retryable=True, lease_expires_at=None,
+            fencing_token=F("fencing_token") + 1, updated_at=now, released_at=now, released_by=actor,
+            release_reason=reason, **changes,
         )
         if not won:
             raise StaleToken(f"{receipt.key!r} changed before it could be released")
-        Attempt.record(
-            receipt,
-            outcome=Outcome.RELEASED,
-            fencing_token=token,
-            detail=reason,
-            actor=actor,
-            created_at=now,
-        )
+        Attempt.record(receipt, outcome=Outcome.RELEASED, fencing_token=token, detail=reason, actor=actor, created_at=now)
         if actor:
             audit_log.record(actor, audit_action, receipt, shown_before, RELEASED, reason, user=user)
         path().notify(receipt.scope, receipt.key)
@@ -805,20 +646,12 @@ def release(
     return receipt
 
 
-# Each failed receipt not yet released, released through `release`: each row goes through the
-# same compare-and-set as a single release, so each gets its own Attempt and AuditEntry, and a
-# row that a caller retried or an operator released in the meantime is skipped rather than
-# overwritten. Processing and completed rows in the queryset are left alone.
+# Each failed receipt not yet released, through `release`; a row that changed meanwhile is skipped.
 release_many = bulk.many(release, Q(status=Status.FAILED, released_at=None), refused=(StaleToken, NotReleasable))
 
 
-# --- An operator's repair of an outcome-unknown receipt (after_crash "hold") ----------------
-
-
 def mark_completed(receipt: Receipt, *, result: str, actor: str, reason: str = "", user: Any = None) -> Receipt:
-    """The operator knows the held attempt had its effect (they looked at the provider):
-    store `result` (JSON text) as its result, so that the caller's next attempt replays it.
-    Audited; refused unless the receipt is outcome-unknown."""
+    """An operator stores `result` (JSON text) for an outcome-unknown receipt to replay."""
     try:
         stored = _stored_result(json.loads(result))
     except ValueError as exc:
@@ -836,8 +669,7 @@ def mark_completed(receipt: Receipt, *, result: str, actor: str, reason: str = "
 
 
 def run_again(receipt: Receipt, *, actor: str, reason: str = "", user: Any = None) -> Receipt:
-    """The operator knows the held attempt had no effect: give the key back (a release) so
-    that the caller's next attempt runs. Audited; refused unless the receipt is outcome-unknown."""
+    """An operator releases an outcome-unknown receipt whose effect did not happen."""
     if not receipt.outcome_unknown:
         raise NotHeld("Only an outcome-unknown receipt is run again by hand; release any other.")
     return release(receipt, actor=actor, reason=reason, user=user, audit_action="receipt.run_again")

@@ -1,13 +1,10 @@
-"""Helpers for a project's own tests: run the step twice, assert it happened once
-(docs/testing.md, "The helpers").
+"""Helpers for a project's own tests: run the step twice, assert it happened once.
 
     assert_runs_once(lambda: send_welcome(7), times=2, effects=lambda: len(mail.outbox))
 
-Each helper calls the step as production would (in a row, from threads and forked processes
-at the same moment, or with its first attempt killed right after its effect) and raises
-AssertionError when the effect happened more than once, or the callers did not all get the
-one result. `effects` counts the effects made so far; in other processes it must count
-something they all write to (a table, a file: `Provider`), not a list in this process."""
+Each calls the step as production would (in a row, from threads and forked processes at
+once, or killed right after its effect) and raises AssertionError when the effect happened
+more than once, or the callers did not all get the one result (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -35,9 +32,7 @@ VIEW_KEY = "receipts-testing-run-twice"
 
 
 def clear_receipts() -> int:
-    """Delete every receipt and its attempts; returns how many receipts there were. For a
-    test that must start with none: those written by other connections (threads, processes)
-    are committed, and outlive a test's rollback."""
+    """Delete every receipt and its attempts; returns how many receipts there were."""
     from receipts.models import Attempt, Receipt
 
     Attempt.objects.all().delete()
@@ -46,22 +41,14 @@ def clear_receipts() -> int:
 
 
 class Provider:
-    """A stand-in for a provider that honours idempotency keys (Stripe, an email API): call
-    it where the step calls the provider, passing what the step would send as the
-    provider's key, and it counts one effect per distinct key, one per call without a key.
-
-        provider = Provider()
-        monkeypatch.setattr(shop.payments, "create_charge", provider)
-        # the step: create_charge(amount, idempotency_key=receipts.current().downstream_key)
-
-    Calls are appended to a file, so a step run in forked processes (or killed right after
-    its call) is counted by the test's process too."""
+    """A stand-in for a provider that honours idempotency keys: one effect per distinct
+    `idempotency_key`, one per call without one. Calls are appended to a file, so a step run
+    in forked processes (or killed right after its call) is counted by the test's process."""
 
     def __init__(self, path: str | Path | None = None, *, returns: Any = None) -> None:
         if path is None:
-            fd, name = tempfile.mkstemp(prefix="receipts-provider-", suffix=".jsonl")
+            fd, path = tempfile.mkstemp(prefix="receipts-provider-", suffix=".jsonl")
             os.close(fd)
-            path = name
         self.path = Path(path)
         self.path.touch()
         self.returns = returns
@@ -76,14 +63,9 @@ class Provider:
             "claim": None if claim is None else [claim.scope, claim.key, claim.fencing_token, claim.attempt],
             "pid": os.getpid(),
         }
-        line = (json.dumps(record) + "\n").encode()
-        # One write on an O_APPEND descriptor: lines from concurrent processes never interleave,
-        # and the kernel has the line before the process can be killed.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        # One unbuffered append: lines never interleave, and the kernel has it before any kill.
+        with open(self.path, "ab", buffering=0) as file:
+            file.write((json.dumps(record) + "\n").encode())
         if self._die_after_call:
             os.kill(os.getpid(), signal.SIGKILL)
         return self.returns
@@ -95,17 +77,12 @@ class Provider:
         return [call["idempotency_key"] for call in self.calls()]
 
     def effects(self) -> int:
-        """What a provider that honours keys made: one per distinct key, one per keyless call."""
         keys = self.keys()
         return len({k for k in keys if k is not None}) + keys.count(None)
 
 
-# --- in a row -----------------------------------------------------------------------------------
-
-
 def assert_runs_once(call: Callable[[], Any], *, effects: Callable[[], int], times: int = 2) -> list[Any]:
-    """Call `call()` `times` times in a row: one effect, and every call returns the same
-    result. Returns the results."""
+    """`times` calls in a row make one effect and return one result. Returns the results."""
     _need_times(times, 2)
     before = effects()
     results = [call() for _ in range(times)]
@@ -127,10 +104,9 @@ def assert_view_runs_once(
     key: str = VIEW_KEY,
     **request: Any,
 ) -> list[Any]:
-    """Send the same request with the same Idempotency-Key `times` times through Django's
-    test `client` (or DRF's APIClient): one effect, and every later response is a replay of
-    the first (same status and body, marked Idempotent-Replayed). `request` is passed on to
-    the client's method (data=, content_type=, headers=). Returns the responses."""
+    """The request sent `times` times with one Idempotency-Key through a test `client` makes
+    one effect, and every later response replays the first. `request` goes to the client's
+    method (data=, content_type=, headers=). Returns the responses."""
     _need_times(times, 2)
     send = getattr(client, method.lower())
     headers = {**request.pop("headers", {}), "Idempotency-Key": key}
@@ -142,39 +118,28 @@ def assert_view_runs_once(
         raise AssertionError(f"the first {method.upper()} {path} was answered {first.status_code}: {_body(first)}")
     for number, response in enumerate(responses[1:], 2):
         if (response.status_code, response.content) != (first.status_code, first.content):
-            raise AssertionError(
-                f"request {number} was answered {response.status_code} {_body(response)}, "
-                f"not the first request's {first.status_code} {_body(first)}"
-            )
+            raise AssertionError(f"request {number} was answered {_shown(response)}, not the first request's {_shown(first)}")
         if response.headers.get(REPLAYED_HEADER) != "true":
             raise AssertionError(f"request {number} is not marked {REPLAYED_HEADER}: true, so the view ran again")
     return responses
 
 
-# --- at the same moment -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Concurrently:
-    """What the callers of assert_runs_once_concurrently got."""
+    """What the callers of assert_runs_once_concurrently got: the one result (a response as
+    (status, body)), how many callers, and how many were told the key was in progress."""
 
-    # The one result every caller that was not refused got: a response as (status, body).
     result: Any
     callers: int
-    refused: int  # told the key was in progress (409 request-in-progress, or RequestInProgress)
+    refused: int
 
 
 def assert_runs_once_concurrently(
     call: Callable[[], Any], *, effects: Callable[[], int], threads: int = 4, processes: int = 0
 ) -> Concurrently:
-    """Call `call()` from `threads` threads at once, each on its own database connection, or,
-    with `processes`, from that many forked processes each running `threads` threads: one
-    effect, and every caller gets the one result or is told the key is in progress (a view's
-    409 request-in-progress once RECEIPTS_MAX_WAITERS callers wait; RequestInProgress from run_once
-    after its retries). Any other error fails the assertion.
-
-    For a view, make a new test Client in `call` (a Client is not shared between threads):
-    `lambda: Client().post(path, data, content_type=..., headers={"Idempotency-Key": "k"})`."""
+    """`threads` callers at once, each on its own connection (with `processes`, that many
+    forked processes of `threads` each), make one effect; each gets the one result or is told
+    the key is in progress. For a view, make a new test Client in `call`."""
     _need_times(threads, 1 if processes else 2)
     if processes < 0:
         raise ValueError("processes= is 0 (threads of this process) or more")
@@ -234,8 +199,7 @@ def _threads_of_a_process(call: Callable[[], Any], threads: int, go: Any, queue:
 
 
 def _in_forked_processes(call: Callable[[], Any], threads: int, processes: int) -> list[tuple]:
-    # Forked, not spawned: `call` may be a lambda or a closure, and the children inherit the
-    # test's settings. Each child opens connections of its own, never the parent's socket.
+    # Forked, not spawned: `call` may be a closure, and the children inherit the test's settings.
     connections.close_all()
     ctx = multiprocessing.get_context("fork")
     queue, go = ctx.Queue(), ctx.Event()
@@ -259,9 +223,6 @@ def _in_forked_processes(call: Callable[[], Any], threads: int, processes: int) 
     return outcomes
 
 
-# --- killed right after its effect -------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Crash:
     """What assert_survives_crash_after_effect saw."""
@@ -271,21 +232,9 @@ class Crash:
 
 
 def assert_survives_crash_after_effect(call: Callable[[], Any], provider: Provider, *, timeout: float = 60) -> Crash:
-    """Kill the first attempt right after its effect, before it settles; retry: the retry
-    reaches the provider with the key the killed attempt sent, so a provider that honours
-    keys makes one effect.
-
-    The first attempt runs in a forked process, which `provider` kills with SIGKILL as soon
-    as it has recorded the call: nothing of the step after its effect runs, no `finally`, no
-    settle, as when a worker is killed by the kernel or a deploy. Its receipt is left
-    processing. Instead of waiting out the lease (30 s by default) the helper ends it (its
-    renewal thread died with the process, so it would lapse the same way), then calls
-    `call()` in this process: it takes the lease over and runs the step again. A third call
-    must replay without reaching the provider.
-
-    `call` must reach `provider`, passing the key it sends downstream as `idempotency_key=`
-    (receipts.current().downstream_key). For an operation that holds a key after a crash
-    (`after_crash: "hold"`), assert_held_after_crash instead."""
+    """The first attempt, killed (SIGKILL, in a forked process) right after it reached
+    `provider`, is retried with the key it sent, and a third call replays: one effect
+    (docs/testing.md, "What the crash helper proves")."""
     seen = _killed_after_effect(call, provider, timeout, "assert_survives_crash_after_effect")
     try:
         result = call()
@@ -312,8 +261,7 @@ def assert_survives_crash_after_effect(call: Callable[[], Any], provider: Provid
 
 @dataclass(frozen=True)
 class Held:
-    """What assert_held_after_crash saw: the receipt left outcome-unknown, for the test to
-    resolve (receipts.store.mark_completed or run_again, or the operation's reconcile)."""
+    """What assert_held_after_crash saw: the receipt left outcome-unknown, for the test to resolve."""
 
     receipt: Any  # receipts.models.Receipt
     downstream_key: str | None  # what the killed attempt sent the provider
@@ -322,15 +270,9 @@ class Held:
 def assert_held_after_crash(
     call: Callable[[], Any], provider: Provider, *, retries: int = 2, timeout: float = 60
 ) -> Held:
-    """Kill the first attempt right after its effect, before it settles, as
-    assert_survives_crash_after_effect does; then the step's operation must hold the key
-    (`after_crash: "hold"`): each of `retries` calls is answered outcome-unknown
-    (receipts.OutcomeUnknown, or a view's 409 `outcome-unknown`) and none reaches the
-    provider again, so the provider was called once. Returns the held receipt:
-
-        held = assert_held_after_crash(lambda: send_invoice(7), provider)
-        store.mark_completed(held.receipt, result='{"sent": true}', actor="test")
-        assert send_invoice(7) == {"sent": True}  # replayed: the provider is not called"""
+    """Under `after_crash: "hold"`: the first attempt, killed right after its effect, leaves
+    its key held; each of `retries` calls is answered outcome-unknown and none reaches the
+    provider. Returns the held receipt, for the test to resolve."""
     _need_times(retries, 1)
     seen = _killed_after_effect(call, provider, timeout, "assert_held_after_crash")
     for number in range(1, retries + 1):
@@ -359,8 +301,7 @@ def _held_response(value: Any) -> bool:
 
 def _killed_after_effect(call: Callable[[], Any], provider: Provider, timeout: float, helper: str) -> int:
     """Run `call` in a forked process killed right after it reaches `provider`, check that it
-    left its receipt processing, and end its lease. Returns how many calls the provider had
-    before."""
+    left its receipt processing, and end its lease. Returns the provider's calls before."""
     from receipts.models import Receipt
 
     _need_committed_data(helper)
@@ -399,21 +340,14 @@ def _die_after_effect(call: Callable[[], Any], provider: Provider) -> None:
     # Reached only when the step never called the provider: exit 0 tells the test so.
 
 
-# --- shared -------------------------------------------------------------------------------------
-
-
 def _need_times(times: int, least: int) -> None:
     if not isinstance(times, int) or times < least:
         raise ValueError(f"needs {least} calls or more to show the effect happens once, got {times!r}")
 
 
 def _need_committed_data(helper: str) -> None:
-    """Other connections see only committed data: refuse a test that runs in a transaction
-    (their receipts would also be committed and outlive its rollback), and an in-memory
-    SQLite database, which other processes cannot open. The helpers that run callers on
-    other connections (threads, processes, the killed first attempt) need a pytest-django
-    test marked `@pytest.mark.django_db(transaction=True)`, and on SQLite a test database in
-    a file."""
+    """Callers on other connections see only committed data: refuse a test inside a
+    transaction, and an in-memory SQLite database, which other processes cannot open."""
     if connection.in_atomic_block:
         raise RuntimeError(
             f"{helper} runs callers on other database connections, which cannot see this test's "

@@ -1,12 +1,7 @@
-"""Wake callers that wait (`Prefer: wait=N`, `wait_seconds`) for an in-flight first attempt.
-
-A waiter subscribes to its key (`subscription`) and sleeps on its `Wakeup`. Settling a
-receipt wakes the waiters of its key: in this process through `transaction.on_commit`, so
-nobody wakes before the result is visible; in other processes on PostgreSQL (psycopg 3)
-through NOTIFY, delivered at commit (receipts/pg.py sends it) to one LISTEN thread per
-process. Nothing depends on a notification arriving: a waiter also wakes on a slow, growing
-timer and looks again, so a lost notification (or SQLite) costs latency, never correctness.
-A process lets at most RECEIPTS_MAX_WAITERS callers wait at once (`Wakeup.take_slot`)."""
+"""Wake callers that wait for an in-flight first attempt. A settle wakes its key's waiters at
+commit: in this process by `transaction.on_commit`, in others on PostgreSQL by a NOTIFY heard
+by one LISTEN thread per process. A waiter also looks again on a growing timer, so a lost
+notification costs latency, never correctness. At most RECEIPTS_MAX_WAITERS wait per process."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ _listener: threading.Thread | None = None
 _stop = threading.Event()
 _waiting = 0  # callers of this process holding a waiting slot now (under _lock)
 
-# The fallback timer: first look again after FIRST_INTERVAL, doubling up to MAX_INTERVAL, so
-# a waiter reads the database a handful of times, not in a tight loop.
+# The fallback timer: FIRST_INTERVAL, doubling up to MAX_INTERVAL.
 FIRST_INTERVAL = 0.05
 MAX_INTERVAL = 1.0
 
@@ -44,9 +38,7 @@ def topic(scope: str, key: str) -> str:
 
 
 class Wakeup:
-    """One waiter of one key: a threading.Event a sync caller sleeps on, or, for an async
-    caller (store.aclaim), a future of its event loop, which a wake-up resolves from whatever
-    thread it comes from (call_soon_threadsafe), so the loop is never blocked."""
+    """One waiter of one key: an Event a sync caller sleeps on, or an async caller's future."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -56,9 +48,8 @@ class Wakeup:
         self.future: asyncio.Future[None] | None = None  # what an async waiter awaits now
 
     def set(self) -> None:
-        # Called under _lock (by _wake): takes no lock itself. The event first, the future
-        # after: an async waiter sets its future first and reads the event after, so one of
-        # the two always sees the other.
+        # Under _lock. The event first: an async waiter sets its future first and reads the
+        # event after, so one of the two always sees the other.
         self.event.set()
         future = self.future
         if future is not None:
@@ -66,14 +57,9 @@ class Wakeup:
                 future.get_loop().call_soon_threadsafe(_resolve, future)
 
     def take_slot(self) -> bool:
-        """May this caller wait? True if it holds one of the process's RECEIPTS_MAX_WAITERS
-        slots (taken once, given back when the subscription ends); False when all are taken.
-
-        A waiter holds a server thread while it sleeps, and the completion it waits for needs
-        a thread too: if waiters took every thread of a process, completions (and lease
-        renewals) would queue behind them until the leases lapsed and other callers ran the
-        step again. A duplicate refused a slot is answered at once with the 409 and its
-        Retry-After, as without waiting, and the threads beyond the cap stay free."""
+        """May this caller wait? It holds one of the process's RECEIPTS_MAX_WAITERS slots until
+        the subscription ends: waiters that took every thread would starve the completions and
+        renewals they wait for, until leases lapsed and the step ran twice."""
         global _waiting
         if not self.holds_slot:
             with _lock:
@@ -149,15 +135,13 @@ def wake_on_commit(scope: str, key: str) -> None:
 
 def _ensure_listener() -> None:
     global _listener
-    # The listener speaks psycopg 3; on psycopg2 (and SQLite, MySQL/MariaDB) other processes'
-    # settles are seen by the fallback timer.
+    # psycopg 3 only; elsewhere other processes' settles are seen by the fallback timer.
     if not pg.usable():
         return
     with _lock:
         if _listener is not None and _listener.is_alive():
             return
-        # The parameters Django itself connects with, OPTIONS included (sslmode, a service,
-        # certificates), so the listener reaches the server the way the app's connection does.
+        # The parameters Django itself connects with, OPTIONS included.
         params = connection.get_connection_params()
         params.setdefault("connect_timeout", 5)
         _stop.clear()

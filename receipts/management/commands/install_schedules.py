@@ -8,11 +8,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         result = install_schedules()
-        for label, names in (
-            ("created", result.created),
-            ("updated", result.updated),
-            ("removed", result.removed),
-            ("unchanged", result.unchanged),
-        ):
+        for label in ("created", "updated", "removed", "unchanged"):
+            names = getattr(result, label)
             if names:
                 self.stdout.write(f"{label}: {', '.join(names)}")
