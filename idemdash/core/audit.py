@@ -57,6 +57,19 @@ class AuditEntry(models.Model):
 NAME_FIELDS = ("key", "provider_event_id", "dedupe_key", "name", "slug")
 
 
+REASON_LIMIT = 500
+
+
+def cut(text: str, limit: int = REASON_LIMIT) -> str:
+    """An operator's reason or note as kept: stripped, and at most `limit` characters; a longer
+    one ends with a mark saying how much was cut, so nobody reads it as whole."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    mark = f" … [cut from {len(text)} characters]"
+    return text[: limit - len(mark)] + mark[:limit]
+
+
 def name_of(obj: Any) -> str:
     for field_name in NAME_FIELDS:
         value = getattr(obj, field_name, None)

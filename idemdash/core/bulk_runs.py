@@ -106,7 +106,7 @@ def start(kind_name: str, rows: QuerySet, *, actor: str, user: Any = None, reaso
     with transaction.atomic():
         run = BulkRun.objects.create(
             created_at=now, updated_at=now, kind=kind_name, title="", filters=filters[:5000], actor=actor,
-            user=user if getattr(user, "pk", None) else None, reason=reason[:500],
+            user=user if getattr(user, "pk", None) else None, reason=audit.cut(reason),
         )
         items = [
             BulkItem(run=run, object_id=row.pk, name=kind.row_key(row)[:255])

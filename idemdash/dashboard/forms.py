@@ -238,12 +238,15 @@ class AuditFilter(ListFilter):
     after_id = forms.IntegerField(required=False, min_value=0, label="After entry")
     through_id = forms.IntegerField(required=False, min_value=0, label="Through entry")
 
-    lookups = {"actor": "actor", "action": "action", "kind": "object_type", "run": "run_id",
-               "after_id": "id__gt", "through_id": "id__lte"}
+    lookups = {"actor": "actor", "kind": "object_type", "run": "run_id", "after_id": "id__gt", "through_id": "id__lte"}
 
     def entries(self, qs: QuerySet) -> QuerySet:
+        from idemdash.dashboard.queries import audit_actions
+
         qs = self.filtered(qs)
         data = self.cleaned_data
+        if data.get("action"):  # its stored name or the verb the log shows
+            qs = qs.filter(action__in=audit_actions(data["action"]))
         if data.get("object"):
             qs = qs.filter(Q(object_name=data["object"]) | Q(object_id=data["object"]))
         if not any(data.get(name) not in (None, "") for name in ("run", "object", "action", "after_id")):

@@ -606,7 +606,44 @@ AUDIT_NOUNS: dict[str, str] = {
     "idemdash_dashboard.alertrule": "alert rule",
     "devtools.demoswitch": "demo switch",
     "idemdash_core.apiclient": "API client",
+    "outbox.outboxpause": "outbox pause",
 }
+
+# The operator's verb for each audit action, as the log shows it and its Action filter takes it
+# (docs/architecture.md section 8); tests/dashboard/test_audit_log.py checks that every action
+# the code records has one.
+AUDIT_VERBS: dict[str, str] = {
+    "receipt.release": "Release",
+    "receipt.mark_completed": "Mark completed",
+    "receipt.run_again": "Run again",
+    "webhook_event.reprocess": "Reprocess",
+    "webhook_event.release": "Release (stuck)",
+    "outbox_message.send_now": "Send now",
+    "outbox_message.send_again": "Send again",
+    "outbox_message.release": "Release (stuck)",
+    "webhook_endpoint.pause": "Pause endpoint",
+    "webhook_endpoint.resume": "Resume endpoint",
+    "bulk_run.start": "Start bulk run",
+    "bulk_run.cancel": "Cancel bulk run",
+    "outbox_pause.pause": "Pause sending",
+    "outbox_pause.resume": "Resume sending",
+    "incident.acknowledge": "Acknowledge incident",
+    "alert_rule.create": "Add alert rule",
+    "alert_rule.update": "Change alert rule",
+    "alert_rule.delete": "Delete alert rule",
+    "alert_rule.evaluate": "Evaluate alert rule",
+    "apiclient.create": "Add API client",
+    "apiclient.revoke": "Revoke API client",
+    "demo_switch.break": "Break (demo)",
+    "demo_switch.fix": "Fix (demo)",
+}
+
+
+def audit_actions(named: str) -> list[str]:
+    """The stored actions an Action filter names: the stored name itself, and every action
+    whose verb it is, in any case ("Release" is receipt.release; "release (stuck)" both kinds')."""
+    wanted = named.strip().casefold()
+    return [named.strip(), *(action for action, verb in AUDIT_VERBS.items() if verb.casefold() == wanted)]
 
 
 # A webhook handler that fans out may enqueue many messages: its page lists the first ones.

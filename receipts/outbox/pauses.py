@@ -98,7 +98,7 @@ def pause(kind: str, target: str, *, actor: str, user: Any = None, note: str = "
         what = "registered action" if kind == Kind.ACTION else "host the outbox sends to"
         listed = ", ".join(known[:LISTED]) + (f" and {len(known) - LISTED} more" if len(known) > LISTED else "")
         raise InvalidPause(f"{target} is not a {what}. " + (f"These are: {listed}." if known else "There is none yet."))
-    note = (note or "").strip()[:500]
+    note = audit.cut(note)
     try:
         with transaction.atomic():
             row = OutboxPause.objects.create(
@@ -124,7 +124,7 @@ def resume(kind: str, target: str, *, actor: str, user: Any = None, note: str = 
         waiting = covered(row).filter(status__in=WAITING).count()
         detail = f"{row.get_kind_display()} {target}: {waiting} waiting messages to send"
         audit.record(actor, "outbox_pause.resume", row, "paused", "sending",
-                     detail + (f"; {note.strip()[:500]}" if note and note.strip() else ""), user=user)
+                     detail + (f"; {audit.cut(note)}" if audit.cut(note) else ""), user=user)
         transaction.on_commit(drain_soon)
     return True
 

@@ -53,6 +53,46 @@ def test_an_entry_reads_by_its_verb_and_the_filter_finds_it_by_its_action_name(v
     assert "action <strong>Send again</strong>" in html
 
 
+def test_the_action_filter_takes_the_verb_the_log_shows_in_any_case(viewer_client):
+    from tests.dashboard.build import failed, outbox_message
+
+    audit.record("otto", "receipt.release", failed("k1"), "failed", "released", "released-it")
+    audit.record("otto", "outbox_message.release", outbox_message("m1", "in_flight"), "in_flight", "retry", "freed-it")
+    for verb in ("Release", "release", " RELEASE "):
+        html = viewer_client.get("/audit/", {"action": verb}).content.decode()
+        assert "released-it" in html and "freed-it" not in html, verb
+    html = viewer_client.get("/audit/", {"action": "Release (stuck)"}).content.decode()
+    assert "freed-it" in html and "released-it" not in html
+    assert '<option value="Release">' in viewer_client.get("/audit/").content.decode()  # suggested as shown
+
+
+def test_every_action_the_code_records_has_a_verb():
+    import re
+    from pathlib import Path
+
+    from idemdash.dashboard.queries import AUDIT_VERBS
+
+    root = Path(__file__).resolve().parents[2]
+    recorded = set()
+    for package in ("idemdash", "receipts", "webhooks"):
+        for source in (root / package).rglob("*.py"):
+            for line in source.read_text().splitlines():
+                if "record(" in line or "audit_action" in line or "Repair(" in line:
+                    recorded |= set(re.findall(r'"([a-z_]+\.[a-z_]+)"', line))
+    assert {"receipt.release", "alert_rule.update", "demo_switch.fix", "outbox_message.send_now"} <= recorded
+    assert recorded - set(AUDIT_VERBS) == set()
+
+
+def test_a_pause_entry_names_its_kind_as_an_operator_knows_it(viewer_client, settings):
+    from receipts.outbox import pauses
+
+    settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["partner.example.com"]
+    pauses.pause("host", "partner.example.com", actor="otto", note="403s")
+    html = viewer_client.get("/audit/").content.decode()
+    subject = html.split('data-role="subject">')[1].split("</td>")[0]
+    assert '<span class="muted small">outbox pause</span>' in subject and "outboxpause" not in subject
+
+
 def test_it_pages_backwards_by_id(viewer_client, operator, monkeypatch):
     for i in range(55):
         audit.record("otto", "test.action", operator, detail=f"entry-{i:02d}")

@@ -37,6 +37,14 @@ def test_releasing_a_failed_key_marks_it_released_keeps_its_error_and_is_audited
     assert 'data-live="true"' in html and 'hx-trigger="every 2s' in html  # waits for the next attempt
 
 
+def test_a_reason_longer_than_the_audit_keeps_says_it_was_cut(operator_client, operator):
+    r = failed("k1")
+    post_action(operator_client, f"/receipts/{r.pk}/", "release", "the issuer said so " * 40)  # 760 characters
+    r.refresh_from_db()
+    assert len(r.release_reason) == 500 and r.release_reason.endswith(" … [cut from 759 characters]")
+    assert AuditEntry.objects.get(action="receipt.release").detail == r.release_reason
+
+
 def test_a_released_key_is_not_counted_or_listed_as_failed(operator_client):
     r = failed("k1")
     failed("k2")

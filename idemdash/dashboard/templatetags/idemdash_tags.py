@@ -9,6 +9,7 @@ from django.utils.html import format_html
 
 from idemdash.core.caller_text import isolated_html
 from idemdash.core.masking import mask_text
+from idemdash.dashboard.queries import AUDIT_VERBS
 
 register = template.Library()
 
@@ -116,27 +117,9 @@ def _rough(n: int) -> str:
     return f"{round(n, -3):,}"
 
 
-# The operator's verb for each audit action (docs/architecture.md section 8).
-AUDIT_VERBS = {
-    "receipt.release": "Release",
-    "webhook_event.reprocess": "Reprocess",
-    "webhook_event.release": "Release (stuck)",
-    "outbox_message.send_now": "Send now",
-    "outbox_message.send_again": "Send again",
-    "outbox_message.release": "Release (stuck)",
-    "webhook_endpoint.pause": "Pause endpoint",
-    "webhook_endpoint.resume": "Resume endpoint",
-    "bulk_run.start": "Start bulk run",
-    "bulk_run.cancel": "Cancel bulk run",
-    "outbox_pause.pause": "Pause sending",
-    "outbox_pause.resume": "Resume sending",
-    "incident.acknowledge": "Acknowledge incident",
-}
-
-
 @register.filter
 def audit_verb(action: str) -> str:
-    """The verb of an action, or its stored name for an action the table does not know."""
+    """The verb of an action (queries.AUDIT_VERBS), or its stored name for one it does not know."""
     return AUDIT_VERBS.get(action, action)
 
 

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from idemdash.core import actions
+from idemdash.core import actions, audit
 from idemdash.core.actions import shown_status
 from idemdash.dashboard import queries
 from idemdash.dashboard.access import operator_required
@@ -66,7 +66,7 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
         return render(request, "dashboard/object_confirm.html", {**context, "summary": template, "confirming": True})
 
     status = 200
-    reason = request.POST.get("reason", "").strip()[:500] or f"{spec.verb.lower()} from the dashboard"
+    reason = audit.cut(request.POST.get("reason", "")) or f"{spec.verb.lower()} from the dashboard"
     given = {"result": request.POST.get("result", "")} if spec.input else {}
     try:
         spec.perform(obj, actor=request.user.get_username(), user=request.user, reason=reason, **given)

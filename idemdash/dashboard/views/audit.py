@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard import queries
 from idemdash.dashboard.forms import AuditFilter
-from idemdash.dashboard.templatetags.idemdash_tags import AUDIT_VERBS, audit_verb
+from idemdash.dashboard.templatetags.idemdash_tags import audit_verb
 from idemdash.dashboard.views.pages import describe_filter, newest_first_page, partial_or_page
 from idemdash.core.audit import AuditEntry
 
@@ -26,7 +26,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         # The action by its verb, as the rows name it.
         "filters": [(label, audit_verb(value) if label == form.fields["action"].label else value)
                     for label, value in describe_filter(form)],
-        "actions": sorted(AUDIT_VERBS),
+        "actions": sorted(set(queries.AUDIT_VERBS.values())),  # what the filter suggests: the verbs shown
     }
     newest_first_page(request, form.entries(AuditEntry.objects.select_related("user")), context)
     queries.name_audit_subjects(context["rows"])

@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from idemdash.core import actions, bulk_runs
+from idemdash.core import actions, audit, bulk_runs
 from idemdash.core.actions import BulkAction
 from idemdash.core.bulk import BULK_LIMIT
 from idemdash.core.bulk_runs import BulkItem, BulkRun
@@ -91,7 +91,7 @@ def bulk_action(request: HttpRequest, kind: str) -> HttpResponse:
             raise PermissionDenied("Only operators may act.")
         run = bulk_runs.start(
             page.kind, targets, actor=request.user.get_username(), user=request.user,
-            reason=request.POST.get("reason", "").strip()[:500] or f"bulk {spec.verb.lower()} from the dashboard",
+            reason=audit.cut(request.POST.get("reason", "")) or f"bulk {spec.verb.lower()} from the dashboard",
             filters="; ".join(f"{label}: {value}" for label, value in context["filters"]),
         )
         expected = request.POST.get("expected", "")
