@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReadOnlyInline, ReferenceInline, SearchesReferences, clipped, to_the_second
 from webhooks import endpoints, operator_actions
 from webhooks.models import (
     EventReference,
@@ -91,27 +91,15 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         self.message_user(request, f"Resumed; {released} held event(s) released to processing.")
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(ReadOnlyInline):
     model = WebhookAttempt
-    extra = 0
-    can_delete = False
     fields = ["number", "outcome", "started_at", "finished_at", "duration_ms", "error"]
-    readonly_fields = fields
     ordering = ["-id"]
 
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
 
-
-class DeliveryInline(admin.TabularInline):
+class DeliveryInline(ReadOnlyInline):
     model = WebhookDelivery
-    extra = 0
-    can_delete = False
     fields = ["received_at", "delivery_id", "duplicate", "payload_matches", "secret"]
-    readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
 
 
 class EventReferenceInline(ReferenceInline):

@@ -96,17 +96,25 @@ class ReadOnlyAdmin(FilterSafe, admin.ModelAdmin):
         return False
 
 
-class ReferenceInline(admin.TabularInline):
-    """An object's references on its admin page, read-only like the object (each app's admin
-    sets `model`)."""
+class ReadOnlyInline(admin.TabularInline):
+    """Rows of a log on their object's admin page (its attempts, deliveries, references):
+    `fields` shown read-only, never added or deleted there. Each sets `model` and `fields`."""
 
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["kind", "value", "created_at"]
-    ordering = ["created_at", "pk"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.fields or ())
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReferenceInline(ReadOnlyInline):
+    """An object's references on its admin page (each app's admin sets `model`)."""
+
+    fields = ["kind", "value", "created_at"]
+    ordering = ["created_at", "pk"]
 
 
 class SearchesReferences:

@@ -11,7 +11,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from idemdash.core.columns import ReadOnlyAdmin, to_the_second
+from idemdash.core.columns import ReadOnlyAdmin, ReadOnlyInline, to_the_second
 from idemdash.dashboard import alerts
 from idemdash.dashboard.models import Alert, AlertRule, Incident, IncidentEvent
 
@@ -71,15 +71,9 @@ class AlertAdmin(ReadOnlyAdmin):
     has_delete_permission = admin.ModelAdmin.has_delete_permission
 
 
-class IncidentEventInline(admin.TabularInline):
+class IncidentEventInline(ReadOnlyInline):
     model = IncidentEvent
-    extra = 0
-    can_delete = False
-    readonly_fields = ["at", "kind", "actor", "detail", "notification_key"]
-    fields = readonly_fields
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    fields = ["at", "kind", "actor", "detail", "notification_key"]
 
 
 @admin.register(Incident)

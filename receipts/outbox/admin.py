@@ -10,23 +10,17 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from idemdash.core.actions import OperatorAction, act_on_each
-from idemdash.core.columns import FilterSafe, ReferenceInline, SearchesReferences, clipped, to_the_second
+from idemdash.core.columns import FilterSafe, ReadOnlyInline, ReferenceInline, SearchesReferences, clipped, to_the_second
 from idemdash.core.columns import pretty_json as _pretty_json
 from receipts.outbox import operator_actions, pauses
 from receipts.outbox.models import MessageReference, OutboxAttempt, OutboxMessage, OutboxPause
 from receipts.references import cause_of
 
 
-class OutboxAttemptInline(admin.TabularInline):
+class OutboxAttemptInline(ReadOnlyInline):
     model = OutboxAttempt
     fields = ("number", "outcome", "status_code", "duration_ms", "error", "drainer", "created_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
     ordering = ("-created_at",)
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 def _repair(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet, action: OperatorAction,
