@@ -42,6 +42,8 @@ def test_confirming_reprocesses_exactly_the_previewed_events_in_a_run(operator_c
     run, html = confirm_bulk(operator_client, "/events/bulk-reprocess/", {"type": "charge.failed", "status": "dead"})
     assert run.title == "Reprocess 2 dead events" and run.status == "finished"
     assert "Requeued 2 of 2" in html and 'data-over="false"' in html  # not processed yet: it keeps polling
+    # Finished acting, not yet settled: the badge says so, not "finished".
+    assert 'data-role="run-badge" title="every row was acted on; 2 not settled yet">settling</span>' in html
     assert "type=charge.failed" in html  # back to the list with the same filter
     statuses = dict(WebhookEvent.objects.values_list("provider_event_id", "status"))
     assert statuses == {"evt_1": "received", "evt_2": "received", "evt_3": "dead", "evt_4": "completed"}
@@ -123,6 +125,7 @@ def test_the_summary_says_sent_n_of_m_once_the_drain_sent_them_and_stops_polling
         "m1": "dead", "m2": "sent"}
     assert '<span class="badge badge-sent">sent</span> 1 of 2, <span class="badge badge-dead">dead</span> 1' in html
     assert 'data-over="true"' in html and "every row has settled" in html
+    assert '<span class="badge badge-finished" data-role="run-badge">finished</span>' in html
     assert 'hx-trigger="every 2s"' not in html
 
 

@@ -49,3 +49,13 @@ def test_the_board_refreshes_itself_in_place_from_the_same_url(viewer_client):
     assert '<div id="stuck-board"' in fragment and ">k1</a>" in fragment and "<html" not in fragment
     stuck("k2")  # what the next poll shows without a reload
     assert ">k2</a>" in viewer_client.get("/stuck/", headers={"HX-Request": "true"}).content.decode()
+
+
+def test_each_lease_reads_as_the_time_it_expired_and_how_long_ago(viewer_client):
+    from receipts.models import Receipt
+
+    r = stuck("k1", minutes_ago=50)
+    expired = Receipt.objects.get(pk=r.pk).lease_expires_at
+    html = viewer_client.get("/stuck/").content.decode()
+    cell = html.split('data-role="lease-expired">')[1].split("</td>")[0]
+    assert expired.strftime("%Y-%m-%d %H:%M:%S") in cell and " ago</span>" in cell
