@@ -75,8 +75,10 @@ def verify_delivery(
         verified = _standard_identity(index, _parse_json(body), headers)
     else:
         raise ValueError(f"unknown provider {provider!r}")
-    if len(verified.dedupe_key) > MAX_KEY_LENGTH or len(verified.delivery_id) > MAX_DELIVERY_ID_LENGTH:
+    if len(verified.dedupe_key) > MAX_KEY_LENGTH:
         raise VerificationError("invalid_id", f"The event id is longer than {MAX_KEY_LENGTH} characters.")
+    if len(verified.delivery_id) > MAX_DELIVERY_ID_LENGTH:
+        raise VerificationError("invalid_id", f"The delivery id is longer than {MAX_DELIVERY_ID_LENGTH} characters.")
     if CONTROL_CHARACTERS.search(verified.dedupe_key + verified.delivery_id):
         raise VerificationError("invalid_id", "The event id contains control characters.")
     return verified

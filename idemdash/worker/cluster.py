@@ -21,7 +21,7 @@ import uuid
 from collections import deque
 from multiprocessing import Event, RawValue, current_process
 from time import sleep
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -65,6 +65,16 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the prctl
         os._exit(1)
+
+
+def _outbox_drain() -> ModuleType | None:
+    """receipts/outbox/drain.py, which the cluster tells when to stop and when to yield; None
+    where the outbox is not installed (a host may receive webhooks without it)."""
+    if not apps.is_installed("receipts.outbox"):
+        return None
+    from receipts.outbox import drain
+
+    return drain
 
 
 def _role(sentinel: django_q_cluster.Sentinel, process: Any) -> str:
@@ -134,9 +144,7 @@ class Sentinel(django_q_cluster.Sentinel):
         me = os.getpid()
         os.register_at_fork(after_in_child=lambda: _die_with_parent(me))
         liveness.CLUSTER_ID = cluster_id  # for the workers forked from here on
-        if apps.is_installed("receipts.outbox"):
-            from receipts.outbox import drain
-
+        if (drain := _outbox_drain()) is not None:
             drain.yield_when(lambda: self.task_queue.qsize() > 0)  # a drain ends after a send when tasks wait
         self.next_tick = 0.0
         if start:
@@ -214,9 +222,7 @@ class Cluster(django_q_cluster.Cluster):
         """django-q2's Cluster.start, starting this module's Sentinel."""
         if setproctitle:
             setproctitle.setproctitle(f"qcluster {current_process().name} {self.name}")
-        if apps.is_installed("receipts.outbox"):  # a host may receive webhooks without the outbox
-            from receipts.outbox import drain
-
+        if (drain := _outbox_drain()) is not None:
             stopping = self.stopping
             drain.stop_when(lambda: stopping.value)
         self.stop_event = Event()

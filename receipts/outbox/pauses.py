@@ -123,8 +123,9 @@ def resume(kind: str, target: str, *, actor: str, user: Any = None, note: str = 
             return False
         waiting = covered(row).filter(status__in=WAITING).count()
         detail = f"{row.get_kind_display()} {target}: {waiting} waiting messages to send"
-        audit.record(actor, "outbox_pause.resume", row, "paused", "sending",
-                     detail + (f"; {audit.cut(note)}" if audit.cut(note) else ""), user=user)
+        note = audit.cut(note)
+        audit.record(actor, "outbox_pause.resume", row, "paused", "sending", detail + (f"; {note}" if note else ""),
+                     user=user)
         transaction.on_commit(drain_soon)
     return True
 
