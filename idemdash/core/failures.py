@@ -5,8 +5,6 @@ cause is its last line and the innermost frame it was raised in, as Sentry group
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 
 from idemdash.core.caller_text import HIDDEN
@@ -59,7 +57,3 @@ def cause(error: str) -> str:
         headline = masked(headline)
     return (headline[: CAUSE_LIMIT - len(where)] + where).strip()
 
-
-def signature(*parts: str) -> str:
-    """A group's identity: the digest of what it is grouped by (kind, where, cause), 32 hex."""
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
