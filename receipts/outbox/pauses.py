@@ -151,9 +151,6 @@ class Paused:
     waiting: int
     oldest: datetime | None
 
-    def age_seconds(self, now: datetime | None = None) -> float | None:
-        return None if self.oldest is None else max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
-
 
 def backlog(row: OutboxPause) -> Paused:
     """The pause with how many messages it holds back and since when (one aggregate query)."""
