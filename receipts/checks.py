@@ -9,13 +9,12 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, register
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 from django.utils.module_loading import module_has_submodule
 
 from receipts import coverage, placement
-from receipts.conf import policy_for, reconciler, rule_problems, setting
+from receipts.conf import PolicyRefused, policy_for, reconciler, setting
 
 # Named by string: receipts never imports the outbox (docs/architecture.md, section 9).
 OUTBOX_APP = "receipts.outbox"
@@ -126,58 +125,29 @@ def migrations_that_no_longer_exist(app_configs: Any = None, databases: Any = No
     return errors
 
 
+# What to write instead, for each check of RECEIPTS_OPERATIONS.
+POLICY_HINTS = {
+    "receipts.E006": 'e.g. {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}, {"email.welcome": {"ttl_seconds": None}} '
+    "(docs/receipt-store.md: Operation policies).",
+    "receipts.E017": 'e.g. {"report.*": {"ttl_seconds": 7 * 24 * 3600, "compact_after_seconds": 24 * 3600}} '
+    "(docs/receipt-store.md: Compaction).",
+}
+
+
 @register()
 def operation_policies(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Each RECEIPTS_OPERATIONS entry (conf.rule_problems) and its `reconcile`, imported."""
+    """Each RECEIPTS_OPERATIONS entry refused as a request would refuse it (conf.PolicyRefused):
+    its rules (E006), then its compaction window (E017), then its `reconcile`, imported (E006)."""
     operations = setting("RECEIPTS_OPERATIONS")
     if not isinstance(operations, dict):
         return [Error(
             f"RECEIPTS_OPERATIONS must be a dict of operation name or pattern -> policy, got {operations!r}",
             id="receipts.E006",
         )]
-    errors = [
-        Error(
-            problem,
-            hint='e.g. {"report.weekly": {"ttl_seconds": 8 * 24 * 3600}}, {"email.welcome": {"ttl_seconds": None}} '
-            "(docs/receipt-store.md: Operation policies).",
-            id="receipts.E006",
-        )
-        for name, rule in operations.items()
-        for problem in rule_problems(name, rule)
-    ]
-    if errors:
-        return errors
+    errors = []
     for name in operations:
         try:
-            policy = policy_for(name)  # an entry's own name matches it exactly
-        except ImproperlyConfigured:
-            continue  # its compaction window, the one thing left to refuse: receipts.E017
-        try:
-            reconciler(policy)
-        except ImproperlyConfigured as exc:
-            errors.append(Error(
-                str(exc), hint="docs/receipt-store.md: Operation policies names each key and its values.",
-                id="receipts.E006",
-            ))
-    return errors
-
-
-@register()
-def compaction_windows(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Each RECEIPTS_OPERATIONS entry's `compact_after_seconds` that E006 let through."""
-    operations = setting("RECEIPTS_OPERATIONS")
-    if not isinstance(operations, dict):
-        return []  # receipts.E006
-    errors = []
-    for name, rule in operations.items():
-        if not isinstance(rule, dict) or "compact_after_seconds" not in rule or rule_problems(name, rule):
-            continue
-        try:
-            policy_for(name)  # with no rule_problems, only the compaction window can be refused
-        except ImproperlyConfigured as exc:
-            errors.append(Error(
-                str(exc), hint='e.g. {"report.*": {"ttl_seconds": 7 * 24 * 3600, "compact_after_seconds": 24 * 3600}} '
-                "(docs/receipt-store.md: Compaction).",
-                id="receipts.E017",
-            ))
+            reconciler(policy_for(name))  # an entry's own name matches it exactly
+        except PolicyRefused as refused:
+            errors += [Error(problem, hint=POLICY_HINTS[refused.check], id=refused.check) for problem in refused.problems]
     return errors

@@ -132,6 +132,16 @@ RULE_KEYS = frozenset(
 )
 
 
+class PolicyRefused(ImproperlyConfigured):
+    """An operation policy that cannot be applied: its problems, and the system check's id for
+    them (receipts/checks.py:operation_policies says them at start-up, a request raises this)."""
+
+    def __init__(self, problems: list[str], check: str = "receipts.E006") -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+        self.check = check
+
+
 def rule_problems(name: str, rule: Any) -> list[str]:
     """What is wrong with one RECEIPTS_OPERATIONS entry, in words: for the system check and policy_for."""
     where = f"RECEIPTS_OPERATIONS[{name!r}]"
@@ -175,14 +185,14 @@ def policy_for(operation: str) -> Policy:
     rules: dict[str, dict[str, Any]] = setting("RECEIPTS_OPERATIONS")
     rule_name = _first_match(operation, rules)
     rule = rules[rule_name] if rule_name is not None else {}
+    problems = rule_problems(rule_name, rule) if rule_name is not None else []
+    if problems:
+        raise PolicyRefused(problems)
     financial_pattern = _first_match(operation, setting("RECEIPTS_FINANCIAL_OPERATIONS"))
     financial = bool(rule["financial"]) if "financial" in rule else financial_pattern is not None
     if not financial:
         financial_pattern = None  # a rule said "financial": False; the pattern did not decide
     default_ttl = setting("RECEIPTS_FINANCIAL_TTL_SECONDS" if financial else "RECEIPTS_DEFAULT_TTL_SECONDS")
-    problems = rule_problems(rule_name, rule) if rule_name is not None else []
-    if problems:
-        raise ImproperlyConfigured("; ".join(problems))
     on_failure = rule.get("on_failure", "retry")
     ttl_seconds = rule.get("ttl_seconds", default_ttl)
     after_crash = rule.get("after_crash", "rerun")
@@ -190,7 +200,7 @@ def policy_for(operation: str) -> Policy:
     compact_after = rule.get("compact_after_seconds")
     problem = compaction_problem(rule_name, compact_after, ttl_seconds)
     if problem:
-        raise ImproperlyConfigured(problem)
+        raise PolicyRefused([problem], "receipts.E017")
     return Policy(
         operation=operation,
         ttl=None if ttl_seconds is None else timedelta(seconds=int(ttl_seconds)),
@@ -217,9 +227,9 @@ def reconciler(policy: Policy) -> Any:
     try:
         found = import_string(policy.reconcile)
     except ImportError as exc:
-        raise ImproperlyConfigured(f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile']: {exc}") from None
+        raise PolicyRefused([f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile']: {exc}"]) from None
     if not callable(found):
-        raise ImproperlyConfigured(f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile'] names {found!r}, not a function")
+        raise PolicyRefused([f"RECEIPTS_OPERATIONS[{policy.rule!r}]['reconcile'] names {found!r}, not a function"])
     return found
 
 

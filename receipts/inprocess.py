@@ -73,7 +73,12 @@ def run_once(
     fingerprint = _check(key, operation, scope, request, encoder)
     if iscoroutinefunction(fn):
         raise TypeError(f"{fn!r} is async: await receipts.arun_once(...) instead.")
-    result = _claim_patiently(scope, key, operation, request, fingerprint, lease_seconds)
+    claiming = {"fingerprint": fingerprint, "lease_seconds": lease_seconds, "wait_seconds": WAIT_SECONDS}
+    for attempt in range(IN_PROGRESS_RETRIES + 1):
+        result = store.claim(scope, key, operation, request, **claiming)
+        if (pause := _pause(attempt, result)) is None:
+            break
+        time.sleep(pause)
     if not result.owned:
         return _not_run(result)
     held = result.held
@@ -105,16 +110,12 @@ async def arun_once(
 ) -> Any:
     """run_once for async code: fn may be `async def` or plain; nothing blocks the event loop."""
     fingerprint = _check(key, operation, scope, request, encoder)
-    result = None
+    claiming = {"fingerprint": fingerprint, "lease_seconds": lease_seconds, "wait_seconds": WAIT_SECONDS}
     for attempt in range(IN_PROGRESS_RETRIES + 1):
-        result = await store.aclaim(
-            scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds,
-            wait_seconds=WAIT_SECONDS,
-        )
-        if result.outcome != Attempt.Outcome.IN_PROGRESS or attempt == IN_PROGRESS_RETRIES:
+        result = await store.aclaim(scope, key, operation, request, **claiming)
+        if (pause := _pause(attempt, result)) is None:
             break
-        await asyncio.sleep(patience(attempt, result.retry_after, MAX_BACKOFF))
-    assert result is not None
+        await asyncio.sleep(pause)
     if not result.owned:
         return _not_run(result)
     held = result.held
@@ -198,19 +199,11 @@ def _check_encoder(encoder: Any) -> None:
         raise TypeError(f"encoder= must be a json.JSONEncoder subclass, got {encoder!r}")
 
 
-def _claim_patiently(
-    scope: str, key: str, operation: str, request: Any, fingerprint: str, lease_seconds: int | None
-) -> store.ClaimResult:
-    """Claim, waiting for a running first attempt, and claim again as the HTTP client does."""
-    for attempt in range(IN_PROGRESS_RETRIES + 1):
-        result = store.claim(
-            scope, key, operation, request, fingerprint=fingerprint, lease_seconds=lease_seconds,
-            wait_seconds=WAIT_SECONDS,
-        )
-        if result.outcome != Attempt.Outcome.IN_PROGRESS or attempt == IN_PROGRESS_RETRIES:
-            return result
-        time.sleep(patience(attempt, result.retry_after, MAX_BACKOFF))
-    raise AssertionError("unreachable")  # pragma: no cover
+def _pause(attempt: int, result: store.ClaimResult) -> float | None:
+    """How long to wait before claiming again, as the HTTP client does; None: this claim answers."""
+    if result.outcome != Attempt.Outcome.IN_PROGRESS or attempt == IN_PROGRESS_RETRIES:
+        return None
+    return patience(attempt, result.retry_after, MAX_BACKOFF)
 
 
 def _lease(result: store.ClaimResult) -> float:

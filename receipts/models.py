@@ -13,8 +13,8 @@ from idemdash.core.rollup import HourlyCount, per_hour
 from receipts.conf import policy_for
 
 
-class Receipt(LeasedWork):
-    """One intent, identified by (scope, key): the idempotency log's unit."""
+class ReceiptRecord(models.Model):
+    """What a receipt holds that its archived copy keeps too (ArchivedReceipt.COPIED)."""
 
     class Status(models.TextChoices):
         PROCESSING = "processing"
@@ -35,14 +35,24 @@ class Receipt(LeasedWork):
     response_body = models.TextField(blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=1)
-    fencing_token = models.PositiveBigIntegerField(default=1)
     created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
     completed_at = models.DateTimeField(null=True, blank=True)
     # None: permanent (`ttl_seconds: None`): never purged, never claimable again.
     expires_at = models.DateTimeField(null=True, blank=True)
     user_id = models.CharField(max_length=255, blank=True)
     session_id = models.CharField(max_length=255, blank=True)
+    # When compaction dropped the request and response body; cleared by the key's next life.
+    compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
+
+    class Meta:
+        abstract = True
+
+
+class Receipt(LeasedWork, ReceiptRecord):
+    """One intent, identified by (scope, key): the idempotency log's unit."""
+
+    fencing_token = models.PositiveBigIntegerField(default=1)
+    updated_at = models.DateTimeField()
     # Set by a caller that waits for this attempt: only then does its settle send a NOTIFY,
     # whose commit takes a lock that serialises every committing NOTIFY on the server.
     waiters = models.BooleanField(default=False, db_default=False, editable=False)
@@ -54,8 +64,6 @@ class Receipt(LeasedWork):
         max_length=255, blank=True, default="", db_default="", help_text="The operator; empty for the worker."
     )
     release_reason = models.TextField(blank=True, default="", db_default="")
-    # When compaction dropped the request and response body; cleared by the key's next life.
-    compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
 
     class Meta:
         constraints = [
@@ -210,29 +218,12 @@ class ClaimDurationHourly(DurationHourly):
     Meta = per_hour("claim durations per hour", "bucket")
 
 
-class ArchivedReceipt(models.Model):
+class ArchivedReceipt(ReceiptRecord):
     """A financial receipt kept after its expiry, copied in the transaction that deletes it; a
     key's several lives are told apart by `original_id` and `created_at`."""
 
     original_id = models.BigIntegerField()
-    scope = models.CharField(max_length=255)
-    key = models.CharField(max_length=255)
-    operation = models.CharField(max_length=100)
-    fingerprint = models.CharField(max_length=64)
-    request = models.JSONField(null=True, blank=True)
-    status = models.CharField(max_length=16)
-    retryable = models.BooleanField()
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_content_type = models.CharField(max_length=255, blank=True)
-    response_body = models.TextField(blank=True)
-    error = models.TextField(blank=True)
-    attempts = models.PositiveIntegerField()
-    created_at = models.DateTimeField()
-    completed_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField()
-    user_id = models.CharField(max_length=255, blank=True)
-    session_id = models.CharField(max_length=255, blank=True)
-    compacted_at = models.DateTimeField(null=True, blank=True, db_default=None)
+    expires_at = models.DateTimeField()  # only an expiring receipt is purged, so archived
     archived_at = models.DateTimeField(db_index=True)
 
     class Meta:
@@ -241,11 +232,7 @@ class ArchivedReceipt(models.Model):
     def __str__(self) -> str:
         return f"{self.scope}/{self.key} (archived)"
 
-    COPIED = (
-        "scope", "key", "operation", "fingerprint", "request", "status", "retryable",
-        "response_status", "response_content_type", "response_body", "error", "attempts",
-        "created_at", "completed_at", "expires_at", "user_id", "session_id", "compacted_at",
-    )
+    COPIED = tuple(f.name for f in ReceiptRecord._meta.fields)
 
 
 class ReceiptReference(Reference):

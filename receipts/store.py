@@ -431,16 +431,13 @@ def _stored_result(result: Any) -> dict[str, Any]:
 def _resolve(receipt: Receipt, stored: dict[str, Any], now: datetime, *, actor: str, detail: str) -> bool:
     """Complete a held receipt with `stored`, fenced like a takeover (still the lapsed
     processing receipt that was read) and bumping the token. False if it changed."""
-    won = compare_and_set(
-        Receipt.objects.filter(rules.LAPSED.q(now=now), pk=receipt.pk), "fencing_token", receipt.fencing_token,
-        Status.PROCESSING, status=Status.COMPLETED, lease_expires_at=None, completed_at=now,
-        fencing_token=F("fencing_token") + 1, updated_at=now, **stored,
-    )
+    won = _transition(receipt, now, expect_status=Status.PROCESSING, where=rules.LAPSED.q(now=now),
+                      status=Status.COMPLETED, lease_expires_at=None, completed_at=now, **stored)
     if won:
-        Attempt.record(receipt, outcome=Outcome.COMPLETED, fencing_token=receipt.fencing_token + 1, detail=detail,
-                       actor=actor, created_at=now)
+        Attempt.record(won, outcome=Outcome.COMPLETED, fencing_token=won.fencing_token, detail=detail, actor=actor,
+                       created_at=now)
         path().notify(receipt.scope, receipt.key)
-    return won
+    return won is not None
 
 
 def _new_receipt(intent: _Intent, now: datetime) -> dict[str, Any]:

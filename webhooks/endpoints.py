@@ -122,7 +122,7 @@ def pause(endpoint: WebhookEndpoint, *, actor: str, user: Any = None, note: str 
         held = WebhookEvent.objects.filter(endpoint=endpoint, status__in=WebhookEvent.CLAIMABLE).update(
             status=WebhookEvent.Status.HELD, enqueued_at=None
         )
-        note = (note or "").strip()[:500]
+        note = audit.cut(note)
         audit.record(actor, "webhook_endpoint.pause", endpoint, "active", "paused",
                      f"{held} waiting events held" + (f"; {note}" if note else ""), user=user)
     endpoint.paused = True
@@ -141,7 +141,7 @@ def resume(endpoint: WebhookEndpoint, *, actor: str, user: Any = None, note: str
         released = held.filter(pk__in=ids).update(
             status=WebhookEvent.Status.RECEIVED, next_attempt_at=now, enqueued_at=now
         )
-        note = (note or "").strip()[:500]
+        note = audit.cut(note)
         audit.record(actor, "webhook_endpoint.resume", endpoint, "paused", "active",
                      f"{released} held events released" + (f"; {note}" if note else ""), user=user)
         for event_id in ids:

@@ -247,20 +247,11 @@ def fail_event(
     if retry_in is None:
         retry_in = backoff(event.attempts, setting("WEBHOOKS_BACKOFF_BASE"), setting("WEBHOOKS_BACKOFF_CAP"))
     if event.attempts >= setting("WEBHOOKS_MAX_ATTEMPTS"):
-        won = _settle(event, Status.DEAD, error, references, status=Status.DEAD, finished_at=now, last_error=error)
-        status = Status.DEAD
+        status, changes = Status.DEAD, {"finished_at": now}
     else:
-        won = _settle(
-            event,
-            Status.RETRY,
-            error,
-            references,
-            status=Status.RETRY,
-            next_attempt_at=now + timedelta(seconds=retry_in),
-            enqueued_at=None,  # the sweeper enqueues it when it is due
-            last_error=error,
-        )
-        status = Status.RETRY
+        # Not enqueued: the sweeper enqueues it when it is due.
+        status, changes = Status.RETRY, {"next_attempt_at": now + timedelta(seconds=retry_in), "enqueued_at": None}
+    won = _settle(event, status, error, references, status=status, last_error=error, **changes)
     return status if won else None
 
 

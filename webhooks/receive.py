@@ -30,6 +30,9 @@ Status = WebhookEvent.Status
 
 EXCERPT_CHARS = 256
 
+# A new event's fields before its first delivery says more (its counters, no lease): the defaults.
+NEW_EVENT = {f.attname: f.get_default() for f in WebhookEvent._meta.concrete_fields if not f.primary_key}
+
 # webhooks/pg.py or its plain-ORM twin webhooks/orm.py, chosen once per database.
 path = core_pg.choose(pg, orm)
 
@@ -43,6 +46,7 @@ def store_delivery(
 ) -> Stored:
     now = now or timezone.now()
     values = {
+        **NEW_EVENT,
         "endpoint_id": endpoint.pk,
         "provider": endpoint.provider,
         "dedupe_key": verified.dedupe_key,
@@ -51,19 +55,11 @@ def store_delivery(
         "account": verified.account[:255],
         "payload": verified.payload,
         "payload_sha256": fingerprint_json(verified.payload),
-        "payload_mismatch": False,
         "status": Status.HELD if endpoint.paused else Status.RECEIVED,
-        "attempts": 0,
         "next_attempt_at": now,
-        "lease_expires_at": None,
-        "fencing_token": None,
         "enqueued_at": None if endpoint.paused else now,
-        "stuck_recoveries": 0,
-        "last_error": "",
-        "delivery_count": 1,
         "received_at": now,
         "last_delivery_at": now,
-        "finished_at": None,
         "traceparent": tracing.carrier().get("traceparent", ""),
     }
     store = path().store

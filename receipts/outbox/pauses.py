@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 Kind = OutboxPause.Kind
 WAITING = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY)
-DRAIN_TASK = "receipts.outbox.tasks.drain_backlog"
+DRAIN_TASK = "receipts.outbox.tasks.drain"
 
 # A DNS name or an IPv4 address, or an IPv6 one as urlsplit gives it (no brackets).
 HOST_RE = re.compile(r"^[a-z0-9.\-:]{1,253}$")
@@ -131,7 +131,7 @@ def resume(kind: str, target: str, *, actor: str, user: Any = None, note: str = 
 
 
 def drain_soon() -> None:
-    """Ask the worker to drain what is due now (tasks.drain_backlog). As with send_soon, a
+    """Ask the worker to drain what is due now (tasks.drain). As with send_soon, a
     failure is logged, not raised: the scheduled drain sends the backlog within a minute."""
     if not apps.is_installed("django_q"):
         return
@@ -150,9 +150,6 @@ class Paused:
     pause: OutboxPause
     waiting: int
     oldest: datetime | None
-
-    def age_seconds(self, now: datetime | None = None) -> float | None:
-        return None if self.oldest is None else max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
 
 
 def backlog(row: OutboxPause) -> Paused:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Min, QuerySet, Value
 from django.db.models.functions import Greatest
 
 from idemdash.core.attempts import rollup_by_duration, rollup_by_outcome
-from idemdash.core.rollup import RETENTION_DAYS, HourlyRollup, floor_hour
+from idemdash.core.rollup import HourlyRollup, floor_hour
+from receipts.outbox.conf import setting
 from receipts.outbox.models import (
     BacklogAgeHourly,
     OutboxAttempt,
@@ -66,7 +66,7 @@ def sample_backlog_age(now: datetime) -> int:
 
 
 def expired_backlog_ages(now: datetime) -> QuerySet:
-    days = getattr(settings, "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS", RETENTION_DAYS)
+    days = setting("OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS")
     return BacklogAgeHourly.objects.filter(hour__lt=now - timedelta(days=days))
 
 

@@ -19,9 +19,10 @@ def _worker_drain(**options: Any) -> dict[str, int]:
 
 
 def drain() -> dict[str, int]:
-    # The safety net behind `send` and the tick's drain_due: what is due, for at most
-    # OUTBOX_DRAIN_SECONDS. It does not wait for more (a worker held idle is one a webhook
-    # event waits for), and it yields to other tasks after each send (drain.yield_when).
+    # The safety net behind `send` and the tick's drain_due, and what a resume asks for
+    # (pauses.drain_soon): what is due, for at most OUTBOX_DRAIN_SECONDS. It does not wait for
+    # more (a worker held idle is one a webhook event waits for), and it yields to other tasks
+    # after each send (drain.yield_when).
     return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"))
 
 
@@ -39,9 +40,3 @@ def drain_due() -> dict[str, int]:
     # The tick's drain: what is due now, for a few seconds at most (what it claimed but
     # had no time for is handed back), so that it never keeps a worker from the next tick.
     return _worker_drain(max_seconds=TICK_DRAIN_SECONDS)
-
-
-def drain_backlog() -> dict[str, int]:
-    # Asked for when an operator resumes a paused action or host (pauses.resume): what waited
-    # is due, so drain until nothing is, for at most a scheduled drain's time.
-    return _worker_drain(max_seconds=setting("OUTBOX_DRAIN_SECONDS"))

@@ -212,7 +212,7 @@ def test_drainer_processes_send_nothing_of_a_paused_host_and_everything_once_aft
 def test_a_running_worker_sends_nothing_of_a_paused_host_and_drains_it_after_resume(tmp_path, settings):
     # A real `manage.py qcluster`: each enqueue asks it to send (tasks.send), its ticks drain
     # every few seconds; none of that sends a paused host's messages. Resuming asks it to
-    # drain (tasks.drain_backlog), with no schedule installed.
+    # drain (tasks.drain), with no schedule installed.
     Schedule.objects.all().delete()
     settings.OUTBOX_HTTP_ALLOWED_HOSTS = ["127.0.0.1"]  # as the cluster's: a host the outbox may send to
     qlog = tmp_path / "qcluster.log"
