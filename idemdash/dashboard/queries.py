@@ -607,6 +607,7 @@ AUDIT_NOUNS: dict[str, str] = {
     "devtools.demoswitch": "demo switch",
     "idemdash_core.apiclient": "API client",
     "outbox.outboxpause": "outbox pause",
+    "idemdash_core.failuregroup": "failure group",
 }
 
 # The operator's verb for each audit action, as the log shows it and its Action filter takes it
@@ -628,6 +629,8 @@ AUDIT_VERBS: dict[str, str] = {
     "outbox_pause.pause": "Pause sending",
     "outbox_pause.resume": "Resume sending",
     "incident.acknowledge": "Acknowledge incident",
+    "failure_group.acknowledge": "Acknowledge failures",
+    "failure_group.resolve": "Resolve failures",
     "alert_rule.create": "Add alert rule",
     "alert_rule.update": "Change alert rule",
     "alert_rule.delete": "Delete alert rule",
