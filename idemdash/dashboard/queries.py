@@ -222,6 +222,13 @@ def stuck_messages(now: datetime | None = None):
     return stuck(OutboxMessage, OutboxMessage.Status.IN_FLIGHT, now or timezone.now())
 
 
+def oldest_age(rows: Any, field: str, now: datetime) -> float:
+    """Seconds since the earliest `field` among `rows` (the oldest waiting message, the
+    lease expired longest ago); 0 when there are none."""
+    oldest = rows.aggregate(t=Min(field))["t"]
+    return max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+
+
 def outbox_backlog() -> dict[str, Any]:
     """The messages waiting to be sent (pending or retry) right now: how many, and when the
     oldest was enqueued (None: nothing waits)."""
@@ -686,17 +693,14 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         _, rows, display = AUDIT_SUBJECTS[object_type]
         for obj in rows().filter(pk__in=ids):
             found[object_type, str(obj.pk)] = display(obj)
-    items = dict(
-        AuditEntry.objects.filter(run_id__in=[int(e.object_id) for e in entries
-                                              if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit()])
-        .values_list("run_id").annotate(n=Count("*")).order_by()
-    )
+    runs = AuditEntry.objects.filter(run_id__in=wanted.get("idemdash_core.bulkrun", ()))
+    items = {str(run): n for run, n in runs.values_list("run_id").annotate(n=Count("*")).order_by()}
     for e in entries:
         e.noun = AUDIT_NOUNS.get(e.object_type, e.object_type)
         e.subject = found.get((e.object_type, e.object_id))
         e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
         # A run's own entry: how many entries its items wrote (grouped under it).
-        e.items = items.get(int(e.object_id), 0) if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit() else 0
+        e.items = items.get(e.object_id, 0) if e.object_type == "idemdash_core.bulkrun" else 0
 
 
 @dataclass(frozen=True)
