@@ -51,7 +51,7 @@ END
 $$;
 """
 
-# (index, table, the terms expression): search.py's SEARCHED must say the same expressions,
+# (index, table, the terms expression): search.py's KINDS must say the same expressions,
 # or the planner cannot use the index (tests/dashboard/test_search.py checks the plans).
 INDEXES = [
     ("receipt_search", "receipts_receipt", "idemdash_search_terms(ARRAY[key]::text[], request, response_body)"),
