@@ -20,6 +20,7 @@ import dj_email_url
 import django
 from django.core.exceptions import ImproperlyConfigured
 
+from idemdash.core import throttle
 from idemdash.worker import conf as worker_conf
 from receipts import conf as receipts_conf
 from receipts.outbox import conf as outbox_conf
@@ -386,11 +387,13 @@ STANDARD_WEBHOOK_SECRET = os.environ.get("STANDARD_WEBHOOK_SECRET", "").strip()
 
 # --- The apps' integer settings -------------------------------------------------------------
 # Each app reads flat settings with its own defaults (receipts/conf.py, receipts/outbox/conf.py,
-# webhooks/conf.py, idemdash/worker/conf.py); this project sets every integer one from the
+# webhooks/conf.py, idemdash/worker/conf.py, and the core's throttle: idemdash/core/throttle.py);
+# this project sets every integer one from the
 # environment variable of the same name (ENVIRONMENT_NAMES: the few named otherwise), defaulting
 # to the app's own, and refuses a value below 1 (or its `_LEAST`). RECEIPTS_OPERATIONS and
 # RECEIPTS_FINANCIAL_OPERATIONS keep the app's defaults (docs/receipt-store.md, "Operation policies").
-_APP_DEFAULTS = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS}
+_APP_DEFAULTS = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS,
+                 **throttle.DEFAULTS}
 # Left at the app's default here (a host project sets them in its own settings): the lease
 # cap and the observer's (docs/host-project.md, docs/coverage.md).
 _NOT_FROM_ENVIRONMENT = {
@@ -411,6 +414,7 @@ _LEAST = {
     "OUTBOX_LEASE_SECONDS": 2,
     "WORKER_TICK_SECONDS": 0,  # 0: no tick
     "WORKER_STALE_SECONDS": 5,
+    "TRUSTED_PROXY_COUNT": 0,
 }
 # setting: (default, least value the environment may give)
 APP_INTEGERS: dict[str, tuple[int, int]] = {
@@ -470,16 +474,13 @@ def proxy_ssl_header(name: str) -> tuple[str, str] | None:
 
 
 SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
-# How many proxies in front append the address they saw to X-Forwarded-For: the throttles
-# below take the client's address from there (idemdash/core/throttle.py:client_ip).
-TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0)
-
-# Bad API tokens: at most API_TOKEN_FAILURE_LIMIT per client address per window, then 429
-# with Retry-After until the window ends (idemdash/core/clients.py:refused). The counts live
-# in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a table in the
-# database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays per process.
-API_TOKEN_FAILURE_LIMIT = envint("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
-API_TOKEN_FAILURE_WINDOW_SECONDS = envint("API_TOKEN_FAILURE_WINDOW_SECONDS", 60, minimum=1)
+# The throttles (TRUSTED_PROXY_COUNT and API_TOKEN_FAILURE_*, read with the apps' integers
+# above): bad API tokens, at most API_TOKEN_FAILURE_LIMIT per client address per window, then
+# 429 with Retry-After until the window ends (idemdash/core/clients.py:refused); the address
+# is the one the outermost of TRUSTED_PROXY_COUNT proxies saw (idemdash/core/throttle.py:client_ip).
+# The counts live in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a
+# table in the database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays
+# per process.
 API_TOKEN_THROTTLE_CACHE = "throttle"
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
