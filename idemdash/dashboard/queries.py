@@ -160,20 +160,27 @@ def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
     counts: Counter[str] = Counter()
     for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
         counts[outcome] += n
-    requests = sum(counts[o] for o in Attempt.CLAIM_OUTCOMES)
-    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
-    duplicates = counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]
+    claims = claim_figures(counts)
+    requests = claims["requests"]
     return {
         "requests": requests,
         "claimed": sum(counts[o] for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)),
         "replayed": counts[Outcome.REPLAYED],
-        "concurrent_duplicates": concurrent,
+        "concurrent_duplicates": claims["concurrent"],
         "waited": counts[Outcome.WAITED],
         "mismatch_conflicts": counts[Outcome.MISMATCH],
-        "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0,
+        "duplicate_rate": round(claims["duplicates"] / requests, 4) if requests else 0.0,
         "failed": failed_receipts(start, now).count(),
         "stuck": stuck_receipts(now).count(),
     }
+
+
+def claim_figures(counts: Any) -> dict[str, int]:
+    """What attempt counts by outcome add up to: the claim requests, the concurrent duplicates
+    among them, and every duplicate (replayed, concurrent or 422: not run)."""
+    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
+    return {"requests": sum(counts[o] for o in Attempt.CLAIM_OUTCOMES), "concurrent": concurrent,
+            "duplicates": counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]}
 
 
 def failed_receipts(start: datetime | None = None, end: datetime | None = None):
@@ -330,12 +337,9 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     start = window_start(window, now)
     _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
           lambda outcome: (outcome,))
-    series = list(buckets.values())
-    for b in series:
-        b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
-        b["concurrent"] = sum(b[o] for o in Attempt.CONCURRENT_OUTCOMES)
-        b["duplicates"] = b[Outcome.REPLAYED] + b["concurrent"] + b[Outcome.MISMATCH]
-    return series
+    for b in buckets.values():
+        b.update(claim_figures(b))
+    return list(buckets.values())
 
 
 def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[datetime, dict[str, Any]]:
