@@ -20,6 +20,7 @@ import dj_email_url
 import django
 from django.core.exceptions import ImproperlyConfigured
 
+from idemdash.core import throttle
 from idemdash.worker import conf as worker_conf
 from receipts import conf as receipts_conf
 from receipts.outbox import conf as outbox_conf
@@ -204,7 +205,6 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         # The dashboard's templates are its app's (idemdash/dashboard/templates links to the
         # top-level templates/, so that the wheel carries them): found through APP_DIRS.
-        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -224,6 +224,7 @@ TEMPLATES = [
 # they upgrade a read lock), and the busy timeout is how long they queue.
 DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
 TEST_DB_SUFFIX = os.environ.get("IDEMDASH_TEST_DB_SUFFIX", "").strip()
+_test_suffix = f"_{TEST_DB_SUFFIX}" if TEST_DB_SUFFIX else ""
 if DATABASE_URL:
     try:
         _db = dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0))
@@ -241,28 +242,23 @@ if DATABASE_URL:
         raise ImproperlyConfigured(
             "DATABASE_URL must point to PostgreSQL (postgres://), MySQL/MariaDB (mysql://) or SQLite (sqlite:///)"
         )
+    if _db["ENGINE"] != "django.db.backends.sqlite3":
+        _db.setdefault("OPTIONS", {}).setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
+        _db["TEST"] = {"NAME": f"test_idemdash{_test_suffix}"}
     if _db["ENGINE"] == "django.db.backends.postgresql":
-        _db.setdefault("OPTIONS", {})
-        _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
         # Lets the fast paths (idemdash/core/pg.py) prepare their few statements on persistent
         # connections; the ORM binds on the client and never prepares, whatever the value.
         # Off for PgBouncer in transaction mode before 1.21, which cannot route them.
         if envbool("DB_PREPARED_STATEMENTS", True):
             _db["OPTIONS"].setdefault("prepare_threshold", 5)
-        _db["TEST"] = {"NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}"}
     if _db["ENGINE"] == "django.db.backends.mysql":
         # MySQL/MariaDB (the mysql extra): the path host projects on MySQL take, which CI runs
         # the receipts, outbox and webhooks suites on (docs/receipt-store.md: Databases).
         # utf8mb4 for any text a caller sends; READ COMMITTED (Django's default, spelled out)
         # so that a claim's re-read sees the row another transaction just committed.
-        _db.setdefault("OPTIONS", {})
         _db["OPTIONS"].setdefault("charset", "utf8mb4")
         _db["OPTIONS"].setdefault("isolation_level", "read committed")
-        _db["OPTIONS"].setdefault("connect_timeout", envint("DB_CONNECT_TIMEOUT", 5, minimum=1))
-        _db["TEST"] = {
-            "NAME": f"test_idemdash{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}",
-            "CHARSET": "utf8mb4",
-        }
+        _db["TEST"]["CHARSET"] = "utf8mb4"
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     _db = {
@@ -277,7 +273,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     }
     # A file, not the in-memory default: the concurrency tests open the test database
     # from several OS processes.
-    _db["TEST"] = {"NAME": str(VAR_DIR / f"test{('_' + TEST_DB_SUFFIX) if TEST_DB_SUFFIX else ''}.sqlite3")}
+    _db["TEST"] = {"NAME": str(VAR_DIR / f"test{_test_suffix}.sqlite3")}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -288,7 +284,6 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
-LANGUAGE_CODE = "en-us"
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
@@ -310,7 +305,6 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = envbool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
@@ -395,55 +389,40 @@ STANDARD_WEBHOOK_SECRET = os.environ.get("STANDARD_WEBHOOK_SECRET", "").strip()
 
 # --- The apps' integer settings -------------------------------------------------------------
 # Each app reads flat settings with its own defaults (receipts/conf.py, receipts/outbox/conf.py,
-# webhooks/conf.py, idemdash/worker/conf.py); this project sets them from environment variables
-# of the same name (ENVIRONMENT_NAMES: the few named otherwise), defaulting to the app's own,
-# and refuses a value below the least one given here. RECEIPTS_OPERATIONS and
+# webhooks/conf.py, idemdash/worker/conf.py, and the core's throttle: idemdash/core/throttle.py);
+# this project sets every integer one from the
+# environment variable of the same name (ENVIRONMENT_NAMES: the few named otherwise), defaulting
+# to the app's own, and refuses a value below 1 (or its `_LEAST`). RECEIPTS_OPERATIONS and
 # RECEIPTS_FINANCIAL_OPERATIONS keep the app's defaults (docs/receipt-store.md, "Operation policies").
-_APP_DEFAULTS = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS}
-# setting: least value the environment may give
-_APP_MINIMUMS = {
-    "RECEIPTS_DEFAULT_TTL_SECONDS": 1,
-    "RECEIPTS_FINANCIAL_TTL_SECONDS": 1,
-    "RECEIPTS_LEASE_SECONDS": 1,
+_APP_DEFAULTS = {**receipts_conf.DEFAULTS, **outbox_conf.DEFAULTS, **webhooks_conf.DEFAULTS, **worker_conf.DEFAULTS,
+                 **throttle.DEFAULTS}
+# Left at the app's default here (a host project sets them in its own settings): the lease
+# cap and the observer's (docs/host-project.md, docs/coverage.md).
+_NOT_FROM_ENVIRONMENT = {
+    "RECEIPTS_MAX_LEASE_SECONDS", "RECEIPTS_OBSERVE_WINDOW_SECONDS", "RECEIPTS_OBSERVE_MAX_BODY_BYTES",
+    "RECEIPTS_OBSERVE_FLUSH_SECONDS", "RECEIPTS_OBSERVE_RETENTION_HOURS", "RECEIPTS_FRESH_KEY_WINDOW_SECONDS",
+}
+# setting: least value the environment may give, where it is not 1
+_LEAST = {
     "RECEIPTS_MAX_WAIT_SECONDS": 0,
     "RECEIPTS_MAX_WAITERS": 0,
-    "RECEIPTS_MIN_LEASE_SECONDS": 1,
-    "RECEIPTS_ATTEMPT_RETENTION_DAYS": 1,
     # The roll-ups and the audit log are charted over 30 days: they keep at least that.
     "RECEIPTS_ROLLUP_RETENTION_DAYS": 31,
     "RECEIPTS_AUDIT_RETENTION_DAYS": 31,
-    "RECEIPTS_BULK_RUN_RETENTION_DAYS": 1,
-    "RECEIPTS_RETENTION_BATCH_SIZE": 1,
-    "OUTBOX_MAX_ATTEMPTS": 1,
-    "OUTBOX_BACKOFF_BASE_SECONDS": 1,
-    "OUTBOX_BACKOFF_CAP_SECONDS": 1,
-    # The lease must outlast one action, whose timeout is kept below it.
-    "OUTBOX_LEASE_SECONDS": 2,
-    "OUTBOX_BATCH_SIZE": 1,
-    "OUTBOX_HTTP_TIMEOUT_SECONDS": 1,
-    "OUTBOX_DRAIN_SECONDS": 1,
-    "OUTBOX_SENT_RETENTION_DAYS": 1,
-    "OUTBOX_DEAD_RETENTION_DAYS": 1,
-    "OUTBOX_ATTEMPT_RETENTION_DAYS": 1,
     "OUTBOX_MESSAGE_ROLLUP_RETENTION_DAYS": 31,
     "OUTBOX_ATTEMPT_ROLLUP_RETENTION_DAYS": 31,
-    "WEBHOOKS_MAX_BODY_BYTES": 1,
-    "WEBHOOKS_STRIPE_TOLERANCE": 1,
-    "WEBHOOKS_MAX_ATTEMPTS": 1,
-    "WEBHOOKS_BACKOFF_BASE": 1,
-    "WEBHOOKS_BACKOFF_CAP": 1,
-    "WEBHOOKS_LEASE_SECONDS": 1,
-    "WEBHOOKS_REQUEUE_AFTER_SECONDS": 1,
-    "WEBHOOKS_REQUEUE_IDLE_SECONDS": 1,
-    "WEBHOOKS_EVENT_RETENTION_DAYS": 1,
-    "WEBHOOKS_REJECTED_RETENTION_DAYS": 1,
     "WEBHOOKS_ROLLUP_RETENTION_DAYS": 31,
-    "WEBHOOKS_REJECTED_MAX_ROWS": 1,
+    # The lease must outlast one action, whose timeout is kept below it.
+    "OUTBOX_LEASE_SECONDS": 2,
     "WORKER_TICK_SECONDS": 0,  # 0: no tick
     "WORKER_STALE_SECONDS": 5,
+    "TRUSTED_PROXY_COUNT": 0,
 }
 # setting: (default, least value the environment may give)
-APP_INTEGERS: dict[str, tuple[int, int]] = {name: (_APP_DEFAULTS[name], least) for name, least in _APP_MINIMUMS.items()}
+APP_INTEGERS: dict[str, tuple[int, int]] = {
+    name: (default, _LEAST.get(name, 1)) for name, default in _APP_DEFAULTS.items()
+    if type(default) is int and name not in _NOT_FROM_ENVIRONMENT  # not bool: OUTBOX_DRAIN is below
+}
 # The one default this project chooses itself: rows per purge transaction. On PostgreSQL a
 # batch locks only its own expired rows (SKIP LOCKED), so larger batches cost requests little
 # and purge faster (5,000: about 1.3-1.5x the rate of 1,000); on SQLite a batch holds the one
@@ -497,16 +476,13 @@ def proxy_ssl_header(name: str) -> tuple[str, str] | None:
 
 
 SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
-# How many proxies in front append the address they saw to X-Forwarded-For: the throttles
-# below take the client's address from there (idemdash/core/throttle.py:client_ip).
-TRUSTED_PROXY_COUNT = envint("TRUSTED_PROXY_COUNT", 0)
-
-# Bad API tokens: at most API_TOKEN_FAILURE_LIMIT per client address per window, then 429
-# with Retry-After until the window ends (idemdash/core/clients.py:refused). The counts live
-# in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a table in the
-# database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays per process.
-API_TOKEN_FAILURE_LIMIT = envint("API_TOKEN_FAILURE_LIMIT", 20, minimum=1)
-API_TOKEN_FAILURE_WINDOW_SECONDS = envint("API_TOKEN_FAILURE_WINDOW_SECONDS", 60, minimum=1)
+# The throttles (TRUSTED_PROXY_COUNT and API_TOKEN_FAILURE_*, read with the apps' integers
+# above): bad API tokens, at most API_TOKEN_FAILURE_LIMIT per client address per window, then
+# 429 with Retry-After until the window ends (idemdash/core/clients.py:refused); the address
+# is the one the outermost of TRUSTED_PROXY_COUNT proxies saw (idemdash/core/throttle.py:client_ip).
+# The counts live in a cache every gunicorn worker shares: Redis when REDIS_URL is set, else a
+# table in the database (created by `migrate`, idemdash/dashboard/apps.py). `default` stays
+# per process.
 API_TOKEN_THROTTLE_CACHE = "throttle"
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.urls import reverse
 from django.utils import timezone
@@ -88,18 +88,20 @@ class Measurements:
             self._cache[key] = float(METRICS[metric](self, timedelta(minutes=window_minutes)))
         return self._cache[key]
 
-    def block(self, name: str, span: timedelta) -> dict[str, Any]:
-        """The stats block `name` (a key of `queries.BLOCKS`) over the last `span`."""
-        key = (name, int(span.total_seconds() // 60))
+    def figure(self, dotted: str, span: timedelta) -> float:
+        """Figure "block.name" of a stats block (a key of `queries.BLOCKS`) over the last
+        `span`: its tile's number."""
+        block, name = dotted.split(".")
+        key = (block, int(span.total_seconds() // 60))
         if key not in self._blocks:
             window = queries.Window(window_label(key[1]), span, span, TruncMinute)
-            self._blocks[key] = queries.BLOCKS[name](window, self.now)
-        return self._blocks[key]
+            self._blocks[key] = queries.BLOCKS[block](window, self.now)
+        return self._blocks[key][name]
 
 
-def _figure(block: str, name: str) -> Callable[[Measurements, timedelta], float]:
-    """The metric that is figure `name` of a stats block: its tile's number."""
-    return lambda m, span: m.block(block, span)[name]
+def _figure(dotted: str) -> Callable[[Measurements, timedelta], float]:
+    """The metric that is a figure of a stats block ("block.name"): its tile's number."""
+    return lambda m, span: m.figure(dotted, span)
 
 
 def failing_keys(m: Measurements, span: timedelta) -> int:
@@ -125,25 +127,24 @@ BACKLOG = (OutboxMessage.Status.PENDING, OutboxMessage.Status.RETRY, OutboxMessa
 def outbox_backlog_age(m: Measurements, span: timedelta) -> float:
     """Seconds since the oldest message that is neither sent nor dead was enqueued; 0 when
     the outbox is empty."""
-    oldest = OutboxMessage.objects.filter(status__in=BACKLOG).aggregate(t=Min("created_at"))["t"]
-    return max(0.0, (m.now - oldest).total_seconds()) if oldest else 0.0
+    return queries.oldest_age(OutboxMessage.objects.filter(status__in=BACKLOG), "created_at", m.now)
 
 
 # Where each figure comes from: the dashboard's own blocks, except the stuck rows of all
 # three stores and the two it has no tile for (keys failing repeatedly, and the backlog age
 # counting messages in flight too). Fresh-key retries are those that ran again.
 METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
-    Metric.DUPLICATE_RATE: _figure("receipts", "duplicate_rate"),
-    Metric.CONCURRENT_DUPLICATES: _figure("receipts", "concurrent_duplicates"),
-    Metric.MISMATCH_CONFLICTS: _figure("receipts", "mismatch_conflicts"),
+    Metric.DUPLICATE_RATE: _figure("receipts.duplicate_rate"),
+    Metric.CONCURRENT_DUPLICATES: _figure("receipts.concurrent_duplicates"),
+    Metric.MISMATCH_CONFLICTS: _figure("receipts.mismatch_conflicts"),
     Metric.FAILING_KEYS: failing_keys,
     Metric.STUCK_ROWS: stuck_rows,
-    Metric.DEAD_WEBHOOK_EVENTS: _figure("webhooks", "dead"),
-    Metric.DEAD_OUTBOX_MESSAGES: _figure("outbox", "dead"),
+    Metric.DEAD_WEBHOOK_EVENTS: _figure("webhooks.dead"),
+    Metric.DEAD_OUTBOX_MESSAGES: _figure("outbox.dead"),
     Metric.OUTBOX_BACKLOG_AGE: outbox_backlog_age,
-    Metric.REJECTED_DELIVERIES: _figure("webhooks", "rejected"),
-    Metric.UNPROTECTED_DUPLICATES: _figure("unprotected", "duplicates"),
-    Metric.FRESH_KEY_RETRIES: _figure("fresh_keys", "ran_again"),
+    Metric.REJECTED_DELIVERIES: _figure("webhooks.rejected"),
+    Metric.UNPROTECTED_DUPLICATES: _figure("unprotected.duplicates"),
+    Metric.FRESH_KEY_RETRIES: _figure("fresh_keys.ran_again"),
 }
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 

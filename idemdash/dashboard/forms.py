@@ -4,7 +4,6 @@ import base64
 from datetime import datetime
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -18,12 +17,6 @@ from webhooks.models import RejectedDelivery, WebhookEndpoint, WebhookEvent
 # "Which keys had concurrent duplicates (409s, waits) / 422s?": receipts with at least one such attempt.
 CONFLICTS = {"concurrent": Attempt.CONCURRENT_OUTCOMES, "422": (Attempt.Outcome.MISMATCH,)}
 
-SORTS = {
-    "-created": ("created_at", True),
-    "created": ("created_at", False),
-    "-updated": ("updated_at", True),
-    "updated": ("updated_at", False),
-}
 PAGE_SIZE = 50
 
 
@@ -127,7 +120,8 @@ class ReceiptFilter(ListFilter):
         return self.filtered(qs)
 
     def ordering(self) -> tuple[str, bool]:
-        return SORTS[self.cleaned_data.get("sort") or "-created"]
+        sort = self.cleaned_data.get("sort") or "-created"  # "-updated": updated_at, descending
+        return f"{sort.removeprefix('-')}_at", sort.startswith("-")
 
 
 def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -> tuple[list, str | None]:
@@ -149,22 +143,26 @@ def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -
 # --- webhooks and outbox ----------------------------------------------------------------------
 
 
-def _provider_choices() -> list[tuple[str, str]]:
-    return [("", "Any provider"), *WebhookEndpoint.Provider.choices]
-
-
-class EventFilter(ListFilter):
-    """Webhook events: by endpoint, provider, type, status and first-delivery time."""
+class DeliveryFilter(ListFilter):
+    """What the events' and the rejected deliveries' filters share: the endpoint, its provider
+    and the time a delivery came."""
 
     endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
-    provider = forms.ChoiceField(required=False, choices=_provider_choices)
+    provider = forms.ChoiceField(required=False, choices=[("", "Any provider"), *WebhookEndpoint.Provider.choices])
+
+    time_field = "received_at"
+    lookups = {"endpoint": "endpoint__slug", "provider": "provider"}
+
+
+class EventFilter(DeliveryFilter):
+    """Webhook events: by endpoint, provider, type, status and first-delivery time."""
+
     type = forms.CharField(required=False, max_length=255, label="Event type")
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *WebhookEvent.Status.choices])
     q = forms.CharField(required=False, max_length=255, label="Event id starts with")
     ref = _reference_field()
 
-    time_field = "received_at"
-    lookups = {"endpoint": "endpoint__slug", "provider": "provider", "type": "event_type", "status": "status"}
+    lookups = {**DeliveryFilter.lookups, "type": "event_type", "status": "status"}
 
     def endpoint_slugs(self) -> QuerySet:
         """What the endpoint field suggests."""
@@ -177,13 +175,10 @@ class EventFilter(ListFilter):
         return self.filtered(qs)
 
 
-class RejectedFilter(ListFilter):
-    endpoint = forms.CharField(required=False, max_length=64, label="Endpoint slug")
-    provider = forms.ChoiceField(required=False, choices=_provider_choices)
+class RejectedFilter(DeliveryFilter):
     cause = forms.ChoiceField(required=False, choices=[("", "Any cause"), *RejectedDelivery.Cause.choices])
 
-    time_field = "received_at"
-    lookups = {"endpoint": "endpoint__slug", "provider": "provider", "cause": "cause"}
+    lookups = {**DeliveryFilter.lookups, "cause": "cause"}
 
     def rows(self) -> QuerySet[RejectedDelivery]:
         return self.filtered(RejectedDelivery.objects.select_related("endpoint"))
@@ -258,8 +253,8 @@ class AuditFilter(ListFilter):
 
 
 class AlertRuleForm(forms.ModelForm):
-    """A rule as operators type it. The target is checked by AlertRule.clean, which the
-    admin's form calls too."""
+    """A rule as operators type it. The target (AlertRule.clean) and the threshold (its
+    field's validator) are checked by the model, as in the admin's form."""
 
     window = forms.CharField(
         max_length=12, initial="1h",
@@ -286,12 +281,6 @@ class AlertRuleForm(forms.ModelForm):
     def clean_window(self) -> str:
         self.instance.window_minutes = parse_window_minutes(self.cleaned_data["window"])
         return self.cleaned_data["window"]
-
-    def clean_threshold(self) -> float:
-        threshold = self.cleaned_data["threshold"]
-        if threshold < 0:
-            raise ValidationError("Every figure is 0 or more; give a threshold of 0 or more.")
-        return threshold
 
     def clean(self) -> dict:
         data = super().clean()

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Min
 from django.utils import timezone
 
 from idemdash.dashboard import alerts, queries
@@ -59,7 +58,7 @@ class Check:
     what: str  # what the value is, for the tile's note and the docs
     url: str  # the filtered list, as `alerts.page_path` reads it
     of: tuple[str, ...] = ()
-    age: Callable[["Blocks"], float] | None = None
+    age: Callable[[alerts.Measurements, timedelta], float] | None = None
 
     @property
     def kind(self) -> str:
@@ -70,21 +69,9 @@ class Check:
         return "%" if self.kind == RATE else " s"
 
 
-class Blocks:
-    """The stats blocks of the health window and the oldest stuck leases, each read once."""
-
-    def __init__(self, now: datetime, span: timedelta) -> None:
-        self.now, self.span = now, span
-        self._m = alerts.Measurements(now)
-
-    def figure(self, dotted: str) -> float:
-        block, name = dotted.split(".")
-        return self._m.block(block, self.span)[name]
-
-    def stuck_age(self, stuck: Callable[[datetime], Any]) -> float:
-        """Seconds the oldest stuck row has been past its lease (its partial index's first row)."""
-        oldest = stuck(self.now).aggregate(t=Min("lease_expires_at"))["t"]
-        return max(0.0, (self.now - oldest).total_seconds()) if oldest else 0.0
+def _stuck_age(stuck: Callable[[datetime], Any]) -> Callable[[alerts.Measurements, timedelta], float]:
+    """Seconds the oldest stuck row has been past its lease (its partial index's first row)."""
+    return lambda m, span: queries.oldest_age(stuck(m.now), "lease_expires_at", m.now)
 
 
 CHECKS: list[Check] = [
@@ -96,7 +83,7 @@ CHECKS: list[Check] = [
     Check("receipts.failed", "Failed keys", "failed keys per claim that ran",
           "dashboard:receipts?status=failed&sort=-updated", of=("receipts.claimed",)),
     Check("receipts.stuck", "Stuck receipts", "the oldest receipt past its lease",
-          "dashboard:stuck", age=lambda b: b.stuck_age(queries.stuck_receipts)),
+          "dashboard:stuck", age=_stuck_age(queries.stuck_receipts)),
     Check("unprotected.duplicates", "Duplicates on unprotected routes",
           "of write requests to routes nothing protects repeated one within the observer's window",
           "dashboard:coverage", of=("unprotected.requests",)),
@@ -108,13 +95,13 @@ CHECKS: list[Check] = [
     Check("webhooks.dead", "Dead webhook events", "dead events per unique event received",
           "dashboard:events?status=dead", of=("webhooks.events",)),
     Check("webhooks.stuck", "Stuck webhook events", "the oldest event past its lease",
-          "dashboard:stuck#stuck-events", age=lambda b: b.stuck_age(queries.stuck_events)),
+          "dashboard:stuck#stuck-events", age=_stuck_age(queries.stuck_events)),
     Check("outbox.backlog_age", "Outbox backlog", "the oldest waiting message since it was enqueued",
-          "dashboard:outbox?status=waiting", age=lambda b: b.figure("outbox.oldest_pending_age_seconds")),
+          "dashboard:outbox?status=waiting", age=lambda m, span: m.figure("outbox.oldest_pending_age_seconds", span)),
     Check("outbox.dead", "Dead outbox messages", "of messages that finished went dead",
           "dashboard:outbox?status=dead", of=("outbox.sent", "outbox.dead")),
     Check("outbox.stuck", "Stuck outbox messages", "the oldest message in flight past its lease",
-          "dashboard:stuck#stuck-messages", age=lambda b: b.stuck_age(queries.stuck_messages)),
+          "dashboard:stuck#stuck-messages", age=_stuck_age(queries.stuck_messages)),
 ]
 CHECKS_BY_NAME = {c.name: c for c in CHECKS}
 assert set(CHECKS_BY_NAME) == set(DEFAULT_THRESHOLDS), "every check needs its thresholds"
@@ -230,16 +217,16 @@ def _state(value: float, kind: str, warn: float, bad: float) -> str:
 def measure(now: datetime | None = None) -> list[Reading]:
     """Every check's reading, now, over the health window (no "since": see `observe`)."""
     now = now or timezone.now()
-    blocks = Blocks(now, timedelta(minutes=window_minutes()))
+    m, span = alerts.Measurements(now), timedelta(minutes=window_minutes())
     limits = thresholds()
     readings = []
     for check in CHECKS:
         if check.age:
-            value, part, sample = check.age(blocks), 0, 0
+            value, part, sample = check.age(m, span), 0, 0
         else:
-            sample = int(sum(blocks.figure(name) for name in check.of))
+            sample = int(sum(m.figure(name, span) for name in check.of))
             # A count can exceed its base (events that died now were received before the window).
-            part = min(int(blocks.figure(check.name)), sample)
+            part = min(int(m.figure(check.name, span)), sample)
             value = rate(part, sample)
         warn, bad = limits[check.name]
         readings.append(Reading(check, _state(value, check.kind, warn, bad), value, part, sample, warn, bad))

@@ -85,17 +85,6 @@ def histogram(name: str, rolled: DurationRollup, now: datetime) -> HistogramMetr
     return HistogramMetricFamily(name, HELP[name], buckets=buckets, sum_value=total_ms / 1000)
 
 
-# The labels of each labelled metric, in order; a metric not here has none.
-LABELS: dict[str, tuple[str, ...]] = {
-    "idemdash_receipt_claims_total": ("outcome",),
-    "idemdash_receipt_settles_total": ("outcome",),
-    "idemdash_webhook_deliveries_total": ("kind", "payload_matches"),
-    "idemdash_webhook_deliveries_rejected_total": ("reason",),
-    "idemdash_outbox_attempts_total": ("outcome",),
-    "idemdash_unprotected_requests_total": ("kind",),
-}
-
-
 def figures(now: datetime) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every counter's and gauge's samples now, (labels, value) by name: what a Prometheus
     scrape and an OpenTelemetry collection (idemdash/dashboard/otel_metrics.py) both report.
@@ -148,7 +137,7 @@ class IdemdashCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = timezone.now()
         for name, samples in figures(now).items():
-            labels = LABELS.get(name, ())
+            labels = tuple(samples[0][0]) if samples else ()  # every sample of a metric has the same labels
             if name.endswith("_total"):
                 family: Metric = CounterMetricFamily(name.removesuffix("_total"), HELP[name], labels=labels)
             else:

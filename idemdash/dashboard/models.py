@@ -4,6 +4,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from idemdash.dashboard import alert_rules
@@ -38,6 +39,7 @@ class AlertRule(models.Model):
     metric = models.CharField(max_length=32, choices=Metric.choices)
     comparison = models.CharField(max_length=2, choices=Comparison.choices, default=Comparison.GT)
     threshold = models.FloatField(
+        validators=[MinValueValidator(0, "Every figure is 0 or more; give a threshold of 0 or more.")],
         help_text="In the unit of the figure's tile: percent for the duplicate rate (20 means 20%), "
                   "seconds for the backlog age, otherwise a count."
     )

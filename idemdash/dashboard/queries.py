@@ -160,20 +160,27 @@ def receipt_stats(window: Window, now: datetime | None = None) -> dict[str, Any]
     counts: Counter[str] = Counter()
     for _, outcome, n in rollup.ATTEMPTS.counts(start, now):
         counts[outcome] += n
-    requests = sum(counts[o] for o in Attempt.CLAIM_OUTCOMES)
-    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
-    duplicates = counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]
+    claims = claim_figures(counts)
+    requests = claims["requests"]
     return {
         "requests": requests,
         "claimed": sum(counts[o] for o in (Outcome.CLAIMED, Outcome.RETRIED_AFTER_FAILURE, Outcome.LEASE_TAKEOVER)),
         "replayed": counts[Outcome.REPLAYED],
-        "concurrent_duplicates": concurrent,
+        "concurrent_duplicates": claims["concurrent"],
         "waited": counts[Outcome.WAITED],
         "mismatch_conflicts": counts[Outcome.MISMATCH],
-        "duplicate_rate": round(duplicates / requests, 4) if requests else 0.0,
+        "duplicate_rate": round(claims["duplicates"] / requests, 4) if requests else 0.0,
         "failed": failed_receipts(start, now).count(),
         "stuck": stuck_receipts(now).count(),
     }
+
+
+def claim_figures(counts: Any) -> dict[str, int]:
+    """What attempt counts by outcome add up to: the claim requests, the concurrent duplicates
+    among them, and every duplicate (replayed, concurrent or 422: not run)."""
+    concurrent = sum(counts[o] for o in Attempt.CONCURRENT_OUTCOMES)
+    return {"requests": sum(counts[o] for o in Attempt.CLAIM_OUTCOMES), "concurrent": concurrent,
+            "duplicates": counts[Outcome.REPLAYED] + concurrent + counts[Outcome.MISMATCH]}
 
 
 def failed_receipts(start: datetime | None = None, end: datetime | None = None):
@@ -220,6 +227,13 @@ def stuck_events(now: datetime | None = None):
 
 def stuck_messages(now: datetime | None = None):
     return stuck(OutboxMessage, OutboxMessage.Status.IN_FLIGHT, now or timezone.now())
+
+
+def oldest_age(rows: Any, field: str, now: datetime) -> float:
+    """Seconds since the earliest `field` among `rows` (the oldest waiting message, the
+    lease expired longest ago); 0 when there are none."""
+    oldest = rows.aggregate(t=Min(field))["t"]
+    return max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
 
 
 def outbox_backlog() -> dict[str, Any]:
@@ -323,12 +337,9 @@ def receipt_series(window: Window, now: datetime | None = None) -> list[dict[str
     start = window_start(window, now)
     _fold(buckets, window, _bucket_counts(rollup.ATTEMPTS, window, start, now, outcome__in=SERIES_OUTCOMES),
           lambda outcome: (outcome,))
-    series = list(buckets.values())
-    for b in series:
-        b["requests"] = sum(b[o] for o in SERIES_OUTCOMES if o in Attempt.CLAIM_OUTCOMES)
-        b["concurrent"] = sum(b[o] for o in Attempt.CONCURRENT_OUTCOMES)
-        b["duplicates"] = b[Outcome.REPLAYED] + b["concurrent"] + b[Outcome.MISMATCH]
-    return series
+    for b in buckets.values():
+        b.update(claim_figures(b))
+    return list(buckets.values())
 
 
 def _empty_buckets(window: Window, now: datetime, names: list[str]) -> dict[datetime, dict[str, Any]]:
@@ -689,17 +700,14 @@ def name_audit_subjects(entries: list[AuditEntry]) -> None:
         _, rows, display = AUDIT_SUBJECTS[object_type]
         for obj in rows().filter(pk__in=ids):
             found[object_type, str(obj.pk)] = display(obj)
-    items = dict(
-        AuditEntry.objects.filter(run_id__in=[int(e.object_id) for e in entries
-                                              if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit()])
-        .values_list("run_id").annotate(n=Count("*")).order_by()
-    )
+    runs = AuditEntry.objects.filter(run_id__in=wanted.get("idemdash_core.bulkrun", ()))
+    items = {str(run): n for run, n in runs.values_list("run_id").annotate(n=Count("*")).order_by()}
     for e in entries:
         e.noun = AUDIT_NOUNS.get(e.object_type, e.object_type)
         e.subject = found.get((e.object_type, e.object_id))
         e.gone = e.object_type in AUDIT_SUBJECTS and e.subject is None  # purged or deleted since
         # A run's own entry: how many entries its items wrote (grouped under it).
-        e.items = items.get(int(e.object_id), 0) if e.object_type == "idemdash_core.bulkrun" and e.object_id.isdigit() else 0
+        e.items = items.get(e.object_id, 0) if e.object_type == "idemdash_core.bulkrun" else 0
 
 
 @dataclass(frozen=True)

@@ -96,18 +96,36 @@ class Hit:
 
 @dataclass(frozen=True)
 class Kind:
+    """A kind of unit searched, and its columns searched: its keys, its JSON document and its
+    stored response. These are the migration's index expressions, which the PostgreSQL
+    query must repeat exactly."""
+
     name: str  # "receipt", as the dashboard's URL names say
     plural: str
     model: type[Model]
     time_field: str
     label: Callable[[Any], str]
+    keys: tuple[str, ...]
+    doc: str
+    body: str | None = None
+
+    @property
+    def documents(self) -> tuple[str, ...]:
+        return (self.doc, self.body) if self.body else (self.doc,)
+
+    def terms_sql(self, table: str) -> str:
+        keys = ", ".join(f'"{table}"."{k}"' for k in self.keys)
+        doc = f'"{table}"."{self.doc}"'
+        body = f'"{table}"."{self.body}"' if self.body else "NULL::text"
+        return f"idemdash_search_terms(ARRAY[{keys}]::text[], {doc}, {body})"
 
 
 KINDS: dict[str, Kind] = {
     k.name: k for k in (
-        Kind("receipt", "Receipts", Receipt, "created_at", lambda r: r.key),
-        Kind("event", "Webhook events", WebhookEvent, "received_at", lambda e: e.provider_event_id or e.dedupe_key),
-        Kind("message", "Outbox messages", OutboxMessage, "created_at", lambda m: m.key),
+        Kind("receipt", "Receipts", Receipt, "created_at", lambda r: r.key, ("key",), "request", "response_body"),
+        Kind("event", "Webhook events", WebhookEvent, "received_at", lambda e: e.provider_event_id or e.dedupe_key,
+             ("provider_event_id", "dedupe_key"), "payload"),
+        Kind("message", "Outbox messages", OutboxMessage, "created_at", lambda m: m.key, ("key",), "payload"),
     )
 }
 
@@ -129,31 +147,6 @@ class Results:
     def total(self) -> int:
         return sum(len(g.hits) for g in self.groups)
 
-
-# (the columns of a unit's keys, its JSON document column, its stored response column): the
-# same as the migration's index expressions, which the PostgreSQL query must repeat exactly.
-@dataclass(frozen=True)
-class Searched:
-    keys: tuple[str, ...]
-    doc: str
-    body: str | None = None
-
-    @property
-    def documents(self) -> tuple[str, ...]:
-        return (self.doc, self.body) if self.body else (self.doc,)
-
-    def terms_sql(self, table: str) -> str:
-        keys = ", ".join(f'"{table}"."{k}"' for k in self.keys)
-        doc = f'"{table}"."{self.doc}"'
-        body = f'"{table}"."{self.body}"' if self.body else "NULL::text"
-        return f"idemdash_search_terms(ARRAY[{keys}]::text[], {doc}, {body})"
-
-
-SEARCHED: dict[str, Searched] = {
-    "receipt": Searched(keys=("key",), doc="request", body="response_body"),
-    "event": Searched(keys=("provider_event_id", "dedupe_key"), doc="payload"),
-    "message": Searched(keys=("key",), doc="payload"),
-}
 
 # Separators turned into spaces, for SQLite's key parts (it has no regular expressions).
 _SQLITE_SEPARATORS = "-:/.|#,;=\t\n\r"
@@ -208,8 +201,8 @@ def matching(kind: str, term: Term) -> QuerySet:
     a search reads a few index pages at any size, under a time budget (BUDGET_MS). SQLite reads
     each row's JSON with json_tree, and MySQL/MariaDB with JSON_SEARCH (string values;
     MariaDB's also integers, MySQL's not): correct, and slower with the size of the log."""
-    spec, model = SEARCHED[kind], KINDS[kind].model
-    table = model._meta.db_table
+    spec = KINDS[kind]
+    table = spec.model._meta.db_table
     params: list[Any] = []
     if connection.vendor == "postgresql":
         terms = spec.terms_sql(table)
@@ -229,12 +222,12 @@ def matching(kind: str, term: Term) -> QuerySet:
                 clauses.append(key_part(column, term, params))
         clauses += [json_has(quoted.format(table, name), term, params) for name in spec.documents]
     condition = RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField())
-    return model.objects.filter(condition)
+    return spec.model.objects.filter(condition)
 
 
 def _found_in(kind: str, obj: Any, term: Term) -> list[str]:
     """Where in `obj` the term is, for the operator (the database said that it is)."""
-    spec = SEARCHED[kind]
+    spec = KINDS[kind]
     places = []
     for key in spec.keys:
         value = getattr(obj, key) or ""

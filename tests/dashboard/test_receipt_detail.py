@@ -64,7 +64,7 @@ def test_a_retry_storm_shows_the_latest_attempts_and_the_true_count(viewer_clien
     from idemdash.dashboard.views import receipts as views
     from receipts import store
 
-    monkeypatch.setattr(views, "TIMELINE_LIMIT", 5)
+    monkeypatch.setattr(views, "LOG_LIMIT", 5)
     r = stuck("storm", minutes_ago=0)  # claimed now: its lease is live, so claims are 409s
     for _ in range(9):
         store.claim("client:shop", "storm", "payment.create", {"key": "storm"})
@@ -81,7 +81,7 @@ def test_a_key_claimed_again_after_its_receipt_was_purged_shows_only_its_new_att
     again = completed("k1")
     page = viewer_client.get(f"/receipts/{again.pk}/")
     assert page.status_code == 200
-    assert [a.outcome for a in page.context["timeline"]] == ["claimed", "completed"]
+    assert [a.outcome for a in page.context["attempts"]] == ["claimed", "completed"]
     assert page.context["mismatches"] == []
 
 

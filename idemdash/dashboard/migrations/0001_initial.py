@@ -5,6 +5,7 @@
 # JSON with json_tree; see search.py). They belong to the dashboard, not to the tables' apps:
 # a host without the dashboard does not pay for them on every write.
 
+import django.core.validators
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
@@ -50,7 +51,7 @@ END
 $$;
 """
 
-# (index, table, the terms expression): search.py's SEARCHED must say the same expressions,
+# (index, table, the terms expression): search.py's KINDS must say the same expressions,
 # or the planner cannot use the index (tests/dashboard/test_search.py checks the plans).
 INDEXES = [
     ("receipt_search", "receipts_receipt", "idemdash_search_terms(ARRAY[key]::text[], request, response_body)"),
@@ -148,7 +149,7 @@ class Migration(migrations.Migration):
                 ('name', models.CharField(max_length=100, unique=True)),
                 ('metric', models.CharField(choices=[('duplicate_rate', 'Duplicate rate'), ('concurrent_duplicates', 'Concurrent duplicates (409 or waited)'), ('mismatch_conflicts', '422 mismatches'), ('failing_keys', 'Keys failing repeatedly'), ('stuck_rows', 'Stuck rows (receipts, webhook events, outbox messages)'), ('dead_webhook_events', 'Dead webhook events'), ('dead_outbox_messages', 'Dead outbox messages'), ('outbox_backlog_age', 'Outbox backlog age (seconds)'), ('rejected_deliveries', 'Rejected webhook deliveries (signature and format)'), ('unprotected_duplicates', 'Would-be duplicates on unprotected routes'), ('fresh_key_retries', 'Fresh-key retries that ran again')], max_length=32)),
                 ('comparison', models.CharField(choices=[('>', 'above (>)'), ('>=', 'at or above (>=)')], default='>', max_length=2)),
-                ('threshold', models.FloatField(help_text="In the unit of the figure's tile: percent for the duplicate rate (20 means 20%), seconds for the backlog age, otherwise a count.")),
+                ('threshold', models.FloatField(validators=[django.core.validators.MinValueValidator(0, 'Every figure is 0 or more; give a threshold of 0 or more.')], help_text="In the unit of the figure's tile: percent for the duplicate rate (20 means 20%), seconds for the backlog age, otherwise a count.")),
                 ('window_minutes', models.PositiveIntegerField(default=60, help_text='The figure is measured over the last this many minutes.')),
                 ('channel', models.CharField(choices=[('email', 'Email'), ('webhook', 'HTTP POST (Slack-compatible JSON)')], max_length=16)),
                 ('target', models.CharField(help_text='An email address, or the URL to POST to.', max_length=500)),

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -16,7 +16,7 @@ from idemdash.dashboard import conflicts, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.forms import ReceiptFilter
 from idemdash.dashboard.queries import latest
-from idemdash.dashboard.views.pages import filtered_list, with_operator_marks
+from idemdash.dashboard.views.pages import LOG_LIMIT, detail_page, filtered_list
 from receipts import fresh_keys
 from receipts.conf import policy_for
 from receipts.downstream import downstream_key
@@ -48,19 +48,31 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-# A retry storm can leave thousands of 409s on one key; the page shows the latest ones.
-TIMELINE_LIMIT = 300
+# A retry storm can leave thousands of 422s on one key; the page shows the latest ones.
 CONFLICT_LIMIT = 20
 
 
-def _policy(operation: str) -> dict[str, Any]:
-    policy = policy_for(operation)
-    return {**policy.as_dict(), "source": policy.matched()}
+def summary(receipt: Receipt) -> tuple[str, dict[str, Any]]:
+    policy = policy_for(receipt.operation)
+    return "dashboard/partials/receipt_summary.html", {
+        "receipt": receipt,
+        # From today's settings: the policy a claim of this operation gets now.
+        "policy": {**policy.as_dict(), "source": policy.matched()},
+        "downstream_key": downstream_key(receipt.scope, receipt.key, receipt.created_at),
+        # The caller's other keys that made the same request within the window.
+        "same_request": fresh_keys.same_request(receipt),
+        "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
+        # Not final: the page polls its summary and timeline until the outcome lands.
+        "live": receipt.released or receipt.status == Status.PROCESSING,
+    }
 
 
-def _detail_context(receipt: Receipt) -> dict[str, Any]:
+@require_GET
+@viewer_required
+def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    receipt = get_object_or_404(Receipt, pk=pk)
     attempts = Attempt.objects.filter(receipt=receipt)
-    timeline, timeline_total = latest(attempts, "-created_at", "-id", limit=TIMELINE_LIMIT)
+    timeline, timeline_total = latest(attempts, "-created_at", "-id", limit=LOG_LIMIT)
     rejected, mismatch_total = latest(
         attempts.filter(outcome=Attempt.Outcome.MISMATCH), "-created_at", "-id", limit=CONFLICT_LIMIT
     )
@@ -69,34 +81,6 @@ def _detail_context(receipt: Receipt) -> dict[str, Any]:
          "pretty": _pretty(a.request)}
         for a in rejected
     ]
-    audit = queries.audit_of(receipt)
-    return {
-        "receipt": receipt,
-        # From today's settings: the policy a claim of this operation gets now.
-        "policy": _policy(receipt.operation),
-        "timeline": with_operator_marks(timeline, timeline_total, audit),
-        "timeline_total": timeline_total,
-        "mismatch_total": mismatch_total,
-        "mismatches": mismatches,
-        "downstream_key": downstream_key(receipt.scope, receipt.key, receipt.created_at),
-        # The caller's other keys that made the same request within the window.
-        "same_request": fresh_keys.same_request(receipt),
-        "request_pretty": _pretty(receipt.request),
-        "response_pretty": _pretty(receipt.response_body),
-        "lease_expired": bool(receipt.lease_expires_at and receipt.lease_expires_at < timezone.now()),
-        # Not final: the page polls its summary and timeline until the outcome lands.
-        "live": receipt.released or receipt.status == Status.PROCESSING,
-        "audit": audit,
-        **queries.causation(receipt),
-    }
-
-
-@require_GET
-@viewer_required
-def receipt_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    receipt = get_object_or_404(Receipt, pk=pk)
-    return render(request, "dashboard/receipt_detail.html", _detail_context(receipt))
-
-
-def summary(receipt: Receipt) -> tuple[str, dict[str, Any]]:
-    return "dashboard/partials/receipt_summary.html", _detail_context(receipt)
+    return detail_page(request, "dashboard/receipt_detail.html", summary, receipt, attempts=timeline,
+                       attempt_total=timeline_total, mismatch_total=mismatch_total, mismatches=mismatches,
+                       request_pretty=_pretty(receipt.request), response_pretty=_pretty(receipt.response_body))
