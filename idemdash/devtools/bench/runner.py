@@ -111,9 +111,13 @@ class Bench:
         if done.count != self.replay_keys:
             raise RuntimeError(f"{name} completed {done.count} of {self.replay_keys} keys")
 
-    def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
+    def compare(self, scenario: str, variants: dict[str, Callable[[int], loadgen.LoadResult]],
+                *, chart: bool = True) -> loadgen.Comparison:
+        """`variants` in alternating rounds; their rounds kept under `scenario` and, with
+        `chart`, each one's medians among the chart's variants."""
+        comparison = loadgen.compare(variants, self.sizes.rounds)
         self.details.setdefault("rounds", {})[scenario] = comparison.summary()
-        for name in comparison.rounds[0]:
+        for name in comparison.rounds[0] if chart else ():
             # Keyed by scenario too: the bare insert is the baseline of three scenarios.
             self.details.setdefault("variants", {})[f"{scenario.split()[0]}: {name}"] = {
                 "throughput_rps": round(comparison.median(name, "throughput"), 1),
@@ -122,18 +126,7 @@ class Bench:
                 "errors": sum(r[name].errors for r in comparison.rounds),
                 "cpu_ms_per_request": {part: round(ms, 3) for part, ms in comparison.cpu_ms(name).items()},
             }
-
-    def cpu_figures(self, scenario: str, comparison: loadgen.Comparison, prefix: str) -> list[Figure]:
-        """Where each variant's CPU went, per request: the client, the web workers, the
-        qcluster and PostgreSQL, all sharing the machine's cores (when they are saturated,
-        throughput ratios follow these totals)."""
-        figures = []
-        for i, name in enumerate(comparison.rounds[0]):
-            parts = comparison.cpu_ms(name)
-            note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
-            figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
-                                  "ms", note=note))
-        return figures
+        return comparison
 
 
 # The bare insert's route as the observer notes it (request.resolver_match.route).
@@ -165,29 +158,38 @@ S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14 = (
 )
 
 
-def load_figures(scenario: str, comparison: loadgen.Comparison, variants: dict[str, tuple[str, str]]) -> list[Figure]:
-    """The usual figures of load variants (variant: id prefix, label), each the median over
-    the rounds: every variant's throughput (id `<prefix>rps`), then each one's p50 and p99."""
-    return [
-        *(Figure(f"{prefix}rps", scenario, f"{label} throughput", comparison.median(variant, "throughput"), "req/s")
-          for variant, (prefix, label) in variants.items()),
-        *(Figure(f"{prefix}{p}", scenario, f"{label} {p}", comparison.median(variant, p), "ms")
-          for variant, (prefix, label) in variants.items() for p in ("p50", "p99")),
+def compared_figures(scenario: str, comparison: loadgen.Comparison, prefix: str,
+                     variants: dict[str, tuple[str, str]]) -> list[Figure]:
+    """The usual figures of a comparison, each the median over the rounds: for `variants`
+    (variant: id prefix, label) the throughput (id `<prefix>rps`), then each one's p50 and p99;
+    then where every variant's CPU went, per request (id `<prefix>.cpu<i>`): the client, the
+    web workers, the qcluster and PostgreSQL, all sharing the machine's cores (when they are
+    saturated, throughput ratios follow these totals)."""
+    figures = [
+        *(Figure(f"{p}rps", scenario, f"{label} throughput", comparison.median(variant, "throughput"), "req/s")
+          for variant, (p, label) in variants.items()),
+        *(Figure(f"{p}{q}", scenario, f"{label} {q}", comparison.median(variant, q), "ms")
+          for variant, (p, label) in variants.items() for q in ("p50", "p99")),
     ]
+    for i, name in enumerate(comparison.rounds[0]):
+        parts = comparison.cpu_ms(name)
+        note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
+        figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
+                              "ms", note=note))
+    return figures
 
 
 def claim_overhead(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-fresh"
     bare, prot = "bare insert", "protected insert (fresh keys)"
-    comparison = loadgen.compare({
+    comparison = b.compare(S1, {
         bare: lambda r: b.load(bare, bare_insert),
-        prot: lambda r: b.load("protected insert", posting(PROTECTED, f"{prefix}-{r}")),
-    }, b.sizes.rounds)
-    b.record(S1, comparison)
+        prot: lambda r: b.load(prot, posting(PROTECTED, f"{prefix}-{r}")),
+    })
     return [
         Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
-        *load_figures(S1, comparison, {bare: ("claim.bare_", "unprotected"), prot: ("claim.protected_", "protected")}),
-        *b.cpu_figures(S1, comparison, "claim"),
+        *compared_figures(S1, comparison, "claim", {bare: ("claim.bare_", "unprotected"),
+                                                    prot: ("claim.protected_", "protected")}),
     ]
 
 
@@ -195,15 +197,13 @@ def replay(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-replay"
     b.complete_keys("replay setup", posting(PROTECTED, prefix))
     bare, rep = "bare insert", "replay of completed keys"
-    comparison = loadgen.compare({
+    comparison = b.compare(S2, {
         bare: lambda r: b.load(bare, bare_insert),
-        rep: lambda r: b.load("replay", posting(PROTECTED, prefix, b.replay_keys), ok=_replayed),
-    }, b.sizes.rounds)
-    b.record(S2, comparison)
+        rep: lambda r: b.load(rep, posting(PROTECTED, prefix, b.replay_keys), ok=_replayed),
+    })
     return [
         Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
-        *load_figures(S2, comparison, {rep: ("replay.", "replay")}),
-        *b.cpu_figures(S2, comparison, "replay"),
+        *compared_figures(S2, comparison, "replay", {rep: ("replay.", "replay")}),
     ]
 
 
@@ -219,37 +219,33 @@ def drf_view(b: Bench) -> list[Figure]:
     """The same DRF view unprotected, under idemdash and under drf-idempotency: fresh keys,
     then replays of completed keys, each against the unprotected view in the same rounds."""
     bare, bare_again = "DRF unprotected", "DRF unprotected, replay rounds"
-    fresh = {bare: lambda r: b.load(bare, posting("/bench/drf/unprotected/"))}
-    replays = {bare_again: lambda r: b.load(bare_again, posting("/bench/drf/unprotected/"))}
+    unprotected = posting("/bench/drf/unprotected/")
+    fresh = {bare: lambda r: b.load(bare, unprotected)}
+    replays = {bare_again: lambda r: b.load(bare_again, unprotected)}
     for layer, path in DRF_LAYERS.items():
         prefix = f"bench-{b.run_id}-drf-{layer}"
-        fresh[f"{layer} fresh"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} fresh", posting(path, f"{prefix}-{r}"))
+        fresh[f"{layer} fresh"] = lambda r, name=f"{layer} fresh", path=path, prefix=prefix: b.load(
+            name, posting(path, f"{prefix}-{r}"))
         b.complete_keys(f"{layer} replay setup", posting(path, f"{prefix}-replay"))
-        replays[f"{layer} replay"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} replay", posting(path, f"{prefix}-replay", b.replay_keys), ok=_replayed)
-    fresh_runs = loadgen.compare(fresh, b.sizes.rounds)
-    replay_runs = loadgen.compare(replays, b.sizes.rounds)
-    b.record(S8 + " fresh keys", fresh_runs)
-    b.record(S8 + " replays", replay_runs)
+        replays[f"{layer} replay"] = lambda r, name=f"{layer} replay", path=path, prefix=prefix: b.load(
+            name, posting(path, f"{prefix}-replay", b.replay_keys), ok=_replayed)
+    runs = {"fresh": (b.compare(S8 + " fresh keys", fresh), bare, "fresh keys"),
+            "replay": (b.compare(S8 + " replays", replays), bare_again, "replays")}
     figures = [Figure("drf.unprotected_rps", S8, "unprotected DRF view throughput",
-                      fresh_runs.median(bare, "throughput"), "req/s")]
-    side_by_side = []
+                      runs["fresh"][0].median(bare, "throughput"), "req/s")]
     for layer in DRF_LAYERS:
-        fresh_ratio = fresh_runs.ratio(f"{layer} fresh", bare)
-        replay_ratio = replay_runs.ratio(f"{layer} replay", bare_again)
-        side_by_side.append(f"{layer}: fresh keys {fresh_ratio:.2f}x, replays {replay_ratio:.2f}x")
-        figures += [
-            Figure(f"drf.{layer}.fresh_ratio", S8, f"{layer}, fresh keys / unprotected throughput", fresh_ratio, "x"),
-            Figure(f"drf.{layer}.replay_ratio", S8, f"{layer}, replays / unprotected throughput", replay_ratio, "x"),
-            Figure(f"drf.{layer}.fresh_rps", S8, f"{layer}, fresh keys throughput",
-                   fresh_runs.median(f"{layer} fresh", "throughput"), "req/s"),
-            Figure(f"drf.{layer}.replay_rps", S8, f"{layer}, replays throughput",
-                   replay_runs.median(f"{layer} replay", "throughput"), "req/s"),
-            Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
-                   fresh_runs.median(f"{layer} fresh", "p99"), "ms"),
-        ]
-    print("  DRF view, throughput against the unprotected view: " + "; ".join(side_by_side), flush=True)
+        for what, (comparison, baseline, words) in runs.items():
+            variant = f"{layer} {what}"
+            figures += [
+                Figure(f"drf.{layer}.{what}_ratio", S8, f"{layer}, {words} / unprotected throughput",
+                       comparison.ratio(variant, baseline), "x"),
+                Figure(f"drf.{layer}.{what}_rps", S8, f"{layer}, {words} throughput",
+                       comparison.median(variant, "throughput"), "req/s"),
+            ]
+        figures.append(Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
+                              runs["fresh"][0].median(f"{layer} fresh", "p99"), "ms"))
+    print("  DRF view, throughput against the unprotected view: " + "; ".join(
+        f"{f.label.split(' / ')[0]} {f.value:.2f}x" for f in figures if f.id.endswith("_ratio")), flush=True)
     return figures
 
 
@@ -274,10 +270,7 @@ def claim_api(b: Bench) -> list[Figure]:
     _, token = create_token(f"bench-{b.run_id}")
     connection.close()
     name = "API claim + complete"
-    comparison = loadgen.compare(
-        {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))}, b.sizes.rounds
-    )
-    b.record(S3, comparison)
+    comparison = b.compare(S3, {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))})
     return [
         Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
         Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
@@ -307,21 +300,19 @@ def floor_and_ceiling(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-floor"
     bare, protected = "bare insert", "protected (fresh keys)"
     floor = "floor (a transaction, two trivial statements)"
-    fresh = loadgen.compare({
+    fresh = b.compare(S12, {
         bare: lambda r: b.load(bare, bare_insert),
         protected: lambda r: b.load(protected, posting(PROTECTED, f"{prefix}-fresh-{r}")),
         floor: lambda r: b.load(floor, posting("/bench/insert/floor/")),
-    }, b.sizes.rounds)
-    b.record(S12, fresh)
+    })
     b.complete_keys("replay setup", posting(PROTECTED, f"{prefix}-replay"))
     bare_again, replay = "bare insert, replay rounds", "replay"
     ceiling = "replay ceiling (one trivial statement, no view)"
-    replays = loadgen.compare({
+    replays = b.compare(f"{S12} (replay)", {
         bare_again: lambda r: b.load(bare_again, bare_insert),
         ceiling: lambda r: b.load(ceiling, posting("/bench/replay/ceiling/", "ceiling"), ok=_replayed),
         replay: lambda r: b.load(replay, posting(PROTECTED, f"{prefix}-replay", b.replay_keys), ok=_replayed),
-    }, b.sizes.rounds)
-    b.details.setdefault("rounds", {})[f"{S12} (replay)"] = replays.summary()
+    }, chart=False)
     return [
         Figure("floor.vs_floor", S12, "protected / floor, fresh keys", fresh.ratio(protected, floor), "x", ">=", 0.8),
         Figure("floor.protected_ratio", S12, "protected / bare, fresh keys", fresh.ratio(protected, bare), "x"),
@@ -329,9 +320,8 @@ def floor_and_ceiling(b: Bench) -> list[Figure]:
         Figure("floor.vs_ceiling", S12, "replay / replay ceiling", replays.ratio(replay, ceiling), "x", ">=", 0.95),
         Figure("floor.replay_ratio", S12, "replay / bare", replays.ratio(replay, bare_again), "x"),
         Figure("floor.ceiling_ratio", S12, "replay ceiling / bare", replays.ratio(ceiling, bare_again), "x"),
-        *load_figures(S12, fresh, {bare: ("floor.bare_", "bare"), protected: ("floor.protected_", "protected"),
-                                   floor: ("floor.floor_", "floor")}),
-        *b.cpu_figures(S12, fresh, "floor"),
+        *compared_figures(S12, fresh, "floor", {bare: ("floor.bare_", "bare"), protected: ("floor.protected_", "protected"),
+                                                floor: ("floor.floor_", "floor")}),
     ]
 
 
@@ -356,10 +346,10 @@ def observer_cost(b: Bench) -> list[Figure]:
         b.load("warm-up observed", posting("/" + BARE_ROUTE, tag=f"{prefix}-warm"), base_url=observed_url,
                max_requests=100, time_limit=30)
         since = datetime.now(dt_timezone.utc)
-        comparison = loadgen.compare({
+        comparison = b.compare(S14, {
             bare: lambda r: b.load(bare, posting("/" + BARE_ROUTE, tag=f"{prefix}-bare-{r}")),
             observed: lambda r: b.load(observed, posting("/" + BARE_ROUTE, tag=f"{prefix}-{r}"), base_url=observed_url),
-        }, b.sizes.rounds)
+        })
         answered = sum(sum(r[observed].statuses.values()) for r in comparison.rounds)
         # Each worker's flusher writes its buffer every RECEIPTS_OBSERVE_FLUSH_SECONDS; a stopped
         # worker's last buffer is lost, so the notes are counted before the server stops.
@@ -373,7 +363,6 @@ def observer_cost(b: Bench) -> list[Figure]:
     finally:
         del b.running["web observed"]
         web.stop()
-    b.record(S14, comparison)
     b.details["observer"] = {"answered": answered, **noted}
     return [
         Figure("observe.ratio", S14, "observed / bare throughput, unprotected insert", comparison.ratio(observed, bare),
@@ -383,8 +372,8 @@ def observer_cost(b: Bench) -> list[Figure]:
                note=f"one per request it answered ({answered})"),
         Figure("observe.duplicates", S14, "would-be duplicates among them (every body distinct)", noted["duplicates"],
                "notes", "<=", 0),
-        *load_figures(S14, comparison, {bare: ("observe.bare_", "bare"), observed: ("observe.observed_", "observed")}),
-        *b.cpu_figures(S14, comparison, "observe"),
+        *compared_figures(S14, comparison, "observe", {bare: ("observe.bare_", "bare"),
+                                                       observed: ("observe.observed_", "observed")}),
     ]
 
 
@@ -494,12 +483,11 @@ def webhook_ingest(b: Bench) -> list[Figure]:
     b.complete_keys("webhook setup", webhook_request(secret, dup_prefix))
     bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
     with autovacuum_stand_in(QUEUE_TABLES) as vacuumed:
-        comparison = loadgen.compare({
+        comparison = b.compare(S4, {
             bare: lambda r: b.load(bare, bare_insert),
             new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
             dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, b.replay_keys), ok=_duplicate),
-        }, b.sizes.rounds)
-    b.record(S4, comparison)
+        })
     return [
         Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7,
                note="; ".join(vacuumed)),
@@ -508,7 +496,7 @@ def webhook_ingest(b: Bench) -> list[Figure]:
         Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
         Figure("webhook.new_p99", S4, "new deliveries p99", comparison.median(new, "p99"), "ms", "<=", 50),
         Figure("webhook.dup_p99", S4, "duplicate deliveries p99", comparison.median(dup, "p99"), "ms", "<=", 50),
-        *b.cpu_figures(S4, comparison, "webhook"),
+        *compared_figures(S4, comparison, "webhook", {}),
     ]
 
 
