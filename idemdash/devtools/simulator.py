@@ -550,23 +550,9 @@ class Simulator:
         self.count("claimed")
         self.count("crashed")
         self.say("agent_crash", f"{agent}: claimed {key}, crashed mid-operation (lease {lease} s)")
-        self.later(lease + rng.uniform(0.3, 2.0), f"takeover of {key}", lambda: self._take_over(key, operation, request, self.agent(rng)))
-
-    def _take_over(self, key: str, operation: str, request: dict[str, Any], agent: str, tries: int = 0) -> None:
-        try:
-            claim = self.idem.claim(key, operation, request, lease_seconds=15)
-        except RequestInProgress:
-            self.count("409")
-            if tries < 5:  # the lease has not quite lapsed by the server's clock
-                self.later(1.0, f"takeover of {key}", lambda: self._take_over(key, operation, request, agent, tries + 1))
-            return
-        if claim.outcome == "lease_takeover":
-            self.count("takeover")
-        else:
-            self.count("replayed" if claim.replayed else "claimed")
-        if claim.token is not None:
-            self.idem.complete(key, claim.token, {"captured": True, "recovered": True})
-        self.say("takeover", f"{agent}: found {key} abandoned, its lease lapsed -> {claim.outcome} (fencing token {claim.token}), completed")
+        # Another agent finds the key once its lease lapsed, and takes it over at once (give_up 0).
+        self.later(lease + rng.uniform(0.3, 2.0), f"takeover of {key}",
+                   lambda: self._come_back(key, operation, request, self.agent(rng), give_up=0.0))
 
     def _agent_reuse(self, n: int, rng: random.Random) -> None:
         agent = self.agent(rng)
@@ -652,8 +638,9 @@ class Simulator:
         give_up = time.monotonic() + lease + self.config.stall_give_up_seconds
         self.later(lease, f"come back for {key}", lambda: self._come_back(key, operation, request, agent, give_up))
 
-    def _come_back(self, key: str, operation: str, request: dict[str, Any], agent: str, give_up: float) -> None:
-        """Run the hung agent's key once it is no longer held (an operator released it), or
+    def _come_back(self, key: str, operation: str, request: dict[str, Any], agent: str, give_up: float,
+                   tries: int = 0) -> None:
+        """Run a key an agent left held once it is no longer held (an operator released it), or
         take it over at `give_up`, so that a demo nobody repairs stays bounded."""
         receipt = self.idem.get(key)
         held = receipt is not None and receipt["status"] == "processing"
@@ -666,10 +653,17 @@ class Simulator:
         if self.stopping.is_set() and held:
             return
         ran = []
-        self.idem.run_once(key, operation, lambda: ran.append(1) or {"enriched": True}, request=request)
+        try:
+            self.idem.run_once(key, operation, lambda: ran.append(1) or {"recovered": True}, request=request)
+        except RequestInProgress:
+            self.count("409")
+            if tries < 5:  # the lease has not quite lapsed by the server's clock
+                self.later(1.0, f"takeover of {key}",
+                           lambda: self._come_back(key, operation, request, agent, give_up, tries + 1))
+            return
         if held:
             self.count("takeover")
-            self.say("takeover", f"{agent}: nobody released {key}; took it over after its lease -> completed")
+            self.say("takeover", f"{agent}: found {key} held past its lease, nobody released it -> took it over, completed")
         else:
             self.count("came_back" if ran else "replayed")
             self.say("came_back", f"{agent}: came back for {key} after it was released -> ran it, completed")
