@@ -42,7 +42,6 @@ class Tally:
     requests: Counter = field(default_factory=Counter)  # by kind and answer
     kills: Counter = field(default_factory=Counter)  # by what was killed
     answered: dict[str, str] = field(default_factory=dict)  # key -> path, once the client got its 201
-    outbox_keys: set[str] = field(default_factory=set)  # keys whose view enqueued a message
     unanswered: set[str] = field(default_factory=set)
     replays_that_ran: list[str] = field(default_factory=list)  # a replay answered without Idempotent-Replayed
     delivered: set[str] = field(default_factory=set)  # event ids answered 2xx
@@ -90,16 +89,13 @@ class Driver:
     def claim(self) -> None:
         self.n += 1
         key = f"{self.run_id}-{threading.get_ident() % 10000}-{self.n}"
-        outbox = self.rng.random() < 0.5
-        url = "/soak/effect/" + ("?outbox=1" if outbox else "")
+        url = "/soak/effect/" + ("?outbox=1" if self.rng.random() < 0.5 else "")
         response = self._post_key("claim", url, key)
         with self.tally.lock:
             if response is None:
                 self.tally.unanswered.add(key)
             else:
                 self.tally.answered[key] = url
-            if outbox:
-                self.tally.outbox_keys.add(key)
 
     def replay(self) -> None:
         with self.tally.lock:
