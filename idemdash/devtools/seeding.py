@@ -343,18 +343,18 @@ def _write(parent: type[models.Model], child: type[models.Model], fk: str, rows:
     return len(children)
 
 
+def endpoint_secret(slug: str, provider: str, description: str) -> WebhookSecret:
+    """The active signing secret of the endpoint `slug`, each made if missing."""
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": provider,
+                                                                             "description": description})
+    return (WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
+            or WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex))
+
+
 def seed_endpoints() -> dict[str, tuple[int, int]]:
-    """The seed's own webhook endpoints, each with one secret: slug -> (endpoint id, secret id)."""
-    found = {}
-    for slug, (provider, _) in ENDPOINTS.items():
-        endpoint, _ = WebhookEndpoint.objects.get_or_create(
-            slug=slug, defaults={"provider": provider, "description": "seeded test data"}
-        )
-        secret = WebhookSecret.objects.filter(endpoint=endpoint).first() or WebhookSecret.objects.create(
-            endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex
-        )
-        found[slug] = (endpoint.pk, secret.pk)
-    return found
+    """The seed's own webhook endpoints, each with a secret: slug -> (endpoint id, secret id)."""
+    found = {slug: endpoint_secret(slug, provider, "seeded test data") for slug, (provider, _) in ENDPOINTS.items()}
+    return {slug: (secret.endpoint_id, secret.pk) for slug, secret in found.items()}
 
 
 @dataclass

@@ -61,6 +61,13 @@ def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None =
     }
 
 
+def signed_stripe(event: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a delivery of `event`, signed as Stripe signs each attempt."""
+    body = json.dumps(event)
+    signature = stripe.WebhookSignature.generate_signature_header(body, secret)
+    return body.encode(), {"Stripe-Signature": signature, "Content-Type": "application/json"}
+
+
 class NotLocal(ValueError):
     pass
 
@@ -683,9 +690,7 @@ class Simulator:
 
     def _stripe_send(self, event: dict[str, Any]) -> dict[str, Any]:
         # Stripe signs every attempt anew, so a redelivery carries a fresh timestamp.
-        body = json.dumps(event).encode()
-        header = stripe.WebhookSignature.generate_signature_header(body.decode(), self.config.stripe_secret)
-        return self._deliver("stripe", body, {"Stripe-Signature": header})
+        return self._deliver("stripe", *signed_stripe(event, self.config.stripe_secret))
 
     def _stripe_events(self, n: int, rng: random.Random) -> list[dict[str, Any]]:
         amount = rng.choice([1200, 2500, 4900, 9900])

@@ -28,12 +28,12 @@ from typing import Any
 
 import httpx
 import psycopg
-import stripe
 from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from idemdash.devtools import seeding
+from idemdash.devtools.simulator import signed_stripe, stripe_event
 from idemdash.devtools.bench import loadgen, servers
 from idemdash.devtools.bench.models import BenchRow
 from idemdash.devtools.bench.report import Figure, markdown_table, table, write_chart, write_json
@@ -438,25 +438,13 @@ BENCH_ENDPOINT = "bench-stripe"
 
 def webhook_endpoint(slug: str = BENCH_ENDPOINT, description: str = "make bench") -> str:
     """A Stripe endpoint of the bench's (or the soak's) own; returns its signing secret."""
-    from webhooks.models import WebhookEndpoint, WebhookSecret
-
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": "stripe",
-                                                                             "description": description})
-    secret = WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
-    if secret is None:
-        secret = WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_bench" + uuid.uuid4().hex)
-    return secret.secret
+    return seeding.endpoint_secret(slug, "stripe", description).secret
 
 
 def stripe_delivery(secret: str, event_id: str, event_type: str, **intent: Any) -> tuple[bytes, dict[str, str]]:
     """An event about a payment intent (its fields `intent`), signed as Stripe signs it."""
-    body = json.dumps({
-        "id": event_id, "object": "event", "type": event_type, "created": int(time.time()),
-        "api_version": "2024-06-20", "livemode": False,
-        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", **intent}},
-    })
-    signature = stripe.WebhookSignature.generate_signature_header(body, secret)
-    return body.encode(), {"Stripe-Signature": signature, "Content-Type": "application/json"}
+    intent = {"id": f"pi_{event_id}", "object": "payment_intent", **intent}
+    return signed_stripe(stripe_event(intent, event_type, event_id=event_id), secret)
 
 
 def payment_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
