@@ -237,33 +237,29 @@ def measure_claims(conninfo: str, *, processes: int, per_process: int, rounds: i
     return measured
 
 
+# What fill_day writes in each table, beside the claim's scope and key: (columns, values of row i).
+FILL = {
+    "claims": ("status, fencing_token, fingerprint, lease_expires_at, expires_at, attempt_day",
+               "'completed', 1, md5(i::text), NULL, %(start)s::timestamptz + interval '1 day', %(start)s::date"),
+    "attempts": ("outcome, fencing_token, fingerprint, created_at",
+                 "'claimed', 1, md5(i::text), %(start)s::timestamptz + (i %% 86400) * interval '1 second'"),
+    "bodies": ("request, response, created_at",
+               "jsonb_build_object('n', i, 'note', md5(i::text)), jsonb_build_object('status', 201, 'id', i), "
+               "%(start)s::timestamptz + (i %% 86400) * interval '1 second'"),
+}
+
+
 def fill_day(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> None:
     """`rows` claims of `day`, each with its attempt and body row, in both layouts."""
-    start = datetime.combine(day, dt_time(), dt_timezone.utc)
+    params = {"start": datetime.combine(day, dt_time(), dt_timezone.utc), "rows": rows, "tag": f"{day:%Y%m%d}"}
     s = sql.Identifier(schema)
     with conn.transaction():
         for suffix in ("", "_single"):
-            params = {"start": start, "rows": rows, "tag": f"{day:%Y%m%d}"}
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{claims} (scope, key, status, fencing_token, fingerprint, lease_expires_at,
-                                          expires_at, attempt_day)
-                SELECT 'retention', %(tag)s || '-' || i, 'completed', 1, md5(i::text), NULL,
-                       %(start)s::timestamptz + interval '1 day', %(start)s::date
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, claims=sql.Identifier(f"claims{suffix}")), params)
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{attempts} (scope, key, outcome, fencing_token, fingerprint, created_at)
-                SELECT 'retention', %(tag)s || '-' || i, 'claimed', 1, md5(i::text),
-                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, attempts=sql.Identifier(f"attempts{suffix}")), params)
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{bodies} (scope, key, request, response, created_at)
-                SELECT 'retention', %(tag)s || '-' || i, jsonb_build_object('n', i, 'note', md5(i::text)),
-                       jsonb_build_object('status', 201, 'id', i),
-                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, bodies=sql.Identifier(f"bodies{suffix}")), params)
+            for table, (columns, values) in FILL.items():
+                conn.execute(sql.SQL(
+                    f"INSERT INTO {{s}}.{{t}} (scope, key, {columns}) "
+                    f"SELECT 'retention', %(tag)s || '-' || i, {values} FROM generate_series(1, %(rows)s) AS i"
+                ).format(s=s, t=sql.Identifier(table + suffix)), params)
     conn.execute(sql.SQL("ANALYZE {s}.attempts, {s}.bodies, {s}.attempts_single, {s}.bodies_single").format(s=s))
 
 
