@@ -522,26 +522,33 @@ def busy_receipt() -> int:
     return newest_first.filter(replayed).first() or newest_first[0]
 
 
-def time_pages(b: Bench, pages: dict[str, str | list[str]], session_key: str,
+def time_pages(b: Bench, detail: str, pages: dict[str, str | list[str]], plans: str,
                samples: int | None = None) -> dict[str, loadgen.LoadResult]:
-    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed.
-    A page given as a list of URLs is a different one of them at each sample (the search's
-    ids: one id asked for again would measure the database's cache)."""
+    """One client logged in, pages in turn (interleaved, so noise hits each alike), every
+    sample timed; then each page's queries explained (explain_pages) into `plans` under the
+    out dir. A page given as a list of URLs is a different one of them at each sample (the
+    search's ids: one id asked for again would measure the database's cache). The timings
+    are kept in details[detail], the plans' summary in details[detail + "_explain"]."""
+    user, session_key = bench_session()
+    connection.close()  # the servers need no connection of ours meanwhile
+    urls = {page: [url] if isinstance(url, str) else url for page, url in pages.items()}
     results = {page: loadgen.LoadResult(page) for page in pages}
     with httpx.Client(base_url=b.base_url, cookies={"sessionid": session_key}, timeout=60) as client:
-        for url in pages.values():  # a first, untimed visit: worker caches, template loading
-            client.get(url if isinstance(url, str) else url[-1])
+        for some in urls.values():  # a first, untimed visit: worker caches, template loading
+            client.get(some[-1])
         for i in range(samples or b.sizes.page_samples):
-            for page, urls in pages.items():
-                url = urls if isinstance(urls, str) else urls[i % len(urls)]
+            for page, some in urls.items():
                 started = time.perf_counter()
-                response = client.get(url)
+                response = client.get(some[i % len(some)])
                 took = time.perf_counter() - started
                 if response.status_code == 200:
                     results[page].latencies.append(took)
                 else:
                     results[page].errors += 1
                 results[page].elapsed += took
+    b.details[detail] = {page: r.summary() for page, r in results.items()}
+    b.details[f"{detail}_explain"] = explain_pages(user, {page: some[0] for page, some in urls.items()},
+                                                   b.out_dir / plans)
     return results
 
 
@@ -592,7 +599,6 @@ def dashboard(b: Bench) -> list[Figure]:
     info = b.details.get("seed", {})
     seeded = Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
                     note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")
-    user, session_key = bench_session()
     pages = {page: url.format(receipt=busy_receipt()) for page, url, *_ in DASHBOARD_PAGES}
     # What the every-minute receipts.rollup schedule would have done by now (the bench
     # removes the schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
@@ -603,10 +609,7 @@ def dashboard(b: Bench) -> list[Figure]:
         # visit the heap for every row the scenarios or an earlier purge touched.
         seeding.vacuum_analyze(DASHBOARD_TABLES)
         seeded.note += f"; autovacuum is off on this server, so the bench vacuumed {', '.join(DASHBOARD_TABLES)} first"
-    connection.close()
-    results = time_pages(b, pages, session_key)
-    b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
-    b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
+    results = time_pages(b, "dashboard", pages, "explain-latest.txt")
     return [seeded, *page_figures(S5, results, DASHBOARD_PAGES, lambda r: "")]
 
 
@@ -649,7 +652,6 @@ def search_at_scale(b: Bench) -> list[Figure]:
 
     from webhooks.models import WebhookEvent
 
-    user, session_key = bench_session()
     samples = b.sizes.page_samples * 5
     orders = search_samples(samples * 2)
     pages: dict[str, str | list[str]] = {
@@ -658,12 +660,7 @@ def search_at_scale(b: Bench) -> list[Figure]:
         "search.trace": [f"/trace/?q={quote(o)}" for o in orders[samples:] or orders],
         "search.common": SEARCH_PAGES[-1][1],
     }
-    connection.close()
-    results = time_pages(b, pages, session_key, samples=samples)
-    b.details["search"] = {page: r.summary() for page, r in results.items()}
-    b.details["search_explain"] = explain_pages(
-        user, {page: urls if isinstance(urls, str) else urls[0] for page, urls in pages.items()},
-        b.out_dir / "explain-search.txt")
+    results = time_pages(b, "search", pages, "explain-search.txt", samples=samples)
     sizes = f"{Receipt.objects.count()} receipts, {WebhookEvent.objects.count()} events"
     connection.close()
     return page_figures(S11, results, SEARCH_PAGES, lambda r: f"p50 {r.percentile(50):.1f} ms over {r.count} ids; {sizes}")
