@@ -187,9 +187,10 @@ def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
 
 def database_process_cpu() -> Callable[[], float] | None:
     """A reader of the CPU seconds spent so far by the PostgreSQL process serving this
-    connection, or None when that process is not on this machine (or not readable): from
-    /proc, in nanoseconds from its schedstat, else in clock ticks from its stat."""
+    connection (servers.cpu_seconds), or None when that process is not on this machine."""
     from django.db import connection
+
+    from idemdash.devtools.bench.servers import cpu_seconds
 
     with connection.cursor() as c:
         c.execute("SELECT pg_backend_pid()")
@@ -199,19 +200,7 @@ def database_process_cpu() -> Callable[[], float] | None:
             return None  # another machine's pid, which is some other process here
     except OSError:
         return None
-    from idemdash.devtools.bench.servers import cpu_by_pid
-
-    def on_cpu() -> float:  # the nanoseconds it has run on a CPU (the scheduler's own count)
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-    def ticks() -> float:  # utime + stime, in clock ticks (10 ms): a kernel without schedstat
-        return cpu_by_pid([pid])[pid]
-
-    try:
-        on_cpu()
-    except (OSError, ValueError, IndexError):
-        return ticks
-    return on_cpu
+    return lambda: cpu_seconds(pid)
 
 
 def main(argv: list[str] | None = None) -> int:
