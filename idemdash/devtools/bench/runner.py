@@ -392,37 +392,40 @@ def past_one_table(b: Bench) -> list[Figure]:
     today = datetime.now(dt_timezone.utc).date()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         partitioned.create(conn, today)
-    measured = partitioned.measure_claims(conninfo, processes=CLIENTS, per_process=b.sizes.requests // 2,
-                                          rounds=b.sizes.rounds, time_limit=b.sizes.time_limit, run_id=b.run_id)
+    labels = {"product": "product claim (receipts table)", "single": "prototype, unpartitioned",
+              "partitioned": "prototype, partitioned"}
+    racers = partitioned.Racers(conninfo, CLIENTS)
+    try:
+        racers.run("product", [[f"{b.run_id}-warm-{p}-{n}" for n in range(20)] for p in range(CLIENTS)], 60)
+
+        def claims(variant: str, r: int) -> loadgen.LoadResult:  # every claim takes a fresh key
+            keys = [[f"{b.run_id}-{variant}-{r}-{p}-{n}" for n in range(b.sizes.requests // 2)] for p in range(CLIENTS)]
+            return racers.run(variant, keys, b.sizes.time_limit)
+
+        comparison = b.compare(S13, {label: lambda r, v=v: claims(v, r) for v, label in labels.items()})
+    finally:
+        racers.close()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         retention = partitioned.measure_retention(conn, partitioned.days_back(today)[-1], b.sizes.purge_receipts)
-    b.details.setdefault("rounds", {})[S13] = {v: [vars(r) for r in rounds] for v, rounds in measured.items()}
     b.details[f"{S13} retention"] = retention
 
     def median(variant: str, what: str) -> float:
-        return statistics.median(getattr(r, what) for r in measured[variant])
+        return comparison.median(labels[variant], what)
 
-    def ratio(a: str, over: str) -> float:
-        return statistics.median(x.per_second / y.per_second for x, y in zip(measured[a], measured[over]))
+    def ratio(variant: str, over: str) -> float:
+        return comparison.ratio(labels[variant], labels[over])
 
-    labels = {"product": "product claim (receipts table)", "single": "prototype, unpartitioned",
-              "partitioned": "prototype, partitioned"}
-    for v, label in labels.items():  # beside the other scenarios' variants in the chart
-        b.details.setdefault("variants", {})[f"13: {label}"] = {
-            "throughput_rps": round(median(v, "per_second"), 1), "p50_ms": round(median(v, "p50_ms"), 2),
-            "p99_ms": round(median(v, "p99_ms"), 2), "errors": 0,
-        }
     return [
         Figure("partition.vs_single", S13, "partitioned / unpartitioned claims per second",
                ratio("partitioned", "single"), "x", ">=", 0.8),
         Figure("partition.vs_product", S13, "partitioned prototype / product claims per second",
                ratio("partitioned", "product"), "x"),
-        *(Figure(f"partition.{v}_cps", S13, f"{label}, claims/s at {CLIENTS} processes", median(v, "per_second"),
+        *(Figure(f"partition.{v}_cps", S13, f"{label}, claims/s at {CLIENTS} processes", median(v, "throughput"),
                  "/s") for v, label in labels.items()),
-        *(Figure(f"partition.{v}_{p}", S13, f"{label} {p}", median(v, f"{p}_ms"), "ms")
+        *(Figure(f"partition.{v}_{p}", S13, f"{label} {p}", median(v, p), "ms")
           for v, label in labels.items() for p in ("p50", "p99")),
         Figure("partition.headroom", S13, "partitioned claims/s / 100M a day (1,157/s)",
-               median("partitioned", "per_second") / DAILY_TARGET_PER_S, "x",
+               median("partitioned", "throughput") / DAILY_TARGET_PER_S, "x",
                note="one primary, this machine; peaks run 5-10x the average"),
         Figure("partition.delete_s", S13, f"DELETE of a day ({retention['rows']} attempts + bodies)",
                retention["delete_s"], "s"),
