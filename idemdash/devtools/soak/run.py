@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
@@ -188,12 +189,12 @@ def _backends() -> list[tuple[int, int, bool]]:
     return [(pid, int(name[5:]) if name.startswith("soak:") else 0, bool(busy)) for pid, name, busy in rows]
 
 
-def _effect_counts(kind: str, start: str) -> Counter:
-    """Effects per key: the bench rows labelled `<kind>:<key>` whose key starts with `start`."""
+def _effect_counts(label: Callable[[str], str], start: str) -> Counter:
+    """Effects per key: the bench rows labelled `label(key)` whose key starts with `start`."""
     from idemdash.devtools.bench.models import BenchRow
 
-    rows = BenchRow.objects.filter(label__startswith=f"{kind}:{start}").values_list("label", flat=True).iterator()
-    return Counter(label[len(kind) + 1:] for label in rows)
+    rows = BenchRow.objects.filter(label__startswith=label(start)).values_list("label", flat=True).iterator()
+    return Counter(row[len(label("")):] for row in rows)
 
 
 def _settled(run_id: str) -> bool:
@@ -220,9 +221,9 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
     counts (effects.csv) and a summary (summary.json, summary.md) into `out`."""
     from receipts.outbox.models import OutboxMessage
 
-    from idemdash.devtools.soak.views import outbox_key
+    from idemdash.devtools.soak.views import event_label, outbox_key, view_label
 
-    views, events = _effect_counts("v", run_id), _effect_counts("e", f"evt_{run_id}")
+    views, events = _effect_counts(view_label, run_id), _effect_counts(event_label, f"evt_{run_id}")
     messages = set(OutboxMessage.objects.filter(key__startswith=f"out:{run_id}").values_list("key", flat=True))
     accepted = Counter(receiver.accepted_per_key)
     rows = []
