@@ -502,8 +502,9 @@ DASHBOARD_PAGES = [
 ]
 
 
-def bench_session() -> tuple[Any, str]:
-    """A logged-in superuser session for the dashboard: (user, session key)."""
+def bench_client() -> Any:
+    """A Django test Client logged in as the bench's superuser, for the dashboard's pages:
+    in-process, and through its session cookie over HTTP."""
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -513,7 +514,7 @@ def bench_session() -> tuple[Any, str]:
     )
     client = Client()
     client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
-    return user, client.cookies[settings.SESSION_COOKIE_NAME].value
+    return client
 
 
 def busy_receipt() -> int:
@@ -532,7 +533,8 @@ def time_pages(b: Bench, detail: str, pages: dict[str, str | list[str]], plans: 
     out dir. A page given as a list of URLs is a different one of them at each sample (the
     search's ids: one id asked for again would measure the database's cache). The timings
     are kept in details[detail], the plans' summary in details[detail + "_explain"]."""
-    user, session_key = bench_session()
+    logged_in = bench_client()
+    session_key = logged_in.cookies[settings.SESSION_COOKIE_NAME].value
     connection.close()  # the servers need no connection of ours meanwhile
     urls = {page: [url] if isinstance(url, str) else url for page, url in pages.items()}
     results = {page: loadgen.LoadResult(page) for page in pages}
@@ -550,7 +552,7 @@ def time_pages(b: Bench, detail: str, pages: dict[str, str | list[str]], plans: 
                     results[page].errors += 1
                 results[page].elapsed += took
     b.details[detail] = {page: r.summary() for page, r in results.items()}
-    b.details[f"{detail}_explain"] = explain_pages(user, {page: some[0] for page, some in urls.items()},
+    b.details[f"{detail}_explain"] = explain_pages(logged_in, {page: some[0] for page, some in urls.items()},
                                                    b.out_dir / plans)
     return results
 
@@ -566,14 +568,12 @@ def page_figures(scenario: str, results: dict[str, loadgen.LoadResult], pages: l
     return figures
 
 
-def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
-    """Run each page in-process, capture its queries and EXPLAIN (ANALYZE, BUFFERS) each;
-    write the plans to `out` and return, per page, its query count and its slowest plans."""
-    from django.test import Client
+def explain_pages(client: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
+    """Run each page in-process with `client`, capture its queries and EXPLAIN (ANALYZE,
+    BUFFERS) each; write the plans to `out` and return, per page, its query count and its
+    slowest plans."""
     from django.test.utils import CaptureQueriesContext
 
-    client = Client()
-    client.force_login(user)
     summary: dict[str, Any] = {}
     lines: list[str] = []
     for page, url in pages.items():
