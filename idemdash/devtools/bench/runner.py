@@ -353,12 +353,9 @@ def observer_cost(b: Bench) -> list[Figure]:
         answered = sum(sum(r[observed].statuses.values()) for r in comparison.rounds)
         # Each worker's flusher writes its buffer every RECEIPTS_OBSERVE_FLUSH_SECONDS; a stopped
         # worker's last buffer is lost, so the notes are counted before the server stops.
-        deadline = time.monotonic() + 3 * setting("RECEIPTS_OBSERVE_FLUSH_SECONDS") + 10
-        while True:
-            noted = coverage.unprotected_counts(since).get(("POST", BARE_ROUTE), {"requests": 0, "duplicates": 0})
-            if noted["requests"] >= answered or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        noted = polled(lambda: coverage.unprotected_counts(since).get(("POST", BARE_ROUTE),
+                                                                      {"requests": 0, "duplicates": 0}),
+                       lambda noted: noted["requests"] >= answered, 3 * setting("RECEIPTS_OBSERVE_FLUSH_SECONDS") + 10)
         connection.close()
     finally:
         del b.running["web observed"]
@@ -848,20 +845,14 @@ def outbox_latency(b: Bench) -> list[Figure]:
     from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
     # Tasks left by scenario 4 (its webhook events) would measure that backlog instead.
-    deadline = time.monotonic() + 300
-    while OrmQ.objects.exists() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    polled(OrmQ.objects.exists, lambda busy: not busy, 300)
     prefix = f"bench-{b.run_id}-latency"
     for n in range(b.sizes.latency_messages):
         store.enqueue("bench.noop", {"n": n}, f"{prefix}-{n}", scope="bench")
         time.sleep(OUTBOX_LATENCY_SPACING)
     messages = dict(OutboxMessage.objects.filter(scope="bench", key__startswith=prefix).values_list("id", "created_at"))
-    first: dict[int, datetime] = {}
-    deadline = time.monotonic() + 120
-    while len(first) < len(messages) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
-        first = dict(attempts)
+    attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
+    first: dict[int, datetime] = polled(lambda: dict(attempts.all()), lambda first: len(first) >= len(messages), 120)
     connection.close()
     waits = [(first[pk] - created).total_seconds() for pk, created in messages.items() if pk in first]
     note = f"{len(messages) - len(waits)} of {len(messages)} messages had no attempt within 120 s" if len(waits) < len(messages) else ""
@@ -1007,6 +998,14 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     print(table(figures))
     print(f"\n{info['mode']} {what}, {info['cores']} cores, {info['seconds']} s; wrote {written}")
     return 0
+
+
+def polled(read: Callable[[], Any], done: Callable[[Any], bool], seconds: float) -> Any:
+    """`read()` every half second until `done` with what it read or `seconds` are over: the last reading."""
+    deadline = time.monotonic() + seconds
+    while not done(reading := read()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return reading
 
 
 def timed(name: str, scenario: Callable[[Bench], list[Figure]], b: Bench) -> list[Figure]:
