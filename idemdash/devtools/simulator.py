@@ -504,6 +504,10 @@ class Simulator:
     def _request(self, n: int, rng: random.Random) -> dict[str, Any]:
         return {"order": n, "amount": rng.choice([900, 1500, 2500, 4200, 9900]), "currency": "eur"}
 
+    def _agent_intent(self, noun: str, operation: str, n: int, rng: random.Random) -> tuple[str, str, str, dict[str, Any]]:
+        """The agent that acts, the key of its `noun` n, the operation, and the request it sends."""
+        return self.agent(rng), self.key(noun, n), operation, self._request(n, rng)
+
     def _work(self, rng: random.Random) -> Callable[[], dict[str, Any]]:
         def work() -> dict[str, Any]:
             time.sleep(rng.uniform(0.02, 0.25))
@@ -512,9 +516,7 @@ class Simulator:
         return work
 
     def _agent_run(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("order", n), rng.choice(OPERATIONS)
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("order", rng.choice(OPERATIONS), n, rng)
         self.idem.run_once(key, operation, self._work(rng), request=request, lease_seconds=15)
         self.count("claimed")
         if rng.random() < 0.4:
@@ -527,9 +529,7 @@ class Simulator:
             self.say("agent_run", f"{agent}: ran {operation} for {key}")
 
     def _agent_timeout(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("invoice", n), "invoice.send"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("invoice", "invoice.send", n, rng)
         first = self.idem.claim(key, operation, request, lease_seconds=15)
         self.count("claimed")
         time.sleep(rng.uniform(0.05, 0.2))
@@ -549,9 +549,7 @@ class Simulator:
                                   f"{retry_after} s); retried after it finished -> {again.outcome}")
 
     def _agent_crash(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("order", n), "payment.capture"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("order", "payment.capture", n, rng)
         lease = self.config.crash_lease_seconds
         self.idem.claim(key, operation, request, lease_seconds=lease)
         self.count("claimed")
@@ -562,9 +560,7 @@ class Simulator:
                    lambda: self._come_back(key, operation, request, self.agent(rng), give_up=0.0))
 
     def _agent_reuse(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("refund", n), "refund.create"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("refund", "refund.create", n, rng)
         self.idem.run_once(key, operation, self._work(rng), request=request)
         self.count("claimed")
         changed = {**request, "amount": request["amount"] + 200}
@@ -596,9 +592,7 @@ class Simulator:
         self.say("agent_new_key", f"{agent}: timed out sending {first}, retried under a new key {again} -> {outcome}")
 
     def _agent_failure(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("charge", n), "charge.create"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("charge", "charge.create", n, rng)
         # A third of the failing keys fail on their first retry too: "keys failing repeatedly".
         failures = 2 if rng.random() < 1 / 3 else 1
 
@@ -632,9 +626,7 @@ class Simulator:
             room = len(self._stalled) < self.config.max_stalled
         if not room:  # enough of the Stuck board is filled: crash as usual
             return self._agent_crash(n, rng)
-        agent = self.agent(rng)
-        key, operation = self.key("lead", n), "lead.enrich"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("lead", "lead.enrich", n, rng)
         lease = self.config.stall_lease_seconds
         self.idem.claim(key, operation, request, lease_seconds=lease)
         with self._lock:
