@@ -14,7 +14,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -80,12 +80,8 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-@dataclass
-class _Rows:
-    """Rows of one model, as dicts of column values, and the dicts of their children."""
-
-    parents: list[dict] = field(default_factory=list)
-    children: list[list[dict]] = field(default_factory=list)  # children[i] belong to parents[i]
+# Rows of one model as dicts of column values, each with the dicts of its children.
+Rows = Iterator[tuple[dict, list[dict]]]
 
 
 # The TTL of the receipts `seed --expired` writes: each expires that long after its claim,
@@ -100,14 +96,13 @@ def _moment(rng: random.Random, now: datetime, i: int, total: int) -> datetime:
 
 
 def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime,
-                 *, total: int, expired_only: bool = False) -> _Rows:
+                 *, total: int, expired_only: bool = False) -> Rows:
     """Receipt rows and their Attempt rows. Timestamps spread over 30 days; 92% completed (a
     few with a stored 4xx), 5% failed (most retryable, some retried), 3% processing, of which
     most are stuck (lease long expired) and the rest live; ~10% already expired (as if the
     operations kept receipts for up to five weeks, so that a month is still in the log).
     Attempts: the claim, the settle, replays for ~30% of keys (a few each), 409s for ~3%, 422
     mismatches (with the rejected request) for ~1%, lease takeovers for some stuck ones."""
-    rows = _Rows()
     for i in range(start, start + count):
         key = f"{PREFIX}{tag}_{i}"
         operation = _operation(rng)
@@ -189,15 +184,12 @@ def receipt_rows(rng: random.Random, tag: str, start: int, count: int, now: date
         else:
             expires = now + timedelta(seconds=3600 + rng.random() * 7 * 86400)
         r.update(created_at=created, updated_at=last, expires_at=expires)
-        rows.parents.append(r)
-        rows.children.append(attempts_log)
-    return rows
+        yield r, attempts_log
 
 
 def event_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime,
-               endpoints: dict[str, tuple[int, int]], *, total: int) -> _Rows:
+               endpoints: dict[str, tuple[int, int]], *, total: int) -> Rows:
     """WebhookEvent rows and their WebhookDelivery rows. `endpoints`: slug -> (id, secret id)."""
-    rows = _Rows()
     for i in range(start, start + count):
         slug = _endpoint(rng)
         provider = ENDPOINTS[slug][0]
@@ -236,7 +228,7 @@ def event_rows(rng: random.Random, tag: str, start: int, count: int, now: dateti
             matches = rng.random() > 0.01
             mismatch = mismatch or not matches
             deliveries.append({"received_at": at, "duplicate": True, "payload_matches": matches, "secret_id": secret_id})
-        rows.parents.append({
+        yield {
             "endpoint_id": endpoint_id, "provider": provider, "dedupe_key": event_id, "event_type": event_type,
             "provider_event_id": event_id, "account": "", "payload": payload,
             "payload_sha256": _sha(event_id), "payload_mismatch": mismatch, "status": status,
@@ -244,13 +236,10 @@ def event_rows(rng: random.Random, tag: str, start: int, count: int, now: dateti
             "lease_expires_at": lease, "fencing_token": token, "enqueued_at": received,
             "stuck_recoveries": 0, "last_error": error, "delivery_count": len(deliveries),
             "received_at": received, "last_delivery_at": at, "finished_at": finished,
-        })
-        rows.children.append(deliveries)
-    return rows
+        }, deliveries
 
 
-def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime, *, total: int) -> _Rows:
-    rows = _Rows()
+def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datetime, *, total: int) -> Rows:
     for i in range(start, start + count):
         key = f"{PREFIX}{tag}_{i}"
         scope = _scope(rng) if rng.random() < 0.3 else ""
@@ -283,7 +272,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
             log.append({"scope": scope, "key": key, "action": action, "number": n, "fencing_token": n,
                         "outcome": outcome, "status_code": code, "error": error,
                         "duration_ms": int(20 + rng.random() ** 3 * 4000), "drainer": "seed", "created_at": at})
-        rows.parents.append({
+        yield {
             "scope": scope, "key": key, "action": action,
             # What the claim filters paused hosts by (receipts/outbox/pauses.py).
             "destination_host": "example.com" if action == "http.post" else "",
@@ -297,9 +286,7 @@ def outbox_rows(rng: random.Random, tag: str, start: int, count: int, now: datet
             "last_error": log[-1]["error"] if log else "",
             "last_status_code": log[-1]["status_code"] if log else None,
             "created_at": created, "updated_at": at, "sent_at": at if status == "sent" else None,
-        })
-        rows.children.append(log)
-    return rows
+        }, log
 
 
 def _insert(model: type[models.Model], rows: list[dict], *, ids: bool) -> list[int]:
@@ -334,27 +321,28 @@ def _insert(model: type[models.Model], rows: list[dict], *, ids: bool) -> list[i
     return reserved
 
 
-def _write(parent: type[models.Model], child: type[models.Model], fk: str, rows: _Rows) -> int:
+def _write(parent: type[models.Model], child: type[models.Model], fk: str, rows: Rows) -> int:
     """Parents and children in one transaction; returns the number of child rows."""
+    parents, kids = zip(*rows)
     with transaction.atomic():
-        parent_ids = _insert(parent, rows.parents, ids=True)
-        children = [{**c, fk: pk} for pk, kids in zip(parent_ids, rows.children) for c in kids]
+        parent_ids = _insert(parent, list(parents), ids=True)
+        children = [{**c, fk: pk} for pk, some in zip(parent_ids, kids) for c in some]
         _insert(child, children, ids=False)
     return len(children)
 
 
+def endpoint_secret(slug: str, provider: str, description: str) -> WebhookSecret:
+    """The active signing secret of the endpoint `slug`, each made if missing."""
+    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": provider,
+                                                                             "description": description})
+    return (WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
+            or WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex))
+
+
 def seed_endpoints() -> dict[str, tuple[int, int]]:
-    """The seed's own webhook endpoints, each with one secret: slug -> (endpoint id, secret id)."""
-    found = {}
-    for slug, (provider, _) in ENDPOINTS.items():
-        endpoint, _ = WebhookEndpoint.objects.get_or_create(
-            slug=slug, defaults={"provider": provider, "description": "seeded test data"}
-        )
-        secret = WebhookSecret.objects.filter(endpoint=endpoint).first() or WebhookSecret.objects.create(
-            endpoint=endpoint, secret="whsec_" + uuid.uuid4().hex
-        )
-        found[slug] = (endpoint.pk, secret.pk)
-    return found
+    """The seed's own webhook endpoints, each with a secret: slug -> (endpoint id, secret id)."""
+    found = {slug: endpoint_secret(slug, provider, "seeded test data") for slug, (provider, _) in ENDPOINTS.items()}
+    return {slug: (secret.endpoint_id, secret.pk) for slug, secret in found.items()}
 
 
 @dataclass

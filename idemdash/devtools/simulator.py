@@ -61,6 +61,13 @@ def stripe_event(obj: dict[str, Any], event_type: str, *, event_id: str | None =
     }
 
 
+def signed_stripe(event: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a delivery of `event`, signed as Stripe signs each attempt."""
+    body = json.dumps(event)
+    signature = stripe.WebhookSignature.generate_signature_header(body, secret)
+    return body.encode(), {"Stripe-Signature": signature, "Content-Type": "application/json"}
+
+
 class NotLocal(ValueError):
     pass
 
@@ -497,6 +504,10 @@ class Simulator:
     def _request(self, n: int, rng: random.Random) -> dict[str, Any]:
         return {"order": n, "amount": rng.choice([900, 1500, 2500, 4200, 9900]), "currency": "eur"}
 
+    def _agent_intent(self, noun: str, operation: str, n: int, rng: random.Random) -> tuple[str, str, str, dict[str, Any]]:
+        """The agent that acts, the key of its `noun` n, the operation, and the request it sends."""
+        return self.agent(rng), self.key(noun, n), operation, self._request(n, rng)
+
     def _work(self, rng: random.Random) -> Callable[[], dict[str, Any]]:
         def work() -> dict[str, Any]:
             time.sleep(rng.uniform(0.02, 0.25))
@@ -505,9 +516,7 @@ class Simulator:
         return work
 
     def _agent_run(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("order", n), rng.choice(OPERATIONS)
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("order", rng.choice(OPERATIONS), n, rng)
         self.idem.run_once(key, operation, self._work(rng), request=request, lease_seconds=15)
         self.count("claimed")
         if rng.random() < 0.4:
@@ -520,9 +529,7 @@ class Simulator:
             self.say("agent_run", f"{agent}: ran {operation} for {key}")
 
     def _agent_timeout(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("invoice", n), "invoice.send"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("invoice", "invoice.send", n, rng)
         first = self.idem.claim(key, operation, request, lease_seconds=15)
         self.count("claimed")
         time.sleep(rng.uniform(0.05, 0.2))
@@ -542,36 +549,18 @@ class Simulator:
                                   f"{retry_after} s); retried after it finished -> {again.outcome}")
 
     def _agent_crash(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("order", n), "payment.capture"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("order", "payment.capture", n, rng)
         lease = self.config.crash_lease_seconds
         self.idem.claim(key, operation, request, lease_seconds=lease)
         self.count("claimed")
         self.count("crashed")
         self.say("agent_crash", f"{agent}: claimed {key}, crashed mid-operation (lease {lease} s)")
-        self.later(lease + rng.uniform(0.3, 2.0), f"takeover of {key}", lambda: self._take_over(key, operation, request, self.agent(rng)))
-
-    def _take_over(self, key: str, operation: str, request: dict[str, Any], agent: str, tries: int = 0) -> None:
-        try:
-            claim = self.idem.claim(key, operation, request, lease_seconds=15)
-        except RequestInProgress:
-            self.count("409")
-            if tries < 5:  # the lease has not quite lapsed by the server's clock
-                self.later(1.0, f"takeover of {key}", lambda: self._take_over(key, operation, request, agent, tries + 1))
-            return
-        if claim.outcome == "lease_takeover":
-            self.count("takeover")
-        else:
-            self.count("replayed" if claim.replayed else "claimed")
-        if claim.token is not None:
-            self.idem.complete(key, claim.token, {"captured": True, "recovered": True})
-        self.say("takeover", f"{agent}: found {key} abandoned, its lease lapsed -> {claim.outcome} (fencing token {claim.token}), completed")
+        # Another agent finds the key once its lease lapsed, and takes it over at once (give_up 0).
+        self.later(lease + rng.uniform(0.3, 2.0), f"takeover of {key}",
+                   lambda: self._come_back(key, operation, request, self.agent(rng), give_up=0.0))
 
     def _agent_reuse(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("refund", n), "refund.create"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("refund", "refund.create", n, rng)
         self.idem.run_once(key, operation, self._work(rng), request=request)
         self.count("claimed")
         changed = {**request, "amount": request["amount"] + 200}
@@ -603,9 +592,7 @@ class Simulator:
         self.say("agent_new_key", f"{agent}: timed out sending {first}, retried under a new key {again} -> {outcome}")
 
     def _agent_failure(self, n: int, rng: random.Random) -> None:
-        agent = self.agent(rng)
-        key, operation = self.key("charge", n), "charge.create"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("charge", "charge.create", n, rng)
         # A third of the failing keys fail on their first retry too: "keys failing repeatedly".
         failures = 2 if rng.random() < 1 / 3 else 1
 
@@ -639,9 +626,7 @@ class Simulator:
             room = len(self._stalled) < self.config.max_stalled
         if not room:  # enough of the Stuck board is filled: crash as usual
             return self._agent_crash(n, rng)
-        agent = self.agent(rng)
-        key, operation = self.key("lead", n), "lead.enrich"
-        request = self._request(n, rng)
+        agent, key, operation, request = self._agent_intent("lead", "lead.enrich", n, rng)
         lease = self.config.stall_lease_seconds
         self.idem.claim(key, operation, request, lease_seconds=lease)
         with self._lock:
@@ -652,8 +637,9 @@ class Simulator:
         give_up = time.monotonic() + lease + self.config.stall_give_up_seconds
         self.later(lease, f"come back for {key}", lambda: self._come_back(key, operation, request, agent, give_up))
 
-    def _come_back(self, key: str, operation: str, request: dict[str, Any], agent: str, give_up: float) -> None:
-        """Run the hung agent's key once it is no longer held (an operator released it), or
+    def _come_back(self, key: str, operation: str, request: dict[str, Any], agent: str, give_up: float,
+                   tries: int = 0) -> None:
+        """Run a key an agent left held once it is no longer held (an operator released it), or
         take it over at `give_up`, so that a demo nobody repairs stays bounded."""
         receipt = self.idem.get(key)
         held = receipt is not None and receipt["status"] == "processing"
@@ -666,10 +652,17 @@ class Simulator:
         if self.stopping.is_set() and held:
             return
         ran = []
-        self.idem.run_once(key, operation, lambda: ran.append(1) or {"enriched": True}, request=request)
+        try:
+            self.idem.run_once(key, operation, lambda: ran.append(1) or {"recovered": True}, request=request)
+        except RequestInProgress:
+            self.count("409")
+            if tries < 5:  # the lease has not quite lapsed by the server's clock
+                self.later(1.0, f"takeover of {key}",
+                           lambda: self._come_back(key, operation, request, agent, give_up, tries + 1))
+            return
         if held:
             self.count("takeover")
-            self.say("takeover", f"{agent}: nobody released {key}; took it over after its lease -> completed")
+            self.say("takeover", f"{agent}: found {key} held past its lease, nobody released it -> took it over, completed")
         else:
             self.count("came_back" if ran else "replayed")
             self.say("came_back", f"{agent}: came back for {key} after it was released -> ran it, completed")
@@ -689,9 +682,7 @@ class Simulator:
 
     def _stripe_send(self, event: dict[str, Any]) -> dict[str, Any]:
         # Stripe signs every attempt anew, so a redelivery carries a fresh timestamp.
-        body = json.dumps(event).encode()
-        header = stripe.WebhookSignature.generate_signature_header(body.decode(), self.config.stripe_secret)
-        return self._deliver("stripe", body, {"Stripe-Signature": header})
+        return self._deliver("stripe", *signed_stripe(event, self.config.stripe_secret))
 
     def _stripe_events(self, n: int, rng: random.Random) -> list[dict[str, Any]]:
         amount = rng.choice([1200, 2500, 4900, 9900])

@@ -13,6 +13,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 RUN_ONCE_PATHS = ("insert", "run_once", "run_once_replay")
 
@@ -23,6 +24,19 @@ def cpu_per_call(calls: list[Callable[[], None]]) -> float:
     for call in calls:
         call()
     return (time.process_time() - started) / len(calls) * 1e6
+
+
+def median_of_rounds(one_round: Callable[[str], dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """The median of each figure (path: µs, or path: part: µs) over `rounds` calls of `one_round`."""
+    one_round("warm")  # connections, caches, prepared statements
+    measured = [one_round(str(r)) for r in range(rounds)]
+
+    def median(values: list[Any]) -> Any:
+        if isinstance(values[0], dict):
+            return {name: median([v.get(name, 0.0) for v in values]) for name in values[0]}  # absent: 0
+        return statistics.median(values)
+
+    return median(measured)
 
 
 def measure_run_once(*, calls: int, rounds: int) -> dict[str, float]:
@@ -56,6 +70,4 @@ def measure_run_once(*, calls: int, rounds: int) -> dict[str, float]:
             "run_once_replay": cpu_per_call([lambda n=n: once(keys[n], n, True) for n in range(calls)]),
         }
 
-    one_round("warm")
-    rounds_measured = [one_round(str(r)) for r in range(rounds)]
-    return {path: statistics.median(r[path] for r in rounds_measured) for path in RUN_ONCE_PATHS}
+    return median_of_rounds(one_round, rounds)

@@ -17,7 +17,6 @@ import functools
 import json
 import os
 import pkgutil
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once
+from idemdash.devtools.bench.cputime import RUN_ONCE_PATHS, cpu_per_call, measure_run_once, median_of_rounds
 
 # bare: the bench's unprotected insert (/bench/insert/bare/), the yardstick; claim: the same
 # insert under @idempotent with a fresh key; replay: the same keys again, answered from their
@@ -122,10 +121,7 @@ def measure(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             "duplicate": both([lambda d=d: deliver(d) for d in dup]),
         }
 
-    one_round("warm")  # connections, prepared statements, the duplicates' first deliveries
-    rounds_measured = [one_round(str(r)) for r in range(rounds)]
-    return {path: {part: statistics.median(r[path][part] for r in rounds_measured) for part in rounds_measured[0][path]}
-            for path in PATHS}
+    return median_of_rounds(one_round, rounds)  # its warm-up makes the duplicates' first deliveries
 
 
 # The parts of a protected request --breakdown times: (name, dotted path), each wrapped where
@@ -186,17 +182,15 @@ def breakdown(*, requests: int, rounds: int) -> dict[str, dict[str, float]]:
             figures[path] = {"total": total, **parts, "rest": total - sum(parts.values())}
         return figures
 
-    one_round("warm")
-    measured = [one_round(str(r)) for r in range(rounds)]
-    return {path: {part: statistics.median(r[path].get(part, 0.0) for r in measured) for part in measured[0][path]}
-            for path in BREAKDOWN_PATHS}
+    return median_of_rounds(one_round, rounds)
 
 
 def database_process_cpu() -> Callable[[], float] | None:
     """A reader of the CPU seconds spent so far by the PostgreSQL process serving this
-    connection, or None when that process is not on this machine (or not readable): from
-    /proc, in nanoseconds from its schedstat, else in clock ticks from its stat."""
+    connection (servers.cpu_seconds), or None when that process is not on this machine."""
     from django.db import connection
+
+    from idemdash.devtools.bench.servers import cpu_seconds
 
     with connection.cursor() as c:
         c.execute("SELECT pg_backend_pid()")
@@ -206,19 +200,7 @@ def database_process_cpu() -> Callable[[], float] | None:
             return None  # another machine's pid, which is some other process here
     except OSError:
         return None
-    from idemdash.devtools.bench.servers import cpu_by_pid
-
-    def on_cpu() -> float:  # the nanoseconds it has run on a CPU (the scheduler's own count)
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-    def ticks() -> float:  # utime + stime, in clock ticks (10 ms): a kernel without schedstat
-        return cpu_by_pid([pid])[pid]
-
-    try:
-        on_cpu()
-    except (OSError, ValueError, IndexError):
-        return ticks
-    return on_cpu
+    return lambda: cpu_seconds(pid)
 
 
 def main(argv: list[str] | None = None) -> int:

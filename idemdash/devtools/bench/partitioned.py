@@ -9,15 +9,15 @@ costs. The load runs in OS processes (`Racers`), beside receipts.store.claim."""
 from __future__ import annotations
 
 import multiprocessing
-import statistics
 import time
-from dataclasses import dataclass
 from datetime import date, datetime, time as dt_time, timedelta, timezone as dt_timezone
 from multiprocessing.connection import Connection
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from idemdash.devtools.bench.loadgen import LoadResult
 
 SCHEMA = "past_one_table"
 CLAIM_PARTITIONS = 16
@@ -127,9 +127,6 @@ def claim(conn: psycopg.Connection, statement: sql.Composed, scope: str, key: st
     return None if row is None else row[0]
 
 
-VARIANTS = ("product", "single", "partitioned")
-
-
 def _product_claim() -> Any:
     """receipts.store.claim in this process, Django set up on first use (settings inherited)."""
     import django
@@ -168,19 +165,6 @@ def _race(pipe: Connection, conninfo: str, schema: str) -> None:
     conn.close()
 
 
-@dataclass
-class Round:
-    claims: int
-    won: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
-
-    @property
-    def per_second(self) -> float:
-        return self.claims / self.seconds if self.seconds else 0.0
-
-
 class Racers:
     """OS processes with a connection each, spawned once (nothing inherited), a job per round."""
 
@@ -197,21 +181,20 @@ class Racers:
             if not pipe.poll(120) or pipe.recv() != "ready":
                 raise RuntimeError("a racing process did not start")
 
-    def run(self, variant: str, keys: list[list[str]], time_limit: float) -> Round:
-        """Each process claims its list of keys, all from the same instant, until `time_limit`."""
+    def run(self, variant: str, keys: list[list[str]], time_limit: float) -> LoadResult:
+        """Each process claims its list of keys, all from the same instant, until `time_limit`:
+        the claims' latencies, and their outcomes as statuses ("won" the key, or found it "taken")."""
         start_at = time.time() + 0.3
         for pipe, mine in zip(self.pipes, keys, strict=True):
             pipe.send((variant, mine, start_at, start_at + time_limit))
         results = [pipe.recv() for pipe in self.pipes]
-        latencies = sorted(x for r in results for x in r[0])
-        if not latencies:
+        result = LoadResult(variant, latencies=[x for r in results for x in r[0]],
+                            elapsed=max(r[3] for r in results) - min(r[2] for r in results))
+        if not result.count:
             raise RuntimeError(f"{variant}: no claim finished")
-        return Round(
-            claims=len(latencies), won=sum(r[1] for r in results),
-            seconds=max(r[3] for r in results) - min(r[2] for r in results),
-            p50_ms=1000 * statistics.median(latencies),
-            p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        )
+        won = sum(r[1] for r in results)
+        result.statuses.update(won=won, taken=result.count - won)
+        return result
 
     def close(self) -> None:
         for pipe in self.pipes:
@@ -220,50 +203,29 @@ class Racers:
             proc.join(30)
 
 
-def measure_claims(conninfo: str, *, processes: int, per_process: int, rounds: int, time_limit: float,
-                   run_id: str) -> dict[str, list[Round]]:
-    """VARIANTS side by side, the order turning each round; every claim takes a fresh key."""
-    racers = Racers(conninfo, processes)
-    measured: dict[str, list[Round]] = {v: [] for v in VARIANTS}
-    try:
-        racers.run("product", [[f"{run_id}-warm-{p}-{n}" for n in range(20)] for p in range(processes)], 60)
-        for r in range(rounds):
-            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
-            for variant in order:
-                keys = [[f"{run_id}-{variant}-{r}-{p}-{n}" for n in range(per_process)] for p in range(processes)]
-                measured[variant].append(racers.run(variant, keys, time_limit))
-    finally:
-        racers.close()
-    return measured
+# What fill_day writes in each table, beside the claim's scope and key: (columns, values of row i).
+FILL = {
+    "claims": ("status, fencing_token, fingerprint, lease_expires_at, expires_at, attempt_day",
+               "'completed', 1, md5(i::text), NULL, %(start)s::timestamptz + interval '1 day', %(start)s::date"),
+    "attempts": ("outcome, fencing_token, fingerprint, created_at",
+                 "'claimed', 1, md5(i::text), %(start)s::timestamptz + (i %% 86400) * interval '1 second'"),
+    "bodies": ("request, response, created_at",
+               "jsonb_build_object('n', i, 'note', md5(i::text)), jsonb_build_object('status', 201, 'id', i), "
+               "%(start)s::timestamptz + (i %% 86400) * interval '1 second'"),
+}
 
 
 def fill_day(conn: psycopg.Connection, day: date, rows: int, schema: str = SCHEMA) -> None:
     """`rows` claims of `day`, each with its attempt and body row, in both layouts."""
-    start = datetime.combine(day, dt_time(), dt_timezone.utc)
+    params = {"start": datetime.combine(day, dt_time(), dt_timezone.utc), "rows": rows, "tag": f"{day:%Y%m%d}"}
     s = sql.Identifier(schema)
     with conn.transaction():
         for suffix in ("", "_single"):
-            params = {"start": start, "rows": rows, "tag": f"{day:%Y%m%d}"}
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{claims} (scope, key, status, fencing_token, fingerprint, lease_expires_at,
-                                          expires_at, attempt_day)
-                SELECT 'retention', %(tag)s || '-' || i, 'completed', 1, md5(i::text), NULL,
-                       %(start)s::timestamptz + interval '1 day', %(start)s::date
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, claims=sql.Identifier(f"claims{suffix}")), params)
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{attempts} (scope, key, outcome, fencing_token, fingerprint, created_at)
-                SELECT 'retention', %(tag)s || '-' || i, 'claimed', 1, md5(i::text),
-                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, attempts=sql.Identifier(f"attempts{suffix}")), params)
-            conn.execute(sql.SQL("""
-                INSERT INTO {s}.{bodies} (scope, key, request, response, created_at)
-                SELECT 'retention', %(tag)s || '-' || i, jsonb_build_object('n', i, 'note', md5(i::text)),
-                       jsonb_build_object('status', 201, 'id', i),
-                       %(start)s::timestamptz + (i %% 86400) * interval '1 second'
-                FROM generate_series(1, %(rows)s) AS i""").format(
-                s=s, bodies=sql.Identifier(f"bodies{suffix}")), params)
+            for table, (columns, values) in FILL.items():
+                conn.execute(sql.SQL(
+                    f"INSERT INTO {{s}}.{{t}} (scope, key, {columns}) "
+                    f"SELECT 'retention', %(tag)s || '-' || i, {values} FROM generate_series(1, %(rows)s) AS i"
+                ).format(s=s, t=sql.Identifier(table + suffix)), params)
     conn.execute(sql.SQL("ANALYZE {s}.attempts, {s}.bodies, {s}.attempts_single, {s}.bodies_single").format(s=s))
 
 

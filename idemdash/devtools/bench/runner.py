@@ -28,12 +28,12 @@ from typing import Any
 
 import httpx
 import psycopg
-import stripe
 from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from idemdash.devtools import seeding
+from idemdash.devtools.simulator import signed_stripe, stripe_event
 from idemdash.devtools.bench import loadgen, servers
 from idemdash.devtools.bench.models import BenchRow
 from idemdash.devtools.bench.report import Figure, markdown_table, table, write_chart, write_json
@@ -111,9 +111,13 @@ class Bench:
         if done.count != self.replay_keys:
             raise RuntimeError(f"{name} completed {done.count} of {self.replay_keys} keys")
 
-    def record(self, scenario: str, comparison: loadgen.Comparison) -> None:
+    def compare(self, scenario: str, variants: dict[str, Callable[[int], loadgen.LoadResult]],
+                *, chart: bool = True) -> loadgen.Comparison:
+        """`variants` in alternating rounds; their rounds kept under `scenario` and, with
+        `chart`, each one's medians among the chart's variants."""
+        comparison = loadgen.compare(variants, self.sizes.rounds)
         self.details.setdefault("rounds", {})[scenario] = comparison.summary()
-        for name in comparison.rounds[0]:
+        for name in comparison.rounds[0] if chart else ():
             # Keyed by scenario too: the bare insert is the baseline of three scenarios.
             self.details.setdefault("variants", {})[f"{scenario.split()[0]}: {name}"] = {
                 "throughput_rps": round(comparison.median(name, "throughput"), 1),
@@ -122,18 +126,7 @@ class Bench:
                 "errors": sum(r[name].errors for r in comparison.rounds),
                 "cpu_ms_per_request": {part: round(ms, 3) for part, ms in comparison.cpu_ms(name).items()},
             }
-
-    def cpu_figures(self, scenario: str, comparison: loadgen.Comparison, prefix: str) -> list[Figure]:
-        """Where each variant's CPU went, per request: the client, the web workers, the
-        qcluster and PostgreSQL, all sharing the machine's cores (when they are saturated,
-        throughput ratios follow these totals)."""
-        figures = []
-        for i, name in enumerate(comparison.rounds[0]):
-            parts = comparison.cpu_ms(name)
-            note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
-            figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
-                                  "ms", note=note))
-        return figures
+        return comparison
 
 
 # The bare insert's route as the observer notes it (request.resolver_match.route).
@@ -165,29 +158,38 @@ S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S11, S12, S13, S14 = (
 )
 
 
-def load_figures(scenario: str, comparison: loadgen.Comparison, variants: dict[str, tuple[str, str]]) -> list[Figure]:
-    """The usual figures of load variants (variant: id prefix, label), each the median over
-    the rounds: every variant's throughput (id `<prefix>rps`), then each one's p50 and p99."""
-    return [
-        *(Figure(f"{prefix}rps", scenario, f"{label} throughput", comparison.median(variant, "throughput"), "req/s")
-          for variant, (prefix, label) in variants.items()),
-        *(Figure(f"{prefix}{p}", scenario, f"{label} {p}", comparison.median(variant, p), "ms")
-          for variant, (prefix, label) in variants.items() for p in ("p50", "p99")),
+def compared_figures(scenario: str, comparison: loadgen.Comparison, prefix: str,
+                     variants: dict[str, tuple[str, str]]) -> list[Figure]:
+    """The usual figures of a comparison, each the median over the rounds: for `variants`
+    (variant: id prefix, label) the throughput (id `<prefix>rps`), then each one's p50 and p99;
+    then where every variant's CPU went, per request (id `<prefix>.cpu<i>`): the client, the
+    web workers, the qcluster and PostgreSQL, all sharing the machine's cores (when they are
+    saturated, throughput ratios follow these totals)."""
+    figures = [
+        *(Figure(f"{p}rps", scenario, f"{label} throughput", comparison.median(variant, "throughput"), "req/s")
+          for variant, (p, label) in variants.items()),
+        *(Figure(f"{p}{q}", scenario, f"{label} {q}", comparison.median(variant, q), "ms")
+          for variant, (p, label) in variants.items() for q in ("p50", "p99")),
     ]
+    for i, name in enumerate(comparison.rounds[0]):
+        parts = comparison.cpu_ms(name)
+        note = ", ".join(f"{part} {ms:.2f}" for part, ms in parts.items())
+        figures.append(Figure(f"{prefix}.cpu{i}", scenario, f"CPU per request, {name}", sum(parts.values()),
+                              "ms", note=note))
+    return figures
 
 
 def claim_overhead(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-fresh"
     bare, prot = "bare insert", "protected insert (fresh keys)"
-    comparison = loadgen.compare({
+    comparison = b.compare(S1, {
         bare: lambda r: b.load(bare, bare_insert),
-        prot: lambda r: b.load("protected insert", posting(PROTECTED, f"{prefix}-{r}")),
-    }, b.sizes.rounds)
-    b.record(S1, comparison)
+        prot: lambda r: b.load(prot, posting(PROTECTED, f"{prefix}-{r}")),
+    })
     return [
         Figure("claim.ratio", S1, "protected / unprotected throughput", comparison.ratio(prot, bare), "x", ">=", 0.8),
-        *load_figures(S1, comparison, {bare: ("claim.bare_", "unprotected"), prot: ("claim.protected_", "protected")}),
-        *b.cpu_figures(S1, comparison, "claim"),
+        *compared_figures(S1, comparison, "claim", {bare: ("claim.bare_", "unprotected"),
+                                                    prot: ("claim.protected_", "protected")}),
     ]
 
 
@@ -195,15 +197,13 @@ def replay(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-replay"
     b.complete_keys("replay setup", posting(PROTECTED, prefix))
     bare, rep = "bare insert", "replay of completed keys"
-    comparison = loadgen.compare({
+    comparison = b.compare(S2, {
         bare: lambda r: b.load(bare, bare_insert),
-        rep: lambda r: b.load("replay", posting(PROTECTED, prefix, b.replay_keys), ok=_replayed),
-    }, b.sizes.rounds)
-    b.record(S2, comparison)
+        rep: lambda r: b.load(rep, posting(PROTECTED, prefix, b.replay_keys), ok=_replayed),
+    })
     return [
         Figure("replay.ratio", S2, "replay / unprotected throughput", comparison.ratio(rep, bare), "x", ">=", 1.5),
-        *load_figures(S2, comparison, {rep: ("replay.", "replay")}),
-        *b.cpu_figures(S2, comparison, "replay"),
+        *compared_figures(S2, comparison, "replay", {rep: ("replay.", "replay")}),
     ]
 
 
@@ -219,37 +219,33 @@ def drf_view(b: Bench) -> list[Figure]:
     """The same DRF view unprotected, under idemdash and under drf-idempotency: fresh keys,
     then replays of completed keys, each against the unprotected view in the same rounds."""
     bare, bare_again = "DRF unprotected", "DRF unprotected, replay rounds"
-    fresh = {bare: lambda r: b.load(bare, posting("/bench/drf/unprotected/"))}
-    replays = {bare_again: lambda r: b.load(bare_again, posting("/bench/drf/unprotected/"))}
+    unprotected = posting("/bench/drf/unprotected/")
+    fresh = {bare: lambda r: b.load(bare, unprotected)}
+    replays = {bare_again: lambda r: b.load(bare_again, unprotected)}
     for layer, path in DRF_LAYERS.items():
         prefix = f"bench-{b.run_id}-drf-{layer}"
-        fresh[f"{layer} fresh"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} fresh", posting(path, f"{prefix}-{r}"))
+        fresh[f"{layer} fresh"] = lambda r, name=f"{layer} fresh", path=path, prefix=prefix: b.load(
+            name, posting(path, f"{prefix}-{r}"))
         b.complete_keys(f"{layer} replay setup", posting(path, f"{prefix}-replay"))
-        replays[f"{layer} replay"] = lambda r, path=path, prefix=prefix, layer=layer: b.load(
-            f"{layer} replay", posting(path, f"{prefix}-replay", b.replay_keys), ok=_replayed)
-    fresh_runs = loadgen.compare(fresh, b.sizes.rounds)
-    replay_runs = loadgen.compare(replays, b.sizes.rounds)
-    b.record(S8 + " fresh keys", fresh_runs)
-    b.record(S8 + " replays", replay_runs)
+        replays[f"{layer} replay"] = lambda r, name=f"{layer} replay", path=path, prefix=prefix: b.load(
+            name, posting(path, f"{prefix}-replay", b.replay_keys), ok=_replayed)
+    runs = {"fresh": (b.compare(S8 + " fresh keys", fresh), bare, "fresh keys"),
+            "replay": (b.compare(S8 + " replays", replays), bare_again, "replays")}
     figures = [Figure("drf.unprotected_rps", S8, "unprotected DRF view throughput",
-                      fresh_runs.median(bare, "throughput"), "req/s")]
-    side_by_side = []
+                      runs["fresh"][0].median(bare, "throughput"), "req/s")]
     for layer in DRF_LAYERS:
-        fresh_ratio = fresh_runs.ratio(f"{layer} fresh", bare)
-        replay_ratio = replay_runs.ratio(f"{layer} replay", bare_again)
-        side_by_side.append(f"{layer}: fresh keys {fresh_ratio:.2f}x, replays {replay_ratio:.2f}x")
-        figures += [
-            Figure(f"drf.{layer}.fresh_ratio", S8, f"{layer}, fresh keys / unprotected throughput", fresh_ratio, "x"),
-            Figure(f"drf.{layer}.replay_ratio", S8, f"{layer}, replays / unprotected throughput", replay_ratio, "x"),
-            Figure(f"drf.{layer}.fresh_rps", S8, f"{layer}, fresh keys throughput",
-                   fresh_runs.median(f"{layer} fresh", "throughput"), "req/s"),
-            Figure(f"drf.{layer}.replay_rps", S8, f"{layer}, replays throughput",
-                   replay_runs.median(f"{layer} replay", "throughput"), "req/s"),
-            Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
-                   fresh_runs.median(f"{layer} fresh", "p99"), "ms"),
-        ]
-    print("  DRF view, throughput against the unprotected view: " + "; ".join(side_by_side), flush=True)
+        for what, (comparison, baseline, words) in runs.items():
+            variant = f"{layer} {what}"
+            figures += [
+                Figure(f"drf.{layer}.{what}_ratio", S8, f"{layer}, {words} / unprotected throughput",
+                       comparison.ratio(variant, baseline), "x"),
+                Figure(f"drf.{layer}.{what}_rps", S8, f"{layer}, {words} throughput",
+                       comparison.median(variant, "throughput"), "req/s"),
+            ]
+        figures.append(Figure(f"drf.{layer}.fresh_p99", S8, f"{layer}, fresh keys p99",
+                              runs["fresh"][0].median(f"{layer} fresh", "p99"), "ms"))
+    print("  DRF view, throughput against the unprotected view: " + "; ".join(
+        f"{f.label.split(' / ')[0]} {f.value:.2f}x" for f in figures if f.id.endswith("_ratio")), flush=True)
     return figures
 
 
@@ -274,10 +270,7 @@ def claim_api(b: Bench) -> list[Figure]:
     _, token = create_token(f"bench-{b.run_id}")
     connection.close()
     name = "API claim + complete"
-    comparison = loadgen.compare(
-        {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))}, b.sizes.rounds
-    )
-    b.record(S3, comparison)
+    comparison = b.compare(S3, {name: lambda r: b.load(name, api_roundtrip(token, f"bench-{b.run_id}-api-{r}"))})
     return [
         Figure("api.roundtrips", S3, "claim + complete round trips", comparison.median(name, "throughput"), "/s"),
         Figure("api.p50", S3, "round trip p50", comparison.median(name, "p50"), "ms"),
@@ -307,21 +300,19 @@ def floor_and_ceiling(b: Bench) -> list[Figure]:
     prefix = f"bench-{b.run_id}-floor"
     bare, protected = "bare insert", "protected (fresh keys)"
     floor = "floor (a transaction, two trivial statements)"
-    fresh = loadgen.compare({
+    fresh = b.compare(S12, {
         bare: lambda r: b.load(bare, bare_insert),
         protected: lambda r: b.load(protected, posting(PROTECTED, f"{prefix}-fresh-{r}")),
         floor: lambda r: b.load(floor, posting("/bench/insert/floor/")),
-    }, b.sizes.rounds)
-    b.record(S12, fresh)
+    })
     b.complete_keys("replay setup", posting(PROTECTED, f"{prefix}-replay"))
     bare_again, replay = "bare insert, replay rounds", "replay"
     ceiling = "replay ceiling (one trivial statement, no view)"
-    replays = loadgen.compare({
+    replays = b.compare(f"{S12} (replay)", {
         bare_again: lambda r: b.load(bare_again, bare_insert),
         ceiling: lambda r: b.load(ceiling, posting("/bench/replay/ceiling/", "ceiling"), ok=_replayed),
         replay: lambda r: b.load(replay, posting(PROTECTED, f"{prefix}-replay", b.replay_keys), ok=_replayed),
-    }, b.sizes.rounds)
-    b.details.setdefault("rounds", {})[f"{S12} (replay)"] = replays.summary()
+    }, chart=False)
     return [
         Figure("floor.vs_floor", S12, "protected / floor, fresh keys", fresh.ratio(protected, floor), "x", ">=", 0.8),
         Figure("floor.protected_ratio", S12, "protected / bare, fresh keys", fresh.ratio(protected, bare), "x"),
@@ -329,9 +320,8 @@ def floor_and_ceiling(b: Bench) -> list[Figure]:
         Figure("floor.vs_ceiling", S12, "replay / replay ceiling", replays.ratio(replay, ceiling), "x", ">=", 0.95),
         Figure("floor.replay_ratio", S12, "replay / bare", replays.ratio(replay, bare_again), "x"),
         Figure("floor.ceiling_ratio", S12, "replay ceiling / bare", replays.ratio(ceiling, bare_again), "x"),
-        *load_figures(S12, fresh, {bare: ("floor.bare_", "bare"), protected: ("floor.protected_", "protected"),
-                                   floor: ("floor.floor_", "floor")}),
-        *b.cpu_figures(S12, fresh, "floor"),
+        *compared_figures(S12, fresh, "floor", {bare: ("floor.bare_", "bare"), protected: ("floor.protected_", "protected"),
+                                                floor: ("floor.floor_", "floor")}),
     ]
 
 
@@ -356,24 +346,20 @@ def observer_cost(b: Bench) -> list[Figure]:
         b.load("warm-up observed", posting("/" + BARE_ROUTE, tag=f"{prefix}-warm"), base_url=observed_url,
                max_requests=100, time_limit=30)
         since = datetime.now(dt_timezone.utc)
-        comparison = loadgen.compare({
+        comparison = b.compare(S14, {
             bare: lambda r: b.load(bare, posting("/" + BARE_ROUTE, tag=f"{prefix}-bare-{r}")),
             observed: lambda r: b.load(observed, posting("/" + BARE_ROUTE, tag=f"{prefix}-{r}"), base_url=observed_url),
-        }, b.sizes.rounds)
+        })
         answered = sum(sum(r[observed].statuses.values()) for r in comparison.rounds)
         # Each worker's flusher writes its buffer every RECEIPTS_OBSERVE_FLUSH_SECONDS; a stopped
         # worker's last buffer is lost, so the notes are counted before the server stops.
-        deadline = time.monotonic() + 3 * setting("RECEIPTS_OBSERVE_FLUSH_SECONDS") + 10
-        while True:
-            noted = coverage.unprotected_counts(since).get(("POST", BARE_ROUTE), {"requests": 0, "duplicates": 0})
-            if noted["requests"] >= answered or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        noted = polled(lambda: coverage.unprotected_counts(since).get(("POST", BARE_ROUTE),
+                                                                      {"requests": 0, "duplicates": 0}),
+                       lambda noted: noted["requests"] >= answered, 3 * setting("RECEIPTS_OBSERVE_FLUSH_SECONDS") + 10)
         connection.close()
     finally:
         del b.running["web observed"]
         web.stop()
-    b.record(S14, comparison)
     b.details["observer"] = {"answered": answered, **noted}
     return [
         Figure("observe.ratio", S14, "observed / bare throughput, unprotected insert", comparison.ratio(observed, bare),
@@ -383,8 +369,8 @@ def observer_cost(b: Bench) -> list[Figure]:
                note=f"one per request it answered ({answered})"),
         Figure("observe.duplicates", S14, "would-be duplicates among them (every body distinct)", noted["duplicates"],
                "notes", "<=", 0),
-        *load_figures(S14, comparison, {bare: ("observe.bare_", "bare"), observed: ("observe.observed_", "observed")}),
-        *b.cpu_figures(S14, comparison, "observe"),
+        *compared_figures(S14, comparison, "observe", {bare: ("observe.bare_", "bare"),
+                                                       observed: ("observe.observed_", "observed")}),
     ]
 
 
@@ -403,37 +389,40 @@ def past_one_table(b: Bench) -> list[Figure]:
     today = datetime.now(dt_timezone.utc).date()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         partitioned.create(conn, today)
-    measured = partitioned.measure_claims(conninfo, processes=CLIENTS, per_process=b.sizes.requests // 2,
-                                          rounds=b.sizes.rounds, time_limit=b.sizes.time_limit, run_id=b.run_id)
+    labels = {"product": "product claim (receipts table)", "single": "prototype, unpartitioned",
+              "partitioned": "prototype, partitioned"}
+    racers = partitioned.Racers(conninfo, CLIENTS)
+    try:
+        racers.run("product", [[f"{b.run_id}-warm-{p}-{n}" for n in range(20)] for p in range(CLIENTS)], 60)
+
+        def claims(variant: str, r: int) -> loadgen.LoadResult:  # every claim takes a fresh key
+            keys = [[f"{b.run_id}-{variant}-{r}-{p}-{n}" for n in range(b.sizes.requests // 2)] for p in range(CLIENTS)]
+            return racers.run(variant, keys, b.sizes.time_limit)
+
+        comparison = b.compare(S13, {label: lambda r, v=v: claims(v, r) for v, label in labels.items()})
+    finally:
+        racers.close()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         retention = partitioned.measure_retention(conn, partitioned.days_back(today)[-1], b.sizes.purge_receipts)
-    b.details.setdefault("rounds", {})[S13] = {v: [vars(r) for r in rounds] for v, rounds in measured.items()}
     b.details[f"{S13} retention"] = retention
 
     def median(variant: str, what: str) -> float:
-        return statistics.median(getattr(r, what) for r in measured[variant])
+        return comparison.median(labels[variant], what)
 
-    def ratio(a: str, over: str) -> float:
-        return statistics.median(x.per_second / y.per_second for x, y in zip(measured[a], measured[over]))
+    def ratio(variant: str, over: str) -> float:
+        return comparison.ratio(labels[variant], labels[over])
 
-    labels = {"product": "product claim (receipts table)", "single": "prototype, unpartitioned",
-              "partitioned": "prototype, partitioned"}
-    for v, label in labels.items():  # beside the other scenarios' variants in the chart
-        b.details.setdefault("variants", {})[f"13: {label}"] = {
-            "throughput_rps": round(median(v, "per_second"), 1), "p50_ms": round(median(v, "p50_ms"), 2),
-            "p99_ms": round(median(v, "p99_ms"), 2), "errors": 0,
-        }
     return [
         Figure("partition.vs_single", S13, "partitioned / unpartitioned claims per second",
                ratio("partitioned", "single"), "x", ">=", 0.8),
         Figure("partition.vs_product", S13, "partitioned prototype / product claims per second",
                ratio("partitioned", "product"), "x"),
-        *(Figure(f"partition.{v}_cps", S13, f"{label}, claims/s at {CLIENTS} processes", median(v, "per_second"),
+        *(Figure(f"partition.{v}_cps", S13, f"{label}, claims/s at {CLIENTS} processes", median(v, "throughput"),
                  "/s") for v, label in labels.items()),
-        *(Figure(f"partition.{v}_{p}", S13, f"{label} {p}", median(v, f"{p}_ms"), "ms")
+        *(Figure(f"partition.{v}_{p}", S13, f"{label} {p}", median(v, p), "ms")
           for v, label in labels.items() for p in ("p50", "p99")),
         Figure("partition.headroom", S13, "partitioned claims/s / 100M a day (1,157/s)",
-               median("partitioned", "per_second") / DAILY_TARGET_PER_S, "x",
+               median("partitioned", "throughput") / DAILY_TARGET_PER_S, "x",
                note="one primary, this machine; peaks run 5-10x the average"),
         Figure("partition.delete_s", S13, f"DELETE of a day ({retention['rows']} attempts + bodies)",
                retention["delete_s"], "s"),
@@ -449,25 +438,13 @@ BENCH_ENDPOINT = "bench-stripe"
 
 def webhook_endpoint(slug: str = BENCH_ENDPOINT, description: str = "make bench") -> str:
     """A Stripe endpoint of the bench's (or the soak's) own; returns its signing secret."""
-    from webhooks.models import WebhookEndpoint, WebhookSecret
-
-    endpoint, _ = WebhookEndpoint.objects.get_or_create(slug=slug, defaults={"provider": "stripe",
-                                                                             "description": description})
-    secret = WebhookSecret.objects.filter(endpoint=endpoint, active=True).first()
-    if secret is None:
-        secret = WebhookSecret.objects.create(endpoint=endpoint, secret="whsec_bench" + uuid.uuid4().hex)
-    return secret.secret
+    return seeding.endpoint_secret(slug, "stripe", description).secret
 
 
 def stripe_delivery(secret: str, event_id: str, event_type: str, **intent: Any) -> tuple[bytes, dict[str, str]]:
     """An event about a payment intent (its fields `intent`), signed as Stripe signs it."""
-    body = json.dumps({
-        "id": event_id, "object": "event", "type": event_type, "created": int(time.time()),
-        "api_version": "2024-06-20", "livemode": False,
-        "data": {"object": {"id": f"pi_{event_id}", "object": "payment_intent", **intent}},
-    })
-    signature = stripe.WebhookSignature.generate_signature_header(body, secret)
-    return body.encode(), {"Stripe-Signature": signature, "Content-Type": "application/json"}
+    intent = {"id": f"pi_{event_id}", "object": "payment_intent", **intent}
+    return signed_stripe(stripe_event(intent, event_type, event_id=event_id), secret)
 
 
 def payment_delivery(secret: str, event_id: str, n: int) -> tuple[bytes, dict[str, str]]:
@@ -494,12 +471,11 @@ def webhook_ingest(b: Bench) -> list[Figure]:
     b.complete_keys("webhook setup", webhook_request(secret, dup_prefix))
     bare, new, dup = "bare insert", "signed delivery, new event", "signed delivery, duplicate"
     with autovacuum_stand_in(QUEUE_TABLES) as vacuumed:
-        comparison = loadgen.compare({
+        comparison = b.compare(S4, {
             bare: lambda r: b.load(bare, bare_insert),
             new: lambda r: b.load(new, webhook_request(secret, f"bench{b.run_id}new{r}")),
             dup: lambda r: b.load(dup, webhook_request(secret, dup_prefix, b.replay_keys), ok=_duplicate),
-        }, b.sizes.rounds)
-    b.record(S4, comparison)
+        })
     return [
         Figure("webhook.new_ratio", S4, "new deliveries / bare insert throughput", comparison.ratio(new, bare), "x", ">=", 0.7,
                note="; ".join(vacuumed)),
@@ -508,7 +484,7 @@ def webhook_ingest(b: Bench) -> list[Figure]:
         Figure("webhook.dup_rps", S4, "duplicate deliveries throughput", comparison.median(dup, "throughput"), "req/s"),
         Figure("webhook.new_p99", S4, "new deliveries p99", comparison.median(new, "p99"), "ms", "<=", 50),
         Figure("webhook.dup_p99", S4, "duplicate deliveries p99", comparison.median(dup, "p99"), "ms", "<=", 50),
-        *b.cpu_figures(S4, comparison, "webhook"),
+        *compared_figures(S4, comparison, "webhook", {}),
     ]
 
 
@@ -523,8 +499,9 @@ DASHBOARD_PAGES = [
 ]
 
 
-def bench_session() -> tuple[Any, str]:
-    """A logged-in superuser session for the dashboard: (user, session key)."""
+def bench_client() -> Any:
+    """A Django test Client logged in as the bench's superuser, for the dashboard's pages:
+    in-process, and through its session cookie over HTTP."""
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -534,7 +511,7 @@ def bench_session() -> tuple[Any, str]:
     )
     client = Client()
     client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
-    return user, client.cookies[settings.SESSION_COOKIE_NAME].value
+    return client
 
 
 def busy_receipt() -> int:
@@ -546,26 +523,34 @@ def busy_receipt() -> int:
     return newest_first.filter(replayed).first() or newest_first[0]
 
 
-def time_pages(b: Bench, pages: dict[str, str | list[str]], session_key: str,
+def time_pages(b: Bench, detail: str, pages: dict[str, str | list[str]], plans: str,
                samples: int | None = None) -> dict[str, loadgen.LoadResult]:
-    """One client, pages in turn (interleaved, so noise hits each alike), every sample timed.
-    A page given as a list of URLs is a different one of them at each sample (the search's
-    ids: one id asked for again would measure the database's cache)."""
+    """One client logged in, pages in turn (interleaved, so noise hits each alike), every
+    sample timed; then each page's queries explained (explain_pages) into `plans` under the
+    out dir. A page given as a list of URLs is a different one of them at each sample (the
+    search's ids: one id asked for again would measure the database's cache). The timings
+    are kept in details[detail], the plans' summary in details[detail + "_explain"]."""
+    logged_in = bench_client()
+    session_key = logged_in.cookies[settings.SESSION_COOKIE_NAME].value
+    connection.close()  # the servers need no connection of ours meanwhile
+    urls = {page: [url] if isinstance(url, str) else url for page, url in pages.items()}
     results = {page: loadgen.LoadResult(page) for page in pages}
     with httpx.Client(base_url=b.base_url, cookies={"sessionid": session_key}, timeout=60) as client:
-        for url in pages.values():  # a first, untimed visit: worker caches, template loading
-            client.get(url if isinstance(url, str) else url[-1])
+        for some in urls.values():  # a first, untimed visit: worker caches, template loading
+            client.get(some[-1])
         for i in range(samples or b.sizes.page_samples):
-            for page, urls in pages.items():
-                url = urls if isinstance(urls, str) else urls[i % len(urls)]
+            for page, some in urls.items():
                 started = time.perf_counter()
-                response = client.get(url)
+                response = client.get(some[i % len(some)])
                 took = time.perf_counter() - started
                 if response.status_code == 200:
                     results[page].latencies.append(took)
                 else:
                     results[page].errors += 1
                 results[page].elapsed += took
+    b.details[detail] = {page: r.summary() for page, r in results.items()}
+    b.details[f"{detail}_explain"] = explain_pages(logged_in, {page: some[0] for page, some in urls.items()},
+                                                   b.out_dir / plans)
     return results
 
 
@@ -580,14 +565,12 @@ def page_figures(scenario: str, results: dict[str, loadgen.LoadResult], pages: l
     return figures
 
 
-def explain_pages(user: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
-    """Run each page in-process, capture its queries and EXPLAIN (ANALYZE, BUFFERS) each;
-    write the plans to `out` and return, per page, its query count and its slowest plans."""
-    from django.test import Client
+def explain_pages(client: Any, pages: dict[str, str], out: Path) -> dict[str, Any]:
+    """Run each page in-process with `client`, capture its queries and EXPLAIN (ANALYZE,
+    BUFFERS) each; write the plans to `out` and return, per page, its query count and its
+    slowest plans."""
     from django.test.utils import CaptureQueriesContext
 
-    client = Client()
-    client.force_login(user)
     summary: dict[str, Any] = {}
     lines: list[str] = []
     for page, url in pages.items():
@@ -616,7 +599,6 @@ def dashboard(b: Bench) -> list[Figure]:
     info = b.details.get("seed", {})
     seeded = Figure("seed.receipts", S5, "receipts in the log", info.get("total_receipts"), "rows",
                     note=f"attempts: {info.get('total_attempts')}; seeded rows present before the run: {info.get('had')}")
-    user, session_key = bench_session()
     pages = {page: url.format(receipt=busy_receipt()) for page, url, *_ in DASHBOARD_PAGES}
     # What the every-minute receipts.rollup schedule would have done by now (the bench
     # removes the schedules, whose purge would race scenario 6): roll scenarios 1 to 4's
@@ -627,10 +609,7 @@ def dashboard(b: Bench) -> list[Figure]:
         # visit the heap for every row the scenarios or an earlier purge touched.
         seeding.vacuum_analyze(DASHBOARD_TABLES)
         seeded.note += f"; autovacuum is off on this server, so the bench vacuumed {', '.join(DASHBOARD_TABLES)} first"
-    connection.close()
-    results = time_pages(b, pages, session_key)
-    b.details["dashboard"] = {page: r.summary() for page, r in results.items()}
-    b.details["explain"] = explain_pages(user, pages, b.out_dir / "explain-latest.txt")
+    results = time_pages(b, "dashboard", pages, "explain-latest.txt")
     return [seeded, *page_figures(S5, results, DASHBOARD_PAGES, lambda r: "")]
 
 
@@ -673,7 +652,6 @@ def search_at_scale(b: Bench) -> list[Figure]:
 
     from webhooks.models import WebhookEvent
 
-    user, session_key = bench_session()
     samples = b.sizes.page_samples * 5
     orders = search_samples(samples * 2)
     pages: dict[str, str | list[str]] = {
@@ -682,12 +660,7 @@ def search_at_scale(b: Bench) -> list[Figure]:
         "search.trace": [f"/trace/?q={quote(o)}" for o in orders[samples:] or orders],
         "search.common": SEARCH_PAGES[-1][1],
     }
-    connection.close()
-    results = time_pages(b, pages, session_key, samples=samples)
-    b.details["search"] = {page: r.summary() for page, r in results.items()}
-    b.details["search_explain"] = explain_pages(
-        user, {page: urls if isinstance(urls, str) else urls[0] for page, urls in pages.items()},
-        b.out_dir / "explain-search.txt")
+    results = time_pages(b, "search", pages, "explain-search.txt", samples=samples)
     sizes = f"{Receipt.objects.count()} receipts, {WebhookEvent.objects.count()} events"
     connection.close()
     return page_figures(S11, results, SEARCH_PAGES, lambda r: f"p50 {r.percentile(50):.1f} ms over {r.count} ids; {sizes}")
@@ -872,20 +845,14 @@ def outbox_latency(b: Bench) -> list[Figure]:
     from receipts.outbox.models import OutboxAttempt, OutboxMessage
 
     # Tasks left by scenario 4 (its webhook events) would measure that backlog instead.
-    deadline = time.monotonic() + 300
-    while OrmQ.objects.exists() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    polled(OrmQ.objects.exists, lambda busy: not busy, 300)
     prefix = f"bench-{b.run_id}-latency"
     for n in range(b.sizes.latency_messages):
         store.enqueue("bench.noop", {"n": n}, f"{prefix}-{n}", scope="bench")
         time.sleep(OUTBOX_LATENCY_SPACING)
     messages = dict(OutboxMessage.objects.filter(scope="bench", key__startswith=prefix).values_list("id", "created_at"))
-    first: dict[int, datetime] = {}
-    deadline = time.monotonic() + 120
-    while len(first) < len(messages) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
-        first = dict(attempts)
+    attempts = OutboxAttempt.objects.filter(message_id__in=messages, number=1).values_list("message_id", "created_at")
+    first: dict[int, datetime] = polled(lambda: dict(attempts.all()), lambda first: len(first) >= len(messages), 120)
     connection.close()
     waits = [(first[pk] - created).total_seconds() for pk, created in messages.items() if pk in first]
     note = f"{len(messages) - len(waits)} of {len(messages)} messages had no attempt within 120 s" if len(waits) < len(messages) else ""
@@ -1031,6 +998,14 @@ def run(*, quick: bool, port: int | None, out_dir: Path, only: set[int] | None =
     print(table(figures))
     print(f"\n{info['mode']} {what}, {info['cores']} cores, {info['seconds']} s; wrote {written}")
     return 0
+
+
+def polled(read: Callable[[], Any], done: Callable[[Any], bool], seconds: float) -> Any:
+    """`read()` every half second until `done` with what it read or `seconds` are over: the last reading."""
+    deadline = time.monotonic() + seconds
+    while not done(reading := read()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return reading
 
 
 def timed(name: str, scenario: Callable[[Bench], list[Figure]], b: Bench) -> list[Figure]:

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
@@ -42,7 +43,6 @@ class Tally:
     requests: Counter = field(default_factory=Counter)  # by kind and answer
     kills: Counter = field(default_factory=Counter)  # by what was killed
     answered: dict[str, str] = field(default_factory=dict)  # key -> path, once the client got its 201
-    outbox_keys: set[str] = field(default_factory=set)  # keys whose view enqueued a message
     unanswered: set[str] = field(default_factory=set)
     replays_that_ran: list[str] = field(default_factory=list)  # a replay answered without Idempotent-Replayed
     delivered: set[str] = field(default_factory=set)  # event ids answered 2xx
@@ -90,16 +90,13 @@ class Driver:
     def claim(self) -> None:
         self.n += 1
         key = f"{self.run_id}-{threading.get_ident() % 10000}-{self.n}"
-        outbox = self.rng.random() < 0.5
-        url = "/soak/effect/" + ("?outbox=1" if outbox else "")
+        url = "/soak/effect/" + ("?outbox=1" if self.rng.random() < 0.5 else "")
         response = self._post_key("claim", url, key)
         with self.tally.lock:
             if response is None:
                 self.tally.unanswered.add(key)
             else:
                 self.tally.answered[key] = url
-            if outbox:
-                self.tally.outbox_keys.add(key)
 
     def replay(self) -> None:
         with self.tally.lock:
@@ -192,12 +189,12 @@ def _backends() -> list[tuple[int, int, bool]]:
     return [(pid, int(name[5:]) if name.startswith("soak:") else 0, bool(busy)) for pid, name, busy in rows]
 
 
-def _effect_counts(kind: str, start: str) -> Counter:
-    """Effects per key: the bench rows labelled `<kind>:<key>` whose key starts with `start`."""
+def _effect_counts(label: Callable[[str], str], start: str) -> Counter:
+    """Effects per key: the bench rows labelled `label(key)` whose key starts with `start`."""
     from idemdash.devtools.bench.models import BenchRow
 
-    rows = BenchRow.objects.filter(label__startswith=f"{kind}:{start}").values_list("label", flat=True).iterator()
-    return Counter(label[len(kind) + 1:] for label in rows)
+    rows = BenchRow.objects.filter(label__startswith=label(start)).values_list("label", flat=True).iterator()
+    return Counter(row[len(label("")):] for row in rows)
 
 
 def _settled(run_id: str) -> bool:
@@ -224,9 +221,9 @@ def summarize(run_id: str, receiver, tally: Tally, seconds: float, recovered: fl
     counts (effects.csv) and a summary (summary.json, summary.md) into `out`."""
     from receipts.outbox.models import OutboxMessage
 
-    from idemdash.devtools.soak.views import outbox_key
+    from idemdash.devtools.soak.views import event_label, outbox_key, view_label
 
-    views, events = _effect_counts("v", run_id), _effect_counts("e", f"evt_{run_id}")
+    views, events = _effect_counts(view_label, run_id), _effect_counts(event_label, f"evt_{run_id}")
     messages = set(OutboxMessage.objects.filter(key__startswith=f"out:{run_id}").values_list("key", flat=True))
     accepted = Counter(receiver.accepted_per_key)
     rows = []

@@ -33,12 +33,9 @@ class Command(BaseCommand):
         started = time.monotonic()
         # The raw stream: Django's OutputWrapper adds a newline per write, which would break
         # tqdm's carriage-return redraws.
-        try:
-            with seeding.progress_bars(self.stderr._out) as progress:
-                counts = seeding.seed(receipts=receipts, events=events, outbox=outbox, batch=batch,
-                                      expired_only=expired, rng_seed=random_seed, progress=progress)
-        except RuntimeError as exc:
-            raise CommandError(str(exc)) from None
+        with seeding.progress_bars(self.stderr._out) as progress:
+            counts = seeding.seed(receipts=receipts, events=events, outbox=outbox, batch=batch,
+                                  expired_only=expired, rng_seed=random_seed, progress=progress)
         took = time.monotonic() - started
         self.stdout.write(
             f"seeded {counts.receipts} receipts ({counts.attempts} attempts), {counts.events} events "
