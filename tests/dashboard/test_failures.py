@@ -102,3 +102,30 @@ def test_a_quiet_group_shows_as_resolved_by_itself(viewer_client):
                     now=timezone.now() - failures.QUIET - timedelta(minutes=1))
     failures.resolve_quiet(timezone.now())
     assert "by itself" in viewer_client.get("/failures/?state=resolved").content.decode()
+
+
+def test_a_group_links_to_its_failing_units_and_its_dead_ones_are_repaired_from_the_bulk_preview(operator_client, settings):
+    from webhooks.models import WebhookEvent
+
+    from tests.dashboard.build import confirm_bulk
+
+    for n in range(3):
+        webhook_event(f"evt_bug_{n}", "dead", event_type="refunds/create")
+    webhook_event("evt_other", "dead", event_type="orders/create")  # the same bug at another place
+    group = FailureGroup.objects.get(place="stripe refunds/create")
+    html = operator_client.get("/failures/").content.decode()
+    row = html.split(f'data-group="{group.signature}"')[1].split("</tr>")[0]
+    assert f'href="/events/?group={group.signature}&amp;status=dead">3 dead</a>' in row
+
+    listed = operator_client.get(f"/events/?group={group.signature}&status=dead").content.decode()
+    assert listed.count('href="/events/') >= 3 and "evt_other" not in listed and 'data-role="group-filter"' in listed
+    assert 'data-count="3"' in operator_client.get(f"/events/bulk-reprocess/?group={group.signature}").content.decode()
+    run, _ = confirm_bulk(operator_client, "/events/bulk-reprocess/", {"group": group.signature, "status": "dead"})
+    assert run.status == "finished"
+    assert sorted(WebhookEvent.objects.values_list("provider_event_id", "status")) == [
+        ("evt_bug_0", "received"), ("evt_bug_1", "received"), ("evt_bug_2", "received"), ("evt_other", "dead")]
+
+
+def test_a_malformed_group_filter_is_a_clear_400(viewer_client):
+    response = viewer_client.get("/events/?group=not-a-group")
+    assert response.status_code == 400 and "A failure group is 32 hex digits." in response.content.decode()
