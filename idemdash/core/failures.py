@@ -176,13 +176,6 @@ def resolve_quiet(now: datetime) -> int:
     )
 
 
-def failing_now(since: datetime, limit: int = 3) -> list[FailureGroup]:
-    """The open groups that failed since `since`, most failures first: the culprits the
-    overview's first line names (an acknowledged group has someone on it)."""
-    return list(FailureGroup.objects.filter(state=FailureGroup.State.OPEN, last_seen__gte=since)
-                .order_by("-failures", "-last_seen")[:limit])
-
-
 class AlreadyInState(Exception):
     """The group is in that state already (or changed meanwhile): nothing was done."""
 

@@ -285,7 +285,7 @@ class Summary:
 
 def summary(readings: list[Reading], firing: list[Any], culprits: Sequence[Any] = ()) -> Summary:
     """`firing`: the firing alerts of `alerts.overview_alerts` (with their `cause` path);
-    `culprits`: the failure groups failing now (idemdash/core/failures.py:failing_now). Each is
+    `culprits`: the failure groups failing now (queries.failure_culprits). Each is
     a problem, linked to the page that shows its cause."""
     problems = [
         {"text": r.summary, "url": r.url, "state": r.state}
@@ -298,8 +298,7 @@ def summary(readings: list[Reading], firing: list[Any], culprits: Sequence[Any] 
         for a in firing
     ]
     problems += [
-        {"text": f"{g.place}: {g.failures} failure{'s' if g.failures != 1 else ''}, {g.cause}",
-         "url": reverse("dashboard:failures"), "state": BAD}
+        {"text": f"{g.place}: {g.dead} dead, {g.cause}", "url": reverse("dashboard:failures"), "state": BAD}
         for g in culprits
     ]
     state = max((p["state"] for p in problems), key=SEVERITY.get, default=OK)

@@ -10,7 +10,6 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from idemdash.core import failures
 from idemdash.dashboard import alerts, charts, health, queries
 from idemdash.dashboard.access import viewer_required
 from idemdash.dashboard.views.pages import partial_or_page
@@ -49,7 +48,7 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         "alert_panel": alert_panel,
         # Observed (and its transitions recorded) on every load: the figures are read anyway.
         "health": health.summary(health.observe(now), alert_panel["firing"],
-                                 failures.failing_now(now - timedelta(minutes=health.window_minutes()))),
+                                 queries.failure_culprits(now - timedelta(minutes=health.window_minutes()))),
         "paused": queries.paused_work(),
         # What the unprotected and fresh-key tiles' notes name: their look-backs.
         "observer": {"window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"),
