@@ -128,6 +128,8 @@ IDEMDASH_BASE_URL = os.environ.get(
 # minute), at most this many times (idemdash.dashboard.incidents).
 IDEMDASH_INCIDENT_REMIND_EVERY = envint("IDEMDASH_INCIDENT_REMIND_EVERY", 30, minimum=1)
 IDEMDASH_INCIDENT_REMINDERS = envint("IDEMDASH_INCIDENT_REMINDERS", 2)
+# Who the alert rules that migrate installs once email (empty: none installed; docs/dashboard.md, Alerts).
+IDEMDASH_DEFAULT_ALERTS_TO = os.environ.get("IDEMDASH_DEFAULT_ALERTS_TO", "admin@localhost").strip()
 # OpenTelemetry export by OTLP/HTTP (the OTEL_EXPORTER_OTLP_* variables say where) and the
 # figures of /metrics as OpenTelemetry instruments (docs/operations.md, "OpenTelemetry").
 IDEMDASH_OTEL = envbool("IDEMDASH_OTEL", False)

@@ -57,3 +57,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # observe.flush(): its background thread would write them on a connection of its own, outside
 # each test's transaction.
 RECEIPTS_OBSERVE_FLUSH_SECONDS = 0
+# No default alert rules (idemdash/dashboard/alerts.py:DEFAULT_RULES): a test sees only the
+# rules it makes; tests/dashboard/test_alert_rules.py installs them as migrate does.
+IDEMDASH_DEFAULT_ALERTS_TO = ""

@@ -118,6 +118,8 @@ class WebhookEvent(LeasedWork, Scheduled):
     enqueued_at = models.DateTimeField(null=True, blank=True)
     stuck_recoveries = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # The group of its last failure (idemdash/core/failures.py), cleared when it succeeds.
+    failure_signature = models.CharField(max_length=32, blank=True, default="", db_default="", editable=False)
     delivery_count = models.PositiveIntegerField(default=1)
     received_at = models.DateTimeField()
     last_delivery_at = models.DateTimeField()
@@ -136,6 +138,8 @@ class WebhookEvent(LeasedWork, Scheduled):
                 name="webhook_event_processing_lease",
                 condition=Q(status="processing"),
             ),
+            models.Index(fields=["failure_signature"], name="webhook_event_failure",
+                         condition=~Q(failure_signature="")),
             # The "dead in this window" tile; without it the count read every event.
             models.Index(fields=["finished_at"], name="webhook_event_dead_finished", condition=Q(status="dead")),
         ]

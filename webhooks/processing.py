@@ -24,7 +24,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from idemdash.core import audit, bulk, tracing
+from idemdash.core import audit, bulk, failures, tracing
 from idemdash_client import references
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, kept, stuck
 from idemdash_client.retries import backoff
@@ -234,7 +234,8 @@ def complete_event(
     event: WebhookEvent, status: str = Status.COMPLETED, references: Iterable[tuple[str, str]] = ()
 ) -> bool:
     """Mark a claimed event completed (or ignored). False if the claim was lost."""
-    return _settle(event, status, references=references, status=status, finished_at=timezone.now(), last_error="")
+    return _settle(event, status, references=references, status=status, finished_at=timezone.now(), last_error="",
+                   failure_signature="")
 
 
 def fail_event(
@@ -251,7 +252,14 @@ def fail_event(
     else:
         # Not enqueued: the sweeper enqueues it when it is due.
         status, changes = Status.RETRY, {"next_attempt_at": now + timedelta(seconds=retry_in), "enqueued_at": None}
-    won = _settle(event, status, error, references, status=status, last_error=error, **changes)
+    # Counted in its group (idemdash/core/failures.py) in the settle's transaction, if it wins.
+    slug = WebhookEndpoint.objects.filter(pk=event.endpoint_id).values_list("slug", flat=True).first()
+    failure = failures.Failure("event", f"{slug} {event.event_type}", error)
+    with transaction.atomic(savepoint=False):
+        won = _settle(event, status, error, references, status=status, last_error=error,
+                      failure_signature=failure.signature, **changes)
+        if won:
+            failures.record(failure, event.pk, now)
     return status if won else None
 
 

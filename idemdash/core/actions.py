@@ -34,8 +34,10 @@ class OperatorAction:
     # and its `status` after the action, e.g. "Released {label}: the caller's next attempt will run."
     done: str = "{verb} {label}: it is {status} now."
     danger: bool = False
-    # A warning about this unit to show on the confirmation ("" for none), e.g. a live lease.
+    # A warning about this unit that makes the confirmation red ("" for none): acting may do
+    # harm, e.g. run a charge twice. `note`: what acting does to it, said without alarm.
     caution: Callable[[Any], str] | None = None
+    note: Callable[[Any], str] | None = None
     # The label of a value the operator gives beside the reason (a result to store), passed
     # to run() as `result`; "" when the action takes none.
     input: str = ""

@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from idemdash.core import audit
+from idemdash.core.models import AuditEntry
 from idemdash.core.caller_text import isolated_plain, reveal
 from idemdash.dashboard import incidents, queries
 from idemdash.dashboard.conf import setting
@@ -381,6 +382,34 @@ def save_rule(rule: AlertRule, *, actor: str, user: Any = None, before: str = ""
                      status_before=before, status_after=_rule_state(rule),
                      detail=f"{rule.condition}; notify by {rule.channel} {rule.target_display}", user=user)
     return rule
+
+
+# What pages on a fresh install (each fault the demo stages opens an incident through one):
+# installed once by migrate, then the operators' to edit; one deleted stays deleted.
+DEFAULT_RULES = [
+    {"name": "Dead webhook events", "metric": Metric.DEAD_WEBHOOK_EVENTS, "window_minutes": 60},
+    {"name": "Dead outbox messages", "metric": Metric.DEAD_OUTBOX_MESSAGES, "window_minutes": 60},
+    {"name": "Stuck work", "metric": Metric.STUCK_ROWS, "window_minutes": 60},
+]
+INSTALLER = "migrate"  # the audit log's actor for them, and how a rule installed once is known
+
+
+def install_default_rules() -> list[str]:
+    """DEFAULT_RULES not installed before (no audit entry of their creation by migrate), each
+    above 0 and emailing IDEMDASH_DEFAULT_ALERTS_TO; the names installed now."""
+    to = setting("IDEMDASH_DEFAULT_ALERTS_TO")
+    if not to:
+        return []
+    done = set(AuditEntry.objects.filter(actor=INSTALLER, action="alert_rule.create").values_list("object_name", flat=True))
+    installed = []
+    for spec in DEFAULT_RULES:
+        if spec["name"] in done or AlertRule.objects.filter(name=spec["name"]).exists():
+            continue
+        rule = AlertRule(**spec, comparison=AlertRule.Comparison.GT, threshold=0, channel=AlertRule.Channel.EMAIL, target=to)
+        rule.full_clean()
+        save_rule(rule, actor=INSTALLER)
+        installed.append(rule.name)
+    return installed
 
 
 def delete_rule(rule: AlertRule, *, actor: str, user: Any = None) -> None:

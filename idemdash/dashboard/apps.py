@@ -12,6 +12,14 @@ def _ensure_groups(sender: AppConfig, **kwargs: Any) -> None:
     ensure_groups()
 
 
+def _install_default_alert_rules(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    # After a test's flush too, like the groups; a host's second database gets none.
+    if using == "default":
+        from idemdash.dashboard.alerts import install_default_rules
+
+        install_default_rules()
+
+
 def _create_cache_tables(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
     # The throttles' shared cache is a database table when no Redis is set (settings.py,
     # CACHES["throttle"]): made here so that `migrate` is the one deployment step. It does
@@ -47,6 +55,7 @@ class IdemdashConfig(BigIntegerIds, AppConfig):
         # After migrate and after a test flush, so the groups always exist.
         post_migrate.connect(_ensure_groups, sender=self)
         post_migrate.connect(_create_cache_tables, sender=self)
+        post_migrate.connect(_install_default_alert_rules, sender=self)
         from idemdash.dashboard import checks  # noqa: F401  (registers the system checks)
 
         _start_opentelemetry()

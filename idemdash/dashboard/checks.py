@@ -9,6 +9,8 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, reverse
 
@@ -35,6 +37,20 @@ def otel_installed(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                       hint=hint, id="idemdash.E020")]
     if setting("IDEMDASH_OTEL_METRICS") and tracing.trace is None:
         return [Error("IDEMDASH_OTEL_METRICS is on but opentelemetry-api is not installed.", hint=hint, id="idemdash.E021")]
+    return []
+
+
+@register()
+def default_alerts_to(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Before migrate installs the default rules with it, so that no rule is left half made."""
+    to = setting("IDEMDASH_DEFAULT_ALERTS_TO")
+    try:
+        if to:
+            validate_email(to)
+    except ValidationError:
+        return [Error(f"IDEMDASH_DEFAULT_ALERTS_TO is not an email address: {to!r}.",
+                      hint="Give the address the default alert rules email, or empty for none (docs/dashboard.md, Alerts).",
+                      id="idemdash.E031")]
     return []
 
 

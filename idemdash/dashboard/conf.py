@@ -16,6 +16,9 @@ DEFAULTS: dict[str, Any] = {
     # IDEMDASH_INCIDENT_REMINDERS times; then one "exhausted" notice, and quiet until it
     # recovers (idemdash.dashboard.incidents).
     "IDEMDASH_INCIDENT_REMIND_EVERY": 30,
+    # Where the alert rules migrate installs once (alerts.DEFAULT_RULES) send by email; empty:
+    # none is installed (a host's default; idemdash's own settings give admin@localhost).
+    "IDEMDASH_DEFAULT_ALERTS_TO": "",
     "IDEMDASH_INCIDENT_REMINDERS": 2,
     # The health checks' window, the fewest rows a rate is divided by, and (warn, bad) per
     # check over health.DEFAULT_THRESHOLDS (docs/dashboard.md, "Health at a glance").

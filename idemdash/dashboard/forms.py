@@ -143,6 +143,13 @@ def keyset_page(qs: QuerySet, field: str, descending: bool, after: str | None) -
 # --- webhooks and outbox ----------------------------------------------------------------------
 
 
+def _group_field() -> forms.Field:
+    """The failure group of a unit's last failure (the Failures page links with it): kept by
+    the list's form and its bulk action, so that a group is repaired from the same preview."""
+    return forms.RegexField(r"^[0-9a-f]{32}$", required=False, widget=forms.HiddenInput,
+                            error_messages={"invalid": "A failure group is 32 hex digits."})
+
+
 class DeliveryFilter(ListFilter):
     """What the events' and the rejected deliveries' filters share: the endpoint, its provider
     and the time a delivery came."""
@@ -161,8 +168,9 @@ class EventFilter(DeliveryFilter):
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *WebhookEvent.Status.choices])
     q = forms.CharField(required=False, max_length=255, label="Event id starts with")
     ref = _reference_field()
+    group = _group_field()
 
-    lookups = {**DeliveryFilter.lookups, "type": "event_type", "status": "status"}
+    lookups = {**DeliveryFilter.lookups, "type": "event_type", "status": "status", "group": "failure_signature"}
 
     def endpoint_slugs(self) -> QuerySet:
         """What the endpoint field suggests."""
@@ -197,8 +205,9 @@ class OutboxFilter(ListFilter):
     q = forms.CharField(required=False, max_length=255, label="Key starts with")
     scope = forms.CharField(required=False, max_length=255)
     ref = _reference_field()
+    group = _group_field()
 
-    lookups = {"action": "action", "q": "key__startswith", "scope": "scope"}
+    lookups = {"action": "action", "q": "key__startswith", "scope": "scope", "group": "failure_signature"}
 
     def action_names(self) -> QuerySet:
         """What the action field suggests: the actions messages were enqueued with."""

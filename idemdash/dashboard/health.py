@@ -11,12 +11,13 @@ what the tile shows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from idemdash.dashboard import alerts, queries
@@ -282,9 +283,10 @@ class Summary:
     window_minutes: int
 
 
-def summary(readings: list[Reading], firing: list[Any]) -> Summary:
+def summary(readings: list[Reading], firing: list[Any], culprits: Sequence[Any] = ()) -> Summary:
     """`firing`: the firing alerts of `alerts.overview_alerts` (with their `cause` path);
-    each is a problem, linked to the page that shows its cause."""
+    `culprits`: the failure groups failing now (queries.failure_culprits). Each is
+    a problem, linked to the page that shows its cause."""
     problems = [
         {"text": r.summary, "url": r.url, "state": r.state}
         for r in sorted(readings, key=lambda r: -SEVERITY[r.state])
@@ -294,6 +296,10 @@ def summary(readings: list[Reading], firing: list[Any]) -> Summary:
         {"text": f"Alert “{a.rule_name}” firing: {a.condition}", "url": a.cause,
          "state": BAD}
         for a in firing
+    ]
+    problems += [
+        {"text": f"{g.place}: {g.dead} dead, {g.cause}", "url": reverse("dashboard:failures"), "state": BAD}
+        for g in culprits
     ]
     state = max((p["state"] for p in problems), key=SEVERITY.get, default=OK)
     by_name = {r.name: r for r in readings}

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import OperationalError, connections, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
@@ -27,6 +27,7 @@ from idemdash.core.leases import stuck
 from idemdash.core import rollup as core_rollup
 from idemdash.core.attempts import NO_DURATION, percentile
 from receipts import coverage, fresh_keys, references, rollup
+from idemdash.core.failures import FailureGroup
 from idemdash.core.models import AuditEntry, BulkRun
 from receipts.models import Attempt, Receipt
 from receipts.outbox import pauses
@@ -618,6 +619,7 @@ AUDIT_NOUNS: dict[str, str] = {
     "devtools.demoswitch": "demo switch",
     "idemdash_core.apiclient": "API client",
     "outbox.outboxpause": "outbox pause",
+    "idemdash_core.failuregroup": "failure group",
 }
 
 # The operator's verb for each audit action, as the log shows it and its Action filter takes it
@@ -639,6 +641,8 @@ AUDIT_VERBS: dict[str, str] = {
     "outbox_pause.pause": "Pause sending",
     "outbox_pause.resume": "Resume sending",
     "incident.acknowledge": "Acknowledge incident",
+    "failure_group.acknowledge": "Acknowledge failures",
+    "failure_group.resolve": "Resolve failures",
     "alert_rule.create": "Add alert rule",
     "alert_rule.update": "Change alert rule",
     "alert_rule.delete": "Delete alert rule",
@@ -743,3 +747,42 @@ def fresh_key_series(window: Window, now: datetime | None = None) -> list[dict[s
         if bucket is not None:
             bucket["refused" if retry["refused"] else "ran_again"] += 1
     return list(buckets.values())
+
+
+# --- failure groups (idemdash/core/failures.py) ----------------------------------------------
+
+# Per kind of unit a group counts: its model, its list's and its page's URL names, and its
+# dead status (what the list's bulk action repairs).
+FAILING_UNITS = {
+    "event": (WebhookEvent, "dashboard:events", "dashboard:event", WebhookEvent.Status.DEAD),
+    "message": (OutboxMessage, "dashboard:outbox", "dashboard:message", OutboxMessage.Status.DEAD),
+}
+
+
+def with_failing_units(groups: list[FailureGroup]) -> list[FailureGroup]:
+    """Each group with the units whose last failure is in it now (`units`: status, count and
+    the list filtered to them, one query per kind), how many of them are dead (`dead`), and
+    its latest failing unit's page (`sample_url`)."""
+    for kind, (model, listing, page, dead) in FAILING_UNITS.items():
+        mine = [g for g in groups if g.kind == kind]
+        counts = (model.objects.filter(failure_signature__in=[g.signature for g in mine])
+                  .values_list("failure_signature", "status").annotate(n=Count("pk")))
+        by_group: dict[str, list] = {}
+        for signature, status, n in counts:
+            by_group.setdefault(signature, []).append((status, n, f"{reverse(listing)}?group={signature}&status={status}"))
+        for group in mine:
+            group.sample_url = reverse(page, args=[group.sample_id])
+            group.units = sorted(by_group.get(group.signature, []))
+            group.dead = sum(n for status, n, _ in group.units if status == dead)
+    return groups
+
+
+def failure_culprits(since: datetime, limit: int = 3) -> list[FailureGroup]:
+    """The open groups that failed since `since` and hold a dead unit now, most failures first:
+    what the overview's first line names. A group whose units all recovered on their own
+    retries is no one's problem; an acknowledged one has someone on it."""
+    dead_now = Q()
+    for kind, (model, _, _, dead) in FAILING_UNITS.items():
+        dead_now |= Q(kind=kind) & Exists(model.objects.filter(status=dead, failure_signature=OuterRef("signature")))
+    groups = FailureGroup.objects.filter(dead_now, state=FailureGroup.State.OPEN, last_seen__gte=since)
+    return with_failing_units(list(groups.order_by("-failures", "-last_seen")[:limit]))

@@ -9,7 +9,7 @@ from typing import Any
 from django.urls import URLPattern, path
 
 from idemdash.dashboard.views import (
-    alerts, audit, bulk, coverage, events, incidents, machine, outbox, overview, pauses, receipts, search, stuck,
+    alerts, audit, bulk, coverage, events, failures, incidents, machine, outbox, overview, pauses, receipts, search, stuck,
 )
 from idemdash.dashboard.views.actions import object_action
 
@@ -40,6 +40,9 @@ urlpatterns = [
     *_kind("outbox", "message", outbox.outbox, outbox.message_detail, "bulk-send-again",
            ["send_now", "send_again", "release"]),
     # Pausing: outbox sending (an action or a host) and webhook endpoints' processing
+    path("failures/", failures.failure_groups, name="failures"),
+    path("failures/<int:pk>/acknowledge/", failures.acknowledge, name="failure_acknowledge"),
+    path("failures/<int:pk>/resolve/", failures.resolve, name="failure_resolve"),
     path("paused/", pauses.paused, name="paused"),
     path("paused/outbox/pause/", pauses.outbox_pause, name="outbox_pause"),
     path("paused/outbox/resume/", pauses.outbox_resume, name="outbox_resume"),

@@ -1,8 +1,8 @@
-"""`make demo`'s staged outages and its alert rule, so that a first run has something to repair
-(docs/demo.md).
+"""`make demo`'s staged outages, so that a first run has something to repair (docs/demo.md);
+the alert rules that page for them are those migrate installs (idemdash/dashboard/alerts.py:DEFAULT_RULES).
 
 - The Shopify `refunds/create` handler fails while the `refunds` switch is on: its events go
-  dead until an operator turns the switch off ("Fix") and reprocesses them; `DEMO_RULE` fires.
+  dead until an operator turns the switch off ("Fix") and reprocesses them.
 - A refund handled before the bug (`stage_sent_refund`): a reprocess's preflight lists its
   confirmation email as already sent.
 The simulator stages the other outages, which need nothing in the database."""
@@ -15,12 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from idemdash.core import audit
-from idemdash.dashboard import alerts
-from idemdash.dashboard.models import AlertRule
 from idemdash.devtools.models import DemoSwitch
 
 REFUNDS = "refunds"
@@ -28,12 +26,6 @@ REFUNDS = "refunds"
 SWITCHES = {
     REFUNDS: "Shopify refunds/create: the demo handler fails while this is on (a staged bug). "
              "Turn it off, then reprocess the dead events.",
-}
-
-DEMO_RULE = {
-    "name": "Demo: dead webhook events", "metric": AlertRule.Metric.DEAD_WEBHOOK_EVENTS,
-    "comparison": AlertRule.Comparison.GT, "threshold": 0, "window_minutes": 60,
-    "channel": AlertRule.Channel.EMAIL, "target": "admin@localhost",
 }
 
 ACTOR = "demo_setup"
@@ -84,27 +76,14 @@ def set_failing(switch: DemoSwitch, on: bool, *, actor: str, user: Any = None) -
     return True
 
 
-def setup() -> tuple[list[str], bool]:
-    """Arm every demo outage (each `make demo` starts broken) and install the demo's alert
-    rule once: an operator's edits to the rule are kept. Returns the switches armed now and
-    whether the rule was created."""
+def setup() -> list[str]:
+    """Arm every demo outage (each `make demo` starts broken); the switches armed now."""
     armed = []
     for name, description in SWITCHES.items():
         switch, created = DemoSwitch.objects.get_or_create(name=name, defaults={"description": description})
         if created or set_failing(switch, True, actor=ACTOR):
             armed.append(name)
-    created = False
-    if not AlertRule.objects.filter(name=DEMO_RULE["name"]).exists():
-        rule = AlertRule(**DEMO_RULE)
-        rule.full_clean()
-        try:
-            alerts.save_rule(rule, actor=ACTOR)
-            created = True
-        except IntegrityError:
-            # Two setups at once: the unique name let one insert win.
-            if not AlertRule.objects.filter(name=DEMO_RULE["name"]).exists():
-                raise
-    return armed, created
+    return armed
 
 
 # The preflight's case: a refund already handled, its confirmation already sent.

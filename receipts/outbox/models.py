@@ -55,6 +55,8 @@ class OutboxMessage(LeasedWork, Scheduled):
     fencing_token = models.PositiveBigIntegerField(default=0)
     claimed_by = models.CharField(max_length=255, blank=True)
     last_error = models.TextField(blank=True)
+    # The group of its last failure (idemdash/core/failures.py), cleared when it succeeds.
+    failure_signature = models.CharField(max_length=32, blank=True, default="", db_default="", editable=False)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -71,6 +73,7 @@ class OutboxMessage(LeasedWork, Scheduled):
             models.UniqueConstraint(fields=["scope", "key"], name="outbox_scope_key_uniq"),
         ]
         indexes = [
+            models.Index(fields=["failure_signature"], name="outbox_failure", condition=~Q(failure_signature="")),
             # The drain asks for due messages of these two kinds only.
             models.Index(
                 fields=["next_attempt_at"],

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from idemdash.core import audit, bulk, tracing
+from idemdash.core import audit, bulk, failures, tracing
 from idemdash.core.attempts import RETRYABLE_4XX, lasting_status, lasting_status_q, record_stale
 from idemdash.core.canonical import fingerprint_json
 from idemdash.core.leases import NotApplicable, StaleToken, compare_and_set, is_stuck, kept
@@ -227,7 +227,7 @@ def _backoff(attempts: int, retry_after: float | None = None) -> float:
 
 
 def _settle(message: OutboxMessage, outcome: str, *, status_code: int | None, error: str, duration_ms: int | None,
-            drainer: str, **changes: Any) -> None:
+            drainer: str, failure: failures.Failure | None = None, **changes: Any) -> None:
     now = timezone.now()
     with transaction.atomic():
         won = compare_and_set(
@@ -238,6 +238,8 @@ def _settle(message: OutboxMessage, outcome: str, *, status_code: int | None, er
                 "duration_ms": duration_ms, "drainer": drainer, "created_at": now}
         if won:
             OutboxAttempt.objects.create(outcome=outcome, **line)
+            if failure is not None:
+                failures.record(failure, message.pk, now)
         else:
             record_stale(OutboxAttempt, **line)
     if not won:
@@ -250,7 +252,7 @@ def mark_sent(
     message: OutboxMessage, *, status_code: int | None = None, duration_ms: int | None = None, drainer: str = ""
 ) -> None:
     _settle(message, Outcome.SENT, status_code=status_code, error="", duration_ms=duration_ms, drainer=drainer,
-            status=Status.SENT, sent_at=timezone.now())
+            status=Status.SENT, sent_at=timezone.now(), failure_signature="")
 
 
 def mark_failed(message: OutboxMessage, error: str, *, permanent: bool = False, retry_after: float | None = None,
@@ -262,7 +264,10 @@ def mark_failed(message: OutboxMessage, error: str, *, permanent: bool = False, 
     else:
         due = timezone.now() + timedelta(seconds=_backoff(message.attempts, retry_after))
         outcome, changes = Outcome.RETRY, {"status": Status.RETRY, "next_attempt_at": due}
-    _settle(message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer, **changes)
+    # Counted in its group (idemdash/core/failures.py) in the settle's transaction.
+    failure = failures.Failure("message", " ".join(filter(None, [message.action, message.destination_host])), error)
+    _settle(message, outcome, status_code=status_code, error=error, duration_ms=duration_ms, drainer=drainer,
+            failure=failure, failure_signature=failure.signature, **changes)
     return changes["status"]
 
 

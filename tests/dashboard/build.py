@@ -24,9 +24,10 @@ def completed(key: str, operation: str = "payment.create", request: Any = None, 
     return Receipt.objects.get(scope=claim.receipt.scope, key=key)
 
 
-def failed(key: str, operation: str = "payment.create", *, retryable: bool = True, scope: str = SCOPE) -> Receipt:
+def failed(key: str, operation: str = "payment.create", *, retryable: bool = True, scope: str = SCOPE,
+           error: str = "card_declined") -> Receipt:
     claim = store.claim(scope, key, operation, {"key": key})
-    store.fail(store.Held(scope, key, claim.token), error="card_declined", retryable=retryable)
+    store.fail(store.Held(scope, key, claim.token), error=error, retryable=retryable)
     return Receipt.objects.get(scope=scope, key=key)
 
 

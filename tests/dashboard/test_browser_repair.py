@@ -306,3 +306,28 @@ def test_an_operator_resolves_held_receipts_from_the_stuck_board_and_the_receipt
     assert page.evaluate("window.__stayed") is True
     assert "\tRun again\t" in page.inner_text("#receipt-audit")  # the verb, not the stored name
     page.screenshot(path=SHOTS / "repair-held-run-again-done.png", full_page=True)
+
+
+def test_releasing_a_charge_that_timed_out_is_red_and_names_the_downstream_key_a_declined_one_is_not(operator, otto_page,
+                                                                                                       live_server):
+    page = otto_page
+    timed_out = failed("charge-timeout-1", "payment.capture", error="ReadTimeout: the card processor timed out")
+    declined = failed("charge-declined-1", "payment.capture")
+    page.goto(f"{live_server.url}/receipts/{timed_out.pk}/")
+    page.click("#receipt-actions >> text=Release…")
+    caution = page.wait_for_selector(".confirm [data-role=caution]")
+    assert downstream_key(SCOPE, "charge-timeout-1", timed_out.created_at) in caution.inner_text()
+    assert "happen twice" in caution.inner_text()
+    button = page.locator(".confirm button[type=submit]")
+    red = button.evaluate("b => getComputedStyle(b).backgroundColor")
+    assert "danger" in button.get_attribute("class")
+    page.screenshot(path=SHOTS / "repair-release-timed-out-charge.png")
+
+    page.goto(f"{live_server.url}/receipts/{declined.pk}/")
+    page.click("#receipt-actions >> text=Release…")
+    page.wait_for_selector(".confirm")
+    assert page.locator(".confirm [data-role=caution]").count() == 0
+    button = page.locator(".confirm button[type=submit]")
+    assert "primary" in button.get_attribute("class")
+    assert button.evaluate("b => getComputedStyle(b).backgroundColor") != red  # seen as another colour, not just named
+    page.screenshot(path=SHOTS / "repair-release-declined-charge.png")

@@ -83,3 +83,11 @@ def test_a_login_url_name_that_does_not_reverse_and_no_admin_fail_the_check(sett
 
 def test_idemdash_own_urls_pass_the_check():
     check()  # idemdash's own URLconf: every page's links reverse
+
+
+def test_an_address_for_the_default_alert_rules_that_is_no_address_fails_the_check(settings):
+    settings.IDEMDASH_DEFAULT_ALERTS_TO = "ops at example"
+    with pytest.raises(SystemCheckError, match="idemdash.E031.*IDEMDASH_DEFAULT_ALERTS_TO is not an email address"):
+        check()
+    settings.IDEMDASH_DEFAULT_ALERTS_TO = "ops@example.com"
+    check()

@@ -102,3 +102,9 @@ def test_the_reference_filter_lists_the_events_whose_handler_referred_to_the_val
     handled_event("evt_a", "ch_a")
     handled_event("evt_b", "ch_b")
     assert shown(viewer_client.get("/events/", {"ref": "ch_b"}).content.decode()) == ["evt_b"]
+
+
+def test_a_dead_event_shows_the_cause_of_its_last_failure_not_its_traceback(viewer_client, events):
+    html = viewer_client.get("/events/?status=dead").content.decode()
+    cell = html.split('data-role="cause"')[1].split("</td>")[0]
+    assert 'title="RuntimeError: ledger down"' in cell and "Traceback" not in cell

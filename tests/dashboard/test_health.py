@@ -151,6 +151,26 @@ def test_the_first_line_names_each_problem_and_each_firing_alert_with_its_link()
     assert Alert.objects.get().state == "firing"
 
 
+def test_the_first_line_names_the_failure_group_failing_now_until_someone_acknowledges_it(viewer_client, operator):
+    from idemdash.core import failures
+    from tests.dashboard.build import webhook_event
+
+    for n in range(3):
+        webhook_event(f"evt_refund_{n}", "dead", slug="shop", provider="shopify", event_type="refunds/create")
+    html = viewer_client.get("/").content.decode()
+    line = html.split('class="health-line')[1].split("</div>")[0]
+    assert 'href="/failures/"' in line and "shop refunds/create: 3 dead, RuntimeError: ledger down" in line
+    failures.set_state(failures.FailureGroup.objects.get(), "acknowledged", actor="otto", user=operator)
+    assert "refunds/create" not in viewer_client.get("/").content.decode().split('class="health-line')[1].split("</div>")[0]
+
+
+def test_failures_that_are_still_being_retried_do_not_make_the_first_line_a_problem(viewer_client):
+    from tests.dashboard.build import webhook_event
+
+    webhook_event("evt_flaky", "retry", event_type="invoice.paid")  # failed once, its retry is due
+    assert "invoice.paid" not in viewer_client.get("/").content.decode().split('class="health-line')[1].split("</div>")[0]
+
+
 def test_the_overview_says_all_clear_on_healthy_traffic(viewer_client):
     healthy_traffic(25)
     html = viewer_client.get("/").content.decode()

@@ -67,3 +67,13 @@ def test_the_reference_filter_lists_the_messages_given_the_value(viewer_client):
         outbox_store.enqueue("email.send", {"to": "a@example.com", "subject": key, "body": "b"}, key,
                              references=[("order", order)])
     assert shown(viewer_client.get("/outbox/", {"ref": "2"}).content.decode()) == ["m2"]
+
+
+def test_a_dead_message_shows_the_cause_of_its_last_failure_with_what_varies_masked(viewer_client):
+    from receipts.outbox import store as outbox_store
+
+    message = outbox_message("partner-1", "in_flight", action="http.post")
+    outbox_store.mark_failed(message, "HTTP 403: forbidden for order 8200000000001", permanent=True, status_code=403,
+                             drainer="test-drainer")
+    html = viewer_client.get("/outbox/?status=dead").content.decode()
+    assert 'title="HTTP 403: forbidden for order &lt;n&gt;"' in html.split('data-role="cause"')[1].split("</td>")[0]

@@ -4,6 +4,7 @@ import pytest
 
 from idemdash.dashboard import queries
 from receipts import store
+from receipts.downstream import downstream_key
 from idemdash.core.models import AuditEntry
 from receipts.models import Attempt, Receipt
 from tests.dashboard.acting import assert_audited, post_action
@@ -102,6 +103,39 @@ def test_releasing_a_receipt_whose_lease_is_live_warns_that_a_worker_may_still_r
     assert warning not in operator_client.get(f"/receipts/{expired.pk}/release/").content.decode()
     page = operator_client.get(f"/receipts/{completed('done').pk}/release/").content.decode()
     assert "It is completed now: this will be refused." in page
+
+
+def _confirm_button(html: str) -> str:
+    return html.split('class="confirm-buttons"')[1].split('type="submit"')[0]
+
+
+def test_releasing_a_financial_charge_that_timed_out_is_the_red_confirmation_naming_the_downstream_key(operator_client):
+    r = failed("k1", "payment.capture", error="ReadTimeout: the card processor timed out after 30 s")
+    html = operator_client.get(f"/receipts/{r.pk}/release/").content.decode()
+    caution = html.split('data-role="caution"')[1].split("</p>")[0]
+    assert "payment.capture is financial and its last attempt failed with ReadTimeout" in caution
+    assert downstream_key(r.scope, r.key, r.created_at) in caution and "happen twice" in caution
+    assert "button danger" in _confirm_button(html)
+
+
+def test_releasing_a_charge_whose_outcome_is_known_or_a_harmless_hung_step_is_not_red(operator_client):
+    declined = failed("k1", "payment.capture")  # card_declined: the provider answered
+    hung = stuck("k2", "lead.enrich")  # not financial, not held after a crash: a second run is harmless
+    for r in (declined, hung):
+        html = operator_client.get(f"/receipts/{r.pk}/release/").content.decode()
+        assert 'data-role="caution"' not in html and "button primary" in _confirm_button(html), r.key
+    assert "its lease is revoked" in operator_client.get(f"/receipts/{hung.pk}/release/").content.decode()
+
+
+def test_a_hung_charge_is_red_before_release_and_run_again_names_its_downstream_key(operator_client, settings):
+    hung = stuck("k1", "payment.capture")
+    html = operator_client.get(f"/receipts/{hung.pk}/release/").content.decode()
+    assert "has not settled" in html and 'data-role="note"' in html and "button danger" in _confirm_button(html)
+    settings.RECEIPTS_OPERATIONS = {"email.send": {"after_crash": "hold"}}
+    held = stuck("h1", "email.send")
+    html = operator_client.get(f"/receipts/{held.pk}/run-again/").content.decode()
+    assert "email.send is irreversible (its policy holds it after a crash)" in html
+    assert "Before you run it again, look up the downstream key " + downstream_key(SCOPE, "h1", held.created_at) in html
 
 
 def test_from_the_stuck_board_the_confirmation_shows_the_whole_receipt_and_returns_with_the_outcome(operator_client):

@@ -5,7 +5,6 @@ import json
 import pytest
 from django.test import override_settings
 
-from idemdash.dashboard.models import AlertRule
 from idemdash.devtools.models import DemoSwitch
 from idemdash.devtools import demo
 from idemdash.core.models import AuditEntry
@@ -59,19 +58,9 @@ def test_without_the_demo_setup_the_refund_handler_succeeds(client):
 # --- the setup -------------------------------------------------------------------------------
 
 
-def test_setup_installs_the_alert_rule_once_and_keeps_an_operators_edits():
-    armed, created = demo.setup()
-    assert (armed, created) == (["refunds"], True)
-    rule = AlertRule.objects.get()
-    assert (rule.name, rule.metric, rule.comparison, rule.threshold, rule.window_minutes, rule.channel, rule.target) == (
-        "Demo: dead webhook events", "dead_webhook_events", ">", 0, 60, "email", "admin@localhost"
-    )
-    rule.threshold = 3
-    rule.save()
-
-    assert demo.setup() == ([], False)  # still failing: nothing armed, nothing created
-    assert AlertRule.objects.get().threshold == 3
-    assert AuditEntry.objects.filter(action="alert_rule.create").count() == 1
+def test_setup_arms_the_outage_once():
+    assert demo.setup() == ["refunds"]
+    assert demo.setup() == []  # still failing: nothing armed again
 
 
 def test_setup_arms_a_fixed_switch_again_so_each_demo_starts_broken():
@@ -80,7 +69,7 @@ def test_setup_arms_a_fixed_switch_again_so_each_demo_starts_broken():
     demo.set_failing(switch, False, actor="admin:ops")
     assert not demo.failing(demo.REFUNDS)
 
-    assert demo.setup() == (["refunds"], False)
+    assert demo.setup() == ["refunds"]
     assert demo.failing(demo.REFUNDS)
     assert DemoSwitch.objects.count() == 1
 

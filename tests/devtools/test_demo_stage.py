@@ -12,18 +12,26 @@ from idemdash.devtools.models import DemoSwitch
 pytestmark = pytest.mark.django_db
 
 
-def test_it_installs_the_alert_rule_once_however_often_it_runs():
+@pytest.fixture
+def migrated(settings):
+    """The demo's database as `make demo` migrates it: the default alert rules installed."""
+    from tests.dashboard.test_alerts import migrated
+
+    settings.IDEMDASH_DEFAULT_ALERTS_TO = "admin@localhost"
+    migrated()
+
+
+def test_it_arms_the_outage_once_and_names_the_rules_that_page_for_it(migrated):
     first, second = StringIO(), StringIO()
     call_command("demo_stage", stdout=first)
     call_command("demo_stage", stdout=second)
 
-    assert "alert rule 'Demo: dead webhook events' installed" in first.getvalue()
-    assert "already there; left as it is" in second.getvalue()
-    assert AlertRule.objects.count() == 1
-    assert DemoSwitch.objects.get().failing
+    assert "demo outages on: refunds" in first.getvalue() and "demo outages on" not in second.getvalue()
+    assert "alert rules that page: Dead outbox messages, Dead webhook events, Stuck work" in second.getvalue()
+    assert DemoSwitch.objects.get().failing and AlertRule.objects.count() == 3
 
 
-def test_its_rule_fires_on_a_dead_webhook_event_and_resolves_once_none_is_dead():
+def test_the_dead_events_rule_fires_on_a_dead_webhook_event_and_resolves_once_none_is_dead(migrated):
     from tests.webhooks.test_processing import make_event
 
     call_command("demo_stage", stdout=StringIO())
@@ -33,7 +41,7 @@ def test_its_rule_fires_on_a_dead_webhook_event_and_resolves_once_none_is_dead()
 
     type(event).objects.filter(pk=event.pk).update(status="dead", finished_at=event.received_at)
     alerts.evaluate()
-    assert Alert.objects.get().state == "firing"
+    assert Alert.objects.get().state == "firing" and Alert.objects.get().rule_name == "Dead webhook events"
 
     type(event).objects.filter(pk=event.pk).update(status="completed")  # reprocessed
     alerts.evaluate()

@@ -538,6 +538,17 @@ def test_the_scheduled_task_evaluates_and_reports():
 
 
 @pytest.mark.django_db
+def test_the_scheduled_task_resolves_failure_groups_that_went_quiet():
+    from idemdash.core import failures
+
+    failures.record(failures.Failure("event", "stripe invoice.paid", "RuntimeError: ledger down"), unit_id=1,
+                    now=timezone.now() - failures.QUIET - timedelta(minutes=1))
+    failures.record(failures.Failure("event", "stripe invoice.paid", "KeyError: 'amount'"), unit_id=2, now=timezone.now())
+    assert evaluate_alerts()["failure_groups_resolved"] == 1
+    assert sorted(failures.FailureGroup.objects.values_list("state", flat=True)) == ["open", "resolved"]
+
+
+@pytest.mark.django_db
 def test_a_rule_on_fresh_key_retries_fires_once_a_request_runs_again_under_a_new_key():
     from receipts import store
 

@@ -437,3 +437,35 @@ def test_event_refer_outside_its_handler_is_refused():
     event = make_event()
     with pytest.raises(RuntimeError):
         event.refer("stripe.charge", "ch_1")
+
+
+# --- failures grouped by cause (idemdash/core/failures.py) -------------------------------------
+
+
+def test_each_failure_of_a_handler_counts_in_its_group_and_the_event_knows_its_group_until_it_succeeds(settings):
+    from idemdash.core.failures import FailureGroup
+
+    settings.WEBHOOKS_MAX_ATTEMPTS = 2
+    first = make_event("charge.failed")
+    second = store_delivery(first.endpoint, VerifiedDelivery(0, {"id": "evt_2"}, "evt_2", "charge.failed", "evt_2", "")).event
+    for event in (first, second, first):
+        WebhookEvent.objects.filter(pk=event.pk).update(next_attempt_at=timezone.now())  # its retry is due
+        processing.fail_event(processing.claim_event(event.pk), f"RuntimeError: ledger down for {event.provider_event_id}")
+    group = FailureGroup.objects.get()
+    assert (group.kind, group.place, group.cause, group.failures, group.sample_id) == (
+        "event", "ep charge.failed", "RuntimeError: ledger down for evt_<n>", 3, first.pk)
+    assert set(WebhookEvent.objects.values_list("status", "failure_signature")) == {
+        ("dead", group.signature), ("retry", group.signature)}
+
+    WebhookEvent.objects.filter(pk=second.pk).update(next_attempt_at=timezone.now())
+    assert processing.complete_event(processing.claim_event(second.pk))
+    assert WebhookEvent.objects.get(pk=second.pk).failure_signature == ""
+
+
+def test_a_failure_whose_claim_was_lost_is_not_counted():
+    from idemdash.core.failures import FailureGroup
+
+    event = processing.claim_event(make_event().pk)
+    WebhookEvent.objects.filter(pk=event.pk).update(fencing_token=None, status="retry")  # taken back meanwhile
+    assert processing.fail_event(event, "RuntimeError: late") is None
+    assert not FailureGroup.objects.exists()

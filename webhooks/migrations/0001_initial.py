@@ -103,6 +103,7 @@ class Migration(migrations.Migration):
                 ('enqueued_at', models.DateTimeField(blank=True, null=True)),
                 ('stuck_recoveries', models.PositiveIntegerField(default=0)),
                 ('last_error', models.TextField(blank=True)),
+                ('failure_signature', models.CharField(blank=True, db_default='', default='', editable=False, max_length=32)),
                 ('delivery_count', models.PositiveIntegerField(default=1)),
                 ('received_at', models.DateTimeField()),
                 ('last_delivery_at', models.DateTimeField()),
@@ -175,6 +176,10 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='webhookevent',
             index=models.Index(condition=models.Q(('status', 'processing')), fields=['lease_expires_at'], name='webhook_event_processing_lease'),
+        ),
+        migrations.AddIndex(
+            model_name='webhookevent',
+            index=models.Index(condition=models.Q(('failure_signature', ''), _negated=True), fields=['failure_signature'], name='webhook_event_failure'),
         ),
         migrations.AddIndex(
             model_name='webhookevent',

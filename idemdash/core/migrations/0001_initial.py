@@ -109,5 +109,27 @@ class Migration(migrations.Migration):
             model_name='auditentry',
             index=models.Index(fields=['object_name'], name='audit_object_name'),
         ),
+        migrations.CreateModel(
+            name='FailureGroup',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('kind', models.CharField(max_length=16)),
+                ('signature', models.CharField(max_length=32)),
+                ('place', models.CharField(help_text="Where it fails: an endpoint's event type, an action's host.", max_length=255)),
+                ('cause', models.CharField(max_length=300)),
+                ('sample', models.TextField(blank=True)),
+                ('sample_id', models.BigIntegerField(help_text='The row id of the unit that failed last.')),
+                ('failures', models.PositiveIntegerField(default=1)),
+                ('first_seen', models.DateTimeField()),
+                ('last_seen', models.DateTimeField()),
+                ('state', models.CharField(choices=[('open', 'Open'), ('acknowledged', 'Acknowledged'), ('resolved', 'Resolved')], default='open', max_length=16)),
+                ('state_changed_at', models.DateTimeField()),
+                ('state_by', models.CharField(blank=True, max_length=255)),
+            ],
+            options={
+                'indexes': [models.Index(fields=['state', 'last_seen'], name='failure_group_state_seen')],
+                'constraints': [models.UniqueConstraint(fields=('kind', 'signature'), name='failure_group_once')],
+            },
+        ),
         exact_text('idemdash_core'),
     ]

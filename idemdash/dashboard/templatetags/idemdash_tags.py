@@ -7,6 +7,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from idemdash.core import failures
 from idemdash.core.caller_text import isolated_html
 from idemdash.core.masking import mask_text
 from idemdash.dashboard.queries import AUDIT_VERBS
@@ -18,6 +19,13 @@ register = template.Library()
 def masked(text: str | None) -> str:
     """An error message as a page shows it: URL userinfo masked (idemdash.core.masking)."""
     return mask_text(text or "")
+
+
+@register.filter
+def cause(error: str | None) -> str:
+    """An error's cause in one line, what varies masked (idemdash/core/failures.py): a
+    traceback reads as its exception and the frame that raised it."""
+    return failures.cause(mask_text(error)) if error else ""
 
 
 @register.filter

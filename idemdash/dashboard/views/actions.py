@@ -52,7 +52,7 @@ def object_action(request: HttpRequest, kind: str, pk: int, action: str) -> Http
         "obj": obj, "label": label, "spec": spec, "action_url": action_url, "detail_url": detail_url,
         "next": safe_next(request, ""), "inline": bool(request.htmx), "now": timezone.now(),
         "target": f"#{obj._meta.model_name}-summary", "state": shown_status(obj),
-        "caution": spec.caution(obj) if spec.caution else "",
+        "caution": spec.caution(obj) if spec.caution else "", "note": spec.note(obj) if spec.note else "",
         # Will retrying help? Said before the click, whatever the action (idemdash/core/actions.py:Kind.lasting).
         "lasting": unit_kind.lasting_failure(obj),
         # What already happened because of it (receipts/references.py: side_effects_on_record).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -46,7 +47,8 @@ def _overview_context(window: queries.Window) -> dict[str, Any]:
         "with_charts": True,
         "alert_panel": alert_panel,
         # Observed (and its transitions recorded) on every load: the figures are read anyway.
-        "health": health.summary(health.observe(now), alert_panel["firing"]),
+        "health": health.summary(health.observe(now), alert_panel["firing"],
+                                 queries.failure_culprits(now - timedelta(minutes=health.window_minutes()))),
         "paused": queries.paused_work(),
         # What the unprotected and fresh-key tiles' notes name: their look-backs.
         "observer": {"window": setting("RECEIPTS_OBSERVE_WINDOW_SECONDS"),

@@ -61,6 +61,7 @@ class Migration(migrations.Migration):
                 ('fencing_token', models.PositiveBigIntegerField(default=0)),
                 ('claimed_by', models.CharField(blank=True, max_length=255)),
                 ('last_error', models.TextField(blank=True)),
+                ('failure_signature', models.CharField(blank=True, db_default='', default='', editable=False, max_length=32)),
                 ('last_status_code', models.PositiveSmallIntegerField(blank=True, null=True)),
                 ('created_at', models.DateTimeField()),
                 ('updated_at', models.DateTimeField()),
@@ -70,7 +71,7 @@ class Migration(migrations.Migration):
                 ('traceparent', models.CharField(blank=True, db_default='', default='', max_length=55)),
             ],
             options={
-                'indexes': [models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['next_attempt_at'], name='outbox_due'), models.Index(condition=models.Q(('status', 'in_flight')), fields=['lease_expires_at'], name='outbox_inflight_lease'), models.Index(fields=['status', 'updated_at'], name='outbox_status_age'), models.Index(fields=['action', 'created_at'], name='outbox_action_age'), models.Index(fields=['created_at', 'action'], name='outbox_created_action'), models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['created_at'], name='outbox_waiting_age'), models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['destination_host', 'created_at'], name='outbox_host_waiting'), models.Index(fields=['cause_kind', 'cause_id'], name='outbox_cause')],
+                'indexes': [models.Index(condition=models.Q(('failure_signature', ''), _negated=True), fields=['failure_signature'], name='outbox_failure'), models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['next_attempt_at'], name='outbox_due'), models.Index(condition=models.Q(('status', 'in_flight')), fields=['lease_expires_at'], name='outbox_inflight_lease'), models.Index(fields=['status', 'updated_at'], name='outbox_status_age'), models.Index(fields=['action', 'created_at'], name='outbox_action_age'), models.Index(fields=['created_at', 'action'], name='outbox_created_action'), models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['created_at'], name='outbox_waiting_age'), models.Index(condition=models.Q(('status__in', ['pending', 'retry'])), fields=['destination_host', 'created_at'], name='outbox_host_waiting'), models.Index(fields=['cause_kind', 'cause_id'], name='outbox_cause')],
                 'constraints': [models.UniqueConstraint(fields=('scope', 'key'), name='outbox_scope_key_uniq')],
             },
         ),

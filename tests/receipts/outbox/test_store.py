@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 import time_machine
@@ -287,3 +288,25 @@ def test_concurrent_claims_from_threads_take_disjoint_batches():
     assert len(claimed) == 6
     assert sorted(keys) == sorted(f"t-{n}" for n in range(60))  # each exactly once
     assert set(OutboxMessage.objects.values_list("fencing_token", flat=True)) == {1}
+
+
+# --- failures grouped by cause (idemdash/core/failures.py) -------------------------------------
+
+
+def test_each_failed_send_counts_in_its_destinations_group_and_a_sent_message_leaves_it():
+    from idemdash.core.failures import FailureGroup
+
+    for key in ("a", "b"):
+        post(key)
+        store.mark_failed(claim_one(), f"HTTP 403: forbidden for {key}-order-8200000000001", permanent=True, status_code=403)
+    post("c")
+    retried = claim_one()
+    store.mark_failed(retried, "HTTP 403: forbidden for c-order-8200000000002", status_code=403)
+    group = FailureGroup.objects.get()
+    assert (group.kind, group.place, group.failures) == ("message", f"http.post {urlsplit(URL).hostname}", 3)
+    assert group.cause == "HTTP 403: forbidden for <id>"
+    assert set(OutboxMessage.objects.values_list("failure_signature", flat=True)) == {group.signature}
+
+    OutboxMessage.objects.filter(pk=retried.pk).update(next_attempt_at=timezone.now())
+    store.mark_sent(claim_one(), status_code=200)
+    assert OutboxMessage.objects.get(pk=retried.pk).failure_signature == ""

@@ -1,21 +1,22 @@
 from django.core.management.base import BaseCommand
 
+from idemdash.dashboard.models import AlertRule
 from idemdash.devtools import demo
 
 
 class Command(BaseCommand):
     help = (
         "For `make demo` (demo_setup runs it): arm the demo's staged outages (the Shopify "
-        "refunds/create handler fails until its switch is turned off) and install the alert "
-        "rule on dead webhook events once. Safe to run again."
+        "refunds/create handler fails until its switch is turned off) and say which alert rules "
+        "page for them. Safe to run again."
     )
 
     def handle(self, *args, **options) -> None:
-        armed, created = demo.setup()
+        armed = demo.setup()
         if armed:
             self.stdout.write(f"demo outages on: {', '.join(armed)} (fix them at /admin/devtools/demoswitch/)")
-        rule = demo.DEMO_RULE["name"]
-        self.stdout.write(f"alert rule {rule!r} " + ("installed" if created else "already there; left as it is"))
+        rules = AlertRule.objects.filter(enabled=True).order_by("name").values_list("name", flat=True)
+        self.stdout.write(f"alert rules that page: {', '.join(rules) or 'none'} (/alerts/rules/)")
         staged = demo.stage_sent_refund()
         if staged is None:
             self.stdout.write("no Shopify endpoint (SHOPIFY_WEBHOOK_SECRET unset): no refund staged for the preflight")
