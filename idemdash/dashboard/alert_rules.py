@@ -27,6 +27,7 @@ class Metric(models.TextChoices):
     REJECTED_DELIVERIES = "rejected_deliveries", "Rejected webhook deliveries (signature and format)"
     UNPROTECTED_DUPLICATES = "unprotected_duplicates", "Would-be duplicates on unprotected routes"
     FRESH_KEY_RETRIES = "fresh_key_retries", "Fresh-key retries that ran again"
+    FAILING_GROUPS = "failing_groups", "Failure groups with a dead event or message"
 
 
 class Channel(models.TextChoices):

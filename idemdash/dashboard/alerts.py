@@ -63,6 +63,7 @@ CAUSE_PAGES: dict[str, str] = {
     Metric.REJECTED_DELIVERIES: "dashboard:rejected",
     Metric.UNPROTECTED_DUPLICATES: "dashboard:coverage",
     Metric.FRESH_KEY_RETRIES: "dashboard:coverage",
+    Metric.FAILING_GROUPS: "dashboard:failures",
 }
 
 
@@ -145,6 +146,7 @@ METRICS: dict[str, Callable[[Measurements, timedelta], float]] = {
     Metric.REJECTED_DELIVERIES: _figure("webhooks.rejected"),
     Metric.UNPROTECTED_DUPLICATES: _figure("unprotected.duplicates"),
     Metric.FRESH_KEY_RETRIES: _figure("fresh_keys.ran_again"),
+    Metric.FAILING_GROUPS: lambda m, span: queries.failing_groups(m.now - span).count(),
 }
 assert set(METRICS) == set(Metric.values), "every metric needs a function"
 
@@ -390,6 +392,7 @@ DEFAULT_RULES = [
     {"name": "Dead webhook events", "metric": Metric.DEAD_WEBHOOK_EVENTS, "window_minutes": 60},
     {"name": "Dead outbox messages", "metric": Metric.DEAD_OUTBOX_MESSAGES, "window_minutes": 60},
     {"name": "Stuck work", "metric": Metric.STUCK_ROWS, "window_minutes": 60},
+    {"name": "Failing groups", "metric": Metric.FAILING_GROUPS, "window_minutes": 60},
 ]
 INSTALLER = "migrate"  # the audit log's actor for them, and how a rule installed once is known
 

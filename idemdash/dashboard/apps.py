@@ -12,8 +12,14 @@ def _ensure_groups(sender: AppConfig, **kwargs: Any) -> None:
     ensure_groups()
 
 
-def _install_default_alert_rules(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
-    # After a test's flush too, like the groups; a host's second database gets none.
+def _install_default_alert_rules(sender: AppConfig, using: str = "default", apps: Any = None, **kwargs: Any) -> None:
+    # After a test's flush too, like the groups; a host's second database gets none, nor does a
+    # migrate that stopped short of the rules' and the audit log's tables (`migrate auth`).
+    try:
+        for label, model in (("idemdash_dashboard", "AlertRule"), ("idemdash_core", "AuditEntry")):
+            (apps or sender.apps).get_model(label, model)
+    except LookupError:
+        return
     if using == "default":
         from idemdash.dashboard.alerts import install_default_rules
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import OperationalError, connections, transaction
-from django.db.models import Count, Exists, Min, OuterRef, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 from django.db.models.functions import TruncDay, TruncHour, TruncMinute
 from django.urls import reverse
 from django.utils import timezone
@@ -777,12 +777,16 @@ def with_failing_units(groups: list[FailureGroup]) -> list[FailureGroup]:
     return groups
 
 
-def failure_culprits(since: datetime, limit: int = 3) -> list[FailureGroup]:
-    """The open groups that failed since `since` and hold a dead unit now, most failures first:
-    what the overview's first line names. A group whose units all recovered on their own
-    retries is no one's problem; an acknowledged one has someone on it."""
+def failing_groups(since: datetime) -> QuerySet[FailureGroup]:
+    """The open groups that failed since `since` and hold a dead unit now: what the overview's
+    first line names and the `failing_groups` alert counts. A group whose units all recovered
+    on their own retries is no one's problem; an acknowledged one has someone on it."""
     dead_now = Q()
     for kind, (model, _, _, dead) in FAILING_UNITS.items():
         dead_now |= Q(kind=kind) & Exists(model.objects.filter(status=dead, failure_signature=OuterRef("signature")))
-    groups = FailureGroup.objects.filter(dead_now, state=FailureGroup.State.OPEN, last_seen__gte=since)
-    return with_failing_units(list(groups.order_by("-failures", "-last_seen")[:limit]))
+    return FailureGroup.objects.filter(dead_now, state=FailureGroup.State.OPEN, last_seen__gte=since)
+
+
+def failure_culprits(since: datetime, limit: int = 3) -> list[FailureGroup]:
+    """The failing groups with the most failures, with their units."""
+    return with_failing_units(list(failing_groups(since).order_by("-failures", "-last_seen")[:limit]))

@@ -165,21 +165,22 @@ def test_migrate_installs_the_default_rules_once_audited_and_an_operators_edit_o
     settings.IDEMDASH_DEFAULT_ALERTS_TO = "ops@example.com"
     migrated()
     rules = {r.name: r for r in AlertRule.objects.all()}
-    assert set(rules) == {"Dead webhook events", "Dead outbox messages", "Stuck work"}
+    assert set(rules) == {"Dead webhook events", "Dead outbox messages", "Stuck work", "Failing groups"}
     assert {(r.metric, r.condition, r.channel, r.target) for r in rules.values()} == {
         ("dead_webhook_events", "Dead webhook events > 0 over 1h", "email", "ops@example.com"),
         ("dead_outbox_messages", "Dead outbox messages > 0 over 1h", "email", "ops@example.com"),
         ("stuck_rows", "Stuck rows (receipts, webhook events, outbox messages) > 0 now", "email", "ops@example.com"),
+        ("failing_groups", "Failure groups with a dead event or message > 0 over 1h", "email", "ops@example.com"),
     }
-    assert AuditEntry.objects.filter(actor="migrate", action="alert_rule.create").count() == 3
+    assert AuditEntry.objects.filter(actor="migrate", action="alert_rule.create").count() == 4
 
     alerts.delete_rule(rules["Stuck work"], actor="otto")
     rules["Dead webhook events"].threshold = 5
     alerts.save_rule(rules["Dead webhook events"], actor="otto")
     migrated()
     assert sorted(AlertRule.objects.values_list("name", "threshold")) == [
-        ("Dead outbox messages", 0), ("Dead webhook events", 5)]
-    assert AuditEntry.objects.filter(actor="migrate").count() == 3
+        ("Dead outbox messages", 0), ("Dead webhook events", 5), ("Failing groups", 0)]
+    assert AuditEntry.objects.filter(actor="migrate").count() == 4
 
 
 def test_with_no_address_to_send_to_migrate_installs_none():
@@ -195,5 +196,7 @@ def test_each_fault_a_fresh_install_meets_opens_an_incident_through_a_default_ru
     stuck("agent-hung-1", "lead.enrich")
     result = alerts.evaluate()
     firing = Alert.objects.filter(state="firing").select_related("incident")
-    assert sorted(a.rule_name for a in firing) == ["Dead outbox messages", "Dead webhook events", "Stuck work"]
-    assert all(a.incident.state == "firing" for a in firing) and len(result.fired) == 3
+    assert sorted(a.rule_name for a in firing) == [
+        "Dead outbox messages", "Dead webhook events", "Failing groups", "Stuck work"]
+    assert all(a.incident.state == "firing" for a in firing) and len(result.fired) == 4
+    assert result.values["Failing groups"] == 2  # the handler's and the partner's

@@ -11,5 +11,9 @@ from pathlib import Path
 
 def stuck(marker: str) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    Path(marker).write_text(str(os.getpid()))
+    # Written whole, then renamed into place: the test reads it as soon as it exists, and a
+    # file still being written read as empty under load.
+    partial = Path(marker + ".partial")
+    partial.write_text(str(os.getpid()))
+    partial.rename(marker)
     time.sleep(600)
